@@ -1,0 +1,46 @@
+"""Build the Ray Serve application from an :class:`~deployments.config.AppConfig`.
+
+Deployments are plain classes wrapped here with ``serve.deployment(...)`` and options that come
+from config only (STYLE habit 3). ``app_builder`` is the import path for Ray Serve config files
+and KubeRay's ``serveConfigV2``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import serve
+from ray.serve import Application
+
+from deployments.config import ROLES, AppConfig
+from deployments.ingress import Ingress
+from deployments.roles import ModelRole
+
+__all__ = ["build_app", "app_builder", "deployment_names"]
+
+
+def deployment_names(config: AppConfig) -> list[str]:
+    """Names of every deployment of the app, in deploy order."""
+    return list(config.deployment_options())
+
+
+def build_app(config: AppConfig) -> Application:
+    """Bind every deployment of the cluster into one application (ingress last)."""
+    opts = config.deployment_options()
+    roles: dict[str, Application] = {}
+    for role in ROLES:
+        dep = serve.deployment(ModelRole, name=role).options(**opts[role].to_ray_options())
+        roles[role] = dep.bind(role, getattr(config, role).engine)
+    # NOTE: serve.ingress() with no app defers the ASGI app to Ingress.__serve_build_asgi_app__,
+    # which runs on the replica after __init__ received the resolved handles.
+    ingress = serve.deployment(serve.ingress()(Ingress), name="ingress").options(**opts["ingress"].to_ray_options())
+    return ingress.bind(config.model_dump(mode="json"), roles)
+
+
+def app_builder(args: dict[str, Any]) -> Application:
+    """Ray Serve config-file entry point: ``import_path: deployments.app:app_builder``.
+
+    Args:
+        args: an ``AppConfig`` as plain data (what ``recallserve serve-config`` renders).
+    """
+    return build_app(AppConfig.model_validate(args))

@@ -1,0 +1,216 @@
+"""The one configuration schema of a recallserve cluster, and profile loading.
+
+A profile is a YAML file validated against :class:`AppConfig` (unknown fields rejected).
+Built-in profiles live in ``deployments/configs/<name>.yaml``: ``cpu-local`` (the default of
+``recallserve up``), ``gpu-single``, ``gpu-cluster`` and ``remote``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from deployments.engines import EngineConfig
+from deployments.options import DeploymentOptions
+from serve._base import StrictModel
+
+__all__ = [
+    "AppConfig",
+    "AuthConfig",
+    "ConfigError",
+    "EmbedderConfig",
+    "MemoryConfig",
+    "RayConfig",
+    "RoleConfig",
+    "ServerConfig",
+    "PROFILES_DIR",
+    "list_profiles",
+    "load_config",
+]
+
+PROFILES_DIR = Path(__file__).parent / "configs"
+ROLES = ("router", "reasoner", "summariser")
+
+
+class ConfigError(ValueError):
+    """A profile or config file is missing or invalid; the message names the field."""
+
+
+class ServerConfig(StrictModel):
+    """Where the HTTP proxy listens."""
+
+    host: str = Field(default="127.0.0.1", description="Bind address; keep 127.0.0.1 for local runs.")
+    port: int = Field(default=8000, ge=1, le=65535, description="HTTP port.")
+    request_timeout_s: float = Field(default=300.0, gt=0, le=3600, description="Timeout for one HTTP request.")
+
+
+class AuthConfig(StrictModel):
+    """API keys and the tenants they map to."""
+
+    keys: dict[str, str] = Field(
+        default_factory=dict, description="API key -> tenant name. Local profiles only; use keys_env or keys_file in production."
+    )
+    keys_env: str | None = Field(
+        default="RECALLSERVE_API_KEYS",
+        description="Environment variable with 'key:tenant,key2:tenant2' pairs (a Kubernetes secret in the Helm chart).",
+    )
+    keys_file: Path | None = Field(default=None, description="YAML file mapping API key -> tenant.")
+
+    def resolve(self) -> dict[str, str]:
+        """All keys from config, the environment variable and the file.
+
+        Raises:
+            ConfigError: on a malformed pair or file.
+        """
+        keys = dict(self.keys)
+        raw = os.environ.get(self.keys_env, "") if self.keys_env else ""
+        for pair in filter(None, (p.strip() for p in raw.split(","))):
+            key, sep, tenant = pair.partition(":")
+            if not sep or not key or not tenant:
+                raise ConfigError(f"{self.keys_env}: expected 'key:tenant' pairs, got {pair!r}")
+            keys[key] = tenant
+        if self.keys_file is not None:
+            try:
+                loaded = yaml.safe_load(self.keys_file.read_text()) or {}
+            except OSError as exc:
+                raise ConfigError(f"auth.keys_file: cannot read {self.keys_file}: {exc}") from exc
+            if not isinstance(loaded, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in loaded.items()):
+                raise ConfigError(f"auth.keys_file: {self.keys_file} must map string keys to tenant names")
+            keys.update(loaded)
+        return keys
+
+
+class RoleConfig(StrictModel):
+    """One model role (router, reasoner or summariser): its engine and its deployment."""
+
+    engine: EngineConfig = Field(description="Which engine and model serve this role.")
+    deployment: DeploymentOptions = Field(default_factory=DeploymentOptions, description="Resources and scaling.")
+
+
+class EmbedderConfig(StrictModel):
+    """The text embedder deployment (Ray Serve dynamic batching)."""
+
+    model: Literal["all-MiniLM-L6-v2"] = Field(default="all-MiniLM-L6-v2", description="Embedding model (384-d).")
+    device: Literal["cpu", "cuda"] = Field(default="cpu", description="Torch device.")
+    threads: int = Field(default=1, ge=1, le=64, description="Torch threads per replica (1 is fastest on 2 shared cores).")
+    max_batch_size: int = Field(default=32, ge=1, le=1024, description="Most texts embedded in one batch.")
+    batch_wait_timeout_s: float = Field(default=0.01, ge=0, le=5, description="Wait for a batch to fill.")
+    deployment: DeploymentOptions = Field(default_factory=DeploymentOptions, description="Resources and scaling.")
+
+
+class MemoryConfig(StrictModel):
+    """The sharded memory tier."""
+
+    num_shards: int = Field(default=2, ge=1, le=1024, description="Number of memory shard deployments.")
+    data_dir: Path = Field(default=Path(".recallserve/memory"), description="Root folder; shard i uses data_dir/shard-i.")
+    top_k: int = Field(default=16, ge=1, le=1000, description="Memories recalled per chat turn (CoT 3.0: 15-20).")
+    threshold: float = Field(default=0.35, ge=-1, le=1, description="Cosine threshold for recall.")
+    deployment: DeploymentOptions = Field(default_factory=DeploymentOptions, description="Resources per shard.")
+
+
+class RayConfig(StrictModel):
+    """How ``recallserve up`` starts or joins Ray."""
+
+    address: str | None = Field(default=None, description="Existing cluster address; None starts an embedded local Ray.")
+    temp_dir: Path = Field(default=Path(".recallserve/ray"), description="Ray's temp/log folder (made absolute at start).")
+    num_cpus: float | None = Field(default=None, gt=0, description="Logical CPUs of the embedded Ray; None = detect.")
+    num_gpus: int = Field(default=0, ge=0, le=64, description="GPUs of the embedded Ray; 0 on CPU profiles.")
+    auth_disabled: bool = Field(default=True, description="Set RAY_AUTH_MODE=disabled so no token is written to $HOME.")
+
+
+class AppConfig(StrictModel):
+    """A whole recallserve cluster: every deployment, model and pipeline setting."""
+
+    name: str = Field(default="recallserve", min_length=1, description="Ray Serve application name.")
+    profile: str = Field(default="custom", description="Profile name, reported by /healthz.")
+    server: ServerConfig = Field(default_factory=ServerConfig, description="HTTP listener.")
+    ray: RayConfig = Field(default_factory=RayConfig, description="Ray runtime.")
+    auth: AuthConfig = Field(default_factory=AuthConfig, description="API keys -> tenants.")
+    ingress: DeploymentOptions = Field(default_factory=DeploymentOptions, description="The FastAPI ingress deployment.")
+    router: RoleConfig = Field(description="Router model: answer directly or run the agent loop.")
+    reasoner: RoleConfig = Field(description="Reasoner model: the agent loop and answers.")
+    summariser: RoleConfig = Field(description="Summariser model: rolling conversation summaries.")
+    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig, description="Text embedder.")
+    memory: MemoryConfig = Field(default_factory=MemoryConfig, description="Sharded memory tier.")
+    model_name: str = Field(default="recallserve", min_length=1, description="Model id clients pass as `model` (GET /v1/models).")
+    max_request_tokens: int = Field(default=1024, ge=1, le=32768, description="Largest max_tokens a request may ask for.")
+
+    @model_validator(mode="after")
+    def _cpu_profile_asks_no_gpu(self) -> AppConfig:
+        # NOTE: a deployment asking for num_gpus on a Ray without GPUs is never scheduled and
+        # serve.run hangs; refuse that up front with the deployment's name.
+        if self.ray.address is None and self.ray.num_gpus == 0:
+            for name, opts in self.deployment_options().items():
+                if opts.num_gpus > 0:
+                    raise ValueError(
+                        f"{name}.num_gpus={opts.num_gpus} but ray.num_gpus=0: this profile would never be scheduled"
+                    )
+        return self
+
+    def deployment_options(self) -> dict[str, DeploymentOptions]:
+        """Every deployment's options by deployment name."""
+        opts = {"ingress": self.ingress, "embedder": self.embedder.deployment}
+        for role in ROLES:
+            opts[role] = getattr(self, role).deployment
+        for i in range(self.memory.num_shards):
+            opts[f"memory_shard_{i}"] = self.memory.deployment
+        return opts
+
+
+def list_profiles() -> list[str]:
+    """Names of the built-in profiles."""
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+
+
+def _format_validation_error(source: str, exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(root)"
+        parts.append(f"{loc}: {err['msg']}")
+    return f"{source}: " + "; ".join(parts)
+
+
+def load_config(profile: str | None = None, path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> AppConfig:
+    """Load and validate a profile by name or a YAML file.
+
+    Args:
+        profile: built-in profile name (default ``cpu-local`` when ``path`` is None).
+        path: a YAML file; exclusive with ``profile``.
+        overrides: top-level sections merged over the file (e.g. ``{"server": {"port": 9000}}``).
+
+    Raises:
+        ConfigError: unknown profile, unreadable file, or a field that fails validation.
+
+    Example:
+        >>> load_config("cpu-local").server.host
+        '127.0.0.1'
+    """
+    if profile is not None and path is not None:
+        raise ConfigError("give either a profile or a config file, not both")
+    if path is None:
+        name = profile or "cpu-local"
+        path = PROFILES_DIR / f"{name}.yaml"
+        if not path.is_file():
+            raise ConfigError(f"unknown profile {name!r}; built-in profiles: {', '.join(list_profiles())}")
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    for key, value in (overrides or {}).items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    try:
+        return AppConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(str(path), exc)) from None

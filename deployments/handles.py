@@ -1,0 +1,66 @@
+"""Adapters that make Ray Serve deployment handles look like plain ``serve`` interfaces.
+
+The request pipeline only knows :class:`~serve.engine.LLMEngine`; :class:`HandleEngine`
+forwards each call to a model-role deployment, so ``serve/`` never imports Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+
+from ray.exceptions import RayError
+from ray.serve.exceptions import BackPressureError, RayServeException
+from ray.serve.handle import DeploymentHandle
+
+from serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams
+
+__all__ = ["HandleEngine"]
+
+_FAILURES = (RayError, RayServeException, BackPressureError)
+
+
+class HandleEngine:
+    """An :class:`~serve.engine.LLMEngine` backed by a ``ModelRole`` deployment handle."""
+
+    def __init__(self, handle: DeploymentHandle, role: str, model_name: str, context_window: int) -> None:
+        self._handle = handle
+        self._role = role
+        self._model_name = model_name
+        self._context_window = context_window
+
+    @property
+    def model_name(self) -> str:
+        return self._model_name
+
+    @property
+    def context_window(self) -> int:
+        return self._context_window
+
+    async def chat(self, messages: Sequence[ChatMessage], params: GenerationParams) -> ChatResult:
+        try:
+            return await self._handle.chat.remote(list(messages), params)
+        except EngineError:
+            raise
+        except _FAILURES as exc:
+            raise EngineError(f"{self._role} deployment failed: {type(exc).__name__}: {exc}") from exc
+
+    async def stream(self, messages: Sequence[ChatMessage], params: GenerationParams) -> AsyncIterator[ChatDelta]:
+        gen = self._handle.options(stream=True).stream.remote(list(messages), params)
+        try:
+            async for delta in gen:
+                yield delta
+        except EngineError:
+            raise
+        except _FAILURES as exc:
+            raise EngineError(f"{self._role} deployment failed mid-stream: {type(exc).__name__}: {exc}") from exc
+        finally:
+            gen.cancel()
+
+    async def count_tokens(self, text: str) -> int:
+        try:
+            return await self._handle.count_tokens.remote(text)
+        except _FAILURES as exc:
+            raise EngineError(f"{self._role} deployment failed: {exc}") from exc
+
+    async def close(self) -> None:
+        """Handles own nothing to release."""

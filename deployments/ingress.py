@@ -1,0 +1,68 @@
+"""The ingress deployment: the FastAPI app, built on each replica from the cluster config.
+
+Ray Serve evaluates the builder on the replica (``serve.ingress(builder)``), so the app is
+assembled there from deployment handles of the model roles; the routes themselves are the
+framework-free ones of ``serve.api``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI
+from ray.serve.handle import DeploymentHandle
+
+from deployments.config import ROLES, AppConfig
+from deployments.engines import EngineConfig, LlamaCppConfig, VLLMConfig
+from deployments.handles import HandleEngine
+from serve.api.app import create_app
+from serve.api.auth import Authenticator
+from serve.pipeline import ChatPipeline, PipelineSettings
+
+__all__ = ["Ingress", "build_ingress_app", "engine_facts"]
+
+log = logging.getLogger("recallserve.ingress")
+
+
+def engine_facts(engine: EngineConfig) -> tuple[str, int]:
+    """(model name, context window) of an engine config, known without loading the model."""
+    if isinstance(engine, LlamaCppConfig):
+        return engine.model.display_name, engine.n_ctx
+    if isinstance(engine, VLLMConfig):
+        name = engine.served_model_name or engine.model.display_name
+        # NOTE: 4096 is a conservative context when max_model_len is left to the model.
+        return name, engine.max_model_len or 4096
+    return engine.model, engine.context_window
+
+
+class Ingress:
+    """Body of the ingress deployment: builds the FastAPI app on the replica.
+
+    Ray Serve calls ``__serve_build_asgi_app__`` after ``__init__`` (``serve.ingress()`` with no
+    app), so the routes are built with the real deployment handles this replica was bound to.
+    """
+
+    def __init__(self, config_data: dict[str, Any], roles: dict[str, DeploymentHandle]) -> None:
+        self.config = AppConfig.model_validate(config_data)
+        self.roles = roles
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return build_ingress_app(self.config, self.roles)
+
+
+def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle]) -> FastAPI:
+    """Build the ingress FastAPI app from the config and the model-role handles."""
+    engines = {role: HandleEngine(roles[role], role, *engine_facts(getattr(config, role).engine)) for role in ROLES}
+    settings = PipelineSettings(
+        model_name=config.model_name,
+        max_request_tokens=config.max_request_tokens,
+        engine_timeout_s=config.server.request_timeout_s,
+    )
+    pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=settings)
+    auth = Authenticator(config.auth.resolve())
+
+    async def health() -> dict[str, Any]:
+        return {"profile": config.profile, "roles": {r: engines[r].model_name for r in ROLES}}
+
+    return create_app(pipeline, auth, health=health)

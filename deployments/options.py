@@ -1,0 +1,79 @@
+"""Per-deployment resource, replica and autoscaling options, turned into Ray Serve options.
+
+Kept free of Ray imports: :meth:`DeploymentOptions.to_ray_options` returns the plain dict that
+``serve.deployment(...).options(**opts)`` accepts, so profiles are validated without a cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from serve._base import StrictModel
+
+__all__ = ["AutoscalingOptions", "DeploymentOptions"]
+
+
+class AutoscalingOptions(StrictModel):
+    """Ray Serve autoscaling for one deployment (replicas follow ongoing requests per replica)."""
+
+    min_replicas: int = Field(default=1, ge=0, le=1000, description="Fewest replicas kept running.")
+    max_replicas: int = Field(default=1, ge=1, le=1000, description="Most replicas started under load.")
+    target_ongoing_requests: float = Field(
+        default=2.0, gt=0, le=1000, description="Ongoing requests per replica the autoscaler aims for."
+    )
+    upscale_delay_s: float = Field(default=5.0, ge=0, le=3600, description="Load must last this long before adding replicas.")
+    downscale_delay_s: float = Field(default=30.0, ge=0, le=3600, description="Idle time before removing replicas.")
+    metrics_interval_s: float = Field(default=2.0, gt=0, le=60, description="How often replicas report load.")
+    look_back_period_s: float = Field(default=10.0, gt=0, le=600, description="Window the load is averaged over.")
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> AutoscalingOptions:
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(
+                f"autoscaling.max_replicas ({self.max_replicas}) is below min_replicas ({self.min_replicas})"
+            )
+        return self
+
+
+class DeploymentOptions(StrictModel):
+    """Resources and scaling of one Ray Serve deployment."""
+
+    num_replicas: int = Field(default=1, ge=1, le=1000, description="Fixed replica count (ignored when autoscaling is set).")
+    num_cpus: float = Field(default=0.25, ge=0, le=512, description="Logical CPUs reserved per replica (fractional allowed).")
+    num_gpus: float = Field(default=0.0, ge=0, le=64, description="GPUs per replica; must be 0 on CPU-only profiles.")
+    memory_mb: int | None = Field(default=None, ge=1, description="Memory reserved per replica in MiB (scheduling hint).")
+    max_ongoing_requests: int = Field(default=16, ge=1, le=100000, description="Requests one replica accepts at once.")
+    autoscaling: AutoscalingOptions | None = Field(default=None, description="Autoscaling; None = fixed num_replicas.")
+    health_check_period_s: float = Field(default=10.0, gt=0, le=600, description="Seconds between replica health checks.")
+
+    def to_ray_options(self) -> dict[str, Any]:
+        """Options for ``Deployment.options(...)``.
+
+        Example:
+            >>> DeploymentOptions(num_cpus=0.5).to_ray_options()["ray_actor_options"]
+            {'num_cpus': 0.5, 'num_gpus': 0.0}
+        """
+        actor: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
+        if self.memory_mb is not None:
+            actor["memory"] = self.memory_mb * 1024 * 1024
+        opts: dict[str, Any] = {
+            "ray_actor_options": actor,
+            "max_ongoing_requests": self.max_ongoing_requests,
+            "health_check_period_s": self.health_check_period_s,
+        }
+        if self.autoscaling is not None:
+            a = self.autoscaling
+            opts["autoscaling_config"] = {
+                "min_replicas": a.min_replicas,
+                "max_replicas": a.max_replicas,
+                "target_ongoing_requests": a.target_ongoing_requests,
+                "upscale_delay_s": a.upscale_delay_s,
+                "downscale_delay_s": a.downscale_delay_s,
+                "metrics_interval_s": a.metrics_interval_s,
+                "look_back_period_s": a.look_back_period_s,
+            }
+        else:
+            opts["num_replicas"] = self.num_replicas
+        return opts

@@ -1,0 +1,119 @@
+"""Start Ray (embedded or existing), deploy the app, wait, and shut down cleanly.
+
+Used by ``recallserve up`` and by the integration tests. Local runs keep Ray's files inside a
+folder the user can see (``ray.temp_dir``), never ask for GPUs on a CPU profile, and set
+``RAY_AUTH_MODE=disabled`` so no auth token is written under the home folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+from deployments.config import ROLES, AppConfig
+from deployments.engines import LlamaCppConfig
+from deployments.models import resolve_model_path
+
+__all__ = ["prepare_models", "start_ray", "deploy", "shutdown", "run_forever"]
+
+log = logging.getLogger("recallserve.runner")
+
+
+def prepare_models(config: AppConfig, *, progress: bool = True) -> dict[str, Path]:
+    """Join and verify every local model file before deploying (progress bar on first start).
+
+    Doing it here, in the foreground, means a missing package or a hash mismatch is one clear
+    error in the terminal rather than a replica crash-looping inside Ray.
+    """
+    paths: dict[str, Path] = {}
+    for role in ROLES:
+        engine = getattr(config, role).engine
+        if isinstance(engine, LlamaCppConfig):
+            paths[role] = resolve_model_path(engine.model, progress=progress)
+    return paths
+
+
+def start_ray(config: AppConfig) -> None:
+    """Start an embedded Ray (or connect to ``config.ray.address``)."""
+    if config.ray.auth_disabled:
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+    # NOTE: Ray would otherwise print usage-stats prompts and try to reach the network.
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    if ray.is_initialized():
+        return
+    if config.ray.address is not None:
+        ray.init(address=config.ray.address, log_to_driver=False)
+        return
+    temp_dir = config.ray.temp_dir.expanduser().resolve()
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    ray.init(
+        num_cpus=config.ray.num_cpus,
+        num_gpus=config.ray.num_gpus,
+        include_dashboard=False,
+        _temp_dir=str(temp_dir),
+        log_to_driver=False,
+        configure_logging=True,
+        logging_level=logging.WARNING,
+    )
+
+
+def deploy(config: AppConfig, *, timeout_s: float = 600.0) -> None:
+    """Start Serve's HTTP proxy on the configured host/port and deploy the app; waits until running."""
+    from ray import serve
+
+    from deployments.app import build_app
+
+    serve.start(http_options={"host": config.server.host, "port": config.server.port})
+    app = build_app(config)
+    serve.run(app, name=config.name, route_prefix="/", blocking=False)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = serve.status().applications.get(config.name)
+        state = str(getattr(status, "status", "")) if status else ""
+        if state.endswith("RUNNING"):
+            return
+        if state.endswith("DEPLOY_FAILED") or state.endswith("UNHEALTHY"):
+            raise RuntimeError(f"application {config.name} failed to deploy: {getattr(status, 'message', '')}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"application {config.name} not running after {timeout_s:.0f} s (state {state})")
+        time.sleep(0.5)
+
+
+def shutdown() -> None:
+    """Tear down Serve and the embedded Ray (safe to call twice)."""
+    import ray
+    from ray import serve
+
+    if ray.is_initialized():
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+
+
+def run_forever(config: AppConfig, on_ready: "callable[[], None] | None" = None) -> None:  # type: ignore[valid-type]
+    """Deploy, then block until Ctrl-C or SIGTERM, then shut everything down."""
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: object) -> None:
+        stop.set()
+
+    old_int = signal.signal(signal.SIGINT, _stop)
+    old_term = signal.signal(signal.SIGTERM, _stop)
+    try:
+        start_ray(config)
+        deploy(config)
+        if on_ready is not None:
+            on_ready()
+        while not stop.wait(1.0):
+            pass
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+        shutdown()

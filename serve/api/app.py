@@ -1,0 +1,115 @@
+"""The FastAPI application of the ingress, built from plain objects (no Ray).
+
+``deployments/ingress.py`` hands this app to ``serve.ingress``; tests mount it in-process.
+Routes: ``GET /healthz``, ``GET /metrics``, ``GET /v1/models``, ``POST /v1/chat/completions``
+(JSON or SSE), plus any extra routers (memories, experiences) the caller passes in.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi.responses import StreamingResponse
+
+from serve.api.auth import Authenticator
+from serve.api.chat_protocol import ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse
+from serve.api.errors import APIError, error_body, install_error_handlers
+from serve.api.metrics import CONTENT_TYPE_LATEST, LATENCY, REQUESTS, render_metrics
+from serve.engine import EngineError
+from serve.pipeline import ChatPipeline, RequestContext
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("recallserve.api")
+
+
+async def _sse(chunks: AsyncIterator[ChatCompletionChunk], request_id: str) -> AsyncIterator[bytes]:
+    """Server-sent events; an engine failure mid-stream becomes an error event, then [DONE]."""
+    try:
+        async for chunk in chunks:
+            yield f"data: {chunk.model_dump_json(exclude_none=True)}\n\n".encode()
+    except (EngineError, TimeoutError) as exc:
+        log.warning("stream %s failed: %s", request_id, exc)
+        yield f"data: {json.dumps(error_body(f'model engine failed mid-stream: {exc}', 'engine_error'))}\n\n".encode()
+    yield b"data: [DONE]\n\n"
+
+
+def create_app(
+    pipeline: ChatPipeline,
+    auth: Authenticator,
+    *,
+    routers: Sequence[APIRouter] = (),
+    health: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+    title: str = "recallserve",
+) -> FastAPI:
+    """Build the ingress app.
+
+    Args:
+        pipeline: answers chat requests.
+        auth: maps API keys to tenants (every /v1 route requires a key).
+        routers: extra routers, already carrying their own auth dependency.
+        health: optional coroutine adding details to /healthz.
+    """
+    app = FastAPI(title=title, version="0.1.0")
+    install_error_handlers(app)
+
+    @app.middleware("http")
+    async def _observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        request.state.request_id = request_id
+        start = time.perf_counter()
+        route = request.url.path
+        status = 500
+        try:
+            response = await call_next(request)
+            status = response.status_code
+        finally:
+            # NOTE: label by matched route template, not raw path, to keep cardinality bounded.
+            matched = request.scope.get("route")
+            route = getattr(matched, "path", "unmatched")
+            REQUESTS.labels(route, request.method, str(status)).inc()
+            LATENCY.labels(route, request.method).observe(time.perf_counter() - start)
+        response.headers["x-request-id"] = request_id
+        return response
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        body: dict[str, Any] = {"status": "ok", "models": pipeline.models()}
+        if health is not None:
+            body.update(await health())
+        return body
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(render_metrics(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models")
+    async def models(tenant: str = Depends(auth)) -> dict[str, Any]:
+        created = int(time.time())
+        return {"object": "list",
+                "data": [{"id": m, "object": "model", "created": created, "owned_by": "recallserve"} for m in pipeline.models()]}
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(body: ChatCompletionRequest, request: Request,
+                               tenant: str = Depends(auth)) -> ChatCompletionResponse | StreamingResponse:
+        ctx = RequestContext(tenant=tenant, user=body.user or "default", request_id=request.state.request_id)
+        if body.stream:
+            chunks = await pipeline.stream(body, ctx)
+            return StreamingResponse(_sse(chunks, ctx.request_id), media_type="text/event-stream",
+                                     headers={"cache-control": "no-cache", "x-request-id": ctx.request_id})
+        return await pipeline.complete(body, ctx)
+
+    for router in routers:
+        app.include_router(router)
+
+    @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False)
+    async def unknown(path: str) -> None:
+        raise APIError(404, f"unknown route /v1/{path}", type="not_found_error")
+
+    return app

@@ -1,0 +1,224 @@
+"""OpenAI-compatible chat schemas (request, response, stream chunks).
+
+The request accepts the fields the official SDKs send; fields we cannot honour (``n > 1``,
+``logprobs``) are rejected with a 400 naming the field rather than silently ignored.
+recallserve's own per-request options travel in the standard ``metadata`` object
+(``session_id``, ``context_mode``, ``agent``) so any OpenAI client can set them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from serve._base import StrictModel
+
+__all__ = [
+    "TextPart",
+    "ImagePart",
+    "ImageURL",
+    "ChatCompletionMessage",
+    "ChatCompletionRequest",
+    "ChatCompletionResponse",
+    "ChatCompletionChunk",
+    "Usage",
+    "Choice",
+    "ResponseMessage",
+    "new_completion_id",
+]
+
+MAX_MESSAGES = 1000
+MAX_CONTENT_CHARS = 200_000
+
+
+class ImageURL(StrictModel):
+    """An image reference: a ``data:`` URL with base64 content (remote URLs are not fetched)."""
+
+    url: str = Field(min_length=1, description="data:image/...;base64,... URL.")
+    detail: Literal["auto", "low", "high"] = Field(default="auto", description="Accepted for compatibility.")
+
+
+class TextPart(StrictModel):
+    """A text content part."""
+
+    type: Literal["text"] = Field(description="Part type.")
+    text: str = Field(max_length=MAX_CONTENT_CHARS, description="The text.")
+
+
+class ImagePart(StrictModel):
+    """An image content part."""
+
+    type: Literal["image_url"] = Field(description="Part type.")
+    image_url: ImageURL = Field(description="The image.")
+
+
+class ChatCompletionMessage(StrictModel):
+    """One input message."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"] = Field(description="Author role.")
+    content: str | list[TextPart | ImagePart] | None = Field(default=None, description="Text or content parts.")
+    name: str | None = Field(default=None, max_length=64, description="Optional author name.")
+    tool_call_id: str | None = Field(default=None, description="For role=tool: the call answered.")
+    tool_calls: list[dict[str, Any]] | None = Field(default=None, description="Assistant tool calls (echoed history).")
+
+    @field_validator("content")
+    @classmethod
+    def _content_size(cls, v: str | list[TextPart | ImagePart] | None) -> str | list[TextPart | ImagePart] | None:
+        if isinstance(v, str) and len(v) > MAX_CONTENT_CHARS:
+            raise ValueError(f"content is longer than {MAX_CONTENT_CHARS} characters")
+        return v
+
+    def text(self) -> str:
+        """The text of the message (text parts joined; images excluded)."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    def images(self) -> list[str]:
+        """The image URLs of the message."""
+        if not isinstance(self.content, list):
+            return []
+        return [p.image_url.url for p in self.content if isinstance(p, ImagePart)]
+
+
+class StreamOptions(StrictModel):
+    """OpenAI stream options."""
+
+    include_usage: bool = Field(default=False, description="Send a last chunk with token usage.")
+
+
+class ResponseFormat(StrictModel):
+    """OpenAI response_format: text, json_object or json_schema."""
+
+    type: Literal["text", "json_object", "json_schema"] = Field(description="Output format.")
+    json_schema: dict[str, Any] | None = Field(default=None, description="{name, schema, strict} for type=json_schema.")
+
+
+class ChatCompletionRequest(StrictModel):
+    """``POST /v1/chat/completions`` body."""
+
+    model: str = Field(min_length=1, max_length=256, description="Model name (see GET /v1/models).")
+    messages: list[ChatCompletionMessage] = Field(min_length=1, max_length=MAX_MESSAGES, description="The conversation.")
+    max_tokens: int | None = Field(default=None, ge=1, description="Most tokens to generate.")
+    max_completion_tokens: int | None = Field(default=None, ge=1, description="Alias of max_tokens (newer SDKs).")
+    temperature: float | None = Field(default=None, ge=0, le=2, description="Sampling temperature.")
+    top_p: float | None = Field(default=None, gt=0, le=1, description="Nucleus sampling mass.")
+    n: int | None = Field(default=None, ge=1, le=1, description="Only 1 choice is supported.")
+    stream: bool = Field(default=False, description="Stream the answer as server-sent events.")
+    stream_options: StreamOptions | None = Field(default=None, description="Streaming options.")
+    stop: str | list[str] | None = Field(default=None, description="Stop sequences (at most 4).")
+    seed: int | None = Field(default=None, description="Sampling seed.")
+    user: str | None = Field(default=None, max_length=256, description="End-user id; sessions and memories are per user.")
+    metadata: dict[str, str] | None = Field(
+        default=None, description="recallserve options: session_id, context_mode, agent (auto|on|off)."
+    )
+    response_format: ResponseFormat | None = Field(default=None, description="Constrain the output format.")
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2, description="Accepted; not applied by every engine.")
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2, description="Accepted; not applied by every engine.")
+    logprobs: bool | None = Field(default=None, description="Not supported: must be false or absent.")
+    top_logprobs: int | None = Field(default=None, description="Not supported.")
+    logit_bias: dict[str, float] | None = Field(default=None, description="Not supported.")
+    tools: list[dict[str, Any]] | None = Field(default=None, description="Not supported: tools are server-side.")
+    tool_choice: str | dict[str, Any] | None = Field(default=None, description="Accepted only as 'none' or 'auto'.")
+    parallel_tool_calls: bool | None = Field(default=None, description="Accepted for compatibility.")
+    store: bool | None = Field(default=None, description="Accepted for compatibility.")
+    service_tier: str | None = Field(default=None, description="Accepted for compatibility.")
+
+    @model_validator(mode="after")
+    def _unsupported(self) -> ChatCompletionRequest:
+        if self.logprobs:
+            raise ValueError("logprobs: not supported by this server")
+        if self.top_logprobs:
+            raise ValueError("top_logprobs: not supported by this server")
+        if self.logit_bias:
+            raise ValueError("logit_bias: not supported by this server")
+        if self.tools:
+            raise ValueError("tools: client-side tools are not supported; tools run server-side in the agent loop")
+        if isinstance(self.stop, list) and len(self.stop) > 4:
+            raise ValueError("stop: at most 4 stop sequences")
+        if not any(m.role == "user" for m in self.messages):
+            raise ValueError("messages: at least one message with role 'user' is required")
+        meta = self.metadata or {}
+        mode = meta.get("context_mode")
+        if mode is not None and mode not in {"auto", "full", "sliding", "summary", "retrieval", "hybrid"}:
+            raise ValueError(f"metadata.context_mode: unknown mode {mode!r}")
+        agent = meta.get("agent")
+        if agent is not None and agent not in {"auto", "on", "off"}:
+            raise ValueError(f"metadata.agent: must be auto, on or off, got {agent!r}")
+        return self
+
+    def stop_list(self) -> list[str]:
+        """Stop sequences as a list."""
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    def requested_max_tokens(self) -> int | None:
+        """max_completion_tokens, else max_tokens."""
+        return self.max_completion_tokens or self.max_tokens
+
+
+class _Open(BaseModel):
+    """Response models: built by us, serialised as-is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Usage(_Open):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ResponseMessage(_Open):
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+
+
+class Choice(_Open):
+    index: int = 0
+    message: ResponseMessage
+    finish_reason: Literal["stop", "length"] | None
+    logprobs: None = None
+
+
+def new_completion_id() -> str:
+    """A fresh ``chatcmpl-...`` id."""
+    return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+class ChatCompletionResponse(_Open):
+    id: str = Field(default_factory=new_completion_id)
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    recallserve: dict[str, Any] = Field(default_factory=dict, description="Pipeline metadata (memories, context, agent).")
+
+
+class DeltaMessage(_Open):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(_Open):
+    index: int = 0
+    delta: DeltaMessage
+    finish_reason: Literal["stop", "length"] | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(_Open):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+    recallserve: dict[str, Any] | None = None

@@ -1,0 +1,78 @@
+"""OpenAI-style error bodies and the exception handlers that produce them.
+
+Every error leaves as ``{"error": {"message", "type", "param", "code"}}`` with a 4xx for bad
+input (the ``param`` names the offending field) and 503/504 for engine trouble; an unexpected
+exception becomes a 500 with a request id, never a hang.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from serve.engine import EngineError
+
+__all__ = ["APIError", "install_error_handlers", "error_body"]
+
+log = logging.getLogger("recallserve.api")
+
+
+class APIError(Exception):
+    """An error with an HTTP status and an OpenAI-style body."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+
+
+def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> dict[str, object]:
+    """The OpenAI error envelope."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def _loc_to_param(loc: tuple[object, ...]) -> str:
+    # NOTE: FastAPI prefixes body fields with "body"; drop it and pydantic's union tags so
+    # the param reads like the JSON path a client wrote ("messages.0.role").
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(p for p in parts if not p.startswith(("function-", "tagged-union")))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register handlers turning every failure into an OpenAI-style JSON error."""
+
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
+        return JSONResponse(error_body(exc.message, exc.type, exc.param, exc.code), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errs = exc.errors()
+        first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
+        param = _loc_to_param(tuple(first.get("loc", ())))
+        msg = "; ".join(
+            f"{_loc_to_param(tuple(e.get('loc', ()))) or 'body'}: {e.get('msg', 'invalid')}" for e in errs[:5]
+        )
+        return JSONResponse(error_body(msg, "invalid_request_error", param or None), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return JSONResponse(error_body(str(exc.detail), kind), status_code=exc.status_code)
+
+    @app.exception_handler(EngineError)
+    async def _engine(_: Request, exc: EngineError) -> JSONResponse:
+        log.warning("engine failure: %s", exc)
+        return JSONResponse(error_body(f"model engine unavailable: {exc}", "engine_error"), status_code=503)
+
+    @app.exception_handler(TimeoutError)
+    async def _timeout(_: Request, exc: TimeoutError) -> JSONResponse:
+        return JSONResponse(error_body(f"timed out: {exc}", "timeout_error"), status_code=504)

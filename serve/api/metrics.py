@@ -1,0 +1,24 @@
+"""Prometheus metrics of the HTTP ingress (default registry, one set per process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+
+__all__ = ["REQUESTS", "LATENCY", "TOKENS", "TIME_TO_FIRST_TOKEN", "render_metrics", "CONTENT_TYPE_LATEST"]
+
+REQUESTS = Counter("recallserve_http_requests_total", "HTTP requests by route and status.", ["route", "method", "status"])
+# NOTE: buckets span 5 ms (a cached memory search) to 5 min (a long CPU generation).
+LATENCY = Histogram(
+    "recallserve_http_request_seconds", "HTTP request latency by route.", ["route", "method"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
+TOKENS = Counter("recallserve_tokens_total", "Tokens processed per model role.", ["role", "direction"])
+TIME_TO_FIRST_TOKEN = Histogram(
+    "recallserve_time_to_first_token_seconds", "Time to the first streamed token.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+)
+
+
+def render_metrics() -> bytes:
+    """The default registry in Prometheus text format."""
+    return generate_latest()

@@ -1,0 +1,55 @@
+"""``recallserve up``: start the cluster (embedded Ray + the app) and serve until Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from serve.cli import UserError
+
+__all__ = ["add_parser"]
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("up", help="start the cluster and serve the OpenAI-compatible API until Ctrl-C")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--profile", default=None, help="built-in profile (default: cpu-local)")
+    src.add_argument("--config", default=None, help="a YAML config file instead of a profile")
+    p.add_argument("--host", default=None, help="bind address (default from the profile: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="HTTP port (default from the profile: 8000)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from deployments.config import ConfigError, load_config
+    from deployments.models import ModelError
+
+    server: dict[str, object] = {}
+    if args.host:
+        server["host"] = args.host
+    if args.port:
+        server["port"] = args.port
+    try:
+        config = load_config(profile=args.profile, path=args.config, overrides={"server": server} if server else None)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+
+    from deployments import runner
+
+    start = time.perf_counter()
+    print(f"recallserve: profile {config.profile}: preparing models", flush=True)
+    try:
+        runner.prepare_models(config)
+    except ModelError as exc:
+        raise UserError(str(exc)) from None
+    print(f"recallserve: starting Ray (files in {config.ray.temp_dir}) and deploying "
+          f"{len(config.deployment_options())} deployments...", flush=True)
+
+    def ready() -> None:
+        url = f"http://{config.server.host}:{config.server.port}"
+        print(f"recallserve: ready in {time.perf_counter() - start:.1f} s at {url}/v1 "
+              f"(model '{config.model_name}'); Ctrl-C to stop", flush=True)
+
+    runner.run_forever(config, on_ready=ready)
+    print("recallserve: stopped", flush=True)
+    return 0

@@ -1,0 +1,98 @@
+"""The one interface every chat model role (router, reasoner, summariser) is called through.
+
+Adapters live in ``deployments/engines/`` (llama.cpp, vLLM, remote OpenAI-compatible); the
+request pipeline in ``serve/`` only ever sees :class:`LLMEngine`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import Field
+
+from serve._base import StrictModel
+
+__all__ = [
+    "ChatMessage",
+    "GenerationParams",
+    "ChatResult",
+    "ChatDelta",
+    "LLMEngine",
+    "EngineError",
+]
+
+
+class EngineError(RuntimeError):
+    """An engine failed to produce an answer (load error, crash, timeout)."""
+
+
+class ChatMessage(StrictModel):
+    """One message as the engines see it (OpenAI roles, plain text content)."""
+
+    role: Literal["system", "user", "assistant", "tool"] = Field(description="Author role.")
+    content: str = Field(description="Plain-text content.")
+
+
+class GenerationParams(StrictModel):
+    """Sampling and constraint parameters for one generation."""
+
+    max_tokens: int = Field(default=256, ge=1, le=32768, description="Most tokens to generate.")
+    temperature: float = Field(default=0.2, ge=0.0, le=2.0, description="Sampling temperature.")
+    top_p: float = Field(default=0.95, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    stop: list[str] = Field(default_factory=list, description="Stop strings.")
+    seed: int | None = Field(default=None, description="Sampling seed, when the engine supports it.")
+    json_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="When set, the reply is constrained to JSON matching this JSON schema.",
+    )
+
+
+class ChatResult(StrictModel):
+    """A finished, non-streamed generation."""
+
+    text: str = Field(description="Generated text.")
+    prompt_tokens: int = Field(ge=0, description="Tokens in the prompt, by the engine's tokenizer.")
+    completion_tokens: int = Field(ge=0, description="Tokens generated.")
+    finish_reason: Literal["stop", "length"] = Field(description="Why generation ended.")
+    model: str = Field(description="Model name that produced it.")
+
+
+class ChatDelta(StrictModel):
+    """One streamed piece; the last one carries ``finish_reason`` and token counts."""
+
+    text: str = Field(default="", description="New text since the previous delta.")
+    finish_reason: Literal["stop", "length"] | None = Field(default=None, description="Set on the last delta.")
+    prompt_tokens: int | None = Field(default=None, description="Set on the last delta.")
+    completion_tokens: int | None = Field(default=None, description="Set on the last delta.")
+
+
+@runtime_checkable
+class LLMEngine(Protocol):
+    """A chat model. Implementations must not block the caller's event loop."""
+
+    @property
+    def model_name(self) -> str:
+        """Name reported in responses and metrics."""
+        ...
+
+    @property
+    def context_window(self) -> int:
+        """Context length in tokens (prompt + completion)."""
+        ...
+
+    async def chat(self, messages: Sequence[ChatMessage], params: GenerationParams) -> ChatResult:
+        """Generate one full reply."""
+        ...
+
+    def stream(self, messages: Sequence[ChatMessage], params: GenerationParams) -> AsyncIterator[ChatDelta]:
+        """Generate a reply piece by piece."""
+        ...
+
+    async def count_tokens(self, text: str) -> int:
+        """Tokens in ``text`` by the engine's own tokenizer."""
+        ...
+
+    async def close(self) -> None:
+        """Release the model."""
+        ...

@@ -1,0 +1,59 @@
+"""The seam between the request pipeline and the memory tier.
+
+The pipeline (context-mode, agent loop, experience memory) reads and writes memories only
+through :class:`MemoryBackend`. ``deployments/`` provides the implementation backed by the
+sharded memory deployments; tests use the in-process coordinator from ``memory_shards``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import Field
+
+from serve._base import StrictModel
+
+__all__ = ["MemoryHit", "MemoryWrite", "MemoryBackend"]
+
+
+class MemoryHit(StrictModel):
+    """One recalled memory with its score and the score's parts."""
+
+    id: str = Field(description="Memory record id.")
+    source_id: str = Field(description="Dedup key of the record (ticket id, dia_id, url...).")
+    kind: str = Field(description="Record kind (text, image, table, tool_result, experience, message).")
+    text: str = Field(description="The text recalled (all parts of the unit joined).")
+    score: float = Field(description="Final fused score.")
+    similarity: float = Field(description="Cosine similarity to the query.")
+    time_factor: float = Field(description="Time decay factor in (0, 1].")
+    created_at: float = Field(description="Creation time, epoch seconds.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Record metadata.")
+
+
+class MemoryWrite(StrictModel):
+    """A memory to store (the tenant comes from the caller, never from the body)."""
+
+    text: str = Field(min_length=1, description="Text of the memory.")
+    kind: str = Field(default="text", description="Record kind.")
+    source_id: str | None = Field(default=None, description="Dedup key; same key overwrites.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Scalar metadata.")
+    topic: str | None = Field(default=None, description="Topic path, e.g. 'printers/jams'.")
+    created_at: float | None = Field(default=None, description="Epoch seconds; default now.")
+    expires_at: float | None = Field(default=None, description="Epoch seconds; default never.")
+
+
+@runtime_checkable
+class MemoryBackend(Protocol):
+    """Async access to one tenant-scoped memory store."""
+
+    async def search(
+        self, tenant: str, query: str, k: int, *, threshold: float | None = None,
+        kinds: Sequence[str] | None = None, topic_prefix: str | None = None,
+    ) -> list[MemoryHit]:
+        """Top-k memories of ``tenant`` (plus shared ones) for ``query``."""
+        ...
+
+    async def write(self, tenant: str, items: Sequence[MemoryWrite]) -> list[str]:
+        """Store items durably; returns their ids."""
+        ...

@@ -1,0 +1,94 @@
+"""The cluster config schema and the built-in profiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from deployments.config import AppConfig, AuthConfig, ConfigError, list_profiles, load_config
+from deployments.options import AutoscalingOptions, DeploymentOptions
+
+
+def test_builtin_profiles_all_load() -> None:
+    names = list_profiles()
+    assert {"cpu-local", "gpu-single", "gpu-cluster", "remote"} <= set(names)
+    for name in names:
+        cfg = load_config(name)
+        assert cfg.profile == name
+
+
+def test_cpu_local_is_default_and_asks_for_no_gpu() -> None:
+    cfg = load_config()
+    assert cfg.profile == "cpu-local"
+    assert cfg.server.host == "127.0.0.1" and cfg.server.port == 8000
+    assert cfg.ray.num_gpus == 0
+    assert all(o.num_gpus == 0 for o in cfg.deployment_options().values())
+    assert cfg.reasoner.engine.kind == "llama_cpp"
+    assert cfg.auth.resolve()["sk-local"] == "local"
+
+
+def test_gpu_profiles_place_models_on_gpus() -> None:
+    single = load_config("gpu-single")
+    assert single.ray.num_gpus == 1
+    assert sum(getattr(single, r).deployment.num_gpus for r in ("router", "reasoner", "summariser")) <= 1.0
+    cluster = load_config("gpu-cluster")
+    assert cluster.reasoner.deployment.num_gpus == cluster.reasoner.engine.tensor_parallel_size
+    assert cluster.reasoner.deployment.autoscaling is not None
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_unknown_field_is_rejected_by_name(tmp_path: Path) -> None:
+    data = yaml.safe_load((Path("deployments/configs/cpu-local.yaml")).read_text())
+    data["server"]["prot"] = 1
+    with pytest.raises(ConfigError, match=r"server\.prot"):
+        load_config(path=_write(tmp_path, data))
+
+
+def test_gpu_request_on_cpu_profile_is_refused(tmp_path: Path) -> None:
+    data = yaml.safe_load((Path("deployments/configs/cpu-local.yaml")).read_text())
+    data["reasoner"]["deployment"]["num_gpus"] = 1
+    with pytest.raises(ConfigError, match="reasoner.num_gpus"):
+        load_config(path=_write(tmp_path, data))
+
+
+def test_unknown_profile_names_the_choices() -> None:
+    with pytest.raises(ConfigError, match="cpu-local"):
+        load_config("nope")
+
+
+def test_overrides_merge_sections() -> None:
+    cfg = load_config("cpu-local", overrides={"server": {"port": 9001}})
+    assert cfg.server.port == 9001 and cfg.server.host == "127.0.0.1"
+
+
+def test_autoscaling_bounds_and_ray_options() -> None:
+    with pytest.raises(ValueError, match="max_replicas"):
+        AutoscalingOptions(min_replicas=3, max_replicas=2)
+    opts = DeploymentOptions(num_cpus=0.5, autoscaling=AutoscalingOptions(min_replicas=1, max_replicas=3)).to_ray_options()
+    assert opts["ray_actor_options"] == {"num_cpus": 0.5, "num_gpus": 0.0}
+    assert opts["autoscaling_config"]["max_replicas"] == 3
+    assert "num_replicas" not in opts
+    fixed = DeploymentOptions(num_replicas=2).to_ray_options()
+    assert fixed["num_replicas"] == 2 and "autoscaling_config" not in fixed
+
+
+def test_api_keys_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RECALLSERVE_API_KEYS", "k1:acme, k2:globex")
+    keys = AuthConfig(keys={"sk-local": "local"}).resolve()
+    assert keys == {"sk-local": "local", "k1": "acme", "k2": "globex"}
+    monkeypatch.setenv("RECALLSERVE_API_KEYS", "broken")
+    with pytest.raises(ConfigError, match="key:tenant"):
+        AuthConfig().resolve()
+
+
+def test_config_round_trips_through_plain_data() -> None:
+    cfg = load_config("gpu-cluster")
+    again = AppConfig.model_validate(cfg.model_dump(mode="json"))
+    assert again == cfg
