@@ -40,7 +40,15 @@ def register_group_command(group: str, name: str, module: str) -> None:
 
 # Leaf commands of the groups: (group, name, module). Each module has add_parser(subparsers).
 _LEAVES: list[tuple[str, str, str]] = [
+    ("eval", "agent", "serve.cli._eval_agent"),
     ("bench", "memory", "serve.cli._bench_memory"),
+    ("eval", "retention", "serve.cli._eval_retention"),
+    ("eval", "experiences", "serve.cli._eval_experiences"),
+    ("eval", "locomo", "serve.cli._eval_locomo"),
+    ("job", "expiry-sweep", "serve.cli._job_expiry_sweep"),
+    ("job", "reembed", "serve.cli._job_reembed"),
+    ("job", "consolidate", "serve.cli._job_consolidate"),
+    ("job", "resummarise", "serve.cli._job_resummarise"),
 ]
 for _group, _name, _module in _LEAVES:
     register_group_command(_group, _name, _module)

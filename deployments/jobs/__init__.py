@@ -1,0 +1,44 @@
+"""Batch maintenance jobs over the memory shards, runnable three ways with the same flags::
+
+    recallserve job expiry-sweep --dry-run
+    python -m deployments.jobs.expiry_sweep --data-dir /data/recallserve/memory
+    ray job submit -- python -m deployments.jobs.reembed --embedder minilm --target /data/memory-v2
+
+Jobs: ``expiry-sweep`` (delete expired, demote decayed to archival), ``reembed`` (a new embedder
+into new shards, switch without downtime), ``consolidate`` (merge near-duplicate memories),
+``resummarise`` (refresh the rolling summary of long sessions in the session store).
+Each is resumable (checkpoint file), shows progress and has ``--dry-run``; see ``_common``.
+"""
+
+from typing import Any
+
+__all__ = [
+    "JOBS",
+    "Checkpoint",
+    "JobError",
+    "JobOptions",
+    "JobReport",
+    "discover_shards",
+    "open_shard",
+    "run_shard_job",
+]
+
+#: CLI name -> module (``python -m <module>`` runs it).
+JOBS: dict[str, str] = {
+    "expiry-sweep": "deployments.jobs.expiry_sweep",
+    "reembed": "deployments.jobs.reembed",
+    "consolidate": "deployments.jobs.consolidate",
+    "resummarise": "deployments.jobs.resummarise",
+}
+
+# NOTE: names from _common load on first use, so that ``recallserve --help`` (which imports the
+# light ``_args`` module of this package) does not import torch through memory_shards.
+_LAZY = {"Checkpoint", "JobError", "JobOptions", "JobReport", "discover_shards", "open_shard", "run_shard_job"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from deployments.jobs import _common
+
+        return getattr(_common, name)
+    raise AttributeError(f"module 'deployments.jobs' has no attribute {name!r}")

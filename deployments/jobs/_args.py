@@ -1,0 +1,96 @@
+"""Command-line options shared by every job (light: no heavy imports at module load).
+
+Used by ``python -m deployments.jobs.<name>`` (and so ``ray job submit -- python -m ...``) and by
+``recallserve job <name>``, so both accept the same flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_common_arguments", "options_from_args", "print_report", "run_main"]
+
+
+def add_common_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of :class:`deployments.jobs.JobOptions` plus where the defaults come from."""
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--profile", default=None, help="profile giving memory.data_dir, num_shards and the embedder (default cpu-local)")
+    src.add_argument("--config", type=Path, default=None, help="a profile YAML file instead")
+    p.add_argument("--data-dir", type=Path, default=None, help="memory data root (default: the profile's memory.data_dir)")
+    p.add_argument("--num-shards", type=int, default=None, help="shards to process (default: every shard-<i> folder)")
+    p.add_argument("--model-id", default=None, help="embedding model id of the stored vectors (default: the profile's embedder)")
+    p.add_argument("--dim", type=int, default=None, help="vector dimension (default: the profile's embedder)")
+    p.add_argument("--checkpoint", type=Path, default=None, help="checkpoint file (default <data-dir>/.jobs/<job>.json)")
+    p.add_argument("--restart", action="store_true", help="start over, ignoring an existing checkpoint")
+    p.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
+    p.add_argument("--batch-size", type=int, default=256, help="records per batch and checkpoint")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _embedder_identity(model: str) -> tuple[str, int]:
+    from memory_shards.embedders import MINILM_MODEL_ID, MiniLMEmbedder
+
+    if model == "all-MiniLM-L6-v2":
+        return MINILM_MODEL_ID, MiniLMEmbedder.dim
+    raise ValueError(f"embedder.model: no known model id for {model!r}; pass --model-id and --dim")
+
+
+def options_from_args(args: argparse.Namespace) -> Any:
+    """Build :class:`JobOptions` from the flags, filling gaps from the profile."""
+    from deployments.config import load_config
+    from deployments.jobs._common import JobOptions
+
+    config = load_config(profile=args.profile, path=args.config)
+    model_id, dim = args.model_id, args.dim
+    if model_id is None or dim is None:
+        default_id, default_dim = _embedder_identity(config.embedder.model)
+        model_id, dim = model_id or default_id, dim or default_dim
+    return JobOptions(
+        data_dir=args.data_dir or config.memory.data_dir,
+        num_shards=args.num_shards,
+        model_id=model_id,
+        dim=dim,
+        checkpoint=args.checkpoint,
+        restart=args.restart,
+        dry_run=args.dry_run,
+        batch_size=args.batch_size,
+        progress=not args.no_progress,
+    )
+
+
+def print_report(report: Any, as_json: bool) -> None:
+    """One line per counter, or the JSON report."""
+    if as_json:
+        print(json.dumps(report.model_dump(), indent=2))
+        return
+    mode = "dry run: would change" if report.dry_run else "done"
+    resumed = " (resumed from checkpoint)" if report.resumed else ""
+    print(f"{report.job}: {mode}{resumed}; {report.shards} shard(s) in {report.seconds:.1f} s")
+    for key, value in sorted(report.stats.items()):
+        print(f"  {key:<24} {value}")
+    for key, value in report.extra.items():
+        print(f"  {key:<24} {value}")
+    if report.checkpoint:
+        print(f"  checkpoint               {report.checkpoint}")
+
+
+def run_main(add_arguments: Callable[[argparse.ArgumentParser], None], run: Callable[[argparse.Namespace], Any],
+             description: str, argv: list[str] | None = None) -> int:
+    """``python -m deployments.jobs.<name>`` entry: parse, run, print; one-line errors, exit 2."""
+    p = argparse.ArgumentParser(description=description)
+    add_common_arguments(p)
+    add_arguments(p)
+    args = p.parse_args(argv)
+    try:
+        report = run(args)
+    except (ValueError, RuntimeError) as exc:
+        print(f"{p.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    print_report(report, args.json)
+    return 0

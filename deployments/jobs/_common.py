@@ -1,0 +1,231 @@
+"""What every maintenance job shares: options, the checkpoint file, opening shards, the loop.
+
+A job walks the shards of a memory data root (``<data_dir>/shard-<i>``) one at a time and the
+records of a shard in id order, in batches. After each batch it applies its changes (unless
+``dry_run``) and then writes the checkpoint, so a rerun of the same command after an
+interruption resumes after the last finished batch. Every change a job makes is idempotent
+(delete what is gone, upsert the same record), so a batch applied but not yet checkpointed when
+the process died is simply done again.
+
+Checkpoint file (JSON, written atomically: temp file + rename)::
+
+    {"format": 1, "job": "expiry-sweep", "params": {...}, "done_shards": [0, 1],
+     "current": {"shard": 2, "last_id": "9f..."}, "stats": {"seen": 120, ...}, "updated_at": ...}
+
+The params of the first run are kept (e.g. the sweep's ``now``): a resumed run uses them, and a
+rerun with different params refuses to mix the two unless ``restart`` is set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from memory_shards import MemoryRecord, MemoryShard, ShardConfig
+from serve._base import StrictModel
+
+from ._shard_access import all_records
+
+__all__ = ["JobError", "JobOptions", "JobReport", "Checkpoint", "discover_shards", "open_shard", "run_shard_job"]
+
+CHECKPOINT_FORMAT = 1
+
+
+class JobError(RuntimeError):
+    """A job cannot run (bad data root, a shard held by a running cluster, a foreign checkpoint)."""
+
+
+class JobOptions(StrictModel):
+    """Options common to every job."""
+
+    data_dir: Path = Field(description="Memory data root holding shard-<i> folders.")
+    num_shards: int | None = Field(default=None, ge=1, le=4096, description="Shards to process; None = every shard-<i> folder found.")
+    model_id: str = Field(min_length=1, description="Embedding model id of the stored vectors.")
+    dim: int = Field(gt=0, le=8192, description="Vector dimension of the stored vectors.")
+    checkpoint: Path | None = Field(default=None, description="Checkpoint file; default <data_dir>/.jobs/<job>.json.")
+    restart: bool = Field(default=False, description="Ignore (and replace) an existing checkpoint.")
+    dry_run: bool = Field(default=False, description="Report what would change; write nothing (not even the checkpoint).")
+    batch_size: int = Field(default=256, ge=1, le=100_000, description="Records per batch (one checkpoint per batch).")
+    progress: bool = Field(default=True, description="Show a progress bar per shard.")
+
+
+class JobReport(StrictModel):
+    """What a job did (or, in a dry run, would do)."""
+
+    job: str = Field(description="Job name.")
+    dry_run: bool = Field(description="True when nothing was written.")
+    resumed: bool = Field(description="True when the run continued from a checkpoint.")
+    shards: int = Field(description="Shards processed in this run (including resumed ones).")
+    stats: dict[str, int] = Field(description="Counters (seen, deleted, demoted, ...).")
+    seconds: float = Field(description="Wall time of this run.")
+    checkpoint: str | None = Field(description="Checkpoint file path (None in a dry run).")
+    extra: dict[str, Any] = Field(default_factory=dict, description="Job-specific results (e.g. the re-embed target).")
+
+
+class Checkpoint:
+    """The resumable state of one job run; see the module docstring for the file format."""
+
+    def __init__(self, path: Path | None, job: str, params: dict[str, Any], restart: bool) -> None:
+        self.path = path
+        self.job = job
+        self.resumed = False
+        self.state: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "job": job, "params": params,
+                                      "done_shards": [], "current": None, "stats": {}, "updated_at": None}
+        if path is None or restart or not path.exists():
+            return
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise JobError(f"checkpoint: cannot read {path}: {exc}; rerun with --restart") from None
+        if old.get("format") != CHECKPOINT_FORMAT or old.get("job") != job:
+            raise JobError(f"checkpoint: {path} belongs to job {old.get('job')!r} (format {old.get('format')}); rerun with --restart")
+        kept = {k: v for k, v in old["params"].items() if k not in self.sticky_params}
+        new = {k: v for k, v in params.items() if k not in self.sticky_params}
+        if kept != new:
+            raise JobError(f"checkpoint: {path} was written with other options {kept}; rerun with the same options or --restart")
+        self.state = old
+        self.resumed = True
+
+    #: params chosen at the first start and reused on resume (never compared).
+    sticky_params = frozenset({"now"})
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.state["params"]
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return self.state["stats"]
+
+    def add(self, counts: dict[str, int]) -> None:
+        for key, value in counts.items():
+            self.stats[key] = self.stats.get(key, 0) + value
+
+    def done(self, shard: int) -> bool:
+        return shard in self.state["done_shards"]
+
+    def last_id(self, shard: int) -> str | None:
+        cur = self.state["current"]
+        return cur["last_id"] if cur and cur["shard"] == shard else None
+
+    def save(self, shard: int, last_id: str | None, finished: bool) -> None:
+        """Record progress; atomic (temp file + fsync + rename)."""
+        if finished:
+            self.state["done_shards"] = sorted(set(self.state["done_shards"]) | {shard})
+            self.state["current"] = None
+        else:
+            self.state["current"] = {"shard": shard, "last_id": last_id}
+        self.state["updated_at"] = time.time()
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with tmp.open("w") as f:
+            json.dump(self.state, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(self.path)
+
+
+def discover_shards(data_dir: Path, num_shards: int | None) -> list[int]:
+    """Shard indices to process: ``0..num_shards-1`` or every ``shard-<i>`` folder present.
+
+    Raises:
+        JobError: the data root is missing, has no shard folders, or lacks a requested shard.
+    """
+    if not data_dir.is_dir():
+        raise JobError(f"data_dir: {data_dir} is not a folder")
+    found = sorted(int(p.name.split("-", 1)[1]) for p in data_dir.glob("shard-*") if p.is_dir() and p.name.split("-", 1)[1].isdigit())
+    if num_shards is None:
+        if not found:
+            raise JobError(f"data_dir: no shard-<i> folders in {data_dir}")
+        return found
+    missing = [i for i in range(num_shards) if i not in found]
+    if missing:
+        raise JobError(f"data_dir: {data_dir} lacks shard folders {missing} (num_shards={num_shards})")
+    return list(range(num_shards))
+
+
+@contextlib.contextmanager
+def open_shard(data_dir: Path, index: int, model_id: str, dim: int, **options: Any) -> Iterator[MemoryShard]:
+    """Open ``data_dir/shard-<index>`` (WAL replayed), closed on exit.
+
+    Raises:
+        JobError: the folder is held by a running shard (its LOCK), or model/dim disagree.
+    """
+    cfg = ShardConfig(shard_id=index, data_dir=str(data_dir / f"shard-{index}"), model_id=model_id, dim=dim, **options)
+    try:
+        shard = MemoryShard(cfg)
+    except RuntimeError as exc:
+        if "already open" in str(exc):
+            raise JobError(f"shard {index}: {exc}; stop the cluster's shards (or use a job that reads a copy)") from None
+        raise JobError(f"shard {index}: {exc}") from None
+    try:
+        yield shard
+    finally:
+        shard.close()
+
+
+BatchFn = Callable[[MemoryShard, Sequence[MemoryRecord], bool], dict[str, int]]
+
+
+def run_shard_job(
+    job: str,
+    opts: JobOptions,
+    params: dict[str, Any],
+    process_batch: Callable[[dict[str, Any]], BatchFn],
+    *,
+    after_shard: Callable[[int, MemoryShard, bool], None] | None = None,
+    shard_options: dict[str, Any] | None = None,
+) -> JobReport:
+    """Walk every shard's records in id order, in batches, with checkpoints and progress.
+
+    Args:
+        job: job name (checkpoint file name and report).
+        opts: common options.
+        params: the job's own options; stored in the checkpoint (``now`` is sticky).
+        process_batch: given the effective params, returns ``fn(shard, records, dry_run) ->
+            counters``; it applies the batch's changes unless ``dry_run``.
+        after_shard: called once a shard is finished (e.g. to snapshot), with ``dry_run``.
+        shard_options: extra :class:`ShardConfig` fields when opening shards.
+    """
+    start = time.monotonic()
+    ckpt_path = None if opts.dry_run else (opts.checkpoint or opts.data_dir / ".jobs" / f"{job}.json")
+    ckpt = Checkpoint(ckpt_path, job, params, restart=opts.restart)
+    fn = process_batch(ckpt.params)
+    shards = discover_shards(opts.data_dir, opts.num_shards)
+    for index in shards:
+        if ckpt.done(index):
+            continue
+        with open_shard(opts.data_dir, index, opts.model_id, opts.dim, **(shard_options or {})) as shard:
+            records = all_records(shard)
+            after = ckpt.last_id(index)
+            todo = [r for r in records if after is None or r.id > after]
+            bar = _progress(len(records), len(records) - len(todo), f"{job} shard {index}", opts.progress)
+            for i in range(0, len(todo), opts.batch_size):
+                batch = todo[i : i + opts.batch_size]
+                counts = fn(shard, batch, opts.dry_run)
+                ckpt.add({"seen": len(batch), **counts})
+                if not opts.dry_run:
+                    ckpt.save(index, batch[-1].id, finished=False)
+                bar.update(len(batch))
+            bar.close()
+            if after_shard is not None:
+                after_shard(index, shard, opts.dry_run)
+            if not opts.dry_run:
+                ckpt.save(index, None, finished=True)
+    return JobReport(job=job, dry_run=opts.dry_run, resumed=ckpt.resumed, shards=len(shards), stats=dict(ckpt.stats),
+                     seconds=round(time.monotonic() - start, 3), checkpoint=None if ckpt_path is None else str(ckpt_path))
+
+
+def _progress(total: int, initial: int, desc: str, enabled: bool):  # type: ignore[no-untyped-def]
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit="rec", disable=not enabled, leave=False)

@@ -1,0 +1,133 @@
+"""Decay/expiry sweep: delete expired memories, demote decayed ones to the archival tier.
+
+For every record, with ``now`` fixed at the first start (a resumed run keeps it)::
+
+    expired   = expires_at is not None and expires_at <= now              -> deleted
+    f         = 1 / (1 + decay_lambda * days),  days = max(0, now - last_access_at) / 86400
+    decayed   = f < archive_below  (E-CoT soft decay: 1/(1 + 0.1 d) < 0.3, i.e. d > 23.3 days)
+                                                                          -> metadata.tier = "archival"
+
+Demotion rewrites the record with the same vectors (no re-embedding) and keeps its timestamps,
+so a later recall (which renews ``last_access_at``) works as before; searches may filter on
+``metadata.tier``. Already-archival records are left alone. Each finished shard is snapshotted,
+which compacts the deleted rows.
+
+Run: ``recallserve job expiry-sweep [--dry-run]`` or
+``ray job submit -- python -m deployments.jobs.expiry_sweep --data-dir /data/recallserve/memory``.
+NOTE: works on shard folders directly: the shards must not be open in a running cluster (the
+shard LOCK refuses it with a clear error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["ARCHIVAL_TIER", "decay_factor", "add_arguments", "run", "sweep", "main"]
+
+ARCHIVAL_TIER = "archival"
+JOB = "expiry-sweep"
+
+
+def decay_factor(last_access_at: float, now: float, decay_lambda: float) -> float:
+    """Soft decay ``1 / (1 + lambda * days)`` with ``days = max(0, now - last_access_at) / 86400``."""
+    days = max(0.0, now - last_access_at) / 86400.0
+    return 1.0 / (1.0 + decay_lambda * days)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The sweep's own flags."""
+    p.add_argument("--archive-below", type=float, default=0.3, help="demote when the decay factor is below this (0 disables)")
+    p.add_argument("--decay-lambda", type=float, default=0.1, help="lambda of the decay 1/(1 + lambda * days)")
+    p.add_argument("--now", type=float, default=None, help="epoch seconds used as now (default: the time of the first start)")
+    p.add_argument("--keep-expired", action="store_true", help="do not delete expired records (demotion only)")
+
+
+def sweep(opts: Any, *, archive_below: float = 0.3, decay_lambda: float = 0.1, now: float | None = None,
+          delete_expired: bool = True) -> Any:
+    """Run the sweep over every shard of ``opts.data_dir``; returns a :class:`JobReport`.
+
+    Raises:
+        ValueError: a bound out of range (names the option).
+        JobError: see :func:`deployments.jobs._common.run_shard_job`.
+    """
+    from memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard
+    from pydantic import ValidationError
+
+    from deployments.jobs._common import run_shard_job
+    from deployments.jobs._shard_access import vectors_of
+
+    if not 0 <= archive_below <= 1:
+        raise ValueError(f"archive_below: must be in [0, 1], got {archive_below}")
+    if decay_lambda < 0:
+        raise ValueError(f"decay_lambda: must be >= 0, got {decay_lambda}")
+    params = {"now": time.time() if now is None else float(now), "archive_below": archive_below,
+              "decay_lambda": decay_lambda, "delete_expired": delete_expired}
+
+    def make(p: dict[str, Any]):  # type: ignore[no-untyped-def]
+        cutoff = float(p["now"])
+
+        def batch(shard: MemoryShard, records: Sequence[MemoryRecord], dry_run: bool) -> dict[str, int]:
+            counts = {"expired_deleted": 0, "demoted": 0, "already_archival": 0, "demote_failed": 0}
+            deletes: dict[str, list[str]] = defaultdict(list)
+            upserts: list[EmbeddedRecord] = []
+            for rec in records:
+                if p["delete_expired"] and rec.expires_at is not None and rec.expires_at <= cutoff:
+                    deletes[rec.tenant].append(rec.id)
+                    counts["expired_deleted"] += 1
+                    continue
+                if p["archive_below"] <= 0:
+                    continue
+                if rec.metadata.get("tier") == ARCHIVAL_TIER:
+                    counts["already_archival"] += 1
+                    continue
+                if decay_factor(rec.last_access_at or rec.created_at, cutoff, p["decay_lambda"]) >= p["archive_below"]:
+                    continue
+                try:
+                    # NOTE: model_validate (not model_copy) so metadata bounds are checked now,
+                    # not at the next WAL replay.
+                    demoted = MemoryRecord.model_validate({**rec.model_dump(), "metadata": {**rec.metadata, "tier": ARCHIVAL_TIER}})
+                except ValidationError:
+                    counts["demote_failed"] += 1
+                    continue
+                vectors = vectors_of(shard, rec.id)
+                if vectors is None:
+                    continue
+                upserts.append(EmbeddedRecord(demoted, vectors))
+                counts["demoted"] += 1
+            if not dry_run:
+                for tenant, ids in deletes.items():
+                    shard.delete(tenant, ids)
+                if upserts:
+                    shard.upsert(upserts)
+            return counts
+
+        return batch
+
+    def after_shard(index: int, shard: MemoryShard, dry_run: bool) -> None:
+        if not dry_run:
+            shard.snapshot()
+
+    return run_shard_job(JOB, opts, params, make, after_shard=after_shard)
+
+
+def run(args: argparse.Namespace) -> Any:
+    """Entry used by both ``recallserve job expiry-sweep`` and ``python -m``."""
+    from deployments.jobs._args import options_from_args
+
+    return sweep(options_from_args(args), archive_below=args.archive_below, decay_lambda=args.decay_lambda,
+                 now=args.now, delete_expired=not args.keep_expired)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from deployments.jobs._args import run_main
+
+    return run_main(add_arguments, run, __doc__.splitlines()[0], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""Re-embed every memory with a new embedder into a new set of shards (no downtime).
+
+The serving shards are never written: the job copies each shard folder (snapshot + WAL, a
+point-in-time copy that the copy's WAL replay makes consistent) to
+``<target>/.source-copy/shard-<i>``, reads every record from the copy, embeds its texts with the
+new embedder and upserts it into ``<target>/shard-<i>`` (new model id and dimension; indexes are
+built by the new shards as rows arrive, IVF above ``exact_max_rows``). When all shards are done
+it writes ``<target>/REEMBED.json`` and deletes the copies. Switching is then a config change:
+point ``memory.data_dir`` (and ``embedder``) at the target and roll the shard deployments.
+
+Resumable: the checkpoint lives in ``<target>/.jobs/reembed.json``; a rerun reuses the copies
+it started from. NOTE: writes the cluster accepts after the copy are not in the target; rerun
+with ``--restart`` just before switching to pick them up (or pause writes during the switch).
+
+Run: ``recallserve job reembed --embedder minilm --target /data/recallserve/memory-v2`` or
+``ray job submit -- python -m deployments.jobs.reembed ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["make_embedder", "add_arguments", "reembed", "run", "main"]
+
+JOB = "reembed"
+
+
+def make_embedder(spec: str) -> Any:
+    """An embedder from a short spec: ``minilm`` or ``hashing[:DIM]``.
+
+    Raises:
+        ValueError: an unknown spec (names the accepted ones).
+    """
+    from memory_shards import HashingEmbedder, MiniLMEmbedder
+
+    name, _, arg = spec.partition(":")
+    if name == "minilm" and not arg:
+        return MiniLMEmbedder()
+    if name == "hashing":
+        try:
+            return HashingEmbedder(int(arg) if arg else 384)
+        except ValueError:
+            raise ValueError(f"embedder: 'hashing:DIM' needs an integer DIM, got {spec!r}") from None
+    raise ValueError(f"embedder: expected 'minilm' or 'hashing[:DIM]', got {spec!r}")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The re-embed job's own flags."""
+    p.add_argument("--embedder", required=True, help="new embedder: minilm | hashing[:DIM]")
+    p.add_argument("--target", type=Path, required=True, help="data root of the new shards (must differ from --data-dir)")
+
+
+def _copy_sources(data_dir: Path, copy_root: Path, shards: Sequence[int]) -> None:
+    for i in shards:
+        dst = copy_root / f"shard-{i}"
+        if dst.exists():
+            continue
+        tmp = copy_root / f".tmp-shard-{i}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        # NOTE: the LOCK file is copied as a plain file; flock locks are per open file, so the
+        # copy is free to open while the serving shard holds its own lock.
+        shutil.copytree(data_dir / f"shard-{i}", tmp)
+        tmp.rename(dst)
+
+
+def reembed(opts: Any, embedder: Any, target: Path) -> Any:
+    """Re-embed ``opts.data_dir``'s shards into ``target`` with ``embedder``; returns a JobReport.
+
+    Raises:
+        ValueError: ``target`` is the source root or inside it.
+        JobError: see :func:`deployments.jobs._common.run_shard_job`.
+    """
+    from memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard, ShardConfig, embed_records
+
+    from deployments.jobs._common import discover_shards, run_shard_job
+
+    source = opts.data_dir.resolve()
+    target = target.resolve()
+    if target == source or source in target.parents:
+        raise ValueError(f"target: {target} must not be the source data root or inside it")
+    shards = discover_shards(source, opts.num_shards)
+    copy_root = target / ".source-copy"
+    checkpoint = opts.checkpoint or target / ".jobs" / f"{JOB}.json"
+    if opts.restart:
+        shutil.rmtree(copy_root, ignore_errors=True)
+        for i in shards:
+            shutil.rmtree(target / f"shard-{i}", ignore_errors=True)
+    if opts.dry_run:
+        # NOTE: a dry run reads the copies when a run left them, else copies to a temp folder.
+        copy_root = copy_root if copy_root.exists() else Path(tempfile.mkdtemp(prefix="reembed-dry-"))
+    copy_root.mkdir(parents=True, exist_ok=True)
+    _copy_sources(source, copy_root, shards)
+    targets: dict[int, MemoryShard] = {}
+
+    def target_shard(index: int) -> MemoryShard:
+        if index not in targets:
+            targets[index] = MemoryShard(ShardConfig(shard_id=index, data_dir=str(target / f"shard-{index}"),
+                                                     model_id=embedder.model_id, dim=embedder.dim))
+        return targets[index]
+
+    def make(_params: dict[str, Any]):  # type: ignore[no-untyped-def]
+        def batch(shard: MemoryShard, records: Sequence[MemoryRecord], dry_run: bool) -> dict[str, int]:
+            texts = sum(len(r.embedding_texts()) for r in records)
+            if dry_run:
+                return {"would_embed_texts": texts}
+            # NOTE: clear embedding_model so embed_records stamps the new model id.
+            fresh = [r.model_copy(update={"embedding_model": ""}) for r in records]
+            embedded: list[EmbeddedRecord] = embed_records(embedder, fresh)
+            target_shard(shard.shard_id).upsert(embedded)
+            return {"reembedded": len(records), "embedded_texts": texts}
+
+        return batch
+
+    def after_shard(index: int, _shard: MemoryShard, dry_run: bool) -> None:
+        if dry_run or index not in targets:
+            return
+        targets[index].snapshot()
+        targets[index].close()
+        del targets[index]
+
+    opts = opts.model_copy(update={"data_dir": copy_root, "checkpoint": checkpoint})
+    params = {"source": str(source), "target": str(target), "model_id": embedder.model_id, "dim": embedder.dim}
+    try:
+        report = run_shard_job(JOB, opts, params, make, after_shard=after_shard)
+    finally:
+        for shard in targets.values():
+            shard.close()
+    if opts.dry_run:
+        if not copy_root.is_relative_to(target):
+            shutil.rmtree(copy_root, ignore_errors=True)
+        return report
+    # Empty shards still get a folder, so the target has every shard-<i> of the source.
+    for i in shards:
+        if not (target / f"shard-{i}").exists():
+            target_shard(i).close()
+    manifest = {"source": str(source), "model_id": embedder.model_id, "dim": embedder.dim, "shards": len(shards),
+                "records": report.stats.get("reembedded", 0), "finished_at": time.time()}
+    (target / "REEMBED.json").write_text(json.dumps(manifest, indent=2))
+    shutil.rmtree(copy_root, ignore_errors=True)
+    report.extra = {"target": str(target), "model_id": embedder.model_id, "dim": embedder.dim,
+                    "switch": f"set memory.data_dir to {target} and the embedder to {embedder.model_id}, then roll the shards"}
+    return report
+
+
+def run(args: argparse.Namespace) -> Any:
+    """Entry used by both ``recallserve job reembed`` and ``python -m``."""
+    from deployments.jobs._args import options_from_args
+
+    return reembed(options_from_args(args), make_embedder(args.embedder), args.target)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from deployments.jobs._args import run_main
+
+    return run_main(add_arguments, run, __doc__.splitlines()[0], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,278 @@
+"""The memory tier on Ray Serve: the embedder and shard deployment bodies, and the handle adapters.
+
+* :class:`EmbedderDeployment`: MiniLM behind Ray Serve dynamic batching: concurrent ``embed``
+  calls (one per request, each a list of texts) are grouped up to ``embedder.max_batch_size``
+  requests or ``embedder.batch_wait_timeout_s``, then embedded in one forward pass.
+* :class:`MemoryShardDeployment`: one :class:`~memory_shards.retrieval.HybridShard` (vectors,
+  columns, WAL, snapshots and its BM25 index) in ``memory.data_dir/shard-<i>``. A replica that
+  dies loses nothing acknowledged: the next replica replays the WAL of the same folder.
+* :func:`bind_memory`: wraps both with ``serve.deployment`` using the config's options.
+* :class:`HandleMemoryBackend`: the :class:`~serve.memory_api.MemoryService` (memory API and the
+  chat pipeline's ``MemoryBackend``) over the deployment handles; the coordinator fans out to
+  the shards concurrently (``asyncio.gather`` over handle calls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from ray import serve
+from ray.exceptions import RayError, RayTaskError
+from ray.serve.exceptions import BackPressureError, RayServeException
+from ray.serve.handle import DeploymentHandle
+
+from deployments.config import AppConfig, EmbedderConfig, MemoryConfig
+from memory_shards.config import SearchFilters, ShardConfig
+from memory_shards.coordinator import MemoryCoordinator
+from memory_shards.embedders import MiniLMEmbedder
+from memory_shards.records import EmbeddedRecord, MemoryRecord
+from memory_shards.retrieval import Feedback, HybridShard, ShardHybridResult
+from memory_shards.shard import MemoryShard
+from serve.api.errors import APIError
+from serve.memory_api import MemoryService
+
+__all__ = [
+    "EmbedderDeployment",
+    "MemoryShardDeployment",
+    "HandleShardClient",
+    "HandleMemoryBackend",
+    "bind_memory",
+    "shard_deployment_name",
+    "EMBEDDER_DEPLOYMENT",
+]
+
+EMBEDDER_DEPLOYMENT = "embedder"
+_FAILURES = (RayError, RayServeException, BackPressureError)
+# NOTE: a restarted replica may start while the dying one still holds the data folder's lock
+# (flock is released when its process exits); wait this long before failing the replica.
+_LOCK_WAIT_S = 30.0
+
+
+def shard_deployment_name(index: int) -> str:
+    """Deployment name of shard ``index`` (matches ``AppConfig.deployment_options``)."""
+    return f"memory_shard_{index}"
+
+
+class EmbedderDeployment:
+    """MiniLM with Ray Serve dynamic batching (batch size and wait from ``EmbedderConfig``).
+
+    Args:
+        embedder: ``EmbedderConfig`` as plain data.
+    """
+
+    def __init__(self, embedder: dict[str, Any]) -> None:
+        cfg = EmbedderConfig.model_validate(embedder)
+        self._embedder = MiniLMEmbedder(device=cfg.device, batch_size=max(cfg.max_batch_size, 1), torch_threads=cfg.threads)
+        self._embedder.embed(["warm up"])  # load the weights before the replica reports healthy
+        self._embed_batch.set_max_batch_size(cfg.max_batch_size)
+        self._embed_batch.set_batch_wait_timeout_s(cfg.batch_wait_timeout_s)
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)
+    async def _embed_batch(self, requests: list[list[str]]) -> list[np.ndarray]:
+        # NOTE: the decorator's sizes are placeholders; __init__ sets the configured ones.
+        flat = [t for texts in requests for t in texts]
+        vectors = await asyncio.to_thread(self._embedder.embed, flat)
+        out, start = [], 0
+        for texts in requests:
+            out.append(vectors[start : start + len(texts)])
+            start += len(texts)
+        return out
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts`` -> [n, 384] unit-norm float32 (batched with concurrent callers)."""
+        if not texts:
+            return np.zeros((0, self._embedder.dim), dtype=np.float32)
+        return await self._embed_batch(list(texts))
+
+    def info(self) -> dict[str, Any]:
+        """Model id and dimension."""
+        return {"model_id": self._embedder.model_id, "dim": self._embedder.dim}
+
+
+class MemoryShardDeployment:
+    """One hybrid memory shard (single writer of its data folder).
+
+    Args:
+        index: shard index (its folder is ``data_dir/shard-<index>``).
+        data_dir: absolute root folder of the shards.
+        model_id: embedding model id of every vector.
+        dim: vector dimension.
+    """
+
+    def __init__(self, index: int, data_dir: str, model_id: str = MiniLMEmbedder.model_id, dim: int = MiniLMEmbedder.dim) -> None:
+        cfg = ShardConfig(shard_id=index, data_dir=str(Path(data_dir) / f"shard-{index}"), model_id=model_id, dim=dim)
+        deadline = time.monotonic() + _LOCK_WAIT_S
+        while True:
+            try:
+                shard = MemoryShard(cfg)
+                break
+            except RuntimeError as exc:
+                if "already open" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        self._shard = HybridShard(shard)
+        self._lock = asyncio.Lock()
+
+    async def _run(self, fn, *args: Any) -> Any:
+        # NOTE: shard calls hold the shard's own lock; a thread keeps the replica's loop free
+        # for health checks while a long scan or an fsync runs.
+        return await asyncio.to_thread(fn, *args)
+
+    async def upsert(self, items: Sequence[EmbeddedRecord]) -> list[str]:
+        return await self._run(self._shard.upsert, list(items))
+
+    async def delete(self, tenant: str, ids: Sequence[str]) -> list[str]:
+        return await self._run(self._shard.delete, tenant, list(ids))
+
+    async def get(self, tenant: str, record_id: str) -> MemoryRecord | None:
+        return self._shard.get(tenant, record_id)
+
+    async def list_by_source(self, tenant: str, source_id: str) -> list[MemoryRecord]:
+        return self._shard.list_by_source(tenant, source_id)
+
+    async def search(self, queries, tenant, k, params, filters, now, touch):
+        return await self._run(self._shard.search, queries, tenant, k, params, filters, now, touch)
+
+    async def hybrid_search(self, query_vector, lexical_query, tenant, dense_k, lexical_k, params, filters, now,
+                            feedback=Feedback()):
+        return await self._run(self._shard.hybrid_search, query_vector, lexical_query, tenant, dense_k, lexical_k,
+                               params, filters, now, feedback)
+
+    async def touch(self, ids: Sequence[str], at: Sequence[float]) -> None:
+        await self._run(self._shard.touch, list(ids), list(at))
+
+    async def flush(self) -> None:
+        await self._run(self._shard.flush)
+
+    async def snapshot(self) -> None:
+        await self._run(self._shard.snapshot)
+
+    async def stats(self) -> dict[str, Any]:
+        return self._shard.stats()
+
+    def __del__(self) -> None:
+        shard = getattr(self, "_shard", None)
+        if shard is not None:
+            try:
+                shard.close()
+            except Exception:  # noqa: BLE001 - best effort at teardown; the WAL is already durable
+                pass
+
+
+class HandleShardClient:
+    """A ``ShardClient`` + ``hybrid_search`` over a :class:`MemoryShardDeployment` handle.
+
+    Ray failures become a 503 naming the shard, so a dead shard is an answer, not a hang.
+    """
+
+    def __init__(self, handle: DeploymentHandle, index: int) -> None:
+        self._handle = handle
+        self.index = index
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return await getattr(self._handle, method).remote(*args)
+        except RayTaskError as exc:
+            # NOTE: a ValueError raised by the shard itself is bad input (names the field), not an outage.
+            cause = exc.as_instanceof_cause()
+            if isinstance(cause, ValueError):
+                raise APIError(400, str(exc.cause) if getattr(exc, "cause", None) else str(cause)) from exc
+            raise APIError(503, f"memory shard {self.index} failed: {type(exc).__name__}", type="service_unavailable",
+                           code="memory_unavailable") from exc
+        except _FAILURES as exc:
+            raise APIError(503, f"memory shard {self.index} unavailable: {type(exc).__name__}", type="service_unavailable",
+                           code="memory_unavailable") from exc
+
+    async def upsert(self, items: Sequence[EmbeddedRecord]) -> list[str]:
+        return await self._call("upsert", list(items))
+
+    async def delete(self, tenant: str, ids: Sequence[str]) -> list[str]:
+        return await self._call("delete", tenant, list(ids))
+
+    async def get(self, tenant: str, record_id: str) -> MemoryRecord | None:
+        return await self._call("get", tenant, record_id)
+
+    async def list_by_source(self, tenant: str, source_id: str) -> list[MemoryRecord]:
+        return await self._call("list_by_source", tenant, source_id)
+
+    async def search(self, queries, tenant, k, params, filters: SearchFilters | None, now, touch):
+        return await self._call("search", queries, tenant, k, params, filters, now, touch)
+
+    async def hybrid_search(self, query_vector, lexical_query, tenant, dense_k, lexical_k, params, filters,
+                            now, feedback=Feedback()) -> ShardHybridResult:
+        return await self._call("hybrid_search", query_vector, lexical_query, tenant, dense_k, lexical_k, params,
+                                filters, now, tuple(feedback))
+
+    async def touch(self, ids: Sequence[str], at: Sequence[float]) -> None:
+        await self._call("touch", list(ids), list(at))
+
+    async def flush(self) -> None:
+        await self._call("flush")
+
+    async def snapshot(self) -> None:
+        await self._call("snapshot")
+
+    async def stats(self) -> dict[str, Any]:
+        return await self._call("stats")
+
+
+class HandleMemoryBackend(MemoryService):
+    """The memory service (API + ``serve.memory.MemoryBackend``) over deployment handles.
+
+    Args:
+        embedder: handle of the :class:`EmbedderDeployment`.
+        shards: handles of the shard deployments, shard 0 first.
+        memory: ``MemoryConfig`` (top_k, threshold).
+
+    Example:
+        >>> backend = HandleMemoryBackend(embedder_handle, shard_handles, config.memory)
+        >>> router = build_router(backend, authenticator)
+    """
+
+    def __init__(self, embedder: DeploymentHandle, shards: Sequence[DeploymentHandle], memory: MemoryConfig) -> None:
+        self._embedder_handle = embedder
+
+        async def embed(texts: list[str]) -> np.ndarray:
+            try:
+                return await embedder.embed.remote(list(texts))
+            except _FAILURES as exc:
+                raise APIError(503, f"embedder unavailable: {type(exc).__name__}", type="service_unavailable",
+                               code="embedder_unavailable") from exc
+
+        coordinator = MemoryCoordinator([HandleShardClient(h, i) for i, h in enumerate(shards)])
+        super().__init__(coordinator, embed, top_k=memory.top_k, threshold=memory.threshold)
+
+
+def bind_memory(config: AppConfig) -> tuple[Any, list[Any]]:
+    """Bound embedder and shard deployments (``serve.deployment`` with the config's options).
+
+    The lead's ``build_app`` passes the returned applications to the ingress, which resolves
+    them to handles and builds :class:`HandleMemoryBackend` from them.
+
+    Raises:
+        ValueError: a shard deployment asked for more than one replica (a shard folder has one
+            writer; scale out with ``memory.num_shards`` instead).
+    """
+    opts = config.deployment_options()
+    mem = config.memory
+    dep_opts = mem.deployment
+    if dep_opts.num_replicas > 1 or (dep_opts.autoscaling is not None and dep_opts.autoscaling.max_replicas > 1):
+        raise ValueError(
+            "memory.deployment: a shard has a single writer (its WAL); use num_replicas=1 and no autoscaling "
+            "above 1 replica, and add shards with memory.num_shards"
+        )
+    embedder = serve.deployment(EmbedderDeployment, name=EMBEDDER_DEPLOYMENT).options(
+        **opts[EMBEDDER_DEPLOYMENT].to_ray_options()
+    ).bind(config.embedder.model_dump(mode="json"))
+    data_dir = str(Path(mem.data_dir).expanduser().resolve())
+    shards = []
+    for i in range(mem.num_shards):
+        name = shard_deployment_name(i)
+        dep = serve.deployment(MemoryShardDeployment, name=name).options(**opts[name].to_ray_options())
+        shards.append(dep.bind(i, data_dir))
+    return embedder, shards

@@ -1,0 +1,175 @@
+"""Render an :class:`~deployments.config.AppConfig` into a Ray Serve config file.
+
+The output is the multi-application Serve config that ``serve deploy`` reads and that KubeRay
+embeds verbatim as a RayService's ``spec.serveConfigV2`` (schema: ``ray.serve.schema.
+ServeDeploySchema``)::
+
+    proxy_location: EveryNode
+    http_options: {host: 0.0.0.0, port: 8000, request_timeout_s: 300}
+    logging_config: {encoding: JSON, log_level: INFO}
+    applications:
+    - name: recallserve
+      route_prefix: /
+      import_path: deployments.app:app_builder
+      args: {...the whole AppConfig as JSON-able values...}
+      deployments:
+      - {name: ingress, ray_actor_options: {...}, autoscaling_config: {...}, ...}
+      - ...
+
+One source of truth: ``args`` carries the validated profile, and ``app_builder(args)`` rebuilds the
+``AppConfig`` from it; the ``deployments`` list is derived from the same config
+(:meth:`AppConfig.deployment_options`), so the per-deployment resources and autoscaling are
+visible (and editable in place) in the Serve config without ever being written twice by hand.
+The list holds exactly the deployments the app binds (:func:`app_deployment_names`): Ray Serve
+refuses overrides for a deployment the application does not contain.
+
+Targets:
+    ``local``: ``http_options`` from ``config.server`` (127.0.0.1 by default), proxy on the head.
+    ``kubernetes``: proxies on every node listening on 0.0.0.0 (KubeRay's serve Service targets
+    each pod's port), JSON logs (request ids are fields), ``ray.address="auto"`` (join the
+    KubeRay cluster), ``memory.data_dir`` moved under the chart's volume, and literal API keys
+    removed: keys come from the ``RECALLSERVE_API_KEYS`` environment variable (a Secret), never
+    from a custom resource that anyone with read access to the namespace can see.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from deployments.config import AppConfig, ConfigError
+
+__all__ = [
+    "IMPORT_PATH",
+    "DEFAULT_K8S_DATA_DIR",
+    "Target",
+    "render_serve_config",
+    "dump_serve_config",
+    "dropped_auth_keys",
+    "app_deployment_names",
+]
+
+IMPORT_PATH = "deployments.app:app_builder"
+# NOTE: must stay under the Helm chart's persistence.mountPath (values.yaml); the chart refuses
+# a serve config whose memory.data_dir is elsewhere.
+DEFAULT_K8S_DATA_DIR = "/data/recallserve/memory"
+Target = Literal["local", "kubernetes"]
+_TARGETS = ("local", "kubernetes")
+
+
+def _k8s_args(config: AppConfig, data_dir: str) -> dict[str, Any]:
+    """The config as ``args`` for a pod in a KubeRay cluster (see the module docstring)."""
+    if not data_dir.startswith("/"):
+        raise ConfigError(f"data_dir: must be an absolute path inside the pod, got {data_dir!r}")
+    args = config.model_dump(mode="json")
+    args["ray"]["address"] = "auto"
+    args["memory"]["data_dir"] = data_dir
+    args["auth"]["keys"] = {}
+    if not args["auth"].get("keys_env"):
+        args["auth"]["keys_env"] = "RECALLSERVE_API_KEYS"
+    # NOTE: validate the rewritten args once more, so a kubernetes render is always an AppConfig
+    # that app_builder accepts (e.g. the GPU check no longer applies once ray.address is set).
+    AppConfig.model_validate(args)
+    return args
+
+
+def app_deployment_names(config: AppConfig) -> list[str]:
+    """Names of the deployments that ``build_app(config)`` really binds, in bind order.
+
+    Ray Serve rejects a config whose ``deployments`` list names a deployment the application does
+    not contain ("Deployment 'x' does not exist"), so the overrides are limited to these. Built
+    offline (no cluster needed) with Ray's own application builder.
+
+    NOTE: ``ray.serve._private.build_app`` is Ray-internal (checked against Ray 2.60); the unit
+    tests fail loudly if it moves.
+    """
+    from ray.serve._private.build_app import build_app as _ray_build
+
+    from deployments.app import build_app
+
+    built = _ray_build(build_app(config), name=config.name)
+    return [d.name for d in built.deployments]
+
+
+def dropped_auth_keys(config: AppConfig, target: Target) -> int:
+    """How many literal API keys a render for ``target`` leaves out (0 for ``local``)."""
+    return len(config.auth.keys) if target == "kubernetes" else 0
+
+
+def render_serve_config(
+    config: AppConfig,
+    *,
+    target: Target = "local",
+    data_dir: str | None = None,
+    route_prefix: str = "/",
+    runtime_env: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Build the Ray Serve config dict for one recallserve application.
+
+    Args:
+        config: a validated cluster config (``load_config(...)``).
+        target: ``local`` (``serve deploy`` on a VM) or ``kubernetes`` (KubeRay ``serveConfigV2``).
+        data_dir: ``kubernetes`` only: the shard data folder inside the pods; default
+            :data:`DEFAULT_K8S_DATA_DIR`.
+        route_prefix: HTTP prefix of the application (the OpenAI paths hang below it).
+        runtime_env: optional Ray runtime_env of the application (e.g. ``{"env_vars": {...}}``);
+            the container image already holds the code, so no ``working_dir`` is needed.
+
+    Returns:
+        A dict that ``yaml.safe_dump`` writes as the Serve config file.
+
+    Raises:
+        ConfigError: an unknown target, a relative ``data_dir`` or a bad ``route_prefix``.
+
+    Example:
+        >>> from deployments.config import load_config
+        >>> cfg = render_serve_config(load_config("cpu-local"))
+        >>> cfg["applications"][0]["import_path"]
+        'deployments.app:app_builder'
+    """
+    if target not in _TARGETS:
+        raise ConfigError(f"target: expected one of {', '.join(_TARGETS)}, got {target!r}")
+    if not route_prefix.startswith("/"):
+        raise ConfigError(f"route_prefix: must start with '/', got {route_prefix!r}")
+    if data_dir is not None and target != "kubernetes":
+        raise ConfigError("data_dir: only used with target 'kubernetes' (set memory.data_dir in the profile)")
+    if target == "kubernetes":
+        args = _k8s_args(config, data_dir or DEFAULT_K8S_DATA_DIR)
+        http = {"host": "0.0.0.0", "port": config.server.port, "request_timeout_s": config.server.request_timeout_s}
+        proxy_location = "EveryNode"
+    else:
+        args = config.model_dump(mode="json")
+        http = {
+            "host": config.server.host,
+            "port": config.server.port,
+            "request_timeout_s": config.server.request_timeout_s,
+        }
+        proxy_location = "HeadOnly"
+    options = config.deployment_options()
+    names = app_deployment_names(config)
+    deployments = [{"name": name, **options[name].to_ray_options()} for name in names if name in options]
+    app: dict[str, Any] = {
+        "name": config.name,
+        "route_prefix": route_prefix,
+        "import_path": IMPORT_PATH,
+        "args": args,
+        "deployments": deployments,
+    }
+    if runtime_env:
+        app["runtime_env"] = dict(runtime_env)
+    out: dict[str, Any] = {"proxy_location": proxy_location, "http_options": http}
+    if target == "kubernetes":
+        # NOTE: JSON logs carry request_id, deployment and replica as fields for the log stack.
+        out["logging_config"] = {"encoding": "JSON", "log_level": "INFO"}
+    out["applications"] = [app]
+    return out
+
+
+def dump_serve_config(serve_config: dict[str, Any], path: str | Path | None = None) -> str:
+    """YAML text of a rendered config (key order kept); also written to ``path`` when given."""
+    text = yaml.safe_dump(serve_config, sort_keys=False, default_flow_style=False, width=120)
+    if path is not None:
+        Path(path).write_text(text)
+    return text

@@ -1,0 +1,79 @@
+"""``recallserve bench memory``: naive vs FAISS+numpy vs fused retrieval (table + JSON rows)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from serve.cli import UserError
+
+NAME = "memory"
+
+
+def _parse_size(text: str) -> int:
+    text = text.strip().lower()
+    mult = 1
+    if text.endswith("k"):
+        mult, text = 1_000, text[:-1]
+    elif text.endswith("m"):
+        mult, text = 1_000_000, text[:-1]
+    try:
+        value = int(float(text) * mult)
+    except ValueError:
+        raise UserError(f"--sizes: {text!r} is not a size (e.g. 200k, 1M, 50000)") from None
+    if value < 1_000:
+        raise UserError(f"--sizes: {value} is below the minimum of 1000 rows")
+    return value
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``bench memory``."""
+    p = subparsers.add_parser(NAME, help="compare naive, FAISS+numpy and fused memory retrieval")
+    p.add_argument("--sizes", default="200k,1M", help="comma-separated row counts (default: 200k,1M)")
+    p.add_argument("--dim", type=int, default=384, help="vector dimension (default: 384)")
+    p.add_argument("--queries", type=int, default=64, help="queries per batch (default: 64)")
+    p.add_argument("--k", type=int, default=20, help="results per query (default: 20)")
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per method; median reported (default: 3)")
+    p.add_argument("--seed", type=int, default=0, help="data seed (default: 0)")
+    p.add_argument("--backend", choices=["torch", "triton", "auto"], default="auto", help="fused kernel backend")
+    p.add_argument("--out", default=None, help="JSON output (default: bench-results/memory-<timestamp>.json)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark, print the table, write the JSON rows."""
+    sizes = [_parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    if not sizes:
+        raise UserError("--sizes: give at least one size")
+    for name in ("dim", "queries", "k", "repeats"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name}: must be >= 1, got {getattr(args, name)}")
+    out = Path(args.out or f"bench-results/memory-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json")
+
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from memory_shards.bench import run_memory_bench
+
+    console = Console()
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("starting", total=1.0)
+
+        def progress(msg: str, frac: float | None) -> None:
+            bar.update(task, description=msg, completed=frac if frac is not None else 0.0, total=1.0 if frac is not None else None)
+
+        rows = run_memory_bench(sizes, args.dim, args.queries, args.k, args.repeats, args.seed, args.backend, progress)
+    table = Table(title=f"memory retrieval: {args.queries} queries x top-{args.k}, dim {args.dim}")
+    for col in ("rows", "method", "ms / batch", "vs naive", "recall", "results/query"):
+        table.add_column(col, justify="right" if col not in ("method",) else "left")
+    for r in rows:
+        table.add_row(f"{r['size']:,}", r["method"], f"{r['ms_per_batch']:.1f}", f"{r['speedup_vs_naive']:.2f}x",
+                      f"{r['recall']:.4f}", f"{r['mean_results']:.1f} / {r['mean_truth_results']:.1f}")
+    console.print(table)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    console.print(f"wrote {len(rows)} rows to {out}")
+    return 0

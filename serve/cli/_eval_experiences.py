@@ -1,0 +1,200 @@
+"""``recallserve eval experiences``: segmented reasoning with and without injected experiences.
+
+Runs the written problem set (:mod:`serve.experience._eval_problems`: arithmetic, unit and rule
+questions) through the reasoner in the segmented mode twice: once with an empty cache, once
+with worked seed experiences in the active cache (injected with the checks they imply). Per
+condition it reports the parse success rate (all four segments and an answer), the
+verification pass rate (model-written checks executed by code that pass), the share of traces
+whose checks all pass, the answer accuracy against the expected answers, the confidence mix
+and the latency; rows are written as JSON with ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from serve.cli import UserError
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register ``experiences`` under ``recallserve eval``."""
+    p = subparsers.add_parser(
+        "experiences", help="parse and verification rates of segmented reasoning, with and without experiences"
+    )
+    p.add_argument("--model", default=None,
+                   help="built-in model name or GGUF path (default: the default chat model)")
+    p.add_argument("--problems", type=Path, default=None,
+                   help="JSON lines of {id, domain, topic, question, expected} (default: the shipped set)")
+    p.add_argument("--limit", type=int, default=None, help="run only the first N problems")
+    p.add_argument("--condition", choices=("both", "without", "with"), default="both", help="which runs to do")
+    p.add_argument("--max-tokens", type=int, default=384, help="generation budget per answer (default 384)")
+    p.add_argument("--threads", type=int, default=2, help="llama.cpp threads (default 2)")
+    p.add_argument("--constrained", action="store_true", help="constrain replies with a JSON schema")
+    p.add_argument("--out", type=Path, default=None, help="write per-problem rows and the summary as JSON")
+    p.set_defaults(func=run)
+
+
+def _load_problems(path: Path | None, limit: int | None) -> list[dict[str, Any]]:
+    from serve.experience._eval_problems import PROBLEMS
+
+    if path is None:
+        problems = list(PROBLEMS)
+    else:
+        if not path.is_file():
+            raise UserError(f"--problems: {path} does not exist")
+        problems = []
+        for n, line in enumerate(path.read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"--problems: line {n}: {exc.msg}") from None
+            missing = {"id", "domain", "topic", "question", "expected"} - set(row)
+            if missing:
+                raise UserError(f"--problems: line {n}: missing {', '.join(sorted(missing))}")
+            problems.append(row)
+    if limit is not None:
+        if limit < 1:
+            raise UserError("--limit: must be >= 1")
+        problems = problems[:limit]
+    if not problems:
+        raise UserError("--problems: no problems to run")
+    return problems
+
+
+def is_correct(answer: str | None, expected: Any) -> bool:
+    """Numbers within 1% (or 1e-6 absolute), words by whole-word match (``no`` but not ``yes``)."""
+    from serve.experience._calculator import extract_number
+
+    if not answer:
+        return False
+    if isinstance(expected, str):
+        words = set(answer.lower().replace(".", " ").replace(",", " ").split())
+        other = {"yes": "no", "no": "yes"}.get(expected.lower())
+        return expected.lower() in words and (other is None or other not in words)
+    got = extract_number(answer)
+    # NOTE: 1% matches how answers are rounded in words ("about 33.3").
+    return got is not None and abs(got - float(expected)) <= max(1e-6, 0.01 * abs(float(expected)))
+
+
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    n = len(rows)
+    items = sum(r["model_checks"] for r in rows)
+    passed = sum(r["model_checks_passed"] for r in rows)
+    conf: dict[str, int] = {}
+    for r in rows:
+        conf[r["confidence"] or "none"] = conf.get(r["confidence"] or "none", 0) + 1
+    return {
+        "problems": n,
+        "parse_success_rate": sum(r["parse_ok"] for r in rows) / n,
+        "answer_found_rate": sum(r["answer"] is not None for r in rows) / n,
+        "verification_pass_rate": passed / items if items else 0.0,
+        "verification_items": items,
+        "all_checks_pass_rate": sum(r["model_checks"] > 0 and r["model_checks"] == r["model_checks_passed"]
+                                    for r in rows) / n,
+        "accuracy": sum(r["correct"] for r in rows) / n,
+        "confidence": conf,
+        "mean_latency_s": sum(r["latency_s"] for r in rows) / n,
+        "mean_completion_tokens": sum(r["completion_tokens"] for r in rows) / n,
+    }
+
+
+async def _run_condition(engine: Any, embed: Any, problems: list[dict[str, Any]], *, inject: bool,
+                         max_tokens: int, constrained: bool, progress: Any) -> list[dict[str, Any]]:
+    from serve.experience import ExperienceConfig, ExperienceRecord, ExperienceService
+    from serve.experience._eval_problems import RULES, SEEDS
+
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="recallserve-eval-exp-") as tmp:
+        cfg = ExperienceConfig(data_dir=Path(tmp), rules=RULES, max_tokens=max_tokens, constrain_json=constrained)
+        service = ExperienceService(cfg, embed=embed)
+        try:
+            if inject:
+                for seed in SEEDS:
+                    rec = ExperienceRecord.model_validate(seed)
+                    rec.metadata.source_model = engine.model_name
+                    view = await service.create("eval", rec)
+                    if view.record.outcome.confidence != "high":
+                        raise UserError(f"seed {rec.context.raw_text!r} does not verify: fix the fixture")
+            for prob in problems:
+                t0 = time.perf_counter()
+                out = await service.produce("eval", engine, prob["question"], domain=prob["domain"],
+                                            topic=prob["topic"], inject=inject, store=False)
+                latency = time.perf_counter() - t0
+                checks = out.experience.record.verification if out.experience else []
+                model_checks = [c for c in checks if not c.notes.startswith("required by")]
+                rows.append({
+                    "condition": "with" if inject else "without", "id": prob["id"], "domain": prob["domain"],
+                    "expected": prob["expected"], "answer": out.answer, "correct": is_correct(out.answer, prob["expected"]),
+                    "parse_ok": out.report.ok, "format": out.report.format, "problems": out.report.problems,
+                    "model_checks": len(model_checks),
+                    "model_checks_passed": sum(c.status == "pass" for c in model_checks),
+                    "checks": [{"type": c.type, "target": c.target, "status": c.status, "notes": c.notes}
+                               for c in checks],
+                    "confidence": out.experience.record.outcome.confidence if out.experience else None,
+                    "injected": len(out.injected), "required_checks": out.required_checks,
+                    "latency_s": round(latency, 2), "prompt_tokens": out.prompt_tokens,
+                    "completion_tokens": out.completion_tokens, "raw_text": out.raw_text,
+                })
+                progress.update(1)
+        finally:
+            service.close()
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the evaluation; prints a table and optionally writes JSON."""
+    from tqdm import tqdm
+
+    from deployments.engines import LlamaCppConfig, build_engine
+    from deployments.models import ModelSpec, default_spec
+    from memory_shards.embedders import MiniLMEmbedder
+    from serve.engine import EngineError
+
+    if args.max_tokens < 32:
+        raise UserError("--max-tokens: must be >= 32")
+    if args.threads < 1:
+        raise UserError("--threads: must be >= 1")
+    problems = _load_problems(args.problems, args.limit)
+    spec = default_spec() if args.model is None else ModelSpec.model_validate(args.model)
+    try:
+        engine = build_engine(LlamaCppConfig(model=spec, n_threads=args.threads, n_ctx=4096))
+    except EngineError as exc:
+        raise UserError(f"--model: {exc}") from None
+    embedder = MiniLMEmbedder()
+    conditions = {"both": [False, True], "without": [False], "with": [True]}[args.condition]
+    rows: list[dict[str, Any]] = []
+    summaries: dict[str, Any] = {}
+    with tqdm(total=len(problems) * len(conditions), desc="eval experiences", unit="problem") as bar:
+        for inject in conditions:
+            cond_rows = asyncio.run(_run_condition(engine, embedder.embed, problems, inject=inject,
+                                                   max_tokens=args.max_tokens, constrained=args.constrained,
+                                                   progress=bar))
+            rows += cond_rows
+            summaries["with" if inject else "without"] = _summary(cond_rows)
+    asyncio.run(engine.close())
+    print(f"model: {engine.model_name}  problems: {len(problems)}  max_tokens: {args.max_tokens}"
+          f"  constrained: {args.constrained}")
+    cols = ("parse_success_rate", "verification_pass_rate", "all_checks_pass_rate", "accuracy",
+            "answer_found_rate", "mean_latency_s")
+    print(f"{'condition':<10}" + "".join(f"{c:>24}" for c in cols))
+    for name, s in summaries.items():
+        print(f"{name:<10}" + "".join(f"{s[c]:>24.3f}" for c in cols))
+    for name, s in summaries.items():
+        print(f"{name}: verification items {s['verification_items']}, confidence {s['confidence']}")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"model": engine.model_name, "max_tokens": args.max_tokens,
+                                        "constrained": args.constrained, "summary": summaries, "rows": rows},
+                                       indent=1))
+        print(f"wrote {args.out}")
+    return 0

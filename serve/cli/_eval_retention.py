@@ -1,0 +1,196 @@
+"""``recallserve eval retention``: share of planted constraints/facts still in the turn-60 context.
+
+Builds 60-turn customer-service conversations with 20 items planted at turns 1, 10, 30 and 50
+(:mod:`serve.context._eval_data`), replays them through the context manager, and for every mode
+and budget reports the share of items whose keys are still in the assembled context, plus the
+assembly latency p50/p95. Summary-based modes use a real summariser by default (the llama.cpp
+default model); ``--no-llm-summary`` uses the extractive one (no model, seconds instead of
+minutes). The output says which summariser produced the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+from serve.cli import UserError
+
+NAME = "retention"
+_MODES = ("full", "sliding", "summary", "retrieval", "hybrid", "auto")
+# NOTE: the eval conversations hold ~9k tokens; the production trigger (12000) would never
+# fire on them, so the eval triggers at 1500 tokens (about every 9 turns with the 20-message
+# cooldown) - the same mechanism at the conversation's scale.
+_EVAL_TRIGGER_TOKENS = 1500
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``eval retention``."""
+    p = subparsers.add_parser(NAME, help="retention of planted constraints/facts per context mode and budget")
+    p.add_argument("--budget", type=int, action="append", default=None, metavar="N",
+                   help="context window in tokens; repeat for several (default: 2048 4096 8192)")
+    p.add_argument("--modes", default=",".join(_MODES), help=f"comma-separated modes (default: {','.join(_MODES)})")
+    p.add_argument("--conversations", type=int, default=3, help="conversations (seeds) to evaluate (default: 3)")
+    p.add_argument("--seed", type=int, default=0, help="first conversation seed (default: 0)")
+    p.add_argument("--reserved-output", type=int, default=256, help="tokens reserved for the answer (default: 256)")
+    p.add_argument("--no-llm-summary", action="store_true",
+                   help="extractive summary (entity table + constraint/fact carry-over) instead of a model")
+    p.add_argument("--summariser-model", default=None,
+                   help="llama.cpp model name or GGUF path for the summary (default: the project's default model)")
+    p.add_argument("--threads", type=int, default=2, help="llama.cpp threads for the summariser (default: 2)")
+    p.add_argument("--embedder", choices=["minilm", "none"], default="minilm",
+                   help="embedder for retrieval and auto (default: minilm; none disables retrieval)")
+    p.add_argument("--summary-trigger-tokens", type=int, default=_EVAL_TRIGGER_TOKENS,
+                   help=f"unsummarised tokens that trigger a refresh (default: {_EVAL_TRIGGER_TOKENS})")
+    p.add_argument("--no-categories", action="store_true",
+                   help="ablation: store every message as plain chat (no pinning, no fact carry-over)")
+    p.add_argument("--generic-question", action="store_true",
+                   help="ask one general question at turn 60 for all items instead of one question per item")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    p.set_defaults(func=run)
+
+
+def _check(args: argparse.Namespace) -> tuple[list[int], list[str]]:
+    budgets = args.budget or [2048, 4096, 8192]
+    for b in budgets:
+        if not 512 <= b <= 1_048_576:
+            raise UserError(f"--budget: {b} is outside 512..1048576 tokens")
+        if args.reserved_output >= b:
+            raise UserError(f"--reserved-output: {args.reserved_output} must be below every --budget (got {b})")
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [m for m in modes if m not in _MODES]
+    if bad or not modes:
+        raise UserError(f"--modes: unknown {bad or 'empty list'}; choose from {', '.join(_MODES)}")
+    if args.embedder == "none" and "retrieval" in modes:
+        raise UserError("--modes: 'retrieval' needs an embedder; drop it or use --embedder minilm")
+    if not 1 <= args.conversations <= 1000:
+        raise UserError(f"--conversations: must be in 1..1000, got {args.conversations}")
+    if args.reserved_output < 0:
+        raise UserError(f"--reserved-output: must be >= 0, got {args.reserved_output}")
+    if args.summary_trigger_tokens < 1:
+        raise UserError(f"--summary-trigger-tokens: must be >= 1, got {args.summary_trigger_tokens}")
+    return budgets, modes
+
+
+def _summariser(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(LLM summariser, its llama.cpp engine), or (None, None) with --no-llm-summary."""
+    if args.no_llm_summary:
+        return None, None
+    try:
+        from deployments.engines import LlamaCppConfig, build_engine
+    except ImportError as exc:
+        raise UserError(f"the llama.cpp engine is unavailable ({exc}); use --no-llm-summary") from None
+    from serve.context import LLMSummariser
+    from serve.engine import EngineError
+
+    cfg: dict[str, Any] = {"n_ctx": 6144, "n_threads": args.threads}
+    if args.summariser_model:
+        cfg["model"] = args.summariser_model
+    try:
+        engine = build_engine(LlamaCppConfig.model_validate(cfg))
+    except (EngineError, ValueError) as exc:
+        raise UserError(f"--summariser-model: {exc}") from None
+    return LLMSummariser(engine), engine
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the evaluation and print the table (or JSON)."""
+    budgets, modes = _check(args)
+    return asyncio.run(_run(args, budgets, modes))
+
+
+async def _run(args: argparse.Namespace, budgets: list[int], modes: list[str]) -> int:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from serve.context import ContextConfig, ContextManager, SessionStore
+    from serve.context._eval_data import build_conversation
+    from serve.context._retention import GENERIC_QUESTION, evaluate_retention, replay
+
+    console = Console(stderr=True)
+    embed = None
+    if args.embedder == "minilm":
+        from memory_shards.embedders import MiniLMEmbedder
+
+        embed = MiniLMEmbedder().embed
+    summariser, engine = _summariser(args)
+    config = ContextConfig(summary_trigger_tokens=args.summary_trigger_tokens)
+    store = SessionStore(":memory:")
+    clock = [0.0]
+    conversations, managers, sessions = [], [], []
+    started = time.perf_counter()
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("replaying conversations", total=args.conversations * 59)
+        for i in range(args.conversations):
+            conv = build_conversation(args.seed + i)
+            manager = ContextManager(store, config, embed=embed, summariser=summariser, clock=lambda: clock[0])
+            sessions.append(await replay(conv, manager, clock, summarise=True, categories=not args.no_categories,
+                                         on_turn=lambda _t: bar.advance(task)))
+            conversations.append(conv)
+            managers.append(manager)
+    replay_s = time.perf_counter() - started
+    report = await evaluate_retention(conversations, managers, sessions, modes=modes, budgets=budgets,
+                                      reserved_output=args.reserved_output,
+                                      question=GENERIC_QUESTION if args.generic_question else None)
+    summariser_name = managers[0].summariser.name
+    history_tokens = [sum(m.tokens for m in await store.messages(s.id)) for s in sessions]
+    doc = {
+        "summariser": summariser_name,
+        "summary_source": "extractive (no model)" if summariser is None else f"LLM {summariser_name}",
+        "embedder": "all-MiniLM-L6-v2" if embed is not None else None,
+        "categories": not args.no_categories,
+        "question": "generic" if args.generic_question else "per-item",
+        "conversations": args.conversations,
+        "first_seed": args.seed,
+        "history_tokens_mean": sum(history_tokens) / len(history_tokens),
+        "reserved_output": args.reserved_output,
+        "replay_seconds": round(replay_s, 2),
+        "summaries": report.summaries,
+        "rows": [
+            {"mode": r.mode, "budget": r.budget, "present_share": round(r.share, 4),
+             "retention3_share": None if r.retention3_share is None else round(r.retention3_share, 4),
+             "constraints_share": round(r.constraints_present, 4),
+             "facts_share": round(r.facts_present, 4), "items": r.items, "retention3_items": r.retention3_items,
+             "refused": r.refused, "auto_modes": r.auto_modes}
+            for r in report.rows
+        ],
+        "latency_ms": {m: dict(zip(("p50", "p95"), (round(v, 3) for v in report.latency(m)))) for m in modes}
+        | {"all": dict(zip(("p50", "p95"), (round(v, 3) for v in report.latency())))},
+    }
+    if engine is not None:
+        await engine.close()
+    store.close()
+    if args.json:
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+        return 0
+    _print_table(doc)
+    return 0
+
+
+def _print_table(doc: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=(f"retention at turn 60: {doc['conversations']} conversation(s) x 20 items, "
+                         f"~{doc['history_tokens_mean']:.0f} history tokens; summary: {doc['summary_source']}"
+                         + ("" if doc["categories"] else "; categories OFF (ablation)")
+                         + ("; one generic question" if doc["question"] == "generic" else "")))
+    for col in ("mode", "budget", "present", "retention-3", "constraints", "facts", "refused", "auto picked"):
+        table.add_column(col, justify="left" if col in ("mode", "auto picked") else "right")
+    for r in doc["rows"]:
+        picked = ", ".join(f"{k} {v}" for k, v in sorted(r["auto_modes"].items()))
+        r3 = "n/a" if r["retention3_share"] is None else f"{r['retention3_share']:.1%}"
+        table.add_row(r["mode"], str(r["budget"]), f"{r['present_share']:.1%}", r3,
+                      f"{r['constraints_share']:.1%}", f"{r['facts_share']:.1%}", str(r["refused"]), picked)
+    console.print(table)
+    lat = Table(title="context assembly latency (ms, includes SQLite reads and embedding cache misses)")
+    for col in ("mode", "p50", "p95"):
+        lat.add_column(col, justify="right" if col != "mode" else "left")
+    for mode, v in doc["latency_ms"].items():
+        lat.add_row(mode, f"{v['p50']:.2f}", f"{v['p95']:.2f}")
+    console.print(lat)

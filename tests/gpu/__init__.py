@@ -1,0 +1,1 @@
+"""CUDA-only checks of the Triton kernels; skipped without a GPU."""

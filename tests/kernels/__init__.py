@@ -1,0 +1,1 @@
+"""Triton kernels (interpreted on CPU) against the torch reference."""
