@@ -14,6 +14,7 @@ from ray.serve import Application
 
 from deployments.config import ROLES, AppConfig
 from deployments.ingress import Ingress
+from deployments.memory import bind_memory
 from deployments.roles import ModelRole
 
 __all__ = ["build_app", "app_builder", "deployment_names"]
@@ -33,8 +34,9 @@ def build_app(config: AppConfig) -> Application:
         roles[role] = dep.bind(role, getattr(config, role).engine)
     # NOTE: serve.ingress() with no app defers the ASGI app to Ingress.__serve_build_asgi_app__,
     # which runs on the replica after __init__ received the resolved handles.
+    embedder, shards = bind_memory(config)
     ingress = serve.deployment(serve.ingress()(Ingress), name="ingress").options(**opts["ingress"].to_ray_options())
-    return ingress.bind(config.model_dump(mode="json"), roles)
+    return ingress.bind(config.model_dump(mode="json"), roles, {"embedder": embedder, "shards": shards})
 
 
 def app_builder(args: dict[str, Any]) -> Application:

@@ -16,8 +16,10 @@ from ray.serve.handle import DeploymentHandle
 from deployments.config import ROLES, AppConfig
 from deployments.engines import EngineConfig, LlamaCppConfig, VLLMConfig
 from deployments.handles import HandleEngine
+from deployments.memory import HandleMemoryBackend
 from serve.api.app import create_app
 from serve.api.auth import Authenticator
+from serve.memory_api import build_router as build_memory_router
 from serve.pipeline import ChatPipeline, PipelineSettings
 
 __all__ = ["Ingress", "build_ingress_app", "engine_facts"]
@@ -43,26 +45,37 @@ class Ingress:
     app), so the routes are built with the real deployment handles this replica was bound to.
     """
 
-    def __init__(self, config_data: dict[str, Any], roles: dict[str, DeploymentHandle]) -> None:
+    def __init__(self, config_data: dict[str, Any], roles: dict[str, DeploymentHandle],
+                 memory: dict[str, Any]) -> None:
         self.config = AppConfig.model_validate(config_data)
         self.roles = roles
+        self.memory = memory
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        return build_ingress_app(self.config, self.roles)
+        return build_ingress_app(self.config, self.roles, self.memory)
 
 
-def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle]) -> FastAPI:
-    """Build the ingress FastAPI app from the config and the model-role handles."""
+def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle], memory: dict[str, Any]) -> FastAPI:
+    """Build the ingress FastAPI app from the config and the deployment handles.
+
+    Args:
+        config: the cluster config.
+        roles: handles of the router, reasoner and summariser deployments.
+        memory: ``{"embedder": handle, "shards": [handle, ...]}``.
+    """
+    backend = HandleMemoryBackend(memory["embedder"], memory["shards"], config.memory)
     engines = {role: HandleEngine(roles[role], role, *engine_facts(getattr(config, role).engine)) for role in ROLES}
     settings = PipelineSettings(
         model_name=config.model_name,
         max_request_tokens=config.max_request_tokens,
         engine_timeout_s=config.server.request_timeout_s,
+        memory_top_k=config.memory.top_k,
+        memory_threshold=config.memory.threshold,
     )
-    pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=settings)
+    pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=settings, memory=backend)
     auth = Authenticator(config.auth.resolve())
 
     async def health() -> dict[str, Any]:
         return {"profile": config.profile, "roles": {r: engines[r].model_name for r in ROLES}}
 
-    return create_app(pipeline, auth, health=health)
+    return create_app(pipeline, auth, health=health, routers=[build_memory_router(backend, auth)])

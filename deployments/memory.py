@@ -116,7 +116,6 @@ class MemoryShardDeployment:
                     raise
                 time.sleep(0.5)
         self._shard = HybridShard(shard)
-        self._lock = asyncio.Lock()
 
     async def _run(self, fn, *args: Any) -> Any:
         # NOTE: shard calls hold the shard's own lock; a thread keeps the replica's loop free
@@ -130,10 +129,10 @@ class MemoryShardDeployment:
         return await self._run(self._shard.delete, tenant, list(ids))
 
     async def get(self, tenant: str, record_id: str) -> MemoryRecord | None:
-        return self._shard.get(tenant, record_id)
+        return await self._run(self._shard.get, tenant, record_id)
 
     async def list_by_source(self, tenant: str, source_id: str) -> list[MemoryRecord]:
-        return self._shard.list_by_source(tenant, source_id)
+        return await self._run(self._shard.list_by_source, tenant, source_id)
 
     async def search(self, queries, tenant, k, params, filters, now, touch):
         return await self._run(self._shard.search, queries, tenant, k, params, filters, now, touch)
@@ -153,7 +152,7 @@ class MemoryShardDeployment:
         await self._run(self._shard.snapshot)
 
     async def stats(self) -> dict[str, Any]:
-        return self._shard.stats()
+        return await self._run(self._shard.stats)
 
     def __del__(self) -> None:
         shard = getattr(self, "_shard", None)

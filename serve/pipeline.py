@@ -9,6 +9,7 @@ choice, the reasoner's answer, then write-back off the request path. Engines are
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -29,9 +30,13 @@ from serve.api.chat_protocol import (
 )
 from serve.api.errors import APIError
 from serve.api.metrics import TIME_TO_FIRST_TOKEN, TOKENS
+from serve.agent.guards import mask_pii
 from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
+from serve.memory import MemoryBackend, MemoryHit, MemoryWrite
 
 __all__ = ["RequestContext", "PipelineSettings", "ChatPipeline"]
+
+log = logging.getLogger("recallserve.pipeline")
 
 
 class RequestContext(StrictModel):
@@ -53,6 +58,31 @@ class PipelineSettings(StrictModel):
         default="You are a helpful, precise customer-service and document assistant. Answer concisely.",
         description="System prompt placed first (a stable prefix for the engines' prompt caches).",
     )
+    memory_top_k: int = Field(default=16, ge=0, le=1000, description="Memories recalled per turn (0 disables recall).")
+    memory_threshold: float = Field(default=0.35, ge=-1, le=1, description="Cosine threshold of recall.")
+    memory_prompt_chars: int = Field(
+        default=3000, ge=0, le=100_000, description="Most characters of recalled memories put in the prompt."
+    )
+    memory_timeout_s: float = Field(default=10.0, gt=0, le=600, description="Deadline of the recall step.")
+    write_back: bool = Field(default=True, description="Store each exchange as a memory, off the request path.")
+
+
+def _last_user_text(req: ChatCompletionRequest) -> str:
+    """Text of the last user message (the recall query)."""
+    for m in reversed(req.messages):
+        if m.role == "user":
+            return m.text()
+    return ""
+
+
+def _memory_meta(hits: list[MemoryHit], error: str | None) -> dict[str, object]:
+    """Response metadata of the recall step."""
+    meta: dict[str, object] = {
+        "memories": [{"id": h.id, "source_id": h.source_id, "score": round(h.score, 4)} for h in hits]
+    }
+    if error is not None:
+        meta["memory_error"] = error
+    return meta
 
 
 def _role(role: str) -> str:
@@ -63,9 +93,70 @@ def _role(role: str) -> str:
 class ChatPipeline:
     """Answers OpenAI chat requests with the configured engines."""
 
-    def __init__(self, reasoner: LLMEngine, settings: PipelineSettings | None = None) -> None:
+    def __init__(self, reasoner: LLMEngine, settings: PipelineSettings | None = None,
+                 memory: MemoryBackend | None = None) -> None:
         self.reasoner = reasoner
         self.settings = settings or PipelineSettings()
+        self.memory = memory
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def _recall(self, query: str, ctx: RequestContext) -> tuple[list[MemoryHit], str | None]:
+        """Top-k memories of the tenant for ``query``; a failing memory tier degrades to none.
+
+        Returns the hits and, when recall failed, the reason (reported in the response metadata
+        so the degradation is visible, never silent).
+        """
+        if self.memory is None or self.settings.memory_top_k == 0 or not query.strip():
+            return [], None
+        try:
+            async with asyncio.timeout(self.settings.memory_timeout_s):
+                hits = await self.memory.search(ctx.tenant, query, self.settings.memory_top_k,
+                                                threshold=self.settings.memory_threshold)
+        except Exception as exc:  # noqa: BLE001 - any memory failure must not fail the chat
+            log.warning("request %s: memory recall failed: %s", ctx.request_id, exc)
+            return [], f"{type(exc).__name__}: {exc}"
+        return hits, None
+
+    def _memory_message(self, hits: list[MemoryHit]) -> ChatMessage | None:
+        """Recalled memories as one system message, most relevant first, within a character budget."""
+        if not hits:
+            return None
+        lines, used = [], 0
+        for i, hit in enumerate(hits, 1):
+            when = time.strftime("%Y-%m-%d", time.gmtime(hit.created_at))
+            line = f"[{i}] ({hit.kind}, {hit.source_id}, {when}) {hit.text.strip()}"
+            if used + len(line) > self.settings.memory_prompt_chars:
+                break
+            lines.append(line)
+            used += len(line)
+        if not lines:
+            return None
+        return ChatMessage(role="system", content="Relevant memories (most relevant first; cite them by [n] when used):\n"
+                           + "\n".join(lines))
+
+    def _schedule_write_back(self, req: ChatCompletionRequest, ctx: RequestContext, answer: str) -> None:
+        """Store the exchange as a memory after the answer is sent (PII masked first)."""
+        if self.memory is None or not self.settings.write_back or not answer.strip():
+            return
+        question = _last_user_text(req)
+        session = (req.metadata or {}).get("session_id", "")
+        item = MemoryWrite(
+            text=mask_pii(f"user: {question}\nassistant: {answer}"),
+            kind="message",
+            source_id=f"chat:{ctx.user}:{ctx.request_id}",
+            metadata={"user": ctx.user, "session_id": session},
+        )
+        memory = self.memory
+
+        async def write() -> None:
+            try:
+                await memory.write(ctx.tenant, [item])
+            except Exception as exc:  # noqa: BLE001 - logged; the answer was already sent
+                log.warning("request %s: memory write-back failed: %s", ctx.request_id, exc)
+
+        task = asyncio.get_running_loop().create_task(write())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def models(self) -> list[str]:
         """Model names this pipeline answers to."""
@@ -99,8 +190,13 @@ class ChatPipeline:
             raise APIError(404, f"model: unknown model {req.model!r}; available: {', '.join(self.models())}",
                            param="model", code="model_not_found")
 
-    def _messages(self, req: ChatCompletionRequest) -> list[ChatMessage]:
+    def _messages(self, req: ChatCompletionRequest, hits: list[MemoryHit] | None = None) -> list[ChatMessage]:
+        # NOTE: the system prompt stays first and unchanged so engines reuse its prompt cache;
+        # recalled memories follow it as a second system message.
         msgs = [ChatMessage(role="system", content=self.settings.system_prompt)]
+        recalled = self._memory_message(hits or [])
+        if recalled is not None:
+            msgs.append(recalled)
         for m in req.messages:
             text = m.text()
             if m.images() and not text:
@@ -112,7 +208,8 @@ class ChatPipeline:
         """Answer a non-streaming request."""
         self._check_model(req)
         params = self._params(req)
-        messages = self._messages(req)
+        hits, recall_error = await self._recall(_last_user_text(req), ctx)
+        messages = self._messages(req, hits)
         try:
             async with asyncio.timeout(self.settings.engine_timeout_s):
                 result = await self.reasoner.chat(messages, params)
@@ -120,27 +217,33 @@ class ChatPipeline:
             raise TimeoutError(f"reasoner did not answer within {self.settings.engine_timeout_s:.0f} s") from exc
         TOKENS.labels("reasoner", "prompt").inc(result.prompt_tokens)
         TOKENS.labels("reasoner", "completion").inc(result.completion_tokens)
+        self._schedule_write_back(req, ctx, result.text)
         return ChatCompletionResponse(
             model=req.model,
             choices=[Choice(message=ResponseMessage(content=result.text), finish_reason=result.finish_reason)],
             usage=Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
                         total_tokens=result.prompt_tokens + result.completion_tokens),
-            recallserve={"request_id": ctx.request_id, "engine_model": result.model},
+            recallserve={"request_id": ctx.request_id, "engine_model": result.model,
+                         **_memory_meta(hits, recall_error)},
         )
 
     async def stream(self, req: ChatCompletionRequest, ctx: RequestContext) -> AsyncIterator[ChatCompletionChunk]:
         """Answer a streaming request chunk by chunk (validation happens before the first chunk)."""
         self._check_model(req)
         params = self._params(req)
-        messages = self._messages(req)
+        hits, recall_error = await self._recall(_last_user_text(req), ctx)
+        messages = self._messages(req, hits)
+        meta = {"request_id": ctx.request_id, **_memory_meta(hits, recall_error)}
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return self._stream(req, ctx, messages, params, include_usage)
+        return self._stream(req, ctx, messages, params, include_usage, meta)
 
     async def _stream(self, req: ChatCompletionRequest, ctx: RequestContext, messages: list[ChatMessage],
-                      params: GenerationParams, include_usage: bool) -> AsyncIterator[ChatCompletionChunk]:
+                      params: GenerationParams, include_usage: bool,
+                      meta: dict[str, object]) -> AsyncIterator[ChatCompletionChunk]:
         cid, created, start = new_completion_id(), int(time.time()), time.perf_counter()
         first = True
         prompt_tokens = completion_tokens = 0
+        answer: list[str] = []
         yield ChatCompletionChunk(id=cid, created=created, model=req.model,
                                   choices=[ChunkChoice(delta=DeltaMessage(role="assistant", content=""))])
         deadline = start + self.settings.engine_timeout_s
@@ -155,6 +258,7 @@ class ChatPipeline:
                 except TimeoutError as exc:
                     raise EngineError(f"reasoner stream exceeded {self.settings.engine_timeout_s:.0f} s") from exc
                 if delta.text:
+                    answer.append(delta.text)
                     if first:
                         TIME_TO_FIRST_TOKEN.observe(time.perf_counter() - start)
                         first = False
@@ -165,11 +269,12 @@ class ChatPipeline:
                     completion_tokens = delta.completion_tokens or 0
                     yield ChatCompletionChunk(id=cid, created=created, model=req.model,
                                               choices=[ChunkChoice(delta=DeltaMessage(), finish_reason=delta.finish_reason)],
-                                              recallserve={"request_id": ctx.request_id})
+                                              recallserve=meta)
         finally:
             await agen.aclose()
         TOKENS.labels("reasoner", "prompt").inc(prompt_tokens)
         TOKENS.labels("reasoner", "completion").inc(completion_tokens)
+        self._schedule_write_back(req, ctx, "".join(answer))
         if include_usage:
             yield ChatCompletionChunk(id=cid, created=created, model=req.model, choices=[],
                                       usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,

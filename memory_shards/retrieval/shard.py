@@ -1,0 +1,225 @@
+"""A memory shard with a lexical (BM25) index beside its vectors: one unit for both signals.
+
+:class:`HybridShard` wraps a :class:`~memory_shards.MemoryShard` and keeps a per-tenant
+:class:`~memory_shards.retrieval.lexical.LexicalIndex` over the same records, so one call
+(:meth:`HybridShard.hybrid_search`) returns the shard's dense top-k (the fused kernel path) and
+its lexical top-k, each hit with its similarity, time factor and kernel score. The lexical index
+is derived state: it is rebuilt from the shard's records when the shard opens (after WAL replay),
+so durability stays the shard's WAL and snapshots alone.
+
+Every method of ``MemoryShard`` that the coordinator's ``LocalShardClient`` calls is forwarded,
+so a ``HybridShard`` can stand wherever a ``MemoryShard`` does.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from kernels import ScoreParams
+
+from ..config import SearchFilters, SearchHit
+from ..records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord
+from ..shard import MemoryShard
+from ._shard_access import all_records, record_vectors
+from ._text import analyse
+from .fusion import combined_score, time_factor
+from .lexical import LexicalIndex
+
+__all__ = ["Feedback", "HybridShard", "ShardHybridResult", "lexical_text"]
+
+
+class Feedback(NamedTuple):
+    """Pseudo-relevance feedback of the lexical search (``docs=0`` turns it off)."""
+
+    docs: int = 0
+    """Top BM25 documents whose terms expand the query."""
+    terms: int = 0
+    """Expansion terms added."""
+    weight: float = 0.0
+    """Weight of each expansion term (the query's own terms weigh 1)."""
+
+
+def lexical_text(record: MemoryRecord) -> str:
+    """What BM25 indexes for a record: its embedding texts, topic path and string metadata values.
+
+    Metadata strings (a speaker, an order id, a date as written) are exact-match evidence that an
+    embedder reads poorly, so they are searchable words here but not part of the vectors.
+    """
+    texts = record.embedding_texts()
+    if record.topic_path:
+        texts.append(record.topic_path.replace("/", " "))
+    texts.extend(v for v in record.metadata.values() if isinstance(v, str))
+    return "\n".join(texts)
+
+
+@dataclass
+class ShardHybridResult:
+    """One shard's answer to a hybrid query (plain data, travels through Ray)."""
+
+    dense: list[SearchHit] = field(default_factory=list)
+    """Dense top-k by kernel score (cosine >= threshold), best first."""
+    lexical: list[tuple[SearchHit, float]] = field(default_factory=list)
+    """Lexical top-k as (hit, bm25), best BM25 first; the hit's similarity may be below threshold."""
+
+
+class HybridShard:
+    """A ``MemoryShard`` plus its per-tenant BM25 index.
+
+    Args:
+        shard: the opened shard (its WAL already replayed).
+        lexical: BM25 index to fill (default: a fresh ``LexicalIndex()``).
+    """
+
+    def __init__(self, shard: MemoryShard, lexical: LexicalIndex | None = None) -> None:
+        self.shard = shard
+        self.lexical = lexical or LexicalIndex()
+        self.lexical.add_many((r.tenant, r.id, lexical_text(r)) for r in all_records(shard))
+
+    # ---- forwarded MemoryShard API ------------------------------------------------------
+    @property
+    def shard_id(self) -> int:
+        """This shard's index."""
+        return self.shard.shard_id
+
+    def upsert(self, items: Sequence[EmbeddedRecord]) -> list[str]:
+        """Write through the shard (durable on return), then index the texts.
+
+        A record replaces the same tenant's record with the same source id inside the shard;
+        the replaced record is dropped from the lexical index too.
+        """
+        replaced: list[str] = []
+        for item in items:
+            rec = item.record
+            for old in self.shard.list_by_source(rec.tenant, rec.source_id):
+                if old.tenant == rec.tenant and old.id != rec.id:
+                    replaced.append(old.id)
+        ids = self.shard.upsert(items)
+        for record_id in replaced:
+            self.lexical.remove(record_id)
+        self.lexical.add_many((it.record.tenant, it.record.id, lexical_text(it.record)) for it in items)
+        return ids
+
+    def delete(self, tenant: str, ids: Sequence[str]) -> list[str]:
+        """Delete ``tenant``'s records among ``ids`` from both indexes."""
+        deleted = self.shard.delete(tenant, ids)
+        for record_id in deleted:
+            self.lexical.remove(record_id)
+        return deleted
+
+    def get(self, tenant: str, record_id: str) -> MemoryRecord | None:
+        return self.shard.get(tenant, record_id)
+
+    def list_by_source(self, tenant: str, source_id: str) -> list[MemoryRecord]:
+        return self.shard.list_by_source(tenant, source_id)
+
+    def search(self, *args: Any, **kwargs: Any) -> list[list[SearchHit]]:
+        """Dense search only (``MemoryShard.search``)."""
+        return self.shard.search(*args, **kwargs)
+
+    def touch(self, ids: Sequence[str], at: float | Sequence[float] | None = None) -> None:
+        self.shard.touch(ids, at)
+
+    def flush(self) -> None:
+        self.shard.flush()
+
+    def snapshot(self) -> None:
+        self.shard.snapshot()
+
+    def close(self) -> None:
+        self.shard.close()
+
+    def stats(self) -> dict[str, Any]:
+        """The shard's stats plus the lexical index size."""
+        out = self.shard.stats()
+        out["lexical_docs"] = len(self.lexical)
+        return out
+
+    # ---- hybrid search ------------------------------------------------------------------
+    def hybrid_search(
+        self,
+        query_vector: np.ndarray,
+        lexical_query: str,
+        tenant: str,
+        dense_k: int,
+        lexical_k: int,
+        params: ScoreParams,
+        filters: SearchFilters | None,
+        now: float | None = None,
+        feedback: Feedback = Feedback(),
+    ) -> ShardHybridResult:
+        """Dense top-``dense_k`` and lexical top-``lexical_k`` for one query of ``tenant``.
+
+        Lexical candidates obey the same visibility as the kernel (the tenant's own records and
+        shared ones, not expired, passing ``filters``) but not the cosine threshold: the caller
+        decides what a lexical-only hit needs. Nothing is touched: the caller renews the last
+        access of the records it finally returns.
+
+        Args:
+            query_vector: [D] unit-norm float32.
+            lexical_query: text for BM25 (possibly rewritten).
+            tenant: caller's tenant.
+            dense_k: dense candidates (0 skips the dense list).
+            lexical_k: lexical candidates (0 skips the lexical list).
+            params: decay and threshold.
+            filters: masks shared by both lists.
+            now: epoch seconds (default now).
+            feedback: pseudo-relevance feedback of the lexical list (off by default).
+        """
+        now = time.time() if now is None else float(now)
+        q = np.asarray(query_vector, dtype=np.float32).reshape(-1)
+        out = ShardHybridResult()
+        if dense_k > 0:
+            out.dense = self.shard.search(q[None, :], tenant, dense_k, params, filters, now, touch=False)[0]
+        if lexical_k > 0 and lexical_query.strip():
+            out.lexical = self._lexical(q, lexical_query, tenant, lexical_k, params, filters, now, Feedback(*feedback))
+        return out
+
+    def _lexical(self, q, text, tenant, n, params, filters, now, feedback: Feedback) -> list[tuple[SearchHit, float]]:
+        records: dict[str, MemoryRecord] = {}
+
+        def accept(record_id: str) -> bool:
+            rec = self.shard.get(tenant, record_id)
+            if rec is None or (rec.expires_at is not None and rec.expires_at <= now):
+                return False
+            if filters is not None and not filters.matches(rec):
+                return False
+            records[record_id] = rec
+            return True
+
+        def both(query) -> list[tuple[str, float]]:
+            found = self.lexical.search(tenant, query, n, accept)
+            if tenant != SHARED_TENANT_NAME:
+                found += self.lexical.search(SHARED_TENANT_NAME, query, n, accept)
+                # NOTE: merging two collections by raw BM25 mixes two idf statistics; shared
+                # collections are small side sets, so this only reorders their few hits.
+                found = sorted(found, key=lambda x: -x[1])[:n]
+            return found
+
+        found = both(text)
+        if feedback.docs > 0 and feedback.terms > 0 and found:
+            own = analyse(text)
+            extra = self.lexical.expansion_terms(tenant, [r for r, _ in found[: feedback.docs]], feedback.terms, own)
+            if extra:
+                found = both({**dict.fromkeys(extra, feedback.weight), **dict.fromkeys(own, 1.0)})
+        out = []
+        for record_id, bm25 in found:
+            rec = records[record_id]
+            vecs = record_vectors(self.shard, record_id)
+            if vecs is None:  # deleted between the BM25 pass and now
+                continue
+            sims = vecs @ q
+            part = int(np.argmax(sims))
+            sim = float(np.clip(sims[part], -1.0, 1.0))
+            f = time_factor(params, rec.last_access_at or rec.created_at, now)
+            score = combined_score(params, sim, f)
+            if not math.isfinite(score):
+                continue
+            out.append((SearchHit(record=rec, score=score, similarity=sim, time_factor=f, part_index=part,
+                                  shard=self.shard_id), bm25))
+        return out

@@ -1,0 +1,451 @@
+"""One memory shard: rows + columns, fused exact scan or IVF candidates, WAL and snapshots.
+
+Search scores every visible row with ``kernels.fused_topk``::
+
+    visible(q, r) = valid[r] & filters[r] & (tenant[r] in {tenant(q), 0}) & expires[r] > now
+                    & cos(q, r) >= threshold
+    score(q, r)   = cos(q, r) * t(r)                       (combine="product")
+                  | w * cos(q, r) + (1 - w) * t(r)         (combine="weighted")
+    t(r)          = 1 / (1 + lambda * days(r))  |  0.5 ** (days(r) / half_life)  |  1
+    days(r)       = max(0, now - last_access[r]) / 86400
+
+then keeps the best row per source id and the top k. Up to ``exact_max_rows`` live rows the scan
+is exact; above, an IVF index proposes candidates and the same kernel re-scores them.
+
+Durability: each acknowledged write batch is in the fsync'ed WAL before ``upsert``/``delete``
+return; snapshots bound replay time. Last-access renewals from searches are batched (every
+``touch_every_hits`` hits or ``touch_every_seconds``, or on :meth:`MemoryShard.flush`).
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._ivf import IvfCandidates
+from ._scan import fused_scan
+from ._snapshot import load_latest_snapshot, write_snapshot
+from ._table import RowTable
+from ._wal import WriteAheadLog
+from kernels import ScoreParams
+
+from .config import SearchFilters, SearchHit, ShardConfig
+from .records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, kind_code, source_key, tenant_key
+
+__all__ = ["MemoryShard"]
+
+def _b64(vectors: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(vectors, dtype="<f4").tobytes()).decode("ascii")
+
+
+def _unb64(text: str, rows: int, dim: int) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(text), dtype="<f4").reshape(rows, dim).astype(np.float32)
+
+
+class MemoryShard:
+    """A single shard, usable in-process or wrapped by a Ray actor/deployment.
+
+    Args:
+        config: see :class:`ShardConfig`; ``data_dir=None`` keeps it in memory (no WAL).
+
+    Example:
+        >>> shard = MemoryShard(ShardConfig(model_id="m", dim=4))
+        >>> rec = MemoryRecord(tenant="t1", source_id="s1", text="hello")
+        >>> ids = shard.upsert([EmbeddedRecord(rec, np.array([[1.0, 0, 0, 0]]))])
+        >>> ids == [rec.id]
+        True
+    """
+
+    def __init__(self, config: ShardConfig) -> None:
+        self.config = config
+        self._lock = threading.RLock()
+        self._ivf: IvfCandidates | None = None
+        self._pending_touch: dict[str, float] = {}
+        self._pending_since = 0.0
+        self._ops_since_snapshot = 0
+        self._wal: WriteAheadLog | None = None
+        self._lock_fd: int | None = None
+        self._seq = 0
+        if config.data_dir is None:
+            self._table = RowTable(config.dim)
+            return
+        data_dir = Path(config.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(data_dir / "LOCK", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise RuntimeError(f"data_dir: {data_dir} is already open by another shard process") from None
+        try:
+            self._table, self._seq = load_latest_snapshot(data_dir, config.dim, config.model_id)
+            self._wal = WriteAheadLog(data_dir, fsync=config.fsync)
+            for entry in self._wal.replay(after_seq=self._seq):
+                self._apply_entry(entry)
+                self._seq = entry["seq"]
+                self._ops_since_snapshot += 1
+            self._wal.ensure_open(self._seq + 1)
+        except BaseException:
+            # NOTE: release the folder lock so a fixed config can reopen it in this process.
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise
+
+    # ---- properties ---------------------------------------------------------------------
+    @property
+    def shard_id(self) -> int:
+        """This shard's index."""
+        return self.config.shard_id
+
+    def stats(self) -> dict[str, Any]:
+        """Row/record counts, WAL sequence and index kind."""
+        with self._lock:
+            t = self._table
+            return {
+                "shard": self.shard_id,
+                "records": len(t.by_id),
+                "rows": t.n,
+                "live_rows": t.live_rows,
+                "seq": self._seq,
+                "index": "ivf" if self._use_ivf(None) else "exact",
+                "pending_touches": len(self._pending_touch),
+            }
+
+    # ---- writes -------------------------------------------------------------------------
+    def upsert(self, items: Sequence[EmbeddedRecord]) -> list[str]:
+        """Insert or replace records; durable when this returns.
+
+        A record replaces the stored one with the same id, and the same tenant's record with the
+        same ``source_id``. Its ``embedding_model`` is set to the shard's model when empty.
+
+        Raises:
+            ValueError: wrong dim or model, or an id owned by another tenant (names the field).
+        """
+        cfg = self.config
+        checked: list[tuple[MemoryRecord, np.ndarray]] = []
+        for i, item in enumerate(items):
+            if not isinstance(item, EmbeddedRecord):
+                raise TypeError(f"items[{i}]: expected EmbeddedRecord, got {type(item).__name__}")
+            rec, vec = item.record, item.vectors
+            if vec.shape[1] != cfg.dim:
+                raise ValueError(f"items[{i}].vectors: dim {vec.shape[1]} != shard dim {cfg.dim}")
+            if rec.embedding_model and rec.embedding_model != cfg.model_id:
+                raise ValueError(f"items[{i}].record.embedding_model: {rec.embedding_model!r} != shard model {cfg.model_id!r}")
+            if not rec.embedding_model:
+                rec = rec.model_copy(update={"embedding_model": cfg.model_id})
+            checked.append((rec, vec))
+        with self._lock:
+            owners: dict[str, str] = {}
+            for i, (rec, _) in enumerate(checked):
+                old = self._table.get(rec.id)
+                owner = owners.setdefault(rec.id, old.tenant if old is not None else rec.tenant)
+                if owner != rec.tenant:
+                    raise ValueError(f"items[{i}].record.id: {rec.id!r} belongs to another tenant")
+            entries = [
+                {"seq": self._seq + 1 + i, "op": "upsert", "record": rec.model_dump(mode="json"), "rows": vec.shape[0], "vectors": _b64(vec)}
+                for i, (rec, vec) in enumerate(checked)
+            ]
+            self._log(entries)
+            for rec, vec in checked:
+                self._apply_upsert(rec, vec)
+            self._after_write(len(entries))
+        return [rec.id for rec, _ in checked]
+
+    def delete(self, tenant: str, ids: Sequence[str]) -> list[str]:
+        """Delete the given records that ``tenant`` owns; returns the ids actually deleted."""
+        with self._lock:
+            owned = [i for i in dict.fromkeys(ids) if (r := self._table.get(i)) is not None and r.tenant == tenant]
+            if owned:
+                self._log([{"seq": self._seq + 1, "op": "delete", "ids": owned}])
+                self._apply_delete(owned)
+                self._after_write(1)
+            return owned
+
+    def touch(self, ids: Sequence[str], at: float | Sequence[float] | None = None) -> None:
+        """Queue last-access renewals (applied in batches, see the module docstring).
+
+        Args:
+            ids: record ids that were recalled.
+            at: one epoch time for all ids, one per id, or None for now.
+        """
+        ids = list(ids)
+        if at is None or isinstance(at, (int, float)):
+            times = [time.time() if at is None else float(at)] * len(ids)
+        else:
+            times = [float(x) for x in at]
+            if len(times) != len(ids):
+                raise ValueError(f"at: {len(times)} times for {len(ids)} ids")
+        with self._lock:
+            if not self._pending_touch:
+                self._pending_since = time.monotonic()
+            for record_id, when in zip(ids, times):
+                if when > self._pending_touch.get(record_id, -1.0):
+                    self._pending_touch[record_id] = when
+            self._maybe_apply_touches()
+
+    def flush(self) -> None:
+        """Apply pending last-access renewals now (durable)."""
+        with self._lock:
+            self._apply_touches()
+
+    def snapshot(self) -> None:
+        """Write a snapshot (compacting dead rows) and drop the WAL it covers."""
+        with self._lock:
+            self._apply_touches()
+            if self._wal is None:
+                if self._table.dead_rows / max(self._table.n, 1) >= self.config.compact_dead_ratio:
+                    self._table = self._table.compacted()
+                    self._ivf = None
+                return
+            if self._table.dead_rows / max(self._table.n, 1) >= self.config.compact_dead_ratio:
+                self._table = self._table.compacted()
+                self._ivf = None
+            write_snapshot(Path(self.config.data_dir), self._table, self._seq, self.config.model_id)
+            self._wal.open_segment(self._seq + 1)
+            self._wal.drop_through(self._seq)
+            self._ops_since_snapshot = 0
+
+    def close(self) -> None:
+        """Apply pending renewals, close the WAL and release the data folder."""
+        with self._lock:
+            self._apply_touches()
+            if self._wal is not None:
+                self._wal.close()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    # ---- reads --------------------------------------------------------------------------
+    def get(self, tenant: str, record_id: str) -> MemoryRecord | None:
+        """The record if ``tenant`` may see it (its own or shared), else None."""
+        with self._lock:
+            rec = self._table.get(record_id)
+            return rec if rec is not None and rec.tenant in (tenant, SHARED_TENANT_NAME) else None
+
+    def list_by_source(self, tenant: str, source_id: str) -> list[MemoryRecord]:
+        """Records with this source id that ``tenant`` may see."""
+        with self._lock:
+            ids = self._table.by_source.get(source_key(source_id), set())
+            recs = [self._table.get(i) for i in ids]
+            return sorted(
+                (r for r in recs if r is not None and r.source_id == source_id and r.tenant in (tenant, SHARED_TENANT_NAME)),
+                key=lambda r: (r.created_at, r.id),
+            )
+
+    def records(self) -> list[MemoryRecord]:
+        """Every live record of the shard (all tenants), in row order (for derived indexes)."""
+        with self._lock:
+            return self._table.records()
+
+    def vectors(self, record_id: str) -> np.ndarray | None:
+        """A copy of the record's vector rows ``[rows, dim]`` (one per embedding text), or None."""
+        with self._lock:
+            t = self._table
+            slot_index = t.by_id.get(record_id)
+            if slot_index is None:
+                return None
+            slot = t.slots[slot_index]
+            return None if slot is None else t.vectors[slot.start : slot.start + slot.count].copy()
+
+    def list_records(self, tenant: str, filters: SearchFilters | None = None, include_shared: bool = True) -> list[MemoryRecord]:
+        """Every record ``tenant`` may see (its own, plus shared ones), in storage order.
+
+        For lexical indexes (BM25) and exports; filters apply as in :meth:`search`.
+        """
+        allowed = (tenant, SHARED_TENANT_NAME) if include_shared else (tenant,)
+        with self._lock:
+            return [
+                r for r in self._table.records()
+                if r.tenant in allowed and (filters is None or filters.matches(r))
+            ]
+
+    def search(
+        self,
+        queries: np.ndarray,
+        tenant: str | Sequence[str],
+        k: int = 20,
+        params: ScoreParams | None = None,
+        filters: SearchFilters | None = None,
+        now: float | None = None,
+        touch: bool = True,
+        exact: bool | None = None,
+    ) -> list[list[SearchHit]]:
+        """Top-k records per query (see the module docstring for the score).
+
+        Args:
+            queries: [Q, D] or [D] unit-norm float32 query vectors.
+            tenant: the tenant of all queries, or one per query.
+            k: results per query (1..4096).
+            params: decay/threshold parameters (defaults of :class:`ScoreParams`).
+            filters: extra masks (kind, topic prefix, metadata, creation time).
+            now: epoch seconds for expiry and decay (default: time.time()).
+            touch: queue last-access renewal of the returned records.
+            exact: force the exact scan (True) or IVF (False); None picks by size.
+
+        Returns:
+            One list of :class:`SearchHit` per query, best first.
+        """
+        q, qt, now = self._check_query(queries, tenant, k, now)
+        params = params or ScoreParams()
+        with self._lock:
+            rows, res = self._search_rows(q, qt, k, params, filters, now, exact)
+            out: list[list[SearchHit]] = []
+            touched: list[str] = []
+            scores, idx, sims, tfs = (res.scores.numpy(), res.indices.numpy(), res.similarity.numpy(), res.time_factor.numpy())
+            for qi in range(q.shape[0]):
+                hits = []
+                for j in range(idx.shape[1]):
+                    if idx[qi, j] < 0:
+                        break
+                    row = int(rows[idx[qi, j]]) if rows is not None else int(idx[qi, j])
+                    rec, part = self._table.record_at_row(row)
+                    hits.append(SearchHit(record=rec, score=float(scores[qi, j]), similarity=float(sims[qi, j]),
+                                          time_factor=float(tfs[qi, j]), part_index=part, shard=self.shard_id))
+                    touched.append(rec.id)
+                out.append(hits)
+            if touch and touched:
+                self.touch(touched, now)
+            return out
+
+    # ---- internals ----------------------------------------------------------------------
+    def _check_query(self, queries: np.ndarray, tenant: str | Sequence[str], k: int, now: float | None):
+        q = np.asarray(queries, dtype=np.float32)
+        if q.ndim == 1:
+            q = q[None, :]
+        if q.ndim != 2 or q.shape[1] != self.config.dim:
+            raise ValueError(f"queries: expected [Q, {self.config.dim}], got shape {q.shape}")
+        if not np.all(np.isfinite(q)):
+            raise ValueError("queries: contain non-finite values")
+        # NOTE: 4096 bounds the [Q, k] result; the service caps k far lower.
+        if not 1 <= k <= 4096:
+            raise ValueError(f"k: must be in 1..4096, got {k}")
+        tenants = [tenant] * q.shape[0] if isinstance(tenant, str) else list(tenant)
+        if len(tenants) != q.shape[0]:
+            raise ValueError(f"tenant: {len(tenants)} tenants for {q.shape[0]} queries")
+        qt = np.array([tenant_key(t) for t in tenants], dtype=np.int64)
+        return np.ascontiguousarray(q), qt, time.time() if now is None else float(now)
+
+    def _use_ivf(self, exact: bool | None) -> bool:
+        if exact is not None:
+            return not exact
+        return self._table.live_rows > self.config.exact_max_rows
+
+    def _filter_mask(self, filters: SearchFilters | None, qt: np.ndarray) -> np.ndarray:
+        t = self._table
+        valid = t.col("valid").copy()
+        if filters is None:
+            return valid
+        if filters.kinds is not None:
+            valid &= np.isin(t.col("kind"), np.array([kind_code(x) for x in filters.kinds], dtype=np.int8))
+        if filters.created_after is not None:
+            valid &= t.col("created") >= filters.created_after
+        if filters.created_before is not None:
+            valid &= t.col("created") < filters.created_before
+        if filters.needs_record_check:
+            # NOTE: record-level checks run in Python only over rows the queries' tenants can see.
+            visible = valid & np.isin(t.col("tenant"), np.append(np.unique(qt), 0))
+            slots = t.col("slot")
+            verdict: dict[int, bool] = {}
+            for row in np.flatnonzero(visible):
+                slot = int(slots[row])
+                if slot not in verdict:
+                    verdict[slot] = filters.matches(t.slots[slot].record)  # type: ignore[union-attr]
+                valid[row] = verdict[slot]
+        return valid
+
+    def _search_rows(self, q, qt, k, params, filters, now, exact):
+        t = self._table
+        n = t.n
+        valid = self._filter_mask(filters, qt)
+        rows = None
+        if self._use_ivf(exact) and n > 0:
+            if self._ivf is None or not self._ivf.ready:
+                self._ivf = IvfCandidates(t.dim, self.config.ivf_nlist, self.config.ivf_nprobe)
+                self._ivf.build(t.vectors[:n], t.col("valid"), self.config.ivf_train_sample)
+            self._ivf.add(t.vectors[:n], self._ivf.ntotal)
+            live = valid & (t.col("expires") > now)
+            tenant_col = t.col("tenant")
+            per_query = max(self.config.ivf_candidates, k)
+            parts = []
+            for key in np.unique(qt):
+                sel = qt == key
+                visible = live & ((tenant_col == key) | (tenant_col == 0))
+                parts.append(self._ivf.candidates(q[sel], visible, per_query))
+            rows = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+        res = fused_scan(
+            q, qt, t.vectors[:n], t.col("tenant"), t.col("source"), t.col("last_access"), t.col("expires"),
+            valid, now, k, params, backend=self.config.backend, rows=rows,
+        )
+        return rows, res
+
+    def _log(self, entries: list[dict[str, Any]]) -> None:
+        if self._wal is not None:
+            self._wal.append(entries)
+        self._seq += len(entries)
+
+    def _after_write(self, n_entries: int) -> None:
+        self._ops_since_snapshot += n_entries
+        t = self._table
+        # NOTE: 1024 dead rows minimum so a tiny shard is not rewritten on every delete.
+        too_dead = t.dead_rows >= 1024 and t.dead_rows / max(t.n, 1) >= self.config.compact_dead_ratio
+        if too_dead or (self._wal is not None and self._ops_since_snapshot >= self.config.snapshot_every_ops):
+            self.snapshot()
+
+    def _apply_upsert(self, rec: MemoryRecord, vectors: np.ndarray) -> None:
+        t = self._table
+        if rec.id in t.by_id:
+            t.remove(rec.id)
+        other = t.by_tenant_source.get((rec.tenant_key, rec.source_key))
+        if other is not None:
+            t.remove(other)
+        t.add(rec, vectors)
+
+    def _apply_delete(self, ids: Sequence[str]) -> None:
+        for record_id in ids:
+            self._table.remove(record_id)
+            self._pending_touch.pop(record_id, None)
+
+    def _apply_touch_items(self, items: Sequence[Sequence[Any]]) -> None:
+        for record_id, at in items:
+            self._table.touch(record_id, float(at))
+
+    def _apply_entry(self, entry: dict[str, Any]) -> None:
+        op = entry.get("op")
+        if op == "upsert":
+            rec = MemoryRecord.model_validate(entry["record"])
+            if rec.embedding_model != self.config.model_id:
+                raise ValueError(
+                    f"model_id: WAL entry seq {entry['seq']} holds vectors of {rec.embedding_model!r}, shard expects {self.config.model_id!r}"
+                )
+            self._apply_upsert(rec, _unb64(entry["vectors"], entry["rows"], self.config.dim))
+        elif op == "delete":
+            self._apply_delete(entry["ids"])
+        elif op == "touch":
+            self._apply_touch_items(entry["items"])
+        else:
+            raise ValueError(f"WAL entry seq {entry.get('seq')}: unknown op {op!r}")
+
+    def _maybe_apply_touches(self) -> None:
+        cfg = self.config
+        if len(self._pending_touch) >= cfg.touch_every_hits or (
+            self._pending_touch and time.monotonic() - self._pending_since >= cfg.touch_every_seconds
+        ):
+            self._apply_touches()
+
+    def _apply_touches(self) -> None:
+        if not self._pending_touch:
+            return
+        items = [[i, at] for i, at in self._pending_touch.items() if i in self._table.by_id]
+        self._pending_touch = {}
+        if items:
+            self._log([{"seq": self._seq + 1, "op": "touch", "items": items}])
+            self._apply_touch_items(items)
+            self._after_write(1)

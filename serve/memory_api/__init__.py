@@ -1,0 +1,37 @@
+"""The memory API (``/v1/memories``): schemas, service logic and the FastAPI router factory.
+
+The ingress builds it with ``build_router(MemoryService(coordinator, embed, ...), get_tenant)``;
+the same :class:`MemoryService` is the chat pipeline's :class:`~serve.memory.MemoryBackend`.
+"""
+
+from serve.memory_api.router import build_router
+from serve.memory_api.schemas import (
+    MAX_BATCH,
+    MAX_K,
+    AddMemoriesRequest,
+    AddMemoriesResponse,
+    DecayIn,
+    FiltersIn,
+    MemoryIn,
+    MemoryOut,
+    SearchRequest,
+    SearchResponse,
+    SearchResult,
+)
+from serve.memory_api.service import MemoryService
+
+__all__ = [
+    "MAX_BATCH",
+    "MAX_K",
+    "AddMemoriesRequest",
+    "AddMemoriesResponse",
+    "DecayIn",
+    "FiltersIn",
+    "MemoryIn",
+    "MemoryOut",
+    "MemoryService",
+    "SearchRequest",
+    "SearchResponse",
+    "SearchResult",
+    "build_router",
+]

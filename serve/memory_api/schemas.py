@@ -1,0 +1,202 @@
+"""Request and response bodies of the memory API (``/v1/memories``).
+
+Times are accepted as ISO 8601 strings or epoch seconds and returned as epoch seconds. Every
+limit is a bound in the type, so a bad value becomes a 400 whose ``param`` names the field
+(``memories.3.text``, ``k``, ``filters.created_after``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from memory_shards.records import MAX_METADATA_KEYS, MAX_PARTS, MAX_TEXT_CHARS, MemoryKind, MemoryPart, Scalar
+from serve._base import StrictModel
+
+__all__ = [
+    "MAX_BATCH",
+    "MAX_K",
+    "MemoryIn",
+    "AddMemoriesRequest",
+    "AddMemoriesResponse",
+    "DecayIn",
+    "FiltersIn",
+    "SearchRequest",
+    "SearchResult",
+    "SearchResponse",
+    "MemoryOut",
+    "MemoryList",
+    "DeleteResponse",
+    "to_epoch",
+]
+
+MAX_BATCH = 256
+"""NOTE: one add request embeds at most this many memories (about 1-2 s of MiniLM on one core)."""
+MAX_QUERY_CHARS = 8192
+"""NOTE: a query longer than this is a document, not a question (MiniLM reads 256 tokens)."""
+MAX_K = 200
+"""NOTE: the most results one search returns; recall beyond 200 is a bulk export, not a search."""
+
+
+def to_epoch(value: datetime | None) -> float | None:
+    """A datetime (naive = UTC) as epoch seconds."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.timestamp()
+
+
+class MemoryIn(StrictModel):
+    """One memory to add (the tenant comes from the API key, never from the body)."""
+
+    text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS, description="Main text (embedded and indexed).")
+    kind: MemoryKind = Field(default="text", description="text, image, table, tool_result, experience or message.")
+    source_id: str | None = Field(default=None, min_length=1, max_length=256,
+                                  description="Dedup key: a newer memory with the same source id replaces the older. Default: a fresh id.")
+    metadata: dict[str, Scalar] = Field(default_factory=dict, max_length=MAX_METADATA_KEYS, description="Flat metadata (string -> scalar).")
+    topic: str = Field(default="", max_length=512, description="Slash-separated topic path, e.g. 'billing/refunds'.")
+    image_description: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT_CHARS, description="Description of an attached image.")
+    ocr_text: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT_CHARS, description="OCR text of an attached image.")
+    image_hash: str | None = Field(default=None, max_length=128, description="Content hash of the attached image.")
+    parts: list[MemoryPart] = Field(default_factory=list, max_length=MAX_PARTS, description="Further parts recalled with this memory.")
+    created_at: datetime | None = Field(default=None, description="Creation time (ISO 8601 or epoch seconds); default now.")
+    expires_at: datetime | None = Field(default=None, description="Hard expiry (ISO 8601 or epoch seconds); default never.")
+    retention_weight: float = Field(default=1.0, ge=0, le=10, description="Importance weight for retention policies.")
+    error_tags: list[str] = Field(default_factory=list, max_length=32, description="Error tags (experience memory).")
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must contain non-whitespace text")
+        return value
+
+    @model_validator(mode="after")
+    def _times(self) -> MemoryIn:
+        created, expires = to_epoch(self.created_at), to_epoch(self.expires_at)
+        if created is not None and created < 0:
+            raise ValueError("created_at: must not be before 1970")
+        if expires is not None and created is not None and expires < created:
+            raise ValueError("expires_at: must be after created_at")
+        return self
+
+
+class AddMemoriesRequest(StrictModel):
+    """``POST /v1/memories``: a batch of memories."""
+
+    memories: list[MemoryIn] = Field(min_length=1, max_length=MAX_BATCH, description=f"1 to {MAX_BATCH} memories.")
+
+
+class AddMemoriesResponse(StrictModel):
+    """Ids of the stored memories, in request order (all durable when this is sent)."""
+
+    object: Literal["list"] = Field(default="list", description="Always 'list'.")
+    ids: list[str] = Field(description="Memory ids, in request order.")
+
+
+class DecayIn(StrictModel):
+    """Time decay of the score (defaults: 1 / (1 + 0.1 x days since last use), product)."""
+
+    decay: Literal["none", "hyperbolic", "exponential"] = Field(default="hyperbolic", description="Decay law.")
+    decay_lambda: float = Field(default=0.1, ge=0, le=100, description="lambda of 1 / (1 + lambda x days).")
+    half_life_days: float = Field(default=30.0, gt=0, le=1e6, description="Half-life of the exponential decay, days.")
+    combine: Literal["product", "weighted"] = Field(default="product", description="cos x time, or w x cos + (1 - w) x time.")
+    similarity_weight: float = Field(default=0.7, ge=0, le=1, description="w of the weighted combination.")
+
+
+class FiltersIn(StrictModel):
+    """Conditions every result must meet."""
+
+    kinds: list[MemoryKind] | None = Field(default=None, min_length=1, description="Keep only these kinds.")
+    topic_prefix: str | None = Field(default=None, min_length=1, max_length=512, description="Keep topics starting with this.")
+    metadata: dict[str, Scalar] | None = Field(default=None, max_length=MAX_METADATA_KEYS, description="Metadata equality.")
+    created_after: datetime | None = Field(default=None, description="Created at or after (ISO 8601 or epoch seconds).")
+    created_before: datetime | None = Field(default=None, description="Created before (ISO 8601 or epoch seconds).")
+
+    @model_validator(mode="after")
+    def _range(self) -> FiltersIn:
+        a, b = to_epoch(self.created_after), to_epoch(self.created_before)
+        if a is not None and a < 0:
+            raise ValueError("created_after: must not be before 1970")
+        if a is not None and b is not None and b <= a:
+            raise ValueError("created_before: must be after created_after")
+        return self
+
+
+class SearchRequest(StrictModel):
+    """``POST /v1/memories/search``."""
+
+    # NOTE: bounds checked in the service (``check_query``), not here: the app's error handler
+    # strips a path element named "query" (it reads it as the query-string location), so a
+    # validation error on this field would lose its name.
+    query: str = Field(description="What to recall (1-8192 characters, not blank).")
+    k: int | None = Field(default=None, ge=1, le=MAX_K, description=f"Results (1-{MAX_K}); default: the configured top_k.")
+    threshold: float | None = Field(default=None, ge=-1, le=1, description="Minimum cosine; default: the configured threshold.")
+    filters: FiltersIn | None = Field(default=None, description="Kind, topic prefix, metadata equality, time range.")
+    decay: DecayIn | None = Field(default=None, description="Time decay parameters.")
+    hybrid: bool = Field(default=True, description="Fuse BM25 with the dense ranking (False = dense only).")
+
+    def check_query(self) -> None:
+        """Raise a 400 naming ``query`` when it is blank or longer than 8192 characters."""
+        from serve.api.errors import APIError
+
+        if not self.query.strip():
+            raise APIError(400, "query: must contain non-whitespace text", param="query")
+        if len(self.query) > MAX_QUERY_CHARS:
+            raise APIError(400, f"query: at most {MAX_QUERY_CHARS} characters, got {len(self.query)}", param="query")
+
+
+class MemoryOut(StrictModel):
+    """A stored memory."""
+
+    object: Literal["memory"] = Field(default="memory", description="Always 'memory'.")
+    id: str = Field(description="Memory id.")
+    source_id: str = Field(description="Dedup key.")
+    kind: str = Field(description="Kind.")
+    text: str = Field(description="Main text.")
+    image_description: str | None = Field(default=None, description="Image description.")
+    ocr_text: str | None = Field(default=None, description="OCR text.")
+    parts: list[MemoryPart] = Field(default_factory=list, description="Further parts.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Metadata.")
+    topic: str = Field(default="", description="Topic path.")
+    shared: bool = Field(description="True for a memory of the shared collection.")
+    created_at: float = Field(description="Creation time, epoch seconds.")
+    last_access_at: float | None = Field(default=None, description="Last recall, epoch seconds.")
+    expires_at: float | None = Field(default=None, description="Expiry, epoch seconds.")
+
+
+class SearchResult(MemoryOut):
+    """A ranked memory with every part of its score."""
+
+    score: float = Field(description="Fused score (reciprocal rank fusion of the dense and BM25 ranks).")
+    similarity: float = Field(description="Cosine similarity of the best-matching part.")
+    time_factor: float = Field(description="Time decay factor in (0, 1].")
+    dense_score: float = Field(description="Kernel score: similarity x time factor (or the weighted mix).")
+    dense_rank: int | None = Field(default=None, description="Rank in the dense list (1-based).")
+    lexical_score: float | None = Field(default=None, description="BM25 score.")
+    lexical_rank: int | None = Field(default=None, description="Rank in the BM25 list (1-based).")
+
+
+class SearchResponse(StrictModel):
+    """Ranked results, best first."""
+
+    object: Literal["list"] = Field(default="list", description="Always 'list'.")
+    data: list[SearchResult] = Field(description="Results.")
+
+
+class MemoryList(StrictModel):
+    """Memories of one source id."""
+
+    object: Literal["list"] = Field(default="list", description="Always 'list'.")
+    data: list[MemoryOut] = Field(description="Memories, oldest first.")
+
+
+class DeleteResponse(StrictModel):
+    """Deletion acknowledgement (durable when sent)."""
+
+    object: Literal["memory.deleted"] = Field(default="memory.deleted", description="Always 'memory.deleted'.")
+    id: str = Field(description="The deleted id.")
+    deleted: bool = Field(description="Always true (an unknown id is a 404).")

@@ -1,0 +1,196 @@
+"""The memory API's logic, and the chat pipeline's :class:`~serve.memory.MemoryBackend`.
+
+:class:`MemoryService` sits on a :class:`~memory_shards.MemoryCoordinator` whose shards are
+hybrid (dense + BM25) and an async embedder: in-process (tests, ``recallserve eval locomo``) both
+are local objects; on the cluster they are Ray Serve handles (``deployments/memory.py``). The
+tenant is always an argument from the caller's API key; no request field can name another one.
+
+Isolation rules (enforced by the shards, checked again here):
+  * search, get and list see the tenant's own memories plus the shared collection;
+  * delete removes only the tenant's own memories (a shared one is a 403, another tenant's a 404,
+    the same answer as an id that never existed, so ids of other tenants leak nothing).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from kernels import ScoreParams
+from memory_shards.config import SearchFilters
+from memory_shards.coordinator import MemoryCoordinator
+from memory_shards.records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, new_record_id
+from memory_shards.retrieval import AsyncEmbed, HybridHit, HybridRetriever, QueryRewriter, RetrievalParams
+from serve.api.errors import APIError
+from serve.memory import MemoryHit, MemoryWrite
+from serve.memory_api.schemas import MAX_BATCH, MAX_K, FiltersIn, MemoryIn, MemoryOut, SearchRequest, SearchResult, to_epoch
+
+__all__ = ["MemoryService", "record_out", "hit_out"]
+
+
+def record_out(rec: MemoryRecord) -> MemoryOut:
+    """API view of a stored record."""
+    return MemoryOut(**_record_fields(rec))
+
+
+def _record_fields(rec: MemoryRecord) -> dict:
+    return {
+        "id": rec.id, "source_id": rec.source_id, "kind": rec.kind, "text": rec.text,
+        "image_description": rec.image_description, "ocr_text": rec.ocr_text, "parts": rec.parts,
+        "metadata": dict(rec.metadata), "topic": rec.topic_path, "shared": rec.is_shared,
+        "created_at": rec.created_at, "last_access_at": rec.last_access_at, "expires_at": rec.expires_at,
+    }
+
+
+def hit_out(hit: HybridHit) -> SearchResult:
+    """API view of a ranked hit with its score parts."""
+    return SearchResult(
+        **_record_fields(hit.record), score=hit.score, similarity=hit.similarity, time_factor=hit.time_factor,
+        dense_score=hit.dense_score, dense_rank=hit.dense_rank, lexical_score=hit.lexical_score,
+        lexical_rank=hit.lexical_rank,
+    )
+
+
+def _filters(f: FiltersIn | None) -> SearchFilters | None:
+    if f is None:
+        return None
+    return SearchFilters(kinds=f.kinds, topic_prefix=f.topic_prefix, metadata=f.metadata,
+                         created_after=to_epoch(f.created_after), created_before=to_epoch(f.created_before))
+
+
+class MemoryService:
+    """Add, search, get, delete and list memories of one tenant at a time.
+
+    Args:
+        coordinator: routes writes and reads; shards must answer ``hybrid_search``.
+        embed: async embedder of the shards' model.
+        top_k: default results per search (config ``memory.top_k``).
+        threshold: default cosine threshold (config ``memory.threshold``).
+        retrieval: fusion knobs.
+        rewriter: optional query rewriting hook.
+        max_batch: most memories per add.
+
+    Example:
+        >>> svc = MemoryService(coord, embed)
+        >>> ids = await svc.add("acme", [MemoryIn(text="printer jams on tray 2")])
+        >>> (await svc.search_request("acme", SearchRequest(query="paper jam")))[0].record.id == ids[0]
+        True
+    """
+
+    def __init__(self, coordinator: MemoryCoordinator, embed: AsyncEmbed, *, top_k: int = 16, threshold: float = 0.35,
+                 retrieval: RetrievalParams | None = None, rewriter: QueryRewriter | None = None,
+                 max_batch: int = MAX_BATCH) -> None:
+        if not 1 <= top_k <= MAX_K:
+            raise ValueError(f"top_k: must be in 1..{MAX_K}, got {top_k}")
+        self.coordinator = coordinator
+        self.embed = embed
+        self.top_k = top_k
+        self.threshold = threshold
+        self.max_batch = max_batch
+        self.retriever = HybridRetriever(coordinator, embed, retrieval, rewriter)
+
+    # ---- writes -------------------------------------------------------------------------
+    async def add(self, tenant: str, items: Sequence[MemoryIn]) -> list[str]:
+        """Store API memories for ``tenant``; durable on return; ids in order."""
+        now = time.time()
+        records = []
+        for i, item in enumerate(items):
+            record_id = new_record_id()
+            try:
+                records.append(MemoryRecord(
+                    id=record_id, tenant=tenant, source_id=item.source_id or record_id,
+                    kind=item.kind, text=item.text, image_description=item.image_description, ocr_text=item.ocr_text,
+                    image_hash=item.image_hash, parts=item.parts, metadata=item.metadata, topic_path=item.topic,
+                    created_at=to_epoch(item.created_at) or now, expires_at=to_epoch(item.expires_at),
+                    retention_weight=item.retention_weight, error_tags=item.error_tags,
+                ))
+            except ValueError as exc:
+                raise APIError(400, f"memories.{i}: {exc}", param=f"memories.{i}") from None
+        return await self.add_records(records)
+
+    async def add_records(self, records: Sequence[MemoryRecord]) -> list[str]:
+        """Embed and store records (their tenants already set by the caller); durable on return."""
+        if not records:
+            return []
+        if len(records) > self.max_batch:
+            raise APIError(400, f"memories: at most {self.max_batch} per request, got {len(records)}", param="memories")
+        texts = [r.embedding_texts() for r in records]
+        flat = [t for group in texts for t in group]
+        vectors = np.asarray(await self.embed(flat), dtype=np.float32)
+        if vectors.shape[0] != len(flat):
+            raise RuntimeError(f"embedder returned {vectors.shape[0]} vectors for {len(flat)} texts")
+        items, start = [], 0
+        for rec, group in zip(records, texts):
+            items.append(EmbeddedRecord(rec, vectors[start : start + len(group)]))
+            start += len(group)
+        return await self.coordinator.upsert(items)
+
+    async def delete(self, tenant: str, memory_id: str) -> None:
+        """Delete one of ``tenant``'s memories (durable on return).
+
+        Raises:
+            APIError: 404 when ``tenant`` has no such memory, 403 for a shared one.
+        """
+        deleted = await self.coordinator.delete(tenant, [memory_id])
+        if memory_id in deleted:
+            return
+        rec = await self.coordinator.get(tenant, memory_id)
+        if rec is not None and rec.is_shared and tenant != SHARED_TENANT_NAME:
+            raise APIError(403, f"memory {memory_id} is in the shared collection; only its owner may delete it",
+                           type="permission_error", param="memory_id")
+        raise APIError(404, f"memory {memory_id} not found", type="not_found_error", param="memory_id")
+
+    # ---- reads --------------------------------------------------------------------------
+    async def get(self, tenant: str, memory_id: str) -> MemoryRecord:
+        """One memory ``tenant`` may see (its own or shared), else a 404."""
+        rec = await self.coordinator.get(tenant, memory_id)
+        if rec is None or rec.tenant not in (tenant, SHARED_TENANT_NAME):
+            raise APIError(404, f"memory {memory_id} not found", type="not_found_error", param="memory_id")
+        return rec
+
+    async def list_by_source(self, tenant: str, source_id: str) -> list[MemoryRecord]:
+        """Memories with ``source_id`` that ``tenant`` may see, oldest first."""
+        recs = await self.coordinator.list_by_source(tenant, source_id)
+        return [r for r in recs if r.tenant in (tenant, SHARED_TENANT_NAME)]
+
+    async def search_request(self, tenant: str, req: SearchRequest, now: float | None = None) -> list[HybridHit]:
+        """Run an API search for ``tenant``."""
+        req.check_query()
+        d = req.decay
+        params = ScoreParams(
+            threshold=self.threshold if req.threshold is None else req.threshold,
+            **(d.model_dump() if d is not None else {}),
+        )
+        retrieval = self.retriever.params if req.hybrid else self.retriever.params.model_copy(update={"lexical_candidates": 0})
+        hits = await self.retriever.search(tenant, req.query, req.k or self.top_k, params, _filters(req.filters), now,
+                                           retrieval)
+        return [h for h in hits if h.record.tenant in (tenant, SHARED_TENANT_NAME)]
+
+    # ---- serve.memory.MemoryBackend -----------------------------------------------------
+    async def search(self, tenant: str, query: str, k: int, *, threshold: float | None = None,
+                     kinds: Sequence[str] | None = None, topic_prefix: str | None = None) -> list[MemoryHit]:
+        """The chat pipeline's recall: hybrid top-k of ``tenant`` (plus shared) for ``query``."""
+        if not query.strip():
+            return []
+        filters = None
+        if kinds or topic_prefix:
+            filters = FiltersIn(kinds=list(kinds) if kinds else None, topic_prefix=topic_prefix or None)
+        req = SearchRequest(query=query, k=min(max(k, 1), MAX_K), threshold=threshold, filters=filters)
+        return [
+            MemoryHit(id=h.record.id, source_id=h.record.source_id, kind=h.record.kind,
+                      text="\n".join(h.record.embedding_texts()), score=h.score, similarity=h.similarity,
+                      time_factor=h.time_factor, created_at=h.record.created_at, metadata=dict(h.record.metadata))
+            for h in await self.search_request(tenant, req)
+        ]
+
+    async def write(self, tenant: str, items: Sequence[MemoryWrite]) -> list[str]:
+        """The chat pipeline's write-back (durable on return)."""
+        ids: list[str] = []
+        for start in range(0, len(items), self.max_batch):
+            batch = [MemoryIn(text=w.text, kind=w.kind, source_id=w.source_id, metadata=w.metadata, topic=w.topic or "",
+                              created_at=w.created_at, expires_at=w.expires_at)
+                     for w in items[start : start + self.max_batch]]
+            ids += await self.add(tenant, batch)
+        return ids

@@ -1,0 +1,143 @@
+"""Hybrid shard + retriever: lexical rescue, weak-overlap rejection, RRF order, isolation, sharding."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from kernels import ScoreParams
+from memory_shards import HashingEmbedder, MemoryRecord, embed_records
+from memory_shards.retrieval import HybridRetriever, RetrievalParams, local_hybrid_coordinator
+from memory_shards.records import EmbeddedRecord
+
+DIM = 16
+
+
+def _unit(i: int, j: int | None = None, w: float = 0.0) -> np.ndarray:
+    v = np.zeros(DIM, dtype=np.float32)
+    v[i] = 1.0
+    if j is not None:
+        v[j] = w
+    return v / np.linalg.norm(v)
+
+
+class _Designed:
+    """Test double isolating fusion from embedding quality: fixed vectors per text."""
+
+    def __init__(self, table: dict[str, np.ndarray]) -> None:
+        self.table = table
+
+    async def __call__(self, texts: list[str]) -> np.ndarray:
+        return np.stack([self.table[t] for t in texts])
+
+
+def _setup(records: list[tuple[str, str, str, np.ndarray]], query: str, qvec: np.ndarray, shards: int = 2):
+    coord = local_hybrid_coordinator(shards, "designed", DIM)
+    items = [EmbeddedRecord(MemoryRecord(tenant=t, source_id=s, text=x, created_at=1e9), v[None, :]) for t, s, x, v in records]
+    asyncio.run(coord.upsert(items))
+    retriever = HybridRetriever(coord, _Designed({query: qvec}))
+    return coord, retriever
+
+
+def _search(retriever, tenant, query, k=10, hybrid=True, threshold=0.35):
+    params = retriever.params if hybrid else retriever.params.model_copy(update={"lexical_candidates": 0})
+    return asyncio.run(retriever.search(tenant, query, k, ScoreParams(decay="none", threshold=threshold), params=params,
+                                        touch=False))
+
+
+def test_lexical_rescues_an_exact_id_the_embedder_misses() -> None:
+    q = "status of ZX-9913"
+    _, r = _setup([
+        ("acme", "t1", "Ticket ZX-9913 escalated to tier two", _unit(5)),        # cos 0 with the query
+        ("acme", "t2", "Printer status page shows toner low", _unit(0, 1, 0.5)),  # cos 0.89
+        ("acme", "t3", "General status update for the week", _unit(0, 2, 2.0)),  # cos 0.45
+    ], q, _unit(0))
+    dense_only = [h.record.source_id for h in _search(r, "acme", q, hybrid=False)]
+    assert dense_only == ["t2", "t3"]
+    hits = _search(r, "acme", q)
+    by = {h.record.source_id: h for h in hits}
+    assert set(by) == {"t1", "t2", "t3"}
+    assert by["t1"].lexical_rank == 1 and by["t1"].dense_rank is None and by["t1"].similarity == pytest.approx(0.0, abs=1e-6)
+    # t3 is in both lists (dense 2, lexical: "status"), so it outranks the lexical-only t1
+    p = r.params
+    assert by["t3"].score == pytest.approx(p.dense_weight / (p.rrf_k + 2) + p.lexical_weight / (p.rrf_k + by["t3"].lexical_rank))
+    assert by["t1"].score == pytest.approx(p.lexical_weight / (p.rrf_k + 1))
+    assert [h.record.source_id for h in hits].index("t3") < [h.record.source_id for h in hits].index("t1")
+
+
+def test_weak_lexical_only_overlap_is_dropped() -> None:
+    q = "zebra crossing velvet lane"
+    _, r = _setup([
+        ("acme", "strong", "zebra crossing on velvet lane", _unit(0)),
+        ("acme", "weak", "a lane somewhere", _unit(7)),  # one common word, cos 0
+    ], q, _unit(0))
+    assert [h.record.source_id for h in _search(r, "acme", q)] == ["strong"]
+    loose = r.params.model_copy(update={"lexical_min_ratio": 0.0})
+    hits = asyncio.run(r.search("acme", q, 10, ScoreParams(decay="none"), params=loose, touch=False))
+    assert [h.record.source_id for h in hits] == ["strong", "weak"]
+
+
+def test_other_tenants_never_appear_shared_does() -> None:
+    q = "reset the router"
+    _, r = _setup([
+        ("acme", "a", "reset the router by unplugging it", _unit(0)),
+        ("globex", "g", "reset the router with the pin", _unit(0)),
+        ("shared", "manual", "manual: reset the router in settings", _unit(0, 1, 0.2)),
+    ], q, _unit(0), shards=3)
+    for hybrid in (True, False):
+        got = {h.record.source_id for h in _search(r, "acme", q, hybrid=hybrid, threshold=-1)}
+        assert got == {"a", "manual"}
+        got = {h.record.source_id for h in _search(r, "globex", q, hybrid=hybrid, threshold=-1)}
+        assert got == {"g", "manual"}
+
+
+def test_upsert_by_source_replaces_the_lexical_entry_and_delete_removes_it() -> None:
+    q = "llama"
+    coord, r = _setup([("acme", "s", "the llama ate hay", _unit(3))], q, _unit(0))
+    newer = MemoryRecord(tenant="acme", source_id="s", text="the alpaca ate hay", created_at=1e9)
+    asyncio.run(coord.upsert([EmbeddedRecord(newer, _unit(3)[None, :])]))
+    assert _search(r, "acme", q, threshold=0.5) == []
+    r.embed.table["alpaca"] = _unit(0)
+    assert [h.record.id for h in _search(r, "acme", "alpaca", threshold=0.5)] == [newer.id]
+    asyncio.run(coord.delete("acme", [newer.id]))
+    assert _search(r, "acme", "alpaca", threshold=-1) == []
+
+
+def test_sharded_hybrid_equals_one_shard() -> None:
+    emb = HashingEmbedder(64)
+    rng = np.random.default_rng(3)
+    words = "printer toner refund invoice router modem llama wifi password laptop screen battery".split()
+    recs = [MemoryRecord(tenant=f"t{i % 3}", source_id=f"s{i}", text=" ".join(rng.choice(words, 5)), created_at=1e9 + i)
+            for i in range(120)]
+
+    async def embed(texts):
+        return emb.embed(texts)
+
+    results = []
+    for shards in (1, 4):
+        coord = local_hybrid_coordinator(shards, emb.model_id, emb.dim)
+        asyncio.run(coord.upsert(embed_records(emb, recs)))
+        r = HybridRetriever(coord, embed, RetrievalParams(dense_candidates=20, lexical_candidates=20))
+        results.append([[(h.record.id, round(h.score, 9)) for h in
+                         asyncio.run(r.search(t, "printer toner refund", 10, ScoreParams(decay="none", threshold=0.0),
+                                              touch=False))] for t in ("t0", "t1", "t2")])
+    assert results[0] == results[1]
+    assert all(len(x) == 10 for x in results[0])
+
+
+def test_returned_records_get_their_last_access_renewed() -> None:
+    q = "renew me"
+    coord, r = _setup([("acme", "x", "renew me please", _unit(0))], q, _unit(0))
+    hits = asyncio.run(_search_and_drain(r, q))
+    assert hits
+    asyncio.run(coord.flush())
+    rec = asyncio.run(coord.get("acme", hits[0].record.id))
+    assert rec.last_access_at == pytest.approx(2e9)
+
+
+async def _search_and_drain(r, q):
+    hits = await r.search("acme", q, 5, ScoreParams(decay="none"), now=2e9)
+    await r.drain()
+    return hits

@@ -1,0 +1,91 @@
+"""LoCoMo loading, evidence normalisation, turn records, recall maths, and the CLI on a fixture."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memory_shards.retrieval.locomo import (
+    IndexOptions,
+    load_locomo,
+    normalise_evidence,
+    parse_session_time,
+    question_recall,
+    summarise_recall,
+    turn_records,
+)
+from serve.cli import main
+
+TINY = Path(__file__).parent / "data" / "locomo_tiny.json"
+
+
+def test_malformed_evidence_ids_are_repaired() -> None:
+    assert normalise_evidence(["D8:6; D9:17", "D:11:26", "D30:05"]) == ["D8:6", "D9:17", "D11:26", "D30:5"]
+    assert normalise_evidence(["D1:2", "D1:2", "D2:1,D2:3", "bogus"]) == ["D1:2", "D2:1", "D2:3"]
+
+
+def test_session_time_parses_and_rejects() -> None:
+    assert parse_session_time("1:56 pm on 8 May, 2023") == 1683554160.0
+    assert parse_session_time("10:15 am on 20 June, 2023") == 1687256100.0
+    with pytest.raises(ValueError, match="cannot parse"):
+        parse_session_time("sometime in May")
+
+
+def test_load_and_turn_records() -> None:
+    convs = load_locomo(TINY)
+    assert [c.sample_id for c in convs] == ["tiny-1", "tiny-2"]
+    first = convs[0]
+    assert [t.dia_id for t in first.turns][:5] == ["D1:1", "D1:2", "D1:3", "D1:4", "D2:1"]
+    assert first.questions[2].evidence == ["D1:2", "D2:4"] and first.questions[3].evidence == ["D1:4"]
+    recs = turn_records(first, "tiny-1", IndexOptions(context_window=1))
+    bowl = recs[3]
+    assert bowl.source_id == "D1:4" and bowl.tenant == "tiny-1"
+    assert "Bruno said on 8 May 2023" in bowl.text and "blue ceramic bowl" in bowl.text
+    assert bowl.created_at == parse_session_time("1:56 pm on 8 May, 2023")
+    # context stays inside the session: D1:4's window is D1:3 and D1:4 only (D2:1 is another day)
+    ctx = bowl.parts[0].text
+    assert "pottery" in ctx and "marathon" not in ctx
+    bare = turn_records(first, "t", IndexOptions(speaker=False, date=False, caption=False, context_window=0))
+    assert bare[1].text == first.turns[1].text and bare[1].parts == []
+
+
+def test_load_errors_name_the_place(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"conversation": {"session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "x"}]}}]))
+    with pytest.raises(ValueError, match=r"session_1_date_time: missing"):
+        load_locomo(bad)
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="invalid JSON"):
+        load_locomo(bad)
+
+
+def test_recall_maths() -> None:
+    r = question_recall(["D1:1", "D1:2", "D3:3"], ["D1:2", "D9:9"], [1, 2, 3])
+    assert r == {1: 0.0, 2: 0.5, 3: 0.5}
+    summary = summarise_recall([(1, {1: 1.0}), (4, {1: 0.0}), (4, {1: 0.5})], [1])
+    assert summary["overall"] == {"n": 3.0, "recall@1": 0.5}
+    assert summary["single-hop"]["recall@1"] == 0.25 and summary["multi-hop"]["n"] == 1.0
+
+
+def test_eval_cli_on_fixture(capsys: pytest.CaptureFixture[str]) -> None:
+    """The real command: MiniLM + hybrid shards + the memory service, JSON output."""
+    assert main(["eval", "locomo", str(TINY), "--k", "1,3,10", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    res = doc["results"]
+    assert doc["k"] == [1, 3, 10] and doc["turns"] == 11
+    assert res["overall"]["n"] == 6  # category 5 skipped
+    assert set(res) == {"overall", "multi-hop", "temporal", "open-domain", "single-hop"}
+    # 11 turns in two tenants: every evidence id is within the top 10 of its own conversation
+    assert res["overall"]["recall@10"] == 1.0
+    assert res["single-hop"]["recall@1"] == 1.0  # "Pixel"/"bakery" questions are unambiguous
+    for row in res.values():
+        assert row["recall@1"] <= row["recall@3"] <= row["recall@10"]
+
+
+def test_eval_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "locomo", str(TINY), "--k", "0,5"]) == 2
+    assert "--k" in capsys.readouterr().err
+    assert main(["eval", "locomo", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read" in capsys.readouterr().err

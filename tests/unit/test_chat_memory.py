@@ -1,0 +1,74 @@
+"""Chat recalls the tenant's memories and writes the exchange back, in-process with the tiny real model."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from deployments.engines import LlamaCppConfig, LlamaCppEngine
+from memory_shards import HashingEmbedder
+from memory_shards.retrieval import local_hybrid_coordinator
+from serve.api.app import create_app
+from serve.api.auth import Authenticator
+from serve.memory_api import MemoryService, build_router
+from serve.pipeline import ChatPipeline, PipelineSettings
+
+KEYS = {"sk-acme": "acme", "sk-globex": "globex"}
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[tuple[TestClient, MemoryService]]:
+    # NOTE: the hashing embedder isolates the chat wiring from MiniLM's load time; recall quality
+    # is measured by `recallserve eval locomo` with the real embedder.
+    emb = HashingEmbedder(384)
+    coord = local_hybrid_coordinator(2, emb.model_id, emb.dim, data_root=tmp_path / "memory")
+
+    async def embed(texts: list[str]):  # type: ignore[no-untyped-def]
+        return await asyncio.to_thread(emb.embed, texts)
+
+    service = MemoryService(coord, embed, top_k=16, threshold=0.0)
+    engine = LlamaCppEngine(LlamaCppConfig(model="smollm2-135m-instruct-q4_1", n_ctx=2048, n_threads=1))
+    pipeline = ChatPipeline(engine, PipelineSettings(memory_threshold=0.0), memory=service)
+    auth = Authenticator(KEYS)
+    with TestClient(create_app(pipeline, auth, routers=[build_router(service, auth)])) as c:
+        yield c, service
+    for shard_client in coord.shards:
+        shard_client.shard.close()
+
+
+def _chat(c: TestClient, key: str, text: str) -> dict:
+    r = c.post("/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
+               json={"model": "recallserve", "user": "u1", "max_tokens": 8,
+                     "messages": [{"role": "user", "content": text}]})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_chat_recalls_only_own_tenant_and_writes_back(client: tuple[TestClient, MemoryService]) -> None:
+    c, _ = client
+    r = c.post("/v1/memories", headers={"Authorization": "Bearer sk-acme"},
+               json={"memories": [{"text": "Printer P-200 error E31 was fixed by replacing the fuser unit.",
+                                   "source_id": "ticket-31", "kind": "text"}]})
+    assert r.status_code == 200, r.text
+
+    acme = _chat(c, "sk-acme", "Printer P-200 shows error E31, how was it fixed before?")
+    assert [m["source_id"] for m in acme["recallserve"]["memories"]][:1] == ["ticket-31"]
+
+    globex = _chat(c, "sk-globex", "Printer P-200 shows error E31, how was it fixed before?")
+    assert "ticket-31" not in [m["source_id"] for m in globex["recallserve"]["memories"]]
+
+    # The exchange is written back off the request path: poll until it is searchable.
+    deadline = time.monotonic() + 20
+    found = []
+    while time.monotonic() < deadline and not found:
+        s = c.post("/v1/memories/search", headers={"Authorization": "Bearer sk-acme"},
+                   json={"query": "Printer P-200 error E31 fixed before", "k": 10, "threshold": 0.0})
+        found = [h for h in s.json()["data"] if h["kind"] == "message"]
+        time.sleep(0.2)
+    assert found, "write-back never became searchable"
+    assert found[0]["metadata"]["user"] == "u1"
