@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import FastAPI
 from ray.serve.handle import DeploymentHandle
 
+from deployments._placement import PlacementInfo
 from deployments.config import ROLES, AppConfig
 from deployments.engines import EngineConfig, LlamaCppConfig, VLLMConfig
 from deployments.handles import HandleEngine
@@ -38,7 +39,7 @@ def engine_facts(engine: EngineConfig) -> tuple[str, int]:
     return engine.model, engine.context_window
 
 
-class Ingress:
+class Ingress(PlacementInfo):
     """Body of the ingress deployment: builds the FastAPI app on the replica.
 
     Ray Serve calls ``__serve_build_asgi_app__`` after ``__init__`` (``serve.ingress()`` with no

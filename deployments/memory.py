@@ -26,6 +26,7 @@ from ray.exceptions import RayError, RayTaskError
 from ray.serve.exceptions import BackPressureError, RayServeException
 from ray.serve.handle import DeploymentHandle
 
+from deployments._placement import PlacementInfo
 from deployments.config import AppConfig, EmbedderConfig, MemoryConfig
 from memory_shards.config import SearchFilters, ShardConfig
 from memory_shards.coordinator import MemoryCoordinator
@@ -58,7 +59,7 @@ def shard_deployment_name(index: int) -> str:
     return f"memory_shard_{index}"
 
 
-class EmbedderDeployment:
+class EmbedderDeployment(PlacementInfo):
     """MiniLM with Ray Serve dynamic batching (batch size and wait from ``EmbedderConfig``).
 
     Args:
@@ -94,7 +95,7 @@ class EmbedderDeployment:
         return {"model_id": self._embedder.model_id, "dim": self._embedder.dim}
 
 
-class MemoryShardDeployment:
+class MemoryShardDeployment(PlacementInfo):
     """One hybrid memory shard (single writer of its data folder).
 
     Args:

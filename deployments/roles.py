@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 
+from deployments._placement import PlacementInfo
 from deployments.engines import EngineConfig, build_engine
 from serve.engine import ChatDelta, ChatMessage, ChatResult, GenerationParams
 
@@ -19,7 +20,7 @@ __all__ = ["ModelRole"]
 log = logging.getLogger("recallserve.roles")
 
 
-class ModelRole:
+class ModelRole(PlacementInfo):
     """Serves one role's engine to the ingress through a deployment handle."""
 
     def __init__(self, role: str, engine: EngineConfig) -> None:

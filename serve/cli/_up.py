@@ -34,6 +34,12 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise UserError(str(exc)) from None
 
+    try:
+        if not config.auth.resolve():
+            raise UserError(f"no API keys: set auth.keys in the profile or {config.auth.keys_env}='key:tenant'")
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+
     from deployments import runner
 
     start = time.perf_counter()

@@ -1,0 +1,80 @@
+"""Load-test tooling without a cluster: the host guard, the locust CSV report, the autoscaling
+timeline summary and chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadtests._guard import HostRefused, check_host
+from loadtests.autoscale_check import Sample, Timeline, render_chart, summarise
+from loadtests.run_headless import build_report, parse_stats_csv, to_markdown
+
+CSV = """Type,Name,Request Count,Failure Count,Median Response Time,Average Response Time,Min Response Time,Max Response Time,Average Content Size,Requests/s,Failures/s,50%,66%,75%,80%,90%,95%,98%,99%,99.9%,99.99%,100%
+POST,/v1/chat/completions,200,1,900,950.5,300,4000,420,3.3,0.01,900,1000,1100,1200,1500,2100,2600,3100,4000,4000,4000
+POST,/v1/memories/search,100,0,40,45.0,10,300,300,1.6,0.0,40,45,50,55,70,90,120,150,300,300,300
+,Aggregated,300,1,700,650.1,10,4000,380,4.9,0.01,700,900,1000,1100,1400,2000,2500,3000,4000,4000,4000
+"""
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000", "http://localhost:9000/", "http://[::1]:8000"])
+def test_local_hosts_pass(url: str) -> None:
+    assert check_host(url) == url.rstrip("/")
+
+
+@pytest.mark.parametrize("url", ["http://10.0.0.5:8000", "https://api.example.com", "127.0.0.1:8000", "ftp://127.0.0.1", ""])
+def test_other_hosts_are_refused(url: str) -> None:
+    with pytest.raises(HostRefused, match="host"):
+        check_host(url)
+
+
+def test_stats_csv_report(tmp_path: Path) -> None:
+    path = tmp_path / "u4_stats.csv"
+    path.write_text(CSV)
+    rows = parse_stats_csv(path)
+    assert [r.name for r in rows][-1] == "Aggregated"
+    chat = rows[0]
+    assert chat.requests == 200 and chat.failures == 1 and chat.error_rate == pytest.approx(0.005)
+    assert (chat.p50_ms, chat.p95_ms, chat.p99_ms) == (900, 2100, 3100)
+    from loadtests.run_headless import _level
+
+    ok = _level(4, rows, 0)
+    bad = {**_level(8, rows, 1), "aggregated": {**ok["aggregated"], "error_rate": 0.2, "rps": 9.0}}
+    report = build_report([ok, bad], {"started_utc": "t", "host": "h", "kinds": ["chat"], "run_time_s": 60,
+                                      "spawn_rate": 1, "max_tokens": 16}, max_error_rate=0.01)
+    assert report["best_users"] == 4  # 8 users is faster but over the 1% error budget
+    md = to_markdown(report)
+    assert "| POST /v1/chat/completions | 200 | 3.30 | 0.5% | 900 | 2100 | 3100 | 4000 |" in md
+    assert "Highest throughput with < 1% errors: 4 users." in md
+
+
+def test_stats_csv_missing_columns_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "bad_stats.csv"
+    path.write_text("Type,Name\nPOST,/x\n")
+    with pytest.raises(ValueError, match="lacks columns"):
+        parse_stats_csv(path)
+
+
+def _timeline(counts: list[tuple[str, int]]) -> Timeline:
+    tl = Timeline(meta={})
+    for t, (phase, n) in enumerate(counts):
+        tl.samples.append(Sample(float(t), phase, {"ingress": n, "reasoner": 1}, done=t, errors=0))
+    return tl
+
+
+def test_autoscale_summary_sees_up_and_down() -> None:
+    tl = _timeline([("idle", 1), ("load", 1), ("load", 2), ("load", 3), ("cooldown", 3), ("cooldown", 2), ("cooldown", 1)])
+    s = summarise(tl, "ingress", 1)
+    assert s["peak_replicas"] == 3 and s["scaled_up"] and s["scaled_down"]
+    assert s["seconds_to_peak_after_load_start"] == 2.0
+    assert s["seconds_to_min_after_load_end"] == 2.0
+    chart = render_chart(tl, "ingress", every_s=1)
+    assert "###    3" in chart and "reasoner=1" in chart
+
+
+def test_autoscale_summary_flags_no_scaling() -> None:
+    s = summarise(_timeline([("idle", 1), ("load", 1), ("load", 1), ("cooldown", 1)]), "ingress", 1)
+    assert not s["scaled_up"] and not s["scaled_down"]
+    stuck = summarise(_timeline([("load", 3), ("cooldown", 3)]), "ingress", 1)
+    assert stuck["scaled_up"] and not stuck["scaled_down"]
