@@ -19,16 +19,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TINY_ENGINE = {"kind": "llama_cpp", "model": "smollm2-135m-instruct-q4_1", "n_ctx": 512, "n_threads": 1}
 
 
-def _replica_resources(app_name: str) -> dict[str, list[dict[str, float]]]:
-    from ray.util.state import list_actors
+def _replica_state(app_name: str, name: str) -> tuple[int, dict[str, float]]:
+    """(running replicas, resources one replica holds) of a deployment."""
+    from ray import serve
 
-    found: dict[str, list[dict[str, float]]] = {}
-    for actor in list_actors(filters=[("state", "=", "ALIVE")], detail=True, limit=1000):
-        # NOTE: Serve names replica actor classes "ServeReplica:<app>:<deployment>".
-        parts = (actor.class_name or "").split(":")
-        if len(parts) == 3 and parts[0] == "ServeReplica" and parts[1] == app_name:
-            found.setdefault(parts[2], []).append(dict(actor.required_resources or {}))
-    return found
+    status = serve.status().applications[app_name].deployments[name]
+    running = int(status.replica_states.get("RUNNING", 0))
+    handle = serve.get_deployment_handle(name, app_name=app_name)
+    return running, handle.assigned_resources.remote().result(timeout_s=60)
 
 
 @pytest.mark.parametrize("profile, gpus", [("gpu-single", 1), ("gpu-cluster", 8)])
@@ -37,6 +35,7 @@ def test_gpu_profile_placement(profile: str, gpus: int, work_dir: Path, port: in
     overrides: dict[str, object] = {
         "server": {"host": "127.0.0.1", "port": port},
         "ray": {"address": None, "temp_dir": str(work_dir / "ray"), "num_cpus": 64, "num_gpus": gpus},
+        "auth": {"keys": {"sk-test": "test"}},
         "embedder": {**base.embedder.model_dump(mode="json"), "device": "cpu"},
         "memory": {**base.memory.model_dump(mode="json"), "data_dir": str(work_dir / f"mem-{profile}")},
     }
@@ -46,15 +45,15 @@ def test_gpu_profile_placement(profile: str, gpus: int, work_dir: Path, port: in
     runner.start_ray(config)
     try:
         runner.deploy(config, timeout_s=900)
-        placed = _replica_resources(config.name)
+        gpu_total = 0.0
         for name, opts in config.deployment_options().items():
-            assert name in placed, f"{profile}: deployment {name} has no running replica ({sorted(placed)})"
-            expected_replicas = opts.autoscaling.min_replicas if opts.autoscaling else opts.num_replicas
-            assert len(placed[name]) >= max(1, expected_replicas), f"{profile}: {name} replicas {placed[name]}"
-            for res in placed[name]:
-                assert res.get("GPU", 0.0) == pytest.approx(opts.num_gpus), f"{profile}: {name} GPU {res}"
-                assert res.get("CPU", 0.0) == pytest.approx(opts.num_cpus), f"{profile}: {name} CPU {res}"
-        gpu_total = sum(r.get("GPU", 0.0) for rs in placed.values() for r in rs)
+            running, res = _replica_state(config.name, name)
+            expected = opts.autoscaling.min_replicas if opts.autoscaling else opts.num_replicas
+            assert running >= max(1, expected), f"{profile}: {name} has {running} running replicas, expected {expected}"
+            assert res.get("GPU", 0.0) == pytest.approx(opts.num_gpus), f"{profile}: {name} holds {res}"
+            assert res.get("CPU", 0.0) == pytest.approx(opts.num_cpus), f"{profile}: {name} holds {res}"
+            gpu_total += running * res.get("GPU", 0.0)
+        print(f"{profile}: {len(config.deployment_options())} deployments placed, {gpu_total:g} of {gpus} GPUs used")
         assert 0 < gpu_total <= gpus
     finally:
         runner.shutdown()
