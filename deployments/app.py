@@ -36,7 +36,10 @@ def build_app(config: AppConfig) -> Application:
     # which runs on the replica after __init__ received the resolved handles.
     embedder, shards = bind_memory(config)
     ingress = serve.deployment(serve.ingress()(Ingress), name="ingress").options(**opts["ingress"].to_ray_options())
-    return ingress.bind(config.model_dump(mode="json"), roles, {"embedder": embedder, "shards": shards})
+    data = config.model_dump(mode="json")
+    # NOTE: replicas may not share the driver's working folder; pin relative paths now.
+    data["state_dir"] = str(config.state_dir.expanduser().resolve())
+    return ingress.bind(data, roles, {"embedder": embedder, "shards": shards})
 
 
 def app_builder(args: dict[str, Any]) -> Application:

@@ -17,6 +17,8 @@ from pydantic import Field, ValidationError, model_validator
 from deployments.engines import EngineConfig
 from deployments.options import DeploymentOptions
 from serve._base import StrictModel
+from serve.agent import AgentConfig
+from serve.context import ContextConfig
 
 __all__ = [
     "AppConfig",
@@ -137,6 +139,16 @@ class AppConfig(StrictModel):
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig, description="Text embedder.")
     memory: MemoryConfig = Field(default_factory=MemoryConfig, description="Sharded memory tier.")
     model_name: str = Field(default="recallserve", min_length=1, description="Model id clients pass as `model` (GET /v1/models).")
+    state_dir: Path = Field(
+        default=Path(".recallserve/state"),
+        description="Folder of the ingress's embedded stores (sessions, experiences); made absolute at deploy.",
+    )
+    context: ContextConfig = Field(default_factory=ContextConfig, description="Context-mode (sessions, budgets, summary).")
+    agent: AgentConfig = Field(default_factory=AgentConfig, description="The CoT 3.0 agent loop.")
+    agent_enabled: bool = Field(default=True, description="Answer through the agent (router + tools); False = plain chat.")
+    agent_demo_tools: bool = Field(
+        default=True, description="Register the demo world's tools (orders, tickets, manuals fixture) beside the built-ins."
+    )
     max_request_tokens: int = Field(default=1024, ge=1, le=32768, description="Largest max_tokens a request may ask for.")
 
     @model_validator(mode="after")

@@ -8,7 +8,10 @@ framework-free ones of ``serve.api``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from fastapi import FastAPI
 from ray.serve.handle import DeploymentHandle
@@ -20,12 +23,28 @@ from deployments.handles import HandleEngine
 from deployments.memory import HandleMemoryBackend
 from serve.api.app import create_app
 from serve.api.auth import Authenticator
+from serve.agent import Agent, default_registry
+from serve.context import ContextManager, LLMSummariser, SessionStore
 from serve.memory_api import build_router as build_memory_router
+from serve.tokens import EngineTokenCounter
 from serve.pipeline import ChatPipeline, PipelineSettings
 
 __all__ = ["Ingress", "build_ingress_app", "engine_facts"]
 
 log = logging.getLogger("recallserve.ingress")
+
+
+def _sync_embed(embedder: DeploymentHandle) -> Callable[[Sequence[str]], np.ndarray]:
+    """A blocking embed function over the embedder deployment.
+
+    Context-mode calls it from a worker thread (``asyncio.to_thread``), where waiting on a
+    handle's result is allowed; it must never be called on the replica's event loop.
+    """
+
+    def embed(texts: Sequence[str]) -> np.ndarray:
+        return np.asarray(embedder.embed.remote(list(texts)).result(timeout_s=60), dtype=np.float32)
+
+    return embed
 
 
 def engine_facts(engine: EngineConfig) -> tuple[str, int]:
@@ -73,7 +92,19 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle], mem
         memory_top_k=config.memory.top_k,
         memory_threshold=config.memory.threshold,
     )
-    pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=settings, memory=backend)
+    context = ContextManager(
+        SessionStore(config.state_dir / "sessions.sqlite3"),
+        config.context,
+        counter=EngineTokenCounter(engines["reasoner"]),
+        embed=_sync_embed(memory["embedder"]),
+        summariser=LLMSummariser(engines["summariser"]),
+    )
+    agent = None
+    if config.agent_enabled:
+        agent = Agent(engines["reasoner"], default_registry(demo=config.agent_demo_tools), router=engines["router"],
+                      memory=backend, config=config.agent)
+    pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=settings, memory=backend, context=context,
+                            agent=agent)
     auth = Authenticator(config.auth.resolve())
 
     async def health() -> dict[str, Any]:

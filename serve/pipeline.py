@@ -1,9 +1,16 @@
 """The chat request pipeline, framework-free: OpenAI request in, OpenAI response out.
 
-Steps for one turn (see ../shared/ARCHITECTURE.md): context assembly, memory recall, the router's
-choice, the reasoner's answer, then write-back off the request path. Engines are
-:class:`~serve.engine.LLMEngine` objects: in the cluster they are Ray handles wrapped by
-``deployments/``, in tests the real llama.cpp engine in-process.
+Steps of one turn (see ../shared/ARCHITECTURE.md):
+
+1. context-mode, when the request names a session (``metadata.session_id``): the session's
+   history, summary and entities are assembled inside the token budget with the chosen mode;
+2. memory recall and the answer: through the CoT 3.0 agent when one is configured (it recalls,
+   routes, calls tools and reasons), else recall + one reasoner call;
+3. after the answer: the turn is appended to the session, and off the request path the rolling
+   summary is refreshed and the exchange is written back to memory (PII masked).
+
+Engines are :class:`~serve.engine.LLMEngine` objects: Ray handles wrapped by ``deployments/`` in
+the cluster, the real llama.cpp engine in-process in tests.
 """
 
 from __future__ import annotations
@@ -12,7 +19,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import Field
 
@@ -30,7 +39,10 @@ from serve.api.chat_protocol import (
 )
 from serve.api.errors import APIError
 from serve.api.metrics import TIME_TO_FIRST_TOKEN, TOKENS
+from serve._turn import engine_role, last_user_images, last_user_text, memory_message, memory_meta
+from serve.agent import Agent, AgentMessage, AgentRequest, AgentResult
 from serve.agent.guards import mask_pii
+from serve.context import ContextBudgetError, ContextManager, MessageIn, Session, SessionNotFoundError
 from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
 from serve.memory import MemoryBackend, MemoryHit, MemoryWrite
 
@@ -65,102 +77,48 @@ class PipelineSettings(StrictModel):
     )
     memory_timeout_s: float = Field(default=10.0, gt=0, le=600, description="Deadline of the recall step.")
     write_back: bool = Field(default=True, description="Store each exchange as a memory, off the request path.")
+    agent_overhead_tokens: int = Field(
+        default=1200, ge=0, le=32768,
+        description="Tokens kept free for the agent's system prompt, tool list and steps when assembling context.",
+    )
+    scopes: list[str] = Field(
+        default_factory=lambda: ["basic", "memory:read", "orders:read", "tickets:read"],
+        description="Tool permission scopes every tenant gets (least privilege: no write scopes by default).",
+    )
 
 
-def _last_user_text(req: ChatCompletionRequest) -> str:
-    """Text of the last user message (the recall query)."""
-    for m in reversed(req.messages):
-        if m.role == "user":
-            return m.text()
-    return ""
+@dataclass
+class _Turn:
+    """What one request carries between its steps."""
 
-
-def _memory_meta(hits: list[MemoryHit], error: str | None) -> dict[str, object]:
-    """Response metadata of the recall step."""
-    meta: dict[str, object] = {
-        "memories": [{"id": h.id, "source_id": h.source_id, "score": round(h.score, 4)} for h in hits]
-    }
-    if error is not None:
-        meta["memory_error"] = error
-    return meta
-
-
-def _role(role: str) -> str:
-    # NOTE: "developer" is the newer OpenAI name for "system".
-    return "system" if role == "developer" else role
+    messages: list[ChatMessage]
+    session: Session | None = None
+    pending: list[MessageIn] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 class ChatPipeline:
-    """Answers OpenAI chat requests with the configured engines."""
+    """Answers OpenAI chat requests with the configured engines, memory, context-mode and agent."""
 
     def __init__(self, reasoner: LLMEngine, settings: PipelineSettings | None = None,
-                 memory: MemoryBackend | None = None) -> None:
+                 memory: MemoryBackend | None = None, *, context: ContextManager | None = None,
+                 agent: Agent | None = None) -> None:
         self.reasoner = reasoner
         self.settings = settings or PipelineSettings()
         self.memory = memory
-        self._background: set[asyncio.Task[None]] = set()
-
-    async def _recall(self, query: str, ctx: RequestContext) -> tuple[list[MemoryHit], str | None]:
-        """Top-k memories of the tenant for ``query``; a failing memory tier degrades to none.
-
-        Returns the hits and, when recall failed, the reason (reported in the response metadata
-        so the degradation is visible, never silent).
-        """
-        if self.memory is None or self.settings.memory_top_k == 0 or not query.strip():
-            return [], None
-        try:
-            async with asyncio.timeout(self.settings.memory_timeout_s):
-                hits = await self.memory.search(ctx.tenant, query, self.settings.memory_top_k,
-                                                threshold=self.settings.memory_threshold)
-        except Exception as exc:  # noqa: BLE001 - any memory failure must not fail the chat
-            log.warning("request %s: memory recall failed: %s", ctx.request_id, exc)
-            return [], f"{type(exc).__name__}: {exc}"
-        return hits, None
-
-    def _memory_message(self, hits: list[MemoryHit]) -> ChatMessage | None:
-        """Recalled memories as one system message, most relevant first, within a character budget."""
-        if not hits:
-            return None
-        lines, used = [], 0
-        for i, hit in enumerate(hits, 1):
-            when = time.strftime("%Y-%m-%d", time.gmtime(hit.created_at))
-            line = f"[{i}] ({hit.kind}, {hit.source_id}, {when}) {hit.text.strip()}"
-            if used + len(line) > self.settings.memory_prompt_chars:
-                break
-            lines.append(line)
-            used += len(line)
-        if not lines:
-            return None
-        return ChatMessage(role="system", content="Relevant memories (most relevant first; cite them by [n] when used):\n"
-                           + "\n".join(lines))
-
-    def _schedule_write_back(self, req: ChatCompletionRequest, ctx: RequestContext, answer: str) -> None:
-        """Store the exchange as a memory after the answer is sent (PII masked first)."""
-        if self.memory is None or not self.settings.write_back or not answer.strip():
-            return
-        question = _last_user_text(req)
-        session = (req.metadata or {}).get("session_id", "")
-        item = MemoryWrite(
-            text=mask_pii(f"user: {question}\nassistant: {answer}"),
-            kind="message",
-            source_id=f"chat:{ctx.user}:{ctx.request_id}",
-            metadata={"user": ctx.user, "session_id": session},
-        )
-        memory = self.memory
-
-        async def write() -> None:
-            try:
-                await memory.write(ctx.tenant, [item])
-            except Exception as exc:  # noqa: BLE001 - logged; the answer was already sent
-                log.warning("request %s: memory write-back failed: %s", ctx.request_id, exc)
-
-        task = asyncio.get_running_loop().create_task(write())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self.context = context
+        self.agent = agent
+        self._background: set[asyncio.Task[Any]] = set()
 
     def models(self) -> list[str]:
         """Model names this pipeline answers to."""
         return [self.settings.model_name]
+
+    # ---- request checks ------------------------------------------------------------------
+    def _check_model(self, req: ChatCompletionRequest) -> None:
+        if req.model not in self.models():
+            raise APIError(404, f"model: unknown model {req.model!r}; available: {', '.join(self.models())}",
+                           param="model", code="model_not_found")
 
     def _params(self, req: ChatCompletionRequest) -> GenerationParams:
         max_tokens = req.requested_max_tokens() or self.settings.default_max_tokens
@@ -185,68 +143,188 @@ class ChatPipeline:
             json_schema=schema,
         )
 
-    def _check_model(self, req: ChatCompletionRequest) -> None:
-        if req.model not in self.models():
-            raise APIError(404, f"model: unknown model {req.model!r}; available: {', '.join(self.models())}",
-                           param="model", code="model_not_found")
+    def _use_agent(self, req: ChatCompletionRequest) -> bool:
+        # NOTE: a response_format constraint is the client's own protocol; the agent's JSON step
+        # protocol would fight it, so such requests go straight to the reasoner.
+        return self.agent is not None and req.response_format is None
 
-    def _messages(self, req: ChatCompletionRequest, hits: list[MemoryHit] | None = None) -> list[ChatMessage]:
-        # NOTE: the system prompt stays first and unchanged so engines reuse its prompt cache;
-        # recalled memories follow it as a second system message.
-        msgs = [ChatMessage(role="system", content=self.settings.system_prompt)]
-        recalled = self._memory_message(hits or [])
-        if recalled is not None:
-            msgs.append(recalled)
-        for m in req.messages:
-            text = m.text()
-            if m.images() and not text:
-                text = "[image attached]"
-            msgs.append(ChatMessage(role=_role(m.role), content=text))  # type: ignore[arg-type]
-        return msgs
+    # ---- step 1: context -------------------------------------------------------------------
+    async def _prepare(self, req: ChatCompletionRequest, ctx: RequestContext, params: GenerationParams) -> _Turn:
+        system = "\n\n".join([self.settings.system_prompt] + [m.text() for m in req.messages
+                                                               if m.role in ("system", "developer") and m.text()])
+        convo = [m for m in req.messages if m.role not in ("system", "developer")]
+        session_id = (req.metadata or {}).get("session_id")
+        if self.context is None or not session_id:
+            messages = [ChatMessage(role="system", content=system)]
+            for m in convo:
+                text = m.text() or ("[image attached]" if m.images() else "")
+                messages.append(ChatMessage(role=engine_role(m.role), content=text))  # type: ignore[arg-type]
+            return _Turn(messages=messages)
+        mode = (req.metadata or {}).get("context_mode")
+        try:
+            session = await self.context.open_session(ctx.tenant, ctx.user, session_id)
+            pending = [MessageIn(role=m.role, content=m.text() or "[image attached]") for m in convo]  # type: ignore[arg-type]
+            reserved = params.max_tokens + (self.settings.agent_overhead_tokens if self._use_agent(req) else 0)
+            window = self.reasoner.context_window
+            if reserved >= window:
+                raise APIError(400, f"max_tokens: {params.max_tokens} leaves no room in the {window}-token context",
+                               param="max_tokens")
+            result = await self.context.assemble(session, pending, context_window=window, reserved_output=reserved,
+                                                 system=system, mode=mode)  # type: ignore[arg-type]
+        except SessionNotFoundError as exc:
+            raise APIError(404, f"metadata.session_id: {exc}", type="not_found_error", param="metadata.session_id") from None
+        except ContextBudgetError as exc:
+            raise APIError(400, f"messages: {exc}", param="messages", code="context_budget_exceeded") from None
+        meta = {"context": {"session_id": session.id, "mode": result.mode, "requested_mode": result.requested_mode,
+                            "budget": result.budget, "breakdown": result.breakdown.model_dump(),
+                            "dropped_messages": result.dropped_messages, "latency_ms": round(result.latency_ms, 2)}}
+        return _Turn(messages=list(result.messages), session=session, pending=pending, meta=meta)
 
+    # ---- step 2a: plain recall + reasoner ------------------------------------------------------
+    async def _recall(self, query: str, ctx: RequestContext) -> tuple[list[MemoryHit], str | None]:
+        """Top-k memories of the tenant for ``query``; a failing memory tier degrades to none.
+
+        Returns the hits and, when recall failed, the reason (reported in the response metadata
+        so the degradation is visible, never silent).
+        """
+        if self.memory is None or self.settings.memory_top_k == 0 or not query.strip():
+            return [], None
+        try:
+            async with asyncio.timeout(self.settings.memory_timeout_s):
+                hits = await self.memory.search(ctx.tenant, query, self.settings.memory_top_k,
+                                                threshold=self.settings.memory_threshold)
+        except Exception as exc:  # noqa: BLE001 - any memory failure must not fail the chat
+            log.warning("request %s: memory recall failed: %s", ctx.request_id, exc)
+            return [], f"{type(exc).__name__}: {exc}"
+        return hits, None
+
+    async def _with_recall(self, req: ChatCompletionRequest, ctx: RequestContext, turn: _Turn) -> list[ChatMessage]:
+        hits, error = await self._recall(last_user_text(req), ctx)
+        turn.meta.update(memory_meta(hits, error))
+        recalled = memory_message(hits, self.settings.memory_prompt_chars)
+        if recalled is None:
+            return turn.messages
+        # NOTE: the system prompt stays first and unchanged so engines reuse its prompt cache.
+        return [turn.messages[0], recalled, *turn.messages[1:]]
+
+    # ---- step 2b: the agent ----------------------------------------------------------------------
+    def _agent_request(self, req: ChatCompletionRequest, ctx: RequestContext, turn: _Turn) -> AgentRequest:
+        msgs = [AgentMessage(role=m.role, text=m.content) for m in turn.messages[1:]]
+        images = last_user_images(req)
+        if images:
+            for i in range(len(msgs) - 1, -1, -1):
+                if msgs[i].role == "user":
+                    msgs[i] = msgs[i].model_copy(update={"images": images})
+                    break
+        mode = (req.metadata or {}).get("agent", "auto")
+        session_id = turn.session.id if turn.session is not None else (req.metadata or {}).get("session_id")
+        return AgentRequest(tenant=ctx.tenant, scopes=list(self.settings.scopes), messages=msgs, mode=mode,  # type: ignore[arg-type]
+                            session_id=session_id)
+
+    def _agent_meta(self, turn: _Turn, result: AgentResult) -> None:
+        turn.meta["agent"] = result.metadata()
+        turn.meta["memories"] = [{"id": h.get("id"), "source_id": h.get("source_id"), "score": h.get("score")}
+                                 for h in result.memory_hits]
+
+    # ---- step 3: after the answer ------------------------------------------------------------------
+    def _background_task(self, coro: Awaitable[Any], what: str, ctx: RequestContext) -> None:
+        async def run() -> None:
+            try:
+                await coro
+            except Exception as exc:  # noqa: BLE001 - logged; the answer was already sent
+                log.warning("request %s: %s failed: %s", ctx.request_id, what, exc)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _finish_turn(self, req: ChatCompletionRequest, ctx: RequestContext, turn: _Turn, answer: str,
+                           agent_result: AgentResult | None) -> None:
+        """Append the turn to its session (on the request path: the next turn must see it), then
+        schedule the rolling summary and the memory write-back off the request path."""
+        if self.context is not None and turn.session is not None and answer.strip():
+            await self.context.append(turn.session, [*turn.pending, MessageIn(role="assistant", content=answer)])
+            self.context.start_summary(turn.session)
+        if not self.settings.write_back or self.memory is None or not answer.strip():
+            return
+        if agent_result is not None and self.agent is not None:
+            self._background_task(self.agent.write_back(ctx.tenant, agent_result), "memory write-back", ctx)
+            return
+        session = (req.metadata or {}).get("session_id", "")
+        item = MemoryWrite(text=mask_pii(f"user: {last_user_text(req)}\nassistant: {answer}"), kind="message",
+                           source_id=f"chat:{ctx.user}:{ctx.request_id}",
+                           metadata={"user": ctx.user, "session_id": session})
+        self._background_task(self.memory.write(ctx.tenant, [item]), "memory write-back", ctx)
+
+    # ---- non-streaming ------------------------------------------------------------------------------
     async def complete(self, req: ChatCompletionRequest, ctx: RequestContext) -> ChatCompletionResponse:
         """Answer a non-streaming request."""
         self._check_model(req)
         params = self._params(req)
-        hits, recall_error = await self._recall(_last_user_text(req), ctx)
-        messages = self._messages(req, hits)
+        turn = await self._prepare(req, ctx, params)
+        agent_result: AgentResult | None = None
         try:
             async with asyncio.timeout(self.settings.engine_timeout_s):
-                result = await self.reasoner.chat(messages, params)
+                if self._use_agent(req):
+                    assert self.agent is not None
+                    agent_result = await self.agent.run(self._agent_request(req, ctx, turn))
+                    self._agent_meta(turn, agent_result)
+                    text = agent_result.answer
+                    prompt_tokens = agent_result.usage.prompt_tokens
+                    completion_tokens = agent_result.usage.completion_tokens
+                    finish = "stop"
+                else:
+                    result = await self.reasoner.chat(await self._with_recall(req, ctx, turn), params)
+                    text, finish = result.text, result.finish_reason
+                    prompt_tokens, completion_tokens = result.prompt_tokens, result.completion_tokens
+                    turn.meta["engine_model"] = result.model
         except TimeoutError as exc:
-            raise TimeoutError(f"reasoner did not answer within {self.settings.engine_timeout_s:.0f} s") from exc
-        TOKENS.labels("reasoner", "prompt").inc(result.prompt_tokens)
-        TOKENS.labels("reasoner", "completion").inc(result.completion_tokens)
-        self._schedule_write_back(req, ctx, result.text)
+            raise TimeoutError(f"no answer within {self.settings.engine_timeout_s:.0f} s") from exc
+        TOKENS.labels("reasoner", "prompt").inc(prompt_tokens)
+        TOKENS.labels("reasoner", "completion").inc(completion_tokens)
+        await self._finish_turn(req, ctx, turn, text, agent_result)
         return ChatCompletionResponse(
             model=req.model,
-            choices=[Choice(message=ResponseMessage(content=result.text), finish_reason=result.finish_reason)],
-            usage=Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
-                        total_tokens=result.prompt_tokens + result.completion_tokens),
-            recallserve={"request_id": ctx.request_id, "engine_model": result.model,
-                         **_memory_meta(hits, recall_error)},
+            choices=[Choice(message=ResponseMessage(content=text), finish_reason=finish)],  # type: ignore[arg-type]
+            usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                        total_tokens=prompt_tokens + completion_tokens),
+            recallserve={"request_id": ctx.request_id, **turn.meta},
         )
 
+    # ---- streaming ----------------------------------------------------------------------------------
     async def stream(self, req: ChatCompletionRequest, ctx: RequestContext) -> AsyncIterator[ChatCompletionChunk]:
         """Answer a streaming request chunk by chunk (validation happens before the first chunk)."""
         self._check_model(req)
         params = self._params(req)
-        hits, recall_error = await self._recall(_last_user_text(req), ctx)
-        messages = self._messages(req, hits)
-        meta = {"request_id": ctx.request_id, **_memory_meta(hits, recall_error)}
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return self._stream(req, ctx, messages, params, include_usage, meta)
+        turn = await self._prepare(req, ctx, params)
+        if self._use_agent(req):
+            return self._stream_agent(req, ctx, turn)
+        messages = await self._with_recall(req, ctx, turn)
+        return self._stream_engine(req, ctx, turn, messages, params)
 
-    async def _stream(self, req: ChatCompletionRequest, ctx: RequestContext, messages: list[ChatMessage],
-                      params: GenerationParams, include_usage: bool,
-                      meta: dict[str, object]) -> AsyncIterator[ChatCompletionChunk]:
+    def _chunk(self, req: ChatCompletionRequest, cid: str, created: int, **kw: Any) -> ChatCompletionChunk:
+        return ChatCompletionChunk(id=cid, created=created, model=req.model, **kw)
+
+    async def _tail(self, req: ChatCompletionRequest, ctx: RequestContext, turn: _Turn, cid: str, created: int,
+                    answer: str, finish: str, prompt_tokens: int, completion_tokens: int,
+                    agent_result: AgentResult | None) -> AsyncIterator[ChatCompletionChunk]:
+        TOKENS.labels("reasoner", "prompt").inc(prompt_tokens)
+        TOKENS.labels("reasoner", "completion").inc(completion_tokens)
+        await self._finish_turn(req, ctx, turn, answer, agent_result)
+        yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(), finish_reason=finish)],  # type: ignore[arg-type]
+                          recallserve={"request_id": ctx.request_id, **turn.meta})
+        if req.stream_options and req.stream_options.include_usage:
+            yield self._chunk(req, cid, created, choices=[],
+                              usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                                          total_tokens=prompt_tokens + completion_tokens))
+
+    async def _stream_engine(self, req: ChatCompletionRequest, ctx: RequestContext, turn: _Turn,
+                             messages: list[ChatMessage], params: GenerationParams) -> AsyncIterator[ChatCompletionChunk]:
         cid, created, start = new_completion_id(), int(time.time()), time.perf_counter()
-        first = True
-        prompt_tokens = completion_tokens = 0
-        answer: list[str] = []
-        yield ChatCompletionChunk(id=cid, created=created, model=req.model,
-                                  choices=[ChunkChoice(delta=DeltaMessage(role="assistant", content=""))])
+        yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(role="assistant", content=""))])
         deadline = start + self.settings.engine_timeout_s
+        answer: list[str] = []
+        finish, prompt_tokens, completion_tokens = "stop", 0, 0
         agen = self.reasoner.stream(messages, params)
         try:
             while True:
@@ -258,24 +336,46 @@ class ChatPipeline:
                 except TimeoutError as exc:
                     raise EngineError(f"reasoner stream exceeded {self.settings.engine_timeout_s:.0f} s") from exc
                 if delta.text:
-                    answer.append(delta.text)
-                    if first:
+                    if not answer:
                         TIME_TO_FIRST_TOKEN.observe(time.perf_counter() - start)
-                        first = False
-                    yield ChatCompletionChunk(id=cid, created=created, model=req.model,
-                                              choices=[ChunkChoice(delta=DeltaMessage(content=delta.text))])
+                    answer.append(delta.text)
+                    yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(content=delta.text))])
                 if delta.finish_reason is not None:
-                    prompt_tokens = delta.prompt_tokens or 0
-                    completion_tokens = delta.completion_tokens or 0
-                    yield ChatCompletionChunk(id=cid, created=created, model=req.model,
-                                              choices=[ChunkChoice(delta=DeltaMessage(), finish_reason=delta.finish_reason)],
-                                              recallserve=meta)
+                    finish = delta.finish_reason
+                    prompt_tokens, completion_tokens = delta.prompt_tokens or 0, delta.completion_tokens or 0
         finally:
             await agen.aclose()
-        TOKENS.labels("reasoner", "prompt").inc(prompt_tokens)
-        TOKENS.labels("reasoner", "completion").inc(completion_tokens)
-        self._schedule_write_back(req, ctx, "".join(answer))
-        if include_usage:
-            yield ChatCompletionChunk(id=cid, created=created, model=req.model, choices=[],
-                                      usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                                                  total_tokens=prompt_tokens + completion_tokens))
+        async for chunk in self._tail(req, ctx, turn, cid, created, "".join(answer), finish, prompt_tokens,
+                                      completion_tokens, None):
+            yield chunk
+
+    async def _stream_agent(self, req: ChatCompletionRequest, ctx: RequestContext,
+                            turn: _Turn) -> AsyncIterator[ChatCompletionChunk]:
+        assert self.agent is not None
+        cid, created, start = new_completion_id(), int(time.time()), time.perf_counter()
+        yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(role="assistant", content=""))])
+        result: AgentResult | None = None
+        sent = False
+        agen = self.agent.stream(self._agent_request(req, ctx, turn))
+        try:
+            async with asyncio.timeout(self.settings.engine_timeout_s):
+                async for event in agen:
+                    if event.type == "answer_delta" and event.text:
+                        if not sent:
+                            TIME_TO_FIRST_TOKEN.observe(time.perf_counter() - start)
+                            sent = True
+                        yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(content=event.text))])
+                    elif event.type == "done":
+                        result = event.result
+        except TimeoutError as exc:
+            raise EngineError(f"agent exceeded {self.settings.engine_timeout_s:.0f} s") from exc
+        finally:
+            await agen.aclose()
+        if result is None:
+            raise EngineError("agent stream ended without a result")
+        if not sent and result.answer:
+            yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(content=result.answer))])
+        self._agent_meta(turn, result)
+        async for chunk in self._tail(req, ctx, turn, cid, created, result.answer, "stop", result.usage.prompt_tokens,
+                                      result.usage.completion_tokens, result):
+            yield chunk

@@ -1,0 +1,103 @@
+"""The full in-process pipeline: sessions (context-mode) and the agent loop, with the tiny real model.
+
+SmolLM2-135M is useless as an agent (broken JSON), which is what these tests want: the loop's
+retry, partial-answer and metadata plumbing must hold with a model that misbehaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from deployments.engines import LlamaCppConfig, LlamaCppEngine
+from memory_shards import HashingEmbedder
+from memory_shards.retrieval import local_hybrid_coordinator
+from serve.agent import Agent, AgentConfig, default_registry
+from serve.api.app import create_app
+from serve.api.auth import Authenticator
+from serve.context import ContextManager, SessionStore
+from serve.memory_api import MemoryService, build_router
+from serve.pipeline import ChatPipeline, PipelineSettings
+
+KEYS = {"sk-acme": "acme", "sk-globex": "globex"}
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    emb = HashingEmbedder(384)
+    coord = local_hybrid_coordinator(2, emb.model_id, emb.dim, data_root=tmp_path / "memory")
+
+    async def embed(texts: list[str]):  # type: ignore[no-untyped-def]
+        return await asyncio.to_thread(emb.embed, texts)
+
+    service = MemoryService(coord, embed, top_k=16, threshold=0.0)
+    engine = LlamaCppEngine(LlamaCppConfig(model="smollm2-135m-instruct-q4_1", n_ctx=2048, n_threads=1))
+    context = ContextManager(SessionStore(tmp_path / "sessions.sqlite3"), embed=emb.embed)
+    agent = Agent(engine, default_registry(demo=True), memory=service,
+                  config=AgentConfig(max_steps=2, step_max_tokens=48, router_max_tokens=32))
+    pipeline = ChatPipeline(engine, PipelineSettings(max_request_tokens=64, agent_overhead_tokens=600),
+                            memory=service, context=context, agent=agent)
+    auth = Authenticator(KEYS)
+    with TestClient(create_app(pipeline, auth, routers=[build_router(service, auth)])) as c:
+        yield c
+    for shard_client in coord.shards:
+        shard_client.shard.close()
+
+
+def _chat(c: TestClient, key: str, text: str, **meta: str) -> dict:
+    r = c.post("/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
+               json={"model": "recallserve", "user": "u1", "max_tokens": 16, "metadata": meta,
+                     "messages": [{"role": "user", "content": text}]})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_session_turns_are_kept_and_reported(client: TestClient) -> None:
+    first = _chat(client, "sk-acme", "My order number is 88231 and I must never be called after 6pm.",
+                  session_id="s1", agent="off")
+    ctx = first["recallserve"]["context"]
+    assert ctx["session_id"] == "s1" and ctx["mode"] in ("full", "sliding", "summary", "retrieval", "hybrid")
+    assert set(ctx["breakdown"]) >= {"system", "constraints", "entities", "summary", "recent", "retrieved"}
+    assert first["recallserve"]["agent"]["route"]["route"] == "direct"
+
+    second = _chat(client, "sk-acme", "What was my order number?", session_id="s1", agent="off",
+                   context_mode="full")
+    assert second["recallserve"]["context"]["mode"] == "full"
+    # The first turn (user + assistant) is now history: more tokens than the first turn had.
+    assert second["recallserve"]["context"]["breakdown"]["recent"] > first["recallserve"]["context"]["breakdown"]["recent"]
+
+
+def test_other_tenant_cannot_use_a_session(client: TestClient) -> None:
+    _chat(client, "sk-acme", "hello", session_id="private-1", agent="off")
+    r = client.post("/v1/chat/completions", headers={"Authorization": "Bearer sk-globex"},
+                    json={"model": "recallserve", "user": "u1", "max_tokens": 8, "metadata": {"session_id": "private-1"},
+                          "messages": [{"role": "user", "content": "what did I say?"}]})
+    assert r.status_code == 404
+    assert r.json()["error"]["param"] == "metadata.session_id"
+
+
+def test_agent_loop_runs_and_reports_its_trace(client: TestClient) -> None:
+    reply = _chat(client, "sk-acme", "What is 12.5 * 8? Use the calculator.", agent="on")
+    agent = reply["recallserve"]["agent"]
+    assert agent["route"]["route"] == "tools"
+    assert agent["steps"], "the loop left no trace"
+    assert agent["usage"]["engine_calls"] >= 1
+    assert reply["choices"][0]["message"]["content"].strip()
+
+
+def test_agent_streams_the_answer(client: TestClient) -> None:
+    import json
+
+    body = {"model": "recallserve", "max_tokens": 16, "stream": True, "metadata": {"agent": "off"},
+            "messages": [{"role": "user", "content": "Say hi."}]}
+    with client.stream("POST", "/v1/chat/completions", json=body, headers={"Authorization": "Bearer sk-acme"}) as r:
+        assert r.status_code == 200
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]).strip()
+    assert chunks[-1]["recallserve"]["agent"]["finish_reason"] == "direct"
