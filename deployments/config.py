@@ -19,6 +19,7 @@ from deployments.options import DeploymentOptions
 from serve._base import StrictModel
 from serve.agent import AgentConfig
 from serve.context import ContextConfig
+from serve.experience import ExperienceConfig
 
 __all__ = [
     "AppConfig",
@@ -145,6 +146,10 @@ class AppConfig(StrictModel):
     )
     context: ContextConfig = Field(default_factory=ContextConfig, description="Context-mode (sessions, budgets, summary).")
     agent: AgentConfig = Field(default_factory=AgentConfig, description="The CoT 3.0 agent loop.")
+    experience: ExperienceConfig = Field(
+        default_factory=lambda: ExperienceConfig(data_dir=Path(".recallserve/state/experiences")),
+        description="E-CoT experience memory (its data_dir is replaced by state_dir/experiences at deploy).",
+    )
     agent_enabled: bool = Field(default=True, description="Answer through the agent (router + tools); False = plain chat.")
     agent_demo_tools: bool = Field(
         default=True, description="Register the demo world's tools (orders, tickets, manuals fixture) beside the built-ins."

@@ -25,6 +25,8 @@ from serve.api.app import create_app
 from serve.api.auth import Authenticator
 from serve.agent import Agent, default_registry
 from serve.context import ContextManager, LLMSummariser, SessionStore
+from serve.experience import ExperienceService
+from serve.experience import build_router as build_experience_router
 from serve.memory_api import build_router as build_memory_router
 from serve.tokens import EngineTokenCounter
 from serve.pipeline import ChatPipeline, PipelineSettings
@@ -103,11 +105,14 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle], mem
     if config.agent_enabled:
         agent = Agent(engines["reasoner"], default_registry(demo=config.agent_demo_tools), router=engines["router"],
                       memory=backend, config=config.agent)
+    experiences = ExperienceService(config.experience.model_copy(update={"data_dir": config.state_dir / "experiences"}),
+                                    _sync_embed(memory["embedder"]), memory=backend)
     pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=settings, memory=backend, context=context,
-                            agent=agent)
+                            agent=agent, experiences=experiences)
     auth = Authenticator(config.auth.resolve())
 
     async def health() -> dict[str, Any]:
         return {"profile": config.profile, "roles": {r: engines[r].model_name for r in ROLES}}
 
-    return create_app(pipeline, auth, health=health, routers=[build_memory_router(backend, auth)])
+    return create_app(pipeline, auth, health=health, routers=[build_memory_router(backend, auth),
+                                                                      build_experience_router(experiences, auth)])

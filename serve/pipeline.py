@@ -44,6 +44,7 @@ from serve.agent import Agent, AgentMessage, AgentRequest, AgentResult
 from serve.agent.guards import mask_pii
 from serve.context import ContextBudgetError, ContextManager, MessageIn, Session, SessionNotFoundError
 from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
+from serve.experience import ExperienceService, ProduceResult
 from serve.memory import MemoryBackend, MemoryHit, MemoryWrite
 
 __all__ = ["RequestContext", "PipelineSettings", "ChatPipeline"]
@@ -102,8 +103,9 @@ class ChatPipeline:
 
     def __init__(self, reasoner: LLMEngine, settings: PipelineSettings | None = None,
                  memory: MemoryBackend | None = None, *, context: ContextManager | None = None,
-                 agent: Agent | None = None) -> None:
+                 agent: Agent | None = None, experiences: ExperienceService | None = None) -> None:
         self.reasoner = reasoner
+        self.experiences = experiences
         self.settings = settings or PipelineSettings()
         self.memory = memory
         self.context = context
@@ -142,6 +144,31 @@ class ChatPipeline:
             seed=req.seed,
             json_schema=schema,
         )
+
+    def _segmented(self, req: ChatCompletionRequest) -> bool:
+        wanted = (req.metadata or {}).get("reasoning") == "segmented"
+        if wanted and self.experiences is None:
+            raise APIError(400, "metadata.reasoning: segmented reasoning needs the experience memory, which this "
+                           "server does not run", param="metadata.reasoning")
+        return wanted
+
+    async def _produce(self, req: ChatCompletionRequest, ctx: RequestContext, turn: _Turn) -> ProduceResult:
+        """E-CoT: a segmented trace (context / reasoning / verification / outcome), checked by code
+        and stored; experiences of the same model family are injected into the prompt."""
+        assert self.experiences is not None
+        meta = req.metadata or {}
+        result = await self.experiences.produce(ctx.tenant, self.reasoner, last_user_text(req),
+                                                domain=meta.get("task_domain", "general"),
+                                                topic=meta.get("topic", "general"))
+        exp = result.experience
+        turn.meta["experience"] = {
+            "id": exp.record.metadata.id if exp is not None else None,
+            "tier": exp.tier if exp is not None else None,
+            "confidence": exp.record.outcome.confidence if exp is not None else None,
+            "injected": result.injected, "required_checks": result.required_checks,
+            "parsed": result.answer is not None,
+        }
+        return result
 
     def _use_agent(self, req: ChatCompletionRequest) -> bool:
         # NOTE: a response_format constraint is the client's own protocol; the agent's JSON step
@@ -265,7 +292,12 @@ class ChatPipeline:
         agent_result: AgentResult | None = None
         try:
             async with asyncio.timeout(self.settings.engine_timeout_s):
-                if self._use_agent(req):
+                if self._segmented(req):
+                    produced = await self._produce(req, ctx, turn)
+                    text = produced.answer or produced.raw_text
+                    prompt_tokens, completion_tokens = produced.prompt_tokens, produced.completion_tokens
+                    finish = "stop"
+                elif self._use_agent(req):
                     assert self.agent is not None
                     agent_result = await self.agent.run(self._agent_request(req, ctx, turn))
                     self._agent_meta(turn, agent_result)
@@ -297,6 +329,8 @@ class ChatPipeline:
         self._check_model(req)
         params = self._params(req)
         turn = await self._prepare(req, ctx, params)
+        if self._segmented(req):
+            return self._stream_segmented(req, ctx, turn)
         if self._use_agent(req):
             return self._stream_agent(req, ctx, turn)
         messages = await self._with_recall(req, ctx, turn)
@@ -347,6 +381,23 @@ class ChatPipeline:
             await agen.aclose()
         async for chunk in self._tail(req, ctx, turn, cid, created, "".join(answer), finish, prompt_tokens,
                                       completion_tokens, None):
+            yield chunk
+
+    async def _stream_segmented(self, req: ChatCompletionRequest, ctx: RequestContext,
+                                turn: _Turn) -> AsyncIterator[ChatCompletionChunk]:
+        # NOTE: the answer is only known once the whole trace is parsed and verified, so it is
+        # sent as one piece.
+        cid, created = new_completion_id(), int(time.time())
+        yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(role="assistant", content=""))])
+        try:
+            async with asyncio.timeout(self.settings.engine_timeout_s):
+                produced = await self._produce(req, ctx, turn)
+        except TimeoutError as exc:
+            raise EngineError(f"segmented reasoning exceeded {self.settings.engine_timeout_s:.0f} s") from exc
+        text = produced.answer or produced.raw_text
+        yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(content=text))])
+        async for chunk in self._tail(req, ctx, turn, cid, created, text, "stop", produced.prompt_tokens,
+                                      produced.completion_tokens, None):
             yield chunk
 
     async def _stream_agent(self, req: ChatCompletionRequest, ctx: RequestContext,

@@ -150,6 +150,9 @@ class ChatCompletionRequest(StrictModel):
         agent = meta.get("agent")
         if agent is not None and agent not in {"auto", "on", "off"}:
             raise ValueError(f"metadata.agent: must be auto, on or off, got {agent!r}")
+        reasoning = meta.get("reasoning")
+        if reasoning is not None and reasoning not in {"default", "segmented"}:
+            raise ValueError(f"metadata.reasoning: must be default or segmented, got {reasoning!r}")
         return self
 
     def stop_list(self) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,9 @@ def cluster(work_dir: Path, port: int) -> Iterator[AppConfig]:
         },
     )
     runner.prepare_models(config, progress=False)
+    # A second tenant for the isolation checks (replicas inherit the driver's environment).
+    saved = os.environ.get("RECALLSERVE_API_KEYS")
+    os.environ["RECALLSERVE_API_KEYS"] = "sk-other:other"
     start = time.perf_counter()
     runner.start_ray(config)
     try:
@@ -33,6 +37,10 @@ def cluster(work_dir: Path, port: int) -> Iterator[AppConfig]:
         yield config
     finally:
         runner.shutdown()
+        if saved is None:
+            os.environ.pop("RECALLSERVE_API_KEYS", None)
+        else:
+            os.environ["RECALLSERVE_API_KEYS"] = saved
 
 
 def test_openai_sdk_plain_and_streaming(cluster: AppConfig) -> None:
@@ -94,3 +102,26 @@ def test_memory_api_and_recall_through_the_cluster(cluster: AppConfig) -> None:
         "messages": [{"role": "user", "content": "My X100 coffee machine leaks water. How was this fixed before?"}]}).json()
     assert "ticket-4411" in [m["source_id"] for m in reply["recallserve"]["memories"]]
     assert "gasket" in reply["choices"][0]["message"]["content"].lower()
+
+
+def test_segmented_reasoning_stores_a_verified_experience(cluster: AppConfig) -> None:
+    import httpx
+
+    base = f"http://127.0.0.1:{cluster.server.port}/v1"
+    reply = httpx.post(f"{base}/chat/completions", headers={"Authorization": "Bearer sk-local"}, timeout=600, json={
+        "model": "recallserve", "max_tokens": 256, "temperature": 0,
+        "metadata": {"reasoning": "segmented", "task_domain": "arithmetic"},
+        "messages": [{"role": "user", "content": "A box holds 12 bottles. How many bottles are in 7 boxes?"}]})
+    assert reply.status_code == 200, reply.text
+    meta = reply.json()["recallserve"]["experience"]
+    print("segmented:", meta, reply.json()["choices"][0]["message"]["content"][:80])
+    assert meta["parsed"] and meta["id"], meta
+    assert meta["confidence"] in ("high", "medium", "low")
+    own = httpx.get(f"{base}/experiences/{meta['id']}", headers={"Authorization": "Bearer sk-local"})
+    assert own.status_code == 200
+    other = httpx.get(f"{base}/experiences/{meta['id']}", headers={"Authorization": "Bearer sk-other"})
+    assert other.status_code == 404
+    # The other tenant cannot see the first tenant's memories either.
+    hits = httpx.post(f"{base}/memories/search", headers={"Authorization": "Bearer sk-other"}, timeout=60,
+                      json={"query": "X100 leaking water", "k": 5}).json()["data"]
+    assert all(h["source_id"] != "ticket-4411" for h in hits)

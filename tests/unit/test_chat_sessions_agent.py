@@ -101,3 +101,10 @@ def test_agent_streams_the_answer(client: TestClient) -> None:
     chunks = [json.loads(e) for e in events[:-1]]
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]).strip()
     assert chunks[-1]["recallserve"]["agent"]["finish_reason"] == "direct"
+
+
+def test_segmented_reasoning_without_experience_memory_is_a_clear_400(client: TestClient) -> None:
+    r = client.post("/v1/chat/completions", headers={"Authorization": "Bearer sk-acme"},
+                    json={"model": "recallserve", "max_tokens": 8, "metadata": {"reasoning": "segmented"},
+                          "messages": [{"role": "user", "content": "2+2?"}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "metadata.reasoning"

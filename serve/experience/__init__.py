@@ -1,0 +1,85 @@
+"""E-CoT experience memory: segmented reasoning traces that are verified by code and reused.
+
+A reasoner's trace is parsed into context / reasoning / verification / outcome segments
+(:func:`parse_segmented`), its verification items are executed (:func:`verify_record`:
+safe calculator, unit table, rule table), its confidence derived from the results, and it is
+filed in the active cache, the archival cache or the human review queue
+(:class:`ExperienceService`). Retrieved experiences are injected into the reasoner's prompt
+together with the checks they imply. :func:`build_router` exposes it over HTTP.
+"""
+
+from serve.experience._api import build_router
+from serve.experience._caches import decay_factor, model_family, rank_active
+from serve.experience._calculator import CalcError, evaluate
+from serve.experience._models import (
+    ConflictAlert,
+    ExperienceConfig,
+    ExperienceHit,
+    ExperienceView,
+    LabelRequest,
+    MaintenanceReport,
+    ProduceResult,
+    SearchRequest,
+    SearchResult,
+)
+from serve.experience._parser import ParseReport, ParsedTrace, parse_segmented
+from serve.experience._prompt import SYSTEM_PROMPT, build_messages
+from serve.experience._rules import Rule, RuleError, RuleTable
+from serve.experience._schema import (
+    SCHEMA_VERSION,
+    ExperienceContext,
+    ExperienceEvaluation,
+    ExperienceMetadata,
+    ExperienceOutcome,
+    ExperienceRecord,
+    Quantity,
+    ReasoningStep,
+    VerificationItem,
+)
+from serve.experience._service import Embedder, ExperienceNotFound, ExperienceService
+from serve.experience._units import DimensionError, parse_quantity, to_unit
+from serve.experience._verify import derive_confidence, run_check, verify_record
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ExperienceRecord",
+    "ExperienceMetadata",
+    "ExperienceContext",
+    "ExperienceOutcome",
+    "ExperienceEvaluation",
+    "ReasoningStep",
+    "VerificationItem",
+    "Quantity",
+    "ExperienceConfig",
+    "ExperienceService",
+    "ExperienceNotFound",
+    "Embedder",
+    "ExperienceView",
+    "ExperienceHit",
+    "ConflictAlert",
+    "SearchRequest",
+    "SearchResult",
+    "LabelRequest",
+    "MaintenanceReport",
+    "ProduceResult",
+    "ParseReport",
+    "ParsedTrace",
+    "parse_segmented",
+    "verify_record",
+    "run_check",
+    "derive_confidence",
+    "Rule",
+    "RuleTable",
+    "RuleError",
+    "CalcError",
+    "DimensionError",
+    "evaluate",
+    "parse_quantity",
+    "to_unit",
+    "rank_active",
+    "decay_factor",
+    "model_family",
+    "build_messages",
+    "SYSTEM_PROMPT",
+    "build_router",
+]

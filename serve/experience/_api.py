@@ -1,0 +1,75 @@
+"""HTTP routes of the experience memory: a FastAPI ``APIRouter`` factory (no app, no Ray).
+
+Routes (all scoped to the tenant that ``get_tenant`` returns; another tenant's ids are 404):
+
+* ``POST /v1/experiences``: create a record (verified by code on the way in) -> 201;
+* ``GET /v1/experiences/review``: the review queue (wrong or low-confidence traces);
+* ``GET /v1/experiences/{id}``: one record with its cache state;
+* ``POST /v1/experiences/search``: active hits, archival hits (topic / error tags), conflicts;
+* ``POST /v1/experiences/{id}/label``: correct -> active, wrong -> archival (+ tags, note).
+
+Bad bodies get FastAPI's 422 whose ``detail[].loc`` names the field.
+"""
+
+
+# NOTE: no `from __future__ import annotations` here: FastAPI must see the real annotation
+# objects of route parameters, and `Tenant` below is local to the factory.
+from collections.abc import Awaitable, Callable
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
+
+from serve.experience._models import ExperienceView, LabelRequest, SearchRequest, SearchResult
+from serve.experience._schema import ExperienceRecord
+from serve.experience._service import ExperienceNotFound, ExperienceService
+
+__all__ = ["build_router"]
+
+_ID = Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$", description="Experience id.")
+
+
+def build_router(
+    service: ExperienceService, get_tenant: Callable[..., Awaitable[str]] | Callable[..., str]
+) -> APIRouter:
+    """Routes under ``/v1/experiences`` bound to ``service``.
+
+    Args:
+        service: The experience service.
+        get_tenant: A FastAPI dependency returning the caller's tenant (it reads the API key
+            and raises 401 itself).
+
+    Example:
+        >>> app.include_router(build_router(service, get_tenant))  # doctest: +SKIP
+    """
+    router = APIRouter(prefix="/v1/experiences", tags=["experiences"])
+    Tenant = Annotated[str, Depends(get_tenant)]
+
+    @router.post("", status_code=status.HTTP_201_CREATED, response_model=ExperienceView)
+    async def create_experience(record: ExperienceRecord, tenant: Tenant) -> ExperienceView:
+        return await service.create(tenant, record)
+
+    @router.get("/review", response_model=list[ExperienceView])
+    async def review_queue(
+        tenant: Tenant, limit: Annotated[int, Query(ge=1, le=500, description="Most records.")] = 50
+    ) -> list[ExperienceView]:
+        return await service.review_queue(tenant, limit)
+
+    @router.post("/search", response_model=SearchResult)
+    async def search_experiences(req: SearchRequest, tenant: Tenant) -> SearchResult:
+        return await service.search(tenant, req)
+
+    @router.get("/{exp_id}", response_model=ExperienceView)
+    async def get_experience(exp_id: Annotated[str, _ID], tenant: Tenant) -> ExperienceView:
+        try:
+            return await service.get(tenant, exp_id)
+        except ExperienceNotFound as exc:
+            raise HTTPException(status_code=404, detail=str(exc)) from None
+
+    @router.post("/{exp_id}/label", response_model=ExperienceView)
+    async def label_experience(exp_id: Annotated[str, _ID], req: LabelRequest, tenant: Tenant) -> ExperienceView:
+        try:
+            return await service.label(tenant, exp_id, req)
+        except ExperienceNotFound as exc:
+            raise HTTPException(status_code=404, detail=str(exc)) from None
+
+    return router

@@ -1,0 +1,160 @@
+"""Cache policy of the experience memory: ranking, soft decay, demotion, conflicts, model family.
+
+Pure functions over :class:`~._store.StoredRow` lists, so every rule is unit-testable
+without a database:
+
+* **Active ranking**: ``score = w_r x recency + w_s x similarity`` with ``w_r = 0.7``,
+  ``w_s = 0.3``; ``recency = 1 - rank / (n - 1)`` where rank 0 is the most recently used of
+  the ``n`` candidates (``recency = 1`` when ``n = 1``); similarity is the cosine of the
+  L2-normalised embeddings, clipped at 0.
+* **Soft decay**: ``decay = 1 / (1 + 0.1 x days since last use)``; an active record whose
+  decay drops below 0.3 (about 23 days unused) is demoted to archival.
+* **Window**: active records unused for more than 30 days are demoted as well.
+* **Capacity**: per tenant and domain, the least recently used records beyond the
+  capacity (50-200) are demoted.
+* **Conflicts**: an active record older than a newer, not-wrong archival record on the same
+  topic (same domain and model family) raises an alert and the newer one is preferred.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from serve.experience._store import StoredRow
+
+__all__ = ["decay_factor", "rank_active", "demotions", "find_conflicts", "model_family", "Ranked", "Conflict"]
+
+_DAY = 86400.0
+_SIZE = re.compile(r"^\d+(?:\.\d+)?[bmk]$")
+_DROP = {"instruct", "chat", "it", "gguf", "hf", "awq", "gptq", "fp16", "bf16", "int4", "int8"}
+_QUANT = re.compile(r"^(?:q\d.*|iq\d.*|f16|f32)$")
+
+
+def model_family(model_name: str) -> str:
+    """Family of a model name: path, extension, size, quantisation and chat suffixes removed.
+
+    Experiences are reused only within a family: a trace written by one family's habits
+    (formats, typical mistakes) is not evidence for another's.
+
+    Example:
+        >>> model_family("models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf")
+        'qwen2.5-coder'
+        >>> model_family("qwen2.5-coder-0.5b-instruct")
+        'qwen2.5-coder'
+    """
+    base = model_name.strip().replace("\\", "/").rsplit("/", 1)[-1].lower()
+    base = re.sub(r"\.(gguf|bin|safetensors)$", "", base)
+    tokens = [t for t in re.split(r"[-_\s:]+", base) if t]
+    kept: list[str] = []
+    for t in tokens:
+        if _SIZE.match(t) or _QUANT.match(t):
+            break
+        if t not in _DROP:
+            kept.append(t)
+    return "-".join(kept) or base or "unknown"
+
+
+def decay_factor(now: float, last_used_at: float, rate: float = 0.1) -> float:
+    """``1 / (1 + rate x days since last use)``; 1.0 for a record used now (or in the future)."""
+    days = max(0.0, (now - last_used_at) / _DAY)
+    return 1.0 / (1.0 + rate * days)
+
+
+@dataclass
+class Ranked:
+    """An active candidate with its score parts."""
+
+    row: StoredRow
+    score: float
+    similarity: float
+    recency: float
+    decay: float
+
+
+def rank_active(
+    rows: Sequence[StoredRow], query: np.ndarray, *, now: float, k: int, recency_weight: float = 0.7,
+    min_similarity: float = 0.0, decay_rate: float = 0.1,
+) -> list[Ranked]:
+    """Top-``k`` active rows by ``w_r x recency rank + (1 - w_r) x similarity``.
+
+    Rows below ``min_similarity`` are not candidates (so an unrelated but recent record is
+    never injected); the recency rank is taken among the remaining candidates. Ties break by
+    the more recent use, then by id.
+    """
+    if not rows or k <= 0:
+        return []
+    emb = np.stack([r.embedding for r in rows]).astype(np.float32)
+    sims = np.clip(emb @ np.asarray(query, dtype=np.float32).reshape(-1), 0.0, 1.0)
+    cands = [(r, float(s)) for r, s in zip(rows, sims, strict=True) if s >= min_similarity]
+    if not cands:
+        return []
+    # NOTE: recency rank over candidates, most recent first; ids break equal timestamps so the
+    # ranking is deterministic.
+    order = sorted(range(len(cands)), key=lambda i: (-cands[i][0].last_used_at, cands[i][0].id))
+    n = len(cands)
+    recency = np.empty(n)
+    for rank, i in enumerate(order):
+        recency[i] = 1.0 if n == 1 else 1.0 - rank / (n - 1)
+    out = [
+        Ranked(row=r, similarity=s, recency=float(recency[i]), decay=decay_factor(now, r.last_used_at, decay_rate),
+               score=recency_weight * float(recency[i]) + (1.0 - recency_weight) * s)
+        for i, (r, s) in enumerate(cands)
+    ]
+    out.sort(key=lambda x: (-x.score, -x.row.last_used_at, x.row.id))
+    return out[:k]
+
+
+def demotions(
+    rows: Sequence[StoredRow], *, now: float, capacity: int, window_days: float, demote_below: float = 0.3,
+    decay_rate: float = 0.1,
+) -> dict[str, str]:
+    """Active rows of one (tenant, domain) scope to demote, ``{id: reason}``.
+
+    Reasons: ``decay`` (factor below ``demote_below``), ``window`` (unused longer than
+    ``window_days``), ``capacity`` (least recently used beyond ``capacity``).
+    """
+    out: dict[str, str] = {}
+    keep: list[StoredRow] = []
+    for r in rows:
+        if decay_factor(now, r.last_used_at, decay_rate) < demote_below:
+            out[r.id] = "decay"
+        elif now - r.last_used_at > window_days * _DAY:
+            out[r.id] = "window"
+        else:
+            keep.append(r)
+    keep.sort(key=lambda r: (-r.last_used_at, r.id))
+    for r in keep[capacity:]:
+        out[r.id] = "capacity"
+    return out
+
+
+@dataclass
+class Conflict:
+    """An active record superseded by a newer archival record on the same topic."""
+
+    active: StoredRow
+    newer: StoredRow
+
+
+def find_conflicts(active: Sequence[StoredRow], archival: Sequence[StoredRow]) -> list[Conflict]:
+    """For each active row, the newest archival row of the same topic, domain and family that is
+    newer (by creation time) and not labelled wrong."""
+    best: dict[tuple[str, str, str], StoredRow] = {}
+    for a in archival:
+        md = a.record.metadata
+        if a.record.evaluation.human_label == "wrong":
+            continue
+        key = (md.topic, md.task_domain, a.family)
+        if key not in best or md.timestamp > best[key].record.metadata.timestamp:
+            best[key] = a
+    out = []
+    for r in active:
+        md = r.record.metadata
+        newer = best.get((md.topic, md.task_domain, r.family))
+        if newer is not None and newer.record.metadata.timestamp > md.timestamp:
+            out.append(Conflict(active=r, newer=newer))
+    return out

@@ -1,0 +1,86 @@
+"""Prometheus metrics of the experience memory (default registry, served on ``/metrics``).
+
+* ``recallserve_experience_cache_hit_rate``: share of active-cache lookups that returned at
+  least one experience (hits / lookups since the process started);
+* ``recallserve_experience_verification_pass_rate``: share of executed verification items
+  whose status is ``pass``;
+* ``recallserve_experience_active_cache_freshness``: mean soft-decay factor
+  ``1/(1 + 0.1 x days since last use)`` over all active records (1 = all used just now).
+
+The counters behind the rates are exported too, so a Prometheus server can aggregate the
+rates across replicas itself (``sum(rate(hits)) / sum(rate(lookups))``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from prometheus_client import Counter, Gauge
+
+__all__ = ["record_lookup", "record_verification", "record_conflicts", "set_active_freshness", "snapshot"]
+
+CACHE_LOOKUPS = Counter(
+    "recallserve_experience_cache_lookups", "Active experience cache lookups by result.", ["result"]
+)
+CACHE_HIT_RATE = Gauge("recallserve_experience_cache_hit_rate", "Active cache hits / lookups in this process.")
+VERIFICATION_ITEMS = Counter(
+    "recallserve_experience_verification_items", "Verification items executed, by status.", ["status"]
+)
+VERIFICATION_PASS_RATE = Gauge(
+    "recallserve_experience_verification_pass_rate", "Executed verification items that passed / all executed."
+)
+ACTIVE_FRESHNESS = Gauge(
+    "recallserve_experience_active_cache_freshness", "Mean soft-decay factor 1/(1+0.1*days) of active records."
+)
+CONFLICTS = Counter(
+    "recallserve_experience_conflicts", "Active records superseded by a newer archival record on the same topic."
+)
+
+_lock = threading.Lock()
+_counts = {"lookups": 0, "hits": 0, "items": 0, "passed": 0}
+
+
+def record_lookup(hit: bool) -> None:
+    """Count one active-cache lookup and refresh the hit-rate gauge."""
+    CACHE_LOOKUPS.labels(result="hit" if hit else "miss").inc()
+    with _lock:
+        _counts["lookups"] += 1
+        _counts["hits"] += int(hit)
+        CACHE_HIT_RATE.set(_counts["hits"] / _counts["lookups"])
+
+
+def record_verification(statuses: Iterable[str]) -> None:
+    """Count executed verification items and refresh the pass-rate gauge."""
+    statuses = list(statuses)
+    if not statuses:
+        return
+    for s in statuses:
+        VERIFICATION_ITEMS.labels(status=s).inc()
+    with _lock:
+        _counts["items"] += len(statuses)
+        _counts["passed"] += sum(1 for s in statuses if s == "pass")
+        VERIFICATION_PASS_RATE.set(_counts["passed"] / _counts["items"])
+
+
+def record_conflicts(n: int) -> None:
+    """Count conflict alerts."""
+    if n:
+        CONFLICTS.inc(n)
+
+
+def set_active_freshness(value: float | None) -> None:
+    """Set the freshness gauge (``None``: no active records, reported as 1.0)."""
+    ACTIVE_FRESHNESS.set(1.0 if value is None else value)
+
+
+def snapshot() -> dict[str, float]:
+    """The process-local rates (for tests and the eval report)."""
+    with _lock:
+        c = dict(_counts)
+    return {
+        "cache_hit_rate": c["hits"] / c["lookups"] if c["lookups"] else 0.0,
+        "verification_pass_rate": c["passed"] / c["items"] if c["items"] else 0.0,
+        "lookups": float(c["lookups"]),
+        "verification_items": float(c["items"]),
+    }

@@ -1,0 +1,406 @@
+"""Tolerant parsing of a reasoner's segmented output into experience segments.
+
+Small models rarely follow a format exactly, so four layouts are tried in order:
+
+1. **json**: a JSON object (bare, fenced, embedded in prose, or repaired with ``json_repair``)
+   with keys ``context``/``reasoning``/``verification``/``outcome`` (aliases accepted);
+2. **separators**: sections split by ``---`` lines, named by their first line or by position;
+3. **headings**: numbered or markdown headings (``1. Context``, ``## Reasoning``, ``**Outcome**``);
+4. **keywords**: fallback splitting wherever ``Context:``/``Reasoning:``/``Verification:``/
+   ``Answer:`` appear, even inline.
+
+Whatever cannot be read is listed in :attr:`ParseReport.problems` rather than dropped silently.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from serve._base import StrictModel
+from serve.experience._schema import (
+    ExperienceContext,
+    ExperienceMetadata,
+    ExperienceOutcome,
+    ExperienceRecord,
+    Quantity,
+    ReasoningStep,
+    VerificationItem,
+)
+
+__all__ = ["ParseReport", "ParsedTrace", "parse_segmented", "parse_verification_line"]
+
+SEGMENTS = ("context", "reasoning", "verification", "outcome")
+_ALIASES = {
+    "context": "context", "facts": "context", "given": "context", "problem": "context",
+    "reasoning": "reasoning", "steps": "reasoning", "reasoning_steps": "reasoning", "solution": "reasoning",
+    "verification": "verification", "verifications": "verification", "checks": "verification",
+    "verify": "verification", "check": "verification",
+    "outcome": "outcome", "answer": "outcome", "result": "outcome", "final": "outcome", "final_answer": "outcome",
+}
+_KW = r"context|facts|given|reasoning|steps|solution|verification|verifications|checks|verify|outcome|final answer|answer|result"
+_HEADING = re.compile(
+    rf"^\s*(?:#{{1,6}}\s*)?(?:\*\*|__)?\s*(?:(?:step\s+)?\d+\s*[.):]\s*)?(?:\*\*|__)?\s*({_KW})\b\s*(?:\*\*|__)?\s*:?\s*(?:\*\*|__)?\s*(.*)$",
+    re.IGNORECASE,
+)
+_INLINE = re.compile(rf"(?<![\w])({_KW})\s*:", re.IGNORECASE)
+_SEPARATOR = re.compile(r"^\s*(?:-{3,}|={3,}|\*{3,})\s*$", re.MULTILINE)
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+_TYPE_WORDS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"back[\s_-]*substitut|substitut|plug", re.I), "back_substitution"),
+    (re.compile(r"unit|dimension", re.I), "unit_check"),
+    (re.compile(r"boundar|bound|range|limit|sanity", re.I), "boundary_test"),
+    (re.compile(r"rule|regulat|complian|policy", re.I), "regulatory_check"),
+    (re.compile(r"recomput|recalcul|calculat|arithmetic|comput", re.I), "recomputation"),
+]
+
+
+class ParseReport(StrictModel):
+    """What the parser found and what it could not read."""
+
+    format: Literal["json", "separators", "headings", "keywords", "none"] = Field(description="Layout recognised.")
+    found: list[str] = Field(default_factory=list, description="Segments found.")
+    problems: list[str] = Field(default_factory=list, description="Parts that could not be parsed.")
+    ok: bool = Field(description="All four segments present and an answer found.")
+
+
+@dataclass
+class ParsedTrace:
+    """Segments read from a reply; turn them into a record with :meth:`to_record`."""
+
+    report: ParseReport
+    facts: list[str] = field(default_factory=list)
+    quantities: list[Quantity] = field(default_factory=list)
+    constraints: list[str] = field(default_factory=list)
+    reasoning: list[ReasoningStep] = field(default_factory=list)
+    verification: list[VerificationItem] = field(default_factory=list)
+    answer: str | None = None
+    confidence: str | None = None
+    explanation: str = ""
+
+    def to_record(self, question: str, metadata: ExperienceMetadata) -> ExperienceRecord:
+        """Build a record; the context raw text is the question (facts come from the caller).
+
+        Raises:
+            ValueError: when no answer was found (the caller reports it as a parse failure).
+        """
+        if not self.answer:
+            raise ValueError("no answer found in the reply")
+        conf = self.confidence if self.confidence in ("high", "medium", "low") else None
+        return ExperienceRecord(
+            metadata=metadata,
+            context=ExperienceContext(raw_text=question, quantities=self.quantities, constraints=self.constraints),
+            reasoning=self.reasoning,
+            verification=self.verification,
+            outcome=ExperienceOutcome(answer=self.answer[:2000], stated_confidence=conf, explanation=self.explanation[:2000]),  # type: ignore[arg-type]
+        )
+
+
+def _canon_key(key: str) -> str | None:
+    return _ALIASES.get(re.sub(r"[\s-]+", "_", key.strip().lower()))
+
+
+def _load_json(text: str) -> Any:
+    """First JSON object in ``text`` (fenced, bare or embedded), repaired if needed; else None."""
+    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    for cand in candidates:
+        start, end = cand.find("{"), cand.rfind("}")
+        for chunk in ([cand[start:end + 1]] if 0 <= start < end else []) + [cand]:
+            try:
+                obj = json.loads(chunk)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                return obj
+    if "{" not in text:
+        return None
+    try:
+        import json_repair  # noqa: PLC0415 - optional at import time; a runtime dependency
+    except ImportError:  # pragma: no cover - json-repair is a declared dependency
+        return None
+    obj = json_repair.loads(text[text.find("{"):])
+    return obj if isinstance(obj, dict) and obj else None
+
+
+def _str(x: Any) -> str:
+    if x is None:
+        return ""
+    if isinstance(x, str):
+        return x.strip()
+    return json.dumps(x) if isinstance(x, (dict, list)) else str(x)
+
+
+def _lines(text: str) -> list[str]:
+    out = []
+    for raw in text.splitlines():
+        line = re.sub(r"^\s*(?:[-*•]|\d+[.)])\s+", "", raw).strip()
+        if line:
+            out.append(line)
+    return out
+
+
+# ---------------------------------------------------------------- segment readers
+
+
+def _read_quantities(x: Any, trace: ParsedTrace) -> None:
+    items: list[Any] = list(x.items()) if isinstance(x, dict) else list(x) if isinstance(x, list) else []
+    for it in items:
+        try:
+            if isinstance(it, tuple):
+                name, val = it
+                m = re.match(r"^\s*([-+]?\d[\d,]*(?:\.\d+)?)\s*(.*)$", _str(val))
+                if not m:
+                    raise ValueError(f"value {val!r} is not a number")
+                q = Quantity(name=str(name)[:64], value=float(m.group(1).replace(",", "")), unit=m.group(2)[:32])
+            elif isinstance(it, dict):
+                q = Quantity(name=_str(it.get("name"))[:64], value=float(str(it.get("value")).replace(",", "")),
+                             unit=_str(it.get("unit"))[:32])
+            else:
+                raise ValueError(f"{it!r} is not a quantity")
+            trace.quantities.append(q)
+        except (ValueError, TypeError, ValidationError) as exc:
+            trace.report.problems.append(f"context.quantities: {str(exc).splitlines()[0]}")
+
+
+_QTY_TEXT = re.compile(r"([A-Za-z_][A-Za-z0-9_ ]{0,30}?)\s*[=:]\s*([-+]?\d[\d,]*(?:\.\d+)?)\s*([A-Za-z/^]*\d?)")
+
+
+def _read_context(x: Any, trace: ParsedTrace) -> None:
+    if isinstance(x, dict):
+        facts = x.get("facts", x.get("raw_text", x.get("text", [])))
+        trace.facts.extend(_lines(facts) if isinstance(facts, str) else [_str(f) for f in facts or []])
+        _read_quantities(x.get("quantities", []), trace)
+        cons = x.get("constraints", [])
+        trace.constraints.extend(_lines(cons) if isinstance(cons, str) else [_str(c)[:500] for c in cons][:32])
+        return
+    lines = _lines(x) if isinstance(x, str) else [_str(v) for v in x] if isinstance(x, list) else []
+    for line in lines:
+        trace.facts.append(line)
+        for name, val, unit in _QTY_TEXT.findall(line):
+            key = re.sub(r"\s+", "_", name.strip().lower())
+            if key.isidentifier():
+                trace.quantities.append(Quantity(name=key[:64], value=float(val.replace(",", "")), unit=unit[:32]))
+        if re.search(r"\b(must|at most|at least|no more than|cannot|only if|<=|>=)\b", line, re.I):
+            trace.constraints.append(line[:500])
+
+
+_STEP = re.compile(r"^\s*(?:step\s*)?(\d+)\s*[.):\-]\s*(.*)$", re.I)
+_LABELLED = re.compile(r"\b(principle|rule|formula|evidence|because)\s*[:=]\s*(.*)$", re.I)
+
+
+def _read_reasoning(x: Any, trace: ParsedTrace) -> None:
+    if isinstance(x, list):
+        for i, it in enumerate(x, start=1):
+            try:
+                if isinstance(it, dict):
+                    text = _str(it.get("text") or it.get("description") or it.get("content") or it.get("step"))
+                    sid = it.get("step_id", it.get("id", i))
+                    step = ReasoningStep(step_id=int(sid) if str(sid).isdigit() else i, text=text[:2000],
+                                         principle=_str(it.get("principle") or it.get("formula"))[:500],
+                                         evidence=_str(it.get("evidence"))[:1000])
+                else:
+                    step = ReasoningStep(step_id=i, text=_str(it)[:2000])
+                trace.reasoning.append(step)
+            except (ValueError, TypeError, ValidationError) as exc:
+                trace.report.problems.append(f"reasoning[{i}]: {str(exc).splitlines()[0]}")
+        return
+    raw = x if isinstance(x, str) else _str(x)
+    for raw_line in raw.splitlines():
+        line = raw_line.strip().lstrip("-*• ").strip()
+        if not line:
+            continue
+        lab = _LABELLED.search(line)
+        m = _STEP.match(line)
+        if trace.reasoning and lab and lab.start() == 0:
+            prev = trace.reasoning[-1]
+            key = "evidence" if lab.group(1).lower() in ("evidence", "because") else "principle"
+            trace.reasoning[-1] = prev.model_copy(update={key: lab.group(2)[:500]})
+            continue
+        text = (m.group(2) if m else line)[:2000]
+        principle = ""
+        if lab and lab.start() > 0:
+            principle, text = lab.group(2).strip(" )]")[:500], text[: text.lower().find(lab.group(1).lower())].strip(" ([;,") or text
+        if text:
+            trace.reasoning.append(ReasoningStep(step_id=len(trace.reasoning) + 1, text=text, principle=principle))
+
+
+def _type_of(label: str) -> str | None:
+    for pat, typ in _TYPE_WORDS:
+        if pat.search(label):
+            return typ
+    return None
+
+
+def parse_verification_line(line: str) -> VerificationItem | None:
+    """Read one written check such as ``"unit_check: 120 km / 1.5 h -> km/h"``; None if no type."""
+    line = re.sub(r"\s*(?:[(\[]?\s*(?:pass(?:ed)?|ok|✓|✔|correct)\s*[)\]]?\.?)\s*$", "", line.strip(), flags=re.I)
+    label, sep, rest = line.partition(":")
+    typ = _type_of(label) if sep else None
+    if typ is None:
+        typ, rest = _type_of(line), line
+        if typ is None:
+            return None
+        rest = re.sub(r"^\s*\w+[\s_-]*\w*\s*", "", rest) if _type_of(rest.split(" ")[0]) else rest
+    body, expected = rest.strip(), None
+    arrow = re.split(r"\s*(?:->|=>|→|\bexpected\b:?|\bshould be\b)\s*", body, maxsplit=1, flags=re.I)
+    if len(arrow) == 2:
+        body, expected = arrow[0].strip(), arrow[1].strip()
+    inputs: dict[str, Any] = {}
+    with_part = re.split(r"\s+(?:with|where|for|using)\s+", body, maxsplit=1, flags=re.I)
+    if len(with_part) == 2:
+        body = with_part[0].strip()
+        for k, v in re.findall(r"([A-Za-z_]\w*)\s*=\s*([-+]?\d[\d,]*(?:\.\d+)?)", with_part[1]):
+            inputs[k] = float(v.replace(",", ""))
+    if typ == "boundary_test" and expected is None:
+        m = re.match(r"^(.*?)\s+(?:in|within|is in)\s+(.+)$", body, re.I)
+        if m:
+            body, expected = m.group(1).strip(), m.group(2).strip()
+    return VerificationItem(type=typ, target=body[:1000], input=inputs, expected=expected)  # type: ignore[arg-type]
+
+
+def _read_verification(x: Any, trace: ParsedTrace) -> None:
+    items = x if isinstance(x, list) else _lines(x) if isinstance(x, str) else [x] if isinstance(x, dict) else []
+    for i, it in enumerate(items, start=1):
+        try:
+            if isinstance(it, dict):
+                typ = _type_of(_str(it.get("type") or it.get("check") or it.get("kind")))
+                if typ is None:
+                    raise ValueError(f"unknown check type {it.get('type')!r}")
+                target = it.get("target", it.get("expression", it.get("equation", it.get("rule", ""))))
+                raw_input = it.get("input", it.get("inputs", {}))
+                item = VerificationItem(type=typ, target=_str(target)[:1000],  # type: ignore[arg-type]
+                                        input=raw_input if isinstance(raw_input, dict) else {"value": raw_input},
+                                        expected=it.get("expected"))
+            else:
+                parsed = parse_verification_line(_str(it))
+                if parsed is None:
+                    raise ValueError(f"no check type in {_str(it)[:60]!r}")
+                item = parsed
+            trace.verification.append(item)
+        except (ValueError, TypeError, ValidationError) as exc:
+            trace.report.problems.append(f"verification[{i}]: {str(exc).splitlines()[0]}")
+
+
+def _read_outcome(x: Any, trace: ParsedTrace) -> None:
+    if isinstance(x, dict):
+        trace.answer = _str(x.get("answer") or x.get("final_answer") or x.get("result") or x.get("value")) or None
+        trace.confidence = _str(x.get("confidence")).lower() or None
+        trace.explanation = _str(x.get("explanation"))
+        return
+    text = _str(x)
+    inline = re.search(r"[\[(]?\s*confidence\s*[:=]\s*(high|medium|low)\s*[\])]?", text, re.I)
+    if inline and not re.match(r"^\s*confidence", text[: inline.end()].splitlines()[-1], re.I):
+        # NOTE: "80 km/h [confidence: high]" on one line: take the confidence out of the answer.
+        trace.confidence = inline.group(1).lower()
+        text = text[: inline.start()] + text[inline.end():]
+    for line in _lines(text):
+        m = re.match(r"^(answer|final answer|result|confidence|explanation)\s*[:=]\s*(.*)$", line, re.I)
+        key, val = (m.group(1).lower(), m.group(2).strip()) if m else ("", line)
+        if key == "confidence":
+            c = re.search(r"high|medium|low", val, re.I)
+            trace.confidence = c.group(0).lower() if c else None
+        elif key == "explanation":
+            trace.explanation = val
+        elif not trace.answer:
+            trace.answer = val.strip("*` ") or None
+        else:
+            trace.explanation = (trace.explanation + " " + val).strip()
+
+
+_READERS = {"context": _read_context, "reasoning": _read_reasoning,
+            "verification": _read_verification, "outcome": _read_outcome}
+
+
+# ---------------------------------------------------------------- layouts
+
+
+def _split_headings(text: str) -> list[tuple[str, str]]:
+    sections: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        m = _HEADING.match(line)
+        # NOTE: a keyword opening an ordinary sentence ("1. Given the speed ...") is no heading:
+        # require a colon after the keyword or the keyword alone on its line (markers allowed).
+        if m and len(line) < 200 and (
+            not m.group(2).strip().strip("*_:")
+            or re.search(rf"{re.escape(m.group(1))}\s*(?:\*\*|__)?\s*:", line, re.I)
+        ):
+            sections.append((_ALIASES[re.sub(r"\s+", "_", m.group(1).lower())], [m.group(2)]))
+        elif sections:
+            sections[-1][1].append(line)
+    return [(k, "\n".join(v).strip()) for k, v in sections]
+
+
+def _split_keywords(text: str) -> list[tuple[str, str]]:
+    marks = list(_INLINE.finditer(text))
+    out = []
+    for i, m in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+        out.append((_ALIASES[re.sub(r"\s+", "_", m.group(1).lower())], text[m.end():end].strip()))
+    return out
+
+
+def _split_separators(text: str) -> list[tuple[str, str]]:
+    chunks = [c.strip() for c in _SEPARATOR.split(text) if c.strip()]
+    if len(chunks) < 3:
+        return []
+    out = []
+    for i, chunk in enumerate(chunks[:4]):
+        first, _, rest = chunk.partition("\n")
+        m = _HEADING.match(first)
+        if m:
+            out.append((_ALIASES[re.sub(r"\s+", "_", m.group(1).lower())], (m.group(2) + "\n" + rest).strip()))
+        else:
+            out.append((SEGMENTS[i], chunk))
+    return out
+
+
+def _fill(trace: ParsedTrace, sections: list[tuple[str, Any]]) -> None:
+    seen: set[str] = set()
+    for key, body in sections:
+        if key in seen and key != "outcome":
+            trace.report.problems.append(f"{key}: repeated section ignored")
+            continue
+        seen.add(key)
+        _READERS[key](body, trace)
+    trace.report.found = [s for s in SEGMENTS if s in seen]
+
+
+def parse_segmented(text: str) -> ParsedTrace:
+    """Parse a reasoner reply into segments, trying json, separators, headings, then keywords.
+
+    Example:
+        >>> t = parse_segmented("Context: 2 apples\\nReasoning: 1. add 3\\nVerification: recompute: 2+3 = 5\\nAnswer: 5")
+        >>> (t.report.format, t.answer, t.verification[0].type)
+        ('keywords', '5', 'recomputation')
+    """
+    trace = ParsedTrace(report=ParseReport(format="none", ok=False))
+    obj = _load_json(text) if "{" in text else None
+    if isinstance(obj, dict):
+        sections = [(k, v) for raw, v in obj.items() if (k := _canon_key(str(raw))) is not None]
+        if sections:
+            trace.report.format = "json"
+            if "outcome" not in {k for k, _ in sections} and "confidence" in obj:
+                sections.append(("outcome", {"answer": obj.get("answer"), "confidence": obj.get("confidence")}))
+            unknown = [str(k) for k in obj if _canon_key(str(k)) is None and k != "confidence"]
+            if unknown:
+                trace.report.problems.append(f"unknown keys ignored: {', '.join(unknown[:5])}")
+            _fill(trace, sections)
+    if trace.report.format == "none":
+        for name, splitter in (("separators", _split_separators), ("headings", _split_headings),
+                               ("keywords", _split_keywords)):
+            sections = splitter(text)
+            if len({k for k, _ in sections}) >= 2 or (sections and name == "keywords"):
+                trace.report.format = name  # type: ignore[assignment]
+                _fill(trace, sections)
+                break
+    missing = [s for s in SEGMENTS if s not in trace.report.found]
+    if missing:
+        trace.report.problems.append(f"missing segments: {', '.join(missing)}")
+    if not trace.answer:
+        trace.report.problems.append("no answer found")
+    trace.report.ok = not missing and bool(trace.answer)
+    return trace

@@ -1,0 +1,193 @@
+"""The segmented experience record, schema version 1.2 (E-CoT).
+
+One reasoning trace is stored as four segments plus bookkeeping:
+
+* **context**: the facts only (raw text, structured quantities, constraints);
+* **reasoning**: numbered steps, each with the principle applied and its evidence;
+* **verification**: typed checks; their ``actual`` and ``status`` are written by code
+  (:mod:`serve.experience._verify`), never copied from the model's text;
+* **outcome**: one atomic answer and a confidence derived from the verification results;
+* **metadata** (id, timestamp, source model, domain, topic path, reviewer, expiry) and
+  **evaluation** (human label, error tags, retrieval score).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from serve._base import StrictModel
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Confidence",
+    "VerificationType",
+    "VerificationStatus",
+    "Tier",
+    "Quantity",
+    "ExperienceContext",
+    "ReasoningStep",
+    "VerificationItem",
+    "ExperienceOutcome",
+    "ExperienceMetadata",
+    "ExperienceEvaluation",
+    "ExperienceRecord",
+    "new_experience_id",
+]
+
+SCHEMA_VERSION = "1.2"
+Confidence = Literal["high", "medium", "low"]
+VerificationType = Literal["boundary_test", "unit_check", "back_substitution", "recomputation", "regulatory_check"]
+VerificationStatus = Literal["pass", "fail", "doubtful", "not_run"]
+# active: reusable now; archival: topic tree / error patterns; review: waits for a person.
+Tier = Literal["active", "archival", "review"]
+
+_TOPIC = re.compile(r"^[a-z0-9][a-z0-9_.-]*(/[a-z0-9][a-z0-9_.-]*)*$")
+_TAG = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+
+def new_experience_id() -> str:
+    """A fresh record id (``exp_`` + 24 hex digits)."""
+    return "exp_" + uuid.uuid4().hex[:24]
+
+
+def _check_tags(tags: list[str]) -> list[str]:
+    out: list[str] = []
+    for t in tags:
+        norm = t.strip().lower().replace(" ", "_")
+        if not _TAG.match(norm):
+            raise ValueError(f"error tag {t!r} must be 1-64 of a-z 0-9 _ . - ")
+        if norm not in out:
+            out.append(norm)
+    return out
+
+
+class Quantity(StrictModel):
+    """A named quantity stated in the problem."""
+
+    name: str = Field(min_length=1, max_length=64, description="Quantity name, e.g. 'distance'.")
+    value: float = Field(description="Numeric value.")
+    unit: str = Field(default="", max_length=32, description="Unit as written, e.g. 'km'; '' when none.")
+
+
+class ExperienceContext(StrictModel):
+    """Facts of the problem, without any reasoning."""
+
+    raw_text: str = Field(min_length=1, max_length=8000, description="The problem as given.")
+    quantities: list[Quantity] = Field(default_factory=list, max_length=32, description="Structured quantities.")
+    constraints: list[str] = Field(default_factory=list, max_length=32, description="Constraints stated as facts.")
+
+
+class ReasoningStep(StrictModel):
+    """One step of the reasoning."""
+
+    step_id: int = Field(ge=1, le=64, description="1-based step number.")
+    text: str = Field(min_length=1, max_length=2000, description="What was done in this step.")
+    principle: str = Field(default="", max_length=500, description="Rule, law or formula applied.")
+    evidence: str = Field(default="", max_length=1000, description="Facts the step relies on.")
+
+
+class VerificationItem(StrictModel):
+    """A typed check. ``actual``/``status``/``notes`` are filled by code when executed.
+
+    Inputs by type (``target`` is the main operand, ``input`` the named extras):
+
+    * ``recomputation``: target = expression; expected = the claimed value.
+    * ``unit_check``: target = quantity expression (``"120 km / 1.5 h"``); expected = a unit
+      (``"km/h"``) or a quantity (``"80 km/h"``).
+    * ``back_substitution``: target = equation (``"2*x + 3 = 11"``); input = ``{"x": 4}`` (or
+      expected = ``"x = 4"``).
+    * ``boundary_test``: target = value or expression; input = ``{"min": .., "max": ..}`` (or
+      expected = ``"0 <= v <= 100"``, ``">= 0"``, ``"[0, 100]"``).
+    * ``regulatory_check``: target = rule id; input = the rule's inputs; expected = the value
+      the rule gives, or ``true``/``false`` for a condition rule.
+    """
+
+    type: VerificationType = Field(description="Check template.")
+    target: str = Field(default="", max_length=1000, description="Main operand (expression, equation, rule id).")
+    input: dict[str, Any] = Field(default_factory=dict, description="Named inputs of the check.")
+    expected: Any = Field(default=None, description="Expected value, unit, range or rule result.")
+    actual: Any = Field(default=None, description="Value computed by code (never taken from the model).")
+    status: VerificationStatus = Field(default="not_run", description="Result of executing the check.")
+    notes: str = Field(default="", max_length=1000, description="Why it passed, failed or was doubtful.")
+
+
+class ExperienceOutcome(StrictModel):
+    """The answer of the trace."""
+
+    answer: str = Field(min_length=1, max_length=2000, description="One atomic answer, e.g. '80 km/h'.")
+    confidence: Confidence = Field(default="medium", description="Derived from verification results by code.")
+    stated_confidence: Confidence | None = Field(default=None, description="Confidence the model wrote, if any.")
+    explanation: str = Field(default="", max_length=2000, description="Short justification.")
+
+
+class ExperienceMetadata(StrictModel):
+    """Identity and provenance of a record."""
+
+    id: str = Field(default_factory=new_experience_id, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$",
+                    description="Record id (letters, digits and _.:-; usable in URLs).")
+    schema_version: Literal["1.2"] = Field(default=SCHEMA_VERSION, description="Schema version of the record.")
+    timestamp: float = Field(default_factory=time.time, ge=0, description="Creation time, epoch seconds.")
+    source_model: str = Field(min_length=1, max_length=200, description="Model that produced the trace.")
+    task_domain: str = Field(default="general", min_length=1, max_length=64, description="Task domain, e.g. 'units'.")
+    topic: str = Field(default="general", max_length=200, description="Topic tree path, e.g. 'physics/speed'.")
+    reviewer: str | None = Field(default=None, max_length=200, description="Who reviewed the trace, if anyone.")
+    expires_at: float | None = Field(default=None, ge=0, description="Hard expiry, epoch seconds; None = never.")
+
+    @field_validator("topic")
+    @classmethod
+    def _check_topic(cls, v: str) -> str:
+        v = v.strip().strip("/").lower()
+        if not _TOPIC.match(v):
+            raise ValueError(f"topic {v!r} must be a path like 'math/percent' (a-z 0-9 _ . - separated by /)")
+        return v
+
+
+class ExperienceEvaluation(StrictModel):
+    """Human and retrieval evaluation of a record."""
+
+    human_label: Literal["correct", "wrong"] | None = Field(default=None, description="Reviewer's verdict.")
+    error_tags: list[str] = Field(default_factory=list, max_length=16, description="Error pattern tags.")
+    review_note: str = Field(default="", max_length=2000, description="Reviewer's note.")
+    retrieval_score: float | None = Field(default=None, description="Score of the last retrieval that used it.")
+
+    @field_validator("error_tags")
+    @classmethod
+    def _tags(cls, v: list[str]) -> list[str]:
+        return _check_tags(v)
+
+
+class ExperienceRecord(StrictModel):
+    """A segmented reasoning trace (schema 1.2)."""
+
+    metadata: ExperienceMetadata = Field(description="Identity and provenance.")
+    context: ExperienceContext = Field(description="Facts only.")
+    reasoning: list[ReasoningStep] = Field(default_factory=list, max_length=64, description="Reasoning steps.")
+    verification: list[VerificationItem] = Field(default_factory=list, max_length=32, description="Typed checks.")
+    outcome: ExperienceOutcome = Field(description="Atomic answer and confidence.")
+    evaluation: ExperienceEvaluation = Field(default_factory=ExperienceEvaluation, description="Labels and scores.")
+
+    def segment_texts(self) -> dict[str, str]:
+        """Each segment rendered as plain text (what is embedded and written as memories)."""
+        steps = "\n".join(
+            f"{s.step_id}. {s.text}" + (f" [principle: {s.principle}]" if s.principle else "") for s in self.reasoning
+        )
+        checks = "\n".join(f"{v.type}: {v.target} -> {v.status}" for v in self.verification)
+        ctx = self.context.raw_text
+        if self.context.constraints:
+            ctx += "\nconstraints: " + "; ".join(self.context.constraints)
+        return {
+            "context": ctx,
+            "reasoning": steps,
+            "verification": checks,
+            "outcome": f"{self.outcome.answer} (confidence {self.outcome.confidence})",
+        }
+
+    def search_text(self) -> str:
+        """The text a similarity search compares against: the problem and the principles used."""
+        principles = "; ".join(s.principle for s in self.reasoning if s.principle)
+        return f"{self.context.raw_text}\n{principles}".strip()

@@ -1,0 +1,359 @@
+"""The experience service: create, verify, cache, retrieve, inject, review (framework-free).
+
+Every method takes the tenant from the caller (the HTTP layer reads it from the API key);
+records of one tenant are invisible to every other. Embeddings come from an injected
+``embed(texts) -> np.ndarray`` (rows L2-normalised float32), e.g. the MiniLM embedder of
+``memory_shards``.
+
+Example:
+    >>> svc = ExperienceService(ExperienceConfig(data_dir="/tmp/exp"), embed=my_embed)  # doctest: +SKIP
+    >>> out = await svc.produce("acme", engine, "A car drives 120 km in 1.5 h. Speed?")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from serve.engine import GenerationParams, LLMEngine
+from serve.experience import _metrics
+from serve.experience._caches import decay_factor, demotions, find_conflicts, model_family, rank_active
+from serve.experience._models import (
+    ConflictAlert,
+    ExperienceConfig,
+    ExperienceHit,
+    ExperienceView,
+    LabelRequest,
+    MaintenanceReport,
+    ProduceResult,
+    SearchRequest,
+    SearchResult,
+)
+from serve.experience._parser import parse_segmented
+from serve.experience._prompt import build_messages
+from serve.experience._rules import RuleTable
+from serve.experience._schema import ExperienceMetadata, ExperienceRecord, Tier
+from serve.experience._store import ExperienceStore, StoredRow
+from serve.experience._verify import verify_record
+from serve.memory import MemoryBackend, MemoryWrite
+
+__all__ = ["ExperienceService", "ExperienceNotFound", "Embedder"]
+
+log = logging.getLogger(__name__)
+Embedder = Callable[[Sequence[str]], np.ndarray]
+_DAY = 86400.0
+
+
+def _tier_of(record: ExperienceRecord) -> Tier:
+    """Where a new record goes: labelled wrong or unlabelled low confidence -> review, else active."""
+    label = record.evaluation.human_label
+    return "review" if label == "wrong" or (label is None and record.outcome.confidence == "low") else "active"
+
+
+class ExperienceNotFound(KeyError):
+    """No record with this id for this tenant."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class ExperienceService:
+    """Segmented experience memory with active and archival caches and a review queue.
+
+    Args:
+        config: Settings (data dir, capacities, weights, rules).
+        embed: ``embed(texts) -> (n, d)`` L2-normalised float32 array.
+        memory: Optional memory tier; each record's segments are also written there as
+            ``experience`` memories (source id ``experience:<id>:<segment>``).
+        clock: Time source in epoch seconds (tests pass a fake clock).
+    """
+
+    def __init__(self, config: ExperienceConfig, embed: Embedder, *, memory: MemoryBackend | None = None,
+                 clock: Callable[[], float] = time.time, family_of: Callable[[str], str] = model_family) -> None:
+        self.config = config
+        self.rules = RuleTable(config.rules)
+        self.store = ExperienceStore(config.data_dir)
+        self._embed = embed
+        self._memory = memory
+        self._clock = clock
+        self._family_of = family_of
+
+    def close(self) -> None:
+        """Close the database."""
+        self.store.close()
+
+    # ------------------------------------------------------------------ helpers
+
+    async def _embed_one(self, text: str) -> np.ndarray:
+        vec = await asyncio.to_thread(self._embed, [text])
+        arr = np.asarray(vec, dtype=np.float32)
+        if arr.ndim != 2 or arr.shape[0] != 1:
+            raise ValueError(f"embed() must return one row per text, got shape {arr.shape}")
+        return arr[0]
+
+    def _view(self, row: StoredRow, now: float) -> ExperienceView:
+        return ExperienceView(record=row.record, tier=row.tier, last_used_at=row.last_used_at, use_count=row.use_count,
+                              decay=decay_factor(now, row.last_used_at, self.config.decay_rate))
+
+    def _refresh_freshness(self, now: float) -> None:
+        _metrics.set_active_freshness(self.store.active_freshness(now, self.config.decay_rate))
+
+    def _enforce_scope(self, tenant: str, domain: str, now: float) -> dict[str, int]:
+        rows = self.store.query(tenant, tiers=("active",), domain=domain)
+        demote = demotions(rows, now=now, capacity=self.config.active_capacity,
+                           window_days=self.config.active_window_days, demote_below=self.config.demote_below,
+                           decay_rate=self.config.decay_rate)
+        if demote:
+            self.store.set_tier(tenant, demote.keys(), "archival")
+        counts: dict[str, int] = {}
+        for reason in demote.values():
+            counts[reason] = counts.get(reason, 0) + 1
+        return counts
+
+    # ------------------------------------------------------------------ records
+
+    async def create(self, tenant: str, record: ExperienceRecord, *, required: Sequence[str] = ()) -> ExperienceView:
+        """Verify a record by code, derive its confidence and file it in a tier.
+
+        Tier: labelled ``wrong`` or ``low`` confidence -> ``review``; labelled ``correct`` or
+        otherwise -> ``active``. The same (tenant, id) overwrites.
+        """
+        now = self._clock()
+        verified = verify_record(record, self.rules, required=required)
+        _metrics.record_verification(v.status for v in verified.verification)
+        md = verified.metadata
+        if md.expires_at is None and self.config.default_ttl_days is not None:
+            md = md.model_copy(update={"expires_at": md.timestamp + self.config.default_ttl_days * _DAY})
+            verified = verified.model_copy(update={"metadata": md})
+        tier = _tier_of(verified)
+        emb = await self._embed_one(verified.search_text())
+        self.store.put(tenant, verified, tier=tier, family=self._family_of(md.source_model), embedding=emb,
+                       last_used_at=min(md.timestamp, now))
+        if tier == "active":
+            self._enforce_scope(tenant, md.task_domain, now)
+        self._refresh_freshness(now)
+        await self._write_memories(tenant, verified, tier)
+        row = self.store.get(tenant, md.id)
+        assert row is not None  # written just above under the same key
+        return self._view(row, now)
+
+    async def _write_memories(self, tenant: str, record: ExperienceRecord, tier: Tier) -> None:
+        if self._memory is None:
+            return
+        md = record.metadata
+        writes = [
+            MemoryWrite(text=text, kind="experience", source_id=f"experience:{md.id}:{seg}", topic=md.topic,
+                        created_at=md.timestamp, expires_at=md.expires_at,
+                        metadata={"experience_id": md.id, "segment": seg, "tier": tier,
+                                  "source_model": md.source_model, "task_domain": md.task_domain})
+            for seg, text in record.segment_texts().items() if text.strip()
+        ]
+        try:
+            await self._memory.write(tenant, writes)
+        except Exception as exc:  # noqa: BLE001 - the record is durable in SQLite; the index is secondary
+            log.warning("experience %s: writing segments to the memory tier failed: %s", md.id, exc)
+
+    async def get(self, tenant: str, exp_id: str) -> ExperienceView:
+        """One record of ``tenant``; raises ExperienceNotFound (also when expired)."""
+        now = self._clock()
+        row = self.store.get(tenant, exp_id)
+        if row is None or (row.record.metadata.expires_at is not None and row.record.metadata.expires_at <= now):
+            raise ExperienceNotFound(f"experience {exp_id!r} not found")
+        return self._view(row, now)
+
+    # ------------------------------------------------------------------ retrieval
+
+    async def search(self, tenant: str, req: SearchRequest) -> SearchResult:
+        """Active hits ranked by recency and similarity, archival hits by topic / error tags.
+
+        Active candidates share the request's model family (and domain when given), are
+        unexpired, and are demoted first when their decay or window has run out. Each used
+        record's last-use time is refreshed. Conflicts replace the older active record by
+        the newer archival one and are reported.
+        """
+        now = self._clock()
+        family = self._family_of(req.source_model)
+        query = await self._embed_one(req.query) if req.query.strip() else None
+        domains = [req.domain] if req.domain else sorted({r.record.metadata.task_domain for r in self.store.query(
+            tenant, tiers=("active",), family=family)})
+        for d in domains:
+            self._enforce_scope(tenant, d, now)
+        active = self.store.query(tenant, tiers=("active",), domain=req.domain, family=family, now=now)
+        if query is not None:
+            ranked = rank_active(active, query, now=now, k=req.k, recency_weight=self.config.recency_weight,
+                                 min_similarity=self.config.min_similarity, decay_rate=self.config.decay_rate)
+        else:
+            ranked = rank_active(active, np.zeros_like(active[0].embedding) if active else np.zeros(1, np.float32),
+                                 now=now, k=req.k, recency_weight=1.0, decay_rate=self.config.decay_rate)
+        result = SearchResult()
+        conflicts = []
+        if ranked:
+            topics = {r.row.record.metadata.topic for r in ranked}
+            arch = [a for t in topics for a in self.store.query(
+                tenant, tiers=("archival",), family=family, topic_prefix=t, now=now) if a.record.metadata.topic == t]
+            conflicts = find_conflicts([r.row for r in ranked], arch)
+        newer_for = {c.active.id: c.newer for c in conflicts}
+        used: list[tuple[str, float, str]] = []
+        seen: set[str] = set()
+        for r in ranked:
+            row, preferred_over = r.row, None
+            if row.id in newer_for:
+                row, preferred_over = newer_for[row.id], r.row.id
+            if row.id in seen:
+                continue
+            seen.add(row.id)
+            rec = row.record.model_copy(update={"evaluation": row.record.evaluation.model_copy(
+                update={"retrieval_score": r.score})})
+            used.append((row.id, now, rec.model_dump_json()))
+            row.record, row.last_used_at, row.use_count = rec, now, row.use_count + 1
+            result.hits.append(ExperienceHit(experience=self._view(row, now), score=r.score, similarity=r.similarity,
+                                             recency=r.recency, preferred_over=preferred_over))
+        for c in conflicts:
+            md_a, md_n = c.active.record.metadata, c.newer.record.metadata
+            msg = (f"active experience {md_a.id} on topic {md_a.topic!r} is older than archival {md_n.id}; "
+                   f"preferring the newer one")
+            log.warning(msg)
+            result.conflicts.append(ConflictAlert(topic=md_a.topic, active_id=md_a.id, newer_id=md_n.id,
+                                                  active_timestamp=md_a.timestamp, newer_timestamp=md_n.timestamp,
+                                                  message=msg))
+        _metrics.record_conflicts(len(conflicts))
+        self.store.touch(tenant, used)
+        if query is not None:
+            _metrics.record_lookup(bool(result.hits))
+        if req.archival_k:
+            result.archival = await self._search_archival(tenant, req, family, query, now)
+        self._refresh_freshness(now)
+        return result
+
+    async def _search_archival(self, tenant: str, req: SearchRequest, family: str, query: np.ndarray | None,
+                               now: float) -> list[ExperienceHit]:
+        rows = self.store.query(tenant, tiers=("archival",), domain=req.domain, family=family,
+                                topic_prefix=req.topic_prefix, now=now)
+        if req.error_tags:
+            wanted = set(req.error_tags)
+            rows = [r for r in rows if wanted & set(r.record.evaluation.error_tags)]
+        if query is not None and rows:
+            sims = np.stack([r.embedding for r in rows]) @ query
+            order = sorted(range(len(rows)), key=lambda i: (-float(sims[i]), rows[i].id))
+            scored = [(rows[i], float(max(sims[i], 0.0))) for i in order]
+        else:  # NOTE: rows come newest-used first from the store.
+            scored = [(r, 0.0) for r in rows]
+        return [ExperienceHit(experience=self._view(r, now), score=s, similarity=s, recency=0.0)
+                for r, s in scored[: req.archival_k]]
+
+    # ------------------------------------------------------------------ review
+
+    async def review_queue(self, tenant: str, limit: int = 50) -> list[ExperienceView]:
+        """Records waiting for a person (labelled wrong or low confidence), oldest first."""
+        now = self._clock()
+        rows = self.store.query(tenant, tiers=("review",), now=now, limit=limit, order="created_at ASC")
+        return [self._view(r, now) for r in rows]
+
+    async def label(self, tenant: str, exp_id: str, req: LabelRequest) -> ExperienceView:
+        """Apply a reviewer's label: ``correct`` -> active cache, ``wrong`` -> archival with its tags."""
+        now = self._clock()
+        view = await self.get(tenant, exp_id)
+        row = self.store.get(tenant, exp_id)
+        assert row is not None
+        rec = view.record
+        evaluation = rec.evaluation.model_copy(update={
+            "human_label": req.label, "error_tags": req.error_tags or rec.evaluation.error_tags,
+            "review_note": req.note,
+        })
+        md = rec.metadata.model_copy(update={"reviewer": req.reviewer or tenant})
+        rec = rec.model_copy(update={"evaluation": evaluation, "metadata": md})
+        tier: Tier = "active" if req.label == "correct" else "archival"
+        self.store.put(tenant, rec, tier=tier, family=row.family, embedding=row.embedding,
+                       last_used_at=now if tier == "active" else row.last_used_at, use_count=row.use_count)
+        if tier == "active":
+            self._enforce_scope(tenant, md.task_domain, now)
+        self._refresh_freshness(now)
+        return await self.get(tenant, exp_id)
+
+    # ------------------------------------------------------------------ maintenance
+
+    async def maintain(self) -> MaintenanceReport:
+        """Delete expired records and demote stale / over-capacity active ones, all tenants."""
+        now = self._clock()
+        expired = self.store.delete_expired(now)
+        demoted: dict[str, int] = {}
+        for tenant in self.store.tenants():
+            for d in sorted({r.record.metadata.task_domain for r in self.store.query(tenant, tiers=("active",))}):
+                for reason, n in self._enforce_scope(tenant, d, now).items():
+                    demoted[reason] = demoted.get(reason, 0) + n
+        fresh = self.store.active_freshness(now, self.config.decay_rate)
+        _metrics.set_active_freshness(fresh)
+        return MaintenanceReport(expired_deleted=expired, demoted=demoted, freshness=fresh)
+
+    # ------------------------------------------------------------------ generation
+
+    async def produce(
+        self, tenant: str, engine: LLMEngine, question: str, *, domain: str = "general", topic: str = "general",
+        inject: bool = True, params: GenerationParams | None = None, store: bool = True,
+    ) -> ProduceResult:
+        """Ask the reasoner for the four segments, parse, verify by code and store the trace.
+
+        With ``inject``, the best active experiences of the same model family and domain and
+        the archival lessons of the topic go into the prompt, and the check types they imply
+        are required in the new answer (a missing one makes the trace at most ``medium``).
+        """
+        experiences: list[ExperienceRecord] = []
+        archival: list[ExperienceRecord] = []
+        if inject:
+            found = await self.search(tenant, SearchRequest(
+                query=question, source_model=engine.model_name, domain=domain, k=self.config.top_k,
+                topic_prefix=topic, archival_k=self.config.archival_k))
+            experiences = [h.experience.record for h in found.hits]
+            archival = [h.experience.record for h in found.archival]
+        messages, required = build_messages(question, experiences=experiences, archival=archival,
+                                            rules=self.rules.rules(domain), json_mode=self.config.constrain_json)
+        gen = params or GenerationParams(max_tokens=self.config.max_tokens, temperature=0.0, seed=0,
+                                         json_schema=_JSON_SCHEMA if self.config.constrain_json else None)
+        result = await engine.chat(messages, gen)
+        parsed = parse_segmented(result.text)
+        view: ExperienceView | None = None
+        if parsed.answer:
+            record = parsed.to_record(question, ExperienceMetadata(
+                source_model=engine.model_name, task_domain=domain, topic=topic, timestamp=self._clock()))
+            if store:
+                view = await self.create(tenant, record, required=required)
+            else:
+                now = self._clock()
+                verified = verify_record(record, self.rules, required=required)
+                _metrics.record_verification(v.status for v in verified.verification)
+                view = ExperienceView(record=verified, tier=_tier_of(verified), last_used_at=now, use_count=0,
+                                      decay=1.0)
+        return ProduceResult(
+            answer=parsed.answer, experience=view, report=parsed.report,
+            injected=[r.metadata.id for r in experiences], required_checks=required, raw_text=result.text,
+            prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
+        )
+
+
+_CHECK = {
+    "type": "object",
+    "properties": {
+        "type": {"enum": ["recomputation", "unit_check", "back_substitution", "boundary_test", "regulatory_check"]},
+        "target": {"type": "string"}, "input": {"type": "object"}, "expected": {},
+    },
+    "required": ["type", "target"],
+}
+# NOTE: a loose schema on purpose: tight nested schemas slow grammar-constrained sampling.
+_JSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "context": {"type": "object"},
+        "reasoning": {"type": "array", "items": {"type": "object"}},
+        "verification": {"type": "array", "items": _CHECK},
+        "outcome": {"type": "object", "properties": {"answer": {"type": "string"},
+                                                     "confidence": {"enum": ["high", "medium", "low"]},
+                                                     "explanation": {"type": "string"}},
+                    "required": ["answer", "confidence"]},
+    },
+    "required": ["context", "reasoning", "verification", "outcome"],
+}

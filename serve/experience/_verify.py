@@ -1,0 +1,329 @@
+"""Verification templates executed by code, and the confidence they imply.
+
+Each :class:`VerificationItem` type has a template that computes ``actual`` itself (safe
+calculator, unit table, registered rule table) and sets ``status``:
+
+* ``pass``: the computed value agrees with the expectation (relative error <= 1e-6);
+* ``doubtful``: it agrees only up to rounding (<= 1%), or the item cannot be checked
+  (no expectation, unknown rule, missing input);
+* ``fail``: it disagrees, a dimension mismatches, a bound is violated or the item is malformed.
+
+Confidence (:func:`derive_confidence`): any fail -> ``low``; any doubtful, or no checks at
+all -> ``medium``; every check passing -> ``high``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from serve.experience._calculator import CalcError, evaluate, extract_number
+from serve.experience._rules import RuleError, RuleTable
+from serve.experience._schema import Confidence, ExperienceRecord, VerificationItem, VerificationStatus
+from serve.experience._units import DimensionError, Quantity, format_dims, parse_quantity, parse_unit, to_unit
+
+__all__ = ["run_check", "verify_record", "derive_confidence", "compare_values"]
+
+# NOTE: 1e-6 relative is "the same number"; up to 1% is what rounding an answer to 2-3
+# significant digits produces (33.3 for 33.33...), so it is doubtful rather than wrong.
+_REL_PASS = 1e-6
+_REL_DOUBT = 1e-2
+_ABS_EPS = 1e-9
+
+_TRUE = {"true", "yes", "pass", "passed", "compliant", "ok", "allowed", "holds", "valid", "1"}
+_FALSE = {"false", "no", "fail", "failed", "violation", "non-compliant", "noncompliant", "not allowed", "invalid", "0"}
+_EQ_SPLIT = re.compile(r"(?<![<>=!])=(?!=)|==")
+
+
+def derive_confidence(statuses: Iterable[VerificationStatus]) -> Confidence:
+    """Confidence from check results: fail -> low; doubtful/not_run/none -> medium; all pass -> high."""
+    s = list(statuses)
+    if "fail" in s:
+        return "low"
+    if not s or any(x != "pass" for x in s):
+        return "medium"
+    return "high"
+
+
+def compare_values(actual: float, expected: float) -> VerificationStatus:
+    """``pass`` within 1e-6 relative, ``doubtful`` within 1% (rounding), else ``fail``."""
+    if math.isnan(actual) or math.isnan(expected):
+        return "fail"
+    err = abs(actual - expected)
+    scale = max(abs(actual), abs(expected))
+    if err <= max(_ABS_EPS, _REL_PASS * scale):
+        return "pass"
+    if err <= _REL_DOUBT * scale:
+        return "doubtful"
+    return "fail"
+
+
+def _as_bool(x: Any) -> bool | None:
+    if isinstance(x, bool):
+        return x
+    if isinstance(x, str) and x.strip().lower() in _TRUE:
+        return True
+    if isinstance(x, str) and x.strip().lower() in _FALSE:
+        return False
+    return None
+
+
+def _value(x: Any, variables: Mapping[str, Any], *, loose: bool = False) -> float | bool | Quantity:
+    """A number, bool or quantity from a literal, expression or quantity expression.
+
+    ``loose`` allows reading the first number of free text (``"$950 per week"``), used for
+    expectations only, never for the operand being checked.
+    """
+    if isinstance(x, bool):
+        return x
+    if isinstance(x, (int, float)):
+        return float(x)
+    if not isinstance(x, str) or not x.strip():
+        raise CalcError("no value given")
+    b = _as_bool(x)
+    if b is not None and not x.strip().isdigit():
+        return b
+    try:
+        v = evaluate(x, variables)
+        return v if isinstance(v, bool) else float(v)
+    except CalcError:
+        pass
+    try:
+        q = parse_quantity(x, dict(variables))
+        return q.value if q.dims == Quantity(0.0).dims else q
+    except CalcError:
+        if loose:
+            n = extract_number(x.replace("$", "").replace("€", ""))
+            if n is not None:
+                return n
+        raise
+
+
+def _compare_any(actual: float | bool | Quantity, expected: float | bool | Quantity) -> tuple[VerificationStatus, str]:
+    if isinstance(actual, bool) or isinstance(expected, bool):
+        ok = actual is expected or (isinstance(actual, bool) and isinstance(expected, bool) and actual == expected)
+        return ("pass" if ok else "fail"), f"{actual} vs expected {expected}"
+    if isinstance(actual, Quantity) or isinstance(expected, Quantity):
+        qa, qe = Quantity.of(actual), Quantity.of(expected)
+        if qa.dims != qe.dims:
+            if qe.dims == Quantity(0.0).dims:
+                return "doubtful", f"expected {expected} has no unit; computed {format_dims(qa.dims)}"
+            return "fail", f"dimension {format_dims(qa.dims)} vs expected {format_dims(qe.dims)}"
+        return compare_values(qa.value, qe.value), "compared in SI units"
+    return compare_values(float(actual), float(expected)), f"{actual:g} vs expected {expected:g}"
+
+
+def _show(v: float | bool | Quantity) -> Any:
+    if isinstance(v, Quantity):
+        return f"{v.value:g} {format_dims(v.dims)}"
+    return v
+
+
+def _recomputation(item: VerificationItem, env: Mapping[str, Any], answer: str | None) -> VerificationItem:
+    expr = str(item.input.get("expression") or item.target)
+    expected = item.expected
+    if expected is None and _EQ_SPLIT.search(expr):
+        expr, expected = (p.strip() for p in _EQ_SPLIT.split(expr)[-2:])
+    if expected is None:
+        expected = answer
+    actual = _value(expr, env)
+    if expected is None:
+        return item.model_copy(update={"actual": _show(actual), "status": "doubtful", "notes": "nothing to compare with"})
+    exp_val = _value(expected, env, loose=True)
+    if isinstance(exp_val, Quantity) and not isinstance(actual, Quantity):
+        # NOTE: "120 / 1.5 = 80 km/h": a unitless recomputation is compared with the number as written.
+        written = extract_number(expected)
+        exp_val = written if written is not None else exp_val
+    status, note = _compare_any(actual, exp_val)
+    return item.model_copy(update={"actual": _show(actual), "status": status, "notes": note})
+
+
+def _unit_check(item: VerificationItem, env: Mapping[str, Any], answer: str | None) -> VerificationItem:
+    expr = str(item.input.get("expression") or item.target)
+    expected = item.expected if item.expected not in (None, "") else item.input.get("unit") or answer
+    q = parse_quantity(expr, dict(env))
+    if not isinstance(expected, str) or not expected.strip():
+        return item.model_copy(update={"actual": _show(q), "status": "doubtful", "notes": "no expected unit"})
+    exp_text = expected.strip()
+    m = re.match(r"^\s*([-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(.*)$", exp_text)
+    unit_text = (m.group(2) if m else exp_text).strip()
+    if not unit_text:
+        return item.model_copy(update={"actual": _show(q), "status": "doubtful", "notes": "expected has no unit"})
+    try:
+        unit = parse_unit(unit_text)
+    except CalcError as exc:
+        return item.model_copy(update={"actual": _show(q), "status": "doubtful", "notes": f"expected unit: {exc}"})
+    if unit.dims != q.dims:
+        return item.model_copy(update={
+            "actual": _show(q), "status": "fail",
+            "notes": f"dimension {format_dims(q.dims)} does not match {unit_text} ({format_dims(unit.dims)})",
+        })
+    magnitude = to_unit(q, unit_text)
+    actual = f"{magnitude:g} {unit_text}"
+    if m is None:
+        return item.model_copy(update={"actual": actual, "status": "pass", "notes": "dimensions match"})
+    status = compare_values(magnitude, float(m.group(1).replace(",", "")))
+    return item.model_copy(update={"actual": actual, "status": status, "notes": "dimensions match; magnitude compared"})
+
+
+def _parse_assignments(x: Any) -> dict[str, float]:
+    if isinstance(x, Mapping):
+        out: dict[str, float] = {}
+        for k, v in x.items():
+            n = extract_number(v)
+            if n is not None:
+                out[str(k)] = n
+        return out
+    if isinstance(x, str):
+        return {k: float(v.replace(",", "")) for k, v in re.findall(r"([A-Za-z_]\w*)\s*=\s*([-+]?\d[\d,]*(?:\.\d+)?)", x)}
+    return {}
+
+
+def _back_substitution(item: VerificationItem, env: Mapping[str, Any], answer: str | None) -> VerificationItem:
+    equation = str(item.input.get("equation") or item.target)
+    sides = _EQ_SPLIT.split(equation)
+    if len(sides) != 2:
+        raise CalcError(f"equation {equation!r} must have exactly one '='")
+    values = {k: v for k, v in _parse_assignments(item.input).items() if k != "equation"}
+    values.update(_parse_assignments(item.expected))
+    free = {n for n in re.findall(r"[A-Za-z_]\w*", equation) if n not in env and n not in values}
+    free -= {"sqrt", "abs", "min", "max", "round", "log", "log10", "exp", "sin", "cos", "tan", "floor", "ceil", "pi", "e"}
+    if len(free) == 1:
+        guess = extract_number(item.expected) if item.expected is not None else extract_number(answer)
+        if guess is not None:
+            values[free.pop()] = guess
+    scope = {**env, **values}
+    lhs, rhs = _value(sides[0], scope), _value(sides[1], scope)
+    status, note = _compare_any(lhs, rhs)
+    shown = ", ".join(f"{k}={v:g}" for k, v in values.items())
+    return item.model_copy(update={"actual": f"{_show(lhs)} = {_show(rhs)}", "status": status, "notes": f"with {shown}: {note}"})
+
+
+_RANGE_PATTERNS = [
+    (re.compile(r"^\s*([-+]?[\d.]+)\s*(<=?)\s*\w*\s*(<=?)\s*([-+]?[\d.]+)\s*$"), "chain"),
+    (re.compile(r"^\s*[\[(]\s*([-+]?[\d.]+)\s*[,;]\s*([-+]?[\d.]+)\s*[\])]\s*$"), "interval"),
+    (re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*\.\.\s*([-+]?\d+(?:\.\d+)?)\s*$"), "interval"),
+    (re.compile(r"^\s*between\s+([-+]?[\d.]+)\s+and\s+([-+]?[\d.]+)\s*$", re.I), "interval"),
+    (re.compile(r"^\s*\w*\s*(>=?|<=?)\s*([-+]?[\d.]+)\s*$"), "one"),
+]
+
+
+def _bounds(item: VerificationItem) -> tuple[float | None, float | None, bool]:
+    lo, hi = item.input.get("min"), item.input.get("max")
+    inclusive = bool(item.input.get("inclusive", True))
+    if lo is None and hi is None and isinstance(item.expected, str):
+        for pat, kind in _RANGE_PATTERNS:
+            m = pat.match(item.expected)
+            if not m:
+                continue
+            if kind == "chain":
+                lo, hi, inclusive = m.group(1), m.group(4), m.group(2) == "<=" and m.group(3) == "<="
+            elif kind == "interval":
+                lo, hi = m.group(1), m.group(2)
+            elif m.group(1).startswith(">"):
+                lo, inclusive = m.group(2), m.group(1) == ">="
+            else:
+                hi, inclusive = m.group(2), m.group(1) == "<="
+            break
+    return (extract_number(lo) if lo is not None else None, extract_number(hi) if hi is not None else None, inclusive)
+
+
+def _boundary_test(item: VerificationItem, env: Mapping[str, Any], answer: str | None) -> VerificationItem:
+    raw = item.input.get("value", item.target) or answer
+    v = _value(raw, env, loose=True)
+    if isinstance(v, Quantity):
+        v = v.value  # NOTE: bounds of a dimensioned value are given in SI units.
+    if isinstance(v, bool):
+        raise CalcError("a boundary test needs a number, not a comparison")
+    lo, hi, inclusive = _bounds(item)
+    if lo is None and hi is None:
+        return item.model_copy(update={"actual": v, "status": "doubtful", "notes": "no bounds given"})
+    ok_lo = lo is None or (v >= lo if inclusive else v > lo)
+    ok_hi = hi is None or (v <= hi if inclusive else v < hi)
+    status: VerificationStatus = "pass" if ok_lo and ok_hi else "fail"
+    return item.model_copy(update={"actual": v, "status": status, "notes": f"bounds [{lo}, {hi}] inclusive={inclusive}"})
+
+
+def _regulatory_check(
+    item: VerificationItem, env: Mapping[str, Any], answer: str | None, rules: RuleTable
+) -> VerificationItem:
+    rule_ref = str(item.input.get("rule") or item.target)
+    rule = rules.get(rule_ref) if rule_ref in rules else rules.find_in(rule_ref)
+    if rule is None:
+        return item.model_copy(update={"status": "doubtful", "notes": f"rule {rule_ref!r} is not registered"})
+    inputs = {**env, **{k: v for k, v in item.input.items() if k != "rule"}}
+    try:
+        result = rules.evaluate(rule.id, inputs)
+    except RuleError as exc:
+        return item.model_copy(update={"status": "doubtful", "notes": str(exc)})
+    expected = item.expected if item.expected not in (None, "") else (True if isinstance(result, bool) else answer)
+    if expected is None:
+        return item.model_copy(update={"actual": result, "status": "doubtful", "notes": "nothing to compare with"})
+    exp_val = _as_bool(expected) if isinstance(result, bool) else _value(expected, env, loose=True)
+    if exp_val is None:
+        return item.model_copy(update={"actual": result, "status": "doubtful", "notes": f"expected {expected!r} unreadable"})
+    status, note = _compare_any(result, exp_val)
+    return item.model_copy(update={"actual": result, "status": status, "notes": f"rule {rule.id}: {note}"})
+
+
+def run_check(
+    item: VerificationItem,
+    rules: RuleTable,
+    *,
+    variables: Mapping[str, Any] | None = None,
+    answer: str | None = None,
+) -> VerificationItem:
+    """Execute one verification template; returns a copy with ``actual``, ``status``, ``notes``.
+
+    Args:
+        item: The check as written (its ``actual``/``status`` are ignored).
+        rules: Rule table for ``regulatory_check``.
+        variables: Named quantities of the problem (usable in expressions).
+        answer: The trace's answer, used when an item states no expectation.
+    """
+    env = dict(variables or {})
+    try:
+        if item.type == "recomputation":
+            return _recomputation(item, env, answer)
+        if item.type == "unit_check":
+            return _unit_check(item, env, answer)
+        if item.type == "back_substitution":
+            return _back_substitution(item, env, answer)
+        if item.type == "boundary_test":
+            return _boundary_test(item, env, answer)
+        return _regulatory_check(item, env, answer, rules)
+    except DimensionError as exc:
+        return item.model_copy(update={"actual": None, "status": "fail", "notes": f"dimension error: {exc}"})
+    except (CalcError, TypeError, ValueError) as exc:
+        return item.model_copy(update={"actual": None, "status": "fail", "notes": f"cannot execute: {exc}"})
+
+
+def verify_record(
+    record: ExperienceRecord, rules: RuleTable, *, required: Sequence[str] = ()
+) -> ExperienceRecord:
+    """Run every check of ``record`` and derive its confidence.
+
+    Args:
+        record: The trace; the model's stated confidence is kept in ``stated_confidence``.
+        rules: Registered rule table.
+        required: Check types the injected experiences require; a missing one is added as a
+            ``doubtful`` item so the confidence cannot be ``high`` without it.
+    """
+    env = {q.name: q.value for q in record.context.quantities if q.name.isidentifier()}
+    checked = [run_check(v, rules, variables=env, answer=record.outcome.answer) for v in record.verification]
+    present = {v.type for v in checked}
+    for typ in required:
+        if typ not in present:
+            checked.append(VerificationItem(
+                type=typ, status="doubtful", notes="required by the injected experiences but missing",  # type: ignore[arg-type]
+            ))
+            present.add(typ)  # type: ignore[arg-type]
+    stated = record.outcome.stated_confidence
+    if stated is None and "confidence" in record.outcome.model_fields_set:
+        stated = record.outcome.confidence
+    outcome = record.outcome.model_copy(update={
+        "confidence": derive_confidence(v.status for v in checked), "stated_confidence": stated,
+    })
+    return record.model_copy(update={"verification": checked, "outcome": outcome})

@@ -1,0 +1,87 @@
+"""The shipped eval fixture and the eval runner's bookkeeping (no model: a scripted engine)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from serve.cli import UserError
+from serve.cli._eval_experiences import _load_problems, _run_condition, _summary, is_correct
+from serve.experience import ExperienceRecord, Rule, RuleTable, verify_record
+from serve.experience._eval_problems import PROBLEMS, RULES, SEEDS
+
+from .conftest import bag_of_words_embed
+from .test_experience_service import ScriptedEngine
+
+
+def test_fixture_shape():
+    assert len(PROBLEMS) >= 20
+    assert {p["domain"] for p in PROBLEMS} == {"arithmetic", "units", "rules"}
+    assert len({p["id"] for p in PROBLEMS}) == len(PROBLEMS)
+
+
+def test_every_seed_verifies_to_high_confidence():
+    table = RuleTable(Rule.model_validate(r) for r in RULES)
+    for seed in SEEDS:
+        rec = verify_record(ExperienceRecord.model_validate(seed), table)
+        assert rec.outcome.confidence == "high", [(v.type, v.status, v.notes) for v in rec.verification]
+
+
+@pytest.mark.parametrize(("rule", "inputs", "expected_id"), [
+    ("OT-1", {"rate": 22, "hours": 46}, "r1"), ("OT-1", {"rate": 18, "hours": 38}, "r2"),
+    ("SHIP-1", {"total": 64, "weight": 3.5}, "r3"), ("SHIP-1", {"total": 120, "weight": 8}, "r4"),
+    ("LATE-1", {"balance": 500, "months": 3}, "r5"), ("LATE-1", {"balance": 800, "months": 7}, "r6"),
+    ("DISC-1", {"qty": 12, "price": 15}, "r7"),
+])
+def test_rule_problems_expected_answers_follow_the_rules(rule, inputs, expected_id):
+    table = RuleTable(Rule.model_validate(r) for r in RULES)
+    expected = next(p["expected"] for p in PROBLEMS if p["id"] == expected_id)
+    assert table.evaluate(rule, inputs) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("answer", "expected", "ok"), [
+    ("80 km/h", 80, True), ("79.5", 80, True), ("78", 80, False), (None, 80, False), ("15%", 15, True),
+    ("No, it does not comply", "no", True), ("yes", "no", False), ("no... yes", "no", False),
+])
+def test_is_correct(answer, expected, ok):
+    assert is_correct(answer, expected) is ok
+
+
+def test_load_problems_errors(tmp_path):
+    assert len(_load_problems(None, 3)) == 3
+    bad = tmp_path / "p.jsonl"
+    bad.write_text('{"id": "x", "question": "q"}\n')
+    with pytest.raises(UserError, match="missing domain, expected, topic"):
+        _load_problems(bad, None)
+    with pytest.raises(UserError, match="does not exist"):
+        _load_problems(tmp_path / "nope.jsonl", None)
+    with pytest.raises(UserError, match="--limit"):
+        _load_problems(None, 0)
+    assert [p["id"] for p in _load_problems(None, None, "u2, a1")] == ["a1", "u2"]
+    with pytest.raises(UserError, match="unknown problem ids zz"):
+        _load_problems(None, None, "a1,zz")
+
+
+class _Bar:
+    n = 0
+
+    def update(self, k: int) -> None:
+        self.n += k
+
+
+def test_run_condition_with_scripted_engine():
+    reply = json.dumps({"context": {"facts": ["f"]}, "reasoning": ["0.15 * 240 = 36"],
+                        "verification": [{"type": "recomputation", "target": "0.15 * 240", "expected": 36},
+                                         {"type": "recomputation", "target": "0.15 * 250", "expected": 36}],
+                        "outcome": {"answer": "36", "confidence": "high"}})
+    engine = ScriptedEngine([reply, "garbage"])
+    bar = _Bar()
+    rows = asyncio.run(_run_condition(engine, bag_of_words_embed, PROBLEMS[1:3], inject=True, max_tokens=64,
+                                      constrained=False, progress=bar))
+    assert bar.n == 2 and [r["correct"] for r in rows] == [True, False]
+    assert "Past solved problems" in engine.prompts[0][1].content  # the 20%-of-150 seed was injected
+    s = _summary(rows)
+    assert s["parse_success_rate"] == 0.5 and s["verification_pass_rate"] == 0.5 and s["accuracy"] == 0.5
+    assert s["all_checks_pass_rate"] == 0.0 and s["confidence"] == {"low": 1, "none": 1}
