@@ -23,6 +23,7 @@ __all__ = [
     "combine",
     "first_k_distinct",
     "select_topk",
+    "select_topk_at",
     "select_topk_scores",
 ]
 
@@ -83,6 +84,15 @@ def first_k_distinct(
     The first occurrence of a source in ``(score desc, row asc)`` order is exactly its best row
     under the tie rule, so dedup is "first occurrence wins".
     """
+    s, r, _, kept = _first_k_distinct_at(keys, source_id, k, None)
+    return s, r, kept
+
+
+def _first_k_distinct_at(
+    keys: torch.Tensor, source_id: torch.Tensor, k: int, cols: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """:func:`first_k_distinct` that also carries ``cols [Q, M]`` (any int64 payload per key)
+    into a ``[Q, k]`` output (``-1`` padding), e.g. the column each key came from."""
     q, m = keys.shape
     device = keys.device
     score, row = unpack_keys(keys)
@@ -107,7 +117,12 @@ def first_k_distinct(
     out_row = torch.full((q, k + 1), -1, dtype=torch.int64, device=device)
     out_score.scatter_(1, slot, torch.where(keep, score, float("-inf")))
     out_row.scatter_(1, slot, torch.where(keep, row, -1))
-    return out_score[:, :k], out_row[:, :k], keep.sum(dim=1)
+    out_col = None
+    if cols is not None:
+        out_col = torch.full((q, k + 1), -1, dtype=torch.int64, device=device)
+        out_col.scatter_(1, slot, torch.where(keep, cols, -1))
+        out_col = out_col[:, :k]
+    return out_score[:, :k], out_row[:, :k], out_col, keep.sum(dim=1)
 
 
 def select_topk(
@@ -123,21 +138,40 @@ def select_topk(
     Returns:
         ``(scores [Q, k] float32, rows [Q, k] int64)`` padded with ``-inf`` / ``-1``.
     """
+    s, r, _ = select_topk_at(keys, source_id, k)
+    return s, r
+
+
+def select_topk_at(
+    keys: torch.Tensor, source_id: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`select_topk` that also returns where each answer sits in ``keys``.
+
+    Live keys must be unique per query (dead ``-inf`` keys may repeat: they are never chosen).
+
+    Returns:
+        ``(scores [Q, k] float32, rows [Q, k] int64, cols [Q, k] int64)``: ``cols`` is the
+        column of ``keys`` holding each answer (so ``payload.gather(1, cols)`` fetches values
+        stored beside the keys); padding ``-inf`` / ``-1`` / ``-1``.
+    """
     q, m_total = keys.shape
     out_s = torch.full((q, k), float("-inf"), dtype=torch.float32, device=keys.device)
     out_r = torch.full((q, k), -1, dtype=torch.int64, device=keys.device)
+    out_c = torch.full((q, k), -1, dtype=torch.int64, device=keys.device)
     todo = torch.arange(q, device=keys.device)
     m = min(m_total, _PREFIX_FACTOR * k)
     while todo.numel() and m_total:
-        prefix = torch.topk(keys[todo], m, dim=1, sorted=True).values
-        s, r, kept = first_k_distinct(prefix, source_id, k)
+        sub = keys if todo.numel() == q else keys[todo]  # NOTE: no [Q, M] copy on round 1
+        prefix, cols = torch.topk(sub, m, dim=1, sorted=True)
+        s, r, c, kept = _first_k_distinct_at(prefix, source_id, k, cols)
         exhausted = ~torch.isfinite(unpack_keys(prefix[:, -1])[0])
         done = (kept >= k) | exhausted | (m == m_total)
         out_s[todo[done]] = s[done]
         out_r[todo[done]] = r[done]
+        out_c[todo[done]] = c[done]  # type: ignore[index]
         todo = todo[~done]
         m = min(m_total, m * _PREFIX_FACTOR)
-    return out_s, out_r
+    return out_s, out_r, out_c
 
 
 def select_topk_scores(

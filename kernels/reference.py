@@ -1,14 +1,22 @@
 """Pure-torch fused memory scoring: the CPU production path and the oracle for the Triton kernel.
 
 Never imports triton. Same semantics as ``kernels.fused_score.triton_fused_topk``.
+
+Sparse after the matmul: rows are scanned in chunks; per chunk, one float32 ``[Q, C]`` cosine
+tile, then only the ``(query, row)`` pairs with ``cos >= threshold`` (about 1% at 0.35) are
+masked (valid, tenant, expiry), decayed and scored, and kept as packed ``(score, row)`` keys
+(``kernels._select``). One exact dedup + top-k over all kept keys ends the call. So the call
+costs about the matmul alone: no ``[Q, N]`` mask, score or int64 temporaries, no ``[N]`` pass
+for the time factor. Chunks where many pairs pass (low thresholds) are scored densely instead.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from kernels._params import SHARED_TENANT, ScoreParams, TopKResult, check_inputs
-from kernels._select import combine, pack_keys, select_topk, select_topk_scores, time_factor
+from kernels._params import SHARED_TENANT, CheckedInputs, ScoreParams, TopKResult, check_inputs
+from kernels._select import combine, pack_keys, select_topk_at, select_topk_scores, time_factor
 
 __all__ = [
     "reference_fused_topk",
@@ -18,9 +26,22 @@ __all__ = [
     "finish_result",
 ]
 
-# NOTE: bounds the [Q, rows_per_chunk] cos / score / mask temporaries to ~8 MB each, so a
-# 1M-row block never materialises Q x N matrices at once.
-_MAX_TILE_ELEMENTS = 1 << 21
+# NOTE: bounds the [Q, rows_per_chunk] cosine tile (and the dense fallback's score / mask
+# temporaries) to 16 MB each, so a 1M-row block never materialises Q x N matrices at once.
+# Smaller tiles were no faster at 1 thread and slower at 2 (one OpenMP matmul region per tile,
+# each paying a barrier on shared cores): 1<<20 cost +15%, 1<<22 +3-10% over one bare matmul.
+_MAX_TILE_ELEMENTS = 1 << 22
+# NOTE: a chunk where more than 1/_DENSE_SHARE of the (query, row) pairs pass the threshold is
+# scored densely (masks on the whole tile, then its own top-k); below that, gathering the few
+# survivors is far cheaper (~1% pass at threshold 0.35 on real embeddings).
+_DENSE_SHARE = 8
+# NOTE: the dense path makes ~8 passes over its [Q, C] temporaries; 4 MB slices of the tile
+# keep them in cache (16 MB slices cost +30% at threshold -1).
+_DENSE_TILE_ELEMENTS = 1 << 20
+# NOTE: bound on the padded [Q, width] candidate layout (width = most candidates of one query)
+# before it is compacted to each query's k best distinct sources: ~12 bytes per slot plus 28
+# per stored candidate, so well under 200 MB even when a low threshold lets many rows through.
+_MAX_SURVIVORS = 1 << 21
 
 
 def normalize_queries(queries: torch.Tensor) -> torch.Tensor:
@@ -62,6 +83,18 @@ def masked_scores(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(cos [Qc, N], score [Qc, N])`` with ``-inf`` score wherever the row is not a candidate."""
     cos = qn @ vectors.T
+    return cos, _dense_scores(cos, f, row_ok, tenant, query_tenant, params)
+
+
+def _dense_scores(
+    cos: torch.Tensor,
+    f: torch.Tensor,
+    row_ok: torch.Tensor,
+    tenant: torch.Tensor,
+    query_tenant: torch.Tensor,
+    params: ScoreParams,
+) -> torch.Tensor:
+    """Score ``[Qc, N]`` from a cosine tile, ``-inf`` wherever the row is not a candidate."""
     # NOTE: one [N] visibility row per distinct query tenant (usually 1-2 per batch), gathered
     # per query: one [Qc, N] pass instead of two compares and an or.
     tenants, which = torch.unique(query_tenant, return_inverse=True)
@@ -71,7 +104,128 @@ def masked_scores(
     score = combine(cos, f.unsqueeze(0), params)
     # NOTE: `score == score` drops NaN (e.g. a NaN vector or age) instead of ranking it.
     ok &= score == score
-    return cos, score.masked_fill_(~ok, float("-inf"))
+    return score.masked_fill_(~ok, float("-inf"))
+
+
+def _sparse_hits(cos: torch.Tensor, threshold: float, max_hits: int) -> torch.Tensor | None:
+    """Flat indices (row-major, ascending) of ``cos >= threshold`` in a ``[Qc, C]`` tile, or
+    ``None`` when more than ``max_hits`` pass (the tile is then scored densely)."""
+    if cos.device.type == "cpu":
+        # NOTE: numpy runs this compare + count + scan single-threaded; the same torch ops are
+        # OpenMP regions, each paying a barrier that costs milliseconds when the cores are
+        # shared (measured 2x the whole call at 2 threads, load 10). Both compare in float32.
+        hit = cos.detach().numpy() >= np.float32(threshold)
+        if np.count_nonzero(hit) > max_hits:
+            return None
+        return torch.from_numpy(np.flatnonzero(hit))
+    hit = cos >= threshold
+    if int(hit.count_nonzero()) > max_hits:
+        return None
+    return hit.view(-1).nonzero().squeeze(1)
+
+
+class _RowTerms:
+    """Per-row time factor ``f`` and ``valid & not expired``, computed for the rows asked for.
+
+    Only rows over the threshold (~1%) pay for them, and no [N]-sized pass runs per call.
+    """
+
+    def __init__(self, x: CheckedInputs, now: float, params: ScoreParams) -> None:
+        self.x, self.now, self.params = x, float(now), params
+        # NOTE: exp2's vectorised and scalar (loop tail) paths may differ by an ulp, so the
+        # exponential factor is computed once over all rows and gathered: a row's f never
+        # depends on the subset it came with. The other laws use only correctly rounded
+        # +, *, / and give the same bits on any subset.
+        self.f_all = (
+            time_factor(x.days_since_use, params) if params.decay == "exponential" else None
+        )
+
+    def factor(self, rows: torch.Tensor | slice) -> torch.Tensor:
+        """``f`` of ``rows`` (an index tensor or a slice)."""
+        if self.f_all is not None:
+            return self.f_all[rows]
+        return time_factor(self.x.days_since_use[rows], self.params)
+
+    def ok(self, rows: torch.Tensor | slice) -> torch.Tensor:
+        """``valid & (expires_at > now)`` of ``rows``."""
+        return self.x.valid[rows] & (self.x.expires_at[rows] > self.now)
+
+
+def _dense_topk(
+    cos: torch.Tensor,
+    lo: int,
+    hi: int,
+    x: CheckedInputs,
+    terms: _RowTerms,
+    k: int,
+    params: ScoreParams,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Top-k distinct ``(scores, rows, cos)`` ``[Q, k]`` of rows ``lo:hi`` (cosines ``cos``)."""
+    rows = slice(lo, hi)
+    score = _dense_scores(
+        cos, terms.factor(rows), terms.ok(rows), x.tenant[rows], x.query_tenant, params
+    )
+    s, r = select_topk_scores(score, x.source_id[rows], k)
+    return s, torch.where(r >= 0, r + lo, r), cos.gather(1, r.clamp_min(0))
+
+
+class _Candidates:
+    """Candidate ``(query, packed key, cosine)`` triples gathered chunk by chunk.
+
+    Every batch added is sorted by query (``nonzero`` and ``[Q, k]`` results are row-major), so
+    a triple's column in the final ``[Q, width]`` layout is the count of earlier triples of its
+    query: no sort of the triples is needed.
+    """
+
+    def __init__(self, q: int, device: torch.device) -> None:
+        self.q = q
+        self.device = device
+        self._reset()
+
+    def _reset(self) -> None:
+        self.filled = torch.zeros(self.q, dtype=torch.int64, device=self.device)
+        self.width = 0
+        self.parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def add(self, qi: torch.Tensor, key: torch.Tensor, cos: torch.Tensor) -> None:
+        """Append triples whose ``qi`` is non-decreasing."""
+        if qi.numel() == 0:
+            return
+        count = torch.bincount(qi, minlength=self.q)
+        start = torch.cumsum(count, 0) - count
+        col = self.filled[qi] + torch.arange(qi.numel(), device=self.device) - start[qi]
+        self.filled += count
+        self.width = int(self.filled.max())
+        self.parts.append((qi, col, key, cos))
+
+    def select(
+        self, source_id: torch.Tensor, k: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Exact dedup + top-k of every triple: ``(scores, rows, cos)``, each ``[Q, k]``."""
+        width = max(1, self.width)
+        dead = pack_keys(
+            torch.full((1,), float("-inf"), device=self.device),
+            torch.zeros(1, dtype=torch.int64, device=self.device),
+        )
+        keys = dead.expand(self.q, width).clone()
+        cos = torch.zeros((self.q, width), dtype=torch.float32, device=self.device)
+        for qi, col, key, c in self.parts:
+            keys[qi, col] = key
+            cos[qi, col] = c
+        s, r, at = select_topk_at(keys, source_id, k)
+        return s, r, cos.gather(1, at.clamp_min(0))
+
+    def compact(self, source_id: torch.Tensor, k: int) -> None:
+        """Keep only each query's current top-k (exact: see ``reference_fused_topk``)."""
+        s, r, c = self.select(source_id, k)
+        self._reset()
+        self.add_topk(s, r, c)
+
+    def add_topk(self, s: torch.Tensor, r: torch.Tensor, c: torch.Tensor) -> None:
+        """Append a ``[Q, k]`` result (``r`` global rows, ``-1`` padding)."""
+        live = r >= 0
+        qi = torch.arange(self.q, device=self.device).unsqueeze(1).expand_as(r)[live]
+        self.add(qi, pack_keys(s[live], r[live]), c[live])
 
 
 def reference_fused_topk(
@@ -114,28 +268,36 @@ def reference_fused_topk(
     if q == 0 or n == 0:
         return empty_result(q, k, device)
     qn = normalize_queries(x.queries)
-    f = time_factor(x.days_since_use, params)
-    row_ok = x.valid & (x.expires_at > float(now))
-    # NOTE: chunks of rows, not of queries: each vector is read once, and a chunk's own top-k
-    # distinct list holds every global answer row of that chunk (a row's distinct-source rank
-    # inside its chunk is <= its global rank), so merging the chunk lists is exact.
+    terms = _RowTerms(x, now, params)
+    # NOTE: chunks of rows, not of queries: each vector is read once. A chunk contributes either
+    # all its candidates (sparse: the pairs over the threshold, masked and scored one by one) or
+    # its own top-k distinct list (dense); the latter holds every global answer row of the chunk
+    # (a row's distinct-source rank inside its chunk is <= its global rank), so one dedup +
+    # top-k over everything gathered is exact. The same argument makes compaction exact.
     chunk = max(1, _MAX_TILE_ELEMENTS // q)
-    parts_s, parts_r, parts_c = [], [], []
+    found = _Candidates(q, device)
     for lo in range(0, n, chunk):
         hi = min(n, lo + chunk)
-        cos, score = masked_scores(
-            qn, x.vectors[lo:hi], f[lo:hi], row_ok[lo:hi], x.tenant[lo:hi], x.query_tenant, params
-        )
-        s, r = select_topk_scores(score, x.source_id[lo:hi], k)
-        parts_s.append(s)
-        parts_c.append(cos.gather(1, r.clamp_min(0)))
-        parts_r.append(torch.where(r >= 0, r + lo, r))
-    if len(parts_s) == 1:
-        s, r, c = parts_s[0], parts_r[0], parts_c[0]
-    else:
-        all_s, all_r, all_c = (torch.cat(p, dim=1) for p in (parts_s, parts_r, parts_c))
-        s, r = select_topk(pack_keys(all_s, all_r.clamp_min(0)), x.source_id, k)
-        # NOTE: a row lives in one chunk, so it matches exactly one merged column.
-        where = (all_r.unsqueeze(2) == r.unsqueeze(1)).to(torch.int8).argmax(dim=1)
-        c = all_c.gather(1, where)
-    return finish_result(s, r, c, f[r.clamp_min(0)])
+        cos = qn @ x.vectors[lo:hi].T
+        flat = _sparse_hits(cos, params.threshold, cos.numel() // _DENSE_SHARE)
+        if flat is None:
+            step = max(1, _DENSE_TILE_ELEMENTS // q)
+            for a in range(lo, hi, step):
+                b = min(hi, a + step)
+                found.add_topk(*_dense_topk(cos[:, a - lo : b - lo], a, b, x, terms, k, params))
+        elif flat.numel():
+            qi = torch.div(flat, hi - lo, rounding_mode="floor")
+            row = flat - qi * (hi - lo) + lo
+            t = x.tenant[row]
+            ok = terms.ok(row) & ((t == x.query_tenant[qi]) | (t == SHARED_TENANT))
+            c = cos.view(-1)[flat]
+            s = combine(c, terms.factor(row), params)
+            # NOTE: `s == s` drops NaN (e.g. a NaN age) instead of ranking it.
+            ok &= s == s
+            found.add(qi[ok], pack_keys(s[ok], row[ok]), c[ok])
+        # NOTE: a chunk adds at most `chunk` candidates per query, so the layout stays below
+        # the limit plus one tile; 4 q k keeps compaction from running on every chunk.
+        if q * found.width > max(_MAX_SURVIVORS, 4 * q * k):
+            found.compact(x.source_id, k)
+    s, r, c = found.select(x.source_id, k)
+    return finish_result(s, r, c, terms.factor(r.clamp_min(0)))

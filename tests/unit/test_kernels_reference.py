@@ -239,3 +239,22 @@ def test_torch_path_never_imports_triton() -> None:
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("tile", [64, 257])
+def test_dense_slices_and_shrinking_merge_exactly(monkeypatch: pytest.MonkeyPatch, tile: int) -> None:
+    """Low thresholds take the dense-slice path; a tiny survivor cap forces the top-k shrinking."""
+    import kernels.reference as ref_mod
+
+    monkeypatch.setattr(ref_mod, "_MAX_TILE_ELEMENTS", tile)
+    monkeypatch.setattr(ref_mod, "_MAX_SURVIVORS", 10)
+    monkeypatch.setattr(ref_mod, "_DENSE_TILE_ELEMENTS", 16)
+    block = make_block(seed=22, n=400, d=16, q=4, n_sources=60)
+    qn = block["queries"] / block["queries"].norm(dim=1, keepdim=True)
+    block["vectors"][::3] = qn[1]
+    block["source_id"][::3] = 77
+    for params in (ScoreParams(threshold=-1.0), ScoreParams(threshold=0.0), MODES[1]):
+        res = reference_fused_topk(**block, k=12, params=params)
+        s, r, c = oracle(block, 12, params)
+        assert_topk_equal(res.scores, res.indices, s, r, atol=ATOL, rtol=RTOL)
+        assert_close(res.similarity, c, atol=ATOL, rtol=RTOL, name="similarity")
