@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 
-__all__ = ["REQUESTS", "LATENCY", "TOKENS", "TIME_TO_FIRST_TOKEN", "render_metrics", "CONTENT_TYPE_LATEST"]
+__all__ = ["REQUESTS", "LATENCY", "TOKENS", "TIME_TO_FIRST_TOKEN", "MEMORY_SEARCH", "render_metrics",
+           "CONTENT_TYPE_LATEST"]
 
 REQUESTS = Counter("recallserve_http_requests_total", "HTTP requests by route and status.", ["route", "method", "status"])
 # NOTE: buckets span 5 ms (a cached memory search) to 5 min (a long CPU generation).
@@ -16,6 +17,11 @@ TOKENS = Counter("recallserve_tokens_total", "Tokens processed per model role.",
 TIME_TO_FIRST_TOKEN = Histogram(
     "recallserve_time_to_first_token_seconds", "Time to the first streamed token.",
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+)
+
+MEMORY_SEARCH = Histogram(
+    "recallserve_memory_search_seconds", "Memory search latency (embed + shard fan-out + fusion), by caller.",
+    ["caller"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 
 

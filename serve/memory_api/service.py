@@ -23,6 +23,7 @@ from memory_shards.config import SearchFilters
 from memory_shards.coordinator import MemoryCoordinator
 from memory_shards.records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, new_record_id
 from memory_shards.retrieval import AsyncEmbed, HybridHit, HybridRetriever, QueryRewriter, RetrievalParams
+from serve.api.metrics import MEMORY_SEARCH
 from serve.api.errors import APIError
 from serve.memory import MemoryHit, MemoryWrite
 from serve.memory_api.schemas import MAX_BATCH, MAX_K, FiltersIn, MemoryIn, MemoryOut, SearchRequest, SearchResult, to_epoch
@@ -155,8 +156,13 @@ class MemoryService:
         recs = await self.coordinator.list_by_source(tenant, source_id)
         return [r for r in recs if r.tenant in (tenant, SHARED_TENANT_NAME)]
 
-    async def search_request(self, tenant: str, req: SearchRequest, now: float | None = None) -> list[HybridHit]:
-        """Run an API search for ``tenant``."""
+    async def search_request(self, tenant: str, req: SearchRequest, now: float | None = None,
+                             caller: str = "api") -> list[HybridHit]:
+        """Run an API search for ``tenant`` (timed into ``recallserve_memory_search_seconds``)."""
+        with MEMORY_SEARCH.labels(caller).time():
+            return await self._search_request(tenant, req, now)
+
+    async def _search_request(self, tenant: str, req: SearchRequest, now: float | None) -> list[HybridHit]:
         req.check_query()
         d = req.decay
         params = ScoreParams(
@@ -182,7 +188,7 @@ class MemoryService:
             MemoryHit(id=h.record.id, source_id=h.record.source_id, kind=h.record.kind,
                       text="\n".join(h.record.embedding_texts()), score=h.score, similarity=h.similarity,
                       time_factor=h.time_factor, created_at=h.record.created_at, metadata=dict(h.record.metadata))
-            for h in await self.search_request(tenant, req)
+            for h in await self.search_request(tenant, req, caller="chat")
         ]
 
     async def write(self, tenant: str, items: Sequence[MemoryWrite]) -> list[str]:
