@@ -1,0 +1,168 @@
+"""The entity table: order ids, amounts, dates, times, phone-like and id-like numbers, titled names.
+
+Entities are pulled out of every non-tool message by regular expressions when the message is
+stored (cheap, deterministic, no model), and kept *verbatim* beside the rolling summary: a
+summariser may paraphrase "ORD-48213" into "the order", the table never does.
+
+Personal values are masked before they are stored anywhere in the table:
+
+* phone, card, IBAN and account numbers -> ``****0199`` (the last 4 digits),
+* emails -> ``m***@example.com`` (first character and the domain).
+
+Each entity keeps a short snippet of the sentence it came from (masked too), because an amount
+or a date without what it refers to is of little use to the model.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["Entity", "extract_entities", "mask_personal", "format_entity"]
+
+_MONTH = (
+    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|"
+    r"Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)"
+)
+_TITLE = (
+    r"(?:Mr|Mrs|Ms|Miss|Mx|Dr|Prof|Professor|Sir|Dame|Rev|Reverend|Capt|Captain|Judge|Lord|Lady|"
+    r"Sgt|Sergeant|Col|Colonel|Gen|General|Fr|Father|Sister|Rabbi|Imam|Hon)"
+)
+_NAME_PART = r"[A-Z\u00c0-\u00dd][^\W\d_]*(?:['\u2019-][^\W\d_]+)*"
+_NAME_TAIL = rf"(?:\s+(?:(?:Jr|Sr)\.|{_NAME_PART}|van|von|der|den|del|de|da|la|le|bin|al)){{0,4}}(?:,?\s+(?:Jr|Sr|II|III|IV|PhD|MD|Esq)\.?)?"
+
+# NOTE: order matters: personal numbers (cards, IBANs, phones) are matched before generic ids
+# and amounts, and a span matched once is not matched again by a later pattern.
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("email", re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")),
+    ("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){3,7}(?: ?[A-Z0-9]{1,4})?\b")),
+    ("card", re.compile(r"\b(?:\d{4}[ -]){3}\d{4}\b|\b\d{15,16}\b")),
+    ("account", re.compile(r"(?i:\b(?:account|acct|membership|customer)\s*(?:number|no\.?|#|id)?\s*(?::|is|was)?\s*)(\d{6,14})\b")),
+    ("phone", re.compile(r"(?<![\w-])(?:\+\d{1,3}[\s.-]?)?(?:\(\d{2,4}\)[\s.-]?)?\d{2,4}[\s.-]\d{3,4}[\s.-]?\d{2,4}\b")),
+    ("id", re.compile(r"\b(?:[A-Z]{2,6}-?\d{3,}[A-Z0-9]*(?:-[A-Z0-9]+)*|1Z[A-Z0-9]{14,16}|[A-Z]{1,4}\d{2,}[A-Z]\d{2,}[A-Z0-9]*)\b|#\d{4,}\b")),
+    ("amount", re.compile(
+        r"(?:[$\u20ac\u00a3]\s?\d[\d,]*(?:\.\d{1,2})?(?:\s?(?:k|million|bn)\b)?"
+        r"|\b\d[\d,]*(?:\.\d{1,2})?\s?(?:USD|EUR|GBP|dollars|euros|pounds)\b)"
+    )),
+    ("date", re.compile(
+        rf"\b\d{{4}}-\d{{2}}-\d{{2}}\b|\b\d{{1,2}}/\d{{1,2}}/\d{{2,4}}\b"
+        rf"|\b{_MONTH}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b"
+        rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?\b"
+    )),
+    ("time", re.compile(r"(?i:\b\d{1,2}(?::[0-5]\d)?\s?[ap]\.?m\.?(?![a-z])|\b(?:[01]?\d|2[0-3]):[0-5]\d\b)")),
+    ("name", re.compile(rf"\b{_TITLE}\.?\s+{_NAME_PART}{_NAME_TAIL}")),
+    ("name", re.compile(rf"(?i:\bmy name is\s+|\bthis is\s+|\bi am\s+|\bi'm\s+)({_NAME_PART}(?:\s+{_NAME_PART}){{1,3}})")),
+]
+_PERSONAL = {"email", "iban", "card", "account", "phone"}
+_DIGITS = re.compile(r"\d")
+# NOTE: a sentence ends at . ! ? followed by a space or the end, unless the dot closes a title
+# abbreviation ("Dr. Maria") or sits inside a number or an address ("$249.99", "a.b@c.com").
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+_ABBREV_END = re.compile(rf"\b{_TITLE}\.$|\b(?:e\.g|i\.e|etc|vs|No|St)\.$")
+# NOTE: snippets longer than this cost entity budget without helping recall.
+_SNIPPET_CHARS = 90
+
+
+@dataclass(frozen=True)
+class Entity:
+    """One entity occurrence (value already masked when personal).
+
+    Attributes:
+        kind: email | iban | card | account | phone | id | amount | date | time | name.
+        value: verbatim (or masked) value.
+        snippet: the sentence around it, masked, at most ~90 characters.
+        first_seq: seq of the message it was first seen in (-1 = not stored yet).
+        last_seq: seq of the message it was last seen in (-1 = not stored yet).
+    """
+
+    kind: str
+    value: str
+    snippet: str
+    first_seq: int = -1
+    last_seq: int = -1
+
+
+def _mask(kind: str, raw: str) -> str:
+    if kind == "email":
+        local, _, domain = raw.partition("@")
+        return f"{local[:1]}***@{domain}"
+    # NOTE: the last 4 characters stay: enough for the user to recognise the number, too few to
+    # reuse it.
+    tail = raw.replace(" ", "")[-4:] if kind == "iban" else "".join(_DIGITS.findall(raw))[-4:]
+    return f"****{tail}"
+
+
+def _scan(text: str) -> list[tuple[int, int, str, str]]:
+    """(start, end, kind, raw) spans, earlier patterns winning overlaps."""
+    taken: list[tuple[int, int]] = []
+    spans: list[tuple[int, int, str, str]] = []
+    for kind, pattern in _PATTERNS:
+        for m in pattern.finditer(text):
+            group = 1 if m.re.groups else 0
+            start, end = m.span(group)
+            raw = m.group(group).strip().rstrip(",")
+            if not raw or any(start < e and s < end for s, e in taken):
+                continue
+            if kind == "phone" and not 7 <= len(_DIGITS.findall(raw)) <= 15:
+                continue
+            taken.append((start, end))
+            spans.append((start, end, kind, raw))
+    spans.sort()
+    return spans
+
+
+def mask_personal(text: str) -> str:
+    """``text`` with emails, phones, card/IBAN/account numbers replaced by their masked form.
+
+    Example:
+        >>> mask_personal("call +1 415 555 0199")
+        'call ****0199'
+    """
+    out, last = [], 0
+    for start, end, kind, raw in _scan(text):
+        if kind in _PERSONAL:
+            out.append(text[last:start])
+            out.append(_mask(kind, raw))
+            last = end
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _snippet(text: str, start: int, end: int) -> str:
+    bounds = [0]
+    for m in _SENTENCE_END.finditer(text):
+        if not _ABBREV_END.search(text[bounds[-1] : m.start()]):
+            bounds.append(m.end())
+    bounds.append(len(text))
+    sentence = next(
+        (text[a:b] for a, b in zip(bounds, bounds[1:]) if a <= start < b), text[max(0, start - 40) : end + 40]
+    ).strip()
+    sentence = mask_personal(sentence)
+    if len(sentence) > _SNIPPET_CHARS:
+        sentence = sentence[: _SNIPPET_CHARS - 3].rstrip() + "..."
+    return sentence
+
+
+def extract_entities(text: str) -> list[Entity]:
+    """Entities of ``text`` in order of appearance, personal values masked, duplicates removed.
+
+    Example:
+        >>> [(e.kind, e.value) for e in extract_entities("Refund $249.99 for ORD-48213 by March 3")]
+        [('amount', '$249.99'), ('id', 'ORD-48213'), ('date', 'March 3')]
+    """
+    seen: set[tuple[str, str]] = set()
+    out: list[Entity] = []
+    for start, end, kind, raw in _scan(text):
+        value = _mask(kind, raw) if kind in _PERSONAL else raw
+        if (kind, value) in seen:
+            continue
+        seen.add((kind, value))
+        out.append(Entity(kind=kind, value=value, snippet=_snippet(text, start, end)))
+    return out
+
+
+def format_entity(entity: Entity) -> str:
+    """One line of the entity table: ``- id: ORD-48213 ("My order ORD-48213 never arrived.")``."""
+    if entity.snippet and entity.snippet != entity.value:
+        return f'- {entity.kind}: {entity.value} ("{entity.snippet}")'
+    return f"- {entity.kind}: {entity.value}"

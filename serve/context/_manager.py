@@ -1,0 +1,224 @@
+"""ContextManager: the one object the ingress talks to for sessions, context and summaries.
+
+Per request the ingress does::
+
+    session = await ctx.open_session(tenant, user, session_id)
+    result = await ctx.assemble(session, [MessageIn(role="user", content=q)],
+                                context_window=engine.context_window, reserved_output=max_tokens,
+                                system=system_prompt, mode=request_mode)   # ContextBudgetError -> 400
+    reply = await engine.chat(result.messages, params)  # response metadata: result.response_metadata()
+    await ctx.append(session, [MessageIn(role="user", content=q), MessageIn(role="assistant", content=reply.text)])
+    ctx.start_summary(session)        # off the request path: a task (result None when not due)
+
+``refresh_summary`` is the coroutine behind ``start_summary`` for callers that schedule work
+themselves (a Ray task, the summariser deployment's queue).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+
+from serve.context._assemble import MESSAGE_OVERHEAD, AssemblyInput, assemble
+from serve.context._categorise import Categoriser, Classifier, RuleCategoriser
+from serve.context._entities import extract_entities
+from serve.context._metrics import (
+    CONTEXT_ASSEMBLY_SECONDS,
+    CONTEXT_MODE_TOTAL,
+    CONTEXT_SUMMARY_RUNS_TOTAL,
+    CONTEXT_SUMMARY_SECONDS,
+    CONTEXT_TOKENS,
+)
+from serve.context._retrieval import Embed, EmbeddingCache
+from serve.context._store import SessionStore
+from serve.context._summary import (
+    ExtractiveSummariser,
+    Summariser,
+    plan_batches,
+    render_messages,
+    summary_candidates,
+)
+from serve.context._types import (
+    DEFAULT_RETENTION,
+    ContextConfig,
+    ContextResult,
+    Message,
+    MessageIn,
+    ModeName,
+    Session,
+    SummaryState,
+)
+from serve.tokens import CachedCounter, TiktokenCounter, TokenCounter
+
+__all__ = ["ContextManager"]
+
+_LOG = logging.getLogger(__name__)
+
+
+class ContextManager:
+    """Sessions, categorisation, budgeted context assembly and the rolling summary.
+
+    Args:
+        store: the session store.
+        config: assembly and summary settings.
+        counter: token counter (default offline tiktoken cl100k_base; pass
+            :class:`~serve.tokens.EngineTokenCounter` to count with the model's own tokenizer).
+        embed: ``embed(texts) -> np.ndarray`` for retrieval and auto's discreteness (None disables both).
+        summariser: rolling-summary writer (default: :class:`ExtractiveSummariser`, no model).
+        classifier: optional router-model classifier for messages the rules call ``chat``.
+        clock: time source, epoch seconds (tests pass a fake one to step through cooldowns).
+    """
+
+    def __init__(
+        self, store: SessionStore, config: ContextConfig | None = None, *, counter: TokenCounter | None = None,
+        embed: Embed | None = None, summariser: Summariser | None = None, classifier: Classifier | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.config = config or ContextConfig()
+        self.counter = CachedCounter(counter or TiktokenCounter())
+        self.embeddings = EmbeddingCache(embed) if embed is not None else None
+        self.summariser = summariser or ExtractiveSummariser(self.counter)
+        self._categoriser = Categoriser(classifier)
+        self._rules = RuleCategoriser()
+        self._clock = clock
+        self._running: set[str] = set()
+        self._tasks: set[asyncio.Task[SummaryState | None]] = set()
+
+    async def open_session(
+        self, tenant: str, user: str, session_id: str | None = None, *, mode: ModeName | None = None,
+    ) -> Session:
+        """Get or create a session; a new one starts with the user's carried constraints and facts.
+
+        Raises:
+            SessionNotFoundError: the id belongs to another tenant or user.
+        """
+        return await self.store.open(
+            tenant, user, session_id or uuid.uuid4().hex, mode=mode,
+            carry_over=self.config.carry_over_items, now=self._clock(),
+        )
+
+    async def set_mode(self, session: Session, mode: ModeName | None) -> None:
+        """Set the session's default mode (None = the config default)."""
+        await self.store.set_mode(session.tenant, session.user, session.id, mode)
+
+    async def _to_message(self, m: MessageIn, *, classify: bool) -> Message:
+        if classify:
+            category, retention = await self._categoriser.categorise(m)
+        else:
+            category = m.category or self._rules.categorise(m.role, m.content)
+            retention = m.retention if m.retention is not None else DEFAULT_RETENTION[category]
+        return Message(
+            role=m.role, content=m.content, timestamp=m.timestamp if m.timestamp is not None else self._clock(),
+            category=category, retention=retention, tool_name=m.tool_name,
+            tokens=await self.counter.count(m.content) + MESSAGE_OVERHEAD,
+        )
+
+    async def append(self, session: Session, messages: Sequence[MessageIn]) -> list[Message]:
+        """Categorise, count and store messages (and their entities and user memory).
+
+        Tool results get no entities: they are not the user's statements and may be stale.
+        """
+        stored = [await self._to_message(m, classify=True) for m in messages]
+        entities = [[] if m.role == "tool" else extract_entities(m.content) for m in stored]
+        return await self.store.append(session, stored, entities)
+
+    async def assemble(
+        self, session: Session, pending: Sequence[MessageIn], *, context_window: int, reserved_output: int,
+        system: str | None = None, mode: ModeName | None = None,
+    ) -> ContextResult:
+        """Build the prompt for one request.
+
+        Args:
+            session: the session (reloaded here: its summary may have moved on).
+            pending: the request's new messages (not stored by this call).
+            context_window: the model's context length in tokens.
+            reserved_output: tokens kept free for the answer (the request's max_tokens).
+            system: the caller's system prompt.
+            mode: this request's mode; None = the session's, else the config default.
+
+        Raises:
+            ContextBudgetError: the never-drop part does not fit (the ingress answers HTTP 400).
+            SessionNotFoundError: the session was deleted or is not the caller's.
+        """
+        if context_window <= 0:
+            raise ValueError(f"context_window: must be > 0, got {context_window}")
+        if not 0 <= reserved_output < context_window:
+            raise ValueError(f"reserved_output: must be in [0, context_window={context_window}), got {reserved_output}")
+        start = time.perf_counter()
+        fresh = await self.store.get(session.tenant, session.user, session.id)
+        requested: ModeName = mode or fresh.mode or self.config.default_mode
+        history = await self.store.messages(session.id)
+        entities = await self.store.entities(session.id) if requested in ("summary", "hybrid", "auto") else []
+        pending_msgs = [await self._to_message(m, classify=False) for m in pending]
+        out = await assemble(
+            AssemblyInput(
+                history=history, pending=pending_msgs, entities=entities, summary=fresh.summary, system=system,
+                context_window=context_window, reserved_output=reserved_output, requested=requested,
+            ),
+            self.config, self.counter, self.embeddings,
+        )
+        elapsed = time.perf_counter() - start
+        CONTEXT_MODE_TOTAL.labels(mode=out.mode, requested=requested).inc()
+        CONTEXT_ASSEMBLY_SECONDS.labels(mode=out.mode).observe(elapsed)
+        for part, value in out.breakdown.model_dump().items():
+            CONTEXT_TOKENS.labels(part=part).observe(value)
+        return ContextResult(
+            session_id=session.id, messages=out.messages, mode=out.mode, requested_mode=requested,
+            budget=out.budget, breakdown=out.breakdown, signals=out.signals, dropped_messages=out.dropped,
+            summary_covers_until=fresh.summary.until_seq, latency_ms=elapsed * 1000.0,
+        )
+
+    async def refresh_summary(self, session: Session, *, force: bool = False) -> SummaryState | None:
+        """Fold the due messages into the rolling summary; None when not due or already running.
+
+        Runs off the request path: batches of at most ``summary_batch_tokens``, each one call to
+        the summariser; the result is stored only if no other refresh stored one meanwhile.
+        """
+        if session.id in self._running:
+            return None
+        self._running.add(session.id)
+        name = self.summariser.name
+        try:
+            fresh = await self.store.get(session.tenant, session.user, session.id)
+            messages = await self.store.messages(session.id)
+            candidates = summary_candidates(fresh, messages, self.config, self._clock(), force=force)
+            if not candidates:
+                return None
+            start = time.perf_counter()
+            text = fresh.summary.text
+            before = [m for m in messages if m.seq < candidates[0].seq]
+            for batch in plan_batches(candidates, self.config):
+                lines = render_messages(batch, history=before)
+                text = await self.summariser.summarise(text, lines, self.config.summary_max_tokens)
+                before.extend(batch)
+            state = SummaryState(
+                text=text, until_seq=candidates[-1].seq, updated_at=self._clock(),
+                tokens=await self.counter.count(text), summariser=name,
+            )
+            saved = await self.store.save_summary(session.id, state, expected_until=fresh.summary.until_seq)
+            CONTEXT_SUMMARY_SECONDS.labels(summariser=name).observe(time.perf_counter() - start)
+            CONTEXT_SUMMARY_RUNS_TOTAL.labels(summariser=name, outcome="ok" if saved else "superseded").inc()
+            return state if saved else None
+        except Exception:
+            CONTEXT_SUMMARY_RUNS_TOTAL.labels(summariser=name, outcome="error").inc()
+            raise
+        finally:
+            self._running.discard(session.id)
+
+    def start_summary(self, session: Session, *, force: bool = False) -> asyncio.Task[SummaryState | None]:
+        """Schedule :meth:`refresh_summary` on the running loop and return its task (do not await
+        it on the request path). The manager keeps a reference until it finishes."""
+        task = asyncio.get_running_loop().create_task(self.refresh_summary(session, force=force))
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task[SummaryState | None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # NOTE: a failed refresh leaves the old summary in place; the next trigger retries.
+            _LOG.warning("rolling summary failed: %r", task.exception())

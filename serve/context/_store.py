@@ -1,0 +1,331 @@
+"""Embedded session store: SQLite (stdlib ``sqlite3``) in WAL mode, surviving restarts.
+
+One file holds four tables: ``sessions`` (owner, mode, rolling summary), ``messages``,
+``entities`` (the verbatim entity table of each session) and ``user_memory`` (a user's
+retention >= 2 constraints and facts, carried into that user's next session).
+
+Async-safety: every call runs in a worker thread (:func:`asyncio.to_thread`) on one connection
+guarded by a lock, and each call is one short transaction, so the event loop never blocks on
+disk and concurrent requests never interleave inside a transaction. WAL lets readers of other
+processes (a summariser job, a backup) read while a writer commits.
+
+Ownership: a session belongs to one (tenant, user). Asking for it as anyone else gives
+:class:`SessionNotFoundError`, exactly as for an id that does not exist, so ids of other
+tenants cannot be probed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from serve.context._entities import Entity
+from serve.context._types import (
+    Message,
+    ModeName,
+    Session,
+    SessionNotFoundError,
+    SummaryState,
+)
+from serve.envs import recallserve_home
+
+__all__ = ["SessionStore", "default_store_path"]
+
+_T = TypeVar("_T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, user_id TEXT NOT NULL, created_at REAL NOT NULL,
+    mode TEXT, message_count INTEGER NOT NULL DEFAULT 0,
+    summary TEXT NOT NULL DEFAULT '', summary_until INTEGER NOT NULL DEFAULT -1,
+    summary_at REAL NOT NULL DEFAULT 0, summary_tokens INTEGER NOT NULL DEFAULT 0,
+    summariser TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS sessions_owner ON sessions (tenant, user_id, created_at);
+CREATE TABLE IF NOT EXISTS messages (
+    session_id TEXT NOT NULL, seq INTEGER NOT NULL, id TEXT NOT NULL UNIQUE, role TEXT NOT NULL,
+    content TEXT NOT NULL, timestamp REAL NOT NULL, category TEXT NOT NULL, retention INTEGER NOT NULL,
+    tokens INTEGER NOT NULL, tool_name TEXT, source_session TEXT,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE IF NOT EXISTS entities (
+    session_id TEXT NOT NULL, kind TEXT NOT NULL, value TEXT NOT NULL, snippet TEXT NOT NULL,
+    first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,
+    PRIMARY KEY (session_id, kind, value)
+);
+CREATE TABLE IF NOT EXISTS user_memory (
+    tenant TEXT NOT NULL, user_id TEXT NOT NULL, key TEXT NOT NULL, role TEXT NOT NULL,
+    content TEXT NOT NULL, category TEXT NOT NULL, retention INTEGER NOT NULL, tokens INTEGER NOT NULL,
+    created_at REAL NOT NULL, source_session TEXT NOT NULL,
+    PRIMARY KEY (tenant, user_id, key)
+);
+"""
+_MSG_COLS = "seq, id, role, content, timestamp, category, retention, tokens, tool_name, source_session"
+_WS = re.compile(r"\s+")
+
+
+def default_store_path() -> Path:
+    """``$RECALLSERVE_HOME/context.sqlite3`` (see :func:`serve.envs.recallserve_home`)."""
+    return recallserve_home() / "context.sqlite3"
+
+
+def _row_to_message(row: sqlite3.Row) -> Message:
+    return Message(
+        seq=row["seq"], id=row["id"], role=row["role"], content=row["content"], timestamp=row["timestamp"],
+        category=row["category"], retention=row["retention"], tokens=row["tokens"],
+        tool_name=row["tool_name"], source_session=row["source_session"],
+    )
+
+
+def _memory_key(content: str) -> str:
+    return hashlib.sha1(_WS.sub(" ", content.strip().lower()).encode()).hexdigest()
+
+
+class SessionStore:
+    """Sessions, messages, entity tables and user memory in one SQLite file.
+
+    Args:
+        path: database file (parent folders are created); ``":memory:"`` for a throwaway store.
+
+    Example:
+        >>> store = SessionStore(":memory:")
+        >>> s = asyncio.run(store.open("acme", "u1", "s1"))
+        >>> s.tenant
+        'acme'
+    """
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        path = default_store_path() if path is None else path
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.path = str(path)
+        # NOTE: isolation_level=None = autocommit; transactions are explicit BEGIN IMMEDIATE so a
+        # writer takes the lock up front instead of failing half-way on upgrade.
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
+        self._conn.row_factory = sqlite3.Row
+        self._lock = threading.Lock()
+        with self._lock:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            # NOTE: NORMAL is durable across application crashes in WAL mode (not power loss of
+            # the last commit), the usual trade for a chat store.
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.executescript(_SCHEMA)
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _run(self, fn: Callable[[sqlite3.Connection], _T], write: bool) -> _T:
+        with self._lock:
+            if not write:
+                return fn(self._conn)
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                out = fn(self._conn)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+            return out
+
+    async def _call(self, fn: Callable[[sqlite3.Connection], _T], write: bool = False) -> _T:
+        return await asyncio.to_thread(self._run, fn, write)
+
+    def close(self) -> None:
+        """Close the database (pending calls must have finished)."""
+        with self._lock:
+            self._conn.close()
+
+    # -- sessions -------------------------------------------------------------------------
+    @staticmethod
+    def _load(conn: sqlite3.Connection, tenant: str, user: str, session_id: str) -> Session:
+        row = conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        if row is None or row["tenant"] != tenant or row["user_id"] != user:
+            raise SessionNotFoundError(f"session {session_id!r} not found")
+        return Session(
+            id=row["id"], tenant=row["tenant"], user=row["user_id"], created_at=row["created_at"],
+            mode=row["mode"], message_count=row["message_count"],
+            summary=SummaryState(
+                text=row["summary"], until_seq=row["summary_until"], updated_at=row["summary_at"],
+                tokens=row["summary_tokens"], summariser=row["summariser"],
+            ),
+        )
+
+    async def get(self, tenant: str, user: str, session_id: str) -> Session:
+        """The session, or :class:`SessionNotFoundError` (also when owned by someone else)."""
+        return await self._call(lambda c: self._load(c, tenant, user, session_id))
+
+    async def open(
+        self, tenant: str, user: str, session_id: str, *, mode: ModeName | None = None,
+        carry_over: int = 50, now: float | None = None,
+    ) -> Session:
+        """Get the session, creating it when absent.
+
+        A new session starts with the user's carried-over constraints and facts (at most
+        ``carry_over`` of them, retention 3 first, newest first), stored as its first messages
+        with ``source_session`` set. An id owned by another tenant or user raises
+        :class:`SessionNotFoundError` (it can be neither read nor taken over).
+        """
+        ts = time.time() if now is None else now
+        probe = Session(id=session_id, tenant=tenant, user=user, created_at=ts, mode=mode)  # validates fields
+
+        def fn(conn: sqlite3.Connection) -> Session:
+            row = conn.execute("SELECT tenant FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            if row is not None:
+                return self._load(conn, tenant, user, session_id)
+            conn.execute(
+                "INSERT INTO sessions (id, tenant, user_id, created_at, mode) VALUES (?, ?, ?, ?, ?)",
+                (probe.id, tenant, user, ts, mode),
+            )
+            items = conn.execute(
+                "SELECT * FROM user_memory WHERE tenant = ? AND user_id = ? "
+                "ORDER BY retention DESC, created_at DESC LIMIT ?",
+                (tenant, user, carry_over),
+            ).fetchall()
+            # NOTE: carried items keep their original chronological order inside the session.
+            items = sorted(items, key=lambda r: r["created_at"])
+            for seq, item in enumerate(items):
+                conn.execute(
+                    f"INSERT INTO messages ({_MSG_COLS}, session_id) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    (seq, hashlib.sha1(f"{session_id}:{item['key']}".encode()).hexdigest(), item["role"],
+                     item["content"], item["created_at"], item["category"], item["retention"], item["tokens"],
+                     None, item["source_session"], session_id),
+                )
+            conn.execute("UPDATE sessions SET message_count = ? WHERE id = ?", (len(items), session_id))
+            return self._load(conn, tenant, user, session_id)
+
+        return await self._call(fn, write=True)
+
+    async def set_mode(self, tenant: str, user: str, session_id: str, mode: ModeName | None) -> None:
+        """Set (or clear with None) the session's default mode."""
+
+        def fn(conn: sqlite3.Connection) -> None:
+            self._load(conn, tenant, user, session_id)
+            conn.execute("UPDATE sessions SET mode = ? WHERE id = ?", (mode, session_id))
+
+        await self._call(fn, write=True)
+
+    async def delete(self, tenant: str, user: str, session_id: str) -> None:
+        """Delete a session with its messages and entities (user memory stays)."""
+
+        def fn(conn: sqlite3.Connection) -> None:
+            self._load(conn, tenant, user, session_id)
+            for table in ("messages", "entities"):
+                conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+            conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+
+        await self._call(fn, write=True)
+
+    # -- messages -------------------------------------------------------------------------
+    async def append(
+        self, session: Session, messages: Sequence[Message], entities: Sequence[Sequence[Entity]],
+    ) -> list[Message]:
+        """Store messages (seq assigned here, atomically), their entities and user memory.
+
+        Args:
+            session: the owning session (ownership is re-checked inside the transaction).
+            messages: messages to add, in order; their ``seq`` is ignored and reassigned.
+            entities: per message, the entities extracted from it.
+
+        Returns:
+            The stored messages with their seq.
+        """
+        if len(entities) != len(messages):
+            raise ValueError(f"entities: need one list per message ({len(messages)}), got {len(entities)}")
+
+        def fn(conn: sqlite3.Connection) -> list[Message]:
+            current = self._load(conn, session.tenant, session.user, session.id)
+            out = []
+            for i, (msg, ents) in enumerate(zip(messages, entities)):
+                stored = msg.model_copy(update={"seq": current.message_count + i})
+                conn.execute(
+                    f"INSERT INTO messages ({_MSG_COLS}, session_id) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    (stored.seq, stored.id, stored.role, stored.content, stored.timestamp, stored.category,
+                     stored.retention, stored.tokens, stored.tool_name, stored.source_session, session.id),
+                )
+                for ent in ents:
+                    conn.execute(
+                        "INSERT INTO entities (session_id, kind, value, snippet, first_seq, last_seq) "
+                        "VALUES (?,?,?,?,?,?) ON CONFLICT (session_id, kind, value) "
+                        "DO UPDATE SET last_seq = excluded.last_seq",
+                        (session.id, ent.kind, ent.value, ent.snippet, stored.seq, stored.seq),
+                    )
+                if stored.retention >= 2 and stored.category in ("constraint", "fact") and stored.role == "user":
+                    conn.execute(
+                        "INSERT INTO user_memory (tenant, user_id, key, role, content, category, retention, "
+                        "tokens, created_at, source_session) VALUES (?,?,?,?,?,?,?,?,?,?) "
+                        "ON CONFLICT (tenant, user_id, key) DO UPDATE SET created_at = excluded.created_at, "
+                        "retention = MAX(retention, excluded.retention)",
+                        (session.tenant, session.user, _memory_key(stored.content), stored.role, stored.content,
+                         stored.category, stored.retention, stored.tokens, stored.timestamp,
+                         stored.source_session or session.id),
+                    )
+                out.append(stored)
+            conn.execute(
+                "UPDATE sessions SET message_count = ? WHERE id = ?",
+                (current.message_count + len(messages), session.id),
+            )
+            return out
+
+        return await self._call(fn, write=True)
+
+    async def messages(self, session_id: str, since_seq: int = -1) -> list[Message]:
+        """Messages with seq > ``since_seq``, in order (the caller has checked ownership)."""
+
+        def fn(conn: sqlite3.Connection) -> list[Message]:
+            rows = conn.execute(
+                f"SELECT {_MSG_COLS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq",
+                (session_id, since_seq),
+            ).fetchall()
+            return [_row_to_message(r) for r in rows]
+
+        return await self._call(fn)
+
+    async def entities(self, session_id: str) -> list[Entity]:
+        """The session's entity table, oldest first."""
+
+        def fn(conn: sqlite3.Connection) -> list[Entity]:
+            rows = conn.execute(
+                "SELECT kind, value, snippet, first_seq, last_seq FROM entities WHERE session_id = ? "
+                "ORDER BY first_seq, rowid",
+                (session_id,),
+            ).fetchall()
+            return [Entity(r["kind"], r["value"], r["snippet"], r["first_seq"], r["last_seq"]) for r in rows]
+
+        return await self._call(fn)
+
+    async def user_memory(self, tenant: str, user: str) -> list[dict[str, Any]]:
+        """The user's carried constraints and facts (dicts: content, category, retention, created_at)."""
+
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute(
+                "SELECT content, category, retention, created_at, source_session FROM user_memory "
+                "WHERE tenant = ? AND user_id = ? ORDER BY created_at",
+                (tenant, user),
+            ).fetchall()
+            return [dict(r) for r in rows]
+
+        return await self._call(fn)
+
+    # -- rolling summary ------------------------------------------------------------------
+    async def save_summary(self, session_id: str, state: SummaryState, *, expected_until: int) -> bool:
+        """Store a new summary if the stored one still covers ``expected_until`` (compare-and-set).
+
+        Returns:
+            False when another refresh got there first (this one is dropped).
+        """
+
+        def fn(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE sessions SET summary = ?, summary_until = ?, summary_at = ?, summary_tokens = ?, "
+                "summariser = ? WHERE id = ? AND summary_until = ?",
+                (state.text, state.until_seq, state.updated_at, state.tokens, state.summariser, session_id,
+                 expected_until),
+            )
+            return cur.rowcount == 1
+
+        return await self._call(fn, write=True)

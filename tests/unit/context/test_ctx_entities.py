@@ -1,0 +1,68 @@
+"""Entity extraction and masking."""
+
+from __future__ import annotations
+
+import pytest
+
+from serve.context import extract_entities, mask_personal
+from serve.context._entities import format_entity
+
+
+def _pairs(text: str) -> list[tuple[str, str]]:
+    return [(e.kind, e.value) for e in extract_entities(text)]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Refund $249.99 for ORD-48213 by March 3.", [("amount", "$249.99"), ("id", "ORD-48213"), ("date", "March 3")]),
+        ("placed on 2026-03-14 and again on 14th of March 2026", [("date", "2026-03-14"), ("date", "14th of March 2026")]),
+        ("It costs 300 dollars, or 12/03/2026 at the latest", [("amount", "300 dollars"), ("date", "12/03/2026")]),
+        ("ticket #58210, tracking 1Z999AA10123456784", [("id", "#58210"), ("id", "1Z999AA10123456784")]),
+        ("the model EL-8735X and serial SN10153386", [("id", "EL-8735X"), ("id", "SN10153386")]),
+        ("not before 10:45am or after 6 pm, ideally 14:30", [("time", "10:45am"), ("time", "6 pm"), ("time", "14:30")]),
+    ],
+)
+def test_verbatim_entities(text: str, expected: list[tuple[str, str]]) -> None:
+    assert _pairs(text) == expected
+
+
+def test_names_keep_full_titles() -> None:
+    assert _pairs("I spoke to Dr. Maria José Alvarez-Lopez yesterday") == [("name", "Dr. Maria José Alvarez-Lopez")]
+    assert _pairs("Please contact Prof. Hans van der Berg Jr. about it.") == [("name", "Prof. Hans van der Berg Jr.")]
+    assert _pairs("My name is John Smith.") == [("name", "John Smith")]
+
+
+@pytest.mark.parametrize(
+    ("text", "masked", "raw"),
+    [
+        ("call me at +44 7970 800 2208", "****2208", "7970 800"),
+        ("card 4242 4242 4242 4242 please", "****4242", "4242 4242 4242"),
+        ("My account number is 57485068.", "****5068", "57485068"),
+        ("IBAN DE89 3704 0044 0532 0130 00", "****3000", "3704 0044"),
+    ],
+)
+def test_personal_numbers_are_masked(text: str, masked: str, raw: str) -> None:
+    ents = extract_entities(text)
+    assert [e.value for e in ents] == [masked]
+    # neither the value nor its snippet leaks the full number
+    assert raw not in ents[0].snippet and raw not in ents[0].value
+    assert raw not in mask_personal(text) and masked in mask_personal(text)
+
+
+def test_email_masked_keeps_domain() -> None:
+    (ent,) = extract_entities("My email is maria.alvarez@example.com.")
+    assert (ent.kind, ent.value) == ("email", "m***@example.com")
+    assert "maria.alvarez" not in ent.snippet
+
+
+def test_snippet_is_the_sentence_and_format() -> None:
+    text = "Hello there. Dr. Ana Ruiz paid $12.50 for it. Bye."
+    ents = extract_entities(text)
+    assert [e.snippet for e in ents] == ["Dr. Ana Ruiz paid $12.50 for it."] * 2
+    assert format_entity(ents[1]) == '- amount: $12.50 ("Dr. Ana Ruiz paid $12.50 for it.")'
+
+
+def test_no_entities_in_plain_text_and_dedup() -> None:
+    assert extract_entities("How long does standard shipping usually take?") == []
+    assert _pairs("ORD-1234 and again ORD-1234") == [("id", "ORD-1234")]

@@ -1,0 +1,109 @@
+"""The retention evaluation: data, scoring, and the CLI end to end (extractive summary)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from serve.cli import main
+from serve.context import RuleCategoriser
+from serve.context._eval_data import (
+    PLANT_TURNS,
+    PlantedItem,
+    build_conversation,
+    normalise,
+)
+from serve.context._retention import item_present, percentile
+
+
+def test_conversations_are_deterministic_and_well_formed() -> None:
+    a, b = build_conversation(3), build_conversation(3)
+    assert [t.user for t in a.turns] == [t.user for t in b.turns] and a.customer == b.customer
+    assert len(a.turns) == 59 and len(a.items) == 20
+    assert {i.turn for i in a.items} == set(PLANT_TURNS)
+    assert sum(i.kind == "constraint" for i in a.items) == 8
+    assert build_conversation(4).customer != a.customer or build_conversation(4).items != a.items
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_keys_occur_only_in_their_item(seed: int) -> None:
+    conv = build_conversation(seed)
+    texts = [t for turn in conv.turns for t in [*turn.user, turn.reply, *(turn.tool or ())]]
+    for item in conv.items:
+        assert item_present(item, item.text)
+        others = normalise("\n".join(t for t in texts if t != item.text))
+        assert not any(normalise(key[0]) in others for key in item.keys), item
+
+
+def test_rules_categorise_every_planted_item() -> None:
+    rules = RuleCategoriser()
+    for seed in range(6):
+        for item in build_conversation(seed).items:
+            assert rules.categorise("user", item.text) == item.kind, item.text
+
+
+def test_item_present_and_percentile() -> None:
+    item = PlantedItem("fact", "I paid $12.50 with card ending 4242", (("$12.50",), ("ending 4242", "****4242")), "?")
+    assert item_present(item, "paid $12.50 ... card ****4242")
+    assert item_present(item, "paid $12.50, Ending 4242")
+    assert not item_present(item, "paid 12.50 dollars, ****4242")  # the currency sign is part of the key
+    assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([], 95) == 0.0
+
+
+def test_cli_end_to_end_extractive(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["eval", "retention", "--no-llm-summary", "--embedder", "none", "--conversations", "1",
+                 "--budget", "2048", "--modes", "sliding,summary,hybrid", "--json"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary_source"] == "extractive (no model)" and doc["embedder"] is None
+    rows = {r["mode"]: r for r in doc["rows"]}
+    assert rows["hybrid"]["present_share"] >= 0.95 and rows["hybrid"]["retention3_share"] == 1.0
+    assert rows["hybrid"]["retention3_items"] == 8 and rows["hybrid"]["items"] == 20
+    assert rows["sliding"]["present_share"] < rows["hybrid"]["present_share"]
+    assert doc["latency_ms"]["all"]["p95"] >= doc["latency_ms"]["all"]["p50"] > 0
+    assert doc["summaries"][0]["summariser"] == "extractive" and doc["summaries"][0]["covers_until"] > 0
+
+
+def test_cli_ablation_and_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["eval", "retention", "--no-llm-summary", "--embedder", "none", "--conversations", "1",
+                 "--budget", "2048", "--modes", "hybrid", "--no-categories"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "categories OFF" in out and "hybrid" in out and "p95" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--budget", "100"], "--budget"),
+        (["--modes", "fancy"], "--modes"),
+        (["--embedder", "none", "--modes", "retrieval"], "needs an embedder"),
+        (["--conversations", "0"], "--conversations"),
+        (["--reserved-output", "4096", "--budget", "2048"], "--reserved-output"),
+    ],
+)
+def test_cli_user_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "retention", "--no-llm-summary", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_llm_summariser_wiring(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The default path builds the llama.cpp engine; here a stub engine stands in for it."""
+    import deployments.engines
+
+    from .conftest import StubEngine
+
+    built: list[object] = []
+
+    def fake_build(cfg: object) -> StubEngine:
+        built.append(cfg)
+        return StubEngine(["- the customer wants a replacement"] * 50)
+
+    monkeypatch.setattr(deployments.engines, "build_engine", fake_build)
+    code = main(["eval", "retention", "--embedder", "none", "--conversations", "1", "--budget", "2048",
+                 "--modes", "summary", "--json"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary_source"] == "LLM stub-model" and doc["summaries"][0]["summariser"] == "stub-model"
+    assert built and built[0].n_ctx == 6144  # room for a 4000-token batch plus the answer
