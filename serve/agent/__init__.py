@@ -1,0 +1,71 @@
+"""The CoT 3.0 agent: memory first, a router, a strict-JSON tool loop with guards, image inputs.
+
+Entry points: :class:`Agent` (``run`` -> :class:`AgentResult`, ``stream`` -> :class:`AgentEvent`
+items, ``write_back`` for the off-path memory write), :class:`ToolRegistry` and :class:`Tool`
+to declare tools (or :class:`HttpToolConfig` from config), :func:`default_registry` for the
+built-in and demo tools, :func:`mask_pii` for anything written to memory or logs.
+"""
+
+from serve.agent._http_tools import HttpParamSpec, HttpToolConfig, build_http_tool
+from serve.agent.builtin import builtin_tools, calculator_tool, clock_tool, memory_search_tool, safe_eval
+from serve.agent.config import AgentConfig
+from serve.agent.guards import mask_pii
+from serve.agent.images import ImageDescriber, ImageError, ImageUnit, analyse_image
+from serve.agent.loop import Agent
+from serve.agent.schemas import (
+    AgentEvent,
+    AgentMessage,
+    AgentRequest,
+    AgentResult,
+    AgentUsage,
+    RouteDecision,
+    ToolCallRecord,
+    TraceStep,
+)
+from serve.agent.tools import Tool, ToolArgsError, ToolContext, ToolError, ToolRegistry, ToolSet
+
+__all__ = [
+    "Agent",
+    "AgentConfig",
+    "AgentEvent",
+    "AgentMessage",
+    "AgentRequest",
+    "AgentResult",
+    "AgentUsage",
+    "RouteDecision",
+    "ToolCallRecord",
+    "TraceStep",
+    "Tool",
+    "ToolArgsError",
+    "ToolContext",
+    "ToolError",
+    "ToolRegistry",
+    "ToolSet",
+    "HttpParamSpec",
+    "HttpToolConfig",
+    "build_http_tool",
+    "builtin_tools",
+    "calculator_tool",
+    "clock_tool",
+    "memory_search_tool",
+    "safe_eval",
+    "mask_pii",
+    "ImageDescriber",
+    "ImageError",
+    "ImageUnit",
+    "analyse_image",
+    "default_registry",
+]
+
+
+def default_registry(*, demo: bool = True, http_tools: list[HttpToolConfig] | None = None) -> ToolRegistry:
+    """Built-in tools, plus the demo world's tools when ``demo``, plus HTTP tools from config."""
+    registry = ToolRegistry(builtin_tools())
+    if demo:
+        from serve.agent.demo import DemoWorld, demo_tools
+
+        for tool in demo_tools(DemoWorld()):
+            registry.register(tool)
+    if http_tools:
+        registry.add_http_tools(http_tools)
+    return registry

@@ -1,0 +1,160 @@
+"""Executes the calls of one step: scope check, validation, repeat refusal, cache, parallel waves.
+
+Dependencies: an argument string ``"$c1.field"`` (or ``"$c1"``) is a reference to the result of
+call ``c1`` in the same step. Calls are run in waves: every call whose references are resolved
+runs concurrently (``asyncio.gather``); a call that depends on a failed or unknown call is
+rejected without running. A wave that makes no progress (a cycle) rejects what is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import Any
+
+from serve.agent._cache import TTLCache, cache_key
+from serve.agent._protocol import ParsedCall
+from serve.agent.guards import wrap_untrusted
+from serve.agent.schemas import ToolCallRecord
+from serve.agent.tools import ToolArgsError, ToolContext, ToolError, ToolSet
+
+__all__ = ["StepExecutor"]
+
+_REF = re.compile(r"^\$(c[1-9])(?:\.([A-Za-z0-9_.\[\]]+))?$")
+
+
+def _refs(value: Any) -> set[str]:
+    if isinstance(value, str):
+        m = _REF.match(value)
+        return {m.group(1)} if m else set()
+    if isinstance(value, dict):
+        return set().union(*(_refs(v) for v in value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*(_refs(v) for v in value)) if value else set()
+    return set()
+
+
+def _lookup(result: Any, path: str | None) -> Any:
+    if not path:
+        return result
+    cur = result
+    for key in path.replace("[", ".").replace("]", "").split("."):
+        if isinstance(cur, list) and key.isdigit() and int(key) < len(cur):
+            cur = cur[int(key)]
+        elif isinstance(cur, list) and cur and isinstance(cur[0], dict) and key in cur[0]:
+            cur = cur[0][key]  # NOTE: "$c1.order_id" on a list means the first row's field.
+        elif isinstance(cur, dict) and key in cur:
+            cur = cur[key]
+        else:
+            raise KeyError(path)
+    return cur
+
+
+def _resolve(value: Any, results: dict[str, Any]) -> Any:
+    if isinstance(value, str):
+        m = _REF.match(value)
+        if m:
+            return _lookup(results[m.group(1)], m.group(2))
+        return value
+    if isinstance(value, dict):
+        return {k: _resolve(v, results) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve(v, results) for v in value]
+    return value
+
+
+class StepExecutor:
+    """Runs tool calls for one request; remembers (name, args) pairs already called in it."""
+
+    def __init__(self, tools: ToolSet, ctx: ToolContext, cache: TTLCache, observation_max_chars: int) -> None:
+        self.tools = tools
+        self.ctx = ctx
+        self.cache = cache
+        self.cap = observation_max_chars
+        self.seen: set[str] = set()
+        self.counter = 0
+
+    def _cap(self, text: str) -> str:
+        text = " ".join(text.split())
+        return text if len(text) <= self.cap else text[: self.cap - 15] + " ...[truncated]"
+
+    async def run_step(self, step: int, calls: list[ParsedCall]) -> list[ToolCallRecord]:
+        """Run the calls of one step; returns one record per call, in the order asked."""
+        ids = {c.id for c in calls}
+        records: dict[str, ToolCallRecord] = {}
+        results: dict[str, Any] = {}
+        pending = list(calls)
+        while pending:
+            ready, blocked = [], []
+            for c in pending:
+                deps = _refs(c.args)
+                unknown = deps - ids
+                failed = [d for d in deps if d in records and records[d].status not in ("ok", "cached")]
+                if unknown or failed:
+                    bad = sorted(unknown) + sorted(failed)
+                    records[c.id] = self._record(step, c, c.args, "invalid",
+                                                 f"Rejected: depends on {', '.join(bad)}, which is unknown or failed.")
+                elif deps <= set(results):
+                    ready.append(c)
+                else:
+                    blocked.append(c)
+            if not ready:
+                for c in blocked:
+                    records[c.id] = self._record(step, c, c.args, "invalid", "Rejected: circular dependency between calls.")
+                break
+            done = await asyncio.gather(*(self._one(step, c, results) for c in ready))
+            for c, rec in zip(ready, done, strict=True):
+                records[c.id] = rec
+                if rec.status in ("ok", "cached"):
+                    results[c.id] = rec.result
+            pending = [c for c in blocked if c.id not in records]
+        return [records[c.id] for c in calls]
+
+    def _record(self, step: int, call: ParsedCall, args: dict[str, Any], status: str, obs: str,
+                elapsed_ms: float = 0.0, result: Any = None) -> ToolCallRecord:
+        self.counter += 1
+        return ToolCallRecord(id=f"c{self.counter}", step=step, name=call.name, args=args, status=status,
+                              observation=obs, elapsed_ms=elapsed_ms, result=result)
+
+    async def _one(self, step: int, call: ParsedCall, results: dict[str, Any]) -> ToolCallRecord:
+        t0 = time.perf_counter()
+        tool = self.tools.get(call.name)
+        if tool is None:
+            avail = ", ".join(self.tools) or "none"
+            return self._record(step, call, call.args, "refused",
+                                f"Refused: tool '{call.name}' is not available to you. Available tools: {avail}.")
+        try:
+            raw = _resolve(call.args, results)
+        except KeyError as exc:
+            return self._record(step, call, call.args, "invalid", f"Rejected: reference {exc} not found in the result.")
+        try:
+            args = tool.validate(raw)
+        except ToolArgsError as exc:
+            return self._record(step, call, raw, "invalid",
+                                f"Invalid arguments for {tool.name}: {exc}. Fix them or answer without this tool.")
+        clean = args.model_dump(mode="json")
+        key = cache_key(tool.name, clean)
+        if key in self.seen:
+            return self._record(step, call, clean, "refused",
+                                f"Refused: {tool.name} was already called with these arguments in this conversation; "
+                                "use that observation or give the final answer.")
+        self.seen.add(key)
+        tenant_key = cache_key(self.ctx.tenant, tool.name, clean)
+        if tool.cacheable:
+            found, value = self.cache.get(tenant_key)
+            if found:
+                return self._record(step, call, clean, "cached", value[1], result=value[0],
+                                    elapsed_ms=(time.perf_counter() - t0) * 1e3)
+        try:
+            result = await tool.invoke(args, self.ctx)
+        except TimeoutError:
+            return self._record(step, call, clean, "timeout", f"Error: {tool.name} timed out after {tool.timeout_s:g} s.",
+                                elapsed_ms=(time.perf_counter() - t0) * 1e3)
+        except (ToolError, ValueError, LookupError, OSError) as exc:
+            return self._record(step, call, clean, "error", f"Error: {exc}",
+                                elapsed_ms=(time.perf_counter() - t0) * 1e3)
+        obs, _flagged = wrap_untrusted(self._cap(tool.summarise(result)))
+        if tool.cacheable:
+            self.cache.put(tenant_key, (result, obs))
+        return self._record(step, call, clean, "ok", obs, elapsed_ms=(time.perf_counter() - t0) * 1e3, result=result)

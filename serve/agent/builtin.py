@@ -1,0 +1,198 @@
+"""Built-in tools with real implementations: calculator, clock, memory search.
+
+The calculator walks Python's AST over a whitelist of nodes (numbers, + - * / // % **, unary
+signs, parentheses, a few math functions); nothing is ever passed to ``eval``.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+import math
+import operator
+import zoneinfo
+from typing import Any, Literal
+
+from pydantic import Field
+
+from serve._base import StrictModel
+from serve.agent.tools import Tool, ToolContext, ToolError
+
+__all__ = [
+    "safe_eval",
+    "calculator_tool",
+    "clock_tool",
+    "memory_search_tool",
+    "builtin_tools",
+    "CalculatorArgs",
+    "ClockArgs",
+    "MemorySearchArgs",
+]
+
+_BINOPS = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+}
+_UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_FUNCS = {
+    "sqrt": math.sqrt, "abs": abs, "round": round, "min": min, "max": max, "floor": math.floor,
+    "ceil": math.ceil, "log": math.log, "log10": math.log10, "exp": math.exp,
+}
+_CONSTS = {"pi": math.pi, "e": math.e}
+# NOTE: bounds that keep one expression cheap: 2**10000 already has 3k digits.
+_MAX_EXPONENT = 1000
+_MAX_ABS = 1e100
+
+
+def safe_eval(expression: str) -> float | int:
+    """Evaluate an arithmetic expression without ``eval``.
+
+    Allowed: numbers, ``+ - * / // % **``, unary signs, parentheses, ``pi``, ``e`` and
+    ``sqrt abs round min max floor ceil log log10 exp``. ``^`` is read as power and ``x`` between
+    numbers is not accepted (use ``*``). A trailing ``%`` on a number means /100.
+
+    Example:
+        >>> safe_eval("(12.5 + 7.5) * 3 / 4")
+        15.0
+    """
+    text = expression.replace("^", "**").replace("×", "*").replace("÷", "/").replace(",", "")
+    text = _percent(text)
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"expression: not valid arithmetic ({exc.msg})") from None
+
+    def ev(node: ast.AST) -> Any:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            left, right = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Pow) and abs(right) > _MAX_EXPONENT:
+                raise ValueError(f"expression: exponent {right} is larger than {_MAX_EXPONENT}")
+            try:
+                value = _BINOPS[type(node.op)](left, right)
+            except ZeroDivisionError:
+                raise ValueError("expression: division by zero") from None
+            if isinstance(value, complex) or abs(value) > _MAX_ABS:
+                raise ValueError("expression: result out of range")
+            return value
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+            return _UNARY[type(node.op)](ev(node.operand))
+        if isinstance(node, ast.Name) and node.id in _CONSTS:
+            return _CONSTS[node.id]
+        if (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS
+            and not node.keywords
+        ):
+            try:
+                return _FUNCS[node.func.id](*[ev(a) for a in node.args])
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"expression: {node.func.id}: {exc}") from None
+        raise ValueError(f"expression: {type(node).__name__} is not allowed (only arithmetic)")
+
+    result = ev(tree)
+    if isinstance(result, float) and result.is_integer() and abs(result) < 1e15:
+        return result if "." in text or "/" in text else int(result)
+    return result
+
+
+def _percent(text: str) -> str:
+    """``15%`` -> ``(15/100)`` (the model often writes percentages)."""
+    import re
+
+    return re.sub(r"(\d+(?:\.\d+)?)\s*%(?!\s*[\d(])", r"(\1/100)", text)
+
+
+class CalculatorArgs(StrictModel):
+    """Arguments of the calculator."""
+
+    expression: str = Field(
+        min_length=1, max_length=200,
+        # NOTE: no sample expression here: the 1.5B model copied "(120*3)-45" into unrelated calls.
+        description="the arithmetic expression built from the numbers in the question",
+    )
+
+
+def _calculate(args: CalculatorArgs, ctx: ToolContext) -> dict[str, Any]:
+    value = safe_eval(args.expression)
+    if isinstance(value, float):
+        value = round(value, 10)
+    return {"expression": args.expression, "result": value}
+
+
+def calculator_tool() -> Tool:
+    """The calculator (scope ``basic``)."""
+    return Tool(
+        name="calculator",
+        description="Exact arithmetic. Always use it for any calculation, sum, percentage or unit price.",
+        params=CalculatorArgs, fn=_calculate, scope="basic", timeout_s=2.0,
+        summarise=lambda r: f"{r['expression']} = {r['result']}",
+    )
+
+
+_TIMEZONES = ("UTC", "Europe/London", "Europe/Berlin", "Europe/Paris", "America/New_York", "America/Chicago",
+              "America/Los_Angeles", "Asia/Shanghai", "Asia/Tokyo", "Asia/Kolkata", "Australia/Sydney")
+
+
+class ClockArgs(StrictModel):
+    """Arguments of the clock."""
+
+    timezone: Literal[_TIMEZONES] = Field(default="UTC", description="IANA time zone")  # type: ignore[valid-type]
+
+
+def _now(args: ClockArgs, ctx: ToolContext) -> dict[str, Any]:
+    try:
+        tz: dt.tzinfo = zoneinfo.ZoneInfo(args.timezone)
+    except zoneinfo.ZoneInfoNotFoundError:
+        if args.timezone != "UTC":
+            raise ToolError(f"timezone {args.timezone} is not installed on this server") from None
+        tz = dt.timezone.utc
+    now = dt.datetime.now(tz)
+    return {"timezone": args.timezone, "datetime": now.isoformat(timespec="seconds"), "weekday": now.strftime("%A")}
+
+
+def clock_tool() -> Tool:
+    """The clock (scope ``basic``); never cached."""
+    return Tool(
+        name="current_time",
+        description="Current date, time and weekday. Use for questions about today, now, or dates relative to now.",
+        params=ClockArgs, fn=_now, scope="basic", timeout_s=2.0, cacheable=False,
+        summarise=lambda r: f"{r['datetime']} ({r['weekday']}, {r['timezone']})",
+    )
+
+
+class MemorySearchArgs(StrictModel):
+    """Arguments of the memory search."""
+
+    query: str = Field(min_length=2, max_length=300, description="what to look for")
+    k: int = Field(default=5, ge=1, le=10, description="how many results")
+
+
+async def _search(args: MemorySearchArgs, ctx: ToolContext) -> list[dict[str, Any]]:
+    if ctx.memory is None:
+        raise ToolError("memory is not available on this server")
+    hits = await ctx.memory.search(ctx.tenant, args.query, args.k)
+    return [{"id": h.source_id, "score": round(h.score, 3), "text": h.text} for h in hits]
+
+
+def _summarise_hits(hits: list[dict[str, Any]]) -> str:
+    if not hits:
+        return "no matching memories"
+    return " | ".join(f"[{h['id']} {h['score']}] {h['text'][:300]}" for h in hits)
+
+
+def memory_search_tool() -> Tool:
+    """Search of the tenant's memories (scope ``memory:read``); the tenant comes from the request."""
+    return Tool(
+        name="memory_search",
+        description="Free-text search of the knowledge base (manual, all past tickets) by topic words such as an "
+        "error code or a symptom, when the recalled memories are not enough. Not for one customer's history.",
+        params=MemorySearchArgs, fn=_search, scope="memory:read", timeout_s=10.0, summarise=_summarise_hits,
+    )
+
+
+def builtin_tools() -> list[Tool]:
+    """calculator, current_time, memory_search."""
+    return [calculator_tool(), clock_tool(), memory_search_tool()]

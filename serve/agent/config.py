@@ -1,0 +1,54 @@
+"""Configuration of the agent loop (one ``StrictModel``; loaded from the serve profile).
+
+Defaults follow the CoT 3.0 seed: max 5 steps, a 5-minute result cache, memory top-k with a
+0.35 cosine threshold, summarised and capped observations.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from serve._base import StrictModel
+
+__all__ = ["AgentConfig"]
+
+
+class AgentConfig(StrictModel):
+    """Knobs of :class:`serve.agent.Agent`; every one bounded."""
+
+    max_steps: int = Field(default=5, ge=1, le=10, description="Reasoner steps before a partial answer.")
+    step_max_tokens: int = Field(
+        default=320, ge=32, le=4096, description="Most tokens one reasoner step (JSON reply) may generate."
+    )
+    router_max_tokens: int = Field(default=64, ge=16, le=512, description="Most tokens of the router's JSON decision.")
+    temperature: float = Field(
+        default=0.0, ge=0.0, le=2.0, description="Sampling temperature of router and reasoner (0 = greedy)."
+    )
+    seed: int | None = Field(default=0, description="Sampling seed passed to the engines.")
+    use_router: bool = Field(default=True, description="Ask the router model whether to answer directly or use tools.")
+    allow_parallel_calls: bool = Field(
+        default=True,
+        description="Offer the model the multi-call step {type: tool_calls, calls: [...]} (run in parallel).",
+    )
+    model_partial_answer: bool = Field(
+        default=True,
+        description="Out of steps: ask the model for a final answer stating what is known and missing "
+        "(False: compose it from the observations without another engine call).",
+    )
+    memory_top_k: int = Field(default=5, ge=0, le=50, description="Memories recalled before the loop (0 = none).")
+    memory_threshold: float | None = Field(
+        default=0.35, ge=-1.0, le=1.0, description="Cosine threshold of recalled memories (None = backend default)."
+    )
+    memory_max_chars: int = Field(default=400, ge=40, le=8000, description="Characters of one memory shown to the model.")
+    observation_max_chars: int = Field(
+        default=700, ge=40, le=16000, description="Cap on one summarised observation shown to the model."
+    )
+    cache_ttl_s: float = Field(default=300.0, ge=0.0, le=86400.0, description="TTL of cached tool and retrieval results.")
+    cache_max_entries: int = Field(default=2048, ge=1, le=1_000_000, description="Entries kept by the TTL cache (LRU).")
+    engine_timeout_s: float = Field(default=120.0, gt=0.0, le=3600.0, description="Timeout of one engine call.")
+    request_timeout_s: float = Field(
+        default=300.0, gt=0.0, le=7200.0, description="Deadline of the whole loop; then a partial answer."
+    )
+    max_history_messages: int = Field(
+        default=8, ge=0, le=200, description="Earlier conversation turns passed to the reasoner (text only)."
+    )

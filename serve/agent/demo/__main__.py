@@ -1,0 +1,51 @@
+"""``python -m serve.agent.demo [--model NAME_OR_PATH]``: run the demo question end to end in-process.
+
+Loads the default model with llama.cpp, an in-process memory (MiniLM + one memory shard) holding
+the manual and past tickets, the demo tools, and prints the trace and the answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+
+async def _main(model: str, threads: int) -> int:
+    from serve.agent import Agent, AgentConfig, default_registry
+    from serve.agent.demo._memory import LocalMemory
+    from serve.agent.demo.scenario import load_demo_memories, run_demo
+    from serve.agent.eval import build_llama_engine
+
+    engine = build_llama_engine(model, threads)
+    memory = LocalMemory()
+    await load_demo_memories(memory)
+    # NOTE: generous timeouts: the 2-core machine is often shared; the demo should finish, not give up.
+    agent = Agent(engine, default_registry(), memory=memory,
+                  config=AgentConfig(engine_timeout_s=900, request_timeout_s=1800))
+    from serve.agent.demo.tools import DEMO_SCOPES
+
+    print(f"prompt cache warm-up: {await agent.warm_up(DEMO_SCOPES):.1f} s")
+    result = await run_demo(agent)
+    for s in result.steps:
+        print(f"[{s.step}] {s.kind:12s} {s.elapsed_ms:8.0f} ms  {s.content[:220]}")
+    print("\nANSWER:", result.answer)
+    print(json.dumps({"finish_reason": result.finish_reason, "route": result.route.model_dump(),
+                      "tool_calls": [(c.name, c.args, c.status) for c in result.tool_calls],
+                      "usage": result.usage.model_dump(), "elapsed_ms": result.elapsed_ms,
+                      "first_token_ms": result.first_token_ms}, indent=1))
+    await engine.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m serve.agent.demo", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="qwen2.5-coder-1.5b-instruct-q4_k_m", help="built-in model name or GGUF path")
+    p.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
+    a = p.parse_args(argv)
+    return asyncio.run(_main(a.model, a.threads))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Tools over the demo world: order status, orders by batch, batch info, ticket history,
+inventory changes by time range, and (write scope only) order cancellation.
+
+Arguments are strict: an order id is exactly 6 digits, a batch ``B-dddd``, a customer
+``C-dddd``, dates ISO ``YYYY-MM-DD`` with a range of at most 92 days (no bulk exports).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from pydantic import Field
+
+from serve._base import StrictModel
+from serve.agent.demo.world import DemoWorld
+from serve.agent.tools import Tool, ToolContext, ToolError
+
+__all__ = ["demo_tools", "DEMO_SCOPES"]
+
+DEMO_SCOPES = ["basic", "memory:read", "orders:read", "tickets:read", "inventory:read"]
+# NOTE: a quarter; longer ranges are bulk exports, which tools must not offer by default.
+MAX_RANGE_DAYS = 92
+ORDER_ID = r"^\d{6}$"
+BATCH_ID = r"^B-\d{4}$"
+CUSTOMER_ID = r"^C-\d{4}$"
+
+
+class OrderArgs(StrictModel):
+    order_id: str = Field(pattern=ORDER_ID, description="6-digit order id")
+
+
+class BatchArgs(StrictModel):
+    batch: str = Field(pattern=BATCH_ID, description="batch id like B-2207")
+
+
+class CustomerArgs(StrictModel):
+    customer_id: str = Field(pattern=CUSTOMER_ID, description="customer id like C-1001")
+
+
+class InventoryArgs(StrictModel):
+    start_date: dt.date = Field(description="YYYY-MM-DD")
+    end_date: dt.date = Field(description="YYYY-MM-DD")
+    sku: str | None = Field(default=None, description="optional product sku")
+
+
+def _range_check(args: InventoryArgs) -> None:
+    if args.end_date < args.start_date:
+        raise ValueError(f"end_date: {args.end_date} is before start_date {args.start_date}")
+    days = (args.end_date - args.start_date).days
+    if days > MAX_RANGE_DAYS:
+        raise ValueError(f"end_date: range of {days} days is longer than {MAX_RANGE_DAYS}; ask for a shorter range")
+
+
+def demo_tools(world: DemoWorld) -> list[Tool]:
+    """The demo tools bound to ``world``."""
+    skus = world.skus()
+
+    def sku_check(args: InventoryArgs) -> None:
+        if args.sku is not None and args.sku not in skus:
+            raise ValueError(f"sku: {args.sku!r} is not one of {', '.join(skus)}")
+
+    def order_status(args: OrderArgs, ctx: ToolContext) -> dict[str, Any]:
+        rows = world.query("SELECT * FROM orders WHERE order_id = ?", (args.order_id,))
+        if not rows:
+            raise ToolError(f"order {args.order_id} not found")
+        row = rows[0]
+        row["product"] = world.models.get(row["sku"], row["sku"])
+        return row
+
+    def orders_by_batch(args: BatchArgs, ctx: ToolContext) -> dict[str, Any]:
+        rows = world.query("SELECT order_id, customer_id, qty, ordered_on, status FROM orders WHERE batch = ? "
+                           "ORDER BY order_id", (args.batch,))
+        if not rows and not world.query("SELECT 1 FROM batches WHERE batch = ?", (args.batch,)):
+            raise ToolError(f"batch {args.batch} not found")
+        return {"batch": args.batch, "count": len(rows), "orders": rows}
+
+    def batch_info(args: BatchArgs, ctx: ToolContext) -> dict[str, Any]:
+        rows = world.query(
+            "SELECT b.*, s.name AS heater_supplier_name FROM batches b LEFT JOIN suppliers s "
+            "ON s.supplier_id = b.heater_supplier WHERE b.batch = ?", (args.batch,))
+        if not rows:
+            raise ToolError(f"batch {args.batch} not found")
+        return rows[0]
+
+    def ticket_history(args: CustomerArgs, ctx: ToolContext) -> dict[str, Any]:
+        rows = world.query("SELECT ticket_id, opened, order_id, batch, status, problem, resolution FROM tickets "
+                           "WHERE customer_id = ? ORDER BY opened", (args.customer_id,))
+        return {"customer_id": args.customer_id, "count": len(rows), "tickets": rows}
+
+    def inventory_changes(args: InventoryArgs, ctx: ToolContext) -> dict[str, Any]:
+        sql = "SELECT date, sku, delta, reason FROM inventory_changes WHERE date BETWEEN ? AND ?"
+        params: tuple[Any, ...] = (args.start_date.isoformat(), args.end_date.isoformat())
+        if args.sku:
+            sql += " AND sku = ?"
+            params += (args.sku,)
+        rows = world.query(sql + " ORDER BY date, sku", params)
+        return {"count": len(rows), "net_change": sum(r["delta"] for r in rows), "changes": rows}
+
+    def cancel_order(args: OrderArgs, ctx: ToolContext) -> dict[str, Any]:
+        changed = world.execute("UPDATE orders SET status = 'cancelled' WHERE order_id = ? AND status = 'processing'",
+                                (args.order_id,))
+        if not changed:
+            raise ToolError(f"order {args.order_id} is not a processing order; only those can be cancelled")
+        return {"order_id": args.order_id, "status": "cancelled"}
+
+    def _orders_summary(r: dict[str, Any]) -> str:
+        lines = "; ".join(f"{o['order_id']} {o['customer_id']} {o['status']}" for o in r["orders"])
+        return f"batch {r['batch']}: {r['count']} orders: {lines}"
+
+    def _tickets_summary(r: dict[str, Any]) -> str:
+        if not r["count"]:
+            return f"customer {r['customer_id']} has no tickets"
+        return f"customer {r['customer_id']}: " + " | ".join(
+            f"{t['ticket_id']} {t['opened']} order {t['order_id']}: {t['problem']} -> {t['resolution'][:160]}"
+            for t in r["tickets"])
+
+    def _inventory_summary(r: dict[str, Any]) -> str:
+        rows = "; ".join(f"{c['date']} {c['sku']} {c['delta']:+d} ({c['reason']})" for c in r["changes"][:12])
+        more = f" (+{r['count'] - 12} more)" if r["count"] > 12 else ""
+        return f"{r['count']} changes, net {r['net_change']:+d}: {rows}{more}"
+
+    return [
+        Tool("order_status", "Status, product, batch, quantity, total and carrier of one order.", OrderArgs,
+             order_status, "orders:read", timeout_s=3.0),
+        Tool("orders_by_batch", "All orders of one production batch: how many, order ids, customers, status. Use for "
+             "which or how many orders or customers a batch has.", BatchArgs,
+             orders_by_batch, "orders:read", timeout_s=3.0, summarise=_orders_summary),
+        Tool("batch_info", "Production facts of one batch: date, product, units built, part suppliers. "
+             "Not for its orders.", BatchArgs, batch_info, "orders:read", timeout_s=3.0),
+        Tool("ticket_history", "Support history of one customer (id C-dddd): all their past tickets and how they were "
+             "resolved.", CustomerArgs,
+             ticket_history, "tickets:read", timeout_s=3.0, summarise=_tickets_summary),
+        Tool("inventory_changes", "Stock movements between two dates (at most 92 days), optionally for one sku "
+             f"({', '.join(skus)}).", InventoryArgs, inventory_changes, "inventory:read", timeout_s=3.0,
+             validators=(_range_check, sku_check), summarise=_inventory_summary),
+        Tool("cancel_order", "Cancel an order that is still processing.", OrderArgs, cancel_order, "orders:write",
+             timeout_s=3.0, cacheable=False, destructive=True),
+    ]

@@ -1,0 +1,404 @@
+"""The agent loop (CoT 3.0): recall first, route, then Thought -> Action -> Observation -> answer.
+
+One :class:`Agent` serves many requests; :meth:`Agent.stream` yields trace events and answer
+pieces as they happen, :meth:`Agent.run` returns the finished :class:`AgentResult`. The write-back
+of the exchange (PII-masked) is returned as ``result.memory_writes`` for the caller to schedule
+off the request path with :meth:`Agent.write_back`.
+
+Per request:
+1. images -> description + OCR (:mod:`serve.agent.images`);
+2. memory search with the question (+ OCR text), cached with a TTL;
+3. the router decides ``direct`` or ``tools`` and which tools (a subset of the tenant's scopes);
+4. up to ``max_steps`` reasoner steps, each one JSON object constrained by a schema; bad JSON is
+   retried once, then reported back as an observation; calls run through :class:`StepExecutor`;
+5. out of steps or time -> a partial answer stating what is known and what is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from serve.agent._cache import TTLCache, cache_key
+from serve.agent._executor import StepExecutor
+from serve.agent._prompts import PARTIAL_INSTRUCTION, RETRY_INSTRUCTION, ROUTER_INSTRUCTION, system_prompt, user_turn
+from serve.agent._protocol import AnswerStream, ParsedStep, StepParseError, parse_json_object, parse_step, \
+    router_schema, step_schema
+from serve.agent.config import AgentConfig
+from serve.agent.guards import mask_pii
+from serve.agent.images import ImageDescriber, ImageError, ImageUnit, analyse_image
+from serve.agent.schemas import AgentEvent, AgentRequest, AgentResult, AgentUsage, RouteDecision, ToolCallRecord, \
+    TraceStep
+from serve.agent.tools import ToolContext, ToolRegistry, ToolSet
+from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
+from serve.memory import MemoryBackend, MemoryHit, MemoryWrite
+
+__all__ = ["Agent"]
+
+log = logging.getLogger("serve.agent")
+
+
+class _Deadline(Exception):
+    """The request deadline passed during an engine call."""
+
+
+class Agent:
+    """Router + reasoner + tools + memory, wired for one deployment.
+
+    Args:
+        reasoner: engine of the loop steps.
+        tools: every tool of the server; each request gets the subset its scopes allow.
+        router: engine of the routing decision (default: the reasoner).
+        memory: memory backend for recall and the ``memory_search`` tool (None = no memory).
+        config: loop settings.
+        describer: vision model for image captions (GPU profiles); None = pixel description.
+
+    Example:
+        >>> agent = Agent(engine, registry, memory=backend)  # doctest: +SKIP
+        >>> result = await agent.run(AgentRequest.from_messages("t1", [{"role": "user", "content": "2+2?"}]))
+    """
+
+    def __init__(
+        self, reasoner: LLMEngine, tools: ToolRegistry, *, router: LLMEngine | None = None,
+        memory: MemoryBackend | None = None, config: AgentConfig | None = None,
+        describer: ImageDescriber | None = None, cache: TTLCache | None = None,
+    ) -> None:
+        self.reasoner = reasoner
+        self.router = router or reasoner
+        self.tools = tools
+        self.memory = memory
+        self.config = config or AgentConfig()
+        self.describer = describer
+        self.cache = cache if cache is not None else TTLCache(self.config.cache_ttl_s, self.config.cache_max_entries)
+
+    async def run(self, request: AgentRequest) -> AgentResult:
+        """Run the loop to the end and return the result."""
+        result: AgentResult | None = None
+        async for event in self.stream(request):
+            if event.type == "done":
+                result = event.result
+        assert result is not None  # NOTE: stream() always ends with a done event.
+        return result
+
+    async def stream(self, request: AgentRequest) -> AsyncIterator[AgentEvent]:
+        """Yield ``trace`` events, ``answer_delta`` pieces of the final answer, then ``done``."""
+        async for event in _Run(self, request).events():
+            yield event
+
+    async def warm_up(self, scopes: list[str]) -> float:
+        """Evaluate the stable system prefix of ``scopes``' tool set once (fills the prompt cache).
+
+        Call it at deployment start: the first request otherwise pays the whole prefix prefill
+        (~1.3k tokens, ~9 s for the 1.5B model on 2 idle cores). Returns the seconds it took.
+        """
+        t = time.perf_counter()
+        msgs = [ChatMessage(role="system", content=system_prompt(self.tools.for_scopes(scopes))),
+                ChatMessage(role="user", content="Question: hello")]
+        await self.reasoner.chat(msgs, GenerationParams(max_tokens=1, temperature=0.0))
+        return time.perf_counter() - t
+
+    async def write_back(self, tenant: str, result: AgentResult) -> list[str]:
+        """Store ``result.memory_writes`` (already PII-masked); call it off the request path."""
+        if self.memory is None or not result.memory_writes:
+            return []
+        return await self.memory.write(tenant, result.memory_writes)
+
+
+class _Run:
+    """State of one request."""
+
+    def __init__(self, agent: Agent, request: AgentRequest) -> None:
+        self.a = agent
+        self.cfg = agent.config
+        self.req = request
+        self.t0 = time.perf_counter()
+        self.deadline = self.t0 + self.cfg.request_timeout_s
+        self.trace: list[TraceStep] = []
+        self.calls: list[ToolCallRecord] = []
+        self.usage = AgentUsage()
+        self.first_token_ms: float | None = None
+        self._streamed = ""
+        self.images: list[ImageUnit] = []
+        self.hits: list[MemoryHit] = []
+        users = [m for m in request.messages if m.role == "user"]
+        if not users:
+            raise ValueError("messages: at least one message with role 'user' is required")
+        self.last_user = users[-1]
+        self.question = self.last_user.text.strip() or "(no text; see the attached image)"
+
+    def _ms(self, since: float) -> float:
+        return round((time.perf_counter() - since) * 1e3, 2)
+
+    def _add(self, step: int, kind: str, content: str, elapsed_ms: float = 0.0, **data: Any) -> AgentEvent:
+        item = TraceStep(step=step, kind=kind, content=content, elapsed_ms=elapsed_ms, data=data)
+        self.trace.append(item)
+        return AgentEvent(type="trace", step=item)
+
+    # -- engine calls ---------------------------------------------------------------------------
+    def _params(self, schema: dict[str, Any], max_tokens: int) -> GenerationParams:
+        return GenerationParams(max_tokens=max_tokens, temperature=self.cfg.temperature, seed=self.cfg.seed,
+                                json_schema=schema)
+
+    def _remaining(self) -> float:
+        left = self.deadline - time.perf_counter()
+        if left <= 0:
+            raise _Deadline()
+        return min(left, self.cfg.engine_timeout_s)
+
+    async def _chat(self, engine: LLMEngine, messages: list[ChatMessage], params: GenerationParams) -> str:
+        import asyncio
+
+        try:
+            res = await asyncio.wait_for(engine.chat(messages, params), timeout=self._remaining())
+        except TimeoutError:
+            raise _Deadline() from None
+        self.usage.prompt_tokens += res.prompt_tokens
+        self.usage.completion_tokens += res.completion_tokens
+        self.usage.engine_calls += 1
+        return res.text
+
+    async def _stream_call(self, messages: list[ChatMessage], params: GenerationParams) -> AsyncIterator[str]:
+        """Yield raw text deltas of one reasoner call (usage recorded from the last delta)."""
+        import asyncio
+
+        self.usage.engine_calls += 1
+        it = self.a.reasoner.stream(messages, params).__aiter__()
+        try:
+            while True:
+                try:
+                    delta = await asyncio.wait_for(it.__anext__(), timeout=self._remaining())
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    raise _Deadline() from None
+                if delta.prompt_tokens is not None:
+                    self.usage.prompt_tokens += delta.prompt_tokens
+                if delta.completion_tokens is not None:
+                    self.usage.completion_tokens += delta.completion_tokens
+                if delta.text:
+                    yield delta.text
+        finally:
+            aclose = getattr(it, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    # -- phases ---------------------------------------------------------------------------------
+    async def _images(self) -> AsyncIterator[AgentEvent]:
+        for i, url in enumerate(self.last_user.images):
+            t = time.perf_counter()
+            try:
+                unit = await analyse_image(url, self.last_user.text, describer=self.a.describer)
+            except ImageError as exc:
+                yield self._add(0, "image", f"image {i} rejected: {exc}", self._ms(t), index=i, error=str(exc))
+                continue
+            self.images.append(unit)
+            yield self._add(0, "image", unit.note(), self._ms(t), index=i, sha256=unit.sha256,
+                            ocr_chars=len(unit.ocr_text))
+
+    async def _recall(self) -> AsyncIterator[AgentEvent]:
+        if self.a.memory is None or self.cfg.memory_top_k == 0:
+            return
+        query = " ".join([self.question] + [u.ocr_text for u in self.images if u.ocr_text])[:1000]
+        key = cache_key("recall", self.req.tenant, query, self.cfg.memory_top_k, self.cfg.memory_threshold)
+        t = time.perf_counter()
+        found, hits = self.a.cache.get(key)
+        if not found:
+            hits = await self.a.memory.search(self.req.tenant, query, self.cfg.memory_top_k,
+                                              threshold=self.cfg.memory_threshold)
+            self.a.cache.put(key, hits)
+        self.hits = list(hits)
+        yield self._add(0, "memory", f"{len(self.hits)} memories recalled", self._ms(t), cached=found,
+                        hits=[{"source_id": h.source_id, "kind": h.kind, "score": round(h.score, 4)} for h in self.hits])
+
+    async def _route(self, tools: ToolSet, base: list[ChatMessage]) -> RouteDecision:
+        t = time.perf_counter()
+        if not tools:
+            return RouteDecision(route="direct", source="no_tools")
+        if self.req.mode == "off":
+            return RouteDecision(route="direct", source="mode")
+        if self.req.mode == "on" or not self.cfg.use_router:
+            return RouteDecision(route="tools", tools=list(tools), source="mode")
+        msgs = base[:-1] + [ChatMessage(role="user", content=base[-1].content + ROUTER_INSTRUCTION)]
+        try:
+            text = await self._chat(self.a.router, msgs, self._params(router_schema(tools), self.cfg.router_max_tokens))
+            obj = parse_json_object(text)
+            listed = obj.get("tools")
+            if not isinstance(listed, list):
+                raise StepParseError(f"tools: expected a list, got {type(listed).__name__}")
+        except (StepParseError, EngineError) as exc:
+            log.warning("router failed (%s); running the loop with all tools", exc)
+            return RouteDecision(route="tools", tools=list(tools), source="fallback", elapsed_ms=self._ms(t))
+        # NOTE: names outside the tenant's tools are dropped: the router can narrow, never widen.
+        names = list(dict.fromkeys(n for n in listed if isinstance(n, str) and n in tools))
+        if listed and not names:
+            names = list(tools)
+        return RouteDecision(route="tools" if names else "direct", tools=names, source="router",
+                             elapsed_ms=self._ms(t))
+
+    def _base_messages(self, tools: ToolSet) -> list[ChatMessage]:
+        msgs = [ChatMessage(role="system", content=system_prompt(tools))]
+        earlier = self.req.messages[: len(self.req.messages) - 1 - self.req.messages[::-1].index(self.last_user)]
+        notes = [m.text for m in earlier if m.role in ("system", "developer") and m.text.strip()]
+        history = [m for m in earlier if m.role in ("user", "assistant") and m.text.strip()]
+        for m in history[-self.cfg.max_history_messages :] if self.cfg.max_history_messages else []:
+            msgs.append(ChatMessage(role=m.role, content=m.text))
+        turn = user_turn(self.question, self.hits, [u.note() for u in self.images], self.cfg.memory_max_chars)
+        if notes:
+            turn = "Client instructions: " + " ".join(notes)[:1000] + "\n\n" + turn
+        msgs.append(ChatMessage(role="user", content=turn))
+        return msgs
+
+    # -- the run --------------------------------------------------------------------------------
+    async def events(self) -> AsyncIterator[AgentEvent]:
+        log.info("agent request tenant=%s question=%s", self.req.tenant, mask_pii(self.question)[:200])
+        async for ev in self._images():
+            yield ev
+        async for ev in self._recall():
+            yield ev
+        toolset = self.a.tools.for_scopes(self.req.scopes)
+        messages = self._base_messages(toolset)
+        answer: str | None = None
+        finish = "final"
+        try:
+            route = await self._route(toolset, messages)
+        except _Deadline:
+            route = RouteDecision(route="direct", source="fallback")
+            answer, finish = self._partial_text("the time limit was reached"), "timeout"
+        yield self._add(0, "route", f"{route.route} {route.tools}", route.elapsed_ms, route=route.route,
+                        tools=route.tools, source=route.source)
+        if answer is None:
+            allowed = toolset.subset(route.tools) if route.route == "tools" else ToolSet([])
+            executor = StepExecutor(allowed, ToolContext(self.req.tenant, frozenset(self.req.scopes), self.a.memory),
+                                    self.a.cache, self.cfg.observation_max_chars)
+            schema = step_schema(allowed, allow_parallel=self.cfg.allow_parallel_calls and len(allowed) > 0)
+            max_steps = self.req.max_steps or self.cfg.max_steps
+            try:
+                for step in range(1, max_steps + 1):
+                    parsed: ParsedStep | None = None
+                    async for ev in self._step(step, messages, schema):
+                        if isinstance(ev, ParsedStep):
+                            parsed = ev
+                        else:
+                            yield ev
+                    if parsed is None:
+                        continue  # NOTE: the parse error went back as an observation; the step is spent.
+                    if parsed.type == "final":
+                        answer = parsed.answer
+                        yield self._add(step, "final", answer)
+                        break
+                    t = time.perf_counter()
+                    records = await executor.run_step(step, parsed.calls)
+                    self.calls.extend(records)
+                    if all(r.status == "refused" for r in records):
+                        # NOTE: a step of refused calls only (repeats, tools out of scope) cannot make
+                        # progress by calling again; the next step may only answer (measured: the 1.5B
+                        # model otherwise repeats a not-found lookup until the step limit).
+                        schema = step_schema(ToolSet([]), allow_parallel=False)
+                    obs_lines = []
+                    for rec in records:
+                        obs_lines.append(f"Observation({rec.name}): {rec.observation}")
+                        yield self._add(step, "observation", obs_lines[-1], rec.elapsed_ms, call_id=rec.id,
+                                        status=rec.status)
+                    messages.append(ChatMessage(role="user", content="\n".join(obs_lines)))
+                    log.info("step %d calls=%s in %.0f ms", step, [(r.name, r.status) for r in records], self._ms(t))
+                else:
+                    finish = "max_steps"
+                    answer = await self._forced_final(messages)
+            except _Deadline:
+                finish, answer = "timeout", self._partial_text("the time limit was reached")
+            except EngineError as exc:
+                finish, answer = "engine_error", self._partial_text(f"the model failed ({exc})")
+        if finish == "final" and route.route == "direct":
+            finish = "direct"
+        assert answer is not None
+        if finish in ("timeout", "engine_error", "max_steps"):
+            yield self._add(len(self.trace), "partial", answer, reason=finish)
+        # NOTE: the streamed text can differ from the parsed answer by surrounding whitespace only.
+        if not self._streamed.strip():
+            yield self._delta(answer)
+        elif answer.startswith(self._streamed) and len(answer) > len(self._streamed):
+            yield self._delta(answer[len(self._streamed) :])
+        result = AgentResult(
+            answer=answer, finish_reason=finish, partial=finish in ("timeout", "engine_error", "max_steps"),
+            route=route, steps=self.trace, tool_calls=self.calls,
+            memory_hits=[{"id": h.id, "source_id": h.source_id, "kind": h.kind, "score": round(h.score, 4),
+                          "text": h.text[:300]} for h in self.hits],
+            usage=self.usage, elapsed_ms=self._ms(self.t0), first_token_ms=self.first_token_ms,
+            memory_writes=self._writes(answer),
+        )
+        yield AgentEvent(type="done", result=result)
+
+    def _delta(self, text: str) -> AgentEvent:
+        if self.first_token_ms is None:
+            self.first_token_ms = self._ms(self.t0)
+        self._streamed += text
+        return AgentEvent(type="answer_delta", text=text)
+
+    async def _step(self, step: int, messages: list[ChatMessage], schema: dict[str, Any]) -> AsyncIterator[Any]:
+        """One reasoner step with one retry on a bad reply; yields events and finally the ParsedStep."""
+        attempt_msgs = list(messages)
+        error = ""
+        for attempt in (0, 1):
+            t = time.perf_counter()
+            extractor = AnswerStream()
+            async for piece in self._stream_call(attempt_msgs, self._params(schema, self.cfg.step_max_tokens)):
+                new = extractor.feed(piece)
+                if new:
+                    yield self._delta(new)
+            text = extractor.buf
+            try:
+                parsed = parse_step(text)
+            except StepParseError as exc:
+                error = str(exc)
+                yield self._add(step, "parse_error", error, self._ms(t), attempt=attempt, raw=text[:500])
+                attempt_msgs = messages + [ChatMessage(role="assistant", content=text[:2000] or "(empty)"),
+                                           ChatMessage(role="user", content=RETRY_INSTRUCTION.format(error=error))]
+                continue
+            if parsed.thought:
+                yield self._add(step, "thought", parsed.thought, self._ms(t))
+            if parsed.type != "final":
+                yield self._add(step, "action", json.dumps([{"name": c.name, "args": c.args} for c in parsed.calls]),
+                                calls=[{"id": c.id, "name": c.name, "args": c.args} for c in parsed.calls])
+            messages.append(ChatMessage(role="assistant", content=text.strip()))
+            yield parsed
+            return
+        messages.append(ChatMessage(role="assistant", content=text[:2000] or "(empty)"))
+        messages.append(ChatMessage(role="user", content=f"Observation(parser): error: {error}. "
+                                    "Reply with exactly one JSON object as the protocol says."))
+
+    async def _forced_final(self, messages: list[ChatMessage]) -> str:
+        if not self.cfg.model_partial_answer:
+            return self._partial_text(f"the step limit ({self.req.max_steps or self.cfg.max_steps}) was reached")
+        msgs = messages + [ChatMessage(role="user", content=PARTIAL_INSTRUCTION)]
+        schema = step_schema(ToolSet([]), allow_parallel=False)
+        try:
+            text = await self._chat(self.a.reasoner, msgs, self._params(schema, self.cfg.step_max_tokens))
+            parsed = parse_step(text)
+            if parsed.type == "final":
+                return parsed.answer
+        except (StepParseError, EngineError) as exc:
+            log.warning("forced final answer failed: %s", exc)
+        return self._partial_text(f"the step limit ({self.req.max_steps or self.cfg.max_steps}) was reached")
+
+    def _partial_text(self, reason: str) -> str:
+        known = [f"- {c.name}({json.dumps(c.args, ensure_ascii=False)}): {c.observation[:200]}"
+                 for c in self.calls if c.status in ("ok", "cached")]
+        known_text = "\n".join(known) if known else "- nothing confirmed by tools yet"
+        return (f"I could not finish because {reason}. What I found so far:\n{known_text}\n"
+                f"Still missing: a verified answer to \"{self.question[:200]}\".")
+
+    def _writes(self, answer: str) -> list[MemoryWrite]:
+        session = self.req.session_id
+        writes = [u.to_memory_write(session) for u in self.images]
+        tools_used = ",".join(sorted({c.name for c in self.calls if c.status in ("ok", "cached")}))
+        text = mask_pii(f"User asked: {self.question}\nAgent answered: {answer}")
+        digest = hashlib.sha256(f"{session}|{self.question}|{answer}".encode()).hexdigest()[:16]
+        meta: dict[str, Any] = {"tools": tools_used, "images": ",".join(u.sha256 for u in self.images)}
+        if session:
+            meta["session_id"] = session
+        writes.append(MemoryWrite(text=text, kind="message", source_id=f"exchange:{digest}", metadata=meta))
+        return writes

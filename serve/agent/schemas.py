@@ -1,0 +1,185 @@
+"""Input and output types of the agent: the request, the trace, the result, the stream events.
+
+The HTTP ingress converts an OpenAI ``ChatCompletionRequest`` into an :class:`AgentRequest`
+(:meth:`AgentRequest.from_messages` accepts the API's message objects or plain dicts) and puts
+:class:`AgentResult` fields into the response (``answer`` as the message, the rest as metadata).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from serve._base import StrictModel
+from serve.memory import MemoryWrite
+
+__all__ = [
+    "AgentMessage",
+    "AgentRequest",
+    "RouteDecision",
+    "ToolCallRecord",
+    "TraceStep",
+    "AgentUsage",
+    "AgentResult",
+    "AgentEvent",
+]
+
+
+class AgentMessage(StrictModel):
+    """One conversation message: its text and its images (``data:`` URLs)."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"] = Field(description="Author role.")
+    text: str = Field(default="", max_length=200_000, description="Text content (text parts joined).")
+    images: list[str] = Field(default_factory=list, max_length=8, description="Image data URLs of this message.")
+
+
+class AgentRequest(StrictModel):
+    """What one agent run needs: who asks, what they may use, and the conversation."""
+
+    tenant: str = Field(min_length=1, max_length=256, description="Tenant (user) id; memories are scoped to it.")
+    scopes: list[str] = Field(
+        default_factory=lambda: ["basic", "memory:read"],
+        description="Permission scopes of the tenant; only tools whose scope is listed are offered.",
+    )
+    messages: list[AgentMessage] = Field(min_length=1, description="The conversation; the last user message is asked.")
+    mode: Literal["auto", "on", "off"] = Field(
+        default="auto", description="auto: the router decides; on: always the tool loop; off: answer without tools."
+    )
+    session_id: str | None = Field(default=None, max_length=256, description="Session id stored with write-backs.")
+    max_steps: int | None = Field(default=None, ge=1, le=10, description="Override of AgentConfig.max_steps.")
+
+    @classmethod
+    def from_messages(
+        cls, tenant: str, messages: list[Any], *, scopes: list[str] | None = None, mode: str = "auto",
+        session_id: str | None = None,
+    ) -> AgentRequest:
+        """Build a request from OpenAI-style messages.
+
+        Accepts dicts (``{"role", "content"}`` with a string or a list of ``text`` /
+        ``image_url`` parts) or the API's message objects (with ``.text()`` and ``.images()``).
+
+        Example:
+            >>> AgentRequest.from_messages("t1", [{"role": "user", "content": "hi"}]).messages[0].text
+            'hi'
+        """
+        out: list[AgentMessage] = []
+        for i, m in enumerate(messages):
+            if hasattr(m, "text") and callable(m.text):
+                out.append(AgentMessage(role=m.role, text=m.text(), images=list(m.images())))
+                continue
+            if not isinstance(m, dict):
+                raise TypeError(f"messages[{i}]: expected a dict or a message object, got {type(m).__name__}")
+            content = m.get("content")
+            texts: list[str] = []
+            images: list[str] = []
+            if isinstance(content, str):
+                texts.append(content)
+            elif isinstance(content, list):
+                for j, part in enumerate(content):
+                    kind = part.get("type") if isinstance(part, dict) else None
+                    if kind == "text":
+                        texts.append(str(part.get("text", "")))
+                    elif kind == "image_url":
+                        url = part.get("image_url")
+                        images.append(url.get("url", "") if isinstance(url, dict) else str(url))
+                    else:
+                        raise ValueError(f"messages[{i}].content[{j}].type: expected 'text' or 'image_url', got {kind!r}")
+            elif content is not None:
+                raise ValueError(f"messages[{i}].content: expected a string or a list of parts")
+            out.append(AgentMessage(role=m.get("role", "user"), text="\n".join(texts), images=images))
+        kwargs: dict[str, Any] = {"tenant": tenant, "messages": out, "mode": mode, "session_id": session_id}
+        if scopes is not None:
+            kwargs["scopes"] = scopes
+        return cls(**kwargs)
+
+
+class RouteDecision(StrictModel):
+    """The router's decision for one request."""
+
+    route: Literal["direct", "tools"] = Field(description="direct: answer without tools; tools: run the loop.")
+    tools: list[str] = Field(default_factory=list, description="Tools the loop may call (subset of the tenant's).")
+    source: Literal["router", "mode", "fallback", "no_tools"] = Field(
+        description="Who decided: the router model, the request mode, a fallback after a bad router reply, "
+        "or no tools being allowed."
+    )
+    elapsed_ms: float = Field(default=0.0, ge=0.0, description="Time the decision took.")
+
+
+class ToolCallRecord(StrictModel):
+    """One tool call the model asked for, and what came of it."""
+
+    id: str = Field(description="Call id within the run (c1, c2, ...).")
+    step: int = Field(ge=1, description="Loop step that asked for it.")
+    name: str = Field(description="Tool name as asked.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Arguments as asked (after validation when ok).")
+    status: Literal["ok", "invalid", "refused", "error", "timeout", "cached"] = Field(
+        description="ok/cached: ran (or came from the cache); invalid: failed validation; refused: unknown, "
+        "out of scope or repeated; error/timeout: the tool failed."
+    )
+    observation: str = Field(description="The summarised observation given back to the model.")
+    elapsed_ms: float = Field(default=0.0, ge=0.0, description="Wall time of the call.")
+    result: Any = Field(default=None, description="Raw tool result (JSON-able) when status is ok/cached.")
+
+
+class TraceStep(StrictModel):
+    """One entry of the reasoning trace."""
+
+    step: int = Field(ge=0, description="Loop step (0 = before the loop: memory, router, images).")
+    kind: Literal["memory", "image", "route", "thought", "action", "observation", "parse_error", "final", "partial"] = (
+        Field(description="What happened.")
+    )
+    content: str = Field(description="Human-readable content.")
+    elapsed_ms: float = Field(default=0.0, ge=0.0, description="Time it took, where measured.")
+    data: dict[str, Any] = Field(default_factory=dict, description="Structured details.")
+
+
+class AgentUsage(StrictModel):
+    """Tokens over every engine call of the run."""
+
+    prompt_tokens: int = Field(default=0, ge=0, description="Prompt tokens, summed over engine calls.")
+    completion_tokens: int = Field(default=0, ge=0, description="Generated tokens, summed over engine calls.")
+    engine_calls: int = Field(default=0, ge=0, description="Engine calls made (router, steps, retries).")
+
+
+class AgentResult(StrictModel):
+    """The outcome of :meth:`serve.agent.Agent.run`."""
+
+    answer: str = Field(description="The final answer (or the partial answer).")
+    finish_reason: Literal["final", "direct", "max_steps", "timeout", "engine_error"] = Field(
+        description="final: the model answered in the loop; direct: no loop; max_steps/timeout/engine_error: "
+        "a partial answer."
+    )
+    partial: bool = Field(default=False, description="True when the answer is partial.")
+    route: RouteDecision = Field(description="The router's decision.")
+    steps: list[TraceStep] = Field(default_factory=list, description="The trace, in order.")
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list, description="Every tool call asked for.")
+    memory_hits: list[dict[str, Any]] = Field(default_factory=list, description="Recalled memories (id, score, text).")
+    usage: AgentUsage = Field(default_factory=AgentUsage, description="Token usage.")
+    elapsed_ms: float = Field(default=0.0, ge=0.0, description="Wall time of the run.")
+    first_token_ms: float | None = Field(default=None, description="Time to the first answer character, when streamed.")
+    memory_writes: list[MemoryWrite] = Field(
+        default_factory=list, description="PII-masked memories to write off the request path (Agent.write_back)."
+    )
+
+    def metadata(self) -> dict[str, Any]:
+        """The response metadata: route, trace, tool calls, usage (no raw tool results)."""
+        return {
+            "route": self.route.model_dump(),
+            "finish_reason": self.finish_reason,
+            "partial": self.partial,
+            "steps": [s.model_dump() for s in self.steps],
+            "tool_calls": [c.model_dump(exclude={"result"}) for c in self.tool_calls],
+            "memory_hits": self.memory_hits,
+            "usage": self.usage.model_dump(),
+            "elapsed_ms": self.elapsed_ms,
+        }
+
+
+class AgentEvent(StrictModel):
+    """One streamed event: a trace step, a piece of the answer, or the end with the result."""
+
+    type: Literal["trace", "answer_delta", "done"] = Field(description="Event kind.")
+    step: TraceStep | None = Field(default=None, description="For type=trace.")
+    text: str = Field(default="", description="For type=answer_delta: new answer text.")
+    result: AgentResult | None = Field(default=None, description="For type=done.")

@@ -1,0 +1,114 @@
+"""Test doubles that isolate the agent loop: a scripted engine and a substring memory."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import pytest
+
+from serve.engine import ChatDelta, ChatMessage, ChatResult, GenerationParams
+from serve.memory import MemoryHit, MemoryWrite
+
+Reply = str | Callable[[Sequence[ChatMessage], GenerationParams], str]
+
+
+class ScriptedEngine:
+    """An LLMEngine that replies from a script (one entry per call), recording every call.
+
+    Used only in unit tests that isolate the loop logic (the real model is exercised in the
+    SmolLM2 plumbing test and the eval).
+    """
+
+    def __init__(self, replies: Sequence[Reply], delay_s: float = 0.0, chunk: int = 5) -> None:
+        self.replies = list(replies)
+        self.calls: list[tuple[list[ChatMessage], GenerationParams]] = []
+        self.delay_s = delay_s
+        self.chunk = chunk
+
+    @property
+    def model_name(self) -> str:
+        return "scripted"
+
+    @property
+    def context_window(self) -> int:
+        return 8192
+
+    def _next(self, messages: Sequence[ChatMessage], params: GenerationParams) -> str:
+        self.calls.append((list(messages), params))
+        if not self.replies:
+            raise AssertionError(f"script exhausted at call {len(self.calls)}")
+        reply = self.replies.pop(0)
+        return reply(messages, params) if callable(reply) else reply
+
+    async def chat(self, messages: Sequence[ChatMessage], params: GenerationParams) -> ChatResult:
+        text = self._next(messages, params)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        return ChatResult(text=text, prompt_tokens=10, completion_tokens=len(text) // 4, finish_reason="stop",
+                          model="scripted")
+
+    async def stream(self, messages: Sequence[ChatMessage], params: GenerationParams) -> AsyncIterator[ChatDelta]:
+        text = self._next(messages, params)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        for i in range(0, len(text), self.chunk):
+            yield ChatDelta(text=text[i : i + self.chunk])
+        yield ChatDelta(text="", finish_reason="stop", prompt_tokens=10, completion_tokens=len(text) // 4)
+
+    async def count_tokens(self, text: str) -> int:
+        return len(text) // 4
+
+    async def close(self) -> None:
+        return None
+
+
+class SubstringMemory:
+    """A MemoryBackend double: a hit when any query word of 4+ letters occurs in the text."""
+
+    def __init__(self, texts: dict[str, str] | None = None) -> None:
+        self.items: dict[str, list[MemoryWrite]] = {}
+        self.searches = 0
+        for sid, text in (texts or {}).items():
+            self.items.setdefault("t1", []).append(MemoryWrite(text=text, source_id=sid))
+
+    async def search(self, tenant: str, query: str, k: int, *, threshold: float | None = None,
+                     kinds: Sequence[str] | None = None, topic_prefix: str | None = None) -> list[MemoryHit]:
+        self.searches += 1
+        words = {w.lower().strip("?.,!") for w in query.split() if len(w) >= 4}
+        out = []
+        for i, it in enumerate(self.items.get(tenant, [])):
+            if any(w in it.text.lower() for w in words):
+                out.append(MemoryHit(id=f"m{i}", source_id=it.source_id or f"m{i}", kind=it.kind, text=it.text,
+                                     score=0.8, similarity=0.8, time_factor=1.0, created_at=0.0))
+        return out[:k]
+
+    async def write(self, tenant: str, items: Sequence[MemoryWrite]) -> list[str]:
+        self.items.setdefault(tenant, []).extend(items)
+        return [f"w{i}" for i in range(len(items))]
+
+
+def call(name: str, thought: str = "need a tool", **args: Any) -> str:
+    """A scripted tool_call reply."""
+    return json.dumps({"thought": thought, "type": "tool_call", "name": name, "args": args})
+
+
+def final(answer: str) -> str:
+    """A scripted final reply."""
+    return json.dumps({"thought": "done", "type": "final", "answer": answer})
+
+
+def route(kind: str, *tools: str) -> str:
+    """A scripted router reply (``kind`` documents the intent: direct = no tools)."""
+    assert (kind == "direct") == (not tools)
+    return json.dumps({"tools": list(tools)})
+
+
+@pytest.fixture
+def memory() -> SubstringMemory:
+    return SubstringMemory({
+        "ticket:T-1042": "Ticket T-1042: error E42 on batch B-2207, fixed by replacing the TF-185 thermal fuse.",
+        "manual:7.1": "Warranty: two years on all parts.",
+    })
