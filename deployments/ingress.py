@@ -74,11 +74,23 @@ class Ingress(PlacementInfo):
         self.memory = memory
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        return build_ingress_app(self.config, self.roles, self.memory)
+        app, self._backend = build_ingress_app(self.config, self.roles, self.memory)
+        return app
+
+    async def load_demo(self) -> int:
+        """Write the demo world's manual and past tickets as shared memories; returns the count.
+
+        Used by ``recallserve up --demo``: shared records are visible to every tenant, and an API
+        key can only write its own tenant's records, so this goes through a handle, not HTTP.
+        """
+        from serve.agent.demo import load_demo_memories
+
+        return len(await load_demo_memories(self._backend))
 
 
-def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle], memory: dict[str, Any]) -> FastAPI:
-    """Build the ingress FastAPI app from the config and the deployment handles.
+def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
+                      memory: dict[str, Any]) -> tuple[FastAPI, HandleMemoryBackend]:
+    """Build the ingress FastAPI app (and its memory backend) from the config and the handles.
 
     Args:
         config: the cluster config.
@@ -114,5 +126,13 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle], mem
     async def health() -> dict[str, Any]:
         return {"profile": config.profile, "roles": {r: engines[r].model_name for r in ROLES}}
 
-    return create_app(pipeline, auth, health=health, routers=[build_memory_router(backend, auth),
-                                                                      build_experience_router(experiences, auth)])
+    async def warm_up() -> None:
+        # NOTE: fills the reasoner's prompt cache with the agent's stable prefix (system prompt +
+        # tool list) so the first user does not pay its whole prefill.
+        if agent is not None:
+            seconds = await agent.warm_up(settings.scopes)
+            log.info("agent prompt prefix warmed in %.1f s", seconds)
+
+    app = create_app(pipeline, auth, health=health, on_startup=[warm_up],
+                     routers=[build_memory_router(backend, auth), build_experience_router(experiences, auth)])
+    return app, backend

@@ -12,13 +12,14 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from deployments.config import ROLES, AppConfig
 from deployments.engines import LlamaCppConfig
 from deployments.models import resolve_model_path
 
-__all__ = ["prepare_models", "start_ray", "deploy", "shutdown", "run_forever"]
+__all__ = ["prepare_models", "start_ray", "deploy", "load_demo", "shutdown", "run_forever"]
 
 log = logging.getLogger("recallserve.runner")
 
@@ -85,6 +86,14 @@ def deploy(config: AppConfig, *, timeout_s: float = 600.0) -> None:
         time.sleep(0.5)
 
 
+def load_demo(config: AppConfig) -> int:
+    """Load the demo world's memories (manual, past tickets) through the ingress; returns the count."""
+    from ray import serve
+
+    handle = serve.get_deployment_handle("ingress", app_name=config.name)
+    return int(handle.load_demo.remote().result(timeout_s=600))
+
+
 def shutdown() -> None:
     """Tear down Serve and the embedded Ray (safe to call twice)."""
     import ray
@@ -97,8 +106,8 @@ def shutdown() -> None:
             ray.shutdown()
 
 
-def run_forever(config: AppConfig, on_ready: "callable[[], None] | None" = None) -> None:  # type: ignore[valid-type]
-    """Deploy, then block until Ctrl-C or SIGTERM, then shut everything down."""
+def run_forever(config: AppConfig, on_ready: Callable[[], None] | None = None, *, demo: bool = False) -> None:
+    """Deploy (and load the demo world when ``demo``), block until Ctrl-C or SIGTERM, shut down."""
     stop = threading.Event()
 
     def _stop(signum: int, _frame: object) -> None:
@@ -109,6 +118,8 @@ def run_forever(config: AppConfig, on_ready: "callable[[], None] | None" = None)
     try:
         start_ray(config)
         deploy(config)
+        if demo:
+            print(f"recallserve: loaded {load_demo(config)} demo memories (manual, past tickets)", flush=True)
         if on_ready is not None:
             on_ready()
         while not stop.wait(1.0):

@@ -83,7 +83,7 @@ class PipelineSettings(StrictModel):
         description="Tokens kept free for the agent's system prompt, tool list and steps when assembling context.",
     )
     scopes: list[str] = Field(
-        default_factory=lambda: ["basic", "memory:read", "orders:read", "tickets:read"],
+        default_factory=lambda: ["basic", "memory:read", "orders:read", "tickets:read", "inventory:read"],
         description="Tool permission scopes every tenant gets (least privilege: no write scopes by default).",
     )
 

@@ -7,6 +7,8 @@ Routes: ``GET /healthz``, ``GET /metrics``, ``GET /v1/models``, ``POST /v1/chat/
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -40,12 +42,20 @@ async def _sse(chunks: AsyncIterator[ChatCompletionChunk], request_id: str) -> A
     yield b"data: [DONE]\n\n"
 
 
+async def _logged(hook: Callable[[], Awaitable[None]]) -> None:
+    try:
+        await hook()
+    except Exception as exc:  # noqa: BLE001 - a startup hook must not take the app down
+        log.warning("startup hook %s failed: %s", getattr(hook, "__name__", hook), exc)
+
+
 def create_app(
     pipeline: ChatPipeline,
     auth: Authenticator,
     *,
     routers: Sequence[APIRouter] = (),
     health: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+    on_startup: Sequence[Callable[[], Awaitable[None]]] = (),
     title: str = "recallserve",
 ) -> FastAPI:
     """Build the ingress app.
@@ -55,8 +65,20 @@ def create_app(
         auth: maps API keys to tenants (every /v1 route requires a key).
         routers: extra routers, already carrying their own auth dependency.
         health: optional coroutine adding details to /healthz.
+        on_startup: coroutines started (not awaited) when the app starts, e.g. a prompt-cache
+            warm-up; a failure is logged, never fatal.
     """
-    app = FastAPI(title=title, version="0.1.0")
+    background: set[asyncio.Task[None]] = set()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        for hook in on_startup:
+            task = asyncio.get_running_loop().create_task(_logged(hook))
+            background.add(task)
+            task.add_done_callback(background.discard)
+        yield
+
+    app = FastAPI(title=title, version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
 
     @app.middleware("http")

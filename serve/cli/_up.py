@@ -17,6 +17,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     src.add_argument("--config", default=None, help="a YAML config file instead of a profile")
     p.add_argument("--host", default=None, help="bind address (default from the profile: 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="HTTP port (default from the profile: 8000)")
+    p.add_argument("--demo", action="store_true",
+                   help="load the demo customer-service world (repair manual, past tickets) as shared memories")
     p.set_defaults(func=run)
 
 
@@ -56,6 +58,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"recallserve: ready in {time.perf_counter() - start:.1f} s at {url}/v1 "
               f"(model '{config.model_name}'); Ctrl-C to stop", flush=True)
 
-    runner.run_forever(config, on_ready=ready)
+    runner.run_forever(config, on_ready=ready, demo=args.demo)
     print("recallserve: stopped", flush=True)
     return 0

@@ -125,3 +125,24 @@ def test_segmented_reasoning_stores_a_verified_experience(cluster: AppConfig) ->
     hits = httpx.post(f"{base}/memories/search", headers={"Authorization": "Bearer sk-other"}, timeout=60,
                       json={"query": "X100 leaking water", "k": 5}).json()["data"]
     assert all(h["source_id"] != "ticket-4411" for h in hits)
+
+
+def test_demo_question_with_photo_recalls_and_calls_a_tool(cluster: AppConfig) -> None:
+    """The issue's demo end to end through HTTP with the default model: a memory hit and a validated tool call."""
+    import httpx
+
+    from serve.agent.demo import DEMO_QUESTION, demo_photo_data_url
+
+    assert runner.load_demo(cluster) > 0
+    start = time.perf_counter()
+    reply = httpx.post(
+        f"http://127.0.0.1:{cluster.server.port}/v1/chat/completions", headers={"Authorization": "Bearer sk-local"},
+        timeout=900, json={"model": "recallserve", "max_tokens": 256, "metadata": {"agent": "on"}, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": DEMO_QUESTION},
+                                         {"type": "image_url", "image_url": {"url": demo_photo_data_url()}}]}]})
+    assert reply.status_code == 200, reply.text
+    agent = reply.json()["recallserve"]["agent"]
+    print(f"demo answered in {time.perf_counter() - start:.0f} s: route={agent['route']} "
+          f"calls={[(c['name'], c['status']) for c in agent['tool_calls']]}\n{reply.json()['choices'][0]['message']['content']}")
+    assert agent["memory_hits"], "the demo question recalled no past ticket"
+    assert any(c["status"] in ("ok", "cached") for c in agent["tool_calls"]), agent["tool_calls"]
