@@ -26,7 +26,6 @@ from kernels import ScoreParams
 from ..config import SearchFilters, SearchHit
 from ..records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord
 from ..shard import MemoryShard
-from ._shard_access import all_records, record_vectors
 from ._text import analyse
 from .fusion import combined_score, time_factor
 from .lexical import LexicalIndex
@@ -79,7 +78,7 @@ class HybridShard:
     def __init__(self, shard: MemoryShard, lexical: LexicalIndex | None = None) -> None:
         self.shard = shard
         self.lexical = lexical or LexicalIndex()
-        self.lexical.add_many((r.tenant, r.id, lexical_text(r)) for r in all_records(shard))
+        self.lexical.add_many((r.tenant, r.id, lexical_text(r)) for r in shard.records())
 
     # ---- forwarded MemoryShard API ------------------------------------------------------
     @property
@@ -210,7 +209,7 @@ class HybridShard:
         out = []
         for record_id, bm25 in found:
             rec = records[record_id]
-            vecs = record_vectors(self.shard, record_id)
+            vecs = self.shard.vectors(record_id)
             if vecs is None:  # deleted between the BM25 pass and now
                 continue
             sims = vecs @ q

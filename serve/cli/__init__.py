@@ -45,10 +45,8 @@ _LEAVES: list[tuple[str, str, str]] = [
     ("eval", "retention", "serve.cli._eval_retention"),
     ("eval", "experiences", "serve.cli._eval_experiences"),
     ("eval", "locomo", "serve.cli._eval_locomo"),
-    ("job", "expiry-sweep", "serve.cli._job_expiry_sweep"),
-    ("job", "reembed", "serve.cli._job_reembed"),
-    ("job", "consolidate", "serve.cli._job_consolidate"),
-    ("job", "resummarise", "serve.cli._job_resummarise"),
+    # NOTE: one module registers all four jobs (expiry-sweep, reembed, consolidate, resummarise).
+    ("job", "*", "serve.cli._jobs"),
 ]
 for _group, _name, _module in _LEAVES:
     register_group_command(_group, _name, _module)

@@ -230,12 +230,12 @@ def test_python_m_entry_point_runs_a_dry_run(store: Path, capsys: pytest.Capture
 def test_job_leaves_register_under_recallserve_job() -> None:
     import argparse
 
-    from serve.cli import _job_consolidate, _job_expiry_sweep, _job_reembed, _job_resummarise
+    from serve.cli import _jobs
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
-    for mod in (_job_expiry_sweep, _job_reembed, _job_consolidate, _job_resummarise):
-        mod.add_parser(sub)
+    _jobs.add_parser(sub)
+    assert set(sub.choices) == {"expiry-sweep", "reembed", "consolidate", "resummarise"}
     args = parser.parse_args(["reembed", "--embedder", "hashing:64", "--target", "/tmp/x", "--dry-run"])
     assert args.embedder == "hashing:64" and args.dry_run and callable(args.func)
 
