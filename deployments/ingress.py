@@ -1,8 +1,9 @@
 """The ingress deployment: the FastAPI app, built on each replica from the cluster config.
 
-Ray Serve evaluates the builder on the replica (``serve.ingress(builder)``), so the app is
-assembled there from deployment handles of the model roles; the routes themselves are the
-framework-free ones of ``serve.api``.
+``serve.ingress()`` with no app defers the app to :meth:`Ingress.__serve_build_asgi_app__`,
+which runs on the replica after ``__init__`` received the resolved deployment handles; the
+routes themselves are the framework-free ones of ``serve.api``, ``serve.memory_api`` and
+``serve.experience``, and the pipeline (context-mode, agent, experiences) is plain ``serve``.
 """
 
 from __future__ import annotations
