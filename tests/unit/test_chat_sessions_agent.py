@@ -100,7 +100,7 @@ def test_agent_streams_the_answer(client: TestClient) -> None:
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]).strip()
-    assert chunks[-1]["recallserve"]["agent"]["finish_reason"] == "direct"
+    assert chunks[-1]["recallserve"]["agent"]["route"]["route"] == "direct"
 
 
 def test_segmented_reasoning_without_experience_memory_is_a_clear_400(client: TestClient) -> None:
