@@ -190,7 +190,10 @@ class ChatPipeline:
         mode = (req.metadata or {}).get("context_mode")
         try:
             session = await self.context.open_session(ctx.tenant, ctx.user, session_id)
-            pending = [MessageIn(role=m.role, content=m.text() or "[image attached]") for m in convo]  # type: ignore[arg-type]
+            # NOTE: an echoed assistant turn that only carried tool calls has no text; it adds
+            # nothing to the history, so it is skipped rather than stored empty.
+            texts = [(m, m.text() or ("[image attached]" if m.images() else "")) for m in convo]
+            pending = [MessageIn(role=m.role, content=t) for m, t in texts if t]  # type: ignore[arg-type]
             reserved = params.max_tokens + (self.settings.agent_overhead_tokens if self._use_agent(req) else 0)
             window = self.reasoner.context_window
             if reserved >= window:
