@@ -81,10 +81,14 @@ def print_report(report: Any, as_json: bool) -> None:
 
 
 def run_main(add_arguments: Callable[[argparse.ArgumentParser], None], run: Callable[[argparse.Namespace], Any],
-             description: str, argv: list[str] | None = None) -> int:
-    """``python -m deployments.jobs.<name>`` entry: parse, run, print; one-line errors, exit 2."""
+             description: str, argv: list[str] | None = None, *, common: bool = True) -> int:
+    """``python -m deployments.jobs.<name>`` entry: parse, run, print; one-line errors, exit 2.
+
+    ``common=False`` for jobs that do not work on shards (they bring all their own flags).
+    """
     p = argparse.ArgumentParser(description=description)
-    add_common_arguments(p)
+    if common:
+        add_common_arguments(p)
     add_arguments(p)
     args = p.parse_args(argv)
     try:

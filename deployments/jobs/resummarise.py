@@ -138,18 +138,9 @@ def run(args: argparse.Namespace) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from deployments.jobs._args import print_report
+    from deployments.jobs._args import run_main
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_arguments(p)
-    args = p.parse_args(argv)
-    try:
-        report = run(args)
-    except (ValueError, RuntimeError) as exc:
-        print(f"{p.prog}: error: {exc}", file=sys.stderr)
-        return 2
-    print_report(report, args.json)
-    return 0
+    return run_main(add_arguments, run, __doc__.splitlines()[0], argv, common=False)
 
 
 if __name__ == "__main__":
