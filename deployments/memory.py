@@ -5,7 +5,9 @@
   requests or ``embedder.batch_wait_timeout_s``, then embedded in one forward pass.
 * :class:`MemoryShardDeployment`: one :class:`~memory_shards.retrieval.HybridShard` (vectors,
   columns, WAL, snapshots and its BM25 index) in ``memory.data_dir/shard-<i>``. A replica that
-  dies loses nothing acknowledged: the next replica replays the WAL of the same folder.
+  dies loses nothing acknowledged: the next replica replays the WAL of the same folder. Live
+  maintenance jobs (``deployments.jobs`` with ``--live``) page through it (``page``), change it
+  by compare-and-set (``apply``) and look up duplicates (``neighbours``) while it serves.
 * :func:`bind_memory`: wraps both with ``serve.deployment`` using the config's options.
 * :class:`HandleMemoryBackend`: the :class:`~serve.memory_api.MemoryService` (memory API and the
   chat pipeline's ``MemoryBackend``) over the deployment handles; the coordinator fans out to
@@ -28,11 +30,12 @@ from ray.serve.handle import DeploymentHandle
 
 from deployments._placement import PlacementInfo
 from deployments.config import AppConfig, EmbedderConfig, MemoryConfig
+from deployments.jobs._shard_access import SortedIds, neighbour_records, page_records
 from memory_shards.config import SearchFilters, ShardConfig
 from memory_shards.coordinator import MemoryCoordinator
 from memory_shards.embedders import MiniLMEmbedder
 from memory_shards.records import EmbeddedRecord, MemoryRecord
-from memory_shards.retrieval import Feedback, HybridShard, ShardHybridResult
+from memory_shards.retrieval import Feedback, HybridShard, ShardHybridResult, lexical_text
 from memory_shards.shard import MemoryShard
 from serve.api.errors import APIError
 from serve.memory_api import MemoryService
@@ -117,6 +120,7 @@ class MemoryShardDeployment(PlacementInfo):
                     raise
                 time.sleep(0.5)
         self._shard = HybridShard(shard)
+        self._page_ids = SortedIds()
 
     async def _run(self, fn, *args: Any) -> Any:
         # NOTE: shard calls hold the shard's own lock; a thread keeps the replica's loop free
@@ -154,6 +158,32 @@ class MemoryShardDeployment(PlacementInfo):
 
     async def stats(self) -> dict[str, Any]:
         return await self._run(self._shard.stats)
+
+    # ---- maintenance jobs (deployments.jobs, --live) ------------------------------------
+    async def page(self, after_id: str | None, limit: int) -> list[EmbeddedRecord]:
+        """Up to ``limit`` records (all tenants, with vectors) with id > ``after_id``, in id order."""
+        return await self._run(page_records, self._shard.shard, self._page_ids, after_id, limit)
+
+    async def apply(self, deletes: dict[str, list[str]], upserts: Sequence[EmbeddedRecord], expected: dict[str, str],
+                    touches: dict[str, float] | None = None, all_or_nothing: bool = False) -> dict[str, list[str]]:
+        """Compare-and-set batch of a job (``MemoryShard.apply_if_unchanged``); WAL-durable on return.
+
+        A record written since the job read it (its ``record_version`` differs, or it is gone) is
+        skipped and listed under ``conflicts``; the BM25 index follows the applied changes.
+        """
+        return await self._run(self._apply, deletes, list(upserts), expected, touches, all_or_nothing)
+
+    def _apply(self, deletes, upserts, expected, touches, all_or_nothing) -> dict[str, list[str]]:
+        out = self._shard.shard.apply_if_unchanged(deletes, upserts, expected, touches, all_or_nothing)
+        for record_id in out["deleted"]:
+            self._shard.lexical.remove(record_id)
+        written = {it.record.id: it.record for it in upserts}
+        self._shard.lexical.add_many((written[i].tenant, i, lexical_text(written[i])) for i in out["upserted"])
+        return out
+
+    async def neighbours(self, record_id: str, k: int, threshold: float) -> list[MemoryRecord]:
+        """Same-tenant records within ``threshold`` cosine of the record's main text (exact, no decay, no touch)."""
+        return await self._run(neighbour_records, self._shard.shard, record_id, k, threshold)
 
     def __del__(self) -> None:
         shard = getattr(self, "_shard", None)

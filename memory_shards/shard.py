@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import base64
 import fcntl
+import hashlib
+import json
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +42,18 @@ from kernels import ScoreParams
 from .config import SearchFilters, SearchHit, ShardConfig
 from .records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, kind_code, source_key, tenant_key
 
-__all__ = ["MemoryShard"]
+__all__ = ["MemoryShard", "record_version"]
+
+def record_version(record: MemoryRecord) -> str:
+    """Version tag of a record's content: blake2b-128 of its canonical JSON without ``last_access_at``.
+
+    Every write of a record (a new text, metadata, expiry, a replacing record) changes the tag;
+    a recall's renewal of ``last_access_at`` does not, so a batch job that read a record can tell
+    whether a user wrote it since (see :meth:`MemoryShard.apply_if_unchanged`).
+    """
+    body = json.dumps(record.model_dump(mode="json", exclude={"last_access_at"}), sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(body.encode("utf-8"), digest_size=16).hexdigest()
+
 
 def _b64(vectors: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(vectors, dtype="<f4").tobytes()).decode("ascii")
@@ -169,6 +182,73 @@ class MemoryShard:
                 self._after_write(1)
             return owned
 
+    def apply_if_unchanged(
+        self,
+        deletes: Mapping[str, Sequence[str]],
+        upserts: Sequence[EmbeddedRecord],
+        expected: Mapping[str, str],
+        touches: Mapping[str, float] | None = None,
+        all_or_nothing: bool = False,
+    ) -> dict[str, list[str]]:
+        """Compare-and-set batch of a maintenance job: change only records nobody wrote since.
+
+        Under the shard lock, a record id is a *conflict* when it is gone or
+        ``record_version(stored) != expected[id]``; conflicting ids are skipped (every id when
+        ``all_or_nothing`` and any conflicts), the rest are deleted / upserted / touched, and
+        the writes are in the WAL when this returns (as :meth:`upsert`). An upsert keeps the
+        stored ``last_access_at`` when it is later (a recall since the read is not undone).
+
+        Args:
+            deletes: tenant -> ids to delete.
+            upserts: replacement records (same ids as stored ones; never a resurrection).
+            expected: id -> :func:`record_version` when read; every id above and in ``touches``
+                needs one, extra ids are only checked (e.g. the record a merge keeps).
+            touches: id -> last-access time to renew (never moved backwards).
+            all_or_nothing: skip the whole batch on any conflict.
+
+        Returns:
+            ``{"deleted", "upserted", "touched", "conflicts"}`` -> record ids.
+
+        Raises:
+            ValueError: an id to change without an expected version (names it).
+        """
+        touches = dict(touches or {})
+        targets = [i for ids in deletes.values() for i in ids] + [it.record.id for it in upserts] + list(touches)
+        missing = [i for i in targets if i not in expected]
+        if missing:
+            raise ValueError(f"expected: no version for record ids {missing[:3]}")
+        out: dict[str, list[str]] = {"deleted": [], "upserted": [], "touched": [], "conflicts": []}
+        with self._lock:
+            for record_id, version in expected.items():
+                cur = self._table.get(record_id)
+                if cur is None or record_version(cur) != version:
+                    out["conflicts"].append(record_id)
+            if out["conflicts"] and all_or_nothing:
+                return out
+            bad = set(out["conflicts"])
+            for tenant, ids in deletes.items():
+                ok = [i for i in ids if i not in bad]
+                if ok:
+                    out["deleted"] += self.delete(tenant, ok)
+            items = []
+            for it in upserts:
+                cur = self._table.get(it.record.id)
+                if it.record.id in bad or cur is None:
+                    continue
+                rec = it.record
+                if (cur.last_access_at or 0.0) > (rec.last_access_at or 0.0):
+                    rec = rec.model_copy(update={"last_access_at": cur.last_access_at})
+                items.append(EmbeddedRecord(rec, it.vectors))
+            if items:
+                out["upserted"] = self.upsert(items)
+            gone = bad | set(out["deleted"])
+            renew = {i: at for i, at in touches.items() if i not in gone}
+            if renew:
+                self.touch(list(renew), list(renew.values()))
+                self._apply_touches()
+                out["touched"] = list(renew)
+        return out
+
     def touch(self, ids: Sequence[str], at: float | Sequence[float] | None = None) -> None:
         """Queue last-access renewals (applied in batches, see the module docstring).
 
@@ -229,6 +309,11 @@ class MemoryShard:
         with self._lock:
             rec = self._table.get(record_id)
             return rec if rec is not None and rec.tenant in (tenant, SHARED_TENANT_NAME) else None
+
+    def record(self, record_id: str) -> MemoryRecord | None:
+        """The record with this id whatever its tenant (for maintenance jobs, not the API), or None."""
+        with self._lock:
+            return self._table.get(record_id)
 
     def list_by_source(self, tenant: str, source_id: str) -> list[MemoryRecord]:
         """Records with this source id that ``tenant`` may see."""

@@ -8,6 +8,19 @@ Jobs: ``expiry-sweep`` (delete expired, demote decayed to archival), ``reembed``
 into new shards, switch without downtime), ``consolidate`` (merge near-duplicate memories),
 ``resummarise`` (refresh the rolling summary of long sessions in the session store).
 Each is resumable (checkpoint file), shows progress and has ``--dry-run``; see ``_common``.
+
+``expiry-sweep`` and ``consolidate`` also run while the cluster serves::
+
+    recallserve job expiry-sweep --live                 # beside `recallserve up` (same profile)
+    ray job submit -- python -m deployments.jobs.consolidate --live --app recallserve
+
+With ``--live`` they connect to the running Ray cluster (``--ray-address``, ``$RAY_ADDRESS``,
+else the local cluster started with the profile's ``ray.temp_dir``) and work through the app's
+``memory_shard_<i>`` deployments (``_live``) instead of opening the folders (which the serving
+shards lock). The per-batch logic is the same in both modes (``run_access_job`` over the
+``ShardAccess`` interface of ``_shard_access``); every change is a compare-and-set on the
+record's content version, so a job never overwrites a write a user made after it read the
+record (those are counted as ``conflicts``). ``reembed`` explains why it has no live mode.
 """
 
 from typing import Any
@@ -18,8 +31,10 @@ __all__ = [
     "JobError",
     "JobOptions",
     "JobReport",
+    "LiveOptions",
     "discover_shards",
     "open_shard",
+    "run_access_job",
     "run_shard_job",
 ]
 
@@ -33,7 +48,8 @@ JOBS: dict[str, str] = {
 
 # NOTE: names from _common load on first use, so that ``recallserve --help`` (which imports the
 # light ``_args`` module of this package) does not import torch through memory_shards.
-_LAZY = {"Checkpoint", "JobError", "JobOptions", "JobReport", "discover_shards", "open_shard", "run_shard_job"}
+_LAZY = {"Checkpoint", "JobError", "JobOptions", "JobReport", "LiveOptions", "discover_shards", "open_shard",
+         "run_access_job", "run_shard_job"}
 
 
 def __getattr__(name: str) -> Any:

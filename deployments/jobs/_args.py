@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_common_arguments", "options_from_args", "print_report", "run_main"]
+__all__ = ["add_common_arguments", "add_live_arguments", "live_from_args", "options_from_args", "print_report", "run_main"]
 
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,6 +31,34 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=256, help="records per batch and checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def add_live_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of a job that can also run through a running cluster's shard deployments."""
+    p.add_argument("--live", action="store_true",
+                   help="work through the shard deployments of the running app (while it serves) instead of the folders")
+    p.add_argument("--app", default=None, help="Serve application name with --live (default: the profile's name, as `recallserve up` deploys it)")
+    p.add_argument("--ray-address", default=None,
+                   help="Ray address with --live (default: $RAY_ADDRESS, else the local cluster using the profile's ray.temp_dir)")
+
+
+def live_from_args(args: argparse.Namespace) -> Any:
+    """:class:`deployments.jobs.LiveOptions` when ``--live`` was given, else None.
+
+    Raises:
+        ValueError: ``--app``/``--ray-address`` without ``--live`` (names the flag).
+    """
+    if not args.live:
+        for flag in ("app", "ray_address"):
+            if getattr(args, flag) is not None:
+                raise ValueError(f"--{flag.replace('_', '-')}: only meaningful with --live")
+        return None
+    from deployments.config import load_config
+    from deployments.jobs._common import LiveOptions
+
+    config = load_config(profile=args.profile, path=args.config)
+    return LiveOptions(app=args.app or config.name, address=args.ray_address or config.ray.address,
+                       temp_dir=config.ray.temp_dir, auth_disabled=config.ray.auth_disabled)
 
 
 def _embedder_identity(model: str) -> tuple[str, int]:

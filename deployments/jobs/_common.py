@@ -14,6 +14,13 @@ Checkpoint file (JSON, written atomically: temp file + rename)::
 
 The params of the first run are kept (e.g. the sweep's ``now``): a resumed run uses them, and a
 rerun with different params refuses to mix the two unless ``restart`` is set.
+
+Two loops: :func:`run_shard_job` hands a job the opened ``MemoryShard`` (re-embed reads copies
+that way); :func:`run_access_job` hands it a :class:`~deployments.jobs._shard_access.ShardAccess`
+(page, compare-and-set apply, neighbours, snapshot), either over the shard folders or, with
+:class:`LiveOptions`, over the shard deployments of a running Ray Serve app (``_live``), so the
+same per-batch code runs offline and while the cluster serves. A live run checkpoints to
+``<data_dir>/.jobs/<job>-live-<app>.json`` by default.
 """
 
 from __future__ import annotations
@@ -28,12 +35,13 @@ from typing import Any
 
 from pydantic import Field
 
-from memory_shards import MemoryRecord, MemoryShard, ShardConfig
+from memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard, ShardConfig
 from serve._base import StrictModel
 
-from ._shard_access import all_records
+from ._shard_access import LocalShardAccess, ShardAccess, all_records
 
-__all__ = ["JobError", "JobOptions", "JobReport", "Checkpoint", "discover_shards", "open_shard", "run_shard_job"]
+__all__ = ["JobError", "JobOptions", "JobReport", "LiveOptions", "Checkpoint", "discover_shards", "open_shard",
+           "run_access_job", "run_shard_job"]
 
 CHECKPOINT_FORMAT = 1
 
@@ -54,6 +62,16 @@ class JobOptions(StrictModel):
     dry_run: bool = Field(default=False, description="Report what would change; write nothing (not even the checkpoint).")
     batch_size: int = Field(default=256, ge=1, le=100_000, description="Records per batch (one checkpoint per batch).")
     progress: bool = Field(default=True, description="Show a progress bar per shard.")
+
+
+class LiveOptions(StrictModel):
+    """Where a live job finds the running cluster and the app whose shard deployments it works through."""
+
+    app: str = Field(min_length=1, max_length=256, description="Ray Serve application holding the memory_shard_<i> deployments.")
+    address: str | None = Field(default=None, max_length=512, description="Ray address; None: RAY_ADDRESS, else the local cluster using temp_dir.")
+    temp_dir: Path = Field(default=Path(".recallserve/ray"), description="Ray temp folder of the local cluster (the runner's ray.temp_dir).")
+    auth_disabled: bool = Field(default=True, description="Set RAY_AUTH_MODE=disabled before connecting (as the runner does).")
+    call_timeout_s: float = Field(default=300.0, gt=0, le=3600, description="Seconds one shard call may take before the job stops.")
 
 
 class JobReport(StrictModel):
@@ -225,7 +243,89 @@ def run_shard_job(
                      seconds=round(time.monotonic() - start, 3), checkpoint=None if ckpt_path is None else str(ckpt_path))
 
 
-def _progress(total: int, initial: int, desc: str, enabled: bool):  # type: ignore[no-untyped-def]
+AccessBatchFn = Callable[[ShardAccess, Sequence[EmbeddedRecord], bool], dict[str, int]]
+
+
+def run_access_job(
+    job: str,
+    opts: JobOptions,
+    params: dict[str, Any],
+    process_batch: Callable[[dict[str, Any]], AccessBatchFn],
+    *,
+    live: LiveOptions | None = None,
+) -> JobReport:
+    """Page through every shard's records in id order through :class:`ShardAccess`, with checkpoints.
+
+    Each page of ``opts.batch_size`` records (with vectors) goes to ``fn(access, batch, dry_run)``,
+    which applies its changes with ``access.apply`` (compare-and-set) unless ``dry_run``; after
+    the batch the checkpoint records its last id. A finished shard is snapshotted (not in a dry run).
+
+    Args:
+        job: job name (checkpoint file name and report).
+        opts: common options (``data_dir`` holds the default checkpoint; in live mode
+            ``model_id``/``dim`` are the deployments' business).
+        params: the job's own options; stored in the checkpoint (``now`` is sticky).
+        process_batch: given the effective params, returns the batch function.
+        live: work through the shard deployments of a running app instead of the folders.
+
+    Raises:
+        JobError: no shards, a shard folder held by a cluster (folder mode), no cluster or app
+            (live mode), a foreign checkpoint.
+    """
+    start = time.monotonic()
+    default_name = f"{job}.json" if live is None else f"{job}-live-{live.app}.json"
+    ckpt_path = None if opts.dry_run else (opts.checkpoint or opts.data_dir / ".jobs" / default_name)
+    ckpt = Checkpoint(ckpt_path, job, params, restart=opts.restart)
+    fn = process_batch(ckpt.params)
+    with contextlib.ExitStack() as stack:
+        scope: Callable[[int], contextlib.AbstractContextManager[ShardAccess]]
+        if live is None:
+            indices = discover_shards(opts.data_dir, opts.num_shards)
+
+            def scope(index: int) -> contextlib.AbstractContextManager[ShardAccess]:
+                return _local_scope(opts, index)
+        else:
+            from deployments.jobs import _live
+
+            cluster = stack.enter_context(_live.connect(live))
+            indices = cluster.shard_indices(opts.num_shards)
+            scope = cluster.shard
+        for index in indices:
+            if ckpt.done(index):
+                continue
+            with scope(index) as access:
+                _walk_shard(job, opts, ckpt, index, access, fn)
+    return JobReport(job=job, dry_run=opts.dry_run, resumed=ckpt.resumed, shards=len(indices), stats=dict(ckpt.stats),
+                     seconds=round(time.monotonic() - start, 3), checkpoint=None if ckpt_path is None else str(ckpt_path))
+
+
+@contextlib.contextmanager
+def _local_scope(opts: JobOptions, index: int) -> Iterator[ShardAccess]:
+    with open_shard(opts.data_dir, index, opts.model_id, opts.dim) as shard:
+        yield LocalShardAccess(shard)
+
+
+def _walk_shard(job: str, opts: JobOptions, ckpt: Checkpoint, index: int, access: ShardAccess, fn: AccessBatchFn) -> None:
+    after = ckpt.last_id(index)
+    # NOTE: a resumed shard's bar has no total: how many ids precede the checkpoint is unknown.
+    bar = _progress(access.count() if after is None else None, 0, f"{job} shard {index}", opts.progress)
+    while True:
+        batch = access.page(after, opts.batch_size)
+        if not batch:
+            break
+        counts = fn(access, batch, opts.dry_run)
+        ckpt.add({"seen": len(batch), **counts})
+        after = batch[-1].record.id
+        if not opts.dry_run:
+            ckpt.save(index, after, finished=False)
+        bar.update(len(batch))
+    bar.close()
+    if not opts.dry_run:
+        access.snapshot()
+        ckpt.save(index, None, finished=True)
+
+
+def _progress(total: int | None, initial: int, desc: str, enabled: bool):  # type: ignore[no-untyped-def]
     from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, desc=desc, unit="rec", disable=not enabled, leave=False)

@@ -11,9 +11,18 @@ so the kept memory inherits the most recent use and does not decay faster than i
 Shared records are never deleted on a tenant's behalf. NOTE: the default threshold 0.95 cosine
 is far above the recall threshold (0.35): only restatements of one fact merge, not related facts.
 
-Run: ``recallserve job consolidate [--threshold 0.95] [--dry-run]`` or
-``ray job submit -- python -m deployments.jobs.consolidate ...``. Like the sweep it opens shard
-folders directly (the shards must not be open in a running cluster).
+Like the sweep it runs on the shard folders (the shards must not be open in a running cluster)
+or, with ``--live [--app NAME] [--ray-address ADDR]``, through the running app's shard
+deployments while they serve (``MemoryShardDeployment.neighbours`` for the search). Each group
+is merged by one compare-and-set call with ``all_or_nothing``: if any member (the kept one
+included) was rewritten or deleted since it was read, the whole group is skipped and its
+records are counted under ``conflicts`` -- a merge never deletes the copy a user just updated,
+nor the duplicates of a memory the user just deleted. Checkpoints (live:
+``<data_dir>/.jobs/consolidate-live-<app>.json``), resume, progress, ``--dry-run`` and the
+snapshot of each finished shard work the same in both modes.
+
+Run: ``recallserve job consolidate [--threshold 0.95] [--dry-run] [--live]`` or
+``ray job submit -- python -m deployments.jobs.consolidate --live --app recallserve``.
 """
 
 from __future__ import annotations
@@ -30,22 +39,29 @@ JOB = "consolidate"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The consolidation job's own flags."""
+    """The consolidation job's own flags (and ``--live``/``--app``/``--ray-address``)."""
+    from deployments.jobs._args import add_live_arguments
+
+    add_live_arguments(p)
     p.add_argument("--threshold", type=float, default=0.95, help="cosine at or above which two memories are duplicates")
     p.add_argument("--neighbours", type=int, default=16, help="candidates examined per record")
 
 
-def consolidate(opts: Any, *, threshold: float = 0.95, neighbours: int = 16) -> Any:
-    """Merge near-duplicates in every shard of ``opts.data_dir``; returns a :class:`JobReport`.
+def consolidate(opts: Any, *, threshold: float = 0.95, neighbours: int = 16, live: Any = None) -> Any:
+    """Merge near-duplicates in every shard; returns a :class:`JobReport`.
+
+    Args:
+        opts: :class:`deployments.jobs.JobOptions`.
+        live: :class:`deployments.jobs.LiveOptions` to work through the running app's shard
+            deployments; None works on the folders of ``opts.data_dir``.
 
     Raises:
         ValueError: ``threshold`` outside (0, 1] or ``neighbours`` < 2 (names the option).
     """
-    from kernels import ScoreParams
-    from memory_shards import MemoryRecord, MemoryShard
+    from memory_shards import EmbeddedRecord
+    from memory_shards.shard import record_version
 
-    from deployments.jobs._common import run_shard_job
-    from deployments.jobs._shard_access import vectors_of
+    from deployments.jobs._common import run_access_job
 
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold: must be in (0, 1], got {threshold}")
@@ -54,53 +70,46 @@ def consolidate(opts: Any, *, threshold: float = 0.95, neighbours: int = 16) -> 
     removed: set[str] = set()  # NOTE: per run; makes a dry run count each duplicate once.
 
     def make(p: dict[str, Any]):  # type: ignore[no-untyped-def]
-        params = ScoreParams(decay="none", threshold=p["threshold"])
-
-        def batch(shard: MemoryShard, records: Sequence[MemoryRecord], dry_run: bool) -> dict[str, int]:
-            counts = {"groups": 0, "duplicates_deleted": 0}
-            for rec in records:
+        def batch(shard: Any, items: Sequence[EmbeddedRecord], dry_run: bool) -> dict[str, int]:
+            counts = {"groups": 0, "duplicates_deleted": 0, "conflicts": 0}
+            for item in items:
+                rec = item.record
                 if rec.id in removed:
                     continue
-                vectors = vectors_of(shard, rec.id)
-                if vectors is None:
-                    continue
-                (hits,) = shard.search(vectors[:1], rec.tenant, k=p["neighbours"], params=params, touch=False, exact=True)
-                group = [rec] + [h.record for h in hits
-                                 if h.record.id != rec.id and h.record.id not in removed
-                                 and h.record.tenant == rec.tenant and h.record.kind == rec.kind]
+                hits = shard.neighbours(rec.id, p["neighbours"], p["threshold"])
+                group = [rec] + [h for h in hits
+                                 if h.id != rec.id and h.id not in removed and h.tenant == rec.tenant and h.kind == rec.kind]
                 if len(group) < 2:
                     continue
                 keep = max(group, key=lambda r: (r.created_at, r.id))
                 drop = [r for r in group if r.id != keep.id]
-                counts["groups"] += 1
-                counts["duplicates_deleted"] += len(drop)
-                removed.update(r.id for r in drop)
                 if not dry_run:
                     by_tenant: dict[str, list[str]] = defaultdict(list)
                     for r in drop:
                         by_tenant[r.tenant].append(r.id)
-                    for tenant, ids in by_tenant.items():
-                        shard.delete(tenant, ids)
                     latest = max((r.last_access_at or r.created_at) for r in group)
-                    shard.touch([keep.id], latest)
-            if not dry_run:
-                shard.flush()
+                    done = shard.apply(by_tenant, [], {r.id: record_version(r) for r in group}, {keep.id: latest},
+                                       all_or_nothing=True)
+                    if done["conflicts"]:
+                        counts["conflicts"] += len(done["conflicts"])
+                        continue
+                    drop = [r for r in drop if r.id in set(done["deleted"])]
+                counts["groups"] += 1
+                counts["duplicates_deleted"] += len(drop)
+                removed.update(r.id for r in drop)
             return counts
 
         return batch
 
-    def after_shard(index: int, shard: MemoryShard, dry_run: bool) -> None:
-        if not dry_run:
-            shard.snapshot()
-
-    return run_shard_job(JOB, opts, {"threshold": threshold, "neighbours": neighbours}, make, after_shard=after_shard)
+    return run_access_job(JOB, opts, {"threshold": threshold, "neighbours": neighbours}, make, live=live)
 
 
 def run(args: argparse.Namespace) -> Any:
     """Entry used by both ``recallserve job consolidate`` and ``python -m``."""
-    from deployments.jobs._args import options_from_args
+    from deployments.jobs._args import live_from_args, options_from_args
 
-    return consolidate(options_from_args(args), threshold=args.threshold, neighbours=args.neighbours)
+    return consolidate(options_from_args(args), threshold=args.threshold, neighbours=args.neighbours,
+                       live=live_from_args(args))
 
 
 def main(argv: list[str] | None = None) -> int:

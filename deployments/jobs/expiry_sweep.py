@@ -12,10 +12,25 @@ so a later recall (which renews ``last_access_at``) works as before; searches ma
 ``metadata.tier``. Already-archival records are left alone. Each finished shard is snapshotted,
 which compacts the deleted rows.
 
-Run: ``recallserve job expiry-sweep [--dry-run]`` or
-``ray job submit -- python -m deployments.jobs.expiry_sweep --data-dir /data/recallserve/memory``.
-NOTE: works on shard folders directly: the shards must not be open in a running cluster (the
-shard LOCK refuses it with a clear error).
+Two ways to reach the shards, one per-batch logic (:func:`deployments.jobs.run_access_job`):
+
+* folders (default): opens ``<data_dir>/shard-<i>`` directly; the shards must not be open in a
+  running cluster (the shard LOCK refuses it with a clear error);
+* ``--live [--app NAME] [--ray-address ADDR]``: while the cluster serves, through the
+  ``memory_shard_<i>`` deployments of the app (default the profile's name, as ``recallserve up``
+  deploys it). Every delete/demotion is a compare-and-set on the record's content version
+  (``memory_shards.shard.record_version``, which a recall's last-access renewal does not
+  change): a memory a user rewrote or deleted after the job read it is left alone and counted
+  under ``conflicts``, so the job never overwrites a newer write; a recall since the read is
+  kept (the demoted copy takes the later ``last_access_at``). Memories written after a shard's
+  walk passed their id are left to the next run.
+
+Both modes checkpoint after each batch (live: ``<data_dir>/.jobs/expiry-sweep-live-<app>.json``),
+resume, show progress, honour ``--dry-run`` and snapshot each finished shard.
+
+Run: ``recallserve job expiry-sweep [--dry-run]``,
+``recallserve job expiry-sweep --live`` (next to ``recallserve up``) or
+``ray job submit -- python -m deployments.jobs.expiry_sweep --live --app recallserve``.
 """
 
 from __future__ import annotations
@@ -40,7 +55,10 @@ def decay_factor(last_access_at: float, now: float, decay_lambda: float) -> floa
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The sweep's own flags."""
+    """The sweep's own flags (and ``--live``/``--app``/``--ray-address``)."""
+    from deployments.jobs._args import add_live_arguments
+
+    add_live_arguments(p)
     p.add_argument("--archive-below", type=float, default=0.3, help="demote when the decay factor is below this (0 disables)")
     p.add_argument("--decay-lambda", type=float, default=0.1, help="lambda of the decay 1/(1 + lambda * days)")
     p.add_argument("--now", type=float, default=None, help="epoch seconds used as now (default: the time of the first start)")
@@ -48,18 +66,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def sweep(opts: Any, *, archive_below: float = 0.3, decay_lambda: float = 0.1, now: float | None = None,
-          delete_expired: bool = True) -> Any:
-    """Run the sweep over every shard of ``opts.data_dir``; returns a :class:`JobReport`.
+          delete_expired: bool = True, live: Any = None) -> Any:
+    """Run the sweep over every shard; returns a :class:`JobReport`.
+
+    Args:
+        opts: :class:`deployments.jobs.JobOptions`.
+        live: :class:`deployments.jobs.LiveOptions` to sweep the running app's shard deployments;
+            None sweeps the folders of ``opts.data_dir``.
 
     Raises:
         ValueError: a bound out of range (names the option).
-        JobError: see :func:`deployments.jobs._common.run_shard_job`.
+        JobError: see :func:`deployments.jobs.run_access_job`.
     """
-    from memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard
+    from memory_shards import EmbeddedRecord, MemoryRecord
+    from memory_shards.shard import record_version
     from pydantic import ValidationError
 
-    from deployments.jobs._common import run_shard_job
-    from deployments.jobs._shard_access import vectors_of
+    from deployments.jobs._common import run_access_job
 
     if not 0 <= archive_below <= 1:
         raise ValueError(f"archive_below: must be in [0, 1], got {archive_below}")
@@ -71,14 +94,16 @@ def sweep(opts: Any, *, archive_below: float = 0.3, decay_lambda: float = 0.1, n
     def make(p: dict[str, Any]):  # type: ignore[no-untyped-def]
         cutoff = float(p["now"])
 
-        def batch(shard: MemoryShard, records: Sequence[MemoryRecord], dry_run: bool) -> dict[str, int]:
-            counts = {"expired_deleted": 0, "demoted": 0, "already_archival": 0, "demote_failed": 0}
+        def batch(shard: Any, items: Sequence[EmbeddedRecord], dry_run: bool) -> dict[str, int]:
+            counts = {"expired_deleted": 0, "demoted": 0, "already_archival": 0, "demote_failed": 0, "conflicts": 0}
             deletes: dict[str, list[str]] = defaultdict(list)
             upserts: list[EmbeddedRecord] = []
-            for rec in records:
+            expected: dict[str, str] = {}
+            for item in items:
+                rec = item.record
                 if p["delete_expired"] and rec.expires_at is not None and rec.expires_at <= cutoff:
                     deletes[rec.tenant].append(rec.id)
-                    counts["expired_deleted"] += 1
+                    expected[rec.id] = record_version(rec)
                     continue
                 if p["archive_below"] <= 0:
                     continue
@@ -94,33 +119,29 @@ def sweep(opts: Any, *, archive_below: float = 0.3, decay_lambda: float = 0.1, n
                 except ValidationError:
                     counts["demote_failed"] += 1
                     continue
-                vectors = vectors_of(shard, rec.id)
-                if vectors is None:
-                    continue
-                upserts.append(EmbeddedRecord(demoted, vectors))
-                counts["demoted"] += 1
-            if not dry_run:
-                for tenant, ids in deletes.items():
-                    shard.delete(tenant, ids)
-                if upserts:
-                    shard.upsert(upserts)
+                upserts.append(EmbeddedRecord(demoted, item.vectors))
+                expected[rec.id] = record_version(rec)
+            if dry_run:
+                counts["expired_deleted"] = sum(len(ids) for ids in deletes.values())
+                counts["demoted"] = len(upserts)
+            elif expected:
+                done = shard.apply(deletes, upserts, expected)
+                counts["expired_deleted"] = len(done["deleted"])
+                counts["demoted"] = len(done["upserted"])
+                counts["conflicts"] = len(done["conflicts"])
             return counts
 
         return batch
 
-    def after_shard(index: int, shard: MemoryShard, dry_run: bool) -> None:
-        if not dry_run:
-            shard.snapshot()
-
-    return run_shard_job(JOB, opts, params, make, after_shard=after_shard)
+    return run_access_job(JOB, opts, params, make, live=live)
 
 
 def run(args: argparse.Namespace) -> Any:
     """Entry used by both ``recallserve job expiry-sweep`` and ``python -m``."""
-    from deployments.jobs._args import options_from_args
+    from deployments.jobs._args import live_from_args, options_from_args
 
     return sweep(options_from_args(args), archive_below=args.archive_below, decay_lambda=args.decay_lambda,
-                 now=args.now, delete_expired=not args.keep_expired)
+                 now=args.now, delete_expired=not args.keep_expired, live=live_from_args(args))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,15 @@ with ``--restart`` just before switching to pick them up (or pause writes during
 
 Run: ``recallserve job reembed --embedder minilm --target /data/recallserve/memory-v2`` or
 ``ray job submit -- python -m deployments.jobs.reembed ...``.
+
+No ``--live`` mode (unlike ``expiry-sweep`` and ``consolidate``): it already runs beside a
+serving cluster (it reads a copy, never the serving folders), and re-embedding *through* the
+shard deployments cannot work in place: a shard holds one model id and dimension, so a record
+with new vectors is refused by the serving shard, and the embedder deployment embeds queries
+with the old model, so new vectors would not match them. A live re-embed therefore needs an
+embedder swap: new shard deployments (new model, new folders) filled while the old ones serve,
+then the embedder and shard deployments switched together, with writes made in between
+replayed into the new shards. That is a deployment roll-out, not a batch job.
 """
 
 from __future__ import annotations

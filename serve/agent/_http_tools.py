@@ -15,6 +15,7 @@ from urllib.parse import quote
 from pydantic import ConfigDict, Field, create_model, model_validator
 
 from serve._base import StrictModel
+from serve.agent.routing import RoutingHint
 from serve.agent.tools import Tool, ToolContext, ToolError
 
 __all__ = ["HttpParamSpec", "HttpToolConfig", "build_http_tool"]
@@ -49,6 +50,10 @@ class HttpToolConfig(StrictModel):
     timeout_s: float = Field(default=5.0, gt=0, le=120, description="Request timeout.")
     headers: dict[str, str] = Field(default_factory=dict, description="Static request headers.")
     destructive: bool = Field(default=False, description="Changes state (needs a ':write' scope).")
+    routing: RoutingHint | None = Field(
+        default=None,
+        description="When a question calls for the tool (serve.agent.routing); None = only the router model picks it.",
+    )
 
     @model_validator(mode="after")
     def _placeholders(self) -> HttpToolConfig:
@@ -109,5 +114,5 @@ def build_http_tool(cfg: HttpToolConfig) -> Tool:
 
     return Tool(
         name=cfg.name, description=cfg.description, params=_params_model(cfg), fn=call, scope=cfg.scope,
-        timeout_s=cfg.timeout_s, cacheable=cfg.method == "GET", destructive=cfg.destructive,
+        timeout_s=cfg.timeout_s, cacheable=cfg.method == "GET", destructive=cfg.destructive, routing=cfg.routing,
     )

@@ -18,8 +18,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
+from serve.agent.routing import bind_schema
 from serve.agent.tools import ToolSet
 
 __all__ = ["ParsedCall", "ParsedStep", "StepParseError", "step_schema", "router_schema", "parse_step",
@@ -103,12 +105,20 @@ def _grammar_args(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def step_schema(tools: ToolSet, *, allow_parallel: bool, allow_final: bool = True) -> dict[str, Any]:
-    """JSON schema of one reply: one alternative per tool, optionally multi-call, and final."""
+def step_schema(tools: ToolSet, *, allow_parallel: bool, allow_final: bool = True,
+                bindings: Mapping[str, Mapping[str, list[str]]] | None = None) -> dict[str, Any]:
+    """JSON schema of one reply: one alternative per tool, optionally multi-call, and final.
+
+    ``bindings`` (tool -> argument -> values found in the question, from the routing rules)
+    narrow those arguments to the found values; see :func:`serve.agent.routing.bind_schema`.
+    """
     alts: list[dict[str, Any]] = []
     for name, tool in tools.items():
+        schema = tool.args_schema
+        if bindings is not None and tool.routing is not None and tool.routing.bind:
+            schema = bind_schema(schema, tool.routing.bind, bindings.get(name, {}))
         alts.append(_obj({"thought": _thought(), "type": {"const": "tool_call"}, "name": {"const": name},
-                          "args": _grammar_args(tool.args_schema)}))
+                          "args": _grammar_args(schema)}))
     if allow_parallel and len(tools) >= 1:
         call = _obj({"id": {"type": "string", "pattern": "^c[1-9]$"}, "name": {"enum": list(tools)},
                      "args": {"type": "object"}})

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from serve._base import StrictModel
+from serve.agent.routing import RoutingHint
 from serve.agent.tools import Tool, ToolContext, ToolError
 
 __all__ = [
@@ -98,6 +99,31 @@ def safe_eval(expression: str) -> float | int:
     return result
 
 
+# A standalone number: not part of an id (B-2207, C-1004, BM3-STD), a date (2025-03-01) or a word.
+_NUMBER = r"(?<![\w.-])\d+(?:[.,]\d+)?(?![\w-]|[.,]\d)"
+
+#: Two numbers and an arithmetic cue: the rules send these to the calculator (rule 1 of the prompt).
+CALCULATOR_ROUTING = RoutingHint(
+    requires=[_NUMBER + r".*?" + _NUMBER],
+    keywords=[r"\btotal\b", r"\bsum\b", r"\baverage\b", r"\bmean\b", r"%", r"\bper ?cent", r"\beach\b",
+              r"\bplus\b", r"\bminus\b", r"\btimes\b", r"multipl", r"divid", r"\bdifference\b",
+              r"\bhow (?:much|many)\b", r"\bmore\b", r"\bless\b", r"\bcheaper\b", r"\bdiscount",
+              r"\d\s*[-+*/x\u00d7\u00f7^]\s*\d", r"\bsplit\b", r"\bcost", r"\bpay\b", r"\brefund"],
+)
+#: Questions about the current time or date.
+CLOCK_ROUTING = RoutingHint(
+    keywords=[r"\bwhat(?:'s| is)? the (?:time|date|day)\b", r"\bwhat time\b", r"\btime is it\b",
+              r"\bcurrent (?:time|date)\b", r"\btoday'?s date\b", r"\bwhat day\b", r"\bdate today\b",
+              r"\btime (?:right )?now\b", r"\blocal time\b", r"\bclock\b"],
+)
+#: Explicit requests to search the knowledge base or past cases (recall already ran once).
+MEMORY_SEARCH_ROUTING = RoutingHint(
+    keywords=[r"\bsearch\b", r"\blook (?:it )?up\b", r"\bknowledge ?base\b", r"\bdocumentation\b",
+              r"\bhappened before\b", r"\bseen (?:this|that|it) before\b", r"\bsimilar (?:cases|tickets|issues|problems|faults)\b",
+              r"\b(?:past|earlier|previous|old) (?:tickets|cases|reports)\b", r"\bany (?:tickets|reports) about\b"],
+)
+
+
 def _percent(text: str) -> str:
     """``15%`` -> ``(15/100)`` (the model often writes percentages)."""
     import re
@@ -128,7 +154,7 @@ def calculator_tool() -> Tool:
         name="calculator",
         description="Exact arithmetic. Always use it for any calculation, sum, percentage or unit price.",
         params=CalculatorArgs, fn=_calculate, scope="basic", timeout_s=2.0,
-        summarise=lambda r: f"{r['expression']} = {r['result']}",
+        summarise=lambda r: f"{r['expression']} = {r['result']}", routing=CALCULATOR_ROUTING,
     )
 
 
@@ -159,7 +185,7 @@ def clock_tool() -> Tool:
         name="current_time",
         description="Current date, time and weekday. Use for questions about today, now, or dates relative to now.",
         params=ClockArgs, fn=_now, scope="basic", timeout_s=2.0, cacheable=False,
-        summarise=lambda r: f"{r['datetime']} ({r['weekday']}, {r['timezone']})",
+        summarise=lambda r: f"{r['datetime']} ({r['weekday']}, {r['timezone']})", routing=CLOCK_ROUTING,
     )
 
 
@@ -190,6 +216,7 @@ def memory_search_tool() -> Tool:
         description="Free-text search of the knowledge base (manual, all past tickets) by topic words such as an "
         "error code or a symptom, when the recalled memories are not enough. Not for one customer's history.",
         params=MemorySearchArgs, fn=_search, scope="memory:read", timeout_s=10.0, summarise=_summarise_hits,
+        routing=MEMORY_SEARCH_ROUTING,
     )
 
 

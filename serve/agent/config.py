@@ -25,7 +25,16 @@ class AgentConfig(StrictModel):
         default=0.0, ge=0.0, le=2.0, description="Sampling temperature of router and reasoner (0 = greedy)."
     )
     seed: int | None = Field(default=0, description="Sampling seed passed to the engines.")
-    use_router: bool = Field(default=True, description="Ask the router model whether to answer directly or use tools.")
+    routing_rules: bool = Field(
+        default=True,
+        description="Decide first from the tools' routing hints (serve.agent.routing); the router model is asked "
+        "only when the rules are undecided.",
+    )
+    use_router: bool = Field(
+        default=True,
+        description="Ask the router model whether to answer directly or use tools (when the rules are off or "
+        "undecided); False = run the loop with every tool.",
+    )
     allow_parallel_calls: bool = Field(
         default=True,
         description="Offer the model the multi-call step {type: tool_calls, calls: [...]} (run in parallel).",

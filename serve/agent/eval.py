@@ -1,7 +1,8 @@
 """Tool-choice evaluation of the agent with a real model: ``python -m serve.agent.eval``.
 
-For each question of ``serve/agent/demo/questions.json`` (40: 30 expect a tool call, 10 expect
-none) the full agent runs (memory recall over the demo world, router, loop). A question passes
+For each question of a shipped set (``--questions tuned``: ``serve/agent/demo/questions.json``,
+40 questions, 30 expect a tool call, 10 none; ``holdout``: ``questions_holdout.json``, 40 more
+written without seeing the rules or the tuned set, 28 with a tool, 12 without) the full agent runs (memory recall over the demo world, router, loop). A question passes
 when the trace holds the expected call with arguments that passed validation and match the
 expected values (calculator: the computed result within 0.01), or, when no tool is expected,
 when the trace holds no tool call at all. Reported: the pass share, loop latency p50/p95, the
@@ -23,15 +24,29 @@ from typing import Any
 
 from serve.agent.schemas import AgentRequest, AgentResult, ToolCallRecord
 
-__all__ = ["load_questions", "score_result", "build_llama_engine", "evaluate", "main"]
+__all__ = ["QUESTION_SETS", "load_questions", "score_result", "build_llama_engine", "evaluate", "main"]
 
 _VALIDATED = ("ok", "cached", "error", "timeout")
 
 
-def load_questions() -> list[dict[str, Any]]:
-    """The shipped tool-choice questions."""
-    text = resources.files("serve.agent.demo").joinpath("questions.json").read_text(encoding="utf-8")
-    return json.loads(text)
+QUESTION_SETS = {"tuned": ("questions.json",), "holdout": ("questions_holdout.json",),
+                 "all": ("questions.json", "questions_holdout.json")}
+
+
+def load_questions(which: str = "tuned") -> list[dict[str, Any]]:
+    """A shipped tool-choice question set.
+
+    ``tuned``: the 40 questions the prompts, descriptions and routing hints were developed
+    against; ``holdout``: 40 questions written afterwards by someone who saw neither (an honest
+    measure of generalisation); ``all``: both.
+    """
+    if which not in QUESTION_SETS:
+        raise ValueError(f"questions: expected one of {sorted(QUESTION_SETS)}, got {which!r}")
+    out: list[dict[str, Any]] = []
+    for name in QUESTION_SETS[which]:
+        text = resources.files("serve.agent.demo").joinpath(name).read_text(encoding="utf-8")
+        out.extend(json.loads(text))
+    return out
 
 
 def _match(rec: ToolCallRecord, q: dict[str, Any]) -> bool:
@@ -128,7 +143,7 @@ async def _amain(a: argparse.Namespace) -> int:
     from serve.agent.demo._memory import LocalMemory
     from serve.agent.demo.scenario import load_demo_memories
 
-    questions = load_questions()
+    questions = load_questions(a.questions)
     if a.only:
         questions = [questions[int(i) - 1] for i in a.only.split(",")]
     questions = questions[: a.limit] if a.limit else questions
@@ -138,14 +153,15 @@ async def _amain(a: argparse.Namespace) -> int:
         memory = LocalMemory()
         await load_demo_memories(memory)
     if a.tool_choice_only:  # NOTE: score the first step's choice; skip the answer generation (CPU time)
-        cfg = AgentConfig(use_router=not a.no_router, max_steps=1, model_partial_answer=False)
+        cfg = AgentConfig(use_router=not a.no_router, routing_rules=not a.no_rules, max_steps=1,
+                          model_partial_answer=False)
     else:
-        cfg = AgentConfig(use_router=not a.no_router, max_steps=a.max_steps)
+        cfg = AgentConfig(use_router=not a.no_router, routing_rules=not a.no_rules, max_steps=a.max_steps)
     agent = Agent(engine, default_registry(), memory=memory, config=cfg)
     ttft = await _engine_ttft(agent, DEMO_SCOPES)
     t0 = time.perf_counter()
     summary = await evaluate(agent, questions, DEMO_SCOPES)
-    summary.update({"model": a.model, "router": not a.no_router, "tool_choice_only": a.tool_choice_only, "memory": not a.no_memory,
+    summary.update({"model": a.model, "questions_set": a.questions, "rules": not a.no_rules, "router": not a.no_router, "tool_choice_only": a.tool_choice_only, "memory": not a.no_memory,
                     "engine_ttft_warm_ms": ttft, "wall_s": time.perf_counter() - t0})
     print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=1))
     if a.out:
@@ -159,10 +175,13 @@ def build_parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentP
     p = p or argparse.ArgumentParser(prog="python -m serve.agent.eval", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="qwen2.5-coder-1.5b-instruct-q4_k_m", help="built-in model name or GGUF path")
     p.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
+    p.add_argument("--questions", default="tuned", choices=sorted(QUESTION_SETS),
+                   help="question set: tuned (developed against), holdout (written blind), all")
     p.add_argument("--limit", type=int, default=0, help="only the first N questions")
     p.add_argument("--only", default="", help="comma-separated 1-based question numbers")
     p.add_argument("--max-steps", type=int, default=5, help="loop steps")
-    p.add_argument("--no-router", action="store_true", help="skip the router model (loop with all tools)")
+    p.add_argument("--no-router", action="store_true", help="skip the router model (loop with all tools when the rules are undecided)")
+    p.add_argument("--no-rules", action="store_true", help="ablation: no routing rules (router model or loop decide alone)")
     p.add_argument("--tool-choice-only", action="store_true",
                    help="one loop step per question, no answer generation: scores the first tool choice only")
     p.add_argument("--no-memory", action="store_true", help="run without the demo memories")

@@ -8,7 +8,9 @@ off the request path with :meth:`Agent.write_back`.
 Per request:
 1. images -> description + OCR (:mod:`serve.agent.images`);
 2. memory search with the question (+ OCR text), cached with a TTL;
-3. the router decides ``direct`` or ``tools`` and which tools (a subset of the tenant's scopes);
+3. the routing rules (:mod:`serve.agent.routing`), or the router model when they are undecided,
+   decide ``direct`` or ``tools``, which tools (a subset of the tenant's scopes) and which ones
+   the first step must call;
 4. up to ``max_steps`` reasoner steps, each one JSON object constrained by a schema; bad JSON is
    retried once, then reported back as an observation; calls run through :class:`StepExecutor`;
 5. out of steps or time -> a partial answer stating what is known and what is missing.
@@ -31,6 +33,7 @@ from serve.agent._protocol import AnswerStream, ParsedStep, StepParseError, pars
 from serve.agent.config import AgentConfig
 from serve.agent.guards import mask_pii
 from serve.agent.images import ImageDescriber, ImageError, ImageUnit, analyse_image
+from serve.agent.routing import route_by_rules
 from serve.agent.schemas import AgentEvent, AgentRequest, AgentResult, AgentUsage, RouteDecision, ToolCallRecord, \
     TraceStep
 from serve.agent.tools import ToolContext, ToolRegistry, ToolSet
@@ -220,7 +223,15 @@ class _Run:
             return RouteDecision(route="direct", source="no_tools")
         if self.req.mode == "off":
             return RouteDecision(route="direct", source="mode")
-        if self.req.mode == "on" or not self.cfg.use_router:
+        if self.req.mode == "on":
+            return RouteDecision(route="tools", tools=list(tools), source="mode")
+        if self.cfg.routing_rules:
+            text = " ".join([self.question] + [u.ocr_text for u in self.images if u.ocr_text])
+            rules = route_by_rules(text, tools, self.a.tools.all())
+            if rules.route != "undecided":
+                return RouteDecision(route=rules.route, tools=rules.tools, source="rules", first_step=rules.first_step,
+                                     bindings=rules.bindings, reason=rules.reason, elapsed_ms=self._ms(t))
+        if not self.cfg.use_router:
             return RouteDecision(route="tools", tools=list(tools), source="mode")
         msgs = base[:-1] + [ChatMessage(role="user", content=base[-1].content + ROUTER_INSTRUCTION)]
         try:
@@ -269,17 +280,24 @@ class _Run:
             route = RouteDecision(route="direct", source="fallback")
             answer, finish = self._partial_text("the time limit was reached"), "timeout"
         yield self._add(0, "route", f"{route.route} {route.tools}", route.elapsed_ms, route=route.route,
-                        tools=route.tools, source=route.source)
+                        tools=route.tools, source=route.source, first_step=route.first_step, reason=route.reason)
         if answer is None:
             allowed = toolset.subset(route.tools) if route.route == "tools" else ToolSet([])
             executor = StepExecutor(allowed, ToolContext(self.req.tenant, frozenset(self.req.scopes), self.a.memory),
                                     self.a.cache, self.cfg.observation_max_chars)
-            schema = step_schema(allowed, allow_parallel=self.cfg.allow_parallel_calls and len(allowed) > 0)
+            parallel = self.cfg.allow_parallel_calls
+            bindings = route.bindings if route.source == "rules" else None
+            schema = step_schema(allowed, allow_parallel=parallel and len(allowed) > 0, bindings=bindings)
+            first = allowed.subset(route.first_step)
+            # NOTE: the rules found evidence for these tools (an id, numbers to compute): the first
+            # step must call one of them rather than answer from the model's own guess.
+            first_schema = step_schema(first, allow_parallel=parallel, allow_final=False, bindings=bindings) \
+                if first else schema
             max_steps = self.req.max_steps or self.cfg.max_steps
             try:
                 for step in range(1, max_steps + 1):
                     parsed: ParsedStep | None = None
-                    async for ev in self._step(step, messages, schema):
+                    async for ev in self._step(step, messages, first_schema if step == 1 else schema):
                         if isinstance(ev, ParsedStep):
                             parsed = ev
                         else:

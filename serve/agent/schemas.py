@@ -99,10 +99,17 @@ class RouteDecision(StrictModel):
 
     route: Literal["direct", "tools"] = Field(description="direct: answer without tools; tools: run the loop.")
     tools: list[str] = Field(default_factory=list, description="Tools the loop may call (subset of the tenant's).")
-    source: Literal["router", "mode", "fallback", "no_tools"] = Field(
-        description="Who decided: the router model, the request mode, a fallback after a bad router reply, "
-        "or no tools being allowed."
+    source: Literal["rules", "router", "mode", "fallback", "no_tools"] = Field(
+        description="Who decided: the routing rules, the router model, the request mode, a fallback after a bad "
+        "router reply, or no tools being allowed."
     )
+    first_step: list[str] = Field(
+        default_factory=list, description="The first step must call one of these (rules only; empty = free)."
+    )
+    bindings: dict[str, dict[str, list[str]]] = Field(
+        default_factory=dict, description="Rules only: tool -> argument -> the values found in the question."
+    )
+    reason: str = Field(default="", description="Why the rules decided so (empty for the router model).")
     elapsed_ms: float = Field(default=0.0, ge=0.0, description="Time the decision took.")
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from serve.agent.routing import RoutingHint
 from serve.memory import MemoryBackend
 
 __all__ = ["Tool", "ToolContext", "ToolError", "ToolArgsError", "ToolRegistry", "ToolSet", "default_summary"]
@@ -87,6 +88,8 @@ class Tool:
         validators: extra checks ``check(args)`` raising ``ValueError`` with a message naming the field.
         cacheable: whether results may be served from the TTL cache (False for clocks and writes).
         destructive: changes state; such tools must sit under a write scope.
+        routing: when a question calls for the tool (:mod:`serve.agent.routing`); None = only
+            the router model can pick it.
     """
 
     name: str
@@ -99,6 +102,7 @@ class Tool:
     validators: tuple[Callable[[Any], None], ...] = ()
     cacheable: bool = True
     destructive: bool = False
+    routing: RoutingHint | None = None
     _schema: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -225,6 +229,10 @@ class ToolRegistry:
     def get(self, name: str) -> Tool | None:  # type: ignore[override]
         """The tool called ``name``, or None."""
         return self._tools.get(name)
+
+    def all(self) -> list[Tool]:
+        """Every registered tool, sorted by name (scopes ignored: for routing, never for calling)."""
+        return [self._tools[n] for n in sorted(self._tools)]
 
     def for_scopes(self, scopes: Iterable[str]) -> ToolSet:
         """The tools whose scope is in ``scopes`` (``"*"`` is not special: list scopes explicitly)."""

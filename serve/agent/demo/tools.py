@@ -14,6 +14,7 @@ from pydantic import Field
 
 from serve._base import StrictModel
 from serve.agent.demo.world import DemoWorld
+from serve.agent.routing import RoutingHint
 from serve.agent.tools import Tool, ToolContext, ToolError
 
 __all__ = ["demo_tools", "DEMO_SCOPES"]
@@ -42,6 +43,42 @@ class InventoryArgs(StrictModel):
     start_date: dt.date = Field(description="YYYY-MM-DD")
     end_date: dt.date = Field(description="YYYY-MM-DD")
     sku: str | None = Field(default=None, description="optional product sku")
+
+
+# Routing hints (serve.agent.routing): the entity each tool takes, and the words that rank the
+# tools sharing an entity. Patterns are case-insensitive; ids are bound into the grammar.
+_ORDER = r"(?<![\w-])#?(\d{6})(?![\w-])"
+_BATCH = r"(?<![\w-])(B-\d{4})(?![\w-])"
+_CUSTOMER = r"(?<![\w-])(C-\d{4})(?![\w-])"
+_DATE = r"(?<![\w-])(\d{4}-\d{2}-\d{2})(?![\w-])"
+_SKU = r"(?<![\w-])([A-Z]{2,4}\d?-[A-Z0-9]{2,4})(?![\w-])"
+ORDER_ROUTING = RoutingHint(
+    requires=[_ORDER], prefer=[r"\border", r"\bstatus\b", r"\bship", r"\bdeliver", r"\btrack", r"\barriv"],
+    bind={"order_id": _ORDER},
+    near_miss=[r"\border\s*(?:id|no\.?|number)?\s*#?\s*(?:\d{1,5}|\d{7,})(?![\w-])", r"(?<![\w-])#\d{1,5}(?![\w-])"],
+)
+ORDERS_BY_BATCH_ROUTING = RoutingHint(
+    requires=[_BATCH],
+    prefer=[r"\borders?\b", r"\bcustomers?\b", r"\bbought\b", r"\bsold\b", r"\bpurchas", r"\baffected\b",
+            r"\bhow many\b", r"\blist\b", r"\bwhich (?:orders|customers|buyers)\b", r"\bshipped\b", r"\bbuyers?\b"],
+    bind={"batch": _BATCH}, near_miss=[r"\bbatch\s*(?:no\.?|number)?\s*#?\s*\d+(?![\w-])"],
+)
+BATCH_INFO_ROUTING = RoutingHint(
+    requires=[_BATCH],
+    prefer=[r"\bsuppl", r"\bproduc", r"\bmade\b", r"\bmanufactur", r"\bbuilt\b", r"\bparts?\b",
+            r"\bheater", r"\bcomponents?\b", r"\bwhen\b", r"\bvendor", r"\bunits\b", r"\bdate\b"],
+    bind={"batch": _BATCH}, near_miss=[r"\bbatch\s*(?:no\.?|number)?\s*#?\s*\d+(?![\w-])"],
+)
+TICKET_ROUTING = RoutingHint(
+    requires=[_CUSTOMER],
+    prefer=[r"\btickets?\b", r"\bsupport\b", r"\bhistory\b", r"\bcontact", r"\bcomplain", r"\bbefore\b"],
+    bind={"customer_id": _CUSTOMER}, near_miss=[r"\bcustomer\s*(?:id|no\.?|number)?\s*#?\s*\d+(?![\w-])"],
+)
+INVENTORY_ROUTING = RoutingHint(
+    keywords=[r"\bstock", r"\binventory\b", r"\brestock", r"\bwarehouse\b", r"\bon hand\b"],
+    prefer=[_DATE], bind={"start_date": _DATE, "end_date": _DATE, "sku": _SKU},
+)
+CANCEL_ROUTING = RoutingHint(requires=[_ORDER], keywords=[r"\bcancel"], bind={"order_id": _ORDER})
 
 
 def _range_check(args: InventoryArgs) -> None:
@@ -122,18 +159,18 @@ def demo_tools(world: DemoWorld) -> list[Tool]:
 
     return [
         Tool("order_status", "Status, product, batch, quantity, total and carrier of one order.", OrderArgs,
-             order_status, "orders:read", timeout_s=3.0),
+             order_status, "orders:read", timeout_s=3.0, routing=ORDER_ROUTING),
         Tool("orders_by_batch", "All orders of one production batch: how many, order ids, customers, status. Use for "
              "which or how many orders or customers a batch has.", BatchArgs,
-             orders_by_batch, "orders:read", timeout_s=3.0, summarise=_orders_summary),
+             orders_by_batch, "orders:read", timeout_s=3.0, summarise=_orders_summary, routing=ORDERS_BY_BATCH_ROUTING),
         Tool("batch_info", "Production facts of one batch: date, product, units built, part suppliers. "
-             "Not for its orders.", BatchArgs, batch_info, "orders:read", timeout_s=3.0),
+             "Not for its orders.", BatchArgs, batch_info, "orders:read", timeout_s=3.0, routing=BATCH_INFO_ROUTING),
         Tool("ticket_history", "Support history of one customer (id C-dddd): all their past tickets and how they were "
              "resolved.", CustomerArgs,
-             ticket_history, "tickets:read", timeout_s=3.0, summarise=_tickets_summary),
+             ticket_history, "tickets:read", timeout_s=3.0, summarise=_tickets_summary, routing=TICKET_ROUTING),
         Tool("inventory_changes", "Stock movements between two dates (at most 92 days), optionally for one sku "
              f"({', '.join(skus)}).", InventoryArgs, inventory_changes, "inventory:read", timeout_s=3.0,
-             validators=(_range_check, sku_check), summarise=_inventory_summary),
+             validators=(_range_check, sku_check), summarise=_inventory_summary, routing=INVENTORY_ROUTING),
         Tool("cancel_order", "Cancel an order that is still processing.", OrderArgs, cancel_order, "orders:write",
-             timeout_s=3.0, cacheable=False, destructive=True),
+             timeout_s=3.0, cacheable=False, destructive=True, routing=CANCEL_ROUTING),
     ]

@@ -101,7 +101,7 @@ def test_repeated_call_is_refused_and_not_run_twice() -> None:
 
     tool = Tool("counter", "counts", Args, count, "basic")
     eng = ScriptedEngine([call("counter", x=1), call("counter", x=1), final("done")])
-    agent = Agent(eng, _registry(extra=[tool]), config=AgentConfig(use_router=False))
+    agent = Agent(eng, _registry(extra=[tool]), config=AgentConfig(use_router=False, routing_rules=False))
     result = _run(agent, _req("count"))
     assert counter["n"] == 1
     assert [c.status for c in result.tool_calls] == ["ok", "refused"]
@@ -112,7 +112,7 @@ def test_repeated_call_is_refused_and_not_run_twice() -> None:
 def test_max_steps_gives_partial_answer_from_the_model() -> None:
     eng = ScriptedEngine([call("calculator", expression="1+1"), call("calculator", expression="2+2"),
                           final("Known: 1+1=2 and 2+2=4. Missing: the rest.")])
-    agent = Agent(eng, _registry(), config=AgentConfig(use_router=False, max_steps=2))
+    agent = Agent(eng, _registry(), config=AgentConfig(use_router=False, routing_rules=False, max_steps=2))
     result = _run(agent, _req("compute things"))
     assert result.finish_reason == "max_steps" and result.partial
     assert result.answer.startswith("Known:")
@@ -123,14 +123,14 @@ def test_max_steps_gives_partial_answer_from_the_model() -> None:
 
 def test_max_steps_partial_falls_back_to_observations() -> None:
     eng = ScriptedEngine([call("calculator", expression="6*7"), "garbage", "garbage"])
-    agent = Agent(eng, _registry(), config=AgentConfig(use_router=False, max_steps=1))
+    agent = Agent(eng, _registry(), config=AgentConfig(use_router=False, routing_rules=False, max_steps=1))
     result = _run(agent, _req("compute"))
     assert result.partial and "6*7 = 42" in result.answer and "Still missing" in result.answer
 
 
 def test_bad_json_retried_once_then_succeeds() -> None:
     eng = ScriptedEngine(["I think the answer is 4", final("4")])
-    agent = Agent(eng, _registry(), config=AgentConfig(use_router=False))
+    agent = Agent(eng, _registry(), config=AgentConfig(use_router=False, routing_rules=False))
     result = _run(agent, _req("2+2 without tools"))
     assert result.answer == "4"
     kinds = [s.kind for s in result.steps]
@@ -141,7 +141,7 @@ def test_bad_json_retried_once_then_succeeds() -> None:
 
 def test_bad_json_twice_goes_back_as_observation() -> None:
     eng = ScriptedEngine(["nope", '{"type": "final"}', final("ok now")])
-    agent = Agent(eng, _registry(), config=AgentConfig(use_router=False))
+    agent = Agent(eng, _registry(), config=AgentConfig(use_router=False, routing_rules=False))
     result = _run(agent, _req("q"))
     assert result.answer == "ok now"
     assert [s.kind for s in result.steps].count("parse_error") == 2
@@ -152,7 +152,7 @@ def test_bad_json_twice_goes_back_as_observation() -> None:
 def test_tolerant_parsing_repairs_near_json() -> None:
     broken = '```json\n{"thought": "x", "type": "tool_call", "name": "calculator", "arguments": {"expression": "3*3"}\n```'
     eng = ScriptedEngine([broken, final("9")])
-    agent = Agent(eng, _registry(), config=AgentConfig(use_router=False))
+    agent = Agent(eng, _registry(), config=AgentConfig(use_router=False, routing_rules=False))
     result = _run(agent, _req("3*3"))
     assert result.tool_calls[0].status == "ok" and result.tool_calls[0].result["result"] == 9
     assert "parse_error" not in [s.kind for s in result.steps]
@@ -178,7 +178,7 @@ def test_independent_calls_run_in_parallel() -> None:
         {"id": "c1", "name": "slow_a", "args": {"batch": "B-2207"}},
         {"id": "c2", "name": "slow_b", "args": {"batch": "B-2208"}}]})
     eng = ScriptedEngine([step, final("both done")])
-    agent = Agent(eng, _registry(extra=tools), config=AgentConfig(use_router=False))
+    agent = Agent(eng, _registry(extra=tools), config=AgentConfig(use_router=False, routing_rules=False))
     t0 = time.perf_counter()
     result = _run(agent, _req("q"))
     elapsed = time.perf_counter() - t0
@@ -195,7 +195,7 @@ def test_dependent_call_runs_after_and_gets_the_value() -> None:
         {"id": "c2", "name": "orders_by_batch", "args": {"batch": "$c1.batch"}},
         {"id": "c1", "name": "slow_a", "args": {"batch": "B-2207"}}]})
     eng = ScriptedEngine([step, final("done")])
-    agent = Agent(eng, _registry(extra=[_slow_tool("slow_a", 0.1, log)]), config=AgentConfig(use_router=False))
+    agent = Agent(eng, _registry(extra=[_slow_tool("slow_a", 0.1, log)]), config=AgentConfig(use_router=False, routing_rules=False))
     result = _run(agent, _req("q"))
     by_name = {c.name: c for c in result.tool_calls}
     assert by_name["orders_by_batch"].status == "ok"
@@ -209,7 +209,7 @@ def test_dependency_on_failed_call_is_rejected() -> None:
         {"id": "c1", "name": "order_status", "args": {"order_id": "999999"}},
         {"id": "c2", "name": "orders_by_batch", "args": {"batch": "$c1.batch"}}]})
     eng = ScriptedEngine([step, final("not found")])
-    result = _run(Agent(eng, _registry(), config=AgentConfig(use_router=False)), _req("q"))
+    result = _run(Agent(eng, _registry(), config=AgentConfig(use_router=False, routing_rules=False)), _req("q"))
     assert [c.status for c in result.tool_calls] == ["error", "invalid"]
     assert "depends on c1" in result.tool_calls[1].observation
 
@@ -218,7 +218,7 @@ def test_cache_ttl_serves_then_expires() -> None:
     now = {"t": 1000.0}
     cache = TTLCache(ttl_s=300, max_entries=100, clock=lambda: now["t"])
     eng = ScriptedEngine([call("orders_by_batch", batch="B-2207"), final("a")] * 3)
-    agent = Agent(eng, _registry(), config=AgentConfig(use_router=False), cache=cache)
+    agent = Agent(eng, _registry(), config=AgentConfig(use_router=False, routing_rules=False), cache=cache)
     assert _run(agent, _req("q")).tool_calls[0].status == "ok"
     now["t"] += 299
     assert _run(agent, _req("q")).tool_calls[0].status == "cached"  # new request, within the TTL
@@ -229,7 +229,7 @@ def test_cache_ttl_serves_then_expires() -> None:
 def test_cache_is_per_tenant() -> None:
     cache = TTLCache(ttl_s=300, max_entries=100)
     eng = ScriptedEngine([call("calculator", expression="2*21"), final("42")] * 2)
-    agent = Agent(eng, _registry(), config=AgentConfig(use_router=False), cache=cache)
+    agent = Agent(eng, _registry(), config=AgentConfig(use_router=False, routing_rules=False), cache=cache)
     assert _run(agent, _req("q")).tool_calls[0].status == "ok"
     other = AgentRequest.from_messages("t2", [{"role": "user", "content": "q"}], scopes=DEMO_SCOPES)
     assert _run(agent, other).tool_calls[0].status == "ok"
@@ -245,7 +245,7 @@ def test_injection_in_tool_output_cannot_widen_scope() -> None:
         call("cancel_order", thought="the ticket says so", order_id=processing),
         final("I cannot cancel orders."),
     ])
-    agent = Agent(eng, _registry(world), config=AgentConfig(use_router=False))
+    agent = Agent(eng, _registry(world), config=AgentConfig(use_router=False, routing_rules=False))
     result = _run(agent, _req("show my tickets, I am C-1001"))
     hist, cancel = result.tool_calls
     assert hist.status == "ok" and hist.observation.startswith("[untrusted tool output")
@@ -260,7 +260,7 @@ def test_write_scope_tenant_can_cancel() -> None:
     world = DemoWorld()
     processing = world.query("SELECT order_id FROM orders WHERE status = 'processing' LIMIT 1")[0]["order_id"]
     eng = ScriptedEngine([call("cancel_order", order_id=processing), final("cancelled")])
-    agent = Agent(eng, _registry(world), config=AgentConfig(use_router=False))
+    agent = Agent(eng, _registry(world), config=AgentConfig(use_router=False, routing_rules=False))
     result = _run(agent, _req("cancel", scopes=DEMO_SCOPES + ["orders:write"]))
     assert result.tool_calls[0].status == "ok"
     assert world.query("SELECT status FROM orders WHERE order_id = ?", (processing,))[0]["status"] == "cancelled"
@@ -274,7 +274,7 @@ def test_write_scope_tenant_can_cancel() -> None:
 ])
 def test_injected_arguments_fail_validation(args: dict[str, Any]) -> None:
     eng = ScriptedEngine([json.dumps({"type": "tool_call", "name": "order_status", "args": args}), final("x")])
-    result = _run(Agent(eng, _registry(), config=AgentConfig(use_router=False)), _req("q"))
+    result = _run(Agent(eng, _registry(), config=AgentConfig(use_router=False, routing_rules=False)), _req("q"))
     rec = result.tool_calls[0]
     assert rec.status == "invalid" and rec.result is None
     assert rec.observation.startswith("Invalid arguments for order_status:")
@@ -282,7 +282,7 @@ def test_injected_arguments_fail_validation(args: dict[str, Any]) -> None:
 
 def test_router_cannot_grant_tools_outside_scopes() -> None:
     eng = ScriptedEngine([route("tools", "order_status"), final("no")])
-    result = _run(Agent(eng, _registry()), _req("q", scopes=["basic"]))
+    result = _run(Agent(eng, _registry(), config=AgentConfig(routing_rules=False)), _req("q", scopes=["basic"]))
     # order_status is not in the basic scope: the router's grammar never listed it, and a
     # router reply naming it anyway is filtered out (fallback: every allowed tool)
     assert set(eng.calls[0][1].json_schema["properties"]["tools"]["items"]["enum"]) == {"calculator", "current_time"}
@@ -291,7 +291,7 @@ def test_router_cannot_grant_tools_outside_scopes() -> None:
 
 def test_bad_router_reply_falls_back_to_all_allowed_tools() -> None:
     eng = ScriptedEngine(["not json at all", final("x")])
-    result = _run(Agent(eng, _registry()), _req("q"))
+    result = _run(Agent(eng, _registry(), config=AgentConfig(routing_rules=False)), _req("q"))
     assert result.route.source == "fallback" and set(result.route.tools) >= {"calculator", "order_status"}
 
 
@@ -304,14 +304,14 @@ def test_tool_timeout_becomes_an_observation() -> None:
 
     tool = Tool("hang", "hangs", Args, hang, "basic", timeout_s=0.1)
     eng = ScriptedEngine([call("hang"), final("gave up")])
-    result = _run(Agent(eng, _registry(extra=[tool]), config=AgentConfig(use_router=False)), _req("q"))
+    result = _run(Agent(eng, _registry(extra=[tool]), config=AgentConfig(use_router=False, routing_rules=False)), _req("q"))
     assert result.tool_calls[0].status == "timeout" and "timed out" in result.tool_calls[0].observation
     assert result.answer == "gave up"
 
 
 def test_request_deadline_gives_partial_answer() -> None:
     eng = ScriptedEngine([call("calculator", expression="5*5"), final("never")], delay_s=0.0)
-    agent = Agent(eng, _registry(), config=AgentConfig(use_router=False, request_timeout_s=0.3))
+    agent = Agent(eng, _registry(), config=AgentConfig(use_router=False, routing_rules=False, request_timeout_s=0.3))
     orig = eng.stream
 
     async def slow_second(messages, params):  # the second step hangs past the deadline
@@ -364,7 +364,7 @@ def test_history_and_client_system_go_after_the_stable_prefix() -> None:
 def test_after_a_step_of_refused_calls_only_an_answer_is_allowed() -> None:
     eng = ScriptedEngine([call("order_status", order_id="999999"), call("order_status", order_id="999999"),
                           final("Order 999999 does not exist.")])
-    result = _run(Agent(eng, _registry(), config=AgentConfig(use_router=False)), _req("order 999999?"))
+    result = _run(Agent(eng, _registry(), config=AgentConfig(use_router=False, routing_rules=False)), _req("order 999999?"))
     assert [c.status for c in result.tool_calls] == ["error", "refused"]
     assert eng.calls[2][1].json_schema["properties"]["type"] == {"const": "final"}
     assert result.answer == "Order 999999 does not exist."
@@ -372,7 +372,7 @@ def test_after_a_step_of_refused_calls_only_an_answer_is_allowed() -> None:
 
 def test_partial_answer_without_model_call() -> None:
     eng = ScriptedEngine([call("calculator", expression="2*3")])
-    cfg = AgentConfig(use_router=False, max_steps=1, model_partial_answer=False)
+    cfg = AgentConfig(use_router=False, routing_rules=False, max_steps=1, model_partial_answer=False)
     result = _run(Agent(eng, _registry(), config=cfg), _req("q"))
     assert result.partial and len(eng.calls) == 1 and "2*3 = 6" in result.answer
 

@@ -1,0 +1,165 @@
+"""Live mode of the maintenance jobs: the shard deployments of a running Ray Serve app.
+
+``connect`` finds the cluster (in this order)::
+
+    already connected in this process (a test, a notebook)   -> use it, leave it running
+    LiveOptions.address (--ray-address), else $RAY_ADDRESS     -> ray.init(address=...)
+    a raylet on this machine started with temp_dir             -> ray.init(address=its GCS address)
+
+The last one is how ``recallserve up`` (an embedded Ray with ``ray.temp_dir``, default
+``.recallserve/ray``) is found without guessing among other clusters on the machine; under
+``ray job submit`` Ray sets ``RAY_ADDRESS`` for the driver. Each shard ``i`` is the deployment
+``memory_shard_<i>`` of the app; :class:`LiveShardAccess` calls its ``page`` / ``apply`` /
+``neighbours`` / ``snapshot`` / ``stats`` methods through the handle and waits for each result,
+so a job keeps its one-batch-at-a-time order and its checkpoints mean what they say.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from memory_shards import EmbeddedRecord, MemoryRecord
+
+from ._common import JobError, LiveOptions
+
+__all__ = ["LiveCluster", "LiveShardAccess", "connect", "find_local_cluster"]
+
+_SHARD_NAME = re.compile(r"memory_shard_(\d+)")
+
+
+def find_local_cluster(temp_dir: Path) -> str | None:
+    """GCS address of a running raylet on this machine whose ``--temp_dir`` is ``temp_dir``, or None."""
+    import psutil
+
+    want = f"--temp_dir={Path(temp_dir).expanduser().resolve()}"
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            cmdline = proc.info["cmdline"] or []
+        except (psutil.AccessDenied, psutil.NoSuchProcess):
+            continue
+        if not cmdline or not os.path.basename(cmdline[0]).startswith("raylet"):
+            continue
+        args = " ".join(cmdline).split(" ")
+        if want not in args:
+            continue
+        for arg in args:
+            if arg.startswith("--gcs-address="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+class LiveShardAccess:
+    """:class:`~deployments.jobs._shard_access.ShardAccess` over one shard deployment's handle."""
+
+    def __init__(self, handle: Any, index: int, timeout_s: float) -> None:
+        self._handle = handle
+        self.index = index
+        self._timeout_s = timeout_s
+
+    def _call(self, method: str, *args: Any) -> Any:
+        from ray.exceptions import RayError
+        from ray.serve.exceptions import RayServeException
+
+        try:
+            return getattr(self._handle, method).remote(*args).result(timeout_s=self._timeout_s)
+        except (RayError, RayServeException, TimeoutError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise JobError(f"shard {self.index}: {method} failed ({type(exc).__name__}: {first[:200]}); "
+                           "rerun the same command to resume from the checkpoint") from None
+
+    def count(self) -> int:
+        return int(self._call("stats")["records"])
+
+    def page(self, after_id: str | None, limit: int) -> list[EmbeddedRecord]:
+        return self._call("page", after_id, limit)
+
+    def apply(self, deletes: Mapping[str, Sequence[str]], upserts: Sequence[EmbeddedRecord], expected: Mapping[str, str],
+              touches: Mapping[str, float] | None = None, all_or_nothing: bool = False) -> dict[str, list[str]]:
+        return self._call("apply", {t: list(ids) for t, ids in deletes.items()}, list(upserts), dict(expected),
+                          None if touches is None else dict(touches), all_or_nothing)
+
+    def neighbours(self, record_id: str, k: int, threshold: float) -> list[MemoryRecord]:
+        return self._call("neighbours", record_id, k, threshold)
+
+    def snapshot(self) -> None:
+        self._call("snapshot")
+
+
+class LiveCluster:
+    """The app's shard deployments on a connected cluster."""
+
+    def __init__(self, opts: LiveOptions) -> None:
+        from ray import serve
+        from ray.serve.exceptions import RayServeException
+
+        self._opts = opts
+        try:
+            apps = serve.status().applications
+        except RayServeException as exc:
+            raise JobError(f"live: Ray Serve is not running on this cluster ({exc}); start it with `recallserve up`") from None
+        app = apps.get(opts.app)
+        if app is None:
+            running = ", ".join(sorted(apps)) or "none"
+            raise JobError(f"app: no Serve application {opts.app!r} on this cluster (running: {running}); pass --app NAME")
+        state = str(getattr(app.status, "value", app.status))
+        if state != "RUNNING":
+            raise JobError(f"app: Serve application {opts.app!r} is {state}, not RUNNING; wait for it or fix it first")
+        self.available = sorted(int(m.group(1)) for name in app.deployments if (m := _SHARD_NAME.fullmatch(name)))
+        if not self.available:
+            raise JobError(f"app: Serve application {opts.app!r} has no memory_shard_<i> deployments")
+
+    def shard_indices(self, num_shards: int | None) -> list[int]:
+        """Shards to process: ``0..num_shards-1`` (all must be deployed) or every deployed one."""
+        if num_shards is None:
+            return list(self.available)
+        missing = [i for i in range(num_shards) if i not in self.available]
+        if missing:
+            raise JobError(f"num_shards: app {self._opts.app!r} lacks shard deployments {missing} (it has {self.available})")
+        return list(range(num_shards))
+
+    @contextlib.contextmanager
+    def shard(self, index: int) -> Iterator[LiveShardAccess]:
+        """Access to shard ``index`` through its deployment handle."""
+        from ray import serve
+
+        from deployments.memory import shard_deployment_name
+
+        handle = serve.get_deployment_handle(shard_deployment_name(index), app_name=self._opts.app)
+        yield LiveShardAccess(handle, index, self._opts.call_timeout_s)
+
+
+@contextlib.contextmanager
+def connect(opts: LiveOptions) -> Iterator[LiveCluster]:
+    """Connect to the running cluster (see the module docstring); disconnect on exit if we connected.
+
+    Raises:
+        JobError: no cluster found or reachable, Serve not running, the app missing or not running.
+    """
+    if opts.auth_disabled:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    # NOTE: Ray would otherwise print usage-stats prompts and try to reach the network.
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    ours = False
+    if not ray.is_initialized():
+        address = opts.address or os.environ.get("RAY_ADDRESS") or find_local_cluster(opts.temp_dir)
+        if not address:
+            raise JobError(f"live: no running Ray cluster found (no raylet with temp dir {opts.temp_dir}, no RAY_ADDRESS); "
+                           "start it with `recallserve up` or pass --ray-address")
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise JobError(f"live: cannot connect to the Ray cluster at {address}: {str(exc).splitlines()[0][:200]}") from None
+        ours = True
+    try:
+        yield LiveCluster(opts)
+    finally:
+        if ours:
+            ray.shutdown()

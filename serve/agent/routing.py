@@ -1,0 +1,211 @@
+"""Routing rules: decide from a tool's declared evidence whether a question needs it.
+
+Each :class:`Tool` may carry a :class:`RoutingHint`: case-insensitive regexes over the question
+(and the OCR text of attached images) saying when the tool applies. The rules decide before any
+model call, in microseconds, and deterministically:
+
+* a tool is a **candidate** when every ``requires`` pattern matches (entity evidence such as a
+  6-digit order id) and, if it has ``keywords``, at least one keyword matches;
+* its **score** is ``2 * len(requires) + (1 if a keyword matched) + #prefer patterns matched``:
+  an extracted entity outweighs a keyword, ``prefer`` breaks ties between tools that take the
+  same entity (``batch_info`` vs ``orders_by_batch``);
+* the first loop step must call one of the top-scored candidates (no final answer yet), later
+  steps may call any candidate or answer;
+* values found by a ``bind`` pattern become the argument's ``enum`` in the decoding grammar, so
+  the model copies ids from the text and cannot invent or pad them; an optional argument with
+  no value in the text is left out of the grammar (no invented SKU filter).
+
+Direct answers (no loop) follow from the same hints:
+
+* the best match is a tool outside the tenant's scopes (``cancel_order`` without
+  ``orders:write``) scoring at least as high as any allowed one -> answer directly, saying the
+  action is not available (the tool's scope never widens);
+* no candidate, but a ``near_miss`` pattern matched (``order 10423``: 5 digits) -> answer
+  directly and ask for the id;
+* no candidate and every allowed tool has a hint -> nothing to look up: answer from the recalled
+  memories and the model's knowledge.
+
+When an allowed tool has no hint (an HTTP tool from config without one) and nothing matched,
+the rules are ``undecided`` and the router model (or the loop with every tool) decides.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, field_validator
+
+from serve._base import StrictModel
+
+if TYPE_CHECKING:
+    from serve.agent.tools import Tool
+
+__all__ = ["RoutingHint", "RuleDecision", "route_by_rules", "bind_schema"]
+
+
+@lru_cache(maxsize=512)
+def _rx(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.IGNORECASE)
+
+
+def _check_patterns(values: Sequence[str], field: str) -> None:
+    for i, p in enumerate(values):
+        try:
+            re.compile(p)
+        except re.error as exc:
+            raise ValueError(f"{field}[{i}]: invalid regex {p!r}: {exc}") from None
+
+
+class RoutingHint(StrictModel):
+    """When a question calls for a tool (all patterns are case-insensitive Python regexes)."""
+
+    requires: list[str] = Field(
+        default_factory=list, max_length=4,
+        description="Entity patterns that must all match for the tool to be a candidate (each adds 2 to its score).",
+    )
+    keywords: list[str] = Field(
+        default_factory=list, max_length=32,
+        description="If not empty, at least one must match too (adds 1 to the score).",
+    )
+    prefer: list[str] = Field(
+        default_factory=list, max_length=32,
+        description="Each pattern that matches adds 1: ranks tools that take the same entity.",
+    )
+    bind: dict[str, str] = Field(
+        default_factory=dict, max_length=8,
+        description="Argument -> pattern; the values found become the argument's enum in the grammar "
+        "(group 1 if the pattern has a group, else the whole match).",
+    )
+    near_miss: list[str] = Field(
+        default_factory=list, max_length=8,
+        description="Patterns of a malformed version of the entity (e.g. a 5-digit order id): answer directly and ask.",
+    )
+
+    @field_validator("requires", "keywords", "prefer", "near_miss")
+    @classmethod
+    def _compile(cls, v: list[str], info: Any) -> list[str]:
+        _check_patterns(v, info.field_name)
+        return v
+
+    @field_validator("bind")
+    @classmethod
+    def _compile_bind(cls, v: dict[str, str]) -> dict[str, str]:
+        for arg, p in v.items():
+            _check_patterns([p], f"bind.{arg}")
+        return v
+
+    def score(self, text: str) -> int | None:
+        """The tool's score for ``text``, or None when it is not a candidate."""
+        if not all(_rx(p).search(text) for p in self.requires):
+            return None
+        keyword = any(_rx(p).search(text) for p in self.keywords)
+        if self.keywords and not keyword:
+            return None
+        return 2 * len(self.requires) + int(keyword) + sum(1 for p in self.prefer if _rx(p).search(text))
+
+    def bindings(self, text: str) -> dict[str, list[str]]:
+        """Argument -> distinct values found in ``text`` (in order of appearance); absent args are omitted."""
+        out: dict[str, list[str]] = {}
+        for arg, p in self.bind.items():
+            rx = _rx(p)
+            found = [m.group(1) if rx.groups else m.group(0) for m in rx.finditer(text)]
+            values = list(dict.fromkeys(v for v in found if v))
+            if values:
+                out[arg] = values
+        return out
+
+    def near_missed(self, text: str) -> bool:
+        """Whether a malformed version of the tool's entity is in ``text``."""
+        return any(_rx(p).search(text) for p in self.near_miss)
+
+
+class RuleDecision(StrictModel):
+    """What the rules decided for one question."""
+
+    route: Literal["direct", "tools", "undecided"] = Field(description="direct / tools / leave it to the model.")
+    tools: list[str] = Field(default_factory=list, description="Tools the loop may call, best first.")
+    first_step: list[str] = Field(default_factory=list, description="The first step must call one of these.")
+    bindings: dict[str, dict[str, list[str]]] = Field(
+        default_factory=dict, description="tool -> argument -> the values the grammar allows."
+    )
+    scores: dict[str, int] = Field(default_factory=dict, description="Score of every matching tool (scopes ignored).")
+    reason: str = Field(default="", description="Why, in one line.")
+
+
+def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[Tool] = ()) -> RuleDecision:
+    """Decide from the tools' hints (see the module docstring for the rules).
+
+    Args:
+        text: the question, plus the OCR text of attached images.
+        allowed: the tenant's tools (name -> tool).
+        every_tool: all tools of the server, so that a request for an action outside the
+            tenant's scopes is recognised (and answered directly) instead of being mapped to
+            the nearest allowed tool.
+    """
+    scores: dict[str, int] = {}
+    outside: dict[str, Tool] = {}
+    for tool in list(allowed.values()) + [t for t in every_tool if t.name not in allowed]:
+        if tool.routing is None:
+            continue
+        s = tool.routing.score(text)
+        if s is not None:
+            scores[tool.name] = s
+            if tool.name not in allowed:
+                outside[tool.name] = tool
+    inside = {n: s for n, s in scores.items() if n in allowed}
+    best_out = max((scores[n] for n in outside), default=None)
+    best_in = max(inside.values(), default=None)
+    if best_out is not None and (best_in is None or best_out >= best_in):
+        name = max(outside, key=lambda n: scores[n])
+        return RuleDecision(route="direct", scores=scores,
+                            reason=f"asks for {name}, which needs scope {outside[name].scope!r} this tenant lacks")
+    if best_in is not None:
+        ranked = sorted(inside, key=lambda n: (-inside[n], n))
+        first = [n for n in ranked if inside[n] == best_in]
+        bindings = {}
+        for n in ranked:
+            hint = allowed[n].routing
+            assert hint is not None
+            if hint.bind:
+                bindings[n] = hint.bindings(text)
+        return RuleDecision(route="tools", tools=ranked, first_step=first, bindings=bindings, scores=scores,
+                            reason=f"matched {', '.join(f'{n}={inside[n]}' for n in ranked)}")
+    missed = [t.name for t in allowed.values() if t.routing is not None and t.routing.near_missed(text)]
+    if missed:
+        return RuleDecision(route="direct", scores=scores,
+                            reason=f"a malformed id for {', '.join(missed)}: ask the user for it")
+    unhinted = [t.name for t in allowed.values() if t.routing is None]
+    if unhinted:
+        return RuleDecision(route="undecided", tools=unhinted, scores=scores,
+                            reason=f"no rule matched; {', '.join(unhinted)} have no routing hint")
+    return RuleDecision(route="direct", scores=scores, reason="no tool's rule matched: nothing to look up")
+
+
+def bind_schema(args_schema: dict[str, Any], declared: Iterable[str], found: Mapping[str, list[str]]) -> dict[str, Any]:
+    """``args_schema`` with the hint's bound arguments narrowed to the values found in the text.
+
+    A declared argument with values becomes ``{"enum": values}`` (a value that only fits the
+    parameter's pattern in upper case, ``b-2207`` for ``^B-\\d{4}$``, is offered upper-cased);
+    a declared optional argument without values is removed; a required one without values and
+    every undeclared argument are left as they are (validation still checks them in code).
+    """
+    props = dict(args_schema.get("properties", {}))
+    required = set(args_schema.get("required", []))
+    for arg in declared:
+        if arg not in props:
+            continue
+        values = found.get(arg)
+        if values:
+            pattern = props[arg].get("pattern")
+            fixed = []
+            for v in values:
+                if pattern and not re.search(pattern, v) and re.search(pattern, v.upper()):
+                    v = v.upper()
+                fixed.append(v)
+            props[arg] = {"enum": list(dict.fromkeys(fixed))}
+        elif arg not in required:
+            del props[arg]
+    return {**args_schema, "properties": props}

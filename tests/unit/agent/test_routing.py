@@ -1,0 +1,160 @@
+"""Routing rules: decisions over the shipped question sets, argument binding, and how the loop
+uses them (forced first call, grammar enums, direct answers, undecided -> router model)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from importlib import resources
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from serve._base import StrictModel
+from serve.agent import Agent, AgentConfig, AgentRequest, Tool, ToolRegistry, builtin_tools, default_registry
+from serve.agent.demo import DemoWorld, demo_tools
+from serve.agent.demo.tools import DEMO_SCOPES
+from serve.agent.routing import RoutingHint, bind_schema, route_by_rules
+from tests.unit.agent.conftest import ScriptedEngine, call, final, route
+
+
+def _questions(name: str) -> list[dict[str, Any]]:
+    return json.loads(resources.files("serve.agent.demo").joinpath(name).read_text(encoding="utf-8"))
+
+
+def _rule_pass(q: dict[str, Any]) -> bool:
+    reg = default_registry()
+    d = route_by_rules(q["q"], reg.for_scopes(DEMO_SCOPES), reg.all())
+    if q["tool"] is None:
+        return d.route == "direct"
+    return d.route == "tools" and q["tool"] in d.first_step
+
+
+@pytest.mark.parametrize("q", _questions("questions.json"), ids=lambda q: q["q"][:40])
+def test_rules_route_every_tuned_question(q: dict[str, Any]) -> None:
+    assert _rule_pass(q)
+
+
+def test_rules_generalise_to_the_held_out_questions() -> None:
+    # NOTE: questions_holdout.json was written by someone who never saw the rules or the tuned
+    # questions; the rules were not changed after their first run on it (39/40; the miss is a
+    # refund request, for which no tool exists, routed to order_status).
+    qs = _questions("questions_holdout.json")
+    passed = sum(_rule_pass(q) for q in qs)
+    assert passed >= 39, f"{passed}/{len(qs)}"
+
+
+def test_bindings_offer_only_ids_from_the_text() -> None:
+    reg = default_registry()
+    d = route_by_rules("status of order #104208 and 104233?", reg.for_scopes(DEMO_SCOPES), reg.all())
+    assert d.first_step == ["order_status"]
+    assert d.bindings["order_status"] == {"order_id": ["104208", "104233"]}
+
+
+def test_ocr_style_lowercase_ids_are_upper_cased_in_the_grammar() -> None:
+    tool = next(t for t in demo_tools(DemoWorld()) if t.name == "batch_info")
+    assert tool.routing is not None
+    found = tool.routing.bindings("when was b-2207 produced?")
+    schema = bind_schema(tool.args_schema, tool.routing.bind, found)
+    assert schema["properties"]["batch"] == {"enum": ["B-2207"]}
+
+
+def test_unmentioned_optional_argument_is_left_out_of_the_grammar() -> None:
+    tool = next(t for t in demo_tools(DemoWorld()) if t.name == "inventory_changes")
+    assert tool.routing is not None
+    text = "stock changes between 2025-03-01 and 2025-03-31"
+    schema = bind_schema(tool.args_schema, tool.routing.bind, tool.routing.bindings(text))
+    assert "sku" not in schema["properties"]
+    assert schema["properties"]["start_date"] == {"enum": ["2025-03-01", "2025-03-31"]}
+
+
+def test_action_outside_the_scopes_is_answered_directly() -> None:
+    reg = default_registry()
+    d = route_by_rules("Please cancel order 104261", reg.for_scopes(DEMO_SCOPES), reg.all())
+    assert d.route == "direct" and "orders:write" in d.reason
+    granted = reg.for_scopes([*DEMO_SCOPES, "orders:write"])
+    d2 = route_by_rules("Please cancel order 104261", granted, reg.all())
+    assert d2.route == "tools" and "cancel_order" in d2.first_step
+
+
+def test_malformed_id_is_answered_directly() -> None:
+    reg = default_registry()
+    d = route_by_rules("is order 10423 delivered?", reg.for_scopes(DEMO_SCOPES), reg.all())
+    assert d.route == "direct" and "malformed" in d.reason
+
+
+def test_bad_hint_regex_names_the_field() -> None:
+    with pytest.raises(ValidationError, match=r"keywords\[1\]"):
+        RoutingHint(keywords=["ok", "(unclosed"])
+    with pytest.raises(ValidationError, match=r"bind\.order_id"):
+        RoutingHint(bind={"order_id": "[oops"})
+
+
+def _registry(extra: list[Tool] = ()) -> ToolRegistry:
+    reg = ToolRegistry(builtin_tools() + demo_tools(DemoWorld()))
+    for t in extra:
+        reg.register(t)
+    return reg
+
+
+def _run(agent: Agent, text: str) -> Any:
+    req = AgentRequest.from_messages("t1", [{"role": "user", "content": text}], scopes=DEMO_SCOPES)
+    return asyncio.run(agent.run(req))
+
+
+def _alternatives(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    return schema.get("anyOf", [schema])
+
+
+def test_loop_forces_the_first_call_and_binds_the_id() -> None:
+    eng = ScriptedEngine([call("order_status", order_id="104208"), final("shipped")])
+    result = _run(Agent(eng, _registry(), config=AgentConfig(use_router=True)), "Where is order 104208?")
+    assert result.route.source == "rules" and result.route.first_step == ["order_status"]
+    first = _alternatives(eng.calls[0][1].json_schema)
+    assert all(alt["properties"]["type"].get("const") != "final" for alt in first)  # must call
+    single = [a for a in first if a["properties"]["type"].get("const") == "tool_call"]
+    assert [a["properties"]["name"]["const"] for a in single] == ["order_status"]
+    assert single[0]["properties"]["args"]["properties"]["order_id"] == {"enum": ["104208"]}
+    second = _alternatives(eng.calls[1][1].json_schema)
+    assert any(alt["properties"]["type"].get("const") == "final" for alt in second)
+    assert result.tool_calls[0].status == "ok" and result.answer == "shipped"
+    assert len(eng.calls) == 2  # no router-model call
+
+
+def test_loop_answers_small_talk_without_tools_or_router_call() -> None:
+    eng = ScriptedEngine([final("Hello!")])
+    result = _run(Agent(eng, _registry(), config=AgentConfig(use_router=True)), "Good morning!")
+    assert result.route.route == "direct" and result.route.source == "rules"
+    assert result.finish_reason == "direct" and not result.tool_calls and len(eng.calls) == 1
+    assert _alternatives(eng.calls[0][1].json_schema)[0]["properties"]["type"] == {"const": "final"}
+
+
+def test_undecided_rules_ask_the_router_model() -> None:
+    class Args(StrictModel):
+        city: str
+
+    weather = Tool("weather", "Weather of a city.", Args, lambda a, c: {"sunny": True}, "basic")
+    eng = ScriptedEngine([route("tools", "weather"), call("weather", city="Oslo"), final("sunny")])
+    result = _run(Agent(eng, _registry([weather]), config=AgentConfig(use_router=True)), "Is it nice outside in Oslo?")
+    assert result.route.source == "router" and result.route.tools == ["weather"]
+    assert result.tool_calls[0].name == "weather"
+
+
+def test_rules_off_keeps_the_model_router() -> None:
+    eng = ScriptedEngine([route("direct"), final("hi")])
+    result = _run(Agent(eng, _registry(), config=AgentConfig(routing_rules=False)), "Where is order 104208?")
+    assert result.route.source == "router" and result.route.route == "direct"
+
+
+def test_http_tool_config_takes_a_routing_hint() -> None:
+    from serve.agent import HttpToolConfig, build_http_tool
+
+    cfg = HttpToolConfig.model_validate({
+        "name": "stock_price", "description": "Price of a ticker.", "url_template": "http://127.0.0.1:9/p/{ticker}",
+        "params": {"ticker": {"type": "string", "pattern": "^[A-Z]{1,5}$"}}, "scope": "basic",
+        "routing": {"requires": [r"\$[A-Z]{1,5}\b"], "bind": {"ticker": r"\$([A-Z]{1,5})\b"}},
+    })
+    tool = build_http_tool(cfg)
+    assert isinstance(tool.routing, RoutingHint) and tool.routing.bindings("price of $ACME?") == {"ticker": ["ACME"]}
+    assert issubclass(tool.params, BaseModel)
