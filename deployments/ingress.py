@@ -26,6 +26,7 @@ from serve.api.app import create_app
 from serve.api.auth import Authenticator
 from serve.agent import Agent, default_registry
 from serve.context import ContextManager, LLMSummariser, SessionStore
+from serve.context import build_router as build_session_router
 from serve.experience import ExperienceService
 from serve.experience import build_router as build_experience_router
 from serve.memory_api import build_router as build_memory_router
@@ -135,5 +136,6 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
             log.info("agent prompt prefix warmed in %.1f s", seconds)
 
     app = create_app(pipeline, auth, health=health, on_startup=[warm_up],
-                     routers=[build_memory_router(backend, auth), build_experience_router(experiences, auth)])
+                     routers=[build_memory_router(backend, auth), build_experience_router(experiences, auth),
+                              build_session_router(context, auth)])
     return app, backend

@@ -177,8 +177,9 @@ class MemoryShardDeployment(PlacementInfo):
         out = self._shard.shard.apply_if_unchanged(deletes, upserts, expected, touches, all_or_nothing)
         for record_id in out["deleted"]:
             self._shard.lexical.remove(record_id)
-        written = {it.record.id: it.record for it in upserts}
-        self._shard.lexical.add_many((written[i].tenant, i, lexical_text(written[i])) for i in out["upserted"])
+        # NOTE: index what the shard holds now (a user write may already have replaced the job's).
+        current = [r for i in out["upserted"] if (r := self._shard.shard.record(i)) is not None]
+        self._shard.lexical.add_many((r.tenant, r.id, lexical_text(r)) for r in current)
         return out
 
     async def neighbours(self, record_id: str, k: int, threshold: float) -> list[MemoryRecord]:

@@ -26,6 +26,7 @@ same per-batch code runs offline and while the cluster serves. A live run checkp
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import time
@@ -281,9 +282,7 @@ def run_access_job(
         scope: Callable[[int], contextlib.AbstractContextManager[ShardAccess]]
         if live is None:
             indices = discover_shards(opts.data_dir, opts.num_shards)
-
-            def scope(index: int) -> contextlib.AbstractContextManager[ShardAccess]:
-                return _local_scope(opts, index)
+            scope = functools.partial(_local_scope, opts)
         else:
             from deployments.jobs import _live
 

@@ -113,15 +113,25 @@ def step_schema(tools: ToolSet, *, allow_parallel: bool, allow_final: bool = Tru
     narrow those arguments to the found values; see :func:`serve.agent.routing.bind_schema`.
     """
     alts: list[dict[str, Any]] = []
+    args: dict[str, dict[str, Any]] = {}
     for name, tool in tools.items():
         schema = tool.args_schema
         if bindings is not None and tool.routing is not None and tool.routing.bind:
             schema = bind_schema(schema, tool.routing.bind, bindings.get(name, {}))
+        args[name] = _grammar_args(schema)
         alts.append(_obj({"thought": _thought(), "type": {"const": "tool_call"}, "name": {"const": name},
-                          "args": _grammar_args(schema)}))
+                          "args": args[name]}))
     if allow_parallel and len(tools) >= 1:
-        call = _obj({"id": {"type": "string", "pattern": "^c[1-9]$"}, "name": {"enum": list(tools)},
-                     "args": {"type": "object"}})
+        if bindings is not None:
+            # NOTE: with routing bindings each parallel call carries its tool's (bound) argument
+            # schema; measured: with free-form args the model added a second call with an
+            # invented customer id. Without bindings the items stay generic (a smaller grammar).
+            items = [_obj({"id": {"type": "string", "pattern": "^c[1-9]$"}, "name": {"const": n}, "args": a})
+                     for n, a in args.items()]
+            call: dict[str, Any] = items[0] if len(items) == 1 else {"anyOf": items}
+        else:
+            call = _obj({"id": {"type": "string", "pattern": "^c[1-9]$"}, "name": {"enum": list(tools)},
+                         "args": {"type": "object"}})
         alts.append(_obj({"thought": _thought(), "type": {"const": "tool_calls"},
                           "calls": {"type": "array", "items": call, "minItems": 2, "maxItems": MAX_PARALLEL_CALLS}}))
     if allow_final or not alts:

@@ -187,9 +187,9 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
 def bind_schema(args_schema: dict[str, Any], declared: Iterable[str], found: Mapping[str, list[str]]) -> dict[str, Any]:
     """``args_schema`` with the hint's bound arguments narrowed to the values found in the text.
 
-    A declared argument with values becomes ``{"enum": values}`` (a value that only fits the
-    parameter's pattern in upper case, ``b-2207`` for ``^B-\\d{4}$``, is offered upper-cased);
-    a declared optional argument without values is removed; a required one without values and
+    A declared argument with values becomes ``{"enum": values}`` and required (a value that only
+    fits the parameter's pattern in upper case, ``b-2207`` for ``^B-\\d{4}$``, is offered
+    upper-cased); a declared optional argument without values is removed; a required one without values and
     every undeclared argument are left as they are (validation still checks them in code).
     """
     props = dict(args_schema.get("properties", {}))
@@ -206,6 +206,12 @@ def bind_schema(args_schema: dict[str, Any], declared: Iterable[str], found: Map
                     v = v.upper()
                 fixed.append(v)
             props[arg] = {"enum": list(dict.fromkeys(fixed))}
+            # NOTE: the user named the value (a SKU filter, say): the call must use it. Measured:
+            # the 1.5B model otherwise drops an optional filter the question states.
+            required.add(arg)
         elif arg not in required:
             del props[arg]
-    return {**args_schema, "properties": props}
+    out = {**args_schema, "properties": props}
+    if required:
+        out["required"] = [a for a in props if a in required]
+    return out

@@ -18,6 +18,7 @@ from serve.context._manager import ContextManager
 from serve.context._retrieval import Embed
 from serve.context._store import SessionStore, default_store_path
 from serve.context._summary import ExtractiveSummariser, LLMSummariser, Summariser
+from serve.context.router import EntityOut, SessionOut, SummaryRefreshOut, build_router
 from serve.context._types import (
     DEFAULT_RETENTION,
     AutoSignals,
@@ -37,6 +38,10 @@ from serve.context._types import (
 )
 
 __all__ = [
+    "build_router",
+    "SessionOut",
+    "EntityOut",
+    "SummaryRefreshOut",
     "ContextManager",
     "ContextConfig",
     "ContextResult",

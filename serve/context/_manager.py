@@ -172,6 +172,10 @@ class ContextManager:
             summary_covers_until=fresh.summary.until_seq, latency_ms=elapsed * 1000.0,
         )
 
+    def is_refreshing(self, session_id: str) -> bool:
+        """Whether a summary refresh of ``session_id`` is running in this process."""
+        return session_id in self._running
+
     async def refresh_summary(self, session: Session, *, force: bool = False) -> SummaryState | None:
         """Fold the due messages into the rolling summary; None when not due or already running.
 

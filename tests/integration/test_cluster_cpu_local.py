@@ -11,6 +11,7 @@ import pytest
 
 from deployments import runner
 from deployments.config import AppConfig, load_config
+from deployments.ingress import engine_facts
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -23,6 +24,8 @@ def cluster(work_dir: Path, port: int) -> Iterator[AppConfig]:
             "server": {"port": port},
             "ray": {"temp_dir": str(work_dir / "ray"), "num_cpus": 8, "num_gpus": 0},
             "memory": {"data_dir": str(work_dir / "memory")},
+            # NOTE: a 2-message recent window so that two chat turns leave one to summarise.
+            "context": {"summary_keep_recent": 2, "summary_max_tokens": 200},
         },
     )
     runner.prepare_models(config, progress=False)
@@ -146,3 +149,30 @@ def test_demo_question_with_photo_recalls_and_calls_a_tool(cluster: AppConfig) -
           f"calls={[(c['name'], c['status']) for c in agent['tool_calls']]}\n{reply.json()['choices'][0]['message']['content']}")
     assert agent["memory_hits"], "the demo question recalled no past ticket"
     assert any(c["status"] in ("ok", "cached") for c in agent["tool_calls"]), agent["tool_calls"]
+
+
+def test_rolling_summary_through_the_summariser_deployment(cluster: AppConfig) -> None:
+    """Context-mode's rolling summary written by the real summariser deployment (forced refresh)."""
+    import httpx
+
+    base = f"http://127.0.0.1:{cluster.server.port}/v1"
+    auth = {"Authorization": "Bearer sk-local"}
+    for text in ("My order 104208 arrived with a cracked water tank. I must not be called before 10am.",
+                 "Which spare part do I need?"):
+        r = httpx.post(f"{base}/chat/completions", headers=auth, timeout=300, json={
+            "model": "recallserve", "user": "u-sum", "max_tokens": 24, "temperature": 0,
+            "metadata": {"session_id": "sum-1", "agent": "off"}, "messages": [{"role": "user", "content": text}]})
+        assert r.status_code == 200, r.text
+    start = time.perf_counter()
+    r = httpx.post(f"{base}/sessions/sum-1/summary", params={"user": "u-sum"}, headers=auth, timeout=600)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    print(f"summary in {time.perf_counter() - start:.1f} s by {out['summary']['summariser']}: {out['summary']['text']!r}")
+    assert out["refreshed"] and out["summary"]["until_seq"] == 1
+    assert out["summary"]["summariser"] == engine_facts(cluster.summariser.engine)[0]
+    # The summariser prompt keeps ids verbatim; the entity table keeps them whatever the model wrote.
+    assert "104208" in out["summary"]["text"]
+    session = httpx.get(f"{base}/sessions/sum-1", params={"user": "u-sum"}, headers=auth).json()
+    assert session["summary"] == out["summary"] and "104208" in {e["value"] for e in session["entities"]}
+    assert httpx.get(f"{base}/sessions/sum-1", params={"user": "u-sum"},
+                     headers={"Authorization": "Bearer sk-other"}).status_code == 404
