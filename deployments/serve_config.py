@@ -76,21 +76,16 @@ def _k8s_args(config: AppConfig, data_dir: str) -> dict[str, Any]:
 
 
 def app_deployment_names(config: AppConfig) -> list[str]:
-    """Names of the deployments that ``build_app(config)`` really binds, in bind order.
+    """Names of the deployments that ``build_app(config)`` binds (ingress first, as in the config).
 
     Ray Serve rejects a config whose ``deployments`` list names a deployment the application does
-    not contain ("Deployment 'x' does not exist"), so the overrides are limited to these. Built
-    offline (no cluster needed) with Ray's own application builder.
-
-    NOTE: ``ray.serve._private.build_app`` is Ray-internal (checked against Ray 2.60); the unit
-    tests fail loudly if it moves.
+    not contain ("Deployment 'x' does not exist"), so the overrides are limited to these. They
+    come from the same config method ``build_app`` binds from (public API only); the unit tests
+    cross-check them against Ray's own application builder.
     """
-    from ray.serve._private.build_app import build_app as _ray_build
+    from deployments.app import deployment_names
 
-    from deployments.app import build_app
-
-    built = _ray_build(build_app(config), name=config.name)
-    return [d.name for d in built.deployments]
+    return deployment_names(config)
 
 
 def dropped_auth_keys(config: AppConfig, target: Target) -> int:

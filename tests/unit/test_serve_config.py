@@ -57,7 +57,7 @@ def test_every_profile_renders_and_round_trips(profile: str, target: str) -> Non
     # The deployments list holds the options of exactly the deployments the app binds.
     expected = {name: opts.to_ray_options() for name, opts in config.deployment_options().items()}
     names = [d["name"] for d in app["deployments"]]
-    assert names == app_deployment_names(config)
+    assert names == app_deployment_names(config) and sorted(names) == sorted(_ray_built_names(config))
     assert "ingress" in names and set(names) <= set(expected)
     for dep in app["deployments"]:
         assert {k: v for k, v in dep.items() if k != "name"} == expected[dep["name"]]
@@ -152,3 +152,13 @@ def test_chart_renders_are_in_sync_with_profiles(profile: str) -> None:
         f"{path.relative_to(ROOT)} is stale: run `recallserve serve-config --profile {profile} "
         f"--target kubernetes --out {path.relative_to(ROOT)}`"
     )
+
+
+def _ray_built_names(config: AppConfig) -> list[str]:
+    """What Ray's own (internal) builder makes of ``build_app(config)``: the cross-check of
+    ``app_deployment_names``. Test-only use of ``ray.serve._private``; it fails loudly if it moves."""
+    from ray.serve._private.build_app import build_app as ray_build
+
+    from deployments.app import build_app
+
+    return [d.name for d in ray_build(build_app(config), name=config.name).deployments]
