@@ -149,6 +149,26 @@ def plan_batches(messages: Sequence[Message], config: ContextConfig) -> list[lis
     return batches
 
 
+def drop_repeated_lines(text: str) -> str:
+    """``text`` without lines that repeat an earlier non-empty line (compared case- and
+    whitespace-insensitively, bullets and bold marks ignored).
+
+    NOTE: measured with the 1.5B summariser on a 60-turn conversation: greedy decoding looped
+    over the same four bullets five times, a third of the summary's tokens; the repeats carry
+    nothing and every later refresh would feed them back in.
+    """
+    seen: set[str] = set()
+    out: list[str] = []
+    for line in text.splitlines():
+        key = " ".join(line.replace("*", "").strip(" -\t").lower().split())
+        if key and key in seen:
+            continue
+        if key:
+            seen.add(key)
+        out.append(line)
+    return "\n".join(out)
+
+
 class LLMSummariser:
     """Summarises with a chat model, off the request path.
 
@@ -180,7 +200,7 @@ class LLMSummariser:
         ]
         params = GenerationParams(max_tokens=max_tokens, temperature=self._temperature)
         result = await self._engine.chat(messages, params)
-        return result.text.strip()
+        return drop_repeated_lines(result.text.strip())
 
 
 class ExtractiveSummariser:

@@ -154,3 +154,13 @@ def test_failed_refresh_is_logged_and_state_kept(tmp_path, caplog: pytest.LogCap
     with caplog.at_level("WARNING"):
         run(go())
     assert "rolling summary failed" in caplog.text
+
+
+def test_llm_summary_loses_repeated_lines_but_keeps_distinct_ones() -> None:
+    from serve.context._summary import drop_repeated_lines
+
+    looped = "- **Returns**:\n  - **Returns within 30 days**\n  - Opened items are fine\n" \
+             "  - **returns within 30 days**\n  -   Opened items are FINE\n\n- Order 104208 (not 104209)\n- Order 104209"
+    assert drop_repeated_lines(looped).splitlines() == [
+        "- **Returns**:", "  - **Returns within 30 days**", "  - Opened items are fine", "",
+        "- Order 104208 (not 104209)", "- Order 104209"]
