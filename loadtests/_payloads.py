@@ -9,7 +9,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-__all__ = ["CHAT_PROMPTS", "chat_body", "memory_write_body", "memory_search_body"]
+__all__ = ["CHAT_PROMPTS", "agent_prompts", "chat_body", "agent_chat_body", "memory_write_body",
+           "memory_search_body"]
 
 # NOTE: short prompts on purpose: on 2 CPU cores prefill dominates, and the load test measures
 # the serving path (routing, batching, queues), not long generations.
@@ -50,11 +51,30 @@ def chat_body(rng: random.Random, model: str, max_tokens: int) -> dict[str, Any]
     }
 
 
+def agent_prompts() -> list[str]:
+    """Customer-service questions for the agent: the demo's tool-choice questions (80: order,
+    batch, ticket, inventory, arithmetic and clock look-ups, plus small talk and manual questions)."""
+    from serve.agent.eval import load_questions
+
+    return [q["q"] for q in load_questions("all")]
+
+
+def agent_chat_body(rng: random.Random, model: str, max_tokens: int, prompts: list[str]) -> dict[str, Any]:
+    """One chat turn through the agent loop (``metadata.agent = auto``: rules, tools, answer)."""
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": rng.choice(prompts)}],
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "metadata": {"agent": "auto"},
+    }
+
+
 def memory_write_body(rng: random.Random) -> dict[str, Any]:
-    """One memory write (shape of serve.memory.MemoryWrite, wrapped in ``items``)."""
+    """One memory write: ``POST /v1/memories`` body (``serve.memory_api.AddMemoriesRequest``)."""
     n = rng.randrange(1_000_000)
     return {
-        "items": [
+        "memories": [
             {
                 "text": rng.choice(_FACTS).format(n=n),
                 "kind": "text",

@@ -28,9 +28,15 @@ from locust import HttpUser, between, events, tag, task
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests._guard import HostRefused, check_host  # noqa: E402
-from loadtests._payloads import chat_body, memory_search_body, memory_write_body  # noqa: E402
+from loadtests._payloads import (  # noqa: E402
+    agent_chat_body,
+    agent_prompts,
+    chat_body,
+    memory_search_body,
+    memory_write_body,
+)
 
-USER_KINDS = ("chat", "memory_write", "memory_search")
+USER_KINDS = ("chat", "agent", "memory_write", "memory_search")
 
 
 def _enabled_kinds() -> set[str]:
@@ -96,6 +102,22 @@ class ChatUser(_RecallUser):
         self._post("/v1/chat/completions", chat_body(self.rng, _MODEL, _MAX_TOKENS))
 
 
+class AgentUser(_RecallUser):
+    """A customer-service user: questions that need a look-up (orders, batches, tickets, stock,
+    arithmetic) or none, answered by the agent loop with tools."""
+
+    weight = 3
+    wait_time = between(1.0, 3.0)
+    _prompts: list[str] = []
+
+    @tag("agent")
+    @task
+    def ask(self) -> None:
+        if not AgentUser._prompts:
+            AgentUser._prompts = agent_prompts()
+        self._post("/v1/chat/completions", agent_chat_body(self.rng, _MODEL, _MAX_TOKENS, AgentUser._prompts))
+
+
 class MemoryWriteUser(_RecallUser):
     """Background ingestion: documents and facts written as memories."""
 
@@ -125,7 +147,8 @@ def _select_users() -> None:
     # not a module-level loop, so no loop variable leaves a second name for a class in the module
     # (locust would see it as a duplicate user class).
     enabled = _enabled_kinds()
-    for kind, cls in {"chat": ChatUser, "memory_write": MemoryWriteUser, "memory_search": MemorySearchUser}.items():
+    users = {"chat": ChatUser, "agent": AgentUser, "memory_write": MemoryWriteUser, "memory_search": MemorySearchUser}
+    for kind, cls in users.items():
         cls.abstract = kind not in enabled
 
 

@@ -38,7 +38,7 @@ __all__ = ["EndpointStats", "parse_stats_csv", "run_locust", "build_report", "to
 
 MAX_USERS = 64
 MIN_RUN_S, MAX_RUN_S = 5, 900
-KINDS = ("chat", "memory_write", "memory_search")
+KINDS = ("chat", "agent", "memory_write", "memory_search")
 
 
 @dataclass(frozen=True)

@@ -78,3 +78,22 @@ def test_autoscale_summary_flags_no_scaling() -> None:
     assert not s["scaled_up"] and not s["scaled_down"]
     stuck = summarise(_timeline([("load", 3), ("cooldown", 3)]), "ingress", 1)
     assert stuck["scaled_up"] and not stuck["scaled_down"]
+
+
+def test_payloads_are_valid_api_bodies() -> None:
+    """Every body the load users send passes the server's own request schemas (no 400s by design)."""
+    import random
+
+    from loadtests._payloads import agent_chat_body, agent_prompts, chat_body, memory_search_body, memory_write_body
+    from serve.api.chat_protocol import ChatCompletionRequest
+    from serve.memory_api.schemas import AddMemoriesRequest, SearchRequest
+
+    rng = random.Random(0)
+    prompts = agent_prompts()
+    assert len(prompts) == 80
+    for _ in range(20):
+        ChatCompletionRequest.model_validate(chat_body(rng, "recallserve", 16))
+        agent = ChatCompletionRequest.model_validate(agent_chat_body(rng, "recallserve", 64, prompts))
+        assert agent.metadata == {"agent": "auto"}
+        AddMemoriesRequest.model_validate(memory_write_body(rng))
+        SearchRequest.model_validate(memory_search_body(rng))
