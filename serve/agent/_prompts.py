@@ -27,7 +27,8 @@ _RULES = """Rules:
 3. Greetings, thanks, small talk, opinions, general knowledge, and questions the recalled memories already answer -> final answer directly, no tool.
 4. Never invent or change ids. If a needed id is missing or malformed, say so in a final answer and ask for it.
 5. Never repeat a call with the same arguments; use the observation you already have.
-6. After the observations you need, give the final answer: short, factual, citing ticket ids or order ids you used."""
+6. After the observations you need, give the final answer: answer every part of the question, short and factual, citing the ticket ids or order ids you used.
+7. When a recalled memory describes the same fault (same error code or symptom), say it happened before, name its ticket and how it was fixed."""
 
 
 def system_prompt(tools: ToolSet) -> str:

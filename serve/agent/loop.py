@@ -321,7 +321,7 @@ class _Run:
                         obs_lines.append(f"Observation({rec.name}): {rec.observation}")
                         yield self._add(step, "observation", obs_lines[-1], rec.elapsed_ms, call_id=rec.id,
                                         status=rec.status)
-                    messages.append(ChatMessage(role="user", content="\n".join(obs_lines)))
+                    messages.append(ChatMessage(role="user", content="\n".join(obs_lines) + self._reminder()))
                     log.info("step %d calls=%s in %.0f ms", step, [(r.name, r.status) for r in records], self._ms(t))
                 else:
                     finish = "max_steps"
@@ -349,6 +349,16 @@ class _Run:
             memory_writes=self._writes(answer),
         )
         yield AgentEvent(type="done", result=result)
+
+    def _reminder(self) -> str:
+        """The question again after the observations.
+
+        NOTE: measured on the demo: after one observation the 1.5B model answered only the last
+        sentence of a three-part question and ignored the recalled tickets (far above in the
+        prompt); restating the question at the end, where small models attend most, fixes that.
+        """
+        memories = " and the recalled memories above" if self.hits else ""
+        return f"\n\nUsing these observations{memories}, answer every part of: {self.question[:600]}"
 
     def _delta(self, text: str) -> AgentEvent:
         if self.first_token_ms is None:

@@ -140,7 +140,7 @@ def test_demo_question_with_photo_recalls_and_calls_a_tool(cluster: AppConfig) -
     start = time.perf_counter()
     reply = httpx.post(
         f"http://127.0.0.1:{cluster.server.port}/v1/chat/completions", headers={"Authorization": "Bearer sk-local"},
-        timeout=900, json={"model": "recallserve", "max_tokens": 256, "metadata": {"agent": "on"}, "messages": [
+        timeout=900, json={"model": "recallserve", "max_tokens": 256, "messages": [
             {"role": "user", "content": [{"type": "text", "text": DEMO_QUESTION},
                                          {"type": "image_url", "image_url": {"url": demo_photo_data_url()}}]}]})
     assert reply.status_code == 200, reply.text
@@ -149,6 +149,9 @@ def test_demo_question_with_photo_recalls_and_calls_a_tool(cluster: AppConfig) -
           f"calls={[(c['name'], c['status']) for c in agent['tool_calls']]}\n{reply.json()['choices'][0]['message']['content']}")
     assert agent["memory_hits"], "the demo question recalled no past ticket"
     assert any(c["status"] in ("ok", "cached") for c in agent["tool_calls"]), agent["tool_calls"]
+    # The routing rules read the batch id from the photo's OCR text and bound it into the grammar.
+    assert agent["route"]["source"] == "rules" and "orders_by_batch" in agent["route"]["tools"], agent["route"]
+    assert any(c["name"] == "orders_by_batch" and c["args"] == {"batch": "B-2207"} for c in agent["tool_calls"])
 
 
 def test_rolling_summary_through_the_summariser_deployment(cluster: AppConfig) -> None:
