@@ -38,6 +38,9 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){3,7}(?: ?[A-Z0-9]{1,4})?\b")),
     ("card", re.compile(r"\b(?:\d{4}[ -]){3}\d{4}\b|\b\d{15,16}\b")),
     ("account", re.compile(r"(?i:\b(?:account|acct|membership|customer)\s*(?:number|no\.?|#|id)?\s*(?::|is|was)?\s*)(\d{6,14})\b")),
+    # A bare number named by its noun ("order 104208", "invoice no. 5531"): an id, not a phone.
+    ("id", re.compile(r"(?i:\b(?:order|ticket|invoice|ref(?:erence)?|case|tracking|booking|reservation|parcel|"
+                      r"shipment|return|rma)\s*(?:number|no\.?|id)?\s*(?::|is|was)?\s*)(#?\d{4,14})\b")),
     ("phone", re.compile(r"(?<![\w-])(?:\+\d{1,3}[\s.-]?)?(?:\(\d{2,4}\)[\s.-]?)?\d{2,4}[\s.-]\d{3,4}[\s.-]?\d{2,4}\b")),
     ("id", re.compile(r"\b(?:[A-Z]{2,6}-?\d{3,}[A-Z0-9]*(?:-[A-Z0-9]+)*|1Z[A-Z0-9]{14,16}|[A-Z]{1,4}\d{2,}[A-Z]\d{2,}[A-Z0-9]*)\b|#\d{4,}\b")),
     ("amount", re.compile(

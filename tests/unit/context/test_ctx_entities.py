@@ -19,6 +19,7 @@ def _pairs(text: str) -> list[tuple[str, str]]:
         ("placed on 2026-03-14 and again on 14th of March 2026", [("date", "2026-03-14"), ("date", "14th of March 2026")]),
         ("It costs 300 dollars, or 12/03/2026 at the latest", [("amount", "300 dollars"), ("date", "12/03/2026")]),
         ("ticket #58210, tracking 1Z999AA10123456784", [("id", "#58210"), ("id", "1Z999AA10123456784")]),
+        ("My order 104208 arrived cracked; invoice no. 5531.", [("id", "104208"), ("id", "5531")]),
         ("the model EL-8735X and serial SN10153386", [("id", "EL-8735X"), ("id", "SN10153386")]),
         ("not before 10:45am or after 6 pm, ideally 14:30", [("time", "10:45am"), ("time", "6 pm"), ("time", "14:30")]),
     ],
