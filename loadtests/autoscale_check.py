@@ -197,7 +197,14 @@ def _configure(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from deployments.engines import LlamaCppConfig
     from deployments.options import AutoscalingOptions
 
-    config = load_config(args.profile, overrides={"server": {"host": "127.0.0.1", "port": args.port}})
+    import tempfile
+
+    # NOTE: a scratch folder for the memory shards, sessions and Ray's files: the check writes
+    # chat turns back to memory and must touch neither a running `recallserve up` nor its data.
+    scratch = tempfile.mkdtemp(prefix="rs-as-")
+    config = load_config(args.profile, overrides={
+        "server": {"host": "127.0.0.1", "port": args.port}, "memory": {"data_dir": f"{scratch}/memory"},
+        "state_dir": f"{scratch}/state", "ray": {"temp_dir": f"{scratch}/ray"}})
     auto = AutoscalingOptions(
         min_replicas=args.min_replicas, max_replicas=args.max_replicas, target_ongoing_requests=args.target_ongoing,
         # NOTE: short delays and windows so that a check fits in a few minutes; production keeps

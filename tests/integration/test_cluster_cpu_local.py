@@ -24,6 +24,7 @@ def cluster(work_dir: Path, port: int) -> Iterator[AppConfig]:
             "server": {"port": port},
             "ray": {"temp_dir": str(work_dir / "ray"), "num_cpus": 8, "num_gpus": 0},
             "memory": {"data_dir": str(work_dir / "memory")},
+            "state_dir": str(work_dir / "state"),  # sessions and experiences of this run only
             # NOTE: a 2-message recent window so that two chat turns leave one to summarise.
             "context": {"summary_keep_recent": 2, "summary_max_tokens": 200},
         },

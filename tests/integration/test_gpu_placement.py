@@ -38,6 +38,7 @@ def test_gpu_profile_placement(profile: str, gpus: int, work_dir: Path, port: in
         "auth": {"keys": {"sk-test": "test"}},
         "embedder": {**base.embedder.model_dump(mode="json"), "device": "cpu"},
         "memory": {**base.memory.model_dump(mode="json"), "data_dir": str(work_dir / f"mem-{profile}")},
+        "state_dir": str(work_dir / f"state-{profile}"),
     }
     for role in ROLES:
         overrides[role] = {"engine": TINY_ENGINE, "deployment": getattr(base, role).deployment.model_dump(mode="json")}
