@@ -249,7 +249,7 @@ class ChatPipeline:
         mode = (req.metadata or {}).get("agent", "auto")
         session_id = turn.session.id if turn.session is not None else (req.metadata or {}).get("session_id")
         return AgentRequest(tenant=ctx.tenant, scopes=list(self.settings.scopes), messages=msgs, mode=mode,  # type: ignore[arg-type]
-                            session_id=session_id)
+                            session_id=session_id, max_answer_tokens=req.requested_max_tokens())
 
     def _agent_meta(self, turn: _Turn, result: AgentResult) -> None:
         turn.meta["agent"] = result.metadata()

@@ -27,7 +27,8 @@ from typing import Any
 
 from serve.agent._cache import TTLCache, cache_key
 from serve.agent._executor import StepExecutor
-from serve.agent._prompts import PARTIAL_INSTRUCTION, RETRY_INSTRUCTION, ROUTER_INSTRUCTION, system_prompt, user_turn
+from serve.agent._prompts import PARTIAL_INSTRUCTION, RETRY_INSTRUCTION, ROUTER_INSTRUCTION, direct_prompt, \
+    system_prompt, user_turn
 from serve.agent._protocol import AnswerStream, ParsedStep, StepParseError, parse_json_object, parse_step, \
     router_schema, step_schema
 from serve.agent.config import AgentConfig
@@ -230,7 +231,8 @@ class _Run:
             rules = route_by_rules(text, tools, self.a.tools.all())
             if rules.route != "undecided":
                 return RouteDecision(route=rules.route, tools=rules.tools, source="rules", first_step=rules.first_step,
-                                     bindings=rules.bindings, reason=rules.reason, elapsed_ms=self._ms(t))
+                                     bindings=rules.bindings, reason=rules.reason, advice=rules.advice,
+                                     elapsed_ms=self._ms(t))
         if not self.cfg.use_router:
             return RouteDecision(route="tools", tools=list(tools), source="mode")
         msgs = base[:-1] + [ChatMessage(role="user", content=base[-1].content + ROUTER_INSTRUCTION)]
@@ -281,8 +283,17 @@ class _Run:
             answer, finish = self._partial_text("the time limit was reached"), "timeout"
         yield self._add(0, "route", f"{route.route} {route.tools}", route.elapsed_ms, route=route.route,
                         tools=route.tools, source=route.source, first_step=route.first_step, reason=route.reason)
+        if answer is None and route.route == "direct":
+            try:
+                async for ev in self._answer_directly(messages, route):
+                    yield ev
+                answer = self._streamed.strip() or self._partial_text("the model returned an empty answer")
+            except _Deadline:
+                finish, answer = "timeout", self._partial_text("the time limit was reached")
+            except EngineError as exc:
+                finish, answer = "engine_error", self._partial_text(f"the model failed ({exc})")
         if answer is None:
-            allowed = toolset.subset(route.tools) if route.route == "tools" else ToolSet([])
+            allowed = toolset.subset(route.tools)
             executor = StepExecutor(allowed, ToolContext(self.req.tenant, frozenset(self.req.scopes), self.a.memory),
                                     self.a.cache, self.cfg.observation_max_chars)
             parallel = self.cfg.allow_parallel_calls
@@ -349,6 +360,19 @@ class _Run:
             memory_writes=self._writes(answer),
         )
         yield AgentEvent(type="done", result=result)
+
+    async def _answer_directly(self, messages: list[ChatMessage], route: RouteDecision) -> AsyncIterator[AgentEvent]:
+        """A direct route: one plain-text answer over the same history and user turn (memories,
+        image notes), without the JSON protocol or the tool list; streamed as it is generated."""
+        msgs = [ChatMessage(role="system", content=direct_prompt(route.advice)), *messages[1:]]
+        params = GenerationParams(max_tokens=self.req.max_answer_tokens or self.cfg.step_max_tokens,
+                                  temperature=self.cfg.temperature, seed=self.cfg.seed)
+        t = time.perf_counter()
+        async for piece in self._stream_call(msgs, params):
+            if not self._streamed and not piece.strip():
+                continue  # NOTE: no leading whitespace in the answer
+            yield self._delta(piece.lstrip() if not self._streamed else piece)
+        yield self._add(1, "final", self._streamed.strip(), self._ms(t))
 
     def _reminder(self) -> str:
         """The question again after the observations.

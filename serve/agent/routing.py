@@ -133,6 +133,7 @@ class RuleDecision(StrictModel):
     )
     scores: dict[str, int] = Field(default_factory=dict, description="Score of every matching tool (scopes ignored).")
     reason: str = Field(default="", description="Why, in one line.")
+    advice: str = Field(default="", description="For a direct answer: what the answer must do (ask for an id, decline).")
 
 
 def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[Tool] = ()) -> RuleDecision:
@@ -161,7 +162,9 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
     if best_out is not None and (best_in is None or best_out >= best_in):
         name = max(outside, key=lambda n: scores[n])
         return RuleDecision(route="direct", scores=scores,
-                            reason=f"asks for {name}, which needs scope {outside[name].scope!r} this tenant lacks")
+                            reason=f"asks for {name}, which needs scope {outside[name].scope!r} this tenant lacks",
+                            advice=f"The user asks for something you cannot do from this account ({outside[name].description.rstrip('.')}). "
+                            "Say so politely, do not claim it was done, and offer to pass the request to a colleague.")
     if best_in is not None:
         ranked = sorted(inside, key=lambda n: (-inside[n], n))
         first = [n for n in ranked if inside[n] == best_in]
@@ -175,8 +178,15 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
                             reason=f"matched {', '.join(f'{n}={inside[n]}' for n in ranked)}")
     missed = [t.name for t in allowed.values() if t.routing is not None and t.routing.near_missed(text)]
     if missed:
+        formats = []
+        for n in missed:
+            hint = allowed[n].routing
+            props = allowed[n].args_schema.get("properties", {})
+            formats += [f"{a}: {props[a].get('description', a)}" for a in (hint.bind if hint else {}) if a in props]
         return RuleDecision(route="direct", scores=scores,
-                            reason=f"a malformed id for {', '.join(missed)}: ask the user for it")
+                            reason=f"a malformed id for {', '.join(missed)}: ask the user for it",
+                            advice="An id in the question has the wrong format (expected "
+                            f"{'; '.join(dict.fromkeys(formats)) or 'a valid id'}). Do not guess it: ask the user for the correct id.")
     unhinted = [t.name for t in allowed.values() if t.routing is None]
     if unhinted:
         return RuleDecision(route="undecided", tools=unhinted, scores=scores,

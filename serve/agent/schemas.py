@@ -48,6 +48,9 @@ class AgentRequest(StrictModel):
     )
     session_id: str | None = Field(default=None, max_length=256, description="Session id stored with write-backs.")
     max_steps: int | None = Field(default=None, ge=1, le=10, description="Override of AgentConfig.max_steps.")
+    max_answer_tokens: int | None = Field(
+        default=None, ge=1, le=32768, description="Most tokens of a direct (no-tool) answer (default: step_max_tokens)."
+    )
 
     @classmethod
     def from_messages(
@@ -110,6 +113,7 @@ class RouteDecision(StrictModel):
         default_factory=dict, description="Rules only: tool -> argument -> the values found in the question."
     )
     reason: str = Field(default="", description="Why the rules decided so (empty for the router model).")
+    advice: str = Field(default="", description="Rules only, direct route: what the answer must do.")
     elapsed_ms: float = Field(default=0.0, ge=0.0, description="Time the decision took.")
 
 

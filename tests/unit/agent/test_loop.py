@@ -37,8 +37,8 @@ def _run(agent: Agent, req: AgentRequest):
 
 
 def test_direct_route_streams_answer_and_offers_no_tools() -> None:
-    eng = ScriptedEngine([route("direct"), final("Hello! How can I help?")])
-    agent = Agent(eng, _registry())
+    eng = ScriptedEngine([route("direct"), "Hello! How can I help?"])
+    agent = Agent(eng, _registry(), config=AgentConfig(routing_rules=False))
     events = []
 
     async def go() -> None:
@@ -51,8 +51,9 @@ def test_direct_route_streams_answer_and_offers_no_tools() -> None:
     assert result.answer == "Hello! How can I help?"
     deltas = [e.text for e in events if e.type == "answer_delta"]
     assert len(deltas) > 1 and "".join(deltas) == result.answer  # streamed in pieces
-    step_schema = eng.calls[1][1].json_schema
-    assert step_schema["properties"]["type"] == {"const": "final"}  # direct: only a final answer allowed
+    # direct: one plain-text answer, no JSON protocol and no tool list in its prompt
+    assert eng.calls[1][1].json_schema is None
+    assert "Tools:" not in eng.calls[1][0][0].content and "hi there" in eng.calls[1][0][-1].content
     assert result.first_token_ms is not None and result.first_token_ms <= result.elapsed_ms
 
 
@@ -378,8 +379,8 @@ def test_partial_answer_without_model_call() -> None:
 
 
 def test_warm_up_sends_the_stable_prefix() -> None:
-    eng = ScriptedEngine(["x", route("direct"), final("y")])
-    agent = Agent(eng, _registry())
+    eng = ScriptedEngine(["x", route("direct"), "y"])
+    agent = Agent(eng, _registry(), config=AgentConfig(routing_rules=False))
     asyncio.run(agent.warm_up(DEMO_SCOPES))
     _run(agent, _req("q"))
     assert eng.calls[0][0][0] == eng.calls[1][0][0] and eng.calls[0][1].max_tokens == 1

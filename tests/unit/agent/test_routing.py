@@ -123,11 +123,21 @@ def test_loop_forces_the_first_call_and_binds_the_id() -> None:
 
 
 def test_loop_answers_small_talk_without_tools_or_router_call() -> None:
-    eng = ScriptedEngine([final("Hello!")])
+    eng = ScriptedEngine(["Hello!"])
     result = _run(Agent(eng, _registry(), config=AgentConfig(use_router=True)), "Good morning!")
     assert result.route.route == "direct" and result.route.source == "rules"
     assert result.finish_reason == "direct" and not result.tool_calls and len(eng.calls) == 1
-    assert _alternatives(eng.calls[0][1].json_schema)[0]["properties"]["type"] == {"const": "final"}
+    assert eng.calls[0][1].json_schema is None and result.answer == "Hello!"
+
+
+def test_direct_answer_carries_the_rules_advice() -> None:
+    eng = ScriptedEngine(["I cannot cancel orders from here."])
+    result = _run(Agent(eng, _registry(), config=AgentConfig()), "Please cancel order 104261")
+    assert result.route.route == "direct" and "cannot do from this account" in result.route.advice
+    assert result.route.advice in eng.calls[0][0][0].content and not result.tool_calls
+    eng = ScriptedEngine(["Which order id?"])
+    result = _run(Agent(eng, _registry(), config=AgentConfig()), "is order 10423 delivered?")
+    assert "6-digit order id" in eng.calls[0][0][0].content and "ask the user" in eng.calls[0][0][0].content
 
 
 def test_undecided_rules_ask_the_router_model() -> None:
