@@ -109,21 +109,31 @@ def shutdown() -> None:
 def run_forever(config: AppConfig, on_ready: Callable[[], None] | None = None, *, demo: bool = False) -> None:
     """Deploy (and load the demo world when ``demo``), block until Ctrl-C or SIGTERM, shut down."""
     stop = threading.Event()
+    serving = threading.Event()
 
     def _stop(signum: int, _frame: object) -> None:
         stop.set()
+        if not serving.is_set():
+            raise KeyboardInterrupt  # NOTE: still starting: abandon the deploy, then shut down below
 
-    old_int = signal.signal(signal.SIGINT, _stop)
-    old_term = signal.signal(signal.SIGTERM, _stop)
+    old_int = signal.getsignal(signal.SIGINT)
+    old_term = signal.getsignal(signal.SIGTERM)
     try:
         start_ray(config)
+        # NOTE: ray.init installs its own fatal-signal handler for SIGTERM, which prints a stack
+        # and exits without shutting Ray down (measured: dashboard and runtime-env agents were
+        # left running); so ours goes in after it.
+        signal.signal(signal.SIGINT, _stop)
+        signal.signal(signal.SIGTERM, _stop)
         deploy(config)
         if demo:
             print(f"recallserve: loaded {load_demo(config)} demo memories (manual, past tickets)", flush=True)
+        serving.set()
         if on_ready is not None:
             on_ready()
         while not stop.wait(1.0):
             pass
+        print("recallserve: stopping (signal received); shutting down Serve and Ray", flush=True)
     finally:
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)

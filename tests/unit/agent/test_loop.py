@@ -384,3 +384,24 @@ def test_warm_up_sends_the_stable_prefix() -> None:
     asyncio.run(agent.warm_up(DEMO_SCOPES))
     _run(agent, _req("q"))
     assert eng.calls[0][0][0] == eng.calls[1][0][0] and eng.calls[0][1].max_tokens == 1
+
+
+def test_a_call_repeated_within_one_step_runs_once() -> None:
+    dup = json.dumps({"type": "tool_calls", "calls": [
+        {"id": "c1", "name": "order_status", "args": {"order_id": "104208"}},
+        {"id": "c2", "name": "order_status", "args": {"order_id": "104208"}},
+        {"id": "c3", "name": "calculator", "args": {"expression": "2+2"}}]})
+    eng = ScriptedEngine([dup, final("shipped")])
+    result = _run(Agent(eng, _registry(), config=AgentConfig(use_router=False, routing_rules=False)), _req("q"))
+    assert [(c.name, c.status) for c in result.tool_calls] == [("order_status", "ok"), ("calculator", "ok")]
+    assert "Refused" not in eng.calls[1][0][-1].content
+
+
+def test_dedupe_keeps_references_pointing_at_the_kept_call() -> None:
+    from serve.agent._executor import dedupe_calls
+    from serve.agent._protocol import ParsedCall
+
+    calls = [ParsedCall("c1", "orders_by_batch", {"batch": "B-2207"}), ParsedCall("c2", "orders_by_batch", {"batch": "B-2207"}),
+             ParsedCall("c3", "order_status", {"order_id": "$c2.orders.order_id"})]
+    out = dedupe_calls(calls)
+    assert [c.id for c in out] == ["c1", "c3"] and out[1].args == {"order_id": "$c1.orders.order_id"}
