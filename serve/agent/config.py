@@ -48,6 +48,11 @@ class AgentConfig(StrictModel):
     memory_threshold: float | None = Field(
         default=0.35, ge=-1.0, le=1.0, description="Cosine threshold of recalled memories (None = backend default)."
     )
+    recall_exchanges: bool = Field(
+        default=False,
+        description="Recall the agent's own earlier exchanges (kind 'message') before the loop. Off by default: "
+        "an old answer is stale next to live tools, and a wrong one recalled for the same question repeats itself.",
+    )
     memory_max_chars: int = Field(default=400, ge=40, le=8000, description="Characters of one memory shown to the model.")
     observation_max_chars: int = Field(
         default=700, ge=40, le=16000, description="Cap on one summarised observation shown to the model."

@@ -46,6 +46,11 @@ __all__ = ["Agent"]
 log = logging.getLogger("serve.agent")
 
 
+#: Memory kinds recalled before the loop unless ``recall_exchanges``: everything but the agent's
+#: own write-backs (kind ``message``).
+_RECALL_KINDS = ("text", "image", "table", "tool_result", "experience")
+
+
 class _Deadline(Exception):
     """The request deadline passed during an engine call."""
 
@@ -207,12 +212,15 @@ class _Run:
         if self.a.memory is None or self.cfg.memory_top_k == 0:
             return
         query = " ".join([self.question] + [u.ocr_text for u in self.images if u.ocr_text])[:1000]
-        key = cache_key("recall", self.req.tenant, query, self.cfg.memory_top_k, self.cfg.memory_threshold)
+        # NOTE: measured on cpu-local: a wrong answer ("Refused: ... already called") written back
+        # and recalled for the same question was copied into every later answer to it.
+        kinds = None if self.cfg.recall_exchanges else _RECALL_KINDS
+        key = cache_key("recall", self.req.tenant, query, self.cfg.memory_top_k, self.cfg.memory_threshold, kinds)
         t = time.perf_counter()
         found, hits = self.a.cache.get(key)
         if not found:
             hits = await self.a.memory.search(self.req.tenant, query, self.cfg.memory_top_k,
-                                              threshold=self.cfg.memory_threshold)
+                                              threshold=self.cfg.memory_threshold, kinds=kinds)
             self.a.cache.put(key, hits)
         self.hits = list(hits)
         yield self._add(0, "memory", f"{len(self.hits)} memories recalled", self._ms(t), cached=found,
@@ -357,7 +365,7 @@ class _Run:
             memory_hits=[{"id": h.id, "source_id": h.source_id, "kind": h.kind, "score": round(h.score, 4),
                           "text": h.text[:300]} for h in self.hits],
             usage=self.usage, elapsed_ms=self._ms(self.t0), first_token_ms=self.first_token_ms,
-            memory_writes=self._writes(answer),
+            memory_writes=self._writes(answer, partial=finish in ("timeout", "engine_error", "max_steps")),
         )
         yield AgentEvent(type="done", result=result)
 
@@ -443,9 +451,13 @@ class _Run:
         return (f"I could not finish because {reason}. What I found so far:\n{known_text}\n"
                 f"Still missing: a verified answer to \"{self.question[:200]}\".")
 
-    def _writes(self, answer: str) -> list[MemoryWrite]:
+    def _writes(self, answer: str, *, partial: bool) -> list[MemoryWrite]:
+        """Image units always; the exchange only when the loop reached a real answer (a partial
+        "I could not finish" text is not worth remembering)."""
         session = self.req.session_id
         writes = [u.to_memory_write(session) for u in self.images]
+        if partial:
+            return writes
         tools_used = ",".join(sorted({c.name for c in self.calls if c.status in ("ok", "cached")}))
         text = mask_pii(f"User asked: {self.question}\nAgent answered: {answer}")
         digest = hashlib.sha256(f"{session}|{self.question}|{answer}".encode()).hexdigest()[:16]

@@ -80,6 +80,8 @@ class SubstringMemory:
         words = {w.lower().strip("?.,!") for w in query.split() if len(w) >= 4}
         out = []
         for i, it in enumerate(self.items.get(tenant, [])):
+            if kinds is not None and it.kind not in kinds:
+                continue
             if any(w in it.text.lower() for w in words):
                 out.append(MemoryHit(id=f"m{i}", source_id=it.source_id or f"m{i}", kind=it.kind, text=it.text,
                                      score=0.8, similarity=0.8, time_factor=1.0, created_at=0.0))

@@ -405,3 +405,22 @@ def test_dedupe_keeps_references_pointing_at_the_kept_call() -> None:
              ParsedCall("c3", "order_status", {"order_id": "$c2.orders.order_id"})]
     out = dedupe_calls(calls)
     assert [c.id for c in out] == ["c1", "c3"] and out[1].args == {"order_id": "$c1.orders.order_id"}
+
+
+def test_own_exchanges_are_not_recalled_and_partial_answers_not_written_back() -> None:
+    from serve.memory import MemoryWrite
+    from tests.unit.agent.conftest import SubstringMemory
+
+    memory = SubstringMemory({"ticket:T-1": "Ticket T-1: grinder jams; fixed by cleaning the burrs."})
+    memory.items["t1"].append(MemoryWrite(text="User asked: grinder jams? Agent answered: Refused: ...",
+                                          kind="message", source_id="exchange:x"))
+    eng = ScriptedEngine([call("order_status", order_id="104208"), call("order_status", order_id="104212")])
+    cfg = AgentConfig(use_router=False, routing_rules=False, max_steps=2, model_partial_answer=False)
+    result = _run(Agent(eng, _registry(), memory=memory, config=cfg), _req("my grinder jams"))
+    assert [h["source_id"] for h in result.memory_hits] == ["ticket:T-1"]
+    assert result.partial and not [w for w in result.memory_writes if w.kind == "message"]
+    cfg_on = cfg.model_copy(update={"recall_exchanges": True})
+    eng = ScriptedEngine([final("Clean the burrs.")])
+    result = _run(Agent(eng, _registry(), memory=memory, config=cfg_on), _req("my grinder jams"))
+    assert {h["source_id"] for h in result.memory_hits} == {"ticket:T-1", "exchange:x"}
+    assert [w.source_id.startswith("exchange:") for w in result.memory_writes] == [True]
