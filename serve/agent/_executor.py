@@ -110,6 +110,7 @@ class StepExecutor:
         self.cache = cache
         self.cap = observation_max_chars
         self.seen: set[str] = set()
+        self._earlier: dict[str, str] = {}  # key -> the observation of its first call
         self.counter = 0
 
     def _cap(self, text: str) -> str:
@@ -145,6 +146,8 @@ class StepExecutor:
             done = await asyncio.gather(*(self._one(step, c, results) for c in ready))
             for c, rec in zip(ready, done, strict=True):
                 records[c.id] = rec
+                if rec.status in ("ok", "cached", "error", "timeout"):
+                    self._earlier.setdefault(cache_key(rec.name, rec.args), rec.observation)
                 if rec.status in ("ok", "cached"):
                     results[c.id] = rec.result
             pending = [c for c in blocked if c.id not in records]
@@ -175,9 +178,13 @@ class StepExecutor:
         clean = args.model_dump(mode="json")
         key = cache_key(tool.name, clean)
         if key in self.seen:
+            # NOTE: the earlier result is repeated in the refusal: measured with the 1.5B model, a
+            # bare refusal was the last thing it read and it copied the refusal into its answer.
+            earlier = self._earlier.get(key)
+            tail = f" Its result was: {earlier}" if earlier else ""
             return self._record(step, call, clean, "refused",
-                                f"Refused: {tool.name} was already called with these arguments in this conversation; "
-                                "use that observation or give the final answer.")
+                                f"Refused: {tool.name} was already called with these arguments in this conversation."
+                                f"{tail} Answer from it now.")
         self.seen.add(key)
         tenant_key = cache_key(self.ctx.tenant, tool.name, clean)
         if tool.cacheable:

@@ -106,7 +106,7 @@ def test_repeated_call_is_refused_and_not_run_twice() -> None:
     result = _run(agent, _req("count"))
     assert counter["n"] == 1
     assert [c.status for c in result.tool_calls] == ["ok", "refused"]
-    assert "already called" in result.tool_calls[1].observation
+    assert "already called" in result.tool_calls[1].observation and "Its result was:" in result.tool_calls[1].observation
     assert "already called" in eng.calls[2][0][-1].content
 
 
