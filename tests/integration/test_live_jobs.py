@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import threading
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.integration.conftest import small_memory_ray
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -64,32 +65,15 @@ class LiveProbe:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    # NOTE: replicas import this test module and the project packages by name.
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    import ray
     from ray import serve
 
-    from deployments.config import load_config
     from deployments.memory import bind_memory
 
-    data_dir = tmp_path_factory.mktemp("memory")
-    config = load_config("cpu-local", overrides={
-        "memory": {"num_shards": 2, "data_dir": str(data_dir), "deployment": {"num_cpus": 0.2}},
-        "embedder": {"max_batch_size": 8, "batch_wait_timeout_s": 0.02, "deployment": {"num_cpus": 0.3}},
-    })
-    shutil.rmtree(RAY_DIR, ignore_errors=True)
-    RAY_DIR.mkdir(parents=True, exist_ok=True)
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=str(RAY_DIR), log_to_driver=False)
-    try:
+    with small_memory_ray(tmp_path_factory.mktemp("memory"), RAY_DIR) as config:
         embedder, shards = bind_memory(config)
         probe = serve.deployment(LiveProbe, name="probe", ray_actor_options={"num_cpus": 0.1})
         handle = serve.run(probe.bind(embedder, shards, config.memory.model_dump(mode="json")), name=APP, route_prefix=None)
         yield config, handle
-    finally:
-        serve.shutdown()
-        ray.shutdown()
 
 
 def _job_args(module: Any, argv: list[str]) -> argparse.Namespace:

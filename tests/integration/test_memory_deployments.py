@@ -7,8 +7,6 @@ Starts its own small Ray (2 logical CPUs, fractional deployments) and shuts it d
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.integration.conftest import small_memory_ray
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -67,28 +67,8 @@ def _deploy(config: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    # NOTE: replicas import this test module and the project packages by name.
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    import ray
-    from ray import serve
-
-    from deployments.config import load_config
-
-    data_dir = tmp_path_factory.mktemp("memory")
-    config = load_config("cpu-local", overrides={
-        "memory": {"num_shards": 2, "data_dir": str(data_dir), "deployment": {"num_cpus": 0.2}},
-        "embedder": {"max_batch_size": 8, "batch_wait_timeout_s": 0.02, "deployment": {"num_cpus": 0.3}},
-    })
-    shutil.rmtree(RAY_DIR, ignore_errors=True)
-    RAY_DIR.mkdir(parents=True, exist_ok=True)
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=str(RAY_DIR), log_to_driver=False)
-    try:
+    with small_memory_ray(tmp_path_factory.mktemp("memory"), RAY_DIR) as config:
         yield config
-    finally:
-        serve.shutdown()
-        ray.shutdown()
 
 
 def _replicas(deployment: str) -> list[dict[str, str]]:
