@@ -51,6 +51,23 @@ log = logging.getLogger("serve.agent")
 _RECALL_KINDS = ("text", "image", "table", "tool_result", "experience")
 
 
+def _single_call_tools(tools: ToolSet, bindings: dict[str, dict[str, list[str]]]) -> set[str]:
+    """Tools of ``tools`` with exactly one possible call under the routing bindings: every
+    argument is bound to one value found in the question, or is optional and left out."""
+    out: set[str] = set()
+    for name, tool in tools.items():
+        found = bindings.get(name)
+        if tool.routing is None or found is None:
+            continue
+        required = set(tool.args_schema.get("required", []))
+        declared = set(tool.routing.bind)
+        props = tool.args_schema.get("properties", {})
+        if all(p in declared and (len(found.get(p, [])) == 1 or (not found.get(p) and p not in required))
+               for p in props):
+            out.add(name)
+    return out
+
+
 class _Deadline(Exception):
     """The request deadline passed during an engine call."""
 
@@ -335,6 +352,14 @@ class _Run:
                         # progress by calling again; the next step may only answer (measured: the 1.5B
                         # model otherwise repeats a not-found lookup until the step limit).
                         schema = step_schema(ToolSet([]), allow_parallel=False)
+                    elif bindings is not None:
+                        spent = _single_call_tools(allowed, bindings) & {r.name for r in self.calls}
+                        if spent:
+                            # NOTE: a tool whose every argument the question fixes has exactly one
+                            # possible call; once made, it leaves the grammar (measured: the 1.5B
+                            # model repeated a successful call once before answering, ~14 s).
+                            left = ToolSet(t for n, t in allowed.items() if n not in spent)
+                            schema = step_schema(left, allow_parallel=parallel and len(left) > 0, bindings=bindings)
                     obs_lines = []
                     for rec in records:
                         obs_lines.append(f"Observation({rec.name}): {rec.observation}")

@@ -168,3 +168,22 @@ def test_http_tool_config_takes_a_routing_hint() -> None:
     tool = build_http_tool(cfg)
     assert isinstance(tool.routing, RoutingHint) and tool.routing.bindings("price of $ACME?") == {"ticker": ["ACME"]}
     assert issubclass(tool.params, BaseModel)
+
+
+def test_a_single_possible_call_leaves_the_grammar_once_made() -> None:
+    eng = ScriptedEngine([call("order_status", order_id="104208"), final("It shipped.")])
+    result = _run(Agent(eng, _registry(), config=AgentConfig()), "Where is order 104208?")
+    assert result.answer == "It shipped." and [c.status for c in result.tool_calls] == ["ok"]
+    second = _alternatives(eng.calls[1][1].json_schema)
+    assert [a["properties"]["type"].get("const") for a in second] == ["final"]
+
+
+def test_tools_with_several_possible_calls_stay_available() -> None:
+    from serve.agent.loop import _single_call_tools
+
+    reg = default_registry()
+    tools = reg.for_scopes(DEMO_SCOPES)
+    d = route_by_rules("stock of GR-200 between 2025-04-01 and 2025-04-30", tools, reg.all())
+    assert _single_call_tools(tools.subset(d.tools), d.bindings) == set()  # two dates -> several calls
+    d = route_by_rules("Has customer C-1005 contacted support?", tools, reg.all())
+    assert _single_call_tools(tools.subset(d.tools), d.bindings) == {"ticket_history"}
