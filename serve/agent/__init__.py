@@ -12,6 +12,7 @@ from serve.agent.config import AgentConfig
 from serve.agent.guards import mask_pii
 from serve.agent.images import ImageDescriber, ImageError, ImageUnit, analyse_image
 from serve.agent.loop import Agent
+from serve.agent.routing import RoutingHint, RuleDecision, route_by_rules
 from serve.agent.schemas import (
     AgentEvent,
     AgentMessage,
@@ -33,6 +34,9 @@ __all__ = [
     "AgentResult",
     "AgentUsage",
     "RouteDecision",
+    "RoutingHint",
+    "RuleDecision",
+    "route_by_rules",
     "ToolCallRecord",
     "TraceStep",
     "Tool",
