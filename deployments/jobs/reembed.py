@@ -9,8 +9,10 @@ it writes ``<target>/REEMBED.json`` and deletes the copies. Switching is then a 
 point ``memory.data_dir`` (and ``embedder``) at the target and roll the shard deployments.
 
 Resumable: the checkpoint lives in ``<target>/.jobs/reembed.json``; a rerun reuses the copies
-it started from. NOTE: writes the cluster accepts after the copy are not in the target; rerun
-with ``--restart`` just before switching to pick them up (or pause writes during the switch).
+it started from. Writes the cluster accepts after the copy are not in the target: ``--catch-up``
+(:func:`catch_up`) takes a fresh copy and re-embeds only what changed since (and drops what was
+deleted), so run it again just before switching; writes made between that last catch-up and the
+switch still need a pause of writes or one more catch-up from the stopped shards.
 
 Run: ``recallserve job reembed --embedder minilm --target /data/recallserve/memory-v2`` or
 ``ray job submit -- python -m deployments.jobs.reembed ...``.
@@ -37,7 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["make_embedder", "add_arguments", "reembed", "run", "main"]
+__all__ = ["make_embedder", "add_arguments", "reembed", "catch_up", "content_key", "run", "main"]
 
 JOB = "reembed"
 
@@ -65,6 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The re-embed job's own flags."""
     p.add_argument("--embedder", required=True, help="new embedder: minilm | hashing[:DIM]")
     p.add_argument("--target", type=Path, required=True, help="data root of the new shards (must differ from --data-dir)")
+    p.add_argument("--catch-up", action="store_true",
+                   help="update a finished target with only the writes made since (re-embed changed, drop deleted)")
 
 
 def _copy_sources(data_dir: Path, copy_root: Path, shards: Sequence[int]) -> None:
@@ -159,10 +163,100 @@ def reembed(opts: Any, embedder: Any, target: Path) -> Any:
     return report
 
 
+def content_key(record: Any) -> str:
+    """What a user write changes: the record as canonical JSON without ``last_access_at`` (a
+    recall renews it) and ``embedding_model`` (the target's differs by design)."""
+    return json.dumps(record.model_dump(mode="json", exclude={"last_access_at", "embedding_model"}), sort_keys=True)
+
+
+def catch_up(opts: Any, embedder: Any, target: Path) -> dict[str, Any]:
+    """Bring a finished re-embed ``target`` up to date with the sources, incrementally.
+
+    From a fresh point-in-time copy of each source shard::
+
+        changed = {r in source : r.id not in target or content_key(target[r.id]) != content_key(r)}
+        gone    = {t in target : t.id not in source}
+        renewed = {r in source : r.last_access_at > target[r.id].last_access_at}
+
+    ``changed`` is re-embedded and upserted, ``gone`` deleted, ``renewed`` touched; nothing else
+    is embedded again, so a rerun just before the switch costs only the writes made since.
+
+    Raises:
+        ValueError: ``target`` holds no finished re-embed (no ``REEMBED.json``) or one made with
+            another embedder (names ``--target`` / ``--embedder``).
+    """
+    from collections import defaultdict
+
+    from memory_shards import MemoryShard, ShardConfig, embed_records
+
+    from deployments.jobs._common import JobReport, discover_shards, open_shard
+
+    source = opts.data_dir.resolve()
+    target = target.resolve()
+    manifest_path = target / "REEMBED.json"
+    if not manifest_path.exists():
+        raise ValueError(f"target: {target} holds no finished re-embed (no REEMBED.json); run without --catch-up first")
+    manifest = json.loads(manifest_path.read_text())
+    if (manifest.get("model_id"), manifest.get("dim")) != (embedder.model_id, embedder.dim):
+        raise ValueError(f"embedder: the target was built with {manifest.get('model_id')} (dim {manifest.get('dim')}), "
+                         f"not {embedder.model_id} (dim {embedder.dim})")
+    shards = discover_shards(source, opts.num_shards)
+    started = time.perf_counter()
+    copy_root = Path(tempfile.mkdtemp(prefix=".catch-up-", dir=target))
+    counts = {"unchanged": 0, "reembedded": 0, "deleted": 0, "renewed": 0}
+    try:
+        _copy_sources(source, copy_root, shards)
+        for i in shards:
+            with open_shard(copy_root, i, opts.model_id, opts.dim) as src:
+                current = {r.id: r for r in src.records()}
+            shard = MemoryShard(ShardConfig(shard_id=i, data_dir=str(target / f"shard-{i}"),
+                                            model_id=embedder.model_id, dim=embedder.dim))
+            try:
+                changed, renewed = [], {}
+                for rid, rec in sorted(current.items()):
+                    old = shard.record(rid)
+                    if old is None or content_key(old) != content_key(rec):
+                        changed.append(rec)
+                    elif (rec.last_access_at or 0.0) > (old.last_access_at or 0.0):
+                        renewed[rid] = float(rec.last_access_at or 0.0)
+                gone: dict[str, list[str]] = defaultdict(list)
+                for old in shard.records():
+                    if old.id not in current:
+                        gone[old.tenant].append(old.id)
+                counts["unchanged"] += len(current) - len(changed)
+                counts["reembedded"] += len(changed)
+                counts["deleted"] += sum(len(v) for v in gone.values())
+                counts["renewed"] += len(renewed)
+                if opts.dry_run:
+                    continue
+                for start in range(0, len(changed), opts.batch_size):
+                    batch = [r.model_copy(update={"embedding_model": ""}) for r in changed[start : start + opts.batch_size]]
+                    shard.upsert(embed_records(embedder, batch))
+                for tenant, ids in gone.items():
+                    shard.delete(tenant, ids)
+                if renewed:
+                    shard.touch(list(renewed), list(renewed.values()))
+                shard.snapshot()
+            finally:
+                shard.close()
+    finally:
+        shutil.rmtree(copy_root, ignore_errors=True)
+    if not opts.dry_run:
+        manifest["caught_up_at"] = time.time()
+        manifest_path.write_text(json.dumps(manifest, indent=2))
+    # NOTE: no checkpoint: a catch-up only embeds the difference, so a rerun after an
+    # interruption redoes little (what it finished is unchanged by then).
+    return JobReport(job=JOB, dry_run=opts.dry_run, resumed=False, shards=len(shards), stats=counts,
+                     seconds=round(time.perf_counter() - started, 3), checkpoint=None,
+                     extra={"target": str(target), "mode": "catch-up"})
+
+
 def run(args: argparse.Namespace) -> Any:
     """Entry used by both ``recallserve job reembed`` and ``python -m``."""
     from deployments.jobs._args import options_from_args
 
+    if args.catch_up:
+        return catch_up(options_from_args(args), make_embedder(args.embedder), args.target)
     return reembed(options_from_args(args), make_embedder(args.embedder), args.target)
 
 

@@ -289,3 +289,32 @@ def test_resummarise_folds_long_sessions_only(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "sessions.db.jobs/resummarise.json").read_text())["done_shards"] == [0]
     with pytest.raises(ValueError, match="store"):
         resummarise(tmp_path / "missing.db")
+
+
+def test_reembed_catch_up_embeds_only_what_changed(store: Path, tmp_path: Path) -> None:
+    from deployments.jobs.reembed import catch_up
+
+    new = make_embedder("hashing:128")
+    target = tmp_path / "memory-v2"
+    reembed(_opts(store), new, target)
+    # Writes the cluster accepted after the copy: one new, one rewritten, one deleted.
+    shard = MemoryShard(ShardConfig(shard_id=0, data_dir=str(store / "shard-0"), model_id=EMB.model_id, dim=EMB.dim))
+    try:
+        shard.upsert(embed_records(EMB, [_rec("h-new", "t1", "Ticket 9: the kettle lid cracked."),
+                                         _rec("a-fresh", "t1", "Customer 17 now prefers phone calls.")]))
+        shard.delete("t1", ["c-old"])
+    finally:
+        shard.close()
+    dry = catch_up(_opts(store, dry_run=True), new, target)
+    assert dry.stats == {"unchanged": 5, "reembedded": 2, "deleted": 1, "renewed": 0}
+    report = catch_up(_opts(store), new, target)
+    assert report.stats == dry.stats
+    moved = _read(target, 0, new.model_id, 128)
+    assert set(moved) == set(_read(store, 0)) and "c-old" not in moved
+    assert moved["a-fresh"].text == "Customer 17 now prefers phone calls." and moved["h-new"].embedding_model == new.model_id
+    again = catch_up(_opts(store), new, target)
+    assert again.stats["reembedded"] == 0 and again.stats["deleted"] == 0
+    with pytest.raises(ValueError, match="embedder"):
+        catch_up(_opts(store), make_embedder("hashing:64"), target)
+    with pytest.raises(ValueError, match="target"):
+        catch_up(_opts(store), new, tmp_path / "nothing-here")
