@@ -34,12 +34,12 @@ def build_app(config: AppConfig) -> Application:
         roles[role] = dep.bind(role, getattr(config, role).engine)
     # NOTE: serve.ingress() with no app defers the ASGI app to Ingress.__serve_build_asgi_app__,
     # which runs on the replica after __init__ received the resolved handles.
-    embedder, shards = bind_memory(config)
+    embedder, generations = bind_memory(config)
     ingress = serve.deployment(serve.ingress()(Ingress), name="ingress").options(**opts["ingress"].to_ray_options())
     data = config.model_dump(mode="json")
     # NOTE: replicas may not share the driver's working folder; pin relative paths now.
     data["state_dir"] = str(config.state_dir.expanduser().resolve())
-    return ingress.bind(data, roles, {"embedder": embedder, "shards": shards})
+    return ingress.bind(data, roles, {"embedder": embedder, "generations": generations})
 
 
 def app_builder(args: dict[str, Any]) -> Application:

@@ -27,12 +27,16 @@ __all__ = [
     "ConfigError",
     "EmbedderConfig",
     "MemoryConfig",
+    "MemoryGeneration",
+    "MemoryMigration",
     "RayConfig",
     "RoleConfig",
     "ServerConfig",
     "PROFILES_DIR",
     "list_profiles",
     "load_config",
+    "memory_embedder_name",
+    "shard_deployment_name",
 ]
 
 PROFILES_DIR = Path(__file__).parent / "configs"
@@ -97,12 +101,70 @@ class RoleConfig(StrictModel):
 class EmbedderConfig(StrictModel):
     """The text embedder deployment (Ray Serve dynamic batching)."""
 
-    model: Literal["all-MiniLM-L6-v2"] = Field(default="all-MiniLM-L6-v2", description="Embedding model (384-d).")
+    model: Literal["all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8"] = Field(
+        default="all-MiniLM-L6-v2",
+        description="Embedding model (384-d); '-int8' is MiniLM with int8 dynamic quantization (CPU only, ~1.7x faster, "
+                    "another vector space: switching needs a re-embed).",
+    )
     device: Literal["cpu", "cuda"] = Field(default="cpu", description="Torch device.")
     threads: int = Field(default=1, ge=1, le=64, description="Torch threads per replica (1 is fastest on 2 shared cores).")
     max_batch_size: int = Field(default=32, ge=1, le=1024, description="Most texts embedded in one batch.")
     batch_wait_timeout_s: float = Field(default=0.01, ge=0, le=5, description="Wait for a batch to fill.")
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions, description="Resources and scaling.")
+
+    @model_validator(mode="after")
+    def _int8_on_cpu(self) -> EmbedderConfig:
+        if self.model.endswith("-int8") and self.device != "cpu":
+            raise ValueError(f"model: {self.model} runs on the CPU only; set device: cpu or the fp32 model")
+        return self
+
+
+# NOTE: a generation name becomes part of deployment names (memory_shard_<name>_<i>), so it is
+# kept short and to characters every deployment / Kubernetes name accepts.
+_GENERATION = r"^[a-z0-9]{0,16}$"
+
+
+def shard_deployment_name(index: int, generation: str = "") -> str:
+    """Deployment name of memory shard ``index`` of a generation (``memory_shard_<i>`` for the unnamed one)."""
+    return f"memory_shard_{generation}_{index}" if generation else f"memory_shard_{index}"
+
+
+def memory_embedder_name(generation: str) -> str:
+    """Deployment name of a memory generation's own embedder."""
+    return f"embedder_{generation}"
+
+
+class MemoryMigration(StrictModel):
+    """A second memory generation built beside the serving one: the zero-downtime re-embed.
+
+    While it is set, every write goes to the current generation first and then to this one (a
+    request is acknowledged only when both hold it); reads follow ``reads``. ``recallserve job
+    reembed --live`` fills this generation with what the current one held before. See
+    ``docs/reembed.md`` for the whole roll-out.
+    """
+
+    generation: str = Field(pattern=_GENERATION, min_length=1,
+                            description="Name of the new generation: deployments memory_shard_<name>_<i> and embedder_<name>.")
+    data_dir: Path = Field(description="Root folder of the new generation's shards (must differ from memory.data_dir).")
+    embedder: EmbedderConfig | None = Field(
+        default=None, description="The new generation's embedder (its own deployment); None = the current memory embedder."
+    )
+    reads: Literal["current", "target"] = Field(
+        default="current", description="Which generation answers searches and gets; 'target' once the fill job finished."
+    )
+
+
+class MemoryGeneration(StrictModel):
+    """One generation of the memory tier as deployed: its shards' folder and its embedder deployment."""
+
+    name: str = Field(description="Generation name ('' for the original deployment names).")
+    data_dir: Path = Field(description="Root folder of its shards.")
+    embedder_deployment: str = Field(description="Deployment that embeds its texts.")
+    embedder: EmbedderConfig = Field(description="That embedder's config.")
+    own_embedder: bool = Field(description="True when the embedder deployment belongs to this generation alone.")
+
+    def shard_names(self, num_shards: int) -> list[str]:
+        return [shard_deployment_name(i, self.name) for i in range(num_shards)]
 
 
 class MemoryConfig(StrictModel):
@@ -113,6 +175,51 @@ class MemoryConfig(StrictModel):
     top_k: int = Field(default=16, ge=1, le=1000, description="Memories recalled per chat turn (CoT 3.0: 15-20).")
     threshold: float = Field(default=0.35, ge=-1, le=1, description="Cosine threshold for recall.")
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions, description="Resources per shard.")
+    generation: str = Field(
+        default="", pattern=_GENERATION,
+        description="Name of the serving generation ('' = deployments memory_shard_<i>); set to the migration's name "
+                    "when a finished migration becomes the only generation, so its deployments keep running.",
+    )
+    embedder: EmbedderConfig | None = Field(
+        default=None,
+        description="The memory tier's own embedder (deployment embedder_<generation>); None = the cluster's embedder, "
+                    "which context-mode and experiences always use.",
+    )
+    migration: MemoryMigration | None = Field(default=None, description="A new generation being built (re-embed without downtime).")
+
+    @model_validator(mode="after")
+    def _check_generations(self) -> MemoryConfig:
+        if self.embedder is not None and not self.generation:
+            raise ValueError("embedder: a memory tier with its own embedder needs a generation name (memory.generation)")
+        m = self.migration
+        if m is not None:
+            if m.generation == self.generation:
+                raise ValueError(f"migration.generation: {m.generation!r} is the serving generation's name; pick a new one")
+            if m.data_dir.expanduser().resolve() == self.data_dir.expanduser().resolve():
+                raise ValueError(f"migration.data_dir: {m.data_dir} is the serving generation's data_dir; pick a new folder")
+        return self
+
+    def generations(self, shared: EmbedderConfig) -> list[MemoryGeneration]:
+        """The serving generation, then the migration's (when one is set).
+
+        Args:
+            shared: the cluster's embedder (``AppConfig.embedder``).
+        """
+        current = MemoryGeneration(
+            name=self.generation, data_dir=self.data_dir,
+            embedder_deployment=memory_embedder_name(self.generation) if self.embedder is not None else "embedder",
+            embedder=self.embedder or shared, own_embedder=self.embedder is not None,
+        )
+        out = [current]
+        m = self.migration
+        if m is not None:
+            own = m.embedder is not None
+            out.append(MemoryGeneration(
+                name=m.generation, data_dir=m.data_dir,
+                embedder_deployment=memory_embedder_name(m.generation) if own else current.embedder_deployment,
+                embedder=m.embedder or current.embedder, own_embedder=own,
+            ))
+        return out
 
 
 class RayConfig(StrictModel):
@@ -173,8 +280,11 @@ class AppConfig(StrictModel):
         opts = {"ingress": self.ingress, "embedder": self.embedder.deployment}
         for role in ROLES:
             opts[role] = getattr(self, role).deployment
-        for i in range(self.memory.num_shards):
-            opts[f"memory_shard_{i}"] = self.memory.deployment
+        for gen in self.memory.generations(self.embedder):
+            if gen.own_embedder:
+                opts[gen.embedder_deployment] = gen.embedder.deployment
+            for name in gen.shard_names(self.memory.num_shards):
+                opts[name] = self.memory.deployment
         return opts
 
 

@@ -21,7 +21,7 @@ from deployments._placement import PlacementInfo
 from deployments.config import ROLES, AppConfig
 from deployments.engines import EngineConfig, LlamaCppConfig, VLLMConfig
 from deployments.handles import HandleEngine
-from deployments.memory import HandleMemoryBackend
+from deployments.memory import memory_backend
 from serve.api.app import create_app
 from serve.api.auth import Authenticator
 from serve.agent import Agent, default_registry
@@ -29,6 +29,7 @@ from serve.context import ContextManager, LLMSummariser, SessionStore
 from serve.context import build_router as build_session_router
 from serve.experience import ExperienceService
 from serve.experience import build_router as build_experience_router
+from serve.memory_api import MemoryService
 from serve.memory_api import build_router as build_memory_router
 from serve.tokens import EngineTokenCounter
 from serve.pipeline import ChatPipeline, PipelineSettings
@@ -91,15 +92,16 @@ class Ingress(PlacementInfo):
 
 
 def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
-                      memory: dict[str, Any]) -> tuple[FastAPI, HandleMemoryBackend]:
+                      memory: dict[str, Any]) -> tuple[FastAPI, MemoryService]:
     """Build the ingress FastAPI app (and its memory backend) from the config and the handles.
 
     Args:
         config: the cluster config.
         roles: handles of the router, reasoner and summariser deployments.
-        memory: ``{"embedder": handle, "shards": [handle, ...]}``.
+        memory: ``{"embedder": handle, "generations": [{"embedder": handle, "shards": [handle, ...]}, ...]}``
+            (the cluster's embedder, then each memory generation, serving first; see ``bind_memory``).
     """
-    backend = HandleMemoryBackend(memory["embedder"], memory["shards"], config.memory)
+    backend = memory_backend(memory["generations"], config.memory)
     engines = {role: HandleEngine(roles[role], role, *engine_facts(getattr(config, role).engine)) for role in ROLES}
     settings = PipelineSettings(
         model_name=config.model_name,

@@ -8,10 +8,13 @@
   dies loses nothing acknowledged: the next replica replays the WAL of the same folder. Live
   maintenance jobs (``deployments.jobs`` with ``--live``) page through it (``page``), change it
   by compare-and-set (``apply``) and look up duplicates (``neighbours``) while it serves.
-* :func:`bind_memory`: wraps both with ``serve.deployment`` using the config's options.
+* :func:`bind_memory`: wraps both with ``serve.deployment`` using the config's options, once per
+  memory generation (the serving one and, during a zero-downtime re-embed, the migration's).
 * :class:`HandleMemoryBackend`: the :class:`~serve.memory_api.MemoryService` (memory API and the
   chat pipeline's ``MemoryBackend``) over the deployment handles; the coordinator fans out to
   the shards concurrently (``asyncio.gather`` over handle calls).
+* :func:`memory_backend`: that service for the bound generations: one generation's, or a
+  :class:`~serve.memory_api.MigratingMemoryService` writing to both while a migration runs.
 """
 
 from __future__ import annotations
@@ -29,16 +32,16 @@ from ray.serve.exceptions import BackPressureError, RayServeException
 from ray.serve.handle import DeploymentHandle
 
 from deployments._placement import PlacementInfo
-from deployments.config import AppConfig, EmbedderConfig, MemoryConfig
-from deployments.jobs._shard_access import SortedIds, neighbour_records, page_records
+from deployments.config import AppConfig, EmbedderConfig, MemoryConfig, shard_deployment_name
+from deployments.jobs._shard_access import SortedIds, hybrid_apply, hybrid_insert_absent, neighbour_records, page_records
 from memory_shards.config import SearchFilters, ShardConfig
 from memory_shards.coordinator import MemoryCoordinator
-from memory_shards.embedders import MiniLMEmbedder
+from memory_shards.embedders import MiniLMEmbedder, build_embedder, embedder_identity
 from memory_shards.records import EmbeddedRecord, MemoryRecord
-from memory_shards.retrieval import Feedback, HybridShard, ShardHybridResult, lexical_text
+from memory_shards.retrieval import Feedback, HybridShard, ShardHybridResult
 from memory_shards.shard import MemoryShard
 from serve.api.errors import APIError
-from serve.memory_api import MemoryService
+from serve.memory_api import MemoryService, MigratingMemoryService
 
 __all__ = [
     "EmbedderDeployment",
@@ -46,6 +49,7 @@ __all__ = [
     "HandleShardClient",
     "HandleMemoryBackend",
     "bind_memory",
+    "memory_backend",
     "shard_deployment_name",
     "EMBEDDER_DEPLOYMENT",
 ]
@@ -57,11 +61,6 @@ _FAILURES = (RayError, RayServeException, BackPressureError)
 _LOCK_WAIT_S = 30.0
 
 
-def shard_deployment_name(index: int) -> str:
-    """Deployment name of shard ``index`` (matches ``AppConfig.deployment_options``)."""
-    return f"memory_shard_{index}"
-
-
 class EmbedderDeployment(PlacementInfo):
     """MiniLM with Ray Serve dynamic batching (batch size and wait from ``EmbedderConfig``).
 
@@ -71,7 +70,8 @@ class EmbedderDeployment(PlacementInfo):
 
     def __init__(self, embedder: dict[str, Any]) -> None:
         cfg = EmbedderConfig.model_validate(embedder)
-        self._embedder = MiniLMEmbedder(device=cfg.device, batch_size=max(cfg.max_batch_size, 1), torch_threads=cfg.threads)
+        self._embedder = build_embedder(cfg.model, device=cfg.device, batch_size=max(cfg.max_batch_size, 1),
+                                        torch_threads=cfg.threads)
         self._embedder.embed(["warm up"])  # load the weights before the replica reports healthy
         self._embed_batch.set_max_batch_size(cfg.max_batch_size)
         self._embed_batch.set_batch_wait_timeout_s(cfg.batch_wait_timeout_s)
@@ -88,7 +88,7 @@ class EmbedderDeployment(PlacementInfo):
         return out
 
     async def embed(self, texts: list[str]) -> np.ndarray:
-        """Embed ``texts`` -> [n, 384] unit-norm float32 (batched with concurrent callers)."""
+        """Embed ``texts`` -> [n, dim] unit-norm float32 (batched with concurrent callers)."""
         if not texts:
             return np.zeros((0, self._embedder.dim), dtype=np.float32)
         return await self._embed_batch(list(texts))
@@ -171,20 +171,19 @@ class MemoryShardDeployment(PlacementInfo):
         A record written since the job read it (its ``record_version`` differs, or it is gone) is
         skipped and listed under ``conflicts``; the BM25 index follows the applied changes.
         """
-        return await self._run(self._apply, deletes, list(upserts), expected, touches, all_or_nothing)
-
-    def _apply(self, deletes, upserts, expected, touches, all_or_nothing) -> dict[str, list[str]]:
-        out = self._shard.shard.apply_if_unchanged(deletes, upserts, expected, touches, all_or_nothing)
-        for record_id in out["deleted"]:
-            self._shard.lexical.remove(record_id)
-        # NOTE: index what the shard holds now (a user write may already have replaced the job's).
-        current = [r for i in out["upserted"] if (r := self._shard.shard.record(i)) is not None]
-        self._shard.lexical.add_many((r.tenant, r.id, lexical_text(r)) for r in current)
-        return out
+        return await self._run(hybrid_apply, self._shard, deletes, list(upserts), expected, touches, all_or_nothing)
 
     async def neighbours(self, record_id: str, k: int, threshold: float) -> list[MemoryRecord]:
         """Same-tenant records within ``threshold`` cosine of the record's main text (exact, no decay, no touch)."""
         return await self._run(neighbour_records, self._shard.shard, record_id, k, threshold)
+
+    async def lookup(self, ids: Sequence[str]) -> list[MemoryRecord | None]:
+        """The records with these ids, whatever their tenant (None where absent), for the re-embed job."""
+        return await self._run(lambda: [self._shard.shard.record(i) for i in ids])
+
+    async def insert_absent(self, items: Sequence[EmbeddedRecord]) -> list[str]:
+        """Insert only records new to the shard (``MemoryShard.insert_absent``); returns the inserted ids."""
+        return await self._run(hybrid_insert_absent, self._shard, list(items))
 
     def __del__(self) -> None:
         shard = getattr(self, "_shard", None)
@@ -253,11 +252,11 @@ class HandleShardClient:
 
 
 class HandleMemoryBackend(MemoryService):
-    """The memory service (API + ``serve.memory.MemoryBackend``) over deployment handles.
+    """The memory service (API + ``serve.memory.MemoryBackend``) over one generation's handles.
 
     Args:
-        embedder: handle of the :class:`EmbedderDeployment`.
-        shards: handles of the shard deployments, shard 0 first.
+        embedder: handle of the generation's :class:`EmbedderDeployment`.
+        shards: handles of its shard deployments, shard 0 first.
         memory: ``MemoryConfig`` (top_k, threshold).
 
     Example:
@@ -279,11 +278,30 @@ class HandleMemoryBackend(MemoryService):
         super().__init__(coordinator, embed, top_k=memory.top_k, threshold=memory.threshold)
 
 
-def bind_memory(config: AppConfig) -> tuple[Any, list[Any]]:
+def memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig) -> MemoryService:
+    """The ingress's memory service over the bound generations (see :func:`bind_memory`).
+
+    Args:
+        generations: ``[{"embedder": handle, "shards": [handle, ...]}, ...]``, the serving
+            generation first, then the migration's when ``memory.migration`` is set.
+        memory: ``MemoryConfig``.
+    """
+    services = [HandleMemoryBackend(g["embedder"], g["shards"], memory) for g in generations]
+    if len(services) == 1:
+        return services[0]
+    if memory.migration is None:
+        raise ValueError("generations: two were bound but memory.migration is not set")
+    return MigratingMemoryService(services[0], services[1], reads=memory.migration.reads)
+
+
+def bind_memory(config: AppConfig) -> tuple[Any, list[dict[str, Any]]]:
     """Bound embedder and shard deployments (``serve.deployment`` with the config's options).
 
-    The lead's ``build_app`` passes the returned applications to the ingress, which resolves
-    them to handles and builds :class:`HandleMemoryBackend` from them.
+    Returns:
+        ``(shared embedder, generations)``: the cluster's embedder (context-mode and experiences
+        use it) and, per memory generation (serving first, then the migration's), ``{"embedder":
+        its embedder, "shards": its shards}``; a generation without its own embedder shares the
+        cluster's. The ingress resolves them to handles and builds :func:`memory_backend`.
 
     Raises:
         ValueError: a shard deployment asked for more than one replica (a shard folder has one
@@ -297,13 +315,24 @@ def bind_memory(config: AppConfig) -> tuple[Any, list[Any]]:
             "memory.deployment: a shard has a single writer (its WAL); use num_replicas=1 and no autoscaling "
             "above 1 replica, and add shards with memory.num_shards"
         )
-    embedder = serve.deployment(EmbedderDeployment, name=EMBEDDER_DEPLOYMENT).options(
-        **opts[EMBEDDER_DEPLOYMENT].to_ray_options()
-    ).bind(config.embedder.model_dump(mode="json"))
-    data_dir = str(Path(mem.data_dir).expanduser().resolve())
-    shards = []
-    for i in range(mem.num_shards):
-        name = shard_deployment_name(i)
-        dep = serve.deployment(MemoryShardDeployment, name=name).options(**opts[name].to_ray_options())
-        shards.append(dep.bind(i, data_dir))
-    return embedder, shards
+    bound: dict[str, Any] = {}
+
+    def embedder(name: str, cfg: EmbedderConfig) -> Any:
+        if name not in bound:
+            bound[name] = serve.deployment(EmbedderDeployment, name=name).options(
+                **opts[name].to_ray_options()
+            ).bind(cfg.model_dump(mode="json"))
+        return bound[name]
+
+    shared = embedder(EMBEDDER_DEPLOYMENT, config.embedder)
+    generations = []
+    for gen in mem.generations(config.embedder):
+        model_id, dim = embedder_identity(gen.embedder.model)
+        data_dir = str(Path(gen.data_dir).expanduser().resolve())
+        shards = []
+        for i in range(mem.num_shards):
+            name = shard_deployment_name(i, gen.name)
+            dep = serve.deployment(MemoryShardDeployment, name=name).options(**opts[name].to_ray_options())
+            shards.append(dep.bind(i, data_dir, model_id, dim))
+        generations.append({"embedder": embedder(gen.embedder_deployment, gen.embedder), "shards": shards})
+    return shared, generations

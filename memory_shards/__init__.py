@@ -13,7 +13,7 @@ from kernels import ScoreParams
 
 from .config import SearchFilters, SearchHit, ShardConfig
 from .coordinator import LocalShardClient, MemoryCoordinator, ShardClient, embed_records, local_coordinator
-from .embedders import Embedder, HashingEmbedder, MiniLMEmbedder, l2_normalise
+from .embedders import EMBEDDER_MODELS, Embedder, HashingEmbedder, MiniLMEmbedder, build_embedder, embedder_identity, l2_normalise
 from .records import (
     KINDS,
     SHARED_TENANT_NAME,
@@ -31,7 +31,10 @@ __all__ = [
     "KINDS",
     "SHARED_TENANT_NAME",
     "EmbeddedRecord",
+    "EMBEDDER_MODELS",
     "Embedder",
+    "build_embedder",
+    "embedder_identity",
     "HashingEmbedder",
     "LocalShardClient",
     "MemoryCoordinator",

@@ -249,6 +249,25 @@ class MemoryShard:
                 out["touched"] = list(renew)
         return out
 
+    def insert_absent(self, items: Sequence[EmbeddedRecord]) -> list[str]:
+        """Insert only records that are new to the shard; durable on return (as :meth:`upsert`).
+
+        A record is skipped when the shard holds its id, or a record of the same tenant with the
+        same ``source_id`` (an upsert would replace that one, which is newer: it was written after
+        the record being inserted was read). This is the fill step of a live re-embed: a record
+        written by the dual-writing cluster always wins over the copy of its older state.
+
+        Returns:
+            The ids inserted, in order.
+        """
+        with self._lock:
+            fresh = [
+                it for it in items
+                if self._table.get(it.record.id) is None
+                and (it.record.tenant_key, it.record.source_key) not in self._table.by_tenant_source
+            ]
+            return self.upsert(fresh) if fresh else []
+
     def touch(self, ids: Sequence[str], at: float | Sequence[float] | None = None) -> None:
         """Queue last-access renewals (applied in batches, see the module docstring).
 

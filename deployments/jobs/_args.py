@@ -61,14 +61,6 @@ def live_from_args(args: argparse.Namespace) -> Any:
                        temp_dir=config.ray.temp_dir, auth_disabled=config.ray.auth_disabled)
 
 
-def _embedder_identity(model: str) -> tuple[str, int]:
-    from memory_shards.embedders import MINILM_MODEL_ID, MiniLMEmbedder
-
-    if model == "all-MiniLM-L6-v2":
-        return MINILM_MODEL_ID, MiniLMEmbedder.dim
-    raise ValueError(f"embedder.model: no known model id for {model!r}; pass --model-id and --dim")
-
-
 def options_from_args(args: argparse.Namespace) -> Any:
     """Build :class:`JobOptions` from the flags, filling gaps from the profile."""
     from deployments.config import load_config
@@ -77,7 +69,10 @@ def options_from_args(args: argparse.Namespace) -> Any:
     config = load_config(profile=args.profile, path=args.config)
     model_id, dim = args.model_id, args.dim
     if model_id is None or dim is None:
-        default_id, default_dim = _embedder_identity(config.embedder.model)
+        from memory_shards.embedders import embedder_identity
+
+        # NOTE: the memory tier's embedder: its own (memory.embedder) or the cluster's.
+        default_id, default_dim = embedder_identity((config.memory.embedder or config.embedder).model)
         model_id, dim = model_id or default_id, dim or default_dim
     return JobOptions(
         data_dir=args.data_dir or config.memory.data_dir,

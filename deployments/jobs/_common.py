@@ -73,6 +73,7 @@ class LiveOptions(StrictModel):
     temp_dir: Path = Field(default=Path(".recallserve/ray"), description="Ray temp folder of the local cluster (the runner's ray.temp_dir).")
     auth_disabled: bool = Field(default=True, description="Set RAY_AUTH_MODE=disabled before connecting (as the runner does).")
     call_timeout_s: float = Field(default=300.0, gt=0, le=3600, description="Seconds one shard call may take before the job stops.")
+    generation: str = Field(default="", max_length=16, description="Memory generation whose shards the job walks ('' = memory_shard_<i>).")
 
 
 class JobReport(StrictModel):
@@ -254,6 +255,8 @@ def run_access_job(
     process_batch: Callable[[dict[str, Any]], AccessBatchFn],
     *,
     live: LiveOptions | None = None,
+    cluster: Any = None,
+    after_shard: Callable[[int], None] | None = None,
 ) -> JobReport:
     """Page through every shard's records in id order through :class:`ShardAccess`, with checkpoints.
 
@@ -268,6 +271,8 @@ def run_access_job(
         params: the job's own options; stored in the checkpoint (``now`` is sticky).
         process_batch: given the effective params, returns the batch function.
         live: work through the shard deployments of a running app instead of the folders.
+        cluster: an already connected ``_live.LiveCluster`` to use with ``live`` (not closed here).
+        after_shard: called with the index of each shard finished in this run (not in a dry run).
 
     Raises:
         JobError: no shards, a shard folder held by a cluster (folder mode), no cluster or app
@@ -286,14 +291,17 @@ def run_access_job(
         else:
             from deployments.jobs import _live
 
-            cluster = stack.enter_context(_live.connect(live))
+            if cluster is None:
+                cluster = stack.enter_context(_live.connect(live))
             indices = cluster.shard_indices(opts.num_shards)
-            scope = cluster.shard
+            scope = functools.partial(cluster.shard, generation=live.generation)
         for index in indices:
             if ckpt.done(index):
                 continue
             with scope(index) as access:
                 _walk_shard(job, opts, ckpt, index, access, fn)
+            if after_shard is not None and not opts.dry_run:
+                after_shard(index)
     return JobReport(job=job, dry_run=opts.dry_run, resumed=ckpt.resumed, shards=len(indices), stats=dict(ckpt.stats),
                      seconds=round(time.monotonic() - start, 3), checkpoint=None if ckpt_path is None else str(ckpt_path))
 

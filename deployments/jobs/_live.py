@@ -9,8 +9,9 @@
 The last one is how ``recallserve up`` (an embedded Ray with ``ray.temp_dir``, default
 ``.recallserve/ray``) is found without guessing among other clusters on the machine; under
 ``ray job submit`` Ray sets ``RAY_ADDRESS`` for the driver. Each shard ``i`` is the deployment
-``memory_shard_<i>`` of the app; :class:`LiveShardAccess` calls its ``page`` / ``apply`` /
-``neighbours`` / ``snapshot`` / ``stats`` methods through the handle and waits for each result,
+``memory_shard_<i>`` of the app (``memory_shard_<generation>_<i>`` for a named generation);
+:class:`LiveShardAccess` calls its ``page`` / ``apply`` / ``neighbours`` / ``snapshot`` /
+``stats`` (and ``lookup`` / ``insert_absent`` / ``touch``) methods through the handle and waits for each result,
 so a job keeps its one-batch-at-a-time order and its checkpoints mean what they say.
 """
 
@@ -30,7 +31,6 @@ from ._common import JobError, LiveOptions
 
 __all__ = ["LiveCluster", "LiveShardAccess", "connect", "find_local_cluster"]
 
-_SHARD_NAME = re.compile(r"memory_shard_(\d+)")
 
 
 def find_local_cluster(temp_dir: Path) -> str | None:
@@ -90,6 +90,20 @@ class LiveShardAccess:
     def snapshot(self) -> None:
         self._call("snapshot")
 
+    def lookup(self, ids: Sequence[str]) -> list[MemoryRecord | None]:
+        return self._call("lookup", list(ids))
+
+    def insert_absent(self, items: Sequence[EmbeddedRecord]) -> list[str]:
+        return self._call("insert_absent", list(items))
+
+    def touch(self, ids: Sequence[str], at: Sequence[float]) -> None:
+        self._call("touch", list(ids), list(at))
+        self._call("flush")
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Any other method of the deployment, with the same error handling."""
+        return self._call(method, *args)
+
 
 class LiveCluster:
     """The app's shard deployments on a connected cluster."""
@@ -110,9 +124,12 @@ class LiveCluster:
         state = str(getattr(app.status, "value", app.status))
         if state != "RUNNING":
             raise JobError(f"app: Serve application {opts.app!r} is {state}, not RUNNING; wait for it or fix it first")
-        self.available = sorted(int(m.group(1)) for name in app.deployments if (m := _SHARD_NAME.fullmatch(name)))
+        self.deployments = set(app.deployments)
+        prefix = f"memory_shard_{opts.generation}_" if opts.generation else "memory_shard_"
+        pattern = re.compile(re.escape(prefix) + r"(\d+)")
+        self.available = sorted(int(m.group(1)) for name in app.deployments if (m := pattern.fullmatch(name)))
         if not self.available:
-            raise JobError(f"app: Serve application {opts.app!r} has no memory_shard_<i> deployments")
+            raise JobError(f"app: Serve application {opts.app!r} has no {prefix}<i> deployments")
 
     def shard_indices(self, num_shards: int | None) -> list[int]:
         """Shards to process: ``0..num_shards-1`` (all must be deployed) or every deployed one."""
@@ -124,14 +141,31 @@ class LiveCluster:
         return list(range(num_shards))
 
     @contextlib.contextmanager
-    def shard(self, index: int) -> Iterator[LiveShardAccess]:
-        """Access to shard ``index`` through its deployment handle."""
+    def shard(self, index: int, generation: str | None = None) -> Iterator[LiveShardAccess]:
+        """Access to shard ``index`` (of ``generation``, default the options') through its deployment handle."""
+        yield self.access(index, generation)
+
+    def access(self, index: int, generation: str | None = None) -> LiveShardAccess:
+        """:class:`LiveShardAccess` of shard ``index`` of ``generation`` (default: the options')."""
         from ray import serve
 
-        from deployments.memory import shard_deployment_name
+        from deployments.config import shard_deployment_name
 
-        handle = serve.get_deployment_handle(shard_deployment_name(index), app_name=self._opts.app)
-        yield LiveShardAccess(handle, index, self._opts.call_timeout_s)
+        gen = self._opts.generation if generation is None else generation
+        handle = serve.get_deployment_handle(shard_deployment_name(index, gen), app_name=self._opts.app)
+        return LiveShardAccess(handle, index, self._opts.call_timeout_s)
+
+    def handle(self, deployment: str) -> Any:
+        """A handle of another deployment of the app (e.g. an embedder).
+
+        Raises:
+            JobError: the app has no such deployment.
+        """
+        from ray import serve
+
+        if deployment not in self.deployments:
+            raise JobError(f"app: Serve application {self._opts.app!r} has no deployment {deployment!r}")
+        return serve.get_deployment_handle(deployment, app_name=self._opts.app)
 
 
 @contextlib.contextmanager

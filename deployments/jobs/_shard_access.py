@@ -24,12 +24,16 @@ import numpy as np
 
 from kernels import ScoreParams
 from memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard
+from memory_shards.retrieval import HybridShard, lexical_text
 
 __all__ = [
+    "HybridShardAccess",
     "LocalShardAccess",
     "ShardAccess",
     "SortedIds",
     "all_records",
+    "hybrid_apply",
+    "hybrid_insert_absent",
     "neighbour_records",
     "page_records",
     "vectors_of",
@@ -135,6 +139,39 @@ class ShardAccess(Protocol):
         """Snapshot the shard (compacts deleted rows)."""
         ...
 
+    def lookup(self, ids: Sequence[str]) -> list[MemoryRecord | None]:
+        """The records with these ids, any tenant (None where absent)."""
+        ...
+
+    def insert_absent(self, items: Sequence[EmbeddedRecord]) -> list[str]:
+        """See :meth:`memory_shards.MemoryShard.insert_absent`."""
+        ...
+
+    def touch(self, ids: Sequence[str], at: Sequence[float]) -> None:
+        """Renew last access (never backwards); absent ids are ignored."""
+        ...
+
+
+def hybrid_apply(hybrid: HybridShard, deletes: Mapping[str, Sequence[str]], upserts: Sequence[EmbeddedRecord],
+                 expected: Mapping[str, str], touches: Mapping[str, float] | None = None,
+                 all_or_nothing: bool = False) -> dict[str, list[str]]:
+    """``apply_if_unchanged`` on a hybrid shard, with its BM25 index following the applied changes."""
+    out = hybrid.shard.apply_if_unchanged(deletes, upserts, expected, touches, all_or_nothing)
+    for record_id in out["deleted"]:
+        hybrid.lexical.remove(record_id)
+    # NOTE: index what the shard holds now (a user write may already have replaced the job's).
+    current = [r for i in out["upserted"] if (r := hybrid.shard.record(i)) is not None]
+    hybrid.lexical.add_many((r.tenant, r.id, lexical_text(r)) for r in current)
+    return out
+
+
+def hybrid_insert_absent(hybrid: HybridShard, items: Sequence[EmbeddedRecord]) -> list[str]:
+    """``insert_absent`` on a hybrid shard, indexing the inserted records for BM25."""
+    inserted = hybrid.shard.insert_absent(items)
+    done = set(inserted)
+    hybrid.lexical.add_many((it.record.tenant, it.record.id, lexical_text(it.record)) for it in items if it.record.id in done)
+    return inserted
+
 
 class LocalShardAccess:
     """:class:`ShardAccess` over a shard folder opened in this process."""
@@ -159,3 +196,28 @@ class LocalShardAccess:
 
     def snapshot(self) -> None:
         self.shard.snapshot()
+
+    def lookup(self, ids: Sequence[str]) -> list[MemoryRecord | None]:
+        return [self.shard.record(i) for i in ids]
+
+    def insert_absent(self, items: Sequence[EmbeddedRecord]) -> list[str]:
+        return self.shard.insert_absent(items)
+
+    def touch(self, ids: Sequence[str], at: Sequence[float]) -> None:
+        self.shard.touch(list(ids), list(at))
+        self.shard.flush()
+
+
+class HybridShardAccess(LocalShardAccess):
+    """:class:`ShardAccess` over an in-process hybrid shard that is serving (its BM25 index kept in step)."""
+
+    def __init__(self, hybrid: HybridShard) -> None:
+        super().__init__(hybrid.shard)
+        self.hybrid = hybrid
+
+    def apply(self, deletes: Mapping[str, Sequence[str]], upserts: Sequence[EmbeddedRecord], expected: Mapping[str, str],
+              touches: Mapping[str, float] | None = None, all_or_nothing: bool = False) -> dict[str, list[str]]:
+        return hybrid_apply(self.hybrid, deletes, upserts, expected, touches, all_or_nothing)
+
+    def insert_absent(self, items: Sequence[EmbeddedRecord]) -> list[str]:
+        return hybrid_insert_absent(self.hybrid, items)

@@ -1,6 +1,6 @@
-"""Re-embed every memory with a new embedder into a new set of shards (no downtime).
+"""Re-embed every memory with a new embedder into a new set of shards: from folders, or live (no downtime).
 
-The serving shards are never written: the job copies each shard folder (snapshot + WAL, a
+Folder mode: the serving shards are never written: the job copies each shard folder (snapshot + WAL, a
 point-in-time copy that the copy's WAL replay makes consistent) to
 ``<target>/.source-copy/shard-<i>``, reads every record from the copy, embeds its texts with the
 new embedder and upserts it into ``<target>/shard-<i>`` (new model id and dimension; indexes are
@@ -17,14 +17,14 @@ switch still need a pause of writes or one more catch-up from the stopped shards
 Run: ``recallserve job reembed --embedder minilm --target /data/recallserve/memory-v2`` or
 ``ray job submit -- python -m deployments.jobs.reembed ...``.
 
-No ``--live`` mode (unlike ``expiry-sweep`` and ``consolidate``): it already runs beside a
-serving cluster (it reads a copy, never the serving folders), and re-embedding *through* the
-shard deployments cannot work in place: a shard holds one model id and dimension, so a record
-with new vectors is refused by the serving shard, and the embedder deployment embeds queries
-with the old model, so new vectors would not match them. A live re-embed therefore needs an
-embedder swap: new shard deployments (new model, new folders) filled while the old ones serve,
-then the embedder and shard deployments switched together, with writes made in between
-replayed into the new shards. That is a deployment roll-out, not a batch job.
+Without downtime (``--live``): deploy a config whose ``memory.migration`` names the new
+generation (its embedder and data folder). The new embedder and shard deployments then run
+beside the serving ones and every write goes to both; ``recallserve job reembed --live
+--config that.yaml`` copies what the serving generation held before into the new one through the
+deployments (:mod:`deployments.jobs._reembed_live`: fill and prune passes, compare-and-set,
+checkpointed). Then switch reads (``migration.reads: target``) and finally make the new
+generation the only one; ``docs/reembed.md`` has the whole roll-out. The folder mode above
+remains for offline clusters.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ JOB = "reembed"
 
 
 def make_embedder(spec: str) -> Any:
-    """An embedder from a short spec: ``minilm`` or ``hashing[:DIM]``.
+    """An embedder from a short spec: ``minilm``, ``minilm-int8`` or ``hashing[:DIM]``.
 
     Raises:
         ValueError: an unknown spec (names the accepted ones).
@@ -55,18 +55,23 @@ def make_embedder(spec: str) -> Any:
     name, _, arg = spec.partition(":")
     if name == "minilm" and not arg:
         return MiniLMEmbedder()
+    if name == "minilm-int8" and not arg:
+        return MiniLMEmbedder(quantized=True)
     if name == "hashing":
         try:
             return HashingEmbedder(int(arg) if arg else 384)
         except ValueError:
             raise ValueError(f"embedder: 'hashing:DIM' needs an integer DIM, got {spec!r}") from None
-    raise ValueError(f"embedder: expected 'minilm' or 'hashing[:DIM]', got {spec!r}")
+    raise ValueError(f"embedder: expected 'minilm', 'minilm-int8' or 'hashing[:DIM]', got {spec!r}")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The re-embed job's own flags."""
-    p.add_argument("--embedder", required=True, help="new embedder: minilm | hashing[:DIM]")
-    p.add_argument("--target", type=Path, required=True, help="data root of the new shards (must differ from --data-dir)")
+    """The re-embed job's own flags (and ``--live``/``--app``/``--ray-address``)."""
+    from deployments.jobs._args import add_live_arguments
+
+    add_live_arguments(p)
+    p.add_argument("--embedder", default=None, help="new embedder (folder mode): minilm | minilm-int8 | hashing[:DIM]")
+    p.add_argument("--target", type=Path, default=None, help="data root of the new shards, folder mode (must differ from --data-dir)")
     p.add_argument("--catch-up", action="store_true",
                    help="update a finished target with only the writes made since (re-embed changed, drop deleted)")
 
@@ -253,8 +258,21 @@ def catch_up(opts: Any, embedder: Any, target: Path) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> Any:
     """Entry used by both ``recallserve job reembed`` and ``python -m``."""
-    from deployments.jobs._args import options_from_args
+    from deployments.jobs._args import live_from_args, options_from_args
 
+    live = live_from_args(args)
+    if live is not None:
+        for flag in ("embedder", "target", "catch_up"):
+            if getattr(args, flag):
+                raise ValueError(f"--{flag.replace('_', '-')}: not used with --live (the config's memory.migration "
+                                 "names the new generation, its embedder and folder)")
+        from deployments.config import load_config
+        from deployments.jobs._reembed_live import run_live
+
+        return run_live(options_from_args(args), load_config(profile=args.profile, path=args.config), live)
+    for flag in ("embedder", "target"):
+        if getattr(args, flag) is None:
+            raise ValueError(f"--{flag}: required without --live")
     if args.catch_up:
         return catch_up(options_from_args(args), make_embedder(args.embedder), args.target)
     return reembed(options_from_args(args), make_embedder(args.embedder), args.target)

@@ -18,6 +18,7 @@ from serve.memory_api.schemas import (
     SearchResponse,
     SearchResult,
 )
+from serve.memory_api.migration import MigratingMemoryService
 from serve.memory_api.service import MemoryService
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "MemoryIn",
     "MemoryOut",
     "MemoryService",
+    "MigratingMemoryService",
     "SearchRequest",
     "SearchResponse",
     "SearchResult",

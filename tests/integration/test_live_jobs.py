@@ -70,7 +70,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any
     from deployments.memory import bind_memory
 
     with small_memory_ray(tmp_path_factory.mktemp("memory"), RAY_DIR) as config:
-        embedder, shards = bind_memory(config)
+        _, (generation,) = bind_memory(config)
+        embedder, shards = generation["embedder"], generation["shards"]
         probe = serve.deployment(LiveProbe, name="probe", ray_actor_options={"num_cpus": 0.1})
         handle = serve.run(probe.bind(embedder, shards, config.memory.model_dump(mode="json")), name=APP, route_prefix=None)
         yield config, handle

@@ -60,7 +60,8 @@ def _deploy(config: Any) -> Any:
 
     from deployments.memory import bind_memory
 
-    embedder, shards = bind_memory(config)
+    _, (generation,) = bind_memory(config)
+    embedder, shards = generation["embedder"], generation["shards"]
     probe = serve.deployment(MemoryProbe, name="probe", ray_actor_options={"num_cpus": 0.1})
     return serve.run(probe.bind(embedder, shards, config.memory.model_dump(mode="json")), name=APP, route_prefix=None)
 

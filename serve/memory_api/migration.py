@@ -1,0 +1,80 @@
+"""Two memory generations behind one memory service: the write path of a zero-downtime re-embed.
+
+While a new generation (new embedder, new shard folders) is built beside the serving one,
+:class:`MigratingMemoryService` keeps both current::
+
+    write (add / write-back / delete):  current generation first, then the target generation;
+                                        acknowledged only when both hold it
+    read  (search / get / list):        the generation named by ``reads`` ("current" | "target")
+
+The order is what makes the live fill job (``deployments.jobs._reembed_live``) safe without
+tombstones or a write pause. The job copies each record ``r`` of the current generation into the
+target with :meth:`~memory_shards.MemoryShard.insert_absent` (skipped when the target holds the
+id or the same tenant's source id), then checks that the current generation still holds ``r``
+and otherwise deletes its copy again by compare-and-set. Because a user's change reaches the
+current generation *before* the target:
+
+* an update the job raced with is either already in the target (the copy is skipped) or lands
+  after the copy (and replaces it);
+* a delete the job raced with has removed ``r`` from the current generation before it could
+  reach the target, so the job's check after its insert sees ``r`` gone and removes the copy.
+
+A write that fails half-way (current done, target failed) is answered with the target's error
+(a 5xx, not acknowledged); the fill job's compare pass then brings the target to the current
+generation's state. Last-access renewals of searches stay in the generation that answered; the
+fill job carries the current generation's renewals over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from memory_shards.records import MemoryRecord
+from serve.api.errors import APIError
+from serve.memory_api.service import MemoryService
+
+__all__ = ["MigratingMemoryService"]
+
+
+class MigratingMemoryService(MemoryService):
+    """A :class:`MemoryService` that writes to two generations and reads from one.
+
+    Args:
+        current: the serving generation's service (its embedder and shards).
+        target: the new generation's service (its own embedder and shards).
+        reads: which generation answers reads.
+
+    Example:
+        >>> svc = MigratingMemoryService(current_service, target_service, reads="current")
+        >>> ids = await svc.add("acme", [MemoryIn(text="fan noise after firmware 2.1")])  # in both
+    """
+
+    def __init__(self, current: MemoryService, target: MemoryService, reads: Literal["current", "target"] = "current") -> None:
+        if reads not in ("current", "target"):
+            raise ValueError(f"reads: expected 'current' or 'target', got {reads!r}")
+        side = current if reads == "current" else target
+        super().__init__(side.coordinator, side.embed, top_k=side.top_k, threshold=side.threshold,
+                         retrieval=side.retriever.params, rewriter=side.retriever.rewriter, max_batch=side.max_batch)
+        self.current = current
+        self.target = target
+        self.reads = reads
+
+    async def add_records(self, records: Sequence[MemoryRecord]) -> list[str]:
+        """Embed and store ``records`` in the current generation, then in the target (same ids)."""
+        ids = await self.current.add_records(records)
+        await self.target.add_records(records)
+        return ids
+
+    async def delete(self, tenant: str, memory_id: str) -> None:
+        """Delete from the current generation (its 404 / 403 answer the request), then from the target.
+
+        The target may not hold the record yet (the fill job has not reached it), so its
+        "not found" is expected and ignored; the fill job's check removes a copy it races with.
+        """
+        await self.current.delete(tenant, memory_id)
+        try:
+            await self.target.delete(tenant, memory_id)
+        except APIError as exc:
+            if exc.status != 404:
+                raise
