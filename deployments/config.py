@@ -152,6 +152,17 @@ class MemoryMigration(StrictModel):
     reads: Literal["current", "target"] = Field(
         default="current", description="Which generation answers searches and gets; 'target' once the fill job finished."
     )
+    writes: Literal["both", "target"] = Field(
+        default="both",
+        description="'both' while migrating; 'target' (needs reads: target) leaves the old generation idle, so that the "
+                    "next config can remove it without a request still waiting on it.",
+    )
+
+    @model_validator(mode="after")
+    def _writes_follow_reads(self) -> MemoryMigration:
+        if self.writes == "target" and self.reads != "target":
+            raise ValueError("writes: 'target' needs reads: 'target' (the old generation would serve reads it no longer gets writes for)")
+        return self
 
 
 class MemoryGeneration(StrictModel):

@@ -291,7 +291,7 @@ def memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig) 
         return services[0]
     if memory.migration is None:
         raise ValueError("generations: two were bound but memory.migration is not set")
-    return MigratingMemoryService(services[0], services[1], reads=memory.migration.reads)
+    return MigratingMemoryService(services[0], services[1], reads=memory.migration.reads, writes=memory.migration.writes)
 
 
 def bind_memory(config: AppConfig) -> tuple[Any, list[dict[str, Any]]]:

@@ -47,6 +47,13 @@ class DeploymentOptions(StrictModel):
     max_ongoing_requests: int = Field(default=16, ge=1, le=100000, description="Requests one replica accepts at once.")
     autoscaling: AutoscalingOptions | None = Field(default=None, description="Autoscaling; None = fixed num_replicas.")
     health_check_period_s: float = Field(default=10.0, gt=0, le=600, description="Seconds between replica health checks.")
+    # NOTE: 300 s matches server.request_timeout_s: a replica being replaced (a config roll-out,
+    # a scale-down) finishes its in-flight requests instead of failing them. It stops as soon as
+    # those are done (Serve checks every 2 s), so a long limit costs nothing when it is idle.
+    graceful_shutdown_timeout_s: float = Field(
+        default=300.0, ge=0, le=3600,
+        description="How long a replica being stopped may finish its in-flight requests before it is killed.",
+    )
 
     def to_ray_options(self) -> dict[str, Any]:
         """Options for ``Deployment.options(...)``.
@@ -62,6 +69,7 @@ class DeploymentOptions(StrictModel):
             "ray_actor_options": actor,
             "max_ongoing_requests": self.max_ongoing_requests,
             "health_check_period_s": self.health_check_period_s,
+            "graceful_shutdown_timeout_s": self.graceful_shutdown_timeout_s,
         }
         if self.autoscaling is not None:
             a = self.autoscaling

@@ -19,7 +19,7 @@ from deployments.config import ROLES, AppConfig
 from deployments.engines import LlamaCppConfig
 from deployments.models import resolve_model_path
 
-__all__ = ["prepare_models", "start_ray", "deploy", "load_demo", "shutdown", "run_forever"]
+__all__ = ["prepare_models", "start_ray", "deploy", "redeploy", "load_demo", "shutdown", "run_forever"]
 
 log = logging.getLogger("recallserve.runner")
 
@@ -73,16 +73,72 @@ def deploy(config: AppConfig, *, timeout_s: float = 600.0) -> None:
     serve.start(http_options={"host": config.server.host, "port": config.server.port})
     app = build_app(config)
     serve.run(app, name=config.name, route_prefix="/", blocking=False)
+    _wait_running(config.name, timeout_s)
+
+
+def redeploy(config: AppConfig, *, address: str | None = None, timeout_s: float = 600.0) -> float:
+    """Update the app of a running cluster in place to ``config``; returns the seconds it took.
+
+    Finds the cluster as the live jobs do (``address``, ``$RAY_ADDRESS``, ``ray.address``, else
+    the local raylet started with the profile's ``ray.temp_dir``, i.e. ``recallserve up``). Ray
+    Serve rolls the app's deployments: a replica being replaced finishes its in-flight requests
+    first (``graceful_shutdown_timeout_s``) and new requests wait for its successor, so
+    nothing is refused; the HTTP host and port stay those of the running proxy.
+
+    Raises:
+        RuntimeError: no cluster, no Serve app named ``config.name`` on it, or the deploy failed.
+        TimeoutError: the app was not running again within ``timeout_s``.
+    """
+    import ray
+    from ray import serve
+    from ray.serve.exceptions import RayServeException
+
+    from deployments.jobs._live import find_local_cluster
+
+    if config.ray.auth_disabled:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ours = False
+    if not ray.is_initialized():
+        target = address or os.environ.get("RAY_ADDRESS") or config.ray.address or find_local_cluster(config.ray.temp_dir)
+        if not target:
+            raise RuntimeError(f"no running cluster found (no raylet with temp dir {config.ray.temp_dir}, no RAY_ADDRESS); "
+                               "start it with `recallserve up` or pass --ray-address")
+        ray.init(address=target, log_to_driver=False, logging_level=logging.WARNING)
+        ours = True
+    try:
+        try:
+            apps = serve.status().applications
+        except RayServeException as exc:
+            raise RuntimeError(f"Ray Serve is not running on this cluster ({exc})") from None
+        if config.name not in apps:
+            raise RuntimeError(f"name: no Serve application {config.name!r} on this cluster "
+                               f"(running: {', '.join(sorted(apps)) or 'none'}); start it with `recallserve up`")
+        prepare_models(config)
+        started = time.monotonic()
+        from deployments.app import build_app
+
+        serve.run(build_app(config), name=config.name, route_prefix="/", blocking=False)
+        _wait_running(config.name, timeout_s)
+        return time.monotonic() - started
+    finally:
+        if ours:
+            ray.shutdown()
+
+
+def _wait_running(name: str, timeout_s: float) -> None:
+    from ray import serve
+
     deadline = time.monotonic() + timeout_s
     while True:
-        status = serve.status().applications.get(config.name)
+        status = serve.status().applications.get(name)
         state = str(getattr(status, "status", "")) if status else ""
         if state.endswith("RUNNING"):
             return
         if state.endswith("DEPLOY_FAILED") or state.endswith("UNHEALTHY"):
-            raise RuntimeError(f"application {config.name} failed to deploy: {getattr(status, 'message', '')}")
+            raise RuntimeError(f"application {name} failed to deploy: {getattr(status, 'message', '')}")
         if time.monotonic() > deadline:
-            raise TimeoutError(f"application {config.name} not running after {timeout_s:.0f} s (state {state})")
+            raise TimeoutError(f"application {name} not running after {timeout_s:.0f} s (state {state})")
         time.sleep(0.5)
 
 

@@ -6,7 +6,8 @@ point-in-time copy that the copy's WAL replay makes consistent) to
 new embedder and upserts it into ``<target>/shard-<i>`` (new model id and dimension; indexes are
 built by the new shards as rows arrive, IVF above ``exact_max_rows``). When all shards are done
 it writes ``<target>/REEMBED.json`` and deletes the copies. Switching is then a config change:
-point ``memory.data_dir`` (and ``embedder``) at the target and roll the shard deployments.
+point ``memory.data_dir`` at the target, name it (``memory.generation``), set ``memory.embedder``
+to the new model, and redeploy.
 
 Resumable: the checkpoint lives in ``<target>/.jobs/reembed.json``; a rerun reuses the copies
 it started from. Writes the cluster accepts after the copy are not in the target: ``--catch-up``
@@ -164,7 +165,8 @@ def reembed(opts: Any, embedder: Any, target: Path) -> Any:
     (target / "REEMBED.json").write_text(json.dumps(manifest, indent=2))
     shutil.rmtree(copy_root, ignore_errors=True)
     report.extra = {"target": str(target), "model_id": embedder.model_id, "dim": embedder.dim,
-                    "switch": f"set memory.data_dir to {target} and the embedder to {embedder.model_id}, then roll the shards"}
+                    "switch": f"set memory.data_dir to {target}, memory.generation to a new name and memory.embedder to the "
+                              f"model of {embedder.model_id}, then redeploy (or re-embed with --live: docs/reembed.md)"}
     return report
 
 

@@ -1,4 +1,4 @@
-"""The ``recallserve`` console script: ``recallserve up|models|bench|eval|job ...``.
+"""The ``recallserve`` console script: ``recallserve up|deploy|models|bench|eval|job ...``.
 
 Each leaf command lives in its own module exposing ``add_parser(subparsers)``; heavy imports
 (torch, ray, llama.cpp) happen inside the command's handler so ``--help`` stays fast.
@@ -23,6 +23,7 @@ class UserError(Exception):
 # registers one parser under its group.
 _TOP: dict[str, str] = {
     "up": "serve.cli._up",
+    "deploy": "serve.cli._deploy",
     "models": "serve.cli._models",
     "serve-config": "serve.cli._serve_config",
 }

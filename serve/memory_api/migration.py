@@ -4,7 +4,8 @@ While a new generation (new embedder, new shard folders) is built beside the ser
 :class:`MigratingMemoryService` keeps both current::
 
     write (add / write-back / delete):  current generation first, then the target generation;
-                                        acknowledged only when both hold it
+                                        acknowledged only when both hold it ("both"), or
+                                        the target alone ("target", the last step)
     read  (search / get / list):        the generation named by ``reads`` ("current" | "target")
 
 The order is what makes the live fill job (``deployments.jobs._reembed_live``) safe without
@@ -44,24 +45,32 @@ class MigratingMemoryService(MemoryService):
         current: the serving generation's service (its embedder and shards).
         target: the new generation's service (its own embedder and shards).
         reads: which generation answers reads.
+        writes: ``"both"`` (current first, then target) or ``"target"`` alone (needs
+            ``reads="target"``): the old generation is then idle and can be removed.
 
     Example:
         >>> svc = MigratingMemoryService(current_service, target_service, reads="current")
         >>> ids = await svc.add("acme", [MemoryIn(text="fan noise after firmware 2.1")])  # in both
     """
 
-    def __init__(self, current: MemoryService, target: MemoryService, reads: Literal["current", "target"] = "current") -> None:
+    def __init__(self, current: MemoryService, target: MemoryService, reads: Literal["current", "target"] = "current",
+                 writes: Literal["both", "target"] = "both") -> None:
         if reads not in ("current", "target"):
             raise ValueError(f"reads: expected 'current' or 'target', got {reads!r}")
+        if writes not in ("both", "target") or (writes == "target" and reads != "target"):
+            raise ValueError(f"writes: expected 'both', or 'target' with reads='target'; got {writes!r} with reads={reads!r}")
         side = current if reads == "current" else target
         super().__init__(side.coordinator, side.embed, top_k=side.top_k, threshold=side.threshold,
                          retrieval=side.retriever.params, rewriter=side.retriever.rewriter, max_batch=side.max_batch)
         self.current = current
         self.target = target
         self.reads = reads
+        self.writes = writes
 
     async def add_records(self, records: Sequence[MemoryRecord]) -> list[str]:
         """Embed and store ``records`` in the current generation, then in the target (same ids)."""
+        if self.writes == "target":
+            return await self.target.add_records(records)
         ids = await self.current.add_records(records)
         await self.target.add_records(records)
         return ids
@@ -72,6 +81,9 @@ class MigratingMemoryService(MemoryService):
         The target may not hold the record yet (the fill job has not reached it), so its
         "not found" is expected and ignored; the fill job's check removes a copy it races with.
         """
+        if self.writes == "target":
+            await self.target.delete(tenant, memory_id)
+            return
         await self.current.delete(tenant, memory_id)
         try:
             await self.target.delete(tenant, memory_id)

@@ -92,3 +92,25 @@ def test_config_round_trips_through_plain_data() -> None:
     cfg = load_config("gpu-cluster")
     again = AppConfig.model_validate(cfg.model_dump(mode="json"))
     assert again == cfg
+
+
+def test_memory_migration_is_validated(tmp_path) -> None:
+    from deployments.config import ConfigError
+
+    def cfg(memory: dict) -> object:
+        return load_config("cpu-local", overrides={"memory": {"data_dir": str(tmp_path / "v1"), **memory}})
+
+    mig = {"generation": "v2", "data_dir": str(tmp_path / "v2")}
+    assert cfg({"migration": mig}).memory.migration.reads == "current"
+    with pytest.raises(ConfigError, match="memory.migration: .*writes: 'target' needs reads"):
+        cfg({"migration": {**mig, "writes": "target"}})
+    with pytest.raises(ConfigError, match="memory: .*migration.data_dir: .* is the serving generation"):
+        cfg({"migration": {**mig, "data_dir": str(tmp_path / "v1")}})
+    with pytest.raises(ConfigError, match="migration.generation: 'v2' is the serving generation"):
+        cfg({"generation": "v2", "embedder": {"model": "all-MiniLM-L6-v2-int8"}, "migration": mig})
+    with pytest.raises(ConfigError, match="memory: .*embedder: .*needs a generation name"):
+        cfg({"embedder": {"model": "all-MiniLM-L6-v2-int8"}})
+    with pytest.raises(ConfigError, match="memory.migration.generation: String should match pattern"):
+        cfg({"migration": {**mig, "generation": "V-2"}})
+    with pytest.raises(ConfigError, match="embedder: .*int8 runs on the CPU only"):
+        load_config("cpu-local", overrides={"embedder": {"model": "all-MiniLM-L6-v2-int8", "device": "cuda"}})

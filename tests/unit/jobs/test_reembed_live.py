@@ -223,3 +223,26 @@ def test_fill_compares_against_a_fresh_read_of_the_serving_generation(gens: tupl
     fill_batch(src, _access(target, shard), NEW.embed, NEW.model_id, NEW.dim, page, False)
     (held,) = [r for c in target.coordinator.shards for r in c.shard.shard.records() if r.id == rid]
     assert held.text == "printer error E9: drum replaced"
+
+
+def test_writes_to_the_target_alone_leave_the_old_generation_idle(gens: tuple[MemoryService, MemoryService]) -> None:
+    current, target = gens
+    with pytest.raises(ValueError, match="writes"):
+        MigratingMemoryService(current, target, reads="current", writes="target")
+    svc = MigratingMemoryService(current, target, reads="target", writes="target")
+    rid = asyncio.run(_add(svc, "acme", "only in the new generation", "only-new"))
+    assert rid in _contents(target) and not _contents(current)
+    asyncio.run(svc.delete("acme", rid))
+    assert not _contents(target)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--live", "--embedder", "minilm"], "--embedder: not used with --live"),
+    (["--target", "/tmp/x"], "--embedder: required without --live"),
+    (["--embedder", "bogus", "--target", "/tmp/x"], "embedder: expected 'minilm', 'minilm-int8'"),
+])
+def test_reembed_flags_are_checked(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from deployments.jobs import reembed
+
+    assert reembed.main(["--no-progress", *argv]) == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,44 @@
+"""``recallserve deploy``: update the app of a running cluster in place to a new config."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+__all__ = ["add_parser"]
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``deploy``."""
+    p = subparsers.add_parser(
+        "deploy",
+        help="roll a running cluster (recallserve up, or --ray-address) to a new profile/config without stopping it",
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--profile", default=None, help="built-in profile name (default: cpu-local)")
+    src.add_argument("--config", type=Path, default=None, help="a profile YAML file")
+    p.add_argument("--ray-address", default=None,
+                   help="Ray address (default: $RAY_ADDRESS, else the local cluster using the profile's ray.temp_dir)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the app to run again")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate the config, roll the app, print how long it took."""
+    from deployments.config import ConfigError, load_config
+    from serve.cli import UserError
+
+    try:
+        config = load_config(profile=args.profile, path=args.config)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    from deployments.runner import redeploy
+
+    try:
+        seconds = redeploy(config, address=args.ray_address, timeout_s=args.timeout)
+    except (RuntimeError, TimeoutError) as exc:
+        raise UserError(str(exc)) from None
+    m = config.memory.migration
+    phase = "" if m is None else f" (memory migration to {m.generation!r}: reads {m.reads}, writes {m.writes})"
+    print(f"recallserve: app {config.name!r} rolled to the new config in {seconds:.1f} s{phase}")
+    return 0
