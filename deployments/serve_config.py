@@ -66,6 +66,10 @@ def _k8s_args(config: AppConfig, data_dir: str) -> dict[str, Any]:
     args = config.model_dump(mode="json")
     args["ray"]["address"] = "auto"
     args["memory"]["data_dir"] = data_dir
+    migration = args["memory"].get("migration")
+    if migration and not str(migration["data_dir"]).startswith("/"):
+        # NOTE: a relative migration folder becomes a sibling of data_dir, on the same volume.
+        migration["data_dir"] = str(Path(data_dir).parent / Path(migration["data_dir"]).name)
     args["auth"]["keys"] = {}
     if not args["auth"].get("keys_env"):
         args["auth"]["keys_env"] = "RECALLSERVE_API_KEYS"

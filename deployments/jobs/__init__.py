@@ -5,8 +5,9 @@
     ray job submit -- python -m deployments.jobs.reembed --embedder minilm --target /data/memory-v2
 
 Jobs: ``expiry-sweep`` (delete expired, demote decayed to archival), ``reembed`` (a new embedder
-into new shards, switch without downtime), ``consolidate`` (merge near-duplicate memories),
-``resummarise`` (refresh the rolling summary of long sessions in the session store).
+into new shards: from folders, or ``--live`` into a migration's generation without downtime),
+``consolidate`` (merge near-duplicate memories), ``resummarise`` (refresh the rolling summary of
+long sessions in the session store).
 Each is resumable (checkpoint file), shows progress and has ``--dry-run``; see ``_common``.
 
 ``expiry-sweep`` and ``consolidate`` also run while the cluster serves::
@@ -20,7 +21,9 @@ else the local cluster started with the profile's ``ray.temp_dir``) and work thr
 shards lock). The per-batch logic is the same in both modes (``run_access_job`` over the
 ``ShardAccess`` interface of ``_shard_access``); every change is a compare-and-set on the
 record's content version, so a job never overwrites a write a user made after it read the
-record (those are counted as ``conflicts``). ``reembed`` explains why it has no live mode.
+record (those are counted as ``conflicts``). ``reembed --live`` fills the new generation of a
+memory migration (``memory.migration`` in the deployed config) while every write goes to both
+generations; see ``reembed`` and README "Re-embedding without downtime".
 """
 
 from typing import Any

@@ -57,8 +57,11 @@ def live_from_args(args: argparse.Namespace) -> Any:
     from deployments.jobs._common import LiveOptions
 
     config = load_config(profile=args.profile, path=args.config)
+    # NOTE: the serving generation's shards (memory_shard_<generation>_<i> once a re-embed made a
+    # named generation the memory tier).
     return LiveOptions(app=args.app or config.name, address=args.ray_address or config.ray.address,
-                       temp_dir=config.ray.temp_dir, auth_disabled=config.ray.auth_disabled)
+                       temp_dir=config.ray.temp_dir, auth_disabled=config.ray.auth_disabled,
+                       generation=config.memory.generation)
 
 
 def options_from_args(args: argparse.Namespace) -> Any:

@@ -1,6 +1,6 @@
 """``reembed --live``: fill a migration's new generation from the serving one while both serve.
 
-The roll-out (``docs/reembed.md``) deploys a config with ``memory.migration``: the new
+The roll-out (README.md, "Re-embedding without downtime") deploys a config with ``memory.migration``: the new
 generation's embedder and shards run beside the serving ones, and the ingress writes every
 change to the serving generation first, then to the new one (``MigratingMemoryService``). What
 the serving generation held before that is copied by this job, in two passes per shard:
@@ -155,7 +155,7 @@ def run_live(opts: Any, config: Any, live: Any) -> Any:
     migration = config.memory.migration
     if migration is None:
         raise JobError("memory.migration: the config has no migration; deploy one that sets memory.migration "
-                       "(see docs/reembed.md), then run this job with that config")
+                       "(README.md, 'Re-embedding without downtime'), then run this job with that config")
     current, target = config.memory.generations(config.embedder)
     model_id, dim = embedder_identity(target.embedder.model)
     started = time.monotonic()
@@ -200,5 +200,5 @@ def run_live(opts: Any, config: Any, live: Any) -> Any:
     return JobReport(job="reembed", dry_run=opts.dry_run, resumed=filled.resumed or pruned.resumed, shards=filled.shards,
                      stats=stats, seconds=round(time.monotonic() - started, 3), checkpoint=None,
                      extra={"mode": "live", "from": current.name or "(unnamed)", "to": target.name, "model_id": model_id,
-                            "next": f"set memory.migration.reads: target, deploy; then make {target.name!r} the only "
-                                    "generation (docs/reembed.md)"})
+                            "next": "deploy migration.reads: target, then writes: target, then make "
+                                    f"{target.name!r} the only generation (README.md, 'Re-embedding without downtime')"})

@@ -24,8 +24,8 @@ beside the serving ones and every write goes to both; ``recallserve job reembed 
 --config that.yaml`` copies what the serving generation held before into the new one through the
 deployments (:mod:`deployments.jobs._reembed_live`: fill and prune passes, compare-and-set,
 checkpointed). Then switch reads (``migration.reads: target``) and finally make the new
-generation the only one; ``docs/reembed.md`` has the whole roll-out. The folder mode above
-remains for offline clusters.
+generation the only one (README.md, "Re-embedding without downtime", has the whole roll-out).
+The folder mode above remains for offline clusters.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def reembed(opts: Any, embedder: Any, target: Path) -> Any:
     shutil.rmtree(copy_root, ignore_errors=True)
     report.extra = {"target": str(target), "model_id": embedder.model_id, "dim": embedder.dim,
                     "switch": f"set memory.data_dir to {target}, memory.generation to a new name and memory.embedder to the "
-                              f"model of {embedder.model_id}, then redeploy (or re-embed with --live: docs/reembed.md)"}
+                              f"model of {embedder.model_id}, then redeploy (or re-embed with --live: README.md)"}
     return report
 
 

@@ -30,6 +30,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--k", default=_DEFAULT_K, help=f"comma-separated cut-offs (default: {_DEFAULT_K})")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     p.add_argument("--shards", type=int, default=2, help="in-process shards (default: 2, as cpu-local)")
+    p.add_argument("--embedder", choices=["all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8"], default="all-MiniLM-L6-v2",
+                   help="embedding model (default: the fp32 MiniLM every profile uses)")
     p.add_argument("--mode", choices=["hybrid", "dense", "lexical"], default="hybrid",
                    help="hybrid (default), dense only (fused kernel) or lexical only (BM25)")
     p.add_argument("--context", type=int, default=2,
@@ -76,12 +78,12 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
     from rich.console import Console
     from rich.progress import Progress
 
-    from memory_shards.embedders import MiniLMEmbedder
+    from memory_shards.embedders import build_embedder
     from memory_shards.retrieval import RetrievalParams, local_hybrid_coordinator
     from memory_shards.retrieval.locomo import IndexOptions, evaluate_locomo
     from serve.memory_api import MemoryService, SearchRequest
 
-    emb = MiniLMEmbedder()
+    emb = build_embedder(args.embedder)
     tmp = tempfile.TemporaryDirectory(prefix="locomo-") if args.durable else None
     coord = local_hybrid_coordinator(args.shards, emb.model_id, emb.dim, data_root=tmp.name if tmp else None,
                                      fsync=bool(tmp))

@@ -94,6 +94,27 @@ def test_chart_refuses_bad_values(helm: Path, args: list[str], message: str) -> 
     assert message in proc.stderr
 
 
+@pytest.mark.parametrize(("migration_dir", "ok"), [("memory-v2", True), ("/elsewhere/memory-v2", False)])
+def test_a_migration_render_keeps_its_folder_on_the_volume(helm: Path, tmp_path: Path, migration_dir: str, ok: bool) -> None:
+    from deployments.config import load_config
+    from deployments.serve_config import dump_serve_config, render_serve_config
+
+    config = load_config("cpu-local", overrides={"memory": {"migration": {
+        "generation": "v2", "data_dir": migration_dir, "embedder": {"model": "all-MiniLM-L6-v2-int8"}}}})
+    rendered = render_serve_config(config, target="kubernetes")
+    (app,) = rendered["applications"]
+    names = [d["name"] for d in app["deployments"]]
+    assert "embedder_v2" in names and "memory_shard_v2_1" in names
+    path = tmp_path / "serve.yaml"
+    dump_serve_config(rendered, path)
+    proc = _template(helm, "--set-file", f"serveConfig.inline={path}")
+    if ok:
+        assert app["args"]["memory"]["migration"]["data_dir"] == "/data/recallserve/memory-v2"
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert proc.returncode != 0 and "memory.migration.data_dir" in proc.stderr
+
+
 def test_chart_refuses_a_local_render_with_literal_keys(helm: Path, tmp_path: Path) -> None:
     from deployments.config import load_config
     from deployments.serve_config import dump_serve_config, render_serve_config

@@ -97,3 +97,19 @@ def test_payloads_are_valid_api_bodies() -> None:
         assert agent.metadata == {"agent": "auto"}
         AddMemoriesRequest.model_validate(memory_write_body(rng))
         SearchRequest.model_validate(memory_search_body(rng))
+
+
+def test_reembed_check_summary_counts_errors_and_percentiles() -> None:
+    from loadtests.reembed_check import render_markdown
+    from loadtests.reembed_check import summarise as summarise_reembed
+
+    records = [(0.0, "start", "add", 200, s / 10) for s in range(1, 21)] + [(0.0, "v2 only", "search", 503, 2.0)]
+    rows = summarise_reembed(records)
+    add, search = rows
+    assert (add["requests"], add["errors"], add["p50_s"], add["p95_s"], add["max_s"]) == (20, 0, 1.05, 1.9, 2.0)
+    assert (search["step"], search["errors"]) == ("v2 only", 1)
+    report = {"meta": {"started_utc": "t", "from": "a", "to": "b", "seed": 1, "clients": 1, "model": "m"},
+              "steps": [{"name": "start", "seconds": 1.0}], "rows": rows, "ok": False,
+              "checks": {"acked": 1, "missing": 0, "deleted": 0, "resurrected": 0, "records_v2": 1, "wrong_model": 0, "errors": 1}}
+    text = render_markdown(report)
+    assert "| v2 only | search | 1 | 1 |" in text and "**FAIL**" in text

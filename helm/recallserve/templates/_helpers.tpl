@@ -90,6 +90,12 @@ Checks: it parses, has applications, no literal API keys, shard data under the v
 {{- if not (hasPrefix (printf "%s/" (trimSuffix "/" $.Values.persistence.mountPath)) $dir) }}
 {{- fail (printf "serveConfig: application %q has memory.data_dir %q outside persistence.mountPath %q; render with --data-dir under it" $app.name $dir $.Values.persistence.mountPath) }}
 {{- end }}
+{{- $mig := $mem.migration | default dict }}
+{{- if $mig.data_dir }}
+{{- if not (hasPrefix (printf "%s/" (trimSuffix "/" $.Values.persistence.mountPath)) (toString $mig.data_dir)) }}
+{{- fail (printf "serveConfig: application %q has memory.migration.data_dir %q outside persistence.mountPath %q; use a relative folder (it becomes a sibling of memory.data_dir) or one under the mount" $app.name (toString $mig.data_dir) $.Values.persistence.mountPath) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- $text }}
