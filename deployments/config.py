@@ -103,8 +103,9 @@ class EmbedderConfig(StrictModel):
 
     model: Literal["all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8"] = Field(
         default="all-MiniLM-L6-v2",
-        description="Embedding model (384-d); '-int8' is MiniLM with int8 dynamic quantization (CPU only, ~1.7x faster, "
-                    "another vector space: switching needs a re-embed).",
+        description="Embedding model (384-d); '-int8' is MiniLM with int8 dynamic quantization (CPU only, ~1.7x faster "
+                    "to embed, LoCoMo hybrid R@10 0.803 vs 0.800 but R@1 0.299 vs 0.367; another vector space: switching "
+                    "needs a re-embed).",
     )
     device: Literal["cpu", "cuda"] = Field(default="cpu", description="Torch device.")
     threads: int = Field(default=1, ge=1, le=64, description="Torch threads per replica (1 is fastest on 2 shared cores).")

@@ -80,6 +80,11 @@ class Ingress(PlacementInfo):
         app, self._backend = build_ingress_app(self.config, self.roles, self.memory)
         return app
 
+    async def memory_routing(self) -> dict[str, Any]:
+        """The memory generations this replica writes and reads (``reembed --live`` checks it)."""
+        m = self.config.memory.migration
+        return {"generation": self.config.memory.generation, "migration": None if m is None else m.model_dump(mode="json")}
+
     async def load_demo(self) -> int:
         """Write the demo world's manual and past tickets as shared memories; returns the count.
 

@@ -133,6 +133,20 @@ def prune_batch(source: ShardAccess, target: ShardAccess, batch: Sequence[Embedd
     return {"pruned": len(out["deleted"]), "prune_conflicts": len(out["conflicts"])}
 
 
+def _check_dual_writes(cluster: Any, app: str, generation: str) -> None:
+    """Refuse unless the running ingress writes to both generations (asks it: ``memory_routing``).
+
+    The app is RUNNING (checked on connect), so every ingress replica runs the same config.
+    """
+    from deployments.jobs._common import JobError
+
+    routing = cluster.handle("ingress").memory_routing.remote().result(timeout_s=60)
+    m = routing.get("migration")
+    if not m or m.get("generation") != generation or m.get("writes") != "both":
+        raise JobError(f"app: {app!r} is not writing to both generations for {generation!r} (its memory routing: "
+                       f"{routing}); deploy the migration step first")
+
+
 def run_live(opts: Any, config: Any, live: Any) -> Any:
     """Fill and prune the migration's generation of the running app; returns a JobReport.
 
@@ -156,6 +170,9 @@ def run_live(opts: Any, config: Any, live: Any) -> Any:
     if migration is None:
         raise JobError("memory.migration: the config has no migration; deploy one that sets memory.migration "
                        "(README.md, 'Re-embedding without downtime'), then run this job with that config")
+    if migration.writes != "both":
+        raise JobError("memory.migration.writes: the fill needs writes: both (the old generation still getting every "
+                       "write); with writes: target it would copy stale records over newer ones")
     current, target = config.memory.generations(config.embedder)
     model_id, dim = embedder_identity(target.embedder.model)
     started = time.monotonic()
@@ -167,6 +184,7 @@ def run_live(opts: Any, config: Any, live: Any) -> Any:
         if missing:
             raise JobError(f"app: {live.app!r} lacks the migration's deployments {missing[:3]}; deploy the config with "
                            "memory.migration first and wait until it is RUNNING")
+        _check_dual_writes(cluster, live.app, migration.generation)
         embedder = cluster.handle(target.embedder_deployment)
 
         def embed(texts: list[str]) -> np.ndarray:

@@ -48,7 +48,12 @@ class MigrationProbe:
         from deployments.config import MemoryConfig
         from deployments.memory import memory_backend
 
-        self.backend = memory_backend(generations, MemoryConfig.model_validate(memory))
+        self.memory = MemoryConfig.model_validate(memory)
+        self.backend = memory_backend(generations, self.memory)
+
+    async def memory_routing(self) -> dict[str, Any]:
+        m = self.memory.migration
+        return {"generation": self.memory.generation, "migration": None if m is None else m.model_dump(mode="json")}
 
     async def add(self, tenant: str, text: str, source_id: str) -> str:
         from serve.memory_api import MemoryIn
@@ -83,7 +88,8 @@ def _deploy(config: Any) -> None:
     from deployments.memory import bind_memory
 
     _, generations = bind_memory(config)
-    probe = serve.deployment(MigrationProbe, name="probe", ray_actor_options={"num_cpus": 0.1},
+    # NOTE: named "ingress": `reembed --live` asks the ingress which generations it writes.
+    probe = serve.deployment(MigrationProbe, name="ingress", ray_actor_options={"num_cpus": 0.1},
                              graceful_shutdown_timeout_s=120)
     serve.run(probe.bind(generations, config.memory.model_dump(mode="json")), name=APP, route_prefix=None)
 
@@ -208,13 +214,23 @@ def test_reembed_without_downtime(cluster: tuple[Any, Path]) -> None:
     assert set(handle.search.remote("acme", "fan noise after firmware").result()) <= {"acme", "shared"}
 
 
-def test_live_reembed_refuses_a_config_without_migration(cluster: tuple[Any, Path]) -> None:
+def test_live_reembed_refuses_a_cluster_not_writing_both(cluster: tuple[Any, Path]) -> None:
+    from deployments.config import load_config
     from deployments.jobs._common import JobError, JobOptions, LiveOptions
     from deployments.jobs._reembed_live import run_live
 
     config, root = cluster
     opts = JobOptions(data_dir=root / "v1", model_id="x", dim=384, progress=False)
-    with pytest.raises(JobError, match="memory.migration"):
-        run_live(opts, config.model_copy(update={"memory": config.memory.model_copy(update={"migration": None})}),
-                 LiveOptions(app=APP, temp_dir=RAY_DIR))
+    live = LiveOptions(app=APP, temp_dir=RAY_DIR)
+    with pytest.raises(JobError, match="memory.migration: the config has no migration"):
+        run_live(opts, config, live)
+    data = config.model_dump(mode="json")
+    step = {"generation": "v3", "data_dir": str(root / "v3"), "writes": "target", "reads": "target"}
+    with pytest.raises(JobError, match="writes: both"):
+        run_live(opts, load_config("cpu-local", overrides={**data, "memory": {**data["memory"], "migration": step}}), live)
+    # The running app has the v3 deployments but writes to v3 alone: the job must not fill it.
+    _deploy(load_config("cpu-local", overrides={**data, "memory": {**data["memory"], "migration": step}}))
+    claimed = load_config("cpu-local", overrides={**data, "memory": {**data["memory"], "migration": {**step, "writes": "both"}}})
+    with pytest.raises(JobError, match="is not writing to both generations for 'v3'"):
+        run_live(opts, claimed, live)
 
