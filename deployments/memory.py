@@ -286,12 +286,19 @@ def memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig) 
             generation first, then the migration's when ``memory.migration`` is set.
         memory: ``MemoryConfig``.
     """
+    from serve.api.metrics import MEMORY_ROUTING
+
     services = [HandleMemoryBackend(g["embedder"], g["shards"], memory) for g in generations]
+    m = memory.migration
     if len(services) == 1:
+        MEMORY_ROUTING.labels(memory.generation or "default", "serving", "true", "true").set(1)
         return services[0]
-    if memory.migration is None:
+    if m is None:
         raise ValueError("generations: two were bound but memory.migration is not set")
-    return MigratingMemoryService(services[0], services[1], reads=memory.migration.reads, writes=memory.migration.writes)
+    MEMORY_ROUTING.labels(memory.generation or "default", "serving", str(m.reads == "current").lower(),
+                          str(m.writes == "both").lower()).set(1)
+    MEMORY_ROUTING.labels(m.generation, "target", str(m.reads == "target").lower(), "true").set(1)
+    return MigratingMemoryService(services[0], services[1], reads=m.reads, writes=m.writes, target_name=m.generation)
 
 
 def bind_memory(config: AppConfig) -> tuple[Any, list[dict[str, Any]]]:

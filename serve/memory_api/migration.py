@@ -33,6 +33,7 @@ from typing import Literal
 
 from memory_shards.records import MemoryRecord
 from serve.api.errors import APIError
+from serve.api.metrics import MEMORY_MIGRATION_WRITES
 from serve.memory_api.service import MemoryService
 
 __all__ = ["MigratingMemoryService"]
@@ -44,6 +45,7 @@ class MigratingMemoryService(MemoryService):
     Args:
         current: the serving generation's service (its embedder and shards).
         target: the new generation's service (its own embedder and shards).
+        target_name: the new generation's name (metrics label).
         reads: which generation answers reads.
         writes: ``"both"`` (current first, then target) or ``"target"`` alone (needs
             ``reads="target"``): the old generation is then idle and can be removed.
@@ -54,7 +56,7 @@ class MigratingMemoryService(MemoryService):
     """
 
     def __init__(self, current: MemoryService, target: MemoryService, reads: Literal["current", "target"] = "current",
-                 writes: Literal["both", "target"] = "both") -> None:
+                 writes: Literal["both", "target"] = "both", target_name: str = "target") -> None:
         if reads not in ("current", "target"):
             raise ValueError(f"reads: expected 'current' or 'target', got {reads!r}")
         if writes not in ("both", "target") or (writes == "target" and reads != "target"):
@@ -66,13 +68,25 @@ class MigratingMemoryService(MemoryService):
         self.target = target
         self.reads = reads
         self.writes = writes
+        self._ok = MEMORY_MIGRATION_WRITES.labels(target_name, "ok")
+        self._failed = MEMORY_MIGRATION_WRITES.labels(target_name, "failed")
+
+    async def _to_target(self, call):  # type: ignore[no-untyped-def]
+        """Run one write on the target generation, counted as ok / failed."""
+        try:
+            out = await call
+        except Exception:
+            self._failed.inc()
+            raise
+        self._ok.inc()
+        return out
 
     async def add_records(self, records: Sequence[MemoryRecord]) -> list[str]:
         """Embed and store ``records`` in the current generation, then in the target (same ids)."""
         if self.writes == "target":
-            return await self.target.add_records(records)
+            return await self._to_target(self.target.add_records(records))
         ids = await self.current.add_records(records)
-        await self.target.add_records(records)
+        await self._to_target(self.target.add_records(records))
         return ids
 
     async def delete(self, tenant: str, memory_id: str) -> None:
@@ -89,4 +103,6 @@ class MigratingMemoryService(MemoryService):
             await self.target.delete(tenant, memory_id)
         except APIError as exc:
             if exc.status != 404:
+                self._failed.inc()
                 raise
+        self._ok.inc()

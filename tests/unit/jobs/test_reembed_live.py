@@ -246,3 +246,24 @@ def test_reembed_flags_are_checked(argv: list[str], message: str, capsys: pytest
 
     assert reembed.main(["--no-progress", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_write_failing_on_the_target_is_not_acknowledged_and_is_counted(gens: tuple[MemoryService, MemoryService]) -> None:
+    from serve.api.metrics import MEMORY_MIGRATION_WRITES
+
+    current, target = gens
+
+    class Down(MemoryService):
+        async def add_records(self, records):  # type: ignore[no-untyped-def]
+            raise APIError(503, "memory shard 0 unavailable", type="service_unavailable")
+
+    svc = MigratingMemoryService(current, Down(target.coordinator, target.embed), target_name="vtest")
+    failed = MEMORY_MIGRATION_WRITES.labels("vtest", "failed")
+    before = failed._value.get()
+    with pytest.raises(APIError) as err:
+        asyncio.run(_add(svc, "acme", "written while the new generation is down", "down-1"))
+    assert err.value.status == 503 and failed._value.get() == before + 1
+    # The old generation holds it (the caller got a 503 and retries); the next fill copies it over.
+    assert len(_contents(current)) == 1 and not _contents(target)
+    _fill_and_prune(current, target)
+    assert _contents(target) == _contents(current)
