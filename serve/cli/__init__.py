@@ -11,12 +11,20 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-__all__ = ["main", "UserError"]
+__all__ = ["main", "UserError", "add_profile_arguments"]
 
 
 class UserError(Exception):
     """An error caused by the user's input or environment; printed as one line."""
+
+
+def add_profile_arguments(p: argparse.ArgumentParser) -> None:
+    """``--profile NAME | --config FILE`` (exclusive): which cluster config a command works on."""
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--profile", default=None, help="built-in profile name (default: cpu-local)")
+    src.add_argument("--config", type=Path, default=None, help="a profile YAML file instead of a built-in profile")
 
 
 # NOTE: order is the order shown in --help. Groups map to leaf modules; each leaf module

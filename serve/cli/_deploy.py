@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 __all__ = ["add_parser"]
 
@@ -14,9 +13,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "deploy",
         help="roll a running cluster (recallserve up, or --ray-address) to a new profile/config without stopping it",
     )
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--profile", default=None, help="built-in profile name (default: cpu-local)")
-    src.add_argument("--config", type=Path, default=None, help="a profile YAML file")
+    from serve.cli import add_profile_arguments
+
+    add_profile_arguments(p)
     p.add_argument("--ray-address", default=None,
                    help="Ray address (default: $RAY_ADDRESS, else the local cluster using the profile's ray.temp_dir)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the app to run again")

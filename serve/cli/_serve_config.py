@@ -15,9 +15,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "serve-config",
         help="render a profile as a Ray Serve config file (serve deploy, KubeRay serveConfigV2, the Helm chart)",
     )
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--profile", default=None, help="built-in profile name (default: cpu-local)")
-    src.add_argument("--config", type=Path, default=None, help="a profile YAML file")
+    from serve.cli import add_profile_arguments
+
+    add_profile_arguments(p)
     p.add_argument(
         "--target", choices=("local", "kubernetes"), default="local",
         help="local: serve deploy on this machine; kubernetes: a RayService serveConfigV2 / the Helm chart",

@@ -12,9 +12,9 @@ __all__ = ["add_parser"]
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser("up", help="start the cluster and serve the OpenAI-compatible API until Ctrl-C")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--profile", default=None, help="built-in profile (default: cpu-local)")
-    src.add_argument("--config", default=None, help="a YAML config file instead of a profile")
+    from serve.cli import add_profile_arguments
+
+    add_profile_arguments(p)
     p.add_argument("--host", default=None, help="bind address (default from the profile: 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="HTTP port (default from the profile: 8000)")
     p.add_argument("--demo", action="store_true",
