@@ -12,6 +12,7 @@ from typing import Any
 from ray import serve
 from ray.serve import Application
 
+from deployments._versions import pin_version
 from deployments.config import ROLES, AppConfig
 from deployments.ingress import Ingress
 from deployments.memory import bind_memory
@@ -30,8 +31,9 @@ def build_app(config: AppConfig) -> Application:
     opts = config.deployment_options()
     roles: dict[str, Application] = {}
     for role in ROLES:
+        engine = getattr(config, role).engine
         dep = serve.deployment(ModelRole, name=role).options(**opts[role].to_ray_options())
-        roles[role] = dep.bind(role, getattr(config, role).engine)
+        roles[role] = pin_version(dep, role, role, engine.model_dump(mode="json")).bind(role, engine)
     # NOTE: serve.ingress() with no app defers the ASGI app to Ingress.__serve_build_asgi_app__,
     # which runs on the replica after __init__ received the resolved handles.
     embedder, generations = bind_memory(config)
@@ -39,7 +41,9 @@ def build_app(config: AppConfig) -> Application:
     data = config.model_dump(mode="json")
     # NOTE: replicas may not share the driver's working folder; pin relative paths now.
     data["state_dir"] = str(config.state_dir.expanduser().resolve())
-    return ingress.bind(data, roles, {"embedder": embedder, "generations": generations})
+    # NOTE: the bound roles and memory deployments follow from the same config, so its data is
+    # the whole of what the ingress is built from.
+    return pin_version(ingress, "ingress", data).bind(data, roles, {"embedder": embedder, "generations": generations})
 
 
 def app_builder(args: dict[str, Any]) -> Application:

@@ -32,6 +32,7 @@ from ray.serve.exceptions import BackPressureError, RayServeException
 from ray.serve.handle import DeploymentHandle
 
 from deployments._placement import PlacementInfo
+from deployments._versions import pin_version
 from deployments.config import AppConfig, EmbedderConfig, MemoryConfig, shard_deployment_name
 from deployments.jobs._shard_access import SortedIds, hybrid_apply, hybrid_insert_absent, neighbour_records, page_records
 from memory_shards.config import SearchFilters, ShardConfig
@@ -322,13 +323,19 @@ def bind_memory(config: AppConfig) -> tuple[Any, list[dict[str, Any]]]:
             "memory.deployment: a shard has a single writer (its WAL); use num_replicas=1 and no autoscaling "
             "above 1 replica, and add shards with memory.num_shards"
         )
+    if dep_opts.max_surge_percent > 0:
+        raise ValueError(
+            "memory.deployment.max_surge_percent: a shard has a single writer (its folder lock), so a successor cannot "
+            "start before the old replica stops; keep 0"
+        )
     bound: dict[str, Any] = {}
 
     def embedder(name: str, cfg: EmbedderConfig) -> Any:
         if name not in bound:
-            bound[name] = serve.deployment(EmbedderDeployment, name=name).options(
-                **opts[name].to_ray_options()
-            ).bind(cfg.model_dump(mode="json"))
+            data = cfg.model_dump(mode="json")
+            dep = serve.deployment(EmbedderDeployment, name=name).options(**opts[name].to_ray_options())
+            # NOTE: its deployment options are Serve's to apply in place, not a reason to restart.
+            bound[name] = pin_version(dep, name, {k: v for k, v in data.items() if k != "deployment"}).bind(data)
         return bound[name]
 
     shared = embedder(EMBEDDER_DEPLOYMENT, config.embedder)
@@ -340,6 +347,6 @@ def bind_memory(config: AppConfig) -> tuple[Any, list[dict[str, Any]]]:
         for i in range(mem.num_shards):
             name = shard_deployment_name(i, gen.name)
             dep = serve.deployment(MemoryShardDeployment, name=name).options(**opts[name].to_ray_options())
-            shards.append(dep.bind(i, data_dir, model_id, dim))
+            shards.append(pin_version(dep, name, i, data_dir, model_id, dim).bind(i, data_dir, model_id, dim))
         generations.append({"embedder": embedder(gen.embedder_deployment, gen.embedder), "shards": shards})
     return shared, generations

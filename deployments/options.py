@@ -55,6 +55,15 @@ class DeploymentOptions(StrictModel):
         description="How long a replica being stopped may finish its in-flight requests before it is killed.",
     )
 
+    # NOTE: Ray's default 0 stops an old replica before its successor starts, so a one-replica
+    # deployment is gone for its start-up time on every roll-out; 100 starts the successor first.
+    max_surge_percent: int = Field(
+        default=0, ge=0, le=100,
+        description="Extra replicas (percent of the target count, rounded up) started before old ones stop in a "
+                    "roll-out; 100 = no gap even with one replica (needs room for the extra replica). Memory shards "
+                    "must keep 0 (one writer per folder).",
+    )
+
     def to_ray_options(self) -> dict[str, Any]:
         """Options for ``Deployment.options(...)``.
 
@@ -70,6 +79,7 @@ class DeploymentOptions(StrictModel):
             "max_ongoing_requests": self.max_ongoing_requests,
             "health_check_period_s": self.health_check_period_s,
             "graceful_shutdown_timeout_s": self.graceful_shutdown_timeout_s,
+            "max_surge_percent": self.max_surge_percent,
         }
         if self.autoscaling is not None:
             a = self.autoscaling

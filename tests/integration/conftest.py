@@ -49,7 +49,7 @@ def small_memory_ray(data_dir: Path, ray_dir: Path) -> Iterator[Any]:
 
     config = load_config("cpu-local", overrides={
         "memory": {"num_shards": 2, "data_dir": str(data_dir), "deployment": {"num_cpus": 0.2}},
-        "embedder": {"max_batch_size": 8, "batch_wait_timeout_s": 0.02, "deployment": {"num_cpus": 0.3}},
+        "embedder": {"max_batch_size": 8, "batch_wait_timeout_s": 0.02, "deployment": {"num_cpus": 0.3, "max_surge_percent": 100}},
     })
     shutil.rmtree(ray_dir, ignore_errors=True)
     ray_dir.mkdir(parents=True, exist_ok=True)

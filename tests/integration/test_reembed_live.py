@@ -10,13 +10,13 @@ deleting and searching the whole time:
 3. reads move to ``v2`` (``migration.reads: target``), then writes (``writes: target``);
 4. ``v2`` becomes the only generation (``memory.generation: v2``): the old shards go.
 
-Each step is a Serve redeploy, which Ray Serve carries out as a rolling restart of the app's
-deployments (an app's code version is a hash of its arguments, and ``serve.run`` gives a new
-one each time); a stopped replica finishes its in-flight requests first
-(``graceful_shutdown_timeout_s``) and new requests wait for the new replica.
+Each step is a Serve redeploy. Deployments are versioned by code and arguments
+(``deployments._versions``), so only the probe (the ingress) restarts, successor first
+(``max_surge_percent``); shards and embedders keep their replicas.
 
 Checked: no request failed, every acknowledged write is readable at the end with the new
-model's vectors, deleted memories stay deleted, tenants stay apart.
+model's vectors, deleted memories stay deleted, tenants stay apart, and the shard and embedder
+replicas of both generations were never restarted.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def _deploy(config: Any) -> None:
     _, generations = bind_memory(config)
     # NOTE: named "ingress": `reembed --live` asks the ingress which generations it writes.
     probe = serve.deployment(MigrationProbe, name="ingress", ray_actor_options={"num_cpus": 0.1},
-                             graceful_shutdown_timeout_s=120)
+                             graceful_shutdown_timeout_s=120, max_surge_percent=100)
     serve.run(probe.bind(generations, config.memory.model_dump(mode="json")), name=APP, route_prefix=None)
 
 
@@ -184,13 +184,17 @@ def test_reembed_without_downtime(cluster: tuple[Any, Path]) -> None:
         return cfg
 
     try:
+        kept_v1 = _replicas("memory_shard_") | _replicas("embedder")
         migrating = phase({"migration": migration})
+        kept_v2 = _replicas("memory_shard_v2_") | _replicas("embedder_v2")
+        assert len(kept_v2) == 3 and kept_v1 <= _replicas("memory_shard_") | _replicas("embedder")
         opts = JobOptions(data_dir=root / "v1", model_id="x", dim=384, batch_size=16, progress=False)
         report = run_live(opts, migrating, LiveOptions(app=APP, temp_dir=RAY_DIR))
         print("fill:", report.stats, f"{report.seconds:.1f} s")
         assert report.stats["inserted"] >= len(before) - len(writer.deleted)
         phase({"migration": {**migration, "reads": "target"}})
         phase({"migration": {**migration, "reads": "target", "writes": "target"}})
+        assert kept_v1 <= _replicas("memory_shard_") | _replicas("embedder")
         phase({"generation": "v2", "data_dir": str(root / "v2"), "embedder": migration["embedder"], "migration": None})
         time.sleep(2)
     finally:
@@ -199,8 +203,8 @@ def test_reembed_without_downtime(cluster: tuple[Any, Path]) -> None:
     print(f"writer: {writer.ops} requests, slowest {writer.slowest:.1f} s, {len(writer.acked)} kept, {len(writer.deleted)} deleted")
     assert writer.errors == []
     assert writer.ops > 30
-    # the final generation is v2 alone
-    assert len(_replicas("memory_shard_v2_")) == 2
+    # the final generation is v2 alone, on the replicas started for the migration
+    assert _replicas("memory_shard_v2_") | _replicas("embedder_v2") == kept_v2
     assert not [n for n in _replicas("memory_shard_") if "memory_shard_v2_" not in n]
     kept = {rid: t for rid, t in {**before, **writer.acked}.items() if rid not in writer.deleted}
     for rid, tenant in kept.items():

@@ -52,7 +52,8 @@ def test_a_migration_binds_a_second_generation_with_its_own_embedder(tmp_path: P
     assert [s._bound_deployment.init_args for s in only["shards"]] == [s._bound_deployment.init_args for s in target["shards"]]
 
 
-@pytest.mark.parametrize("deployment", [{"num_replicas": 2}, {"autoscaling": {"min_replicas": 1, "max_replicas": 3}}])
+@pytest.mark.parametrize("deployment", [{"num_replicas": 2}, {"autoscaling": {"min_replicas": 1, "max_replicas": 3}},
+                                        {"max_surge_percent": 100}])
 def test_a_shard_keeps_a_single_writer(deployment: dict) -> None:
     cfg = load_config("cpu-local", overrides={"memory": {"deployment": deployment}})
     with pytest.raises(ValueError, match="single writer"):

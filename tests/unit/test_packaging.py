@@ -1,0 +1,23 @@
+"""Every data file the packages read is shipped in a non-editable install (the image)."""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("serve", "deployments", "memory_shards", "kernels")
+
+
+def test_package_data_covers_every_non_python_file() -> None:
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    missing = []
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*"):
+            if not path.is_file() or path.suffix in (".py", ".pyc") or "__pycache__" in path.parts:
+                continue
+            rel = path.relative_to(ROOT / package).as_posix()
+            if not any(fnmatch.fnmatch(rel, g) for g in globs.get(package, [])):
+                missing.append(f"{package}/{rel}")
+    assert missing == [], f"add to [tool.setuptools.package-data]: {missing}"
