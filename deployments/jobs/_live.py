@@ -11,8 +11,8 @@ The last one is how ``recallserve up`` (an embedded Ray with ``ray.temp_dir``, d
 ``ray job submit`` Ray sets ``RAY_ADDRESS`` for the driver. Each shard ``i`` is the deployment
 ``memory_shard_<i>`` of the app (``memory_shard_<generation>_<i>`` for a named generation);
 :class:`LiveShardAccess` calls its ``page`` / ``apply`` / ``neighbours`` / ``snapshot`` /
-``stats`` (and ``lookup`` / ``insert_absent`` / ``touch``) methods through the handle and waits for each result,
-so a job keeps its one-batch-at-a-time order and its checkpoints mean what they say.
+``stats`` / ``lookup`` / ``insert_absent`` / ``touch`` methods through the handle and waits for
+each result, so a job keeps its one-batch-at-a-time order and its checkpoints mean what they say.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from memory_shards import EmbeddedRecord, MemoryRecord
 from ._common import JobError, LiveOptions
 
 __all__ = ["LiveCluster", "LiveShardAccess", "connect", "find_local_cluster"]
-
 
 
 def find_local_cluster(temp_dir: Path) -> str | None:
@@ -99,10 +98,6 @@ class LiveShardAccess:
     def touch(self, ids: Sequence[str], at: Sequence[float]) -> None:
         self._call("touch", list(ids), list(at))
         self._call("flush")
-
-    def call(self, method: str, *args: Any) -> Any:
-        """Any other method of the deployment, with the same error handling."""
-        return self._call(method, *args)
 
 
 class LiveCluster:

@@ -23,7 +23,8 @@ current generation *before* the target:
 A write that fails half-way (current done, target failed) is answered with the target's error
 (a 5xx, not acknowledged); the fill job's compare pass then brings the target to the current
 generation's state. Last-access renewals of searches stay in the generation that answered; the
-fill job carries the current generation's renewals over.
+fill job carries the current generation's renewals made before it ran over (renewals between the
+fill and the switch of reads are not, which only shifts time decay slightly).
 """
 
 from __future__ import annotations
