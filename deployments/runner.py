@@ -80,33 +80,23 @@ def redeploy(config: AppConfig, *, address: str | None = None, timeout_s: float 
     """Update the app of a running cluster in place to ``config``; returns the seconds it took.
 
     Finds the cluster as the live jobs do (``address``, ``$RAY_ADDRESS``, ``ray.address``, else
-    the local raylet started with the profile's ``ray.temp_dir``, i.e. ``recallserve up``). Ray
-    Serve rolls the app's deployments: a replica being replaced finishes its in-flight requests
-    first (``graceful_shutdown_timeout_s``) and new requests wait for its successor, so
-    nothing is refused; the HTTP host and port stay those of the running proxy.
+    the local raylet started with the profile's ``ray.temp_dir``, i.e. ``recallserve up``). Only
+    deployments whose code or arguments changed restart (``deployments._versions``); each starts
+    its successor first where ``max_surge_percent`` allows, and a replaced replica finishes its
+    in-flight requests (``graceful_shutdown_timeout_s``). The HTTP host and port stay those of
+    the running proxy.
 
     Raises:
         RuntimeError: no cluster, no Serve app named ``config.name`` on it, or the deploy failed.
         TimeoutError: the app was not running again within ``timeout_s``.
     """
-    import ray
     from ray import serve
     from ray.serve.exceptions import RayServeException
 
-    from deployments.jobs._live import find_local_cluster
+    from deployments.jobs._live import ray_connection
 
-    if config.ray.auth_disabled:
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ours = False
-    if not ray.is_initialized():
-        target = address or os.environ.get("RAY_ADDRESS") or config.ray.address or find_local_cluster(config.ray.temp_dir)
-        if not target:
-            raise RuntimeError(f"no running cluster found (no raylet with temp dir {config.ray.temp_dir}, no RAY_ADDRESS); "
-                               "start it with `recallserve up` or pass --ray-address")
-        ray.init(address=target, log_to_driver=False, logging_level=logging.WARNING)
-        ours = True
-    try:
+    # NOTE: its JobError (no cluster, unreachable) is a RuntimeError, as documented below.
+    with ray_connection(address or config.ray.address, config.ray.temp_dir, config.ray.auth_disabled):
         try:
             apps = serve.status().applications
         except RayServeException as exc:
@@ -121,9 +111,6 @@ def redeploy(config: AppConfig, *, address: str | None = None, timeout_s: float 
         serve.run(build_app(config), name=config.name, route_prefix="/", blocking=False)
         _wait_running(config.name, timeout_s)
         return time.monotonic() - started
-    finally:
-        if ours:
-            ray.shutdown()
 
 
 def _wait_running(name: str, timeout_s: float) -> None:

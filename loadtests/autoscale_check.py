@@ -193,18 +193,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _configure(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from deployments.config import load_config
-    from deployments.engines import LlamaCppConfig
-    from deployments.options import AutoscalingOptions
-
     import tempfile
 
-    # NOTE: a scratch folder for the memory shards, sessions and Ray's files: the check writes
-    # chat turns back to memory and must touch neither a running `recallserve up` nor its data.
-    scratch = tempfile.mkdtemp(prefix="rs-as-")
-    config = load_config(args.profile, overrides={
-        "server": {"host": "127.0.0.1", "port": args.port}, "memory": {"data_dir": f"{scratch}/memory"},
-        "state_dir": f"{scratch}/state", "ray": {"temp_dir": f"{scratch}/ray"}})
+    from deployments.options import AutoscalingOptions
+    from loadtests._cluster import scratch_config
+
+    config = scratch_config(args.profile, args.port, Path(tempfile.mkdtemp(prefix="rs-as-")), args.model)
     auto = AutoscalingOptions(
         min_replicas=args.min_replicas, max_replicas=args.max_replicas, target_ongoing_requests=args.target_ongoing,
         # NOTE: short delays and windows so that a check fits in a few minutes; production keeps
@@ -217,11 +211,6 @@ def _configure(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         getattr(config, args.deployment).deployment.autoscaling = auto
     else:
         raise SystemExit(f"autoscale_check: --deployment must be ingress, router, reasoner or summariser, got {args.deployment!r}")
-    for role in ("router", "reasoner", "summariser"):
-        engine = getattr(config, role).engine
-        if isinstance(engine, LlamaCppConfig):
-            # NOTE: one thread per model replica: the check measures scaling, and 2 shared cores.
-            getattr(config, role).engine = LlamaCppConfig.model_validate({**engine.model_dump(), "model": args.model, "n_threads": 1})
     return config
 
 

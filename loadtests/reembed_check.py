@@ -67,23 +67,16 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _configure(args: argparse.Namespace, scratch: Path):  # type: ignore[no-untyped-def]
-    from deployments.config import load_config
-    from deployments.engines import LlamaCppConfig
+    from loadtests._cluster import scratch_config
 
-    config = load_config(args.profile, overrides={
-        "server": {"host": "127.0.0.1", "port": args.port}, "memory": {"data_dir": str(scratch / "v1")},
-        "state_dir": str(scratch / "state"), "ray": {"temp_dir": str(scratch / "ray")}, "agent_enabled": False})
-    for role in ("router", "reasoner", "summariser"):
-        engine = getattr(config, role).engine
-        if isinstance(engine, LlamaCppConfig):
-            getattr(config, role).engine = LlamaCppConfig.model_validate({**engine.model_dump(), "model": args.model, "n_threads": 1})
-    return config
+    # NOTE: agent off: the check is about the memory tier, and a plain chat is one model call.
+    return scratch_config(args.profile, args.port, scratch, args.model, agent_enabled=False)
 
 
 def _steps(config: Any, scratch: Path, model_to: str) -> list[tuple[str, Any]]:
     """(name, config) of each roll-out step after the start."""
     data = config.model_dump(mode="json")
-    migration = {"generation": "v2", "data_dir": str(scratch / "v2"), "embedder": {**data["embedder"], "model": model_to}}
+    migration = {"generation": "v2", "data_dir": str(scratch / "memory-v2"), "embedder": {**data["embedder"], "model": model_to}}
 
     def with_memory(memory: dict[str, Any]) -> Any:
         return type(config).model_validate({**data, "memory": {**data["memory"], **memory}})
@@ -257,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"reembed_check: deployed '{name}' in {seconds:.1f} s", flush=True)
             if i == 0:
                 load.step = "reembed --live"
-                opts = JobOptions(data_dir=scratch / "v1", model_id="-", dim=1, progress=False)
+                opts = JobOptions(data_dir=scratch / "memory", model_id="-", dim=1, progress=False)
                 report = run_live(opts, cfg, LiveOptions(app=cfg.name, temp_dir=cfg.ray.temp_dir))
                 stats = {k: v for k, v in report.stats.items() if v}
                 steps_done.append({"name": "reembed --live", "seconds": report.seconds, "note": json.dumps(stats)})

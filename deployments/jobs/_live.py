@@ -29,7 +29,7 @@ from memory_shards import EmbeddedRecord, MemoryRecord
 
 from ._common import JobError, LiveOptions
 
-__all__ = ["LiveCluster", "LiveShardAccess", "connect", "find_local_cluster"]
+__all__ = ["LiveCluster", "LiveShardAccess", "connect", "find_local_cluster", "ray_connection"]
 
 
 def find_local_cluster(temp_dir: Path) -> str | None:
@@ -164,13 +164,14 @@ class LiveCluster:
 
 
 @contextlib.contextmanager
-def connect(opts: LiveOptions) -> Iterator[LiveCluster]:
-    """Connect to the running cluster (see the module docstring); disconnect on exit if we connected.
+def ray_connection(address: str | None, temp_dir: Path, auth_disabled: bool = True) -> Iterator[None]:
+    """Be connected to the running Ray cluster for the block (see the module docstring for the
+    order it is looked for in); disconnect on exit only if this connected.
 
     Raises:
-        JobError: no cluster found or reachable, Serve not running, the app missing or not running.
+        JobError: no cluster found, or it cannot be reached.
     """
-    if opts.auth_disabled:
+    if auth_disabled:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     # NOTE: Ray would otherwise print usage-stats prompts and try to reach the network.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -178,17 +179,28 @@ def connect(opts: LiveOptions) -> Iterator[LiveCluster]:
 
     ours = False
     if not ray.is_initialized():
-        address = opts.address or os.environ.get("RAY_ADDRESS") or find_local_cluster(opts.temp_dir)
+        address = address or os.environ.get("RAY_ADDRESS") or find_local_cluster(temp_dir)
         if not address:
-            raise JobError(f"live: no running Ray cluster found (no raylet with temp dir {opts.temp_dir}, no RAY_ADDRESS); "
+            raise JobError(f"ray: no running Ray cluster found (no raylet with temp dir {temp_dir}, no RAY_ADDRESS); "
                            "start it with `recallserve up` or pass --ray-address")
         try:
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise JobError(f"live: cannot connect to the Ray cluster at {address}: {str(exc).splitlines()[0][:200]}") from None
+            raise JobError(f"ray: cannot connect to the Ray cluster at {address}: {str(exc).splitlines()[0][:200]}") from None
         ours = True
     try:
-        yield LiveCluster(opts)
+        yield
     finally:
         if ours:
             ray.shutdown()
+
+
+@contextlib.contextmanager
+def connect(opts: LiveOptions) -> Iterator[LiveCluster]:
+    """Connect to the running cluster (:func:`ray_connection`) and its app's shard deployments.
+
+    Raises:
+        JobError: no cluster found or reachable, Serve not running, the app missing or not running.
+    """
+    with ray_connection(opts.address, opts.temp_dir, opts.auth_disabled):
+        yield LiveCluster(opts)

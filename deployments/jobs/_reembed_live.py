@@ -68,6 +68,14 @@ def _embed(embed: EmbedFn, records: Sequence[MemoryRecord], model_id: str, dim: 
     return out
 
 
+def _delete_by_version(target: ShardAccess, records: Sequence[MemoryRecord]) -> dict[str, list[str]]:
+    """Delete ``records`` from ``target`` if each is still the version given (compare-and-set)."""
+    deletes: dict[str, list[str]] = {}
+    for rec in records:
+        deletes.setdefault(rec.tenant, []).append(rec.id)
+    return target.apply(deletes, [], {rec.id: record_version(rec) for rec in records})
+
+
 def fill_batch(source: ShardAccess, target: ShardAccess, embed: EmbedFn, model_id: str, dim: int,
                batch: Sequence[EmbeddedRecord], dry_run: bool) -> dict[str, int]:
     """One page of the fill pass (see the module docstring); returns counters."""
@@ -109,11 +117,7 @@ def fill_batch(source: ShardAccess, target: ShardAccess, embed: EmbedFn, model_i
         check = source.lookup([it.record.id for it in mine])
         stale = [it.record for it, cur in zip(mine, check) if cur is None]
         if stale:
-            deletes: dict[str, list[str]] = {}
-            for rec in stale:
-                deletes.setdefault(rec.tenant, []).append(rec.id)
-            out = target.apply(deletes, [], {rec.id: record_version(rec) for rec in stale})
-            counts["undone"] = len(out["deleted"])
+            counts["undone"] = len(_delete_by_version(target, stale)["deleted"])
     if renew:
         target.touch(list(renew), list(renew.values()))
     counts["renewed"] = len(renew)
@@ -126,10 +130,7 @@ def prune_batch(source: ShardAccess, target: ShardAccess, batch: Sequence[Embedd
     stale = [it.record for it, cur in zip(batch, now) if cur is None]
     if dry_run or not stale:
         return {"would_prune" if dry_run else "pruned": len(stale)}
-    deletes: dict[str, list[str]] = {}
-    for rec in stale:
-        deletes.setdefault(rec.tenant, []).append(rec.id)
-    out = target.apply(deletes, [], {rec.id: record_version(rec) for rec in stale})
+    out = _delete_by_version(target, stale)
     return {"pruned": len(out["deleted"]), "prune_conflicts": len(out["conflicts"])}
 
 

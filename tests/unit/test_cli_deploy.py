@@ -19,7 +19,7 @@ def test_deploy_without_a_running_cluster_says_so(tmp_path: Path, monkeypatch: p
     path.write_text(yaml.safe_dump(profile))
     assert main(["deploy", "--config", str(path)]) == 2
     err = capsys.readouterr().err
-    assert "no running cluster found" in err and str(tmp_path / "ray") in err
+    assert "no running Ray cluster found" in err and str(tmp_path / "ray") in err
 
 
 def test_deploy_rejects_an_invalid_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
