@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from deployments._ray_paths import ray_temp_dir
 from deployments.config import ROLES, AppConfig
 from deployments.engines import LlamaCppConfig
 from deployments.models import resolve_model_path
@@ -51,8 +52,8 @@ def start_ray(config: AppConfig) -> None:
     if config.ray.address is not None:
         ray.init(address=config.ray.address, log_to_driver=False)
         return
-    temp_dir = config.ray.temp_dir.expanduser().resolve()
-    temp_dir.mkdir(parents=True, exist_ok=True)
+    # NOTE: a deep folder is reached through a short alias, or Ray's socket paths overflow 107 bytes.
+    temp_dir = ray_temp_dir(config.ray.temp_dir)
     ray.init(
         num_cpus=config.ray.num_cpus,
         num_gpus=config.ray.num_gpus,

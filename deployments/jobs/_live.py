@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from deployments._ray_paths import ray_temp_dir_names
 from memory_shards import EmbeddedRecord, MemoryRecord
 
 from ._common import JobError, LiveOptions
@@ -36,7 +37,7 @@ def find_local_cluster(temp_dir: Path) -> str | None:
     """GCS address of a running raylet on this machine whose ``--temp_dir`` is ``temp_dir``, or None."""
     import psutil
 
-    want = f"--temp_dir={Path(temp_dir).expanduser().resolve()}"
+    wanted = {f"--temp_dir={name}" for name in ray_temp_dir_names(temp_dir)}
     for proc in psutil.process_iter(["cmdline"]):
         try:
             cmdline = proc.info["cmdline"] or []
@@ -45,7 +46,7 @@ def find_local_cluster(temp_dir: Path) -> str | None:
         if not cmdline or not os.path.basename(cmdline[0]).startswith("raylet"):
             continue
         args = " ".join(cmdline).split(" ")
-        if want not in args:
+        if wanted.isdisjoint(args):
             continue
         for arg in args:
             if arg.startswith("--gcs-address="):

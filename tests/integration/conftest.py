@@ -45,6 +45,7 @@ def small_memory_ray(data_dir: Path, ray_dir: Path) -> Iterator[Any]:
     import ray
     from ray import serve
 
+    from deployments._ray_paths import ray_temp_dir
     from deployments.config import load_config
 
     config = load_config("cpu-local", overrides={
@@ -53,7 +54,7 @@ def small_memory_ray(data_dir: Path, ray_dir: Path) -> Iterator[Any]:
     })
     shutil.rmtree(ray_dir, ignore_errors=True)
     ray_dir.mkdir(parents=True, exist_ok=True)
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=str(ray_dir), log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=str(ray_temp_dir(ray_dir)), log_to_driver=False)
     try:
         yield config
     finally:
