@@ -17,6 +17,7 @@ from deployments.config import ROLES, AppConfig
 from deployments.ingress import Ingress
 from deployments.memory import bind_memory
 from deployments.roles import ModelRole
+from deployments.state import StateStore
 
 __all__ = ["build_app", "app_builder", "deployment_names"]
 
@@ -41,9 +42,12 @@ def build_app(config: AppConfig) -> Application:
     data = config.model_dump(mode="json")
     # NOTE: replicas may not share the driver's working folder; pin relative paths now.
     data["state_dir"] = str(config.state_dir.expanduser().resolve())
-    # NOTE: the bound roles and memory deployments follow from the same config, so its data is
-    # the whole of what the ingress is built from.
-    return pin_version(ingress, "ingress", data).bind(data, roles, {"embedder": embedder, "generations": generations})
+    state_dep = serve.deployment(StateStore, name="state").options(**opts["state"].to_ray_options())
+    state = pin_version(state_dep, "state", data["state_dir"]).bind(data["state_dir"])
+    # NOTE: the bound roles, memory and state deployments follow from the same config, so its
+    # data is the whole of what the ingress is built from.
+    return pin_version(ingress, "ingress", data).bind(data, roles, {"embedder": embedder, "generations": generations},
+                                                      state)
 
 
 def app_builder(args: dict[str, Any]) -> Application:

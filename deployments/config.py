@@ -261,7 +261,12 @@ class AppConfig(StrictModel):
     model_name: str = Field(default="recallserve", min_length=1, description="Model id clients pass as `model` (GET /v1/models).")
     state_dir: Path = Field(
         default=Path(".recallserve/state"),
-        description="Folder of the ingress's embedded stores (sessions, experiences); made absolute at deploy.",
+        description="Folder of the state deployment's stores (sessions, experiences); made absolute at deploy.",
+    )
+    state_store: DeploymentOptions = Field(
+        default_factory=lambda: DeploymentOptions(num_cpus=0.1, max_ongoing_requests=256),
+        description="The state deployment: the one owner of the session and experience stores in state_dir "
+                    "(exactly one replica, no surge: SQLite has one writer per file).",
     )
     context: ContextConfig = Field(default_factory=ContextConfig, description="Context-mode (sessions, budgets, summary).")
     agent: AgentConfig = Field(default_factory=AgentConfig, description="The CoT 3.0 agent loop.")
@@ -287,9 +292,18 @@ class AppConfig(StrictModel):
                     )
         return self
 
+    @model_validator(mode="after")
+    def _one_state_writer(self) -> AppConfig:
+        s = self.state_store
+        if s.autoscaling is not None or s.num_replicas != 1 or s.max_surge_percent != 0:
+            raise ValueError(
+                "state_store: must run exactly one replica with no surge (num_replicas 1, no autoscaling, "
+                "max_surge_percent 0): its SQLite files have one writer")
+        return self
+
     def deployment_options(self) -> dict[str, DeploymentOptions]:
         """Every deployment's options by deployment name."""
-        opts = {"ingress": self.ingress, "embedder": self.embedder.deployment}
+        opts = {"ingress": self.ingress, "state": self.state_store, "embedder": self.embedder.deployment}
         for role in ROLES:
             opts[role] = getattr(self, role).deployment
         for gen in self.memory.generations(self.embedder):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -22,12 +22,13 @@ from deployments.config import ROLES, AppConfig
 from deployments.engines import EngineConfig, LlamaCppConfig, VLLMConfig
 from deployments.handles import HandleEngine
 from deployments.memory import memory_backend
+from deployments.state import RemoteStore
 from serve.api.app import create_app
 from serve.api.auth import Authenticator
 from serve.agent import Agent, default_registry
 from serve.context import ContextManager, LLMSummariser, SessionStore
 from serve.context import build_router as build_session_router
-from serve.experience import ExperienceService
+from serve.experience import ExperienceService, ExperienceStore
 from serve.experience import build_router as build_experience_router
 from serve.memory_api import MemoryService
 from serve.memory_api import build_router as build_memory_router
@@ -71,13 +72,14 @@ class Ingress(PlacementInfo):
     """
 
     def __init__(self, config_data: dict[str, Any], roles: dict[str, DeploymentHandle],
-                 memory: dict[str, Any]) -> None:
+                 memory: dict[str, Any], state: DeploymentHandle) -> None:
         self.config = AppConfig.model_validate(config_data)
         self.roles = roles
         self.memory = memory
+        self.state = state
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        app, self._backend = build_ingress_app(self.config, self.roles, self.memory)
+        app, self._backend = build_ingress_app(self.config, self.roles, self.memory, self.state)
         return app
 
     async def memory_routing(self) -> dict[str, Any]:
@@ -97,7 +99,7 @@ class Ingress(PlacementInfo):
 
 
 def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
-                      memory: dict[str, Any]) -> tuple[FastAPI, MemoryService]:
+                      memory: dict[str, Any], state: DeploymentHandle) -> tuple[FastAPI, MemoryService]:
     """Build the ingress FastAPI app (and its memory backend) from the config and the handles.
 
     Args:
@@ -105,6 +107,7 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
         roles: handles of the router, reasoner and summariser deployments.
         memory: ``{"embedder": handle, "generations": [{"embedder": handle, "shards": [handle, ...]}, ...]}``
             (the cluster's embedder, then each memory generation, serving first; see ``bind_memory``).
+        state: handle of the state deployment (sessions and experiences, shared by every replica).
     """
     backend = memory_backend(memory["generations"], config.memory)
     engines = {role: HandleEngine(roles[role], role, *engine_facts(getattr(config, role).engine)) for role in ROLES}
@@ -116,7 +119,8 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
         memory_threshold=config.memory.threshold,
     )
     context = ContextManager(
-        SessionStore(config.state_dir / "sessions.sqlite3"),
+        # NOTE: RemoteStore has SessionStore's async methods, each run on the one state replica.
+        cast(SessionStore, RemoteStore(state, "sessions")),
         config.context,
         counter=EngineTokenCounter(engines["reasoner"]),
         embed=_sync_embed(memory["embedder"]),
@@ -127,7 +131,8 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
         agent = Agent(engines["reasoner"], default_registry(demo=config.agent_demo_tools), router=engines["router"],
                       memory=backend, config=config.agent)
     experiences = ExperienceService(config.experience.model_copy(update={"data_dir": config.state_dir / "experiences"}),
-                                    _sync_embed(memory["embedder"]), memory=backend)
+                                    _sync_embed(memory["embedder"]), memory=backend,
+                                    store=cast(ExperienceStore, RemoteStore(state, "experiences")))
     pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=settings, memory=backend, context=context,
                             agent=agent, experiences=experiences)
     auth = Authenticator(config.auth.resolve())

@@ -27,7 +27,8 @@ Targets:
     ``local``: ``http_options`` from ``config.server`` (127.0.0.1 by default), proxy on the head.
     ``kubernetes``: proxies on every node listening on 0.0.0.0 (KubeRay's serve Service targets
     each pod's port), JSON logs (request ids are fields), ``ray.address="auto"`` (join the
-    KubeRay cluster), ``memory.data_dir`` moved under the chart's volume, and literal API keys
+    KubeRay cluster), ``memory.data_dir`` moved under the chart's volume (a relative ``state_dir``
+    becomes its sibling, on the same volume), and literal API keys
     removed: keys come from the ``RECALLSERVE_API_KEYS`` environment variable (a Secret), never
     from a custom resource that anyone with read access to the namespace can see.
 """
@@ -66,6 +67,10 @@ def _k8s_args(config: AppConfig, data_dir: str) -> dict[str, Any]:
     args = config.model_dump(mode="json")
     args["ray"]["address"] = "auto"
     args["memory"]["data_dir"] = data_dir
+    if not str(args["state_dir"]).startswith("/"):
+        # NOTE: sessions and experiences live beside the shards, on the same volume (a relative
+        # state_dir would be inside the container and lost with the pod).
+        args["state_dir"] = str(Path(data_dir).parent / Path(args["state_dir"]).name)
     migration = args["memory"].get("migration")
     if migration and not str(migration["data_dir"]).startswith("/"):
         # NOTE: a relative migration folder becomes a sibling of data_dir, on the same volume.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 
 __all__ = ["REQUESTS", "LATENCY", "TOKENS", "TIME_TO_FIRST_TOKEN", "MEMORY_SEARCH", "MEMORY_ROUTING",
-           "MEMORY_MIGRATION_WRITES", "render_metrics", "CONTENT_TYPE_LATEST"]
+           "MEMORY_MIGRATION_WRITES", "STATE_CALL", "render_metrics", "CONTENT_TYPE_LATEST"]
 
 REQUESTS = Counter("recallserve_http_requests_total", "HTTP requests by route and status.", ["route", "method", "status"])
 # NOTE: buckets span 5 ms (a cached memory search) to 5 min (a long CPU generation).
@@ -34,6 +34,14 @@ MEMORY_ROUTING = Gauge(
 MEMORY_MIGRATION_WRITES = Counter(
     "recallserve_memory_migration_writes_total", "Writes during a memory migration, by generation and outcome "
     "(ok / failed).", ["generation", "outcome"],
+)
+
+# NOTE: sessions and experiences sit behind one state deployment; a chat turn makes ~5 calls, so
+# this is where a saturated or rolling state replica shows first.
+STATE_CALL = Histogram(
+    "recallserve_state_call_seconds", "Calls from the ingress to the state deployment, by store, method and "
+    "outcome (ok / error).", ["store", "method", "outcome"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5),
 )
 
 

@@ -37,6 +37,7 @@ from serve.experience._schema import (
     VerificationItem,
 )
 from serve.experience._service import Embedder, ExperienceNotFound, ExperienceService
+from serve.experience._store import ExperienceStore, StoredRow
 from serve.experience._units import DimensionError, parse_quantity, to_unit
 from serve.experience._verify import derive_confidence, run_check, verify_record
 
@@ -52,6 +53,8 @@ __all__ = [
     "Quantity",
     "ExperienceConfig",
     "ExperienceService",
+    "ExperienceStore",
+    "StoredRow",
     "ExperienceNotFound",
     "Embedder",
     "ExperienceView",

@@ -71,13 +71,16 @@ class ExperienceService:
         memory: Optional memory tier; each record's segments are also written there as
             ``experience`` memories (source id ``experience:<id>:<segment>``).
         clock: Time source in epoch seconds (tests pass a fake clock).
+        store: Where records live; None opens ``ExperienceStore(config.data_dir)``. A cluster
+            passes a proxy with the same async methods (one store shared by every ingress replica).
     """
 
     def __init__(self, config: ExperienceConfig, embed: Embedder, *, memory: MemoryBackend | None = None,
-                 clock: Callable[[], float] = time.time, family_of: Callable[[str], str] = model_family) -> None:
+                 clock: Callable[[], float] = time.time, family_of: Callable[[str], str] = model_family,
+                 store: ExperienceStore | None = None) -> None:
         self.config = config
         self.rules = RuleTable(config.rules)
-        self.store = ExperienceStore(config.data_dir)
+        self.store = ExperienceStore(config.data_dir) if store is None else store
         self._embed = embed
         self._memory = memory
         self._clock = clock
@@ -100,16 +103,16 @@ class ExperienceService:
         return ExperienceView(record=row.record, tier=row.tier, last_used_at=row.last_used_at, use_count=row.use_count,
                               decay=decay_factor(now, row.last_used_at, self.config.decay_rate))
 
-    def _refresh_freshness(self, now: float) -> None:
-        _metrics.set_active_freshness(self.store.active_freshness(now, self.config.decay_rate))
+    async def _refresh_freshness(self, now: float) -> None:
+        _metrics.set_active_freshness(await self.store.active_freshness(now, self.config.decay_rate))
 
-    def _enforce_scope(self, tenant: str, domain: str, now: float) -> dict[str, int]:
-        rows = self.store.query(tenant, tiers=("active",), domain=domain)
+    async def _enforce_scope(self, tenant: str, domain: str, now: float) -> dict[str, int]:
+        rows = await self.store.query(tenant, tiers=("active",), domain=domain)
         demote = demotions(rows, now=now, capacity=self.config.active_capacity,
                            window_days=self.config.active_window_days, demote_below=self.config.demote_below,
                            decay_rate=self.config.decay_rate)
         if demote:
-            self.store.set_tier(tenant, demote.keys(), "archival")
+            await self.store.set_tier(tenant, demote.keys(), "archival")
         counts: dict[str, int] = {}
         for reason in demote.values():
             counts[reason] = counts.get(reason, 0) + 1
@@ -132,13 +135,13 @@ class ExperienceService:
             verified = verified.model_copy(update={"metadata": md})
         tier = _tier_of(verified)
         emb = await self._embed_one(verified.search_text())
-        self.store.put(tenant, verified, tier=tier, family=self._family_of(md.source_model), embedding=emb,
+        await self.store.put(tenant, verified, tier=tier, family=self._family_of(md.source_model), embedding=emb,
                        last_used_at=min(md.timestamp, now))
         if tier == "active":
-            self._enforce_scope(tenant, md.task_domain, now)
-        self._refresh_freshness(now)
+            await self._enforce_scope(tenant, md.task_domain, now)
+        await self._refresh_freshness(now)
         await self._write_memories(tenant, verified, tier)
-        row = self.store.get(tenant, md.id)
+        row = await self.store.get(tenant, md.id)
         assert row is not None  # written just above under the same key
         return self._view(row, now)
 
@@ -161,7 +164,7 @@ class ExperienceService:
     async def get(self, tenant: str, exp_id: str) -> ExperienceView:
         """One record of ``tenant``; raises ExperienceNotFound (also when expired)."""
         now = self._clock()
-        row = self.store.get(tenant, exp_id)
+        row = await self.store.get(tenant, exp_id)
         if row is None or (row.record.metadata.expires_at is not None and row.record.metadata.expires_at <= now):
             raise ExperienceNotFound(f"experience {exp_id!r} not found")
         return self._view(row, now)
@@ -179,11 +182,11 @@ class ExperienceService:
         now = self._clock()
         family = self._family_of(req.source_model)
         query = await self._embed_one(req.query) if req.query.strip() else None
-        domains = [req.domain] if req.domain else sorted({r.record.metadata.task_domain for r in self.store.query(
+        domains = [req.domain] if req.domain else sorted({r.record.metadata.task_domain for r in await self.store.query(
             tenant, tiers=("active",), family=family)})
         for d in domains:
-            self._enforce_scope(tenant, d, now)
-        active = self.store.query(tenant, tiers=("active",), domain=req.domain, family=family, now=now)
+            await self._enforce_scope(tenant, d, now)
+        active = await self.store.query(tenant, tiers=("active",), domain=req.domain, family=family, now=now)
         if query is not None:
             ranked = rank_active(active, query, now=now, k=req.k, recency_weight=self.config.recency_weight,
                                  min_similarity=self.config.min_similarity, decay_rate=self.config.decay_rate)
@@ -194,7 +197,7 @@ class ExperienceService:
         conflicts = []
         if ranked:
             topics = {r.row.record.metadata.topic for r in ranked}
-            arch = [a for t in topics for a in self.store.query(
+            arch = [a for t in topics for a in await self.store.query(
                 tenant, tiers=("archival",), family=family, topic_prefix=t, now=now) if a.record.metadata.topic == t]
             conflicts = find_conflicts([r.row for r in ranked], arch)
         newer_for = {c.active.id: c.newer for c in conflicts}
@@ -222,17 +225,17 @@ class ExperienceService:
                                                   active_timestamp=md_a.timestamp, newer_timestamp=md_n.timestamp,
                                                   message=msg))
         _metrics.record_conflicts(len(conflicts))
-        self.store.touch(tenant, used)
+        await self.store.touch(tenant, used)
         if query is not None:
             _metrics.record_lookup(bool(result.hits))
         if req.archival_k:
             result.archival = await self._search_archival(tenant, req, family, query, now)
-        self._refresh_freshness(now)
+        await self._refresh_freshness(now)
         return result
 
     async def _search_archival(self, tenant: str, req: SearchRequest, family: str, query: np.ndarray | None,
                                now: float) -> list[ExperienceHit]:
-        rows = self.store.query(tenant, tiers=("archival",), domain=req.domain, family=family,
+        rows = await self.store.query(tenant, tiers=("archival",), domain=req.domain, family=family,
                                 topic_prefix=req.topic_prefix, now=now)
         if req.error_tags:
             wanted = set(req.error_tags)
@@ -251,14 +254,14 @@ class ExperienceService:
     async def review_queue(self, tenant: str, limit: int = 50) -> list[ExperienceView]:
         """Records waiting for a person (labelled wrong or low confidence), oldest first."""
         now = self._clock()
-        rows = self.store.query(tenant, tiers=("review",), now=now, limit=limit, order="created_at ASC")
+        rows = await self.store.query(tenant, tiers=("review",), now=now, limit=limit, order="created_at ASC")
         return [self._view(r, now) for r in rows]
 
     async def label(self, tenant: str, exp_id: str, req: LabelRequest) -> ExperienceView:
         """Apply a reviewer's label: ``correct`` -> active cache, ``wrong`` -> archival with its tags."""
         now = self._clock()
         view = await self.get(tenant, exp_id)
-        row = self.store.get(tenant, exp_id)
+        row = await self.store.get(tenant, exp_id)
         assert row is not None
         rec = view.record
         evaluation = rec.evaluation.model_copy(update={
@@ -268,11 +271,11 @@ class ExperienceService:
         md = rec.metadata.model_copy(update={"reviewer": req.reviewer or tenant})
         rec = rec.model_copy(update={"evaluation": evaluation, "metadata": md})
         tier: Tier = "active" if req.label == "correct" else "archival"
-        self.store.put(tenant, rec, tier=tier, family=row.family, embedding=row.embedding,
+        await self.store.put(tenant, rec, tier=tier, family=row.family, embedding=row.embedding,
                        last_used_at=now if tier == "active" else row.last_used_at, use_count=row.use_count)
         if tier == "active":
-            self._enforce_scope(tenant, md.task_domain, now)
-        self._refresh_freshness(now)
+            await self._enforce_scope(tenant, md.task_domain, now)
+        await self._refresh_freshness(now)
         return await self.get(tenant, exp_id)
 
     # ------------------------------------------------------------------ maintenance
@@ -280,13 +283,13 @@ class ExperienceService:
     async def maintain(self) -> MaintenanceReport:
         """Delete expired records and demote stale / over-capacity active ones, all tenants."""
         now = self._clock()
-        expired = self.store.delete_expired(now)
+        expired = await self.store.delete_expired(now)
         demoted: dict[str, int] = {}
-        for tenant in self.store.tenants():
-            for d in sorted({r.record.metadata.task_domain for r in self.store.query(tenant, tiers=("active",))}):
-                for reason, n in self._enforce_scope(tenant, d, now).items():
+        for tenant in await self.store.tenants():
+            for d in sorted({r.record.metadata.task_domain for r in await self.store.query(tenant, tiers=("active",))}):
+                for reason, n in (await self._enforce_scope(tenant, d, now)).items():
                     demoted[reason] = demoted.get(reason, 0) + n
-        fresh = self.store.active_freshness(now, self.config.decay_rate)
+        fresh = await self.store.active_freshness(now, self.config.decay_rate)
         _metrics.set_active_freshness(fresh)
         return MaintenanceReport(expired_deleted=expired, demoted=demoted, freshness=fresh)
 

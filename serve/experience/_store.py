@@ -88,7 +88,7 @@ class ExperienceStore:
         with self._lock:
             self._db.close()
 
-    def put(self, tenant: str, record: ExperienceRecord, *, tier: Tier, family: str, embedding: np.ndarray,
+    async def put(self, tenant: str, record: ExperienceRecord, *, tier: Tier, family: str, embedding: np.ndarray,
             last_used_at: float, use_count: int = 0) -> None:
         """Insert or replace a record (same tenant and id overwrites)."""
         md = record.metadata
@@ -101,14 +101,14 @@ class ExperienceStore:
                  json.dumps(record.evaluation.error_tags)),
             )
 
-    def get(self, tenant: str, exp_id: str) -> StoredRow | None:
+    async def get(self, tenant: str, exp_id: str) -> StoredRow | None:
         """The record ``exp_id`` of ``tenant``, or None."""
         with self._lock:
             r = self._db.execute(f"SELECT {_COLS} FROM experiences WHERE tenant = ? AND id = ?",
                                  (tenant, exp_id)).fetchone()
         return _row(r) if r else None
 
-    def query(self, tenant: str, *, tiers: Sequence[Tier], domain: str | None = None, family: str | None = None,
+    async def query(self, tenant: str, *, tiers: Sequence[Tier], domain: str | None = None, family: str | None = None,
               topic_prefix: str | None = None, now: float | None = None, limit: int | None = None,
               order: str = "last_used_at DESC") -> list[StoredRow]:
         """Rows of ``tenant`` in ``tiers``, optionally filtered; expired rows excluded when ``now`` is given."""
@@ -137,13 +137,13 @@ class ExperienceStore:
             rows = self._db.execute(sql, args).fetchall()
         return [_row(r) for r in rows]
 
-    def set_tier(self, tenant: str, ids: Iterable[str], tier: Tier) -> None:
+    async def set_tier(self, tenant: str, ids: Iterable[str], tier: Tier) -> None:
         """Move records to ``tier``."""
         with self._lock:
             self._db.executemany("UPDATE experiences SET tier = ? WHERE tenant = ? AND id = ?",
                                  [(tier, tenant, i) for i in ids])
 
-    def touch(self, tenant: str, uses: Iterable[tuple[str, float, str]]) -> None:
+    async def touch(self, tenant: str, uses: Iterable[tuple[str, float, str]]) -> None:
         """Mark records used: ``(id, time, updated record JSON)`` each."""
         with self._lock:
             self._db.executemany(
@@ -152,18 +152,18 @@ class ExperienceStore:
                 [(t, rec, tenant, i) for i, t, rec in uses],
             )
 
-    def delete_expired(self, now: float) -> int:
+    async def delete_expired(self, now: float) -> int:
         """Delete records whose hard expiry has passed (all tenants); returns how many."""
         with self._lock:
             cur = self._db.execute("DELETE FROM experiences WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
         return cur.rowcount
 
-    def tenants(self) -> list[str]:
+    async def tenants(self) -> list[str]:
         """Tenants with at least one record."""
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT DISTINCT tenant FROM experiences ORDER BY tenant")]
 
-    def active_freshness(self, now: float, rate: float) -> float | None:
+    async def active_freshness(self, now: float, rate: float) -> float | None:
         """Mean ``1/(1 + rate x days since last use)`` over active records; None when there are none."""
         with self._lock:
             r = self._db.execute(

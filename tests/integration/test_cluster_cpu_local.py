@@ -25,6 +25,8 @@ def cluster(work_dir: Path, port: int) -> Iterator[AppConfig]:
             "ray": {"temp_dir": str(work_dir / "ray"), "num_cpus": 8, "num_gpus": 0},
             "memory": {"data_dir": str(work_dir / "memory")},
             "state_dir": str(work_dir / "state"),  # sessions and experiences of this run only
+            # NOTE: two ingress replicas, so the session tests show every replica sees one store.
+            "ingress": {"num_replicas": 2},
             # NOTE: a 2-message recent window so that two chat turns leave one to summarise.
             "context": {"summary_keep_recent": 2, "summary_max_tokens": 200},
         },
@@ -180,3 +182,12 @@ def test_rolling_summary_through_the_summariser_deployment(cluster: AppConfig) -
     assert session["summary"] == out["summary"] and "104208" in {e["value"] for e in session["entities"]}
     assert httpx.get(f"{base}/sessions/sum-1", params={"user": "u-sum"},
                      headers={"Authorization": "Bearer sk-other"}).status_code == 404
+    # Both ingress replicas answer with the one session the state deployment holds (each used to
+    # keep its own SQLite file: a session's turns were split between replicas).
+    from ray import serve
+
+    ingress = serve.status().applications[cluster.name].deployments["ingress"]
+    assert ingress.replica_states.get("RUNNING") == 2
+    seen = {httpx.get(f"{base}/sessions/sum-1", params={"user": "u-sum"}, headers=auth).json()["message_count"]
+            for _ in range(16)}
+    assert seen == {session["message_count"]} and session["message_count"] >= 4

@@ -115,6 +115,22 @@ def test_a_migration_render_keeps_its_folder_on_the_volume(helm: Path, tmp_path:
         assert proc.returncode != 0 and "memory.migration.data_dir" in proc.stderr
 
 
+@pytest.mark.parametrize(("state_dir", "ok"), [(".recallserve/state", True), ("/var/lib/recallserve", False)])
+def test_sessions_and_experiences_stay_on_the_volume(helm: Path, tmp_path: Path, state_dir: str, ok: bool) -> None:
+    from deployments.config import load_config
+    from deployments.serve_config import dump_serve_config, render_serve_config
+
+    rendered = render_serve_config(load_config("cpu-local", overrides={"state_dir": state_dir}), target="kubernetes")
+    path = tmp_path / "serve.yaml"
+    dump_serve_config(rendered, path)
+    proc = _template(helm, "--set-file", f"serveConfig.inline={path}")
+    if ok:
+        assert rendered["applications"][0]["args"]["state_dir"] == "/data/recallserve/state"
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert proc.returncode != 0 and "state_dir" in proc.stderr and "lost with the pod" in proc.stderr
+
+
 def test_chart_refuses_a_local_render_with_literal_keys(helm: Path, tmp_path: Path) -> None:
     from deployments.config import load_config
     from deployments.serve_config import dump_serve_config, render_serve_config

@@ -52,8 +52,10 @@ def test_every_profile_renders_and_round_trips(profile: str, target: str) -> Non
         assert rebuilt.ray.address == "auto"
         assert rebuilt.auth.keys == {}
         assert str(rebuilt.memory.data_dir) == DEFAULT_K8S_DATA_DIR
+        assert str(rebuilt.state_dir) == "/data/recallserve/state"
         # NOTE: everything else is the profile unchanged.
-        assert rebuilt.model_dump(exclude={"ray", "auth", "memory"}) == config.model_dump(exclude={"ray", "auth", "memory"})
+        changed = {"ray", "auth", "memory", "state_dir"}
+        assert rebuilt.model_dump(exclude=changed) == config.model_dump(exclude=changed)
     # The deployments list holds the options of exactly the deployments the app binds.
     expected = {name: opts.to_ray_options() for name, opts in config.deployment_options().items()}
     names = [d["name"] for d in app["deployments"]]
@@ -98,6 +100,7 @@ def test_targets_set_http_options_and_proxy() -> None:
     assert k8s["proxy_location"] == "EveryNode"
     assert k8s["logging_config"]["encoding"] == "JSON"
     assert k8s["applications"][0]["args"]["memory"]["data_dir"] == "/mnt/shards"
+    assert k8s["applications"][0]["args"]["state_dir"] == "/mnt/state"  # sessions and experiences on the volume
     assert dropped_auth_keys(config, "kubernetes") == len(config.auth.keys) > 0
     assert dropped_auth_keys(config, "local") == 0
 

@@ -90,6 +90,10 @@ Checks: it parses, has applications, no literal API keys, shard data under the v
 {{- if not (hasPrefix (printf "%s/" (trimSuffix "/" $.Values.persistence.mountPath)) $dir) }}
 {{- fail (printf "serveConfig: application %q has memory.data_dir %q outside persistence.mountPath %q; render with --data-dir under it" $app.name $dir $.Values.persistence.mountPath) }}
 {{- end }}
+{{- $state := toString ($args.state_dir | default "") }}
+{{- if not (hasPrefix (printf "%s/" (trimSuffix "/" $.Values.persistence.mountPath)) $state) }}
+{{- fail (printf "serveConfig: application %q has state_dir %q outside persistence.mountPath %q; sessions and experiences would be lost with the pod (render with --target kubernetes)" $app.name $state $.Values.persistence.mountPath) }}
+{{- end }}
 {{- $mig := $mem.migration | default dict }}
 {{- if $mig.data_dir }}
 {{- if not (hasPrefix (printf "%s/" (trimSuffix "/" $.Values.persistence.mountPath)) (toString $mig.data_dir)) }}

@@ -106,7 +106,7 @@ def test_hard_expiry(make_service, clock):
     assert [h.experience.record.metadata.id for h in search(svc).hits] == [keep.record.metadata.id]
     report = run(svc.maintain())
     assert report.expired_deleted == 1
-    assert svc.store.get("acme", gone.record.metadata.id) is None
+    assert run(svc.store.get("acme", gone.record.metadata.id)) is None
 
 
 def test_soft_decay_demotes_to_archival(make_service, clock):
@@ -138,7 +138,7 @@ def test_conflict_prefers_newer_archival_record(make_service, clock):
     clock.advance(1)
     newer = run(svc.create("acme", rec(text="A truck drives 120 km in 1.5 h. Speed?")))
     # Simulate the newer record having been demoted (e.g. by capacity) while the old stays active.
-    svc.store.set_tier("acme", [newer.record.metadata.id], "archival")
+    run(svc.store.set_tier("acme", [newer.record.metadata.id], "archival"))
     result = search(svc, k=3)
     assert [c.active_id for c in result.conflicts] == [old.record.metadata.id]
     assert result.conflicts[0].newer_id == newer.record.metadata.id

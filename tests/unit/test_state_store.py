@@ -1,0 +1,100 @@
+"""The state deployment's body and the ingress's proxy of it, wired in process (no Ray).
+
+The proxy's handle is the one test double here: ``call.remote(...)`` runs ``StateStore.call`` on
+the same event loop, which is what a Ray handle does on another process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from deployments.config import ConfigError, load_config
+from deployments.state import STORE_METHODS, RemoteStore, StateStore
+from serve.context import ContextManager, SessionNotFoundError, SessionStore
+from serve.context._types import Message
+from serve.experience import ExperienceRecord, ExperienceStore
+from tests.unit.experience._records import speed_record
+
+
+class _InProcessHandle:
+    """``handle.call.remote(*args)`` -> awaitable result of ``StateStore.call(*args)``."""
+
+    def __init__(self, body: StateStore) -> None:
+        self.calls = 0
+
+        class _Method:
+            @staticmethod
+            def remote(*args: Any) -> Any:
+                self.calls += 1
+                return body.call(*args)
+
+        self.call = _Method()
+
+
+@pytest.mark.parametrize("store, cls", [("sessions", SessionStore), ("experiences", ExperienceStore)])
+def test_the_proxy_carries_every_public_async_method(store: str, cls: type) -> None:
+    public = {n for n, f in inspect.getmembers(cls, inspect.iscoroutinefunction) if not n.startswith("_")}
+    assert STORE_METHODS[store] == public
+
+
+def _stores(tmp_path: Path) -> tuple[StateStore, Any, Any, _InProcessHandle]:
+    body = StateStore(str(tmp_path / "state"))
+    handle = _InProcessHandle(body)
+    return body, RemoteStore(handle, "sessions"), RemoteStore(handle, "experiences"), handle  # type: ignore[arg-type]
+
+
+def test_two_ingress_replicas_share_one_session(tmp_path: Path) -> None:
+    _body, sessions, _exp, handle = _stores(tmp_path)
+
+    async def scenario() -> None:
+        # Two context managers = two ingress replicas, each with its own proxy over one state replica.
+        a = ContextManager(sessions)
+        b = ContextManager(RemoteStore(handle, "sessions"))  # type: ignore[arg-type]
+        s = await a.store.open("acme", "u1", "s1")
+        await a.store.append(s, [Message(role="user", content="My order 104208 is late")], [[]])
+        s_b = await b.store.get("acme", "u1", "s1")
+        assert s_b.message_count == 1
+        assert [m.content for m in await b.store.messages("s1")] == ["My order 104208 is late"]
+        with pytest.raises(SessionNotFoundError):  # the store's own error type, so the API answers 404
+            await b.store.get("other-tenant", "u1", "s1")
+
+    asyncio.run(scenario())
+    assert (tmp_path / "state" / "sessions.sqlite3").is_file()  # the file the ingress used to open
+    assert handle.calls == 5
+
+
+def test_experience_rows_round_trip(tmp_path: Path) -> None:
+    _body, _sessions, experiences, _handle = _stores(tmp_path)
+    record = ExperienceRecord.model_validate(speed_record(timestamp=1.0))
+
+    async def scenario() -> None:
+        emb = np.arange(4, dtype=np.float32)
+        await experiences.put("acme", record, tier="active", family="qwen", embedding=emb, last_used_at=1.0)
+        row = await experiences.get("acme", record.metadata.id)
+        assert row is not None and row.record == record and np.array_equal(row.embedding, emb)
+        assert await experiences.get("other", record.metadata.id) is None
+        assert await experiences.tenants() == ["acme"]
+
+    asyncio.run(scenario())
+
+
+def test_unknown_methods_are_refused_on_both_sides(tmp_path: Path) -> None:
+    body, sessions, _exp, _handle = _stores(tmp_path)
+    with pytest.raises(AttributeError, match="no method 'close_all'"):
+        sessions.close_all
+    ok, err = asyncio.run(body.call("sessions", "_run", (), {}))
+    assert not ok and isinstance(err, AttributeError)
+    sessions.close()  # a no-op: the state replica owns the files
+
+
+@pytest.mark.parametrize("override", [{"num_replicas": 2}, {"max_surge_percent": 100},
+                                      {"autoscaling": {"min_replicas": 1, "max_replicas": 2}}])
+def test_the_state_deployment_keeps_one_writer(override: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match="state_store: must run exactly one replica"):
+        load_config("cpu-local", overrides={"state_store": override})
