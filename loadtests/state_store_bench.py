@@ -1,0 +1,116 @@
+"""What the state deployment costs a chat turn: session-store calls through a Ray handle vs in process.
+
+A chat turn with a ``session_id`` makes five session-store calls (open, append, get, messages,
+entities). Since sessions moved into the one-replica ``state`` deployment, each is a handle call
+instead of a local SQLite call. This starts a scratch Ray on this machine (nothing listens on a
+network port), deploys only the ``state`` deployment with the cpu-local options, and times the
+same five calls per turn both ways in the same run: sequential turns (latency), then ``--clients``
+concurrent sessions (throughput). Prints a table and writes it to ``--out`` (Markdown + JSON).
+
+    python -m loadtests.state_store_bench --turns 200 --clients 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+
+async def _turn(store: Any, session_id: str, n: int) -> float:
+    """One chat turn's store calls; returns its seconds."""
+    from serve.context._types import Message
+
+    start = time.perf_counter()
+    session = await store.open("bench", "u1", session_id)
+    await store.append(session, [Message(role="user", content=f"question {n} about order 104208"),
+                                 Message(role="assistant", content=f"answer {n}")], [[], []])
+    await store.get("bench", "u1", session_id)
+    await store.messages(session_id)
+    await store.entities(session_id)
+    return time.perf_counter() - start
+
+
+async def _measure(store: Any, turns: int, clients: int, tag: str) -> dict[str, float]:
+    seq = [await _turn(store, f"{tag}-seq-{i // 20}", i) for i in range(turns)]  # 20 turns per session
+
+    async def client(c: int) -> None:
+        for i in range(turns // clients):
+            await _turn(store, f"{tag}-c{c}-{i // 20}", i)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    wall = time.perf_counter() - start
+    q = statistics.quantiles(seq, n=20)
+    return {"p50_ms": 1e3 * statistics.median(seq), "p95_ms": 1e3 * q[18],
+            "turns_per_s": (turns // clients) * clients / wall}
+
+
+def _run(turns: int, clients: int) -> dict[str, Any]:
+    import ray
+    from ray import serve
+
+    from deployments import runner
+    from deployments.config import load_config
+    from deployments.state import RemoteStore, StateStore
+    from serve.context import SessionStore
+
+    scratch = Path(tempfile.mkdtemp(prefix="rs-state-bench-"))
+    config = load_config("cpu-local", overrides={"ray": {"temp_dir": str(scratch / "ray"), "num_cpus": 2}})
+    opts = config.state_store.to_ray_options()
+    runner.start_ray(config)  # no auth token in $HOME, no usage stats, a socket-safe temp folder
+    try:
+        dep = serve.deployment(StateStore, name="state").options(**opts)
+        handle = serve.run(dep.bind(str(scratch / "remote")), name="state-bench", route_prefix=None)
+        local = SessionStore(scratch / "local" / "sessions.sqlite3")
+
+        def measure(store: Any, tag: str) -> Callable[[], Awaitable[dict[str, float]]]:
+            return lambda: _measure(store, turns, clients, tag)
+
+        asyncio.run(_measure(local, 20, 2, "warm"))  # first connections, first pages
+        results = {"in process": asyncio.run(measure(local, "local")()),
+                   "state deployment": asyncio.run(measure(RemoteStore(handle, "sessions"), "remote")())}
+        local.close()
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m loadtests.state_store_bench", description=__doc__.split("\n")[0])
+    p.add_argument("--turns", type=int, default=200, help="turns per measurement (default 200)")
+    p.add_argument("--clients", type=int, default=8, help="concurrent sessions in the throughput run (default 8)")
+    p.add_argument("--out", type=Path, default=Path("loadtests/results/state-store-bench"),
+                   help="report path without suffix (.md and .json are written)")
+    args = p.parse_args(argv)
+    if args.turns < 20 or args.clients < 1:
+        p.error("--turns must be >= 20 and --clients >= 1")
+    results = _run(args.turns, args.clients)
+    base, remote = results["in process"], results["state deployment"]
+    lines = [f"# Session store: in process vs the state deployment ({time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())})",
+             "", f"5 store calls per chat turn; {args.turns} sequential turns, then {args.clients} concurrent sessions.", "",
+             "| store | turn p50 | turn p95 | turns/s (concurrent) |", "|---|---:|---:|---:|"]
+    for name, r in results.items():
+        lines.append(f"| {name} | {r['p50_ms']:.1f} ms | {r['p95_ms']:.1f} ms | {r['turns_per_s']:.0f} |")
+    lines += ["", f"Overhead per turn (p50): {remote['p50_ms'] - base['p50_ms']:.1f} ms "
+                  f"({remote['p50_ms'] / base['p50_ms']:.1f}x in-process); throughput ratio "
+                  f"{remote['turns_per_s'] / base['turns_per_s']:.2f}."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".md").write_text(text)
+    args.out.with_suffix(".json").write_text(json.dumps({"turns": args.turns, "clients": args.clients, **results}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
