@@ -38,8 +38,8 @@ StoreName = Literal["sessions", "experiences"]
 # NOTE: the public async methods of each store; tests check these against the classes, so a new
 # store method cannot be forgotten here (it would fail as an AttributeError on the ingress).
 STORE_METHODS: dict[str, frozenset[str]] = {
-    "sessions": frozenset({"get", "open", "set_mode", "delete", "append", "messages", "entities", "user_memory",
-                           "save_summary"}),
+    "sessions": frozenset({"get", "open", "set_mode", "delete", "append", "messages", "entities", "snapshot",
+                           "user_memory", "save_summary"}),
     "experiences": frozenset({"put", "get", "query", "set_tier", "touch", "delete_expired", "tenants",
                               "active_freshness"}),
 }

@@ -1,10 +1,10 @@
 """What the state deployment costs a chat turn: session-store calls through a Ray handle vs in process.
 
-A chat turn with a ``session_id`` makes five session-store calls (open, append, get, messages,
-entities). Since sessions moved into the one-replica ``state`` deployment, each is a handle call
-instead of a local SQLite call. This starts a scratch Ray on this machine (nothing listens on a
-network port), deploys only the ``state`` deployment with the cpu-local options, and times the
-same five calls per turn both ways in the same run: sequential turns (latency), then ``--clients``
+A chat turn with a ``session_id`` makes three session-store calls (open, snapshot, append). Since
+sessions moved into the one-replica ``state`` deployment, each is a handle call instead of a local
+SQLite call. This starts a scratch Ray on this machine (nothing listens on a network port),
+deploys only the ``state`` deployment with the cpu-local options, and times the same three calls
+per turn both ways in the same run: sequential turns (latency), then ``--clients``
 concurrent sessions (throughput). Prints a table and writes it to ``--out`` (Markdown + JSON).
 
     python -m loadtests.state_store_bench --turns 200 --clients 8
@@ -33,9 +33,7 @@ async def _turn(store: Any, session_id: str, n: int) -> float:
     session = await store.open("bench", "u1", session_id)
     await store.append(session, [Message(role="user", content=f"question {n} about order 104208"),
                                  Message(role="assistant", content=f"answer {n}")], [[], []])
-    await store.get("bench", "u1", session_id)
-    await store.messages(session_id)
-    await store.entities(session_id)
+    await store.snapshot("bench", "u1", session_id)  # what ContextManager.assemble reads
     return time.perf_counter() - start
 
 
@@ -97,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     results = _run(args.turns, args.clients)
     base, remote = results["in process"], results["state deployment"]
     lines = [f"# Session store: in process vs the state deployment ({time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())})",
-             "", f"5 store calls per chat turn; {args.turns} sequential turns, then {args.clients} concurrent sessions.", "",
+             "", f"3 store calls per chat turn (open, append, snapshot); {args.turns} sequential turns, then {args.clients} concurrent sessions.", "",
              "| store | turn p50 | turn p95 | turns/s (concurrent) |", "|---|---:|---:|---:|"]
     for name, r in results.items():
         lines.append(f"| {name} | {r['p50_ms']:.1f} ms | {r['p95_ms']:.1f} ms | {r['turns_per_s']:.0f} |")

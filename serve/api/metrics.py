@@ -36,7 +36,7 @@ MEMORY_MIGRATION_WRITES = Counter(
     "(ok / failed).", ["generation", "outcome"],
 )
 
-# NOTE: sessions and experiences sit behind one state deployment; a chat turn makes ~5 calls, so
+# NOTE: sessions and experiences sit behind one state deployment; a chat turn makes ~3 calls, so
 # this is where a saturated or rolling state replica shows first.
 STATE_CALL = Histogram(
     "recallserve_state_call_seconds", "Calls from the ingress to the state deployment, by store, method and "

@@ -149,10 +149,11 @@ class ContextManager:
         if not 0 <= reserved_output < context_window:
             raise ValueError(f"reserved_output: must be in [0, context_window={context_window}), got {reserved_output}")
         start = time.perf_counter()
-        fresh = await self.store.get(session.tenant, session.user, session.id)
+        # NOTE: entities are read whatever the mode (the session's mode is only known once read);
+        # one store call instead of three matters more than the few rows.
+        fresh, history, all_entities = await self.store.snapshot(session.tenant, session.user, session.id)
         requested: ModeName = mode or fresh.mode or self.config.default_mode
-        history = await self.store.messages(session.id)
-        entities = await self.store.entities(session.id) if requested in ("summary", "hybrid", "auto") else []
+        entities = all_entities if requested in ("summary", "hybrid", "auto") else []
         pending_msgs = [await self._to_message(m, classify=False) for m in pending]
         out = await assemble(
             AssemblyInput(
@@ -187,8 +188,8 @@ class ContextManager:
         self._running.add(session.id)
         name = self.summariser.name
         try:
-            fresh = await self.store.get(session.tenant, session.user, session.id)
-            messages = await self.store.messages(session.id)
+            fresh, messages, _ = await self.store.snapshot(session.tenant, session.user, session.id,
+                                                           with_entities=False)
             candidates = summary_candidates(fresh, messages, self.config, self._clock(), force=force)
             if not candidates:
                 return None

@@ -59,6 +59,20 @@ def test_other_tenant_or_user_gets_not_found(store: SessionStore) -> None:
         run(store.get("acme", "alice", "missing"))
 
 
+def test_snapshot_reads_session_messages_and_entities_together(manager: ContextManager) -> None:
+    store = manager.store
+    s = run(manager.open_session("acme", "alice", "s1"))
+    run(manager.append(s, [MessageIn(role="user", content="Order 104208 is late."),
+                           MessageIn(role="assistant", content="Checking.")]))
+    session, messages, entities = run(store.snapshot("acme", "alice", "s1"))
+    assert session == run(store.get("acme", "alice", "s1"))
+    assert messages == run(store.messages("s1")) and len(messages) == 2
+    assert entities == run(store.entities("s1")) and "104208" in {e.value for e in entities}
+    assert run(store.snapshot("acme", "alice", "s1", with_entities=False))[2] == []
+    with pytest.raises(SessionNotFoundError):  # ownership as for get: no messages of another tenant
+        run(store.snapshot("evil", "alice", "s1"))
+
+
 def test_new_session_starts_with_users_constraints_and_facts(manager: ContextManager) -> None:
     async def go() -> None:
         s1 = await manager.open_session("acme", "alice", "first")
