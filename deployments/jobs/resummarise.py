@@ -12,8 +12,9 @@ Summariser: ``extractive`` (no model; default) or ``model`` (the profile's summa
 e.g. llama.cpp on CPU, through :class:`serve.context.LLMSummariser`).
 
 Resumable in session-id order (checkpoint ``<store>.jobs/resummarise.json``); ``--dry-run``
-lists what would be summarised. Run: ``recallserve job resummarise`` or
-``ray job submit -- python -m deployments.jobs.resummarise --store /data/recallserve/sessions.db``.
+lists what would be summarised. Run: ``recallserve job resummarise [--profile P]`` (the profile's
+``state_dir/sessions.sqlite3``) or ``ray job submit -- python -m deployments.jobs.resummarise
+--store /data/recallserve/state/sessions.sqlite3``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_arguments", "long_sessions", "resummarise", "run", "main"]
+__all__ = ["add_arguments", "default_store", "long_sessions", "resummarise", "run", "main"]
 
 JOB = "resummarise"
 
@@ -36,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--profile", default=None, help="profile giving the summariser engine (with --summariser model)")
     src.add_argument("--config", type=Path, default=None, help="a profile YAML file instead")
-    p.add_argument("--store", type=Path, default=None, help="session store file (default: serve.context.default_store_path())")
+    p.add_argument("--store", type=Path, default=None,
+                   help="session store file (default: the profile's state_dir/sessions.sqlite3, what `recallserve up` writes)")
     p.add_argument("--min-unsummarised", type=int, default=40, help="select sessions with at least this many unsummarised messages")
     p.add_argument("--summariser", choices=("extractive", "model"), default="extractive", help="who writes the summaries")
     p.add_argument("--checkpoint", type=Path, default=None, help="checkpoint file (default <store>.jobs/resummarise.json)")
@@ -100,7 +102,8 @@ def resummarise(store_path: Path, *, min_unsummarised: int = 40, summariser: Any
     if min_unsummarised < 1:
         raise ValueError(f"min_unsummarised: must be >= 1, got {min_unsummarised}")
     if not store_path.is_file():
-        raise ValueError(f"store: {store_path} is not a session store file")
+        raise ValueError(f"store: {store_path} is not a session store file (no cluster has written sessions there; "
+                         "pass --store or the --profile/--config the cluster runs)")
     start = time.monotonic()
     sessions = long_sessions(store_path, min_unsummarised)
     ckpt_path = None if dry_run else (checkpoint or store_path.with_name(store_path.name + ".jobs") / f"{JOB}.json")
@@ -128,11 +131,18 @@ def _summariser(args: argparse.Namespace) -> Any:
     return LLMSummariser(build_engine(config.summariser.engine))
 
 
+def default_store(profile: str | None, config_path: Path | None) -> Path:
+    """The session store of the cluster that ``profile`` (or the config file) starts:
+    ``<state_dir>/sessions.sqlite3``, the file the ``state`` deployment opens."""
+    from deployments.config import load_config
+
+    return load_config(profile=profile, path=config_path).state_dir.expanduser().resolve() / "sessions.sqlite3"
+
+
 def run(args: argparse.Namespace) -> Any:
     """Entry used by both ``recallserve job resummarise`` and ``python -m``."""
-    from serve.context import default_store_path
-
-    return resummarise(args.store or default_store_path(), min_unsummarised=args.min_unsummarised,
+    store = args.store or default_store(args.profile, args.config)
+    return resummarise(store, min_unsummarised=args.min_unsummarised,
                        summariser=_summariser(args), dry_run=args.dry_run, checkpoint=args.checkpoint,
                        restart=args.restart, progress=not args.no_progress)
 

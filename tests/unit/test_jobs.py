@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from deployments.jobs import JobError, JobOptions, run_shard_job
 from deployments.jobs._shard_access import all_records, vectors_of
@@ -289,6 +290,17 @@ def test_resummarise_folds_long_sessions_only(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "sessions.db.jobs/resummarise.json").read_text())["done_shards"] == [0]
     with pytest.raises(ValueError, match="store"):
         resummarise(tmp_path / "missing.db")
+
+
+def test_resummarise_defaults_to_the_clusters_session_store(tmp_path: Path) -> None:
+    from deployments.config import PROFILES_DIR
+    from deployments.jobs.resummarise import default_store
+
+    config = tmp_path / "profile.yaml"
+    profile = yaml.safe_load((PROFILES_DIR / "cpu-local.yaml").read_text())
+    config.write_text(yaml.safe_dump({**profile, "state_dir": str(tmp_path / "state")}))
+    assert default_store(None, config) == tmp_path / "state" / "sessions.sqlite3"  # what the state deployment opens
+    assert default_store("cpu-local", None).name == "sessions.sqlite3"
 
 
 def test_reembed_catch_up_embeds_only_what_changed(store: Path, tmp_path: Path) -> None:
