@@ -7,18 +7,21 @@ folder the user can see (``ray.temp_dir``), never ask for GPUs on a CPU profile,
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from deployments._ray_paths import ray_temp_dir
 from deployments.config import ROLES, AppConfig
 from deployments.engines import LlamaCppConfig
 from deployments.models import resolve_model_path
+from serve.api.metrics import MULTIPROC_ENV
 
 __all__ = ["prepare_models", "start_ray", "deploy", "redeploy", "load_demo", "shutdown", "run_forever"]
 
@@ -54,15 +57,41 @@ def start_ray(config: AppConfig) -> None:
         return
     # NOTE: a deep folder is reached through a short alias, or Ray's socket paths overflow 107 bytes.
     temp_dir = ray_temp_dir(config.ray.temp_dir)
-    ray.init(
-        num_cpus=config.ray.num_cpus,
-        num_gpus=config.ray.num_gpus,
-        include_dashboard=False,
-        _temp_dir=str(temp_dir),
-        log_to_driver=False,
-        configure_logging=True,
-        logging_level=logging.WARNING,
-    )
+    with _metrics_folder(temp_dir.resolve() / "recallserve-metrics"):
+        ray.init(
+            num_cpus=config.ray.num_cpus,
+            num_gpus=config.ray.num_gpus,
+            include_dashboard=False,
+            _temp_dir=str(temp_dir),
+            log_to_driver=False,
+            configure_logging=True,
+            logging_level=logging.WARNING,
+        )
+
+
+@contextlib.contextmanager
+def _metrics_folder(folder: Path) -> Iterator[None]:
+    """Give the Ray processes started inside this block one prometheus multiprocess folder.
+
+    Every process on the machine then writes its metrics there and ``/metrics`` on any ingress
+    replica renders the sum (``serve.api.metrics``). The variable is set only while Ray starts
+    (its raylet, and so every worker, inherits it) and is taken back afterwards, so the driver
+    (and a test process that starts several clusters) keeps its own in-process registry. A
+    folder the user already named in ``PROMETHEUS_MULTIPROC_DIR`` is used as it is.
+    """
+    import prometheus_client.values  # noqa: F401 - fixes this process's value class before the variable exists
+
+    if os.environ.get(MULTIPROC_ENV):
+        yield
+        return
+    # NOTE: a fresh folder per start: files of an earlier cluster would add its counts.
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    os.environ[MULTIPROC_ENV] = str(folder)
+    try:
+        yield
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
 
 
 def deploy(config: AppConfig, *, timeout_s: float = 600.0) -> None:

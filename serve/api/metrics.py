@@ -1,11 +1,31 @@
-"""Prometheus metrics of the HTTP ingress (default registry, one set per process)."""
+"""Prometheus metrics of recallserve, and how they are rendered for a scrape.
+
+Metrics live in prometheus-client's default registry of each process. A cluster has several
+processes that record them (two or more ingress replicas, say), while a scrape of ``/metrics``
+through the Serve proxy reaches one replica at random, so a per-process render would jump between
+replicas' counts and make every ``rate()`` wrong. With ``PROMETHEUS_MULTIPROC_DIR`` set (the runner
+sets it for ``recallserve up``; the Helm chart sets it in every Ray pod) each process writes its
+values to files in that folder, and :func:`render_metrics` sums them over all processes of the
+machine or pod: counters and histograms add up (a stopped replica's counts stay in the sum, so
+totals never go backwards), gauges keep the most recent value of a live process
+(``multiprocess_mode="livemostrecent"``; files of processes that have exited are dropped at each
+render). Without the variable it renders this process's registry, as before.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+import os
+import re
+from pathlib import Path
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 __all__ = ["REQUESTS", "LATENCY", "TOKENS", "TIME_TO_FIRST_TOKEN", "MEMORY_SEARCH", "MEMORY_ROUTING",
-           "MEMORY_MIGRATION_WRITES", "STATE_CALL", "render_metrics", "CONTENT_TYPE_LATEST"]
+           "MEMORY_MIGRATION_WRITES", "STATE_CALL", "MULTIPROC_ENV", "GAUGE_MODE", "render_metrics", "CONTENT_TYPE_LATEST"]
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# NOTE: the mode every recallserve gauge uses; ignored when the process is not in multiprocess mode.
+GAUGE_MODE = "livemostrecent"
 
 REQUESTS = Counter("recallserve_http_requests_total", "HTTP requests by route and status.", ["route", "method", "status"])
 # NOTE: buckets span 5 ms (a cached memory search) to 5 min (a long CPU generation).
@@ -29,7 +49,7 @@ MEMORY_SEARCH = Histogram(
 # next run, so its count tells the operator when to run `reembed --live` again.
 MEMORY_ROUTING = Gauge(
     "recallserve_memory_generation", "1 for each memory generation this ingress uses, by role (serving/target), "
-    "reads and writes side.", ["generation", "role", "reads", "writes"],
+    "reads and writes side.", ["generation", "role", "reads", "writes"], multiprocess_mode=GAUGE_MODE,
 )
 MEMORY_MIGRATION_WRITES = Counter(
     "recallserve_memory_migration_writes_total", "Writes during a memory migration, by generation and outcome "
@@ -45,6 +65,33 @@ STATE_CALL = Histogram(
 )
 
 
-def render_metrics() -> bytes:
-    """The default registry in Prometheus text format."""
-    return generate_latest()
+_LIVE_GAUGE_FILE = re.compile(r"^gauge_live\w+?_(\d+)\.db$")
+
+
+def _drop_exited_processes(folder: Path) -> None:
+    """Remove the live-gauge files of processes that have exited (their gauges no longer hold)."""
+    import psutil
+    from prometheus_client import multiprocess
+
+    pids = {int(m.group(1)) for f in folder.glob("gauge_live*.db") if (m := _LIVE_GAUGE_FILE.match(f.name))}
+    for pid in pids:
+        if not psutil.pid_exists(pid):
+            multiprocess.mark_process_dead(pid, str(folder))
+
+
+def render_metrics(folder: str | Path | None = None) -> bytes:
+    """Prometheus text of every process sharing the metrics folder, or of this process alone.
+
+    Args:
+        folder: the multiprocess folder; None reads ``$PROMETHEUS_MULTIPROC_DIR`` and renders the
+            default registry of this process when that is unset.
+    """
+    folder = folder if folder is not None else os.environ.get(MULTIPROC_ENV)
+    if not folder:
+        return generate_latest()
+    from prometheus_client import multiprocess
+
+    _drop_exited_processes(Path(folder))
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=str(folder))
+    return generate_latest(registry)

@@ -18,20 +18,25 @@ from collections.abc import Iterable
 
 from prometheus_client import Counter, Gauge
 
+from serve.api.metrics import GAUGE_MODE
+
 __all__ = ["record_lookup", "record_verification", "record_conflicts", "set_active_freshness", "snapshot"]
 
 CACHE_LOOKUPS = Counter(
     "recallserve_experience_cache_lookups", "Active experience cache lookups by result.", ["result"]
 )
-CACHE_HIT_RATE = Gauge("recallserve_experience_cache_hit_rate", "Active cache hits / lookups in this process.")
+CACHE_HIT_RATE = Gauge("recallserve_experience_cache_hit_rate", "Active cache hits / lookups in this process.",
+                       multiprocess_mode=GAUGE_MODE)
 VERIFICATION_ITEMS = Counter(
     "recallserve_experience_verification_items", "Verification items executed, by status.", ["status"]
 )
 VERIFICATION_PASS_RATE = Gauge(
-    "recallserve_experience_verification_pass_rate", "Executed verification items that passed / all executed."
+    "recallserve_experience_verification_pass_rate", "Executed verification items that passed / all executed.",
+    multiprocess_mode=GAUGE_MODE,
 )
 ACTIVE_FRESHNESS = Gauge(
-    "recallserve_experience_active_cache_freshness", "Mean soft-decay factor 1/(1+0.1*days) of active records."
+    "recallserve_experience_active_cache_freshness", "Mean soft-decay factor 1/(1+0.1*days) of active records.",
+    multiprocess_mode=GAUGE_MODE,
 )
 CONFLICTS = Counter(
     "recallserve_experience_conflicts", "Active records superseded by a newer archival record on the same topic."

@@ -191,3 +191,11 @@ def test_rolling_summary_through_the_summariser_deployment(cluster: AppConfig) -
     seen = {httpx.get(f"{base}/sessions/sum-1", params={"user": "u-sum"}, headers=auth).json()["message_count"]
             for _ in range(16)}
     assert seen == {session["message_count"]} and session["message_count"] >= 4
+    # /metrics sums both replicas (one multiprocess folder per machine): every scrape, whichever
+    # replica answers it, counts all 17 successful GETs of this session made above.
+    series = 'recallserve_http_requests_total{method="GET",route="/v1/sessions/{session_id}",status="200"}'
+    counts = set()
+    for _ in range(6):
+        lines = httpx.get(f"http://127.0.0.1:{cluster.server.port}/metrics").text.splitlines()
+        counts |= {float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(series)}
+    assert len(counts) == 1 and counts.pop() >= 17

@@ -131,6 +131,37 @@ def test_sessions_and_experiences_stay_on_the_volume(helm: Path, tmp_path: Path,
         assert proc.returncode != 0 and "state_dir" in proc.stderr and "lost with the pod" in proc.stderr
 
 
+@pytest.mark.parametrize("enabled", [True, False])
+def test_every_pod_runs_the_metrics_exporter(helm: Path, enabled: bool) -> None:
+    proc = _template(helm, "-f", str(CHART / "values-gpu.yaml"), "--set", f"metrics.exporter.enabled={str(enabled).lower()}")
+    assert proc.returncode == 0, proc.stderr
+    docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    (rs,) = [d for d in docs if d["kind"] == "RayService"]
+    cluster = rs["spec"]["rayClusterConfig"]
+    pods = [cluster["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in cluster["workerGroupSpecs"]]
+    (metrics_svc,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"].endswith("-metrics")]
+    (monitor,) = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    ports = {p["name"] for p in metrics_svc["spec"]["ports"]}
+    endpoints = {e["port"] for e in monitor["spec"]["endpoints"]}
+    for pod in pods:
+        ray, *rest = pod["containers"]
+        env = {e["name"]: e.get("value") for e in ray["env"]}
+        if not enabled:
+            assert rest == [] and "PROMETHEUS_MULTIPROC_DIR" not in env and "shareProcessNamespace" not in pod
+            continue
+        (exporter,) = rest
+        assert exporter["image"] == ray["image"]  # the exporter is the pod's own recallserve code
+        assert exporter["command"][:3] == ["python", "-m", "serve.api.metrics_exporter"]
+        folder = env["PROMETHEUS_MULTIPROC_DIR"]
+        assert {m["mountPath"] for m in exporter["volumeMounts"]} == {folder}
+        assert folder in {m["mountPath"] for m in ray["volumeMounts"]}
+        assert pod["shareProcessNamespace"] is True
+    if enabled:
+        assert "recallserve-metrics" in ports and "serve" not in ports and "recallserve-metrics" in endpoints
+    else:
+        assert "serve" in ports and "serve" in endpoints
+
+
 def test_chart_refuses_a_local_render_with_literal_keys(helm: Path, tmp_path: Path) -> None:
     from deployments.config import load_config
     from deployments.serve_config import dump_serve_config, render_serve_config

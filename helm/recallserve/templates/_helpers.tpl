@@ -119,14 +119,46 @@ Checks: it parses, has applications, no literal API keys, shard data under the v
     secretKeyRef:
       name: {{ include "recallserve.secretName" . }}
       key: {{ .Values.apiKeys.secretKey }}
+{{- if .Values.metrics.exporter.enabled }}
+- name: PROMETHEUS_MULTIPROC_DIR
+  value: {{ .Values.metrics.exporter.folder | quote }}
+{{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
 {{- end }}
 
+{{/* The metrics exporter sidecar: the summed recallserve_* metrics of the pod's Ray processes.
+     Args: dict "root" (the chart context) "image" (the pod's image). */}}
+{{- define "recallserve.metricsExporter" -}}
+{{- $m := .root.Values.metrics.exporter }}
+- name: metrics-exporter
+  image: {{ .image }}
+  imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+  command: ["python", "-m", "serve.api.metrics_exporter", "--host", "0.0.0.0",
+            "--port", {{ $m.port | quote }}, "--dir", {{ $m.folder | quote }}]
+  ports:
+    - name: rs-metrics
+      containerPort: {{ $m.port }}
+  readinessProbe:
+    httpGet:
+      path: /healthz
+      port: rs-metrics
+    periodSeconds: 10
+  resources:
+    {{- toYaml $m.resources | nindent 4 }}
+  volumeMounts:
+    - name: recallserve-metrics
+      mountPath: {{ $m.folder }}
+{{- end }}
+
 {{- define "recallserve.volumeMounts" -}}
 - name: shm
   mountPath: /dev/shm
+{{- if .Values.metrics.exporter.enabled }}
+- name: recallserve-metrics
+  mountPath: {{ .Values.metrics.exporter.folder }}
+{{- end }}
 {{- if .Values.persistence.enabled }}
 - name: shard-data
   mountPath: {{ .Values.persistence.mountPath }}
@@ -138,6 +170,11 @@ Checks: it parses, has applications, no literal API keys, shard data under the v
   emptyDir:
     medium: Memory
     sizeLimit: {{ .Values.shmSize }}
+{{- if .Values.metrics.exporter.enabled }}
+- name: recallserve-metrics
+  emptyDir:
+    sizeLimit: 256Mi
+{{- end }}
 {{- if .Values.persistence.enabled }}
 - name: shard-data
   persistentVolumeClaim:
