@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 __all__ = ["REQUESTS", "LATENCY", "TOKENS", "TIME_TO_FIRST_TOKEN", "MEMORY_SEARCH", "MEMORY_ROUTING",
            "MEMORY_MIGRATION_WRITES", "STATE_CALL", "MULTIPROC_ENV", "GAUGE_MODE", "render_metrics", "CONTENT_TYPE_LATEST"]
@@ -93,5 +96,20 @@ def render_metrics(folder: str | Path | None = None) -> bytes:
 
     _drop_exited_processes(Path(folder))
     registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry, path=str(folder))
+    registry.register(_OwnMetrics(multiprocess.MultiProcessCollector(None, path=str(folder))))
     return generate_latest(registry)
+
+
+class _OwnMetrics(Collector):
+    """Only the ``recallserve_*`` families of a collector.
+
+    NOTE: every process of the Ray cluster inherits the folder, Ray's own (autoscaler monitor,
+    dashboard) too, and writes its prometheus-client metrics there; those are Ray's to export
+    (port 8080), not ours to repeat with a pid label.
+    """
+
+    def __init__(self, inner: Collector) -> None:
+        self._inner = inner
+
+    def collect(self) -> Iterable[Metric]:
+        return (m for m in self._inner.collect() if m.name.startswith("recallserve_"))

@@ -16,7 +16,9 @@ from serve.api.metrics import MULTIPROC_ENV, render_metrics
 # A replica: records 'n' requests and marks generation 'gen' as serving, then waits for stdin to close.
 _REPLICA = """
 import sys
+from prometheus_client import Counter
 from serve.api.metrics import MEMORY_ROUTING, REQUESTS
+Counter("ray_internal_thing", "a metric of another component sharing the folder").inc()
 REQUESTS.labels("/v1/chat/completions", "POST", "200").inc(int(sys.argv[1]))
 MEMORY_ROUTING.labels(sys.argv[2], "serving", "true", "true").set(1)
 print("ready", flush=True)
@@ -51,6 +53,7 @@ def test_counters_add_up_over_replicas_and_exited_ones_keep_their_counts(tmp_pat
     try:
         text = render_metrics(tmp_path).decode()
         assert _sample(text, requests) == 7.0  # one series, the sum of both processes
+        assert "ray_internal_thing" not in text  # only recallserve's own families
         _stop(old)  # a replica replaced by a roll-out
         text = render_metrics(tmp_path).decode()
         assert _sample(text, requests) == 7.0  # totals never go backwards
