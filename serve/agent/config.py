@@ -30,6 +30,12 @@ class AgentConfig(StrictModel):
         description="Decide first from the tools' routing hints (serve.agent.routing); the router model is asked "
         "only when the rules are undecided.",
     )
+    rule_replies: bool = Field(
+        default=True,
+        description="When the rules alone settle a direct answer (a malformed id, an action outside the tenant's "
+        "scopes), reply with their fixed text instead of asking the model (which may contradict the rule); "
+        "False = the model answers, advised by the rule.",
+    )
     use_router: bool = Field(
         default=True,
         description="Ask the router model whether to answer directly or use tools (when the rules are off or "

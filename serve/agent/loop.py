@@ -257,7 +257,7 @@ class _Run:
             if rules.route != "undecided":
                 return RouteDecision(route=rules.route, tools=rules.tools, source="rules", first_step=rules.first_step,
                                      bindings=rules.bindings, reason=rules.reason, advice=rules.advice,
-                                     elapsed_ms=self._ms(t))
+                                     reply=rules.reply if self.cfg.rule_replies else "", elapsed_ms=self._ms(t))
         if not self.cfg.use_router:
             return RouteDecision(route="tools", tools=list(tools), source="mode")
         msgs = base[:-1] + [ChatMessage(role="user", content=base[-1].content + ROUTER_INSTRUCTION)]
@@ -397,6 +397,13 @@ class _Run:
     async def _answer_directly(self, messages: list[ChatMessage], route: RouteDecision) -> AsyncIterator[AgentEvent]:
         """A direct route: one plain-text answer over the same history and user turn (memories,
         image notes), without the JSON protocol or the tool list; streamed as it is generated."""
+        if route.reply:
+            # NOTE: measured: advised to ask for a 6-digit id, the 1.5B model still answered "No,
+            # order 10423 is not delivered"; told to decline a cancel, it invented a reason. The
+            # rule's own text cannot contradict the rule, and costs no engine call.
+            yield self._delta(route.reply)
+            yield self._add(1, "final", route.reply, 0.0)
+            return
         msgs = [ChatMessage(role="system", content=direct_prompt(route.advice)), *messages[1:]]
         params = GenerationParams(max_tokens=self.req.max_answer_tokens or self.cfg.step_max_tokens,
                                   temperature=self.cfg.temperature, seed=self.cfg.seed)

@@ -119,7 +119,15 @@ class RoutingHint(StrictModel):
 
     def near_missed(self, text: str) -> bool:
         """Whether a malformed version of the tool's entity is in ``text``."""
-        return any(_rx(p).search(text) for p in self.near_miss)
+        return self.near_miss_text(text) is not None
+
+    def near_miss_text(self, text: str) -> str | None:
+        """The first malformed version of the tool's entity in ``text`` (e.g. ``order 10423``), or None."""
+        for p in self.near_miss:
+            m = _rx(p).search(text)
+            if m:
+                return m.group(0).strip()
+        return None
 
 
 class RuleDecision(StrictModel):
@@ -134,6 +142,10 @@ class RuleDecision(StrictModel):
     scores: dict[str, int] = Field(default_factory=dict, description="Score of every matching tool (scopes ignored).")
     reason: str = Field(default="", description="Why, in one line.")
     advice: str = Field(default="", description="For a direct answer: what the answer must do (ask for an id, decline).")
+    reply: str = Field(
+        default="", description="For a direct answer the rules settle alone (a malformed id, an action outside the "
+        "tenant's scopes): the reply itself, so no model can contradict the rule.",
+    )
 
 
 def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[Tool] = ()) -> RuleDecision:
@@ -161,10 +173,13 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
     best_in = max(inside.values(), default=None)
     if best_out is not None and (best_in is None or best_out >= best_in):
         name = max(outside, key=lambda n: scores[n])
+        what = outside[name].description.rstrip(".")
         return RuleDecision(route="direct", scores=scores,
                             reason=f"asks for {name}, which needs scope {outside[name].scope!r} this tenant lacks",
-                            advice=f"The user asks for something you cannot do from this account ({outside[name].description.rstrip('.')}). "
-                            "Say so politely, do not claim it was done, and offer to pass the request to a colleague.")
+                            advice=f"The user asks for something you cannot do from this account ({what}). "
+                            "Say so politely, do not claim it was done, and offer to pass the request to a colleague.",
+                            reply=f"I'm sorry, but this account isn't allowed to do that ({what[:1].lower() + what[1:]}), "
+                            "so nothing has been changed. I can pass your request on to a colleague who can help with it.")
     if best_in is not None:
         ranked = sorted(inside, key=lambda n: (-inside[n], n))
         first = [n for n in ranked if inside[n] == best_in]
@@ -178,15 +193,21 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
                             reason=f"matched {', '.join(f'{n}={inside[n]}' for n in ranked)}")
     missed = [t.name for t in allowed.values() if t.routing is not None and t.routing.near_missed(text)]
     if missed:
-        formats = []
+        formats, wanted, seen = [], [], None
         for n in missed:
             hint = allowed[n].routing
+            assert hint is not None
+            seen = seen or hint.near_miss_text(text)
             props = allowed[n].args_schema.get("properties", {})
-            formats += [f"{a}: {props[a].get('description', a)}" for a in (hint.bind if hint else {}) if a in props]
+            formats += [f"{a}: {props[a].get('description', a)}" for a in hint.bind if a in props]
+            wanted += [str(props[a].get("description", a)) for a in hint.bind if a in props]
+        expected = "; ".join(dict.fromkeys(wanted)) or "a valid id"
         return RuleDecision(route="direct", scores=scores,
                             reason=f"a malformed id for {', '.join(missed)}: ask the user for it",
                             advice="An id in the question has the wrong format (expected "
-                            f"{'; '.join(dict.fromkeys(formats)) or 'a valid id'}). Do not guess it: ask the user for the correct id.")
+                            f"{'; '.join(dict.fromkeys(formats)) or 'a valid id'}). Do not guess it: ask the user for the correct id.",
+                            reply=f"I can't look that up yet: \u201c{seen}\u201d doesn't look like a valid id (expected "
+                            f"{expected}). Could you check it and send it again?")
     unhinted = [t.name for t in allowed.values() if t.routing is None]
     if unhinted:
         return RuleDecision(route="undecided", tools=unhinted, scores=scores,

@@ -114,6 +114,7 @@ class RouteDecision(StrictModel):
     )
     reason: str = Field(default="", description="Why the rules decided so (empty for the router model).")
     advice: str = Field(default="", description="Rules only, direct route: what the answer must do.")
+    reply: str = Field(default="", description="Rules only, direct route: the fixed reply (no model call).")
     elapsed_ms: float = Field(default=0.0, ge=0.0, description="Time the decision took.")
 
 

@@ -130,13 +130,24 @@ def test_loop_answers_small_talk_without_tools_or_router_call() -> None:
     assert eng.calls[0][1].json_schema is None and result.answer == "Hello!"
 
 
+def test_rules_that_settle_a_direct_answer_reply_themselves() -> None:
+    eng = ScriptedEngine([])  # no engine call may happen
+    result = _run(Agent(eng, _registry(), config=AgentConfig()), "Please cancel order 104261")
+    assert result.route.route == "direct" and result.finish_reason == "direct" and not result.tool_calls
+    assert result.answer == result.route.reply and "nothing has been changed" in result.answer
+    assert "isn't allowed" in result.answer and not eng.calls
+    result = _run(Agent(eng, _registry(), config=AgentConfig()), "is order 10423 delivered?")
+    assert "\u201corder 10423\u201d doesn't look like a valid id" in result.answer and "6-digit order id" in result.answer
+    assert "delivered" not in result.answer.lower() and not eng.calls  # never a guess about the order
+
+
 def test_direct_answer_carries_the_rules_advice() -> None:
     eng = ScriptedEngine(["I cannot cancel orders from here."])
-    result = _run(Agent(eng, _registry(), config=AgentConfig()), "Please cancel order 104261")
+    result = _run(Agent(eng, _registry(), config=AgentConfig(rule_replies=False)), "Please cancel order 104261")
     assert result.route.route == "direct" and "cannot do from this account" in result.route.advice
     assert result.route.advice in eng.calls[0][0][0].content and not result.tool_calls
     eng = ScriptedEngine(["Which order id?"])
-    result = _run(Agent(eng, _registry(), config=AgentConfig()), "is order 10423 delivered?")
+    result = _run(Agent(eng, _registry(), config=AgentConfig(rule_replies=False)), "is order 10423 delivered?")
     assert "6-digit order id" in eng.calls[0][0][0].content and "ask the user" in eng.calls[0][0][0].content
 
 
