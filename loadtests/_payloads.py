@@ -41,14 +41,23 @@ _QUERIES = (
 )
 
 
-def chat_body(rng: random.Random, model: str, max_tokens: int) -> dict[str, Any]:
-    """One OpenAI chat completion request with a short prompt."""
-    return {
+def chat_body(rng: random.Random, model: str, max_tokens: int, *, session: tuple[str, str] | None = None) -> dict[str, Any]:
+    """One OpenAI chat completion request with a short prompt.
+
+    Args:
+        session: ``(user, session_id)``: the turn continues that server-side session (only the new
+            message is sent; context-mode adds the history), as a chat client with memory does.
+    """
+    body: dict[str, Any] = {
         "model": model,
         "messages": [{"role": "user", "content": rng.choice(CHAT_PROMPTS)}],
         "max_tokens": max_tokens,
         "temperature": 0.0,
     }
+    if session is not None:
+        body["user"], sid = session
+        body["metadata"] = {"session_id": sid}
+    return body
 
 
 def agent_prompts() -> list[str]:

@@ -90,16 +90,26 @@ class _RecallUser(HttpUser):
 
 
 class ChatUser(_RecallUser):
-    """An agent user: short chat turns with thinking time between them."""
+    """A chat user: conversations of short turns in server-side sessions, thinking time between them."""
 
     weight = 3
     # NOTE: 1-3 s between turns: people read the answer; keeps the offered load per user modest.
     wait_time = between(1.0, 3.0)
+    # NOTE: a conversation of this many turns, then a new session (history, summary and entity
+    # table of each session live in the state deployment, whichever ingress replica serves a turn).
+    turns_per_session = 6
+
+    def on_start(self) -> None:
+        super().on_start()
+        self.user_id = f"lt-user-{_RecallUser._count}-{self.rng.randrange(1 << 30):x}"
+        self.turn = 0
 
     @tag("chat")
     @task
     def chat(self) -> None:
-        self._post("/v1/chat/completions", chat_body(self.rng, _MODEL, _MAX_TOKENS))
+        session = (self.user_id, f"{self.user_id}-s{self.turn // self.turns_per_session}")
+        self.turn += 1
+        self._post("/v1/chat/completions", chat_body(self.rng, _MODEL, _MAX_TOKENS, session=session))
 
 
 class AgentUser(_RecallUser):

@@ -91,6 +91,11 @@ def create_app(
         try:
             response = await call_next(request)
             status = response.status_code
+        except asyncio.CancelledError:
+            # NOTE: the client went away (a closed connection, a load test stopping): nginx's 499,
+            # so the error-rate panels count server errors only.
+            status = 499
+            raise
         finally:
             # NOTE: label by matched route template, not raw path, to keep cardinality bounded.
             matched = request.scope.get("route")

@@ -93,6 +93,8 @@ def test_payloads_are_valid_api_bodies() -> None:
     assert len(prompts) == 80
     for _ in range(20):
         ChatCompletionRequest.model_validate(chat_body(rng, "recallserve", 16))
+        turn = ChatCompletionRequest.model_validate(chat_body(rng, "recallserve", 16, session=("u1", "u1-s0")))
+        assert turn.user == "u1" and turn.metadata == {"session_id": "u1-s0"}
         agent = ChatCompletionRequest.model_validate(agent_chat_body(rng, "recallserve", 64, prompts))
         assert agent.metadata == {"agent": "auto"}
         AddMemoriesRequest.model_validate(memory_write_body(rng))

@@ -113,3 +113,39 @@ def test_the_runner_sets_the_folder_only_while_ray_starts(tmp_path: Path, monkey
     monkeypatch.setenv(MULTIPROC_ENV, "/elsewhere")
     with _metrics_folder(folder):
         assert os.environ[MULTIPROC_ENV] == "/elsewhere"  # the user's choice stands
+
+
+def test_a_client_that_goes_away_is_499_not_a_server_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request cancelled under the server (the client closed the connection) is counted as 499."""
+    import asyncio
+
+    from fastapi import APIRouter
+
+    from serve.api.app import create_app
+    from serve.api.auth import Authenticator
+    from serve.pipeline import ChatPipeline, PipelineSettings
+
+    monkeypatch.delenv(MULTIPROC_ENV, raising=False)
+    router = APIRouter()
+
+    @router.get("/v1/slow-test-route")
+    async def slow() -> dict[str, str]:
+        await asyncio.sleep(30)
+        return {}
+
+    app = create_app(ChatPipeline(object(), PipelineSettings(model_name="m", max_request_tokens=8)),  # type: ignore[arg-type]
+                     Authenticator({"sk": "t"}), routers=[router])
+    series = 'recallserve_http_requests_total{method="GET",route="/v1/slow-test-route",status="%s"}'
+
+    async def call() -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            request = asyncio.create_task(client.get("/v1/slow-test-route"))
+            await asyncio.sleep(0.2)
+            request.cancel()  # what Serve does to a request whose client disconnected
+            with pytest.raises(asyncio.CancelledError):
+                await request
+
+    asyncio.run(call())
+    text = render_metrics().decode()
+    assert _sample(text, series % "499") == 1.0 and _sample(text, series % "500") is None
