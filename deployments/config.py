@@ -264,7 +264,9 @@ class AppConfig(StrictModel):
         description="Folder of the state deployment's stores (sessions, experiences); made absolute at deploy.",
     )
     state_store: DeploymentOptions = Field(
-        default_factory=lambda: DeploymentOptions(num_cpus=0.1, max_ongoing_requests=256),
+        # NOTE: its calls are short SQLite transactions, so a 30 s drain is ample, and a successor
+        # (which waits for the old replica's folder lock) is not held up for the 300 s default.
+        default_factory=lambda: DeploymentOptions(num_cpus=0.1, max_ongoing_requests=256, graceful_shutdown_timeout_s=30),
         description="The state deployment: the one owner of the session and experience stores in state_dir "
                     "(exactly one replica, no surge: SQLite has one writer per file).",
     )

@@ -11,30 +11,39 @@ replica reaches them through :class:`RemoteStore`, which has the same async meth
 local store it stands for.
 
 Exactly one replica (SQLite has one writer per file and its WAL needs the files on one host), and
-no surge on a roll-out (the old replica stops before the new one opens the files); calls made in
-that gap wait in the handle's queue. The stores are plain Python (``serve.context.SessionStore``,
+no surge on a roll-out. Ray Serve still starts the successor while the old replica drains (a
+stopping replica does not count against the target), so the replica also holds an exclusive
+``flock`` on ``state_dir/LOCK`` for its life: a successor waits until the old one has exited
+(draining takes milliseconds: every call is a short SQLite transaction), and calls made in that
+gap wait in the handle's queue. The stores are plain Python (``serve.context.SessionStore``,
 ``serve.experience.ExperienceStore``); this module only carries their calls.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Literal
 
+from ray.exceptions import RayError
+from ray.serve.exceptions import BackPressureError, RayServeException
 from ray.serve.handle import DeploymentHandle
 
 from deployments._placement import PlacementInfo
+from serve.api.errors import APIError
 from serve.api.metrics import STATE_CALL
 from serve.context import SessionStore
 from serve.experience import ExperienceStore
 
-__all__ = ["STORE_METHODS", "RemoteStore", "StateStore", "StoreName"]
+__all__ = ["LOCK_WAIT_S", "STORE_METHODS", "RemoteStore", "StateStore", "StoreName"]
 
 log = logging.getLogger(__name__)
 
 StoreName = Literal["sessions", "experiences"]
+_UNAVAILABLE = (RayError, RayServeException, BackPressureError)
 # NOTE: the public async methods of each store; tests check these against the classes, so a new
 # store method cannot be forgotten here (it would fail as an AttributeError on the ingress).
 STORE_METHODS: dict[str, frozenset[str]] = {
@@ -55,11 +64,22 @@ class StateStore(PlacementInfo):
 
     def __init__(self, state_dir: str) -> None:
         root = Path(state_dir)
-        self._stores: dict[str, Any] = {
+        self._stores: dict[str, Any] = {}
+        self._lock_fd = _hold_folder_lock(root, LOCK_WAIT_S)
+        self._stores = {
             "sessions": SessionStore(root / "sessions.sqlite3"),
             "experiences": ExperienceStore(root / "experiences"),
         }
         log.info("state stores open in %s", root)
+
+    def close(self) -> None:
+        """Close both stores, then let the next replica have the folder."""
+        for store in self._stores.values():
+            store.close()
+        self._stores = {}
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # NOTE: closing the descriptor releases the flock
+            self._lock_fd = None
 
     async def call(self, store: StoreName, method: str, args: tuple[Any, ...],
                    kwargs: dict[str, Any]) -> tuple[bool, Any]:
@@ -76,8 +96,30 @@ class StateStore(PlacementInfo):
             return False, exc
 
     def __del__(self) -> None:
-        for store in getattr(self, "_stores", {}).values():
-            store.close()
+        if getattr(self, "_lock_fd", None) is not None:
+            self.close()
+
+
+# NOTE: a successor waits this long for the draining replica to exit before it fails (and Serve
+# starts another); graceful_shutdown_timeout_s of the deployment (state_store) bounds the drain.
+LOCK_WAIT_S = 120.0
+
+
+def _hold_folder_lock(root: Path, wait_s: float) -> int:
+    """An fd holding an exclusive flock on ``root/LOCK``, waiting up to ``wait_s`` for the holder."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / "LOCK", os.O_CREAT | os.O_RDWR, 0o644)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise RuntimeError(f"state_dir: {root} is still held by another state replica after {wait_s:.0f} s "
+                                   "(one writer per folder)") from None
+            time.sleep(0.2)
 
 
 class RemoteStore:
@@ -98,7 +140,14 @@ class RemoteStore:
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
-            ok, value = await self._handle.call.remote(self._store, name, args, kwargs)
+            try:
+                ok, value = await self._handle.call.remote(self._store, name, args, kwargs)
+            except _UNAVAILABLE as exc:
+                # NOTE: the replica is down, restarting or overloaded: the client may retry (503),
+                # nothing was half-done (each store call is one transaction).
+                STATE_CALL.labels(self._store, name, "unavailable").observe(time.perf_counter() - start)
+                raise APIError(503, f"{self._store}: the state store is unavailable ({type(exc).__name__}); retry",
+                               type="service_unavailable", code="state_unavailable") from exc
             STATE_CALL.labels(self._store, name, "ok" if ok else "error").observe(time.perf_counter() - start)
             if not ok:
                 raise value

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from serve._base import StrictModel
 from serve.api.chat_protocol import (
@@ -50,6 +50,8 @@ from serve.memory import MemoryBackend, MemoryHit, MemoryWrite
 __all__ = ["RequestContext", "PipelineSettings", "ChatPipeline"]
 
 log = logging.getLogger("recallserve.pipeline")
+# The request field behind each field of a Session (for a 400 naming what the client sent).
+_SESSION_FIELDS = {"id": "metadata.session_id", "user": "user", "mode": "metadata.context_mode"}
 
 
 class RequestContext(StrictModel):
@@ -203,6 +205,12 @@ class ChatPipeline:
                                                  system=system, mode=mode)  # type: ignore[arg-type]
         except SessionNotFoundError as exc:
             raise APIError(404, f"metadata.session_id: {exc}", type="not_found_error", param="metadata.session_id") from None
+        except ValidationError as exc:
+            # NOTE: what the request schema lets through but a session cannot hold (a session id or
+            # user over 128 characters, an unknown context mode): the field by its request name.
+            err = exc.errors()[0]
+            param = _SESSION_FIELDS.get(str(err["loc"][0]) if err["loc"] else "", "metadata")
+            raise APIError(400, f"{param}: {err['msg']} (sessions)", param=param) from None
         except ContextBudgetError as exc:
             raise APIError(400, f"messages: {exc}", param="messages", code="context_budget_exceeded") from None
         meta = {"context": {"session_id": session.id, "mode": result.mode, "requested_mode": result.requested_mode,

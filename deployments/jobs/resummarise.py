@@ -38,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--profile", default=None, help="profile giving the summariser engine (with --summariser model)")
     src.add_argument("--config", type=Path, default=None, help="a profile YAML file instead")
     p.add_argument("--store", type=Path, default=None,
-                   help="session store file (default: the profile's state_dir/sessions.sqlite3, what `recallserve up` writes)")
+                   help="session store file (default: the profile's state_dir/sessions.sqlite3, what `recallserve up` "
+                        "writes; give it under `ray job submit` or on Kubernetes, where state_dir is rendered elsewhere)")
     p.add_argument("--min-unsummarised", type=int, default=40, help="select sessions with at least this many unsummarised messages")
     p.add_argument("--summariser", choices=("extractive", "model"), default="extractive", help="who writes the summaries")
     p.add_argument("--checkpoint", type=Path, default=None, help="checkpoint file (default <store>.jobs/resummarise.json)")

@@ -63,7 +63,7 @@ MEMORY_MIGRATION_WRITES = Counter(
 # this is where a saturated or rolling state replica shows first.
 STATE_CALL = Histogram(
     "recallserve_state_call_seconds", "Calls from the ingress to the state deployment, by store, method and "
-    "outcome (ok / error).", ["store", "method", "outcome"],
+    "outcome (ok / error: the store's own error / unavailable: the replica could not be reached).", ["store", "method", "outcome"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5),
 )
 

@@ -7,18 +7,23 @@ The primary key is ``(tenant, id)``: one tenant can never read or overwrite anot
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
 from serve.experience._schema import ExperienceRecord, Tier
 
 __all__ = ["StoredRow", "ExperienceStore"]
+
+_T = TypeVar("_T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS experiences (
@@ -69,8 +74,23 @@ def _row(r: tuple) -> StoredRow:  # type: ignore[type-arg]
     )
 
 
+def _in_thread(fn: Callable[..., _T]) -> Callable[..., Coroutine[Any, Any, _T]]:
+    """The method as a coroutine that runs it in a worker thread.
+
+    NOTE: row decoding (pydantic JSON, numpy) and SQLite I/O stay off the event loop: in a cluster
+    one ``state`` replica serves the calls of every ingress replica, so a long ``query`` on its loop
+    would stall every chat turn's session calls behind it.
+    """
+
+    @functools.wraps(fn)
+    async def run(self: Any, *args: Any, **kwargs: Any) -> _T:
+        return await asyncio.to_thread(fn, self, *args, **kwargs)
+
+    return run
+
+
 class ExperienceStore:
-    """Thread-safe SQLite table of experience records."""
+    """Thread-safe SQLite table of experience records; every public method is a coroutine."""
 
     def __init__(self, data_dir: Path | str) -> None:
         self.path = Path(data_dir) / "experiences.sqlite3"
@@ -88,7 +108,8 @@ class ExperienceStore:
         with self._lock:
             self._db.close()
 
-    async def put(self, tenant: str, record: ExperienceRecord, *, tier: Tier, family: str, embedding: np.ndarray,
+    @_in_thread
+    def put(self, tenant: str, record: ExperienceRecord, *, tier: Tier, family: str, embedding: np.ndarray,
             last_used_at: float, use_count: int = 0) -> None:
         """Insert or replace a record (same tenant and id overwrites)."""
         md = record.metadata
@@ -101,14 +122,16 @@ class ExperienceStore:
                  json.dumps(record.evaluation.error_tags)),
             )
 
-    async def get(self, tenant: str, exp_id: str) -> StoredRow | None:
+    @_in_thread
+    def get(self, tenant: str, exp_id: str) -> StoredRow | None:
         """The record ``exp_id`` of ``tenant``, or None."""
         with self._lock:
             r = self._db.execute(f"SELECT {_COLS} FROM experiences WHERE tenant = ? AND id = ?",
                                  (tenant, exp_id)).fetchone()
         return _row(r) if r else None
 
-    async def query(self, tenant: str, *, tiers: Sequence[Tier], domain: str | None = None, family: str | None = None,
+    @_in_thread
+    def query(self, tenant: str, *, tiers: Sequence[Tier], domain: str | None = None, family: str | None = None,
               topic_prefix: str | None = None, now: float | None = None, limit: int | None = None,
               order: str = "last_used_at DESC") -> list[StoredRow]:
         """Rows of ``tenant`` in ``tiers``, optionally filtered; expired rows excluded when ``now`` is given."""
@@ -137,13 +160,15 @@ class ExperienceStore:
             rows = self._db.execute(sql, args).fetchall()
         return [_row(r) for r in rows]
 
-    async def set_tier(self, tenant: str, ids: Iterable[str], tier: Tier) -> None:
+    @_in_thread
+    def set_tier(self, tenant: str, ids: Iterable[str], tier: Tier) -> None:
         """Move records to ``tier``."""
         with self._lock:
             self._db.executemany("UPDATE experiences SET tier = ? WHERE tenant = ? AND id = ?",
                                  [(tier, tenant, i) for i in ids])
 
-    async def touch(self, tenant: str, uses: Iterable[tuple[str, float, str]]) -> None:
+    @_in_thread
+    def touch(self, tenant: str, uses: Iterable[tuple[str, float, str]]) -> None:
         """Mark records used: ``(id, time, updated record JSON)`` each."""
         with self._lock:
             self._db.executemany(
@@ -152,18 +177,21 @@ class ExperienceStore:
                 [(t, rec, tenant, i) for i, t, rec in uses],
             )
 
-    async def delete_expired(self, now: float) -> int:
+    @_in_thread
+    def delete_expired(self, now: float) -> int:
         """Delete records whose hard expiry has passed (all tenants); returns how many."""
         with self._lock:
             cur = self._db.execute("DELETE FROM experiences WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
         return cur.rowcount
 
-    async def tenants(self) -> list[str]:
+    @_in_thread
+    def tenants(self) -> list[str]:
         """Tenants with at least one record."""
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT DISTINCT tenant FROM experiences ORDER BY tenant")]
 
-    async def active_freshness(self, now: float, rate: float) -> float | None:
+    @_in_thread
+    def active_freshness(self, now: float, rate: float) -> float | None:
         """Mean ``1/(1 + rate x days since last use)`` over active records; None when there are none."""
         with self._lock:
             r = self._db.execute(

@@ -85,6 +85,17 @@ def test_other_tenant_cannot_use_a_session(client: TestClient) -> None:
     assert r.json()["error"]["param"] == "metadata.session_id"
 
 
+@pytest.mark.parametrize(("user", "session_id", "param"), [("u1", "s" * 129, "metadata.session_id"),
+                                                           ("u" * 200, "s-long-user", "user")])
+def test_session_fields_a_session_cannot_hold_are_a_400(client: TestClient, user: str, session_id: str,
+                                                        param: str) -> None:
+    r = client.post("/v1/chat/completions", headers={"Authorization": "Bearer sk-acme"},
+                    json={"model": "recallserve", "user": user, "max_tokens": 8, "metadata": {"session_id": session_id},
+                          "messages": [{"role": "user", "content": "hello"}]})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param and "128" in r.json()["error"]["message"]
+
+
 def test_agent_loop_runs_and_reports_its_trace(client: TestClient) -> None:
     reply = _chat(client, "sk-acme", "What is 12.5 * 8? Use the calculator.", agent="on")
     agent = reply["recallserve"]["agent"]

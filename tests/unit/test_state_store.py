@@ -23,16 +23,23 @@ from tests.unit.experience._records import speed_record
 
 
 class _InProcessHandle:
-    """``handle.call.remote(*args)`` -> awaitable result of ``StateStore.call(*args)``."""
+    """``handle.call.remote(*args)`` -> awaitable result of ``StateStore.call(*args)``, with the
+    arguments and the result serialised as a Ray handle does (so an unpicklable value fails here)."""
 
     def __init__(self, body: StateStore) -> None:
+        from ray import cloudpickle
+
         self.calls = 0
+
+        async def call(*args: Any) -> Any:
+            self.calls += 1
+            result = await body.call(*cloudpickle.loads(cloudpickle.dumps(args)))
+            return cloudpickle.loads(cloudpickle.dumps(result))
 
         class _Method:
             @staticmethod
             def remote(*args: Any) -> Any:
-                self.calls += 1
-                return body.call(*args)
+                return call(*args)
 
         self.call = _Method()
 
@@ -91,6 +98,38 @@ def test_unknown_methods_are_refused_on_both_sides(tmp_path: Path) -> None:
     ok, err = asyncio.run(body.call("sessions", "_run", (), {}))
     assert not ok and isinstance(err, AttributeError)
     sessions.close()  # a no-op: the state replica owns the files
+
+
+def test_one_state_replica_per_folder_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A successor started while the old replica drains waits for its folder lock (Ray Serve starts
+    it before the old one has stopped), so SQLite never has two writing processes."""
+    from deployments import state
+
+    monkeypatch.setattr(state, "LOCK_WAIT_S", 0.3)
+    old = StateStore(str(tmp_path / "state"))
+    with pytest.raises(RuntimeError, match="state_dir: .* still held by another state replica"):
+        StateStore(str(tmp_path / "state"))
+    old.close()  # what Serve's shutdown of the old replica does (its __del__)
+    successor = StateStore(str(tmp_path / "state"))
+    ok, session = asyncio.run(successor.call("sessions", "open", ("acme", "u1", "s1"), {}))
+    assert ok and session.tenant == "acme"
+    successor.close()
+
+
+def test_an_unreachable_state_replica_is_a_503(tmp_path: Path) -> None:
+    from ray.serve.exceptions import BackPressureError
+
+    from serve.api.errors import APIError
+
+    class _Overloaded:
+        class call:  # noqa: N801 - the handle's method name
+            @staticmethod
+            def remote(*_args: Any) -> Any:
+                raise BackPressureError(num_queued_requests=300, max_queued_requests=256)
+
+    with pytest.raises(APIError) as err:
+        asyncio.run(RemoteStore(_Overloaded(), "sessions").get("acme", "u1", "s1"))  # type: ignore[arg-type]
+    assert err.value.status == 503 and err.value.code == "state_unavailable" and "sessions" in err.value.message
 
 
 @pytest.mark.parametrize("override", [{"num_replicas": 2}, {"max_surge_percent": 100},
