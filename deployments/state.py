@@ -48,7 +48,7 @@ _UNAVAILABLE = (RayError, RayServeException, BackPressureError)
 # store method cannot be forgotten here (it would fail as an AttributeError on the ingress).
 STORE_METHODS: dict[str, frozenset[str]] = {
     "sessions": frozenset({"get", "open", "set_mode", "delete", "append", "messages", "entities", "snapshot",
-                           "user_memory", "save_summary"}),
+                           "long_sessions", "user_memory", "save_summary"}),
     "experiences": frozenset({"put", "get", "query", "set_tier", "touch", "delete_expired", "tenants",
                               "active_freshness"}),
 }

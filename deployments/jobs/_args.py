@@ -33,10 +33,10 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
-def add_live_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags of a job that can also run through a running cluster's shard deployments."""
+def add_live_arguments(p: argparse.ArgumentParser, *, via: str = "the shard deployments", instead_of: str = "the folders") -> None:
+    """Flags of a job that can also run through a running cluster's deployments."""
     p.add_argument("--live", action="store_true",
-                   help="work through the shard deployments of the running app (while it serves) instead of the folders")
+                   help=f"work through {via} of the running app (while it serves) instead of {instead_of}")
     p.add_argument("--app", default=None, help="Serve application name with --live (default: the profile's name, as `recallserve up` deploys it)")
     p.add_argument("--ray-address", default=None,
                    help="Ray address with --live (default: $RAY_ADDRESS, else the local cluster using the profile's ray.temp_dir)")

@@ -123,12 +123,17 @@ class LiveCluster:
         self.deployments = set(app.deployments)
         prefix = f"memory_shard_{opts.generation}_" if opts.generation else "memory_shard_"
         pattern = re.compile(re.escape(prefix) + r"(\d+)")
+        self._prefix = prefix
         self.available = sorted(int(m.group(1)) for name in app.deployments if (m := pattern.fullmatch(name)))
-        if not self.available:
-            raise JobError(f"app: Serve application {opts.app!r} has no {prefix}<i> deployments")
 
     def shard_indices(self, num_shards: int | None) -> list[int]:
-        """Shards to process: ``0..num_shards-1`` (all must be deployed) or every deployed one."""
+        """Shards to process: ``0..num_shards-1`` (all must be deployed) or every deployed one.
+
+        Raises:
+            JobError: the app has no shard deployments, or lacks some of ``0..num_shards-1``.
+        """
+        if not self.available:
+            raise JobError(f"app: Serve application {self._opts.app!r} has no {self._prefix}<i> deployments")
         if num_shards is None:
             return list(self.available)
         missing = [i for i in range(num_shards) if i not in self.available]

@@ -11,35 +11,43 @@ counted as ``superseded``, not overwritten).
 Summariser: ``extractive`` (no model; default) or ``model`` (the profile's summariser engine,
 e.g. llama.cpp on CPU, through :class:`serve.context.LLMSummariser`).
 
+Two ways to reach the sessions:
+    ``--live``: through the running app's ``state`` deployment, the one writer of the session
+        store, while it serves (``--summariser model`` then uses the app's summariser deployment).
+        The way on a cluster: ``ray job submit -- python -m deployments.jobs.resummarise --live``.
+    the file: ``--store`` (default the profile's ``state_dir/sessions.sqlite3``) opened here; for a
+        stopped cluster, or one on this machine (SQLite's locks keep the two writers apart on a
+        local disk, not over NFS).
+
 Resumable in session-id order (checkpoint ``<store>.jobs/resummarise.json``); ``--dry-run``
-lists what would be summarised. Run: ``recallserve job resummarise [--profile P]`` (the profile's
-``state_dir/sessions.sqlite3``) or ``ray job submit -- python -m deployments.jobs.resummarise
---store /data/recallserve/state/sessions.sqlite3``.
+lists what would be summarised.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_arguments", "default_store", "long_sessions", "resummarise", "run", "main"]
+__all__ = ["add_arguments", "default_store", "long_sessions", "resummarise", "resummarise_live", "run", "main"]
 
 JOB = "resummarise"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of this job (it works on the session store, not on shards)."""
+    from deployments.jobs._args import add_live_arguments
+
     src = p.add_mutually_exclusive_group()
     src.add_argument("--profile", default=None, help="profile giving the summariser engine (with --summariser model)")
     src.add_argument("--config", type=Path, default=None, help="a profile YAML file instead")
     p.add_argument("--store", type=Path, default=None,
                    help="session store file (default: the profile's state_dir/sessions.sqlite3, what `recallserve up` "
-                        "writes; give it under `ray job submit` or on Kubernetes, where state_dir is rendered elsewhere)")
+                        "writes); on a running cluster prefer --live")
     p.add_argument("--min-unsummarised", type=int, default=40, help="select sessions with at least this many unsummarised messages")
     p.add_argument("--summariser", choices=("extractive", "model"), default="extractive", help="who writes the summaries")
     p.add_argument("--checkpoint", type=Path, default=None, help="checkpoint file (default <store>.jobs/resummarise.json)")
@@ -47,78 +55,106 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="list what would be summarised; write nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_live_arguments(p, via="the state deployment", instead_of="the store file")
 
 
 def long_sessions(store_path: Path, min_unsummarised: int) -> list[tuple[str, str, str, int]]:
-    """(session id, tenant, user, unsummarised count) of the sessions to refresh, by id.
-
-    NOTE: a read-only SQL query on the store's ``sessions`` table (SessionStore has no listing
-    call); WAL mode lets it read while the cluster writes.
-    """
-    uri = f"file:{store_path}?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, timeout=30.0)
-    try:
-        rows = conn.execute(
-            "SELECT id, tenant, user_id, message_count - 1 - summary_until AS pending FROM sessions "
-            "WHERE message_count - 1 - summary_until >= ? ORDER BY id",
-            (min_unsummarised,),
-        ).fetchall()
-    finally:
-        conn.close()
-    return [(r[0], r[1], r[2], int(r[3])) for r in rows]
-
-
-async def _refresh_all(store_path: Path, todo: list[tuple[str, str, str, int]], summariser: Any, ckpt: Any,
-                       progress: bool) -> None:
-    from tqdm import tqdm
-
-    from serve.context import ContextManager, SessionStore
+    """(session id, tenant, user, unsummarised count) of the sessions to refresh, by id
+    (:meth:`serve.context.SessionStore.long_sessions` on the file; WAL lets it read while the
+    cluster writes)."""
+    from serve.context import SessionStore
 
     store = SessionStore(store_path)
     try:
-        ctx = ContextManager(store, summariser=summariser)
-        for session_id, tenant, user, _pending in tqdm(todo, desc=JOB, unit="session", disable=not progress, leave=False):
-            session = await store.get(tenant, user, session_id)
-            before = session.summary.until_seq
-            state = await ctx.refresh_summary(session, force=True)
-            if state is None or state.until_seq == before:
-                ckpt.add({"seen": 1, "superseded_or_empty": 1})
-            else:
-                ckpt.add({"seen": 1, "resummarised": 1, "messages_folded": state.until_seq - before})
-            # NOTE: counters live in the checkpoint, so a resumed run reports the whole job.
-            ckpt.save(0, session_id, finished=False)
+        return asyncio.run(store.long_sessions(min_unsummarised))
     finally:
         store.close()
 
 
-def resummarise(store_path: Path, *, min_unsummarised: int = 40, summariser: Any = None, dry_run: bool = False,
-                checkpoint: Path | None = None, restart: bool = False, progress: bool = True) -> Any:
-    """Refresh the summary of every long session; returns a :class:`JobReport`.
+async def _work(store: Any, min_unsummarised: int, summariser: Any, ckpt: Any, dry_run: bool,
+                progress: bool) -> dict[str, Any]:
+    """List the long sessions of ``store`` after the checkpoint and refresh them (or count them)."""
+    from tqdm import tqdm
 
-    Raises:
-        ValueError: ``min_unsummarised`` < 1 or a missing store file (names the option).
-    """
+    from serve.context import ContextManager
+
+    sessions = await store.long_sessions(min_unsummarised)
+    after = None if ckpt.done(0) else ckpt.last_id(0)
+    todo = [] if ckpt.done(0) else [s for s in sessions if after is None or s[0] > after]
+    if dry_run:
+        return {"sessions": len(todo), "would_fold_messages_at_most": sum(s[3] for s in todo)}
+    ctx = ContextManager(store, summariser=summariser)
+    for session_id, tenant, user, _pending in tqdm(todo, desc=JOB, unit="session", disable=not progress, leave=False):
+        session = await store.get(tenant, user, session_id)
+        before = session.summary.until_seq
+        state = await ctx.refresh_summary(session, force=True)
+        if state is None or state.until_seq == before:
+            ckpt.add({"seen": 1, "superseded_or_empty": 1})
+        else:
+            ckpt.add({"seen": 1, "resummarised": 1, "messages_folded": state.until_seq - before})
+        # NOTE: counters live in the checkpoint, so a resumed run reports the whole job.
+        ckpt.save(0, session_id, finished=False)
+    ckpt.save(0, None, finished=True)
+    return dict(ckpt.stats)
+
+
+def _report(store: Any, *, min_unsummarised: int, summariser: Any, dry_run: bool, checkpoint: Path,
+            restart: bool, progress: bool) -> Any:
     from deployments.jobs._common import Checkpoint, JobReport
 
     if min_unsummarised < 1:
         raise ValueError(f"min_unsummarised: must be >= 1, got {min_unsummarised}")
+    start = time.monotonic()
+    ckpt_path = None if dry_run else checkpoint
+    ckpt = Checkpoint(ckpt_path, JOB, {"min_unsummarised": min_unsummarised}, restart=restart)
+    stats = asyncio.run(_work(store, min_unsummarised, summariser, ckpt, dry_run, progress))
+    return JobReport(job=JOB, dry_run=dry_run, resumed=ckpt.resumed, shards=0, stats=stats,
+                     seconds=round(time.monotonic() - start, 3), checkpoint=None if ckpt_path is None else str(ckpt_path))
+
+
+def resummarise(store_path: Path, *, min_unsummarised: int = 40, summariser: Any = None, dry_run: bool = False,
+                checkpoint: Path | None = None, restart: bool = False, progress: bool = True) -> Any:
+    """Refresh the summary of every long session in the store file; returns a :class:`JobReport`.
+
+    Raises:
+        ValueError: ``min_unsummarised`` < 1 or a missing store file (names the option).
+    """
+    from serve.context import SessionStore
+
     if not store_path.is_file():
         raise ValueError(f"store: {store_path} is not a session store file (no cluster has written sessions there; "
                          "pass --store or the --profile/--config the cluster runs)")
-    start = time.monotonic()
-    sessions = long_sessions(store_path, min_unsummarised)
-    ckpt_path = None if dry_run else (checkpoint or store_path.with_name(store_path.name + ".jobs") / f"{JOB}.json")
-    ckpt = Checkpoint(ckpt_path, JOB, {"min_unsummarised": min_unsummarised}, restart=restart)
-    after = None if ckpt.done(0) else ckpt.last_id(0)
-    todo = [] if ckpt.done(0) else [s for s in sessions if after is None or s[0] > after]
-    if dry_run:
-        stats = {"sessions": len(todo), "would_fold_messages_at_most": sum(s[3] for s in todo)}
-    else:
-        asyncio.run(_refresh_all(store_path, todo, summariser, ckpt, progress))
-        ckpt.save(0, None, finished=True)
-        stats = dict(ckpt.stats)
-    return JobReport(job=JOB, dry_run=dry_run, resumed=ckpt.resumed, shards=0, stats=stats,
-                     seconds=round(time.monotonic() - start, 3), checkpoint=None if ckpt_path is None else str(ckpt_path))
+    store = SessionStore(store_path)
+    try:
+        return _report(store, min_unsummarised=min_unsummarised, summariser=summariser, dry_run=dry_run,
+                       checkpoint=checkpoint or _default_checkpoint(store_path), restart=restart, progress=progress)
+    finally:
+        store.close()
+
+
+def resummarise_live(live: Any, *, min_unsummarised: int = 40, summariser: Callable[[Any], Any] | None = None,
+                     dry_run: bool = False, checkpoint: Path, restart: bool = False, progress: bool = True) -> Any:
+    """The same job through the running app's ``state`` deployment (the one writer of the sessions).
+
+    Args:
+        live: :class:`deployments.jobs.LiveOptions` (which cluster and app).
+        summariser: ``summariser(cluster) -> Summariser`` (e.g. over the app's summariser
+            deployment); None = the extractive summariser.
+
+    Raises:
+        JobError: no cluster, app or ``state`` deployment (an app deployed before it existed).
+    """
+    from deployments.jobs._live import connect
+    from deployments.state import RemoteStore
+
+    with connect(live) as cluster:
+        store = RemoteStore(cluster.handle("state"), "sessions")
+        return _report(store, min_unsummarised=min_unsummarised, summariser=None if summariser is None else summariser(cluster),
+                       dry_run=dry_run, checkpoint=checkpoint, restart=restart, progress=progress)
+
+
+def _default_checkpoint(store_path: Path) -> Path:
+    return store_path.with_name(store_path.name + ".jobs") / f"{JOB}.json"
 
 
 def _summariser(args: argparse.Namespace) -> Any:
@@ -140,12 +176,35 @@ def default_store(profile: str | None, config_path: Path | None) -> Path:
     return load_config(profile=profile, path=config_path).state_dir.expanduser().resolve() / "sessions.sqlite3"
 
 
+def _live_summariser(args: argparse.Namespace) -> Callable[[Any], Any] | None:
+    """With --live and ``--summariser model``: the app's own summariser deployment, not a local model."""
+    if args.summariser == "extractive":
+        return None
+    from deployments.config import load_config
+    from deployments.handles import HandleEngine
+    from deployments.ingress import engine_facts
+    from serve.context import LLMSummariser
+
+    engine = load_config(profile=args.profile, path=args.config).summariser.engine
+    return lambda cluster: LLMSummariser(HandleEngine(cluster.handle("summariser"), "summariser", *engine_facts(engine)))
+
+
 def run(args: argparse.Namespace) -> Any:
     """Entry used by both ``recallserve job resummarise`` and ``python -m``."""
-    store = args.store or default_store(args.profile, args.config)
-    return resummarise(store, min_unsummarised=args.min_unsummarised,
-                       summariser=_summariser(args), dry_run=args.dry_run, checkpoint=args.checkpoint,
-                       restart=args.restart, progress=not args.no_progress)
+    from deployments.jobs._args import live_from_args
+
+    live = live_from_args(args)
+    if live is None:
+        store = args.store or default_store(args.profile, args.config)
+        return resummarise(store, min_unsummarised=args.min_unsummarised,
+                           summariser=_summariser(args), dry_run=args.dry_run, checkpoint=args.checkpoint,
+                           restart=args.restart, progress=not args.no_progress)
+    if args.store is not None:
+        raise ValueError("--store: not used with --live (the sessions are those of the running app's state deployment)")
+    checkpoint = args.checkpoint or _default_checkpoint(default_store(args.profile, args.config))
+    return resummarise_live(live, min_unsummarised=args.min_unsummarised, summariser=_live_summariser(args),
+                            dry_run=args.dry_run, checkpoint=checkpoint, restart=args.restart,
+                            progress=not args.no_progress)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -298,6 +298,21 @@ class SessionStore:
         """The session's entity table, oldest first."""
         return await self._call(lambda c: self._entities(c, session_id))
 
+    async def long_sessions(self, min_unsummarised: int) -> list[tuple[str, str, str, int]]:
+        """``(session id, tenant, user, unsummarised)`` of every session (all tenants) with at least
+        ``min_unsummarised`` messages not yet in its rolling summary, by id: what the
+        ``resummarise`` job refreshes. ``unsummarised = message_count - 1 - summary.until_seq``."""
+
+        def fn(conn: sqlite3.Connection) -> list[tuple[str, str, str, int]]:
+            rows = conn.execute(
+                "SELECT id, tenant, user_id, message_count - 1 - summary_until AS pending FROM sessions "
+                "WHERE message_count - 1 - summary_until >= ? ORDER BY id",
+                (min_unsummarised,),
+            ).fetchall()
+            return [(r[0], r[1], r[2], int(r[3])) for r in rows]
+
+        return await self._call(fn)
+
     async def snapshot(
         self, tenant: str, user: str, session_id: str, *, with_entities: bool = True,
     ) -> tuple[Session, list[Message], list[Entity]]:
