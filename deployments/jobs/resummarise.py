@@ -76,7 +76,7 @@ async def _work(store: Any, min_unsummarised: int, summariser: Any, ckpt: Any, d
     """List the long sessions of ``store`` after the checkpoint and refresh them (or count them)."""
     from tqdm import tqdm
 
-    from serve.context import ContextManager
+    from serve.context import ContextManager, SessionNotFoundError
 
     sessions = await store.long_sessions(min_unsummarised)
     after = None if ckpt.done(0) else ckpt.last_id(0)
@@ -85,7 +85,12 @@ async def _work(store: Any, min_unsummarised: int, summariser: Any, ckpt: Any, d
         return {"sessions": len(todo), "would_fold_messages_at_most": sum(s[3] for s in todo)}
     ctx = ContextManager(store, summariser=summariser)
     for session_id, tenant, user, _pending in tqdm(todo, desc=JOB, unit="session", disable=not progress, leave=False):
-        session = await store.get(tenant, user, session_id)
+        try:
+            session = await store.get(tenant, user, session_id)
+        except SessionNotFoundError:
+            ckpt.add({"seen": 1, "deleted_meanwhile": 1})  # deleted by its user since the listing
+            ckpt.save(0, session_id, finished=False)
+            continue
         before = session.summary.until_seq
         state = await ctx.refresh_summary(session, force=True)
         if state is None or state.until_seq == before:

@@ -330,3 +330,26 @@ def test_reembed_catch_up_embeds_only_what_changed(store: Path, tmp_path: Path) 
         catch_up(_opts(store), make_embedder("hashing:64"), target)
     with pytest.raises(ValueError, match="target"):
         catch_up(_opts(store), new, tmp_path / "nothing-here")
+
+
+def test_resummarise_skips_a_session_deleted_after_the_listing(tmp_path: Path) -> None:
+    import asyncio
+
+    from deployments.jobs._common import Checkpoint
+    from deployments.jobs.resummarise import _work
+    from serve.context import SessionStore
+
+    db = tmp_path / "sessions.db"
+    _session_store(db, {"s-long": 60})
+
+    class Listing(SessionStore):
+        async def long_sessions(self, min_unsummarised: int) -> list[tuple[str, str, str, int]]:
+            return [*await super().long_sessions(min_unsummarised), ("s-zz-gone", "t1", "u1", 50)]
+
+    store = Listing(db)
+    try:
+        ckpt = Checkpoint(tmp_path / "ckpt.json", "resummarise", {"min_unsummarised": 40}, restart=False)
+        stats = asyncio.run(_work(store, 40, None, ckpt, dry_run=False, progress=False))
+    finally:
+        store.close()
+    assert stats["resummarised"] == 1 and stats["deleted_meanwhile"] == 1 and stats["seen"] == 2
