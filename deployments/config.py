@@ -18,6 +18,8 @@ from deployments.engines import EngineConfig
 from deployments.options import DeploymentOptions
 from serve._base import StrictModel
 from serve.agent import AgentConfig
+from serve.api.auth import READ_ONLY_SCOPES
+from serve.pipeline import PipelineSettings
 from serve.context import ContextConfig
 from serve.experience import ExperienceConfig
 
@@ -41,6 +43,9 @@ __all__ = [
 
 PROFILES_DIR = Path(__file__).parent / "configs"
 ROLES = ("router", "reasoner", "summariser")
+# NOTE: what the HTTP timeout adds to the chat deadline when derived: the turn's context assembly,
+# image analysis and write-back scheduling, which no deadline of their own covers.
+_HTTP_MARGIN_S = 30.0
 
 
 class ConfigError(ValueError):
@@ -52,7 +57,11 @@ class ServerConfig(StrictModel):
 
     host: str = Field(default="127.0.0.1", description="Bind address; keep 127.0.0.1 for local runs.")
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port.")
-    request_timeout_s: float = Field(default=300.0, gt=0, le=3600, description="Timeout for one HTTP request.")
+    request_timeout_s: float | None = Field(
+        default=None, gt=0, le=7200,
+        description="Timeout of one HTTP request (Ray Serve's proxy). None = derived: the chat deadline "
+        "(chat.deadline_s) plus the recall deadline plus 30 s, so the agent's partial answer always comes back first.",
+    )
 
 
 class AuthConfig(StrictModel):
@@ -66,6 +75,14 @@ class AuthConfig(StrictModel):
         description="Environment variable with 'key:tenant,key2:tenant2' pairs (a Kubernetes secret in the Helm chart).",
     )
     keys_file: Path | None = Field(default=None, description="YAML file mapping API key -> tenant.")
+    scopes: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Tenant -> tool permission scopes (e.g. add 'orders:write' for a tenant that may cancel orders).",
+    )
+    default_scopes: list[str] = Field(
+        default_factory=lambda: list(READ_ONLY_SCOPES),
+        description="Scopes of a tenant `scopes` does not name: read-only tools (least privilege).",
+    )
 
     def resolve(self) -> dict[str, str]:
         """All keys from config, the environment variable and the file.
@@ -258,7 +275,10 @@ class AppConfig(StrictModel):
     summariser: RoleConfig = Field(description="Summariser model: rolling conversation summaries.")
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig, description="Text embedder.")
     memory: MemoryConfig = Field(default_factory=MemoryConfig, description="Sharded memory tier.")
-    model_name: str = Field(default="recallserve", min_length=1, description="Model id clients pass as `model` (GET /v1/models).")
+    chat: PipelineSettings = Field(
+        default_factory=PipelineSettings,
+        description="The chat turn: model id, token limits, deadlines, plain system prompt, memory recall.",
+    )
     state_dir: Path = Field(
         default=Path(".recallserve/state"),
         description="Folder of the state deployment's stores (sessions, experiences); made absolute at deploy.",
@@ -280,7 +300,28 @@ class AppConfig(StrictModel):
     agent_demo_tools: bool = Field(
         default=True, description="Register the demo world's tools (orders, tickets, manuals fixture) beside the built-ins."
     )
-    max_request_tokens: int = Field(default=1024, ge=1, le=32768, description="Largest max_tokens a request may ask for.")
+
+    @property
+    def http_timeout_s(self) -> float:
+        """The HTTP request timeout: ``server.request_timeout_s``, or derived from the chat deadline."""
+        if self.server.request_timeout_s is not None:
+            return self.server.request_timeout_s
+        return self._chat_deadline_s() + _HTTP_MARGIN_S
+
+    def _chat_deadline_s(self) -> float:
+        return self.chat.deadline_s(self.agent if self.agent_enabled else None) + self.chat.recall.timeout_s
+
+    @model_validator(mode="after")
+    def _timeouts_nest(self) -> AppConfig:
+        # NOTE: the agent's deadline returns a partial answer; the pipeline's (agent + grace) and
+        # then the HTTP proxy's must fire after it, or the user gets a 504 instead of that answer.
+        need = self._chat_deadline_s()
+        if self.server.request_timeout_s is not None and self.server.request_timeout_s <= need:
+            raise ValueError(
+                f"server.request_timeout_s: {self.server.request_timeout_s:g} s would cut the chat off before its own "
+                f"deadline ({need:g} s = agent.request_timeout_s + chat.timeout_grace_s + chat.recall.timeout_s); "
+                "raise it or leave it unset to derive it")
+        return self
 
     @model_validator(mode="after")
     def _cpu_profile_asks_no_gpu(self) -> AppConfig:

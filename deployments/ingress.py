@@ -33,7 +33,7 @@ from serve.experience import build_router as build_experience_router
 from serve.memory_api import MemoryService
 from serve.memory_api import build_router as build_memory_router
 from serve.tokens import EngineTokenCounter
-from serve.pipeline import ChatPipeline, PipelineSettings
+from serve.pipeline import ChatPipeline
 
 __all__ = ["Ingress", "build_ingress_app", "engine_facts"]
 
@@ -111,13 +111,6 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
     """
     backend = memory_backend(memory["generations"], config.memory)
     engines = {role: HandleEngine(roles[role], role, *engine_facts(getattr(config, role).engine)) for role in ROLES}
-    settings = PipelineSettings(
-        model_name=config.model_name,
-        max_request_tokens=config.max_request_tokens,
-        engine_timeout_s=config.server.request_timeout_s,
-        memory_top_k=config.memory.top_k,
-        memory_threshold=config.memory.threshold,
-    )
     context = ContextManager(
         # NOTE: RemoteStore has SessionStore's async methods, each run on the one state replica.
         cast(SessionStore, RemoteStore(state, "sessions")),
@@ -129,13 +122,13 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
     agent = None
     if config.agent_enabled:
         agent = Agent(engines["reasoner"], default_registry(demo=config.agent_demo_tools), router=engines["router"],
-                      memory=backend, config=config.agent)
+                      memory=backend, config=config.agent, recall=config.chat.recall)
     experiences = ExperienceService(config.experience.model_copy(update={"data_dir": config.state_dir / "experiences"}),
                                     _sync_embed(memory["embedder"]), memory=backend,
                                     store=cast(ExperienceStore, RemoteStore(state, "experiences")))
-    pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=settings, memory=backend, context=context,
+    pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=config.chat, memory=backend, context=context,
                             agent=agent, experiences=experiences)
-    auth = Authenticator(config.auth.resolve())
+    auth = Authenticator(config.auth.resolve(), config.auth.scopes, config.auth.default_scopes)
 
     async def health() -> dict[str, Any]:
         return {"profile": config.profile, "roles": {r: engines[r].model_name for r in ROLES}}
@@ -144,7 +137,7 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
         # NOTE: fills the reasoner's prompt cache with the agent's stable prefix (system prompt +
         # tool list) so the first user does not pay its whole prefill.
         if agent is not None:
-            seconds = await agent.warm_up(settings.scopes)
+            seconds = await agent.warm_up(config.auth.default_scopes)
             log.info("agent prompt prefix warmed in %.1f s", seconds)
 
     app = create_app(pipeline, auth, health=health, on_startup=[warm_up],

@@ -141,14 +141,14 @@ def render_serve_config(
         raise ConfigError("data_dir: only used with target 'kubernetes' (set memory.data_dir in the profile)")
     if target == "kubernetes":
         args = _k8s_args(config, data_dir or DEFAULT_K8S_DATA_DIR)
-        http = {"host": "0.0.0.0", "port": config.server.port, "request_timeout_s": config.server.request_timeout_s}
+        http = {"host": "0.0.0.0", "port": config.server.port, "request_timeout_s": config.http_timeout_s}
         proxy_location = "EveryNode"
     else:
         args = config.model_dump(mode="json")
         http = {
             "host": config.server.host,
             "port": config.server.port,
-            "request_timeout_s": config.server.request_timeout_s,
+            "request_timeout_s": config.http_timeout_s,
         }
         proxy_location = "HeadOnly"
     options = config.deployment_options()

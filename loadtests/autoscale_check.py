@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         runner.deploy(config)
         print(f"autoscale_check: app running after {time.monotonic() - started:.0f} s; idle {args.idle:.0f} s, "
               f"load {args.load:.0f} s with {args.concurrency} clients, cooldown <= {args.cooldown:.0f} s", flush=True)
-        tl = asyncio.run(_drive(args, config.name, base, key, config.model_name))
+        tl = asyncio.run(_drive(args, config.name, base, key, config.chat.model_name))
     finally:
         runner.shutdown()
     tl.meta = {

@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     from memory_shards.embedders import embedder_identity
 
     steps_done: list[dict[str, Any]] = []
-    load = Load(base, key, config.model_name, args.clients)
+    load = Load(base, key, config.chat.model_name, args.clients)
     runner.prepare_models(config, progress=False)
     try:
         started = time.monotonic()

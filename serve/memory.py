@@ -48,10 +48,11 @@ class MemoryBackend(Protocol):
     """Async access to one tenant-scoped memory store."""
 
     async def search(
-        self, tenant: str, query: str, k: int, *, threshold: float | None = None,
+        self, tenant: str, query: str, k: int | None = None, *, threshold: float | None = None,
         kinds: Sequence[str] | None = None, topic_prefix: str | None = None,
     ) -> list[MemoryHit]:
-        """Top-k memories of ``tenant`` (plus shared ones) for ``query``."""
+        """Top-k memories of ``tenant`` (plus shared ones) for ``query``; ``k`` and ``threshold``
+        None = the backend's configured defaults (``memory.top_k``, ``memory.threshold``)."""
         ...
 
     async def write(self, tenant: str, items: Sequence[MemoryWrite]) -> list[str]:

@@ -2,10 +2,13 @@
 
 Steps of one turn (see ../shared/ARCHITECTURE.md):
 
-1. context-mode, when the request names a session (``metadata.session_id``): the session's
-   history, summary and entities are assembled inside the token budget with the chosen mode;
-2. memory recall and the answer: through the CoT 3.0 agent when one is configured (it recalls,
-   routes, calls tools and reasons), else recall + one reasoner call;
+1. the turn (:class:`serve.turn.Turn`), built once: context-mode fits the history inside the
+   token budget (the session's when the request names one in ``metadata.session_id``, else the
+   client's messages, by the same rules), the images are described and OCR'd, and memories are
+   recalled once (k and threshold from the profile's ``memory`` section);
+2. the answer, every prompt rendered from the turn by :func:`serve.turn.render_prompt`: through
+   the CoT 3.0 agent when one is configured (routes, calls tools and reasons), else one reasoner
+   call (plain or segmented);
 3. after the answer: the turn is appended to the session, and off the request path the rolling
    summary is refreshed and the exchange is written back to memory (PII masked).
 
@@ -20,7 +23,6 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import Field, ValidationError
@@ -39,13 +41,14 @@ from serve.api.chat_protocol import (
 )
 from serve.api.errors import APIError
 from serve.api.metrics import TIME_TO_FIRST_TOKEN, TOKENS
-from serve._turn import engine_role, last_user_images, last_user_text, memory_message, memory_meta
-from serve.agent import Agent, AgentMessage, AgentRequest, AgentResult
+from serve.agent import Agent, AgentConfig, AgentRequest, AgentResult
 from serve.agent.guards import mask_pii
-from serve.context import ContextBudgetError, ContextManager, MessageIn, Session, SessionNotFoundError
+from serve.api.auth import READ_ONLY_SCOPES
+from serve.context import ContextBudgetError, ContextError, ContextManager, MessageIn, SessionNotFoundError
 from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
 from serve.experience import ExperienceService, ProduceResult
-from serve.memory import MemoryBackend, MemoryHit, MemoryWrite
+from serve.memory import MemoryBackend, MemoryWrite
+from serve.turn import RecallConfig, Turn, analyse_images, memory_meta, recall_memories, render_prompt
 
 __all__ = ["RequestContext", "PipelineSettings", "ChatPipeline"]
 
@@ -60,44 +63,49 @@ class RequestContext(StrictModel):
     tenant: str = Field(min_length=1, description="Tenant of the API key.")
     user: str = Field(default="default", description="End user within the tenant (the request's `user`).")
     request_id: str = Field(default_factory=lambda: uuid.uuid4().hex, description="Id echoed in logs and headers.")
+    scopes: list[str] = Field(
+        default_factory=lambda: list(READ_ONLY_SCOPES),
+        description="Tool permission scopes of the tenant (auth config; least privilege by default).",
+    )
 
 
 class PipelineSettings(StrictModel):
-    """Knobs of the pipeline that are not engine or deployment settings."""
+    """The chat turn's settings: the ``chat`` section of the app config (one schema, no copies)."""
 
-    model_name: str = Field(default="recallserve", min_length=1, description="Name served on /v1/models.")
+    model_name: str = Field(default="recallserve", min_length=1, description="Model id clients pass as `model` (GET /v1/models).")
     default_max_tokens: int = Field(default=256, ge=1, le=32768, description="max_tokens when the request gives none.")
     max_request_tokens: int = Field(default=1024, ge=1, le=32768, description="Largest max_tokens a request may ask for.")
-    engine_timeout_s: float = Field(default=300.0, gt=0, le=3600, description="Deadline of one engine call.")
+    engine_timeout_s: float = Field(
+        default=300.0, gt=0, le=3600,
+        description="Deadline of a plain or segmented answer (the agent's is agent.request_timeout_s).",
+    )
+    timeout_grace_s: float = Field(
+        default=30.0, ge=1, le=600,
+        description="Time the agent gets past its own deadline to return its partial answer before the pipeline's "
+        "deadline fires (pipeline deadline = agent.request_timeout_s + this).",
+    )
     system_prompt: str = Field(
         default="You are a helpful, precise customer-service and document assistant. Answer concisely.",
-        description="System prompt placed first (a stable prefix for the engines' prompt caches).",
+        description="System prompt of plain answers (agent off or disabled), placed first: a stable prefix for "
+        "the engines' prompt caches.",
     )
-    memory_top_k: int = Field(default=16, ge=0, le=1000, description="Memories recalled per turn (0 disables recall).")
-    memory_threshold: float = Field(default=0.35, ge=-1, le=1, description="Cosine threshold of recall.")
-    memory_prompt_chars: int = Field(
-        default=3000, ge=0, le=100_000, description="Most characters of recalled memories put in the prompt."
-    )
-    memory_timeout_s: float = Field(default=10.0, gt=0, le=600, description="Deadline of the recall step.")
+    recall: RecallConfig = Field(default_factory=RecallConfig, description="The turn's memory recall.")
     write_back: bool = Field(default=True, description="Store each exchange as a memory, off the request path.")
     agent_overhead_tokens: int = Field(
         default=1200, ge=0, le=32768,
-        description="Tokens kept free for the agent's system prompt, tool list and steps when assembling context.",
-    )
-    scopes: list[str] = Field(
-        default_factory=lambda: ["basic", "memory:read", "orders:read", "tickets:read", "inventory:read"],
-        description="Tool permission scopes every tenant gets (least privilege: no write scopes by default).",
+        description="Tokens kept free for the agent's system prompt, tool list and steps when fitting the history.",
     )
 
+    def memory_tokens(self) -> int:
+        """Tokens kept free for the recalled memories: ~4 characters a token (cl100k/Qwen on English)."""
+        return -(-self.recall.prompt_chars // 4) if self.recall.enabled else 0
 
-@dataclass
-class _Turn:
-    """What one request carries between its steps."""
-
-    messages: list[ChatMessage]
-    session: Session | None = None
-    pending: list[MessageIn] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
+    def deadline_s(self, agent: AgentConfig | None) -> float:
+        """The pipeline's deadline of one answer: the agent's deadline plus the grace (so the agent's
+        partial answer comes back first), else the plain engine deadline."""
+        if agent is None:
+            return self.engine_timeout_s
+        return max(self.engine_timeout_s, agent.request_timeout_s + self.timeout_grace_s)
 
 
 class ChatPipeline:
@@ -110,13 +118,19 @@ class ChatPipeline:
         self.experiences = experiences
         self.settings = settings or PipelineSettings()
         self.memory = memory
-        self.context = context
+        # NOTE: without a session store the context manager still fits client-sent histories.
+        self.context = context if context is not None else ContextManager(None)
         self.agent = agent
         self._background: set[asyncio.Task[Any]] = set()
 
     def models(self) -> list[str]:
         """Model names this pipeline answers to."""
         return [self.settings.model_name]
+
+    def deadline_s(self, req: ChatCompletionRequest | None = None) -> float:
+        """Seconds one answer may take (see :meth:`PipelineSettings.deadline_s`)."""
+        use_agent = self.agent is not None and (req is None or self._use_agent(req))
+        return self.settings.deadline_s(self.agent.config if use_agent and self.agent is not None else None)
 
     # ---- request checks ------------------------------------------------------------------
     def _check_model(self, req: ChatCompletionRequest) -> None:
@@ -154,14 +168,19 @@ class ChatPipeline:
                            "server does not run", param="metadata.reasoning")
         return wanted
 
-    async def _produce(self, req: ChatCompletionRequest, ctx: RequestContext, turn: _Turn) -> ProduceResult:
+    def _render(self, turn: Turn, head: str, question: str | None = None) -> list[ChatMessage]:
+        return render_prompt(turn, head, self.settings.recall, question=question)
+
+    async def _produce(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn) -> ProduceResult:
         """E-CoT: a segmented trace (context / reasoning / verification / outcome), checked by code
-        and stored; experiences of the same model family are injected into the prompt."""
+        and stored; experiences of the same model family are injected into the prompt, which is the
+        turn rendered under the segmented format."""
         assert self.experiences is not None
         meta = req.metadata or {}
-        result = await self.experiences.produce(ctx.tenant, self.reasoner, last_user_text(req),
+        result = await self.experiences.produce(ctx.tenant, self.reasoner, turn.asked,
                                                 domain=meta.get("task_domain", "general"),
-                                                topic=meta.get("topic", "general"))
+                                                topic=meta.get("topic", "general"),
+                                                prompt=lambda head, text: self._render(turn, head, text))
         exp = result.experience
         turn.meta["experience"] = {
             "id": exp.record.metadata.id if exp is not None else None,
@@ -177,32 +196,50 @@ class ChatPipeline:
         # protocol would fight it, so such requests go straight to the reasoner.
         return self.agent is not None and req.response_format is None
 
-    # ---- step 1: context -------------------------------------------------------------------
-    async def _prepare(self, req: ChatCompletionRequest, ctx: RequestContext, params: GenerationParams) -> _Turn:
-        system = "\n\n".join([self.settings.system_prompt] + [m.text() for m in req.messages
-                                                               if m.role in ("system", "developer") and m.text()])
+    # ---- step 1: the turn ------------------------------------------------------------------
+    async def _build_turn(self, req: ChatCompletionRequest, ctx: RequestContext, params: GenerationParams) -> Turn:
+        """The request as one :class:`~serve.turn.Turn`: the client's system prompt, the history
+        the token budget keeps (the session's, else the client's messages, by the same rules), the
+        context-mode block, the question and its images, and the turn's one memory recall."""
+        instructions = "\n\n".join(m.text().strip() for m in req.messages
+                                    if m.role in ("system", "developer") and m.text().strip())
         convo = [m for m in req.messages if m.role not in ("system", "developer")]
-        session_id = (req.metadata or {}).get("session_id")
-        if self.context is None or not session_id:
-            messages = [ChatMessage(role="system", content=system)]
-            for m in convo:
-                text = m.text() or ("[image attached]" if m.images() else "")
-                messages.append(ChatMessage(role=engine_role(m.role), content=text))  # type: ignore[arg-type]
-            return _Turn(messages=messages)
-        mode = (req.metadata or {}).get("context_mode")
+        ask = max((i for i, m in enumerate(convo) if m.role == "user"), default=None)
+        if ask is None:
+            raise APIError(400, "messages: at least one message with role 'user' is required", param="messages")
+        # NOTE: an echoed assistant turn that only carried tool calls has no text; it adds nothing
+        # to the history, so it is skipped rather than stored empty.
+        texts = [(i, m, m.text() or ("[image attached]" if m.images() else "")) for i, m in enumerate(convo)]
+        msgs_in = {i: MessageIn(role=m.role, content=t) for i, m, t in texts if t}  # type: ignore[arg-type]
+        use_agent = self._use_agent(req) and not self._segmented(req)
+        head = "" if use_agent else self.settings.system_prompt
+        system = "\n\n".join(p for p in (head, instructions) if p) or None
+        reserved = params.max_tokens + self.settings.memory_tokens() + \
+            (self.settings.agent_overhead_tokens if use_agent else 0)
+        window = self.reasoner.context_window
+        if reserved >= window:
+            raise APIError(400, f"max_tokens: {params.max_tokens} leaves no room in the {window}-token context "
+                           f"(with {reserved - params.max_tokens} tokens kept for the prompt's fixed parts)",
+                           param="max_tokens")
+        meta = req.metadata or {}
+        session_id, mode = meta.get("session_id"), meta.get("context_mode")
+        session = None
         try:
-            session = await self.context.open_session(ctx.tenant, ctx.user, session_id)
-            # NOTE: an echoed assistant turn that only carried tool calls has no text; it adds
-            # nothing to the history, so it is skipped rather than stored empty.
-            texts = [(m, m.text() or ("[image attached]" if m.images() else "")) for m in convo]
-            pending = [MessageIn(role=m.role, content=t) for m, t in texts if t]  # type: ignore[arg-type]
-            reserved = params.max_tokens + (self.settings.agent_overhead_tokens if self._use_agent(req) else 0)
-            window = self.reasoner.context_window
-            if reserved >= window:
-                raise APIError(400, f"max_tokens: {params.max_tokens} leaves no room in the {window}-token context",
-                               param="max_tokens")
-            result = await self.context.assemble(session, pending, context_window=window, reserved_output=reserved,
-                                                 system=system, mode=mode)  # type: ignore[arg-type]
+            if session_id:
+                session = await self.context.open_session(ctx.tenant, ctx.user, session_id)
+                pending = list(msgs_in.values())
+                result = await self.context.assemble(session, pending, context_window=window,
+                                                     reserved_output=reserved, system=system, mode=mode)  # type: ignore[arg-type]
+                earlier = [ChatMessage(role=m.role, content=m.content)
+                           for i, m in msgs_in.items() if i != ask]
+            else:
+                pending = [msgs_in[ask]] if ask in msgs_in else []
+                result = await self.context.fit([m for i, m in msgs_in.items() if i < ask], pending,
+                                                context_window=window, reserved_output=reserved, system=system,
+                                                mode=mode)  # type: ignore[arg-type]
+                # NOTE: messages after the question (a client echo) stay after the kept history.
+                earlier = [ChatMessage(role=m.role, content=m.content)
+                           for i, m in msgs_in.items() if i > ask]
         except SessionNotFoundError as exc:
             raise APIError(404, f"metadata.session_id: {exc}", type="not_found_error", param="metadata.session_id") from None
         except ValidationError as exc:
@@ -213,56 +250,34 @@ class ChatPipeline:
             raise APIError(400, f"{param}: {err['msg']} (sessions)", param=param) from None
         except ContextBudgetError as exc:
             raise APIError(400, f"messages: {exc}", param="messages", code="context_budget_exceeded") from None
-        meta = {"context": {"session_id": session.id, "mode": result.mode, "requested_mode": result.requested_mode,
-                            "budget": result.budget, "breakdown": result.breakdown.model_dump(),
-                            "dropped_messages": result.dropped_messages, "latency_ms": round(result.latency_ms, 2)}}
-        return _Turn(messages=list(result.messages), session=session, pending=pending, meta=meta)
-
-    # ---- step 2a: plain recall + reasoner ------------------------------------------------------
-    async def _recall(self, query: str, ctx: RequestContext) -> tuple[list[MemoryHit], str | None]:
-        """Top-k memories of the tenant for ``query``; a failing memory tier degrades to none.
-
-        Returns the hits and, when recall failed, the reason (reported in the response metadata
-        so the degradation is visible, never silent).
-        """
-        if self.memory is None or self.settings.memory_top_k == 0 or not query.strip():
-            return [], None
-        try:
-            async with asyncio.timeout(self.settings.memory_timeout_s):
-                hits = await self.memory.search(ctx.tenant, query, self.settings.memory_top_k,
-                                                threshold=self.settings.memory_threshold)
-        except Exception as exc:  # noqa: BLE001 - any memory failure must not fail the chat
-            log.warning("request %s: memory recall failed: %s", ctx.request_id, exc)
-            return [], f"{type(exc).__name__}: {exc}"
-        return hits, None
-
-    async def _with_recall(self, req: ChatCompletionRequest, ctx: RequestContext, turn: _Turn) -> list[ChatMessage]:
-        hits, error = await self._recall(last_user_text(req), ctx)
-        turn.meta.update(memory_meta(hits, error))
-        recalled = memory_message(hits, self.settings.memory_prompt_chars)
-        if recalled is None:
-            return turn.messages
-        # NOTE: the system prompt stays first and unchanged so engines reuse its prompt cache.
-        return [turn.messages[0], recalled, *turn.messages[1:]]
+        except ContextError as exc:
+            raise APIError(400, f"metadata.session_id: {exc}", param="metadata.session_id") from None
+        turn = Turn(question=convo[ask].text(), instructions=instructions, context=result.block,
+                    history=[*result.window, *earlier], image_urls=convo[ask].images(), session=session,
+                    pending=pending)
+        turn.meta["context"] = {
+            "session_id": session.id if session is not None else None, "mode": result.mode,
+            "requested_mode": result.requested_mode, "budget": result.budget,
+            "breakdown": result.breakdown.model_dump(), "dropped_messages": result.dropped_messages,
+            "latency_ms": round(result.latency_ms, 2)}
+        await analyse_images(turn, self.agent.describer if self.agent is not None else None)
+        t = time.perf_counter()
+        turn.memories, turn.memory_error = await recall_memories(
+            self.memory, ctx.tenant, turn.recall_query(), self.settings.recall,
+            self.agent.cache if self.agent is not None else None)
+        turn.timings_ms["recall"] = round((time.perf_counter() - t) * 1e3, 2)
+        turn.meta.update(memory_meta(turn.memories, turn.memory_error))
+        return turn
 
     # ---- step 2b: the agent ----------------------------------------------------------------------
-    def _agent_request(self, req: ChatCompletionRequest, ctx: RequestContext, turn: _Turn) -> AgentRequest:
-        msgs = [AgentMessage(role=m.role, text=m.content) for m in turn.messages[1:]]
-        images = last_user_images(req)
-        if images:
-            for i in range(len(msgs) - 1, -1, -1):
-                if msgs[i].role == "user":
-                    msgs[i] = msgs[i].model_copy(update={"images": images})
-                    break
+    def _agent_request(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn) -> AgentRequest:
         mode = (req.metadata or {}).get("agent", "auto")
         session_id = turn.session.id if turn.session is not None else (req.metadata or {}).get("session_id")
-        return AgentRequest(tenant=ctx.tenant, scopes=list(self.settings.scopes), messages=msgs, mode=mode,  # type: ignore[arg-type]
+        return AgentRequest(tenant=ctx.tenant, scopes=list(ctx.scopes), mode=mode,  # type: ignore[arg-type]
                             session_id=session_id, max_answer_tokens=req.requested_max_tokens())
 
-    def _agent_meta(self, turn: _Turn, result: AgentResult) -> None:
+    def _agent_meta(self, turn: Turn, result: AgentResult) -> None:
         turn.meta["agent"] = result.metadata()
-        turn.meta["memories"] = [{"id": h.get("id"), "source_id": h.get("source_id"), "score": h.get("score")}
-                                 for h in result.memory_hits]
 
     # ---- step 3: after the answer ------------------------------------------------------------------
     def _background_task(self, coro: Awaitable[Any], what: str, ctx: RequestContext) -> None:
@@ -276,7 +291,7 @@ class ChatPipeline:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _finish_turn(self, req: ChatCompletionRequest, ctx: RequestContext, turn: _Turn, answer: str,
+    async def _finish_turn(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn, answer: str,
                            agent_result: AgentResult | None) -> None:
         """Append the turn to its session (on the request path: the next turn must see it), then
         schedule the rolling summary and the memory write-back off the request path."""
@@ -289,7 +304,7 @@ class ChatPipeline:
             self._background_task(self.agent.write_back(ctx.tenant, agent_result), "memory write-back", ctx)
             return
         session = (req.metadata or {}).get("session_id", "")
-        item = MemoryWrite(text=mask_pii(f"user: {last_user_text(req)}\nassistant: {answer}"), kind="message",
+        item = MemoryWrite(text=mask_pii(f"user: {turn.question}\nassistant: {answer}"), kind="message",
                            source_id=f"chat:{ctx.user}:{ctx.request_id}",
                            metadata={"user": ctx.user, "session_id": session})
         self._background_task(self.memory.write(ctx.tenant, [item]), "memory write-back", ctx)
@@ -299,10 +314,11 @@ class ChatPipeline:
         """Answer a non-streaming request."""
         self._check_model(req)
         params = self._params(req)
-        turn = await self._prepare(req, ctx, params)
+        turn = await self._build_turn(req, ctx, params)
         agent_result: AgentResult | None = None
+        deadline = self.deadline_s(req)
         try:
-            async with asyncio.timeout(self.settings.engine_timeout_s):
+            async with asyncio.timeout(deadline):
                 if self._segmented(req):
                     produced = await self._produce(req, ctx, turn)
                     text = produced.answer or produced.raw_text
@@ -310,19 +326,19 @@ class ChatPipeline:
                     finish = "stop"
                 elif self._use_agent(req):
                     assert self.agent is not None
-                    agent_result = await self.agent.run(self._agent_request(req, ctx, turn))
+                    agent_result = await self.agent.run(self._agent_request(req, ctx, turn), turn)
                     self._agent_meta(turn, agent_result)
                     text = agent_result.answer
                     prompt_tokens = agent_result.usage.prompt_tokens
                     completion_tokens = agent_result.usage.completion_tokens
                     finish = "stop"
                 else:
-                    result = await self.reasoner.chat(await self._with_recall(req, ctx, turn), params)
+                    result = await self.reasoner.chat(self._render(turn, self.settings.system_prompt), params)
                     text, finish = result.text, result.finish_reason
                     prompt_tokens, completion_tokens = result.prompt_tokens, result.completion_tokens
                     turn.meta["engine_model"] = result.model
         except TimeoutError as exc:
-            raise TimeoutError(f"no answer within {self.settings.engine_timeout_s:.0f} s") from exc
+            raise TimeoutError(f"no answer within {deadline:.0f} s") from exc
         TOKENS.labels("reasoner", "prompt").inc(prompt_tokens)
         TOKENS.labels("reasoner", "completion").inc(completion_tokens)
         await self._finish_turn(req, ctx, turn, text, agent_result)
@@ -339,18 +355,17 @@ class ChatPipeline:
         """Answer a streaming request chunk by chunk (validation happens before the first chunk)."""
         self._check_model(req)
         params = self._params(req)
-        turn = await self._prepare(req, ctx, params)
+        turn = await self._build_turn(req, ctx, params)
         if self._segmented(req):
             return self._stream_segmented(req, ctx, turn)
         if self._use_agent(req):
             return self._stream_agent(req, ctx, turn)
-        messages = await self._with_recall(req, ctx, turn)
-        return self._stream_engine(req, ctx, turn, messages, params)
+        return self._stream_engine(req, ctx, turn, self._render(turn, self.settings.system_prompt), params)
 
     def _chunk(self, req: ChatCompletionRequest, cid: str, created: int, **kw: Any) -> ChatCompletionChunk:
         return ChatCompletionChunk(id=cid, created=created, model=req.model, **kw)
 
-    async def _tail(self, req: ChatCompletionRequest, ctx: RequestContext, turn: _Turn, cid: str, created: int,
+    async def _tail(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn, cid: str, created: int,
                     answer: str, finish: str, prompt_tokens: int, completion_tokens: int,
                     agent_result: AgentResult | None) -> AsyncIterator[ChatCompletionChunk]:
         TOKENS.labels("reasoner", "prompt").inc(prompt_tokens)
@@ -363,11 +378,12 @@ class ChatPipeline:
                               usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                                           total_tokens=prompt_tokens + completion_tokens))
 
-    async def _stream_engine(self, req: ChatCompletionRequest, ctx: RequestContext, turn: _Turn,
+    async def _stream_engine(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn,
                              messages: list[ChatMessage], params: GenerationParams) -> AsyncIterator[ChatCompletionChunk]:
         cid, created, start = new_completion_id(), int(time.time()), time.perf_counter()
         yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(role="assistant", content=""))])
-        deadline = start + self.settings.engine_timeout_s
+        seconds = self.deadline_s(req)
+        deadline = start + seconds
         answer: list[str] = []
         finish, prompt_tokens, completion_tokens = "stop", 0, 0
         agen = self.reasoner.stream(messages, params)
@@ -379,7 +395,7 @@ class ChatPipeline:
                 except StopAsyncIteration:
                     break
                 except TimeoutError as exc:
-                    raise EngineError(f"reasoner stream exceeded {self.settings.engine_timeout_s:.0f} s") from exc
+                    raise EngineError(f"reasoner stream exceeded {seconds:.0f} s") from exc
                 if delta.text:
                     if not answer:
                         TIME_TO_FIRST_TOKEN.observe(time.perf_counter() - start)
@@ -395,16 +411,17 @@ class ChatPipeline:
             yield chunk
 
     async def _stream_segmented(self, req: ChatCompletionRequest, ctx: RequestContext,
-                                turn: _Turn) -> AsyncIterator[ChatCompletionChunk]:
+                                turn: Turn) -> AsyncIterator[ChatCompletionChunk]:
         # NOTE: the answer is only known once the whole trace is parsed and verified, so it is
         # sent as one piece.
         cid, created = new_completion_id(), int(time.time())
         yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(role="assistant", content=""))])
+        seconds = self.deadline_s(req)
         try:
-            async with asyncio.timeout(self.settings.engine_timeout_s):
+            async with asyncio.timeout(seconds):
                 produced = await self._produce(req, ctx, turn)
         except TimeoutError as exc:
-            raise EngineError(f"segmented reasoning exceeded {self.settings.engine_timeout_s:.0f} s") from exc
+            raise EngineError(f"segmented reasoning exceeded {seconds:.0f} s") from exc
         text = produced.answer or produced.raw_text
         yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(content=text))])
         async for chunk in self._tail(req, ctx, turn, cid, created, text, "stop", produced.prompt_tokens,
@@ -412,15 +429,16 @@ class ChatPipeline:
             yield chunk
 
     async def _stream_agent(self, req: ChatCompletionRequest, ctx: RequestContext,
-                            turn: _Turn) -> AsyncIterator[ChatCompletionChunk]:
+                            turn: Turn) -> AsyncIterator[ChatCompletionChunk]:
         assert self.agent is not None
         cid, created, start = new_completion_id(), int(time.time()), time.perf_counter()
         yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(role="assistant", content=""))])
         result: AgentResult | None = None
         sent = False
-        agen = self.agent.stream(self._agent_request(req, ctx, turn))
+        agen = self.agent.stream(self._agent_request(req, ctx, turn), turn)
+        seconds = self.deadline_s(req)
         try:
-            async with asyncio.timeout(self.settings.engine_timeout_s):
+            async with asyncio.timeout(seconds):
                 async for event in agen:
                     if event.type == "answer_delta" and event.text:
                         if not sent:
@@ -430,7 +448,7 @@ class ChatPipeline:
                     elif event.type == "done":
                         result = event.result
         except TimeoutError as exc:
-            raise EngineError(f"agent exceeded {self.settings.engine_timeout_s:.0f} s") from exc
+            raise EngineError(f"agent exceeded {seconds:.0f} s") from exc
         finally:
             await agen.aclose()
         if result is None:

@@ -8,12 +8,9 @@ request-specific goes into the last user message, after the shared prefix.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from serve.agent.tools import ToolSet
-from serve.memory import MemoryHit
 
-__all__ = ["system_prompt", "direct_prompt", "user_turn", "ROUTER_INSTRUCTION", "PARTIAL_INSTRUCTION", "RETRY_INSTRUCTION"]
+__all__ = ["system_prompt", "direct_prompt", "ROUTER_INSTRUCTION", "PARTIAL_INSTRUCTION", "RETRY_INSTRUCTION"]
 
 _PROTOCOL = """You are a careful customer-service agent. Reply with exactly one JSON object per turn:
 {"thought": "<short reason>", "type": "tool_call", "name": "<tool>", "args": {...}} to call one tool;
@@ -50,23 +47,6 @@ def direct_prompt(advice: str = "") -> str:
     needs one short prefill and no thought.
     """
     return f"{_DIRECT}\n\n{advice}" if advice else _DIRECT
-
-
-def user_turn(question: str, hits: Sequence[MemoryHit], image_notes: Sequence[str], memory_max_chars: int) -> str:
-    """The request-specific user message: recalled memories, image notes, then the question."""
-    parts: list[str] = []
-    if hits:
-        lines = []
-        for i, h in enumerate(hits, 1):
-            text = " ".join(h.text.split())
-            if len(text) > memory_max_chars:
-                text = text[: memory_max_chars - 3] + "..."
-            lines.append(f"[{i}] ({h.kind} {h.source_id}, score {h.score:.2f}) {text}")
-        parts.append("Recalled memories (may be irrelevant):\n" + "\n".join(lines))
-    for note in image_notes:
-        parts.append(f"Attached image: {note}")
-    parts.append(f"Question: {question}")
-    return "\n\n".join(parts)
 
 
 ROUTER_INSTRUCTION = (

@@ -1,7 +1,9 @@
 """Configuration of the agent loop (one ``StrictModel``; loaded from the serve profile).
 
-Defaults follow the CoT 3.0 seed: max 5 steps, a 5-minute result cache, memory top-k with a
-0.35 cosine threshold, summarised and capped observations.
+Defaults follow the CoT 3.0 seed: max 5 steps, a 5-minute result cache, summarised and capped
+observations. Recall (how many memories, shown how) is the turn's, not the agent's: see
+:class:`serve.turn.RecallConfig` and the profile's ``memory.top_k``; the history the agent sees is
+what the token budget kept (context-mode), not a count of its own.
 """
 
 from __future__ import annotations
@@ -50,16 +52,6 @@ class AgentConfig(StrictModel):
         description="Out of steps: ask the model for a final answer stating what is known and missing "
         "(False: compose it from the observations without another engine call).",
     )
-    memory_top_k: int = Field(default=5, ge=0, le=50, description="Memories recalled before the loop (0 = none).")
-    memory_threshold: float | None = Field(
-        default=0.35, ge=-1.0, le=1.0, description="Cosine threshold of recalled memories (None = backend default)."
-    )
-    recall_exchanges: bool = Field(
-        default=False,
-        description="Recall the agent's own earlier exchanges (kind 'message') before the loop. Off by default: "
-        "an old answer is stale next to live tools, and a wrong one recalled for the same question repeats itself.",
-    )
-    memory_max_chars: int = Field(default=400, ge=40, le=8000, description="Characters of one memory shown to the model.")
     observation_max_chars: int = Field(
         default=700, ge=40, le=16000, description="Cap on one summarised observation shown to the model."
     )
@@ -68,7 +60,4 @@ class AgentConfig(StrictModel):
     engine_timeout_s: float = Field(default=120.0, gt=0.0, le=3600.0, description="Timeout of one engine call.")
     request_timeout_s: float = Field(
         default=300.0, gt=0.0, le=7200.0, description="Deadline of the whole loop; then a partial answer."
-    )
-    max_history_messages: int = Field(
-        default=8, ge=0, le=200, description="Earlier conversation turns passed to the reasoner (text only)."
     )

@@ -6,12 +6,15 @@ of the exchange (PII-masked) is returned as ``result.memory_writes`` for the cal
 off the request path with :meth:`Agent.write_back`.
 
 Per request:
-1. images -> description + OCR (:mod:`serve.agent.images`);
-2. memory search with the question (+ OCR text), cached with a TTL;
+1. images -> description + OCR (:mod:`serve.agent.images`) and the turn's one memory recall
+   (question + OCR text, cached with a TTL): done by the pipeline when it built the
+   :class:`~serve.turn.Turn`, here only for a request that comes without one;
 3. the routing rules (:mod:`serve.agent.routing`), or the router model when they are undecided,
    decide ``direct`` or ``tools``, which tools (a subset of the tenant's scopes) and which ones
    the first step must call;
-4. up to ``max_steps`` reasoner steps, each one JSON object constrained by a schema; bad JSON is
+4. every prompt is the turn rendered by :func:`serve.turn.render_prompt` under the step's head
+   (protocol + tools, direct answer, router): the client's system prompt, the context-mode block
+   and the budgeted history reach every engine call; up to ``max_steps`` reasoner steps, each one JSON object constrained by a schema; bad JSON is
    retried once, then reported back as an observation; calls run through :class:`StepExecutor`;
 5. out of steps or time -> a partial answer stating what is known and what is missing.
 """
@@ -28,27 +31,23 @@ from typing import Any
 from serve.agent._cache import TTLCache, cache_key
 from serve.agent._executor import StepExecutor
 from serve.agent._prompts import PARTIAL_INSTRUCTION, RETRY_INSTRUCTION, ROUTER_INSTRUCTION, direct_prompt, \
-    system_prompt, user_turn
+    system_prompt
 from serve.agent._protocol import AnswerStream, ParsedStep, StepParseError, parse_json_object, parse_step, \
     router_schema, step_schema
 from serve.agent.config import AgentConfig
 from serve.agent.guards import mask_pii
-from serve.agent.images import ImageDescriber, ImageError, ImageUnit, analyse_image
+from serve.agent.images import ImageDescriber
 from serve.agent.routing import route_by_rules
 from serve.agent.schemas import AgentEvent, AgentRequest, AgentResult, AgentUsage, RouteDecision, ToolCallRecord, \
     TraceStep
 from serve.agent.tools import ToolContext, ToolRegistry, ToolSet
 from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
-from serve.memory import MemoryBackend, MemoryHit, MemoryWrite
+from serve.memory import MemoryBackend, MemoryWrite
+from serve.turn import RecallConfig, Turn, analyse_images, recall_memories, render_prompt
 
 __all__ = ["Agent"]
 
 log = logging.getLogger("serve.agent")
-
-
-#: Memory kinds recalled before the loop unless ``recall_exchanges``: everything but the agent's
-#: own write-backs (kind ``message``).
-_RECALL_KINDS = ("text", "image", "table", "tool_result", "experience")
 
 
 def _single_call_tools(tools: ToolSet, bindings: dict[str, dict[str, list[str]]]) -> set[str]:
@@ -81,6 +80,7 @@ class Agent:
         router: engine of the routing decision (default: the reasoner).
         memory: memory backend for recall and the ``memory_search`` tool (None = no memory).
         config: loop settings.
+        recall: how a turn that comes without memories recalls them, and how memories are shown.
         describer: vision model for image captions (GPU profiles); None = pixel description.
 
     Example:
@@ -91,28 +91,35 @@ class Agent:
     def __init__(
         self, reasoner: LLMEngine, tools: ToolRegistry, *, router: LLMEngine | None = None,
         memory: MemoryBackend | None = None, config: AgentConfig | None = None,
-        describer: ImageDescriber | None = None, cache: TTLCache | None = None,
+        recall: RecallConfig | None = None, describer: ImageDescriber | None = None, cache: TTLCache | None = None,
     ) -> None:
         self.reasoner = reasoner
         self.router = router or reasoner
         self.tools = tools
         self.memory = memory
         self.config = config or AgentConfig()
+        self.recall = recall or RecallConfig()
         self.describer = describer
         self.cache = cache if cache is not None else TTLCache(self.config.cache_ttl_s, self.config.cache_max_entries)
 
-    async def run(self, request: AgentRequest) -> AgentResult:
-        """Run the loop to the end and return the result."""
+    async def run(self, request: AgentRequest, turn: Turn | None = None) -> AgentResult:
+        """Run the loop to the end and return the result (see :meth:`stream`)."""
         result: AgentResult | None = None
-        async for event in self.stream(request):
+        async for event in self.stream(request, turn):
             if event.type == "done":
                 result = event.result
         assert result is not None  # NOTE: stream() always ends with a done event.
         return result
 
-    async def stream(self, request: AgentRequest) -> AsyncIterator[AgentEvent]:
-        """Yield ``trace`` events, ``answer_delta`` pieces of the final answer, then ``done``."""
-        async for event in _Run(self, request).events():
+    async def stream(self, request: AgentRequest, turn: Turn | None = None) -> AsyncIterator[AgentEvent]:
+        """Yield ``trace`` events, ``answer_delta`` pieces of the final answer, then ``done``.
+
+        Args:
+            request: who asks, the scopes and the mode.
+            turn: the turn the pipeline built (budgeted history, context block, images, memories);
+                None = one made from ``request.messages`` (every earlier message as history).
+        """
+        async for event in _Run(self, request, turn).events():
             yield event
 
     async def warm_up(self, scopes: list[str]) -> float:
@@ -122,8 +129,7 @@ class Agent:
         (~1.3k tokens, ~9 s for the 1.5B model on 2 idle cores). Returns the seconds it took.
         """
         t = time.perf_counter()
-        msgs = [ChatMessage(role="system", content=system_prompt(self.tools.for_scopes(scopes))),
-                ChatMessage(role="user", content="Question: hello")]
+        msgs = render_prompt(Turn(question="hello"), system_prompt(self.tools.for_scopes(scopes)), self.recall)
         await self.reasoner.chat(msgs, GenerationParams(max_tokens=1, temperature=0.0))
         return time.perf_counter() - t
 
@@ -137,10 +143,11 @@ class Agent:
 class _Run:
     """State of one request."""
 
-    def __init__(self, agent: Agent, request: AgentRequest) -> None:
+    def __init__(self, agent: Agent, request: AgentRequest, turn: Turn | None) -> None:
         self.a = agent
         self.cfg = agent.config
         self.req = request
+        self.turn = turn if turn is not None else Turn.from_messages(request.messages)
         self.t0 = time.perf_counter()
         self.deadline = self.t0 + self.cfg.request_timeout_s
         self.trace: list[TraceStep] = []
@@ -148,13 +155,7 @@ class _Run:
         self.usage = AgentUsage()
         self.first_token_ms: float | None = None
         self._streamed = ""
-        self.images: list[ImageUnit] = []
-        self.hits: list[MemoryHit] = []
-        users = [m for m in request.messages if m.role == "user"]
-        if not users:
-            raise ValueError("messages: at least one message with role 'user' is required")
-        self.last_user = users[-1]
-        self.question = self.last_user.text.strip() or "(no text; see the attached image)"
+        self.question = self.turn.asked
 
     def _ms(self, since: float) -> float:
         return round((time.perf_counter() - since) * 1e3, 2)
@@ -214,34 +215,25 @@ class _Run:
 
     # -- phases ---------------------------------------------------------------------------------
     async def _images(self) -> AsyncIterator[AgentEvent]:
-        for i, url in enumerate(self.last_user.images):
-            t = time.perf_counter()
-            try:
-                unit = await analyse_image(url, self.last_user.text, describer=self.a.describer)
-            except ImageError as exc:
-                yield self._add(0, "image", f"image {i} rejected: {exc}", self._ms(t), index=i, error=str(exc))
-                continue
-            self.images.append(unit)
-            yield self._add(0, "image", unit.note(), self._ms(t), index=i, sha256=unit.sha256,
-                            ocr_chars=len(unit.ocr_text))
+        if self.turn.images is None:
+            await analyse_images(self.turn, self.a.describer)
+        ms = self.turn.timings_ms.get("images", 0.0)
+        for i, error in enumerate(self.turn.image_errors):
+            yield self._add(0, "image", f"image rejected: {error}", ms, error=error)
+        for i, unit in enumerate(self.turn.images or []):
+            yield self._add(0, "image", unit.note(), ms, index=i, sha256=unit.sha256, ocr_chars=len(unit.ocr_text))
 
     async def _recall(self) -> AsyncIterator[AgentEvent]:
-        if self.a.memory is None or self.cfg.memory_top_k == 0:
-            return
-        query = " ".join([self.question] + [u.ocr_text for u in self.images if u.ocr_text])[:1000]
-        # NOTE: measured on cpu-local: a wrong answer ("Refused: ... already called") written back
-        # and recalled for the same question was copied into every later answer to it.
-        kinds = None if self.cfg.recall_exchanges else _RECALL_KINDS
-        key = cache_key("recall", self.req.tenant, query, self.cfg.memory_top_k, self.cfg.memory_threshold, kinds)
-        t = time.perf_counter()
-        found, hits = self.a.cache.get(key)
+        found = self.turn.memories is not None
         if not found:
-            hits = await self.a.memory.search(self.req.tenant, query, self.cfg.memory_top_k,
-                                              threshold=self.cfg.memory_threshold, kinds=kinds)
-            self.a.cache.put(key, hits)
-        self.hits = list(hits)
-        yield self._add(0, "memory", f"{len(self.hits)} memories recalled", self._ms(t), cached=found,
-                        hits=[{"source_id": h.source_id, "kind": h.kind, "score": round(h.score, 4)} for h in self.hits])
+            self.turn.memories, self.turn.memory_error = await recall_memories(
+                self.a.memory, self.req.tenant, self.turn.recall_query(), self.a.recall, self.a.cache)
+        hits = self.turn.memories or []
+        if self.a.memory is None or not self.a.recall.enabled:
+            return
+        yield self._add(0, "memory", f"{len(hits)} memories recalled", self.turn.timings_ms.get("recall", 0.0),
+                        precomputed=found, error=self.turn.memory_error or None,
+                        hits=[{"source_id": h.source_id, "kind": h.kind, "score": round(h.score, 4)} for h in hits])
 
     async def _route(self, tools: ToolSet, base: list[ChatMessage]) -> RouteDecision:
         t = time.perf_counter()
@@ -252,8 +244,7 @@ class _Run:
         if self.req.mode == "on":
             return RouteDecision(route="tools", tools=list(tools), source="mode")
         if self.cfg.routing_rules:
-            text = " ".join([self.question] + [u.ocr_text for u in self.images if u.ocr_text])
-            rules = route_by_rules(text, tools, self.a.tools.all())
+            rules = route_by_rules(self.turn.recall_query(), tools, self.a.tools.all())
             if rules.route != "undecided":
                 return RouteDecision(route=rules.route, tools=rules.tools, source="rules", first_step=rules.first_step,
                                      bindings=rules.bindings, reason=rules.reason, advice=rules.advice,
@@ -278,17 +269,7 @@ class _Run:
                              elapsed_ms=self._ms(t))
 
     def _base_messages(self, tools: ToolSet) -> list[ChatMessage]:
-        msgs = [ChatMessage(role="system", content=system_prompt(tools))]
-        earlier = self.req.messages[: len(self.req.messages) - 1 - self.req.messages[::-1].index(self.last_user)]
-        notes = [m.text for m in earlier if m.role in ("system", "developer") and m.text.strip()]
-        history = [m for m in earlier if m.role in ("user", "assistant") and m.text.strip()]
-        for m in history[-self.cfg.max_history_messages :] if self.cfg.max_history_messages else []:
-            msgs.append(ChatMessage(role=m.role, content=m.text))
-        turn = user_turn(self.question, self.hits, [u.note() for u in self.images], self.cfg.memory_max_chars)
-        if notes:
-            turn = "Client instructions: " + " ".join(notes)[:1000] + "\n\n" + turn
-        msgs.append(ChatMessage(role="user", content=turn))
-        return msgs
+        return render_prompt(self.turn, system_prompt(tools), self.a.recall)
 
     # -- the run --------------------------------------------------------------------------------
     async def events(self) -> AsyncIterator[AgentEvent]:
@@ -388,7 +369,7 @@ class _Run:
             answer=answer, finish_reason=finish, partial=finish in ("timeout", "engine_error", "max_steps"),
             route=route, steps=self.trace, tool_calls=self.calls,
             memory_hits=[{"id": h.id, "source_id": h.source_id, "kind": h.kind, "score": round(h.score, 4),
-                          "text": h.text[:300]} for h in self.hits],
+                          "text": h.text[:300]} for h in self.turn.memories or []],
             usage=self.usage, elapsed_ms=self._ms(self.t0), first_token_ms=self.first_token_ms,
             memory_writes=self._writes(answer, partial=finish in ("timeout", "engine_error", "max_steps")),
         )
@@ -404,7 +385,7 @@ class _Run:
             yield self._delta(route.reply)
             yield self._add(1, "final", route.reply, 0.0)
             return
-        msgs = [ChatMessage(role="system", content=direct_prompt(route.advice)), *messages[1:]]
+        msgs = render_prompt(self.turn, direct_prompt(route.advice), self.a.recall)
         params = GenerationParams(max_tokens=self.req.max_answer_tokens or self.cfg.step_max_tokens,
                                   temperature=self.cfg.temperature, seed=self.cfg.seed)
         t = time.perf_counter()
@@ -421,7 +402,7 @@ class _Run:
         sentence of a three-part question and ignored the recalled tickets (far above in the
         prompt); restating the question at the end, where small models attend most, fixes that.
         """
-        memories = " and the recalled memories above" if self.hits else ""
+        memories = " and the recalled memories above" if self.turn.memories else ""
         return f"\n\nUsing these observations{memories}, answer every part of: {self.question[:600]}"
 
     def _delta(self, text: str) -> AgentEvent:
@@ -487,13 +468,13 @@ class _Run:
         """Image units always; the exchange only when the loop reached a real answer (a partial
         "I could not finish" text is not worth remembering)."""
         session = self.req.session_id
-        writes = [u.to_memory_write(session) for u in self.images]
+        writes = [u.to_memory_write(session) for u in self.turn.images or []]
         if partial:
             return writes
         tools_used = ",".join(sorted({c.name for c in self.calls if c.status in ("ok", "cached")}))
         text = mask_pii(f"User asked: {self.question}\nAgent answered: {answer}")
         digest = hashlib.sha256(f"{session}|{self.question}|{answer}".encode()).hexdigest()[:16]
-        meta: dict[str, Any] = {"tools": tools_used, "images": ",".join(u.sha256 for u in self.images)}
+        meta: dict[str, Any] = {"tools": tools_used, "images": ",".join(u.sha256 for u in self.turn.images or [])}
         if session:
             meta["session_id"] = session
         writes.append(MemoryWrite(text=text, kind="message", source_id=f"exchange:{digest}", metadata=meta))

@@ -42,7 +42,10 @@ class AgentRequest(StrictModel):
         default_factory=lambda: ["basic", "memory:read"],
         description="Permission scopes of the tenant; only tools whose scope is listed are offered.",
     )
-    messages: list[AgentMessage] = Field(min_length=1, description="The conversation; the last user message is asked.")
+    messages: list[AgentMessage] = Field(
+        default_factory=list, max_length=1000,
+        description="The conversation, when no turn is given to the agent; the last user message is asked.",
+    )
     mode: Literal["auto", "on", "off"] = Field(
         default="auto", description="auto: the router decides; on: always the tool loop; off: answer without tools."
     )

@@ -125,7 +125,8 @@ def create_app(
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, request: Request,
                                tenant: str = Depends(auth)) -> ChatCompletionResponse | StreamingResponse:
-        ctx = RequestContext(tenant=tenant, user=body.user or "default", request_id=request.state.request_id)
+        ctx = RequestContext(tenant=tenant, user=body.user or "default", request_id=request.state.request_id,
+                             scopes=auth.scopes_for(tenant))
         if body.stream:
             chunks = await pipeline.stream(body, ctx)
             return StreamingResponse(_sse(chunks, ctx.request_id), media_type="text/event-stream",

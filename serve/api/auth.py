@@ -7,28 +7,43 @@ A missing or unknown key is a 401 with an OpenAI-style body.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from fastapi import Request
 
 from serve.api.errors import APIError
 
-__all__ = ["Authenticator"]
+__all__ = ["Authenticator", "READ_ONLY_SCOPES"]
+
+#: Tool scopes a tenant gets when the auth config names none for it: read-only (least privilege).
+READ_ONLY_SCOPES: tuple[str, ...] = ("basic", "memory:read", "orders:read", "tickets:read", "inventory:read")
 
 
 class Authenticator:
-    """Maps API keys to tenant names.
+    """Maps API keys to tenant names, and tenants to their tool scopes.
+
+    Args:
+        keys: API key -> tenant.
+        scopes: tenant -> tool permission scopes (auth config ``auth.scopes``).
+        default_scopes: scopes of a tenant ``scopes`` does not name.
 
     Example:
-        >>> auth = Authenticator({"sk-local": "local"})
-        >>> auth.tenant_for("sk-local")
-        'local'
+        >>> auth = Authenticator({"sk-local": "local"}, {"local": ["basic", "orders:write"]})
+        >>> auth.tenant_for("sk-local"), auth.scopes_for("local")
+        ('local', ['basic', 'orders:write'])
     """
 
-    def __init__(self, keys: Mapping[str, str]) -> None:
+    def __init__(self, keys: Mapping[str, str], scopes: Mapping[str, Sequence[str]] | None = None,
+                 default_scopes: Sequence[str] = READ_ONLY_SCOPES) -> None:
         if not keys:
             raise ValueError("auth: no API keys configured (set auth.keys or RECALLSERVE_API_KEYS)")
         self._keys = dict(keys)
+        self._scopes = {t: list(s) for t, s in (scopes or {}).items()}
+        self._default_scopes = list(default_scopes)
+
+    def scopes_for(self, tenant: str) -> list[str]:
+        """Tool scopes of ``tenant`` (the default scopes when the config names none for it)."""
+        return list(self._scopes.get(tenant, self._default_scopes))
 
     def tenant_for(self, key: str) -> str | None:
         """The tenant of ``key``, or None. Compares in constant time."""

@@ -76,7 +76,12 @@ class AssemblyInput:
 
 @dataclass
 class Assembly:
-    """What :func:`assemble` returns (the manager wraps it into a ContextResult)."""
+    """What :func:`assemble` returns (the manager wraps it into a ContextResult).
+
+    ``messages`` is the whole assembled prompt; ``block`` (the conversation-memory block, '' in
+    full mode) and ``window`` (the history messages kept verbatim) are its parts, which the
+    chat turn renders into every engine prompt (:mod:`serve.turn`).
+    """
 
     messages: list[ChatMessage]
     mode: ResolvedMode
@@ -85,6 +90,8 @@ class Assembly:
     signals: AutoSignals
     dropped: int
     included_ids: set[str] = field(default_factory=set)
+    block: str = ""
+    window: list[ChatMessage] = field(default_factory=list)
 
 
 def _stamp(ts: float) -> str:
@@ -302,8 +309,9 @@ async def assemble(
     block_parts = [_HEAD] + [f"{head}\n" + "\n".join(lines) for head, lines in sections if lines]
     block = "\n\n".join(block_parts) if len(block_parts) > 1 else ""
     system_text = "\n\n".join(p for p in (inp.system, block) if p)
+    kept = [ChatMessage(role=m.role, content=m.content) for m in window]
     messages = ([ChatMessage(role="system", content=system_text)] if system_text else [])
-    messages += [ChatMessage(role=m.role, content=m.content) for m in window]
+    messages += kept
     messages += [ChatMessage(role=m.role, content=m.content) for m in inp.pending]
 
     part = {
@@ -320,7 +328,7 @@ async def assemble(
     included = {m.id for m in window} | {m.id for m in block_pinned} | {m.id for m in retrieved}
     return Assembly(
         messages=messages, mode=mode, budget=budget, breakdown=breakdown, signals=signals,
-        dropped=len(history) - len(included), included_ids=included,
+        dropped=len(history) - len(included), included_ids=included, block=block, window=kept,
     )
 
 
@@ -339,8 +347,9 @@ async def _render_full(
         kept.discard(m.id)
         used -= m.tokens
     selected = [m for m in history if m.id in kept]
+    window = [ChatMessage(role=m.role, content=m.content) for m in selected]
     messages = ([ChatMessage(role="system", content=inp.system)] if inp.system else [])
-    messages += [ChatMessage(role=m.role, content=m.content) for m in selected]
+    messages += window
     messages += [ChatMessage(role=m.role, content=m.content) for m in inp.pending]
     breakdown = TokenBreakdown(
         system=sys_tokens,
@@ -351,5 +360,5 @@ async def _render_full(
     )
     return Assembly(
         messages=messages, mode="full", budget=budget, breakdown=breakdown, signals=signals,
-        dropped=len(history) - len(selected), included_ids=kept,
+        dropped=len(history) - len(selected), included_ids=kept, window=window,
     )

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 from serve.context._assemble import MESSAGE_OVERHEAD, AssemblyInput, assemble
 from serve.context._categorise import Categoriser, Classifier, RuleCategoriser
-from serve.context._entities import extract_entities
+from serve.context._entities import Entity, extract_entities
 from serve.context._metrics import (
     CONTEXT_ASSEMBLY_SECONDS,
     CONTEXT_MODE_TOTAL,
@@ -45,6 +45,7 @@ from serve.context._types import (
     DEFAULT_RETENTION,
     ContextConfig,
     ContextResult,
+    ContextError,
     Message,
     MessageIn,
     ModeName,
@@ -62,7 +63,7 @@ class ContextManager:
     """Sessions, categorisation, budgeted context assembly and the rolling summary.
 
     Args:
-        store: the session store.
+        store: the session store (None: only :meth:`fit`, for client-sent histories, works).
         config: assembly and summary settings.
         counter: token counter (default offline tiktoken cl100k_base; pass
             :class:`~serve.tokens.EngineTokenCounter` to count with the model's own tokenizer).
@@ -73,7 +74,7 @@ class ContextManager:
     """
 
     def __init__(
-        self, store: SessionStore, config: ContextConfig | None = None, *, counter: TokenCounter | None = None,
+        self, store: SessionStore | None, config: ContextConfig | None = None, *, counter: TokenCounter | None = None,
         embed: Embed | None = None, summariser: Summariser | None = None, classifier: Classifier | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -88,6 +89,11 @@ class ContextManager:
         self._running: set[str] = set()
         self._tasks: set[asyncio.Task[SummaryState | None]] = set()
 
+    def _store(self) -> SessionStore:
+        if self.store is None:
+            raise ContextError("server-side sessions are not enabled on this server (no session store)")
+        return self.store
+
     async def open_session(
         self, tenant: str, user: str, session_id: str | None = None, *, mode: ModeName | None = None,
     ) -> Session:
@@ -96,14 +102,14 @@ class ContextManager:
         Raises:
             SessionNotFoundError: the id belongs to another tenant or user.
         """
-        return await self.store.open(
+        return await self._store().open(
             tenant, user, session_id or uuid.uuid4().hex, mode=mode,
             carry_over=self.config.carry_over_items, now=self._clock(),
         )
 
     async def set_mode(self, session: Session, mode: ModeName | None) -> None:
         """Set the session's default mode (None = the config default)."""
-        await self.store.set_mode(session.tenant, session.user, session.id, mode)
+        await self._store().set_mode(session.tenant, session.user, session.id, mode)
 
     async def _to_message(self, m: MessageIn, *, classify: bool) -> Message:
         if classify:
@@ -124,7 +130,7 @@ class ContextManager:
         """
         stored = [await self._to_message(m, classify=True) for m in messages]
         entities = [[] if m.role == "tool" else extract_entities(m.content) for m in stored]
-        return await self.store.append(session, stored, entities)
+        return await self._store().append(session, stored, entities)
 
     async def assemble(
         self, session: Session, pending: Sequence[MessageIn], *, context_window: int, reserved_output: int,
@@ -144,20 +150,60 @@ class ContextManager:
             ContextBudgetError: the never-drop part does not fit (the ingress answers HTTP 400).
             SessionNotFoundError: the session was deleted or is not the caller's.
         """
+        self._check_window(context_window, reserved_output)
+        # NOTE: entities are read whatever the mode (the session's mode is only known once read);
+        # one store call instead of three matters more than the few rows.
+        start = time.perf_counter()
+        fresh, history, all_entities = await self._store().snapshot(session.tenant, session.user, session.id)
+        requested: ModeName = mode or fresh.mode or self.config.default_mode
+        return await self._assemble(session.id, history, all_entities, fresh.summary, pending, requested,
+                                    context_window, reserved_output, system, start)
+
+    async def fit(
+        self, history: Sequence[MessageIn], pending: Sequence[MessageIn], *, context_window: int,
+        reserved_output: int, system: str | None = None, mode: ModeName | None = None,
+    ) -> ContextResult:
+        """Fit a client-sent history (no server-side session) into the budget with the same rules.
+
+        The messages are categorised by the rules (no model call), their entities extracted, and
+        the assembly runs as for a session without a rolling summary: constraints pinned, the
+        newest turns verbatim, the rest dropped or (hybrid / retrieval) retrieved by similarity.
+
+        Raises:
+            ContextBudgetError: the never-drop part does not fit.
+        """
+        self._check_window(context_window, reserved_output)
+        start = time.perf_counter()
+        now = self._clock()
+        msgs = []
+        for seq, m in enumerate(history):
+            msg = await self._to_message(m, classify=False)
+            msgs.append(msg.model_copy(update={"seq": seq, "timestamp": m.timestamp or now}))
+        entities = []
+        for m in msgs:
+            if m.role != "tool":
+                entities.extend(extract_entities(m.content))
+        # NOTE: the newest mention of an entity wins, as in the session store's table.
+        latest = {(e.kind, e.value): e for e in entities}
+        return await self._assemble("", msgs, list(latest.values()), SummaryState(), pending,
+                                    mode or self.config.default_mode, context_window, reserved_output, system, start)
+
+    def _check_window(self, context_window: int, reserved_output: int) -> None:
         if context_window <= 0:
             raise ValueError(f"context_window: must be > 0, got {context_window}")
         if not 0 <= reserved_output < context_window:
             raise ValueError(f"reserved_output: must be in [0, context_window={context_window}), got {reserved_output}")
-        start = time.perf_counter()
-        # NOTE: entities are read whatever the mode (the session's mode is only known once read);
-        # one store call instead of three matters more than the few rows.
-        fresh, history, all_entities = await self.store.snapshot(session.tenant, session.user, session.id)
-        requested: ModeName = mode or fresh.mode or self.config.default_mode
+
+    async def _assemble(
+        self, session_id: str, history: list[Message], all_entities: list[Entity], summary: SummaryState,
+        pending: Sequence[MessageIn], requested: ModeName, context_window: int, reserved_output: int,
+        system: str | None, start: float,
+    ) -> ContextResult:
         entities = all_entities if requested in ("summary", "hybrid", "auto") else []
         pending_msgs = [await self._to_message(m, classify=False) for m in pending]
         out = await assemble(
             AssemblyInput(
-                history=history, pending=pending_msgs, entities=entities, summary=fresh.summary, system=system,
+                history=history, pending=pending_msgs, entities=entities, summary=summary, system=system,
                 context_window=context_window, reserved_output=reserved_output, requested=requested,
             ),
             self.config, self.counter, self.embeddings,
@@ -168,9 +214,9 @@ class ContextManager:
         for part, value in out.breakdown.model_dump().items():
             CONTEXT_TOKENS.labels(part=part).observe(value)
         return ContextResult(
-            session_id=session.id, messages=out.messages, mode=out.mode, requested_mode=requested,
-            budget=out.budget, breakdown=out.breakdown, signals=out.signals, dropped_messages=out.dropped,
-            summary_covers_until=fresh.summary.until_seq, latency_ms=elapsed * 1000.0,
+            session_id=session_id, messages=out.messages, block=out.block, window=out.window, mode=out.mode,
+            requested_mode=requested, budget=out.budget, breakdown=out.breakdown, signals=out.signals,
+            dropped_messages=out.dropped, summary_covers_until=summary.until_seq, latency_ms=elapsed * 1000.0,
         )
 
     def is_refreshing(self, session_id: str) -> bool:
@@ -188,7 +234,7 @@ class ContextManager:
         self._running.add(session.id)
         name = self.summariser.name
         try:
-            fresh, messages, _ = await self.store.snapshot(session.tenant, session.user, session.id,
+            fresh, messages, _ = await self._store().snapshot(session.tenant, session.user, session.id,
                                                            with_entities=False)
             candidates = summary_candidates(fresh, messages, self.config, self._clock(), force=force)
             if not candidates:
@@ -204,7 +250,7 @@ class ContextManager:
                 text=text, until_seq=candidates[-1].seq, updated_at=self._clock(),
                 tokens=await self.counter.count(text), summariser=name,
             )
-            saved = await self.store.save_summary(session.id, state, expected_until=fresh.summary.until_seq)
+            saved = await self._store().save_summary(session.id, state, expected_until=fresh.summary.until_seq)
             CONTEXT_SUMMARY_SECONDS.labels(summariser=name).observe(time.perf_counter() - start)
             CONTEXT_SUMMARY_RUNS_TOTAL.labels(summariser=name, outcome="ok" if saved else "superseded").inc()
             return state if saved else None

@@ -215,6 +215,10 @@ class ContextResult(StrictModel):
 
     session_id: str = Field(description="Session the context belongs to.")
     messages: list[ChatMessage] = Field(description="Messages to send to the model, system first, pending last.")
+    block: str = Field(default="", description="The conversation-memory block of the system message ('' in full mode).")
+    window: list[ChatMessage] = Field(
+        default_factory=list, description="History messages kept verbatim, oldest first (pending excluded)."
+    )
     mode: ResolvedMode = Field(description="Mode used.")
     requested_mode: ModeName = Field(description="Mode asked for (request, session or config default).")
     budget: int = Field(ge=0, description="History budget = context_window - reserved_output - system - pending.")
@@ -226,4 +230,4 @@ class ContextResult(StrictModel):
 
     def response_metadata(self) -> dict[str, Any]:
         """Everything but the messages, JSON-ready: what the ingress puts in the response metadata."""
-        return self.model_dump(mode="json", exclude={"messages"})
+        return self.model_dump(mode="json", exclude={"messages", "block", "window"})

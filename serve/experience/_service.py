@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from serve.engine import GenerationParams, LLMEngine
+from serve.engine import ChatMessage, GenerationParams, LLMEngine
 from serve.experience import _metrics
 from serve.experience._caches import decay_factor, demotions, find_conflicts, model_family, rank_active
 from serve.experience._models import (
@@ -298,12 +298,17 @@ class ExperienceService:
     async def produce(
         self, tenant: str, engine: LLMEngine, question: str, *, domain: str = "general", topic: str = "general",
         inject: bool = True, params: GenerationParams | None = None, store: bool = True,
+        prompt: Callable[[str, str], list[ChatMessage]] | None = None,
     ) -> ProduceResult:
         """Ask the reasoner for the four segments, parse, verify by code and store the trace.
 
         With ``inject``, the best active experiences of the same model family and domain and
         the archival lessons of the topic go into the prompt, and the check types they imply
         are required in the new answer (a missing one makes the trace at most ``medium``).
+        ``prompt(head, problem)`` renders the engine prompt from the segmented format (system) and
+        the problem text with its injected experiences (the chat turn passes its renderer, so the
+        client's system prompt, the context block, history and memories reach the model too);
+        None = just those two messages.
         """
         experiences: list[ExperienceRecord] = []
         archival: list[ExperienceRecord] = []
@@ -315,6 +320,8 @@ class ExperienceService:
             archival = [h.experience.record for h in found.archival]
         messages, required = build_messages(question, experiences=experiences, archival=archival,
                                             rules=self.rules.rules(domain), json_mode=self.config.constrain_json)
+        if prompt is not None:
+            messages = prompt(messages[0].content, messages[1].content)
         gen = params or GenerationParams(max_tokens=self.config.max_tokens, temperature=0.0, seed=0,
                                          json_schema=_JSON_SCHEMA if self.config.constrain_json else None)
         result = await engine.chat(messages, gen)

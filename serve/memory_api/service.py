@@ -175,7 +175,7 @@ class MemoryService:
         return [h for h in hits if h.record.tenant in (tenant, SHARED_TENANT_NAME)]
 
     # ---- serve.memory.MemoryBackend -----------------------------------------------------
-    async def search(self, tenant: str, query: str, k: int, *, threshold: float | None = None,
+    async def search(self, tenant: str, query: str, k: int | None = None, *, threshold: float | None = None,
                      kinds: Sequence[str] | None = None, topic_prefix: str | None = None) -> list[MemoryHit]:
         """The chat pipeline's recall: hybrid top-k of ``tenant`` (plus shared) for ``query``."""
         if not query.strip():
@@ -183,7 +183,7 @@ class MemoryService:
         filters = None
         if kinds or topic_prefix:
             filters = FiltersIn(kinds=list(kinds) if kinds else None, topic_prefix=topic_prefix or None)
-        req = SearchRequest(query=query, k=min(max(k, 1), MAX_K), threshold=threshold, filters=filters)
+        req = SearchRequest(query=query, k=min(max(k or self.top_k, 1), MAX_K), threshold=threshold, filters=filters)
         return [
             MemoryHit(id=h.record.id, source_id=h.record.source_id, kind=h.record.kind,
                       text="\n".join(h.record.embedding_texts()), score=h.score, similarity=h.similarity,

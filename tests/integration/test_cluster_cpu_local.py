@@ -199,3 +199,30 @@ def test_rolling_summary_through_the_summariser_deployment(cluster: AppConfig) -
         lines = httpx.get(f"http://127.0.0.1:{cluster.server.port}/metrics").text.splitlines()
         counts |= {float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(series)}
     assert len(counts) == 1 and counts.pop() >= 17
+
+
+def test_long_session_answer_uses_turn_one(cluster: AppConfig) -> None:
+    """A 14-turn server-side session on the default path (agent auto, the real default model): the
+    value given at turn 1 is in the answer at turn 14. The agent used to drop the context-mode block
+    and keep only its own last 8 messages, and answered "I don't have access to your card number"."""
+    import httpx
+
+    base = f"http://127.0.0.1:{cluster.server.port}/v1"
+    auth = {"Authorization": "Bearer sk-local"}
+    turns = ["Hi! My loyalty card number is LC-448812. Please always keep answers short."]
+    turns += [f"Quick question {i}: is {topic} good for espresso?" for i, topic in enumerate(
+        ["dark roast", "light roast", "a 15 bar pump", "filtered water", "a flat burr grinder", "fresh beans",
+         "a 58 mm basket", "a tamper", "pre-infusion", "a bottomless portafilter", "a scale", "a milk jug"])]
+    turns.append("What is my loyalty card number?")
+    assert len(turns) == 14
+    start = time.perf_counter()
+    for i, text in enumerate(turns):
+        r = httpx.post(f"{base}/chat/completions", headers=auth, timeout=600, json={
+            "model": "recallserve", "user": "u-long", "max_tokens": 32, "temperature": 0,
+            "metadata": {"session_id": "long-1"}, "messages": [{"role": "user", "content": text}]})
+        assert r.status_code == 200, r.text
+    answer = r.json()["choices"][0]["message"]["content"]
+    ctx = r.json()["recallserve"]["context"]
+    print(f"14 turns in {time.perf_counter() - start:.0f} s; mode={ctx['mode']} "
+          f"prompt={r.json()['usage']['prompt_tokens']} tokens; answer: {answer!r}")
+    assert "448812" in answer, answer

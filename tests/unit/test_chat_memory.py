@@ -33,7 +33,7 @@ def client(tmp_path: Path) -> Iterator[tuple[TestClient, MemoryService]]:
 
     service = MemoryService(coord, embed, top_k=16, threshold=0.0)
     engine = LlamaCppEngine(LlamaCppConfig(model="smollm2-135m-instruct-q4_1", n_ctx=2048, n_threads=1))
-    pipeline = ChatPipeline(engine, PipelineSettings(memory_threshold=0.0), memory=service)
+    pipeline = ChatPipeline(engine, PipelineSettings(), memory=service)
     auth = Authenticator(KEYS)
     with TestClient(create_app(pipeline, auth, routers=[build_router(service, auth)])) as c:
         yield c, service

@@ -21,6 +21,9 @@ __all__ = ["LocalMemory"]
 class LocalMemory:
     """MemoryBackend over ``memory_shards.local_coordinator`` with an embedder."""
 
+    #: Results when the caller gives no k (the chat's recall uses the backend's default).
+    top_k = 16
+
     def __init__(self, embedder: Any | None = None, n_shards: int = 1) -> None:
         from memory_shards.coordinator import local_coordinator
         from memory_shards.embedders import MiniLMEmbedder
@@ -29,9 +32,10 @@ class LocalMemory:
         self.coordinator = local_coordinator(n_shards, self.embedder.model_id, self.embedder.dim)
 
     async def search(
-        self, tenant: str, query: str, k: int, *, threshold: float | None = None,
+        self, tenant: str, query: str, k: int | None = None, *, threshold: float | None = None,
         kinds: Sequence[str] | None = None, topic_prefix: str | None = None,
     ) -> list[MemoryHit]:
+        k = k or self.top_k
         from kernels import ScoreParams
         from memory_shards.config import SearchFilters
 

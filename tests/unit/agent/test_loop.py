@@ -419,8 +419,10 @@ def test_own_exchanges_are_not_recalled_and_partial_answers_not_written_back() -
     result = _run(Agent(eng, _registry(), memory=memory, config=cfg), _req("my grinder jams"))
     assert [h["source_id"] for h in result.memory_hits] == ["ticket:T-1"]
     assert result.partial and not [w for w in result.memory_writes if w.kind == "message"]
-    cfg_on = cfg.model_copy(update={"recall_exchanges": True})
+    from serve.turn import RecallConfig
+
     eng = ScriptedEngine([final("Clean the burrs.")])
-    result = _run(Agent(eng, _registry(), memory=memory, config=cfg_on), _req("my grinder jams"))
+    agent = Agent(eng, _registry(), memory=memory, config=cfg, recall=RecallConfig(recall_exchanges=True))
+    result = _run(agent, _req("my grinder jams"))
     assert {h["source_id"] for h in result.memory_hits} == {"ticket:T-1", "exchange:x"}
     assert [w.source_id.startswith("exchange:") for w in result.memory_writes] == [True]

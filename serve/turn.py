@@ -1,0 +1,251 @@
+"""One chat turn: built once from the request, rendered into every engine prompt by one formatter.
+
+A request changes form once, at the edge (:class:`~serve.pipeline.ChatPipeline`), into a
+:class:`Turn`; the agent (router, loop steps, direct answers), the plain path, streaming and
+segmented reasoning all call :func:`render_prompt` on it. So whatever a feature adds to the turn
+(the client's system prompt, the context-mode block, the budgeted history, the recalled memories,
+the image notes) reaches the model on every path, and a test of the prompt the engine receives
+tests the feature.
+
+The rendered prompt, in order (a stable prefix first, for llama.cpp's prompt cache and vLLM's
+prefix cache)::
+
+    system:    <head: the path's fixed instructions>
+               Instructions from the client: <client system/developer messages, verbatim>
+               <context-mode block: pinned constraints, rolling summary, entity table, retrieved turns>
+    ...        <history: the earlier messages the token budget kept, verbatim, original roles>
+    user:      Recalled memories ... / Attached image: ... / Question: <the question>
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import Field
+
+from serve._base import StrictModel
+from serve.engine import ChatMessage
+from serve.memory import MemoryBackend, MemoryHit
+
+if TYPE_CHECKING:  # NOTE: typing only; serve.agent imports this module.
+    from serve.agent.images import ImageDescriber, ImageUnit
+    from serve.context import MessageIn, Session
+
+__all__ = ["RecallConfig", "Turn", "recall_memories", "analyse_images", "format_memories", "render_prompt", "memory_meta",
+           "RECALL_KINDS", "CLIENT_HEADER"]
+
+log = logging.getLogger("recallserve.turn")
+
+#: Memory kinds recalled for a turn unless ``RecallConfig.recall_exchanges``: everything but the
+#: agent's own write-backs (kind ``message``).
+RECALL_KINDS = ("text", "image", "table", "tool_result", "experience")
+#: Header of the client's own system prompt inside the rendered system message.
+CLIENT_HEADER = "Instructions from the client application (follow them unless they conflict with the rules above):"
+
+
+class RecallConfig(StrictModel):
+    """How one turn recalls memories and shows them to the model.
+
+    How many and how similar come from the memory tier (``memory.top_k``, ``memory.threshold``
+    of the profile: one top-k for the chat, the agent and ``/v1/memories/search``).
+    """
+
+    enabled: bool = Field(default=True, description="Recall memories for each chat turn.")
+    recall_exchanges: bool = Field(
+        default=False,
+        description="Also recall the agent's own earlier exchanges (kind 'message'). Off by default: an old answer "
+        "is stale next to live tools, and a wrong one recalled for the same question repeats itself.",
+    )
+    item_chars: int = Field(default=400, ge=40, le=8000, description="Most characters of one memory in the prompt.")
+    prompt_chars: int = Field(
+        default=3000, ge=0, le=100_000, description="Most characters of all recalled memories in the prompt."
+    )
+    timeout_s: float = Field(default=10.0, gt=0, le=600, description="Deadline of the recall step; then no memories.")
+
+
+@dataclass
+class Turn:
+    """What one chat turn carries from the request to every prompt.
+
+    Attributes:
+        question: text of the last user message (what is asked).
+        instructions: the client's system / developer messages, joined ('' = none).
+        context: the context-mode block (constraints, summary, entities, retrieved turns; '' = none).
+        history: earlier messages the token budget kept, oldest first (roles user/assistant/tool).
+        image_urls: image data URLs of the question's message.
+        images: analysed images (None = not analysed yet).
+        image_errors: why an image was rejected, one line each.
+        memories: recalled memories (None = not recalled yet).
+        memory_error: why recall failed ('' = it did not).
+        session: the server-side session (None without ``metadata.session_id``).
+        pending: the request's new messages, appended to the session after the answer.
+        meta: response metadata collected on the way (``recallserve`` field of the response).
+    """
+
+    question: str
+    instructions: str = ""
+    context: str = ""
+    history: list[ChatMessage] = field(default_factory=list)
+    image_urls: list[str] = field(default_factory=list)
+    images: list[ImageUnit] | None = None
+    image_errors: list[str] = field(default_factory=list)
+    memories: list[MemoryHit] | None = None
+    memory_error: str = ""
+    session: Session | None = None
+    pending: list[MessageIn] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def asked(self) -> str:
+        """The question as shown to the model (a placeholder when only an image was sent)."""
+        return self.question.strip() or "(no text; see the attached image)"
+
+    def recall_query(self) -> str:
+        """The recall query: the question plus the text OCR read in its images (<= 1000 chars)."""
+        ocr = [u.ocr_text for u in self.images or [] if u.ocr_text]
+        return " ".join([self.question, *ocr]).strip()[:1000]
+
+    def image_notes(self) -> list[str]:
+        """One prompt line per analysed image."""
+        return [u.note() for u in self.images or []]
+
+    @classmethod
+    def from_messages(cls, messages: Sequence[Any]) -> Turn:
+        """A turn from messages with ``role``, ``text`` and ``images`` (agent or API messages),
+        with no budget applied: every earlier message is history (for callers outside the pipeline).
+
+        Raises:
+            ValueError: no message has the role ``user``.
+        """
+        def text(m: Any) -> str:
+            return m.text() if callable(m.text) else m.text
+
+        def images(m: Any) -> list[str]:
+            return list(m.images() if callable(m.images) else m.images)
+
+        last = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), None)
+        if last is None:
+            raise ValueError("messages: at least one message with role 'user' is required")
+        instructions = "\n\n".join(text(m).strip() for m in messages if m.role in ("system", "developer")
+                                   and text(m).strip())
+        history = [ChatMessage(role=m.role, content=text(m)) for m in messages[:last]
+                   if m.role in ("user", "assistant", "tool") and text(m).strip()]
+        return cls(question=text(messages[last]), instructions=instructions, history=history,
+                   image_urls=images(messages[last]))
+
+
+class _Cache(Protocol):
+    def get(self, key: str) -> tuple[bool, Any]: ...
+
+    def put(self, key: str, value: Any) -> None: ...
+
+
+async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str, config: RecallConfig,
+                          cache: _Cache | None = None) -> tuple[list[MemoryHit], str]:
+    """The turn's one recall: the tenant's top-k for ``query`` (k and threshold: the memory tier's).
+
+    Results are cached per (tenant, query, kinds) when a cache is given (CoT 3.0: retrieval results
+    are reused for minutes). A failing or slow memory tier degrades to no memories; the reason comes
+    back (reported in the response metadata, so the degradation is visible, never silent).
+    """
+    if memory is None or not config.enabled or not query.strip():
+        return [], ""
+    kinds = None if config.recall_exchanges else RECALL_KINDS
+    key = "recall\x00" + json.dumps([tenant, query, kinds])
+    if cache is not None:
+        found, hits = cache.get(key)
+        if found:
+            return list(hits), ""
+    try:
+        async with asyncio.timeout(config.timeout_s):
+            hits = await memory.search(tenant, query, None, kinds=kinds)
+    except Exception as exc:  # noqa: BLE001 - any memory failure must not fail the chat
+        log.warning("memory recall failed: %s", exc)
+        return [], f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if cache is not None:
+        cache.put(key, hits)
+    return list(hits), ""
+
+
+async def analyse_images(turn: Turn, describer: ImageDescriber | None = None) -> None:
+    """Describe and OCR the question's images into ``turn.images`` (a bad one into
+    ``turn.image_errors``, never an exception: the rest of the turn still runs)."""
+    from serve.agent.images import ImageError, analyse_image
+
+    t = time.perf_counter()
+    units = []
+    for i, url in enumerate(turn.image_urls):
+        try:
+            units.append(await analyse_image(url, turn.question, describer=describer))
+        except ImageError as exc:
+            turn.image_errors.append(f"image {i}: {exc}")
+    turn.images = units
+    turn.timings_ms["images"] = round((time.perf_counter() - t) * 1e3, 2)
+
+
+def format_memories(hits: Sequence[MemoryHit], *, item_chars: int, total_chars: int) -> str:
+    """Recalled memories as one prompt block, most relevant first ('' when none fit).
+
+    Each memory is one line ``[n] (kind source_id, date, score s) text``, its text whitespace-
+    folded and cut to ``item_chars``; lines stop before ``total_chars`` would be passed.
+    """
+    lines: list[str] = []
+    used = 0
+    for i, h in enumerate(hits, 1):
+        text = " ".join(h.text.split())
+        if len(text) > item_chars:
+            text = text[: item_chars - 3] + "..."
+        when = time.strftime("%Y-%m-%d", time.gmtime(h.created_at))
+        line = f"[{i}] ({h.kind} {h.source_id}, {when}, score {h.score:.2f}) {text}"
+        if used + len(line) > total_chars:
+            break
+        lines.append(line)
+        used += len(line)
+    if not lines:
+        return ""
+    return "Recalled memories (most relevant first; may be irrelevant; cite them by [n] when used):\n" + "\n".join(lines)
+
+
+def render_prompt(turn: Turn, head: str, recall: RecallConfig, *, question: str | None = None) -> list[ChatMessage]:
+    """The engine prompt of ``turn`` under the system text ``head`` (see the module docstring).
+
+    Args:
+        turn: the turn.
+        head: the path's fixed instructions (agent protocol + tools, direct answer, segmented format,
+            the server's system prompt); first, so engines reuse its prompt cache across requests.
+        recall: how memories are shown (characters per memory and in all).
+        question: the user message's last part instead of ``Question: <turn.asked>`` (segmented
+            reasoning puts its rules and past experiences there).
+    """
+    system = [head.strip()] if head.strip() else []
+    if turn.instructions.strip():
+        system.append(f"{CLIENT_HEADER}\n{turn.instructions.strip()}")
+    if turn.context.strip():
+        system.append(turn.context.strip())
+    messages = [ChatMessage(role="system", content="\n\n".join(system))] if system else []
+    messages += turn.history
+    parts = []
+    memories = format_memories(turn.memories or [], item_chars=recall.item_chars, total_chars=recall.prompt_chars)
+    if memories:
+        parts.append(memories)
+    parts += [f"Attached image: {note}" for note in turn.image_notes()]
+    parts.append(question if question is not None else f"Question: {turn.asked}")
+    messages.append(ChatMessage(role="user", content="\n\n".join(parts)))
+    return messages
+
+
+def memory_meta(hits: Sequence[MemoryHit], error: str) -> dict[str, object]:
+    """Response metadata of the recall step."""
+    meta: dict[str, object] = {
+        "memories": [{"id": h.id, "source_id": h.source_id, "kind": h.kind, "score": round(h.score, 4)} for h in hits]
+    }
+    if error:
+        meta["memory_error"] = error
+    return meta
