@@ -23,6 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field, ValidationError
@@ -50,7 +51,7 @@ from serve.experience import ExperienceService, ProduceResult
 from serve.memory import MemoryBackend, MemoryWrite
 from serve.turn import RecallConfig, Turn, analyse_images, memory_meta, recall_memories, render_prompt
 
-__all__ = ["RequestContext", "PipelineSettings", "ChatPipeline"]
+__all__ = ["RequestContext", "PipelineSettings", "ChatPipeline", "Answer"]
 
 log = logging.getLogger("recallserve.pipeline")
 # The request field behind each field of a Session (for a 400 naming what the client sent).
@@ -106,6 +107,17 @@ class PipelineSettings(StrictModel):
         if agent is None:
             return self.engine_timeout_s
         return max(self.engine_timeout_s, agent.request_timeout_s + self.timeout_grace_s)
+
+
+@dataclass
+class Answer:
+    """The answer to one turn, before it is stored and sent."""
+
+    text: str
+    finish: str
+    prompt_tokens: int
+    completion_tokens: int
+    agent_result: AgentResult | None = None
 
 
 class ChatPipeline:
@@ -214,7 +226,9 @@ class ChatPipeline:
         use_agent = self._use_agent(req) and not self._segmented(req)
         head = "" if use_agent else self.settings.system_prompt
         system = "\n\n".join(p for p in (head, instructions) if p) or None
-        reserved = params.max_tokens + self.settings.memory_tokens() + \
+        # NOTE: no memory tier, no recalled memories to make room for.
+        memory_tokens = self.settings.memory_tokens() if self.memory is not None else 0
+        reserved = params.max_tokens + memory_tokens + \
             (self.settings.agent_overhead_tokens if use_agent else 0)
         window = self.reasoner.context_window
         if reserved >= window:
@@ -312,50 +326,67 @@ class ChatPipeline:
     # ---- non-streaming ------------------------------------------------------------------------------
     async def complete(self, req: ChatCompletionRequest, ctx: RequestContext) -> ChatCompletionResponse:
         """Answer a non-streaming request."""
+        turn, params = await self.build_turn(req, ctx)
+        answer = await self.answer(req, ctx, turn, params)
+        TOKENS.labels("reasoner", "prompt").inc(answer.prompt_tokens)
+        TOKENS.labels("reasoner", "completion").inc(answer.completion_tokens)
+        await self._finish_turn(req, ctx, turn, answer.text, answer.agent_result)
+        return ChatCompletionResponse(
+            model=req.model,
+            choices=[Choice(message=ResponseMessage(content=answer.text), finish_reason=answer.finish)],  # type: ignore[arg-type]
+            usage=Usage(prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
+                        total_tokens=answer.prompt_tokens + answer.completion_tokens),
+            recallserve={"request_id": ctx.request_id, **turn.meta},
+        )
+
+    async def build_turn(self, req: ChatCompletionRequest, ctx: RequestContext) -> tuple[Turn, GenerationParams]:
+        """Check the request and build its turn (nothing is stored): step 1 of :meth:`complete`."""
         self._check_model(req)
         params = self._params(req)
-        turn = await self._build_turn(req, ctx, params)
-        agent_result: AgentResult | None = None
+        return await self._build_turn(req, ctx, params), params
+
+    def first_prompt(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn) -> list[ChatMessage]:
+        """The prompt of the path's first reasoner call for ``turn``, without calling the engine: the
+        agent's step prompt over the tenant's tools, the segmented prompt, or the plain one.
+        ``recallserve eval retention`` scores what the engine receives with it."""
+        if self._segmented(req):
+            from serve.experience._prompt import SYSTEM_PROMPT, SYSTEM_PROMPT_JSON
+
+            assert self.experiences is not None
+            head = SYSTEM_PROMPT_JSON if self.experiences.config.constrain_json else SYSTEM_PROMPT
+            return self._render(turn, head, f"Problem: {turn.asked}")
+        if self._use_agent(req):
+            assert self.agent is not None
+            return self.agent.step_prompt(turn, ctx.scopes)
+        return self._render(turn, self.settings.system_prompt)
+
+    async def answer(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn,
+                     params: GenerationParams) -> Answer:
+        """Step 2 of :meth:`complete`: the path's answer to ``turn`` within the pipeline's deadline
+        (the turn is not stored; :meth:`complete` does that)."""
         deadline = self.deadline_s(req)
         try:
             async with asyncio.timeout(deadline):
                 if self._segmented(req):
                     produced = await self._produce(req, ctx, turn)
-                    text = produced.answer or produced.raw_text
-                    prompt_tokens, completion_tokens = produced.prompt_tokens, produced.completion_tokens
-                    finish = "stop"
-                elif self._use_agent(req):
+                    return Answer(produced.answer or produced.raw_text, "stop", produced.prompt_tokens,
+                                  produced.completion_tokens)
+                if self._use_agent(req):
                     assert self.agent is not None
-                    agent_result = await self.agent.run(self._agent_request(req, ctx, turn), turn)
-                    self._agent_meta(turn, agent_result)
-                    text = agent_result.answer
-                    prompt_tokens = agent_result.usage.prompt_tokens
-                    completion_tokens = agent_result.usage.completion_tokens
-                    finish = "stop"
-                else:
-                    result = await self.reasoner.chat(self._render(turn, self.settings.system_prompt), params)
-                    text, finish = result.text, result.finish_reason
-                    prompt_tokens, completion_tokens = result.prompt_tokens, result.completion_tokens
-                    turn.meta["engine_model"] = result.model
+                    result = await self.agent.run(self._agent_request(req, ctx, turn), turn)
+                    self._agent_meta(turn, result)
+                    return Answer(result.answer, "stop", result.usage.prompt_tokens, result.usage.completion_tokens,
+                                  result)
+                out = await self.reasoner.chat(self._render(turn, self.settings.system_prompt), params)
+                turn.meta["engine_model"] = out.model
+                return Answer(out.text, out.finish_reason, out.prompt_tokens, out.completion_tokens)
         except TimeoutError as exc:
             raise TimeoutError(f"no answer within {deadline:.0f} s") from exc
-        TOKENS.labels("reasoner", "prompt").inc(prompt_tokens)
-        TOKENS.labels("reasoner", "completion").inc(completion_tokens)
-        await self._finish_turn(req, ctx, turn, text, agent_result)
-        return ChatCompletionResponse(
-            model=req.model,
-            choices=[Choice(message=ResponseMessage(content=text), finish_reason=finish)],  # type: ignore[arg-type]
-            usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                        total_tokens=prompt_tokens + completion_tokens),
-            recallserve={"request_id": ctx.request_id, **turn.meta},
-        )
 
     # ---- streaming ----------------------------------------------------------------------------------
     async def stream(self, req: ChatCompletionRequest, ctx: RequestContext) -> AsyncIterator[ChatCompletionChunk]:
         """Answer a streaming request chunk by chunk (validation happens before the first chunk)."""
-        self._check_model(req)
-        params = self._params(req)
-        turn = await self._build_turn(req, ctx, params)
+        turn, params = await self.build_turn(req, ctx)
         if self._segmented(req):
             return self._stream_segmented(req, ctx, turn)
         if self._use_agent(req):

@@ -133,6 +133,10 @@ class Agent:
         await self.reasoner.chat(msgs, GenerationParams(max_tokens=1, temperature=0.0))
         return time.perf_counter() - t
 
+    def step_prompt(self, turn: Turn, scopes: list[str]) -> list[ChatMessage]:
+        """The prompt of a loop step's first call for ``turn`` over the tools ``scopes`` allow."""
+        return render_prompt(turn, system_prompt(self.tools.for_scopes(scopes)), self.recall)
+
     async def write_back(self, tenant: str, result: AgentResult) -> list[str]:
         """Store ``result.memory_writes`` (already PII-masked); call it off the request path."""
         if self.memory is None or not result.memory_writes:

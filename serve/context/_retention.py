@@ -6,8 +6,14 @@ let the rolling summary refresh when its trigger fires; here the refresh is awai
 turns, standing in for the off-path job finishing before the next message). Then, for every
 planted item, the customer's turn-60 question about it is the pending message and the context
 is assembled per mode and budget. An item counts as present when every one of its keys appears
-in the assembled context (system block, history, not the question itself), after
-:func:`normalise` - verbatim, in the summary, or in the entity table.
+in the context (system block, history, not the question itself), after :func:`normalise` -
+verbatim, in the summary, or in the entity table.
+
+Which context: with a ``prompt`` function (what ``recallserve eval retention`` passes), the prompt
+the engine receives on the chosen chat path (the pipeline's turn rendered by
+:func:`serve.turn.render_prompt`, the question's own text taken out); without one, the assembled
+context of :meth:`ContextManager.assemble` alone (a unit-level figure, blind to what the serving
+path drops on its way to the engine).
 
 The budget is the model's context window; ``reserved_output`` tokens are kept for the answer.
 """
@@ -16,7 +22,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from serve.context._eval_data import Conversation, PlantedItem, normalise
@@ -25,6 +31,7 @@ from serve.context._types import ContextBudgetError, MessageIn, Session
 
 __all__ = [
     "RetentionRow", "RetentionReport", "replay", "item_present", "evaluate_retention", "percentile", "GENERIC_QUESTION",
+    "EVAL_SYSTEM", "PromptFn",
 ]
 
 GENERIC_QUESTION = (
@@ -32,13 +39,16 @@ GENERIC_QUESTION = (
     "respect?"
 )
 
-_EVAL_SYSTEM = (
+EVAL_SYSTEM = (
     "You are a customer-service assistant for an online electronics shop. Be accurate, respect every "
     "constraint the customer has set, and quote ids, amounts and dates exactly."
 )
 # NOTE: one turn every 90 s of simulated time: 60 turns = 90 minutes, long enough for the
 # 30-minute summary cooldown to matter alongside the message-count cooldown.
 _TURN_SECONDS = 90.0
+#: ``prompt(session, question, budget, mode) -> (context text, resolved mode, latency ms)``: the
+#: context the engine receives for ``question`` (without the question) on a chat path.
+PromptFn = Callable[[Session, str, int, str], Awaitable[tuple[str, str, float]]]
 _T0 = 1_767_225_600.0  # 2026-01-01 00:00 UTC
 
 
@@ -140,6 +150,7 @@ async def replay(
 async def evaluate_retention(
     conversations: Sequence[Conversation], managers: Sequence[ContextManager], sessions: Sequence[Session],
     *, modes: Sequence[str], budgets: Sequence[int], reserved_output: int = 256, question: str | None = None,
+    prompt: PromptFn | None = None,
 ) -> RetentionReport:
     """Assemble the turn-60 context per item, mode and budget; count the items present.
 
@@ -152,6 +163,8 @@ async def evaluate_retention(
         reserved_output: tokens reserved for the answer in every budget.
         question: one question asked for every item (e.g. :data:`GENERIC_QUESTION`); None asks
             each item's own question (what retrieval can latch on to).
+        prompt: scores the engine's prompt on a chat path (see the module docstring); None scores
+            the assembled context.
     """
     rows: list[RetentionRow] = []
     latencies: dict[str, list[float]] = {m: [] for m in modes}
@@ -166,18 +179,23 @@ async def evaluate_retention(
                     items += 1
                     is_r3 = retention.get(item.text, 0) >= 3
                     r3_items += is_r3
+                    asked = question or item.question
                     try:
-                        result = await manager.assemble(
-                            session, [MessageIn(role="user", content=question or item.question)], context_window=budget,
-                            reserved_output=reserved_output, system=_EVAL_SYSTEM, mode=mode,  # type: ignore[arg-type]
-                        )
+                        if prompt is not None:
+                            context, resolved, latency = await prompt(session, asked, budget, mode)
+                        else:
+                            result = await manager.assemble(
+                                session, [MessageIn(role="user", content=asked)], context_window=budget,
+                                reserved_output=reserved_output, system=EVAL_SYSTEM, mode=mode,  # type: ignore[arg-type]
+                            )
+                            resolved, latency = result.mode, result.latency_ms
+                            context = "\n".join(m.content for m in result.messages[:-1])
                     except ContextBudgetError:
                         refused += 1
                         by_kind[item.kind].append(False)
                         continue
-                    latencies[mode].append(result.latency_ms)
-                    picked[result.mode] += 1
-                    context = "\n".join(m.content for m in result.messages[:-1])
+                    latencies[mode].append(latency)
+                    picked[resolved] += 1
                     ok = item_present(item, context)
                     present += ok
                     r3_present += ok and is_r3

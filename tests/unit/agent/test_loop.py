@@ -14,6 +14,7 @@ from pydantic import Field
 from serve._base import StrictModel
 from serve.agent import Agent, AgentConfig, AgentRequest, Tool, ToolContext, ToolRegistry, builtin_tools
 from serve.agent._cache import TTLCache
+from serve.engine import ChatMessage
 from serve.agent.demo import DemoWorld, demo_tools
 from serve.agent.demo.tools import DEMO_SCOPES
 from tests.unit.agent.conftest import ScriptedEngine, SubstringMemory, call, final, route
@@ -351,6 +352,11 @@ def test_mode_off_and_on_skip_the_router() -> None:
     assert r.route.route == "tools" and len(eng.calls) == 1
 
 
+def _run_prompt(agent: Agent, text: str) -> list[ChatMessage]:
+    _run(agent, AgentRequest.from_messages("t1", [{"role": "user", "content": text}], scopes=DEMO_SCOPES, mode="off"))
+    return agent.reasoner.calls[0][0]  # type: ignore[attr-defined]
+
+
 def test_history_and_client_system_go_after_the_stable_prefix() -> None:
     eng = ScriptedEngine([final("x")])
     msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "earlier q"},
@@ -359,7 +365,11 @@ def test_history_and_client_system_go_after_the_stable_prefix() -> None:
     _run(Agent(eng, _registry()), req)
     sent = eng.calls[0][0]
     assert [m.role for m in sent] == ["system", "user", "assistant", "user"]
-    assert "be brief" not in sent[0].content and sent[-1].content.startswith("Client instructions: be brief")
+    # NOTE: the stable prefix (protocol + tools) comes first, unchanged, so the prompt cache reuses
+    # it; the client's system prompt follows it in the same system message.
+    bare = _run_prompt(Agent(ScriptedEngine([final("x")]), _registry()), "now")
+    assert sent[0].content.startswith(bare[0].content) and sent[0].content.endswith("be brief")
+    assert sent[-1].content.endswith("now")
 
 
 def test_after_a_step_of_refused_calls_only_an_answer_is_allowed() -> None:
