@@ -114,3 +114,34 @@ def test_memory_migration_is_validated(tmp_path) -> None:
         cfg({"migration": {**mig, "generation": "V-2"}})
     with pytest.raises(ConfigError, match="embedder: .*int8 runs on the CPU only"):
         load_config("cpu-local", overrides={"embedder": {"model": "all-MiniLM-L6-v2-int8", "device": "cuda"}})
+
+
+def test_timeouts_nest_agent_then_pipeline_then_http() -> None:
+    """The agent's deadline returns its partial answer; the pipeline's and the HTTP proxy's fire after it."""
+    from serve.pipeline import ChatPipeline
+
+    cfg = load_config("cpu-local")
+    agent_s = cfg.agent.request_timeout_s
+    pipeline_s = cfg.chat.deadline_s(cfg.agent)
+    assert pipeline_s == agent_s + cfg.chat.timeout_grace_s
+    assert cfg.server.request_timeout_s is None and cfg.http_timeout_s > pipeline_s + cfg.chat.recall.timeout_s
+    # Plain chat (agent disabled) keeps the engine deadline.
+    assert load_config("cpu-local", overrides={"agent_enabled": False})._chat_deadline_s() < pipeline_s
+    with pytest.raises(ConfigError, match=r"server.request_timeout_s: 300 s would cut the chat off"):
+        load_config("cpu-local", overrides={"server": {"request_timeout_s": 300}})
+    # The pipeline built from the config uses the same chain (one schema, no copies).
+    assert ChatPipeline(object(), cfg.chat).deadline_s() == cfg.chat.engine_timeout_s  # type: ignore[arg-type]
+
+
+def test_chat_settings_and_tenant_scopes_come_from_the_config() -> None:
+    from serve.api.auth import READ_ONLY_SCOPES, Authenticator
+
+    cfg = load_config("cpu-local", overrides={
+        "chat": {"max_request_tokens": 512, "recall": {"prompt_chars": 1000}},
+        "auth": {"keys": {"sk-a": "acme"}, "scopes": {"acme": ["basic", "orders:read", "orders:write"]}}})
+    assert cfg.chat.max_request_tokens == 512 and cfg.chat.recall.prompt_chars == 1000
+    auth = Authenticator(cfg.auth.resolve(), cfg.auth.scopes, cfg.auth.default_scopes)
+    assert auth.scopes_for("acme") == ["basic", "orders:read", "orders:write"]
+    assert auth.scopes_for("local") == list(READ_ONLY_SCOPES)
+    with pytest.raises(ConfigError, match="chat.recall.top_k"):
+        load_config("cpu-local", overrides={"chat": {"recall": {"top_k": 5}}})
