@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from serve._base import StrictModel
+from kernels import StrictModel
 
 from .records import MemoryKind, MemoryRecord, Scalar
 

@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import Field
 
-from serve._base import StrictModel
+from kernels import StrictModel
 
 __all__ = ["MemoryHit", "MemoryWrite", "MemoryBackend"]
 

@@ -37,7 +37,7 @@ from typing import Any
 from pydantic import Field
 
 from memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard, ShardConfig
-from serve._base import StrictModel
+from kernels import StrictModel
 
 from ._shard_access import LocalShardAccess, ShardAccess, all_records
 

@@ -26,7 +26,7 @@ from deployments.models._files import (
 )
 from deployments.models._registry import BUILTIN_MODELS, DEFAULT_MODEL, BuiltinModel
 from serve import envs
-from serve._base import StrictModel
+from kernels import StrictModel
 
 __all__ = [
     "ModelSpec",

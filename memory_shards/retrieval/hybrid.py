@@ -27,7 +27,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import numpy as np
 from pydantic import Field
 
-from serve._base import StrictModel
+from kernels import StrictModel
 
 from kernels import ScoreParams
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import Field
 
-from serve._base import StrictModel
+from kernels import StrictModel
 from serve.agent.guards import mask_pii
 from serve.memory import MemoryWrite
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from memory_shards.records import MAX_METADATA_KEYS, MAX_PARTS, MAX_TEXT_CHARS, MemoryKind, MemoryPart, Scalar
-from serve._base import StrictModel
+from kernels import StrictModel
 
 __all__ = [
     "MAX_BATCH",
