@@ -19,7 +19,7 @@ With ``--live`` they connect to the running Ray cluster (``--ray-address``, ``$R
 else the local cluster started with the profile's ``ray.temp_dir``) and work through the app's
 ``memory_shard_<i>`` deployments (``_live``) instead of opening the folders (which the serving
 shards lock). The per-batch logic is the same in both modes (``run_access_job`` over the
-``ShardAccess`` interface of ``_shard_access``); every change is a compare-and-set on the
+``ShardAccess`` interface of ``memory_shards.shard_access``); every change is a compare-and-set on the
 record's content version, so a job never overwrites a write a user made after it read the
 record (those are counted as ``conflicts``). ``reembed --live`` fills the new generation of a
 memory migration (``memory.migration`` in the deployed config) while every write goes to both
