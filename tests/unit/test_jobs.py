@@ -231,7 +231,7 @@ def test_python_m_entry_point_runs_a_dry_run(store: Path, capsys: pytest.Capture
 def test_job_leaves_register_under_recallserve_job() -> None:
     import argparse
 
-    from serve.cli import _jobs
+    from deployments.cli import _jobs
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()

@@ -1,7 +1,7 @@
 """In-process :class:`~serve.memory.MemoryBackend` over ``memory_shards`` for the demo and the eval.
 
 The served cluster reaches its memory through the deployments' backend; the demo and
-``python -m serve.agent.eval`` run in one process, so they wrap a local coordinator and the
+``recallserve demo`` / ``recallserve eval agent`` run in one process, so they wrap a local coordinator and the
 MiniLM embedder the same way.
 """
 

@@ -29,7 +29,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def engine():
-    from serve.agent.eval import build_llama_engine
+    from deployments.cli._eval_agent import build_llama_engine
 
     eng = build_llama_engine("smollm2-135m-instruct-q4_1", threads=1, n_ctx=4096)
     yield eng
