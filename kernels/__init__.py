@@ -1,13 +1,12 @@
 """Fused memory scoring kernels: cosine x time decay, tenant/expiry/threshold masks, dedup by
 source id and top-k, as a Triton kernel (GPU) with a pure-torch reference (CPU path and oracle).
-Also the project's pydantic base model (:class:`StrictModel`), which lives at the bottom layer.
+Also the project's shared bases, which live at the bottom layer: the pydantic base model
+(:class:`StrictModel`) and :func:`lazy_exports`.
 
 Importing this package never imports triton; ``fused_topk(..., backend="triton")`` does.
 """
 
-from typing import Any
-
-from kernels._base import StrictModel
+from kernels._base import StrictModel, lazy_exports
 
 __all__ = [
     "SHARED_TENANT",
@@ -15,6 +14,7 @@ __all__ = [
     "StrictModel",
     "TopKResult",
     "fused_topk",
+    "lazy_exports",
     "reference_fused_topk",
     "triton_available",
 ]
@@ -30,10 +30,4 @@ _LAZY = {
     "reference_fused_topk": "kernels.reference",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'kernels' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)

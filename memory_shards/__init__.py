@@ -9,7 +9,7 @@ Quick use (in-process)::
     hits = await coord.search("t1", emb.embed(["query"]), k=20)
 """
 
-from typing import Any
+from kernels import lazy_exports
 
 __all__ = [
     "KINDS",
@@ -72,10 +72,4 @@ _LAZY = {
     "tenant_key": "memory_shards.records",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'memory_shards' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)

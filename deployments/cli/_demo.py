@@ -7,7 +7,6 @@ the manual and past tickets, the demo tools, and prints the trace and the answer
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 
 __all__ = ["add_parser", "run"]
@@ -42,18 +41,15 @@ async def _main(model: str, threads: int) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register ``demo``."""
+    from deployments.cli._eval_agent import add_model_arguments
+
     p = subparsers.add_parser("demo", help="run the demo question (photo + tools) in-process and print the trace")
-    p.add_argument("--model", default="qwen2.5-coder-1.5b-instruct-q4_k_m", help="built-in model name or GGUF path")
-    p.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
+    add_model_arguments(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Load the model and run the demo (takes a minute or more on a CPU)."""
-    from deployments.cli import UserError
-    from serve.engine import EngineError
+    from deployments.cli._eval_agent import run_with_model
 
-    try:
-        return asyncio.run(_main(args.model, args.threads))
-    except EngineError as exc:
-        raise UserError(f"model: {exc}") from None
+    return run_with_model(_main(args.model, args.threads))

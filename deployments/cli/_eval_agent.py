@@ -16,13 +16,14 @@ import asyncio
 import json
 import statistics
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 from serve.agent.demo.questions import QUESTION_SETS, load_questions
 from serve.agent.schemas import AgentRequest, AgentResult, ToolCallRecord
 
-__all__ = ["add_parser", "build_llama_engine", "evaluate", "run", "score_result"]
+__all__ = ["add_model_arguments", "add_parser", "build_llama_engine", "evaluate", "run", "run_with_model", "score_result"]
 
 _VALIDATED = ("ok", "cached", "error", "timeout")
 
@@ -151,8 +152,7 @@ async def _amain(a: argparse.Namespace) -> int:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register ``eval agent``."""
     p = subparsers.add_parser("agent", help="tool-choice accuracy of the agent on the demo questions")
-    p.add_argument("--model", default="qwen2.5-coder-1.5b-instruct-q4_k_m", help="built-in model name or GGUF path")
-    p.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
+    add_model_arguments(p)
     p.add_argument("--questions", default="tuned", choices=sorted(QUESTION_SETS),
                    help="question set: tuned (developed against), holdout (written blind), all")
     p.add_argument("--limit", type=int, default=0, help="only the first N questions")
@@ -169,10 +169,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 
 def run(args: argparse.Namespace) -> int:
     """Run the evaluation (loads the model: takes minutes on a CPU)."""
+    return run_with_model(_amain(args))
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """``--model`` and ``--threads`` of a command that runs the agent in-process on llama.cpp."""
+    p.add_argument("--model", default="qwen2.5-coder-1.5b-instruct-q4_k_m", help="built-in model name or GGUF path")
+    p.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
+
+
+def run_with_model(main: Coroutine[Any, Any, int]) -> int:
+    """Run ``main``; a model that cannot load or answer is one line (exit 2), not a traceback."""
     from deployments.cli import UserError
     from serve.engine import EngineError
 
     try:
-        return asyncio.run(_amain(args))
+        return asyncio.run(main)
     except EngineError as exc:
         raise UserError(f"model: {exc}") from None
