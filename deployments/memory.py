@@ -34,7 +34,7 @@ from ray.serve.handle import DeploymentHandle
 from deployments._placement import PlacementInfo
 from deployments._versions import pin_version
 from deployments.config import AppConfig, EmbedderConfig, MemoryConfig, shard_deployment_name
-from deployments.jobs._shard_access import SortedIds, hybrid_apply, hybrid_insert_absent, neighbour_records, page_records
+from memory_shards.shard_access import SortedIds, hybrid_apply, hybrid_insert_absent, neighbour_records, page_records
 from memory_shards.config import SearchFilters, ShardConfig
 from memory_shards.coordinator import MemoryCoordinator
 from memory_shards.embedders import MiniLMEmbedder, build_embedder, embedder_identity

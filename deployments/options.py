@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from serve._base import StrictModel
+from kernels import StrictModel
 
 __all__ = ["AutoscalingOptions", "DeploymentOptions"]
 

@@ -1,18 +1,33 @@
 """Fused memory scoring kernels: cosine x time decay, tenant/expiry/threshold masks, dedup by
 source id and top-k, as a Triton kernel (GPU) with a pure-torch reference (CPU path and oracle).
+Also the project's shared bases, which live at the bottom layer: the pydantic base model
+(:class:`StrictModel`) and :func:`lazy_exports`.
 
 Importing this package never imports triton; ``fused_topk(..., backend="triton")`` does.
 """
 
-from kernels._dispatch import fused_topk, triton_available
-from kernels._params import SHARED_TENANT, ScoreParams, TopKResult
-from kernels.reference import reference_fused_topk
+from kernels._base import StrictModel, lazy_exports
 
 __all__ = [
     "SHARED_TENANT",
     "ScoreParams",
+    "StrictModel",
     "TopKResult",
     "fused_topk",
+    "lazy_exports",
     "reference_fused_topk",
     "triton_available",
 ]
+
+# NOTE: the kernel names load on first use so that ``from kernels import StrictModel`` (API
+# schemas, configs, the CLI's --help) does not import torch.
+_LAZY = {
+    "SHARED_TENANT": "kernels._params",
+    "ScoreParams": "kernels._params",
+    "TopKResult": "kernels._params",
+    "fused_topk": "kernels._dispatch",
+    "triton_available": "kernels._dispatch",
+    "reference_fused_topk": "kernels.reference",
+}
+
+__getattr__ = lazy_exports(__name__, _LAZY)

@@ -10,7 +10,7 @@ from typing import Literal, NamedTuple
 import torch
 from pydantic import Field
 
-from serve._base import StrictModel
+from kernels._base import StrictModel
 
 __all__ = ["SHARED_TENANT", "ScoreParams", "TopKResult", "CheckedInputs", "check_inputs"]
 

@@ -38,7 +38,7 @@ from triton.runtime.interpreter import InterpretedFunction
 from kernels._params import SHARED_TENANT, ScoreParams, TopKResult, check_inputs
 from kernels._select import pack_keys, select_topk, time_factor, unpack_keys
 from kernels.reference import empty_result, finish_result, normalize_queries
-from serve._base import StrictModel
+from kernels._base import StrictModel
 
 __all__ = ["triton_fused_topk", "BlockConfig"]
 

@@ -63,7 +63,7 @@ def chat_body(rng: random.Random, model: str, max_tokens: int, *, session: tuple
 def agent_prompts() -> list[str]:
     """Customer-service questions for the agent: the demo's tool-choice questions (80: order,
     batch, ticket, inventory, arithmetic and clock look-ups, plus small talk and manual questions)."""
-    from serve.agent.eval import load_questions
+    from serve.agent.demo import load_questions
 
     return [q["q"] for q in load_questions("all")]
 

@@ -9,23 +9,7 @@ Quick use (in-process)::
     hits = await coord.search("t1", emb.embed(["query"]), k=20)
 """
 
-from kernels import ScoreParams
-
-from .config import SearchFilters, SearchHit, ShardConfig
-from .coordinator import LocalShardClient, MemoryCoordinator, ShardClient, embed_records, local_coordinator
-from .embedders import EMBEDDER_MODELS, Embedder, HashingEmbedder, MiniLMEmbedder, build_embedder, embedder_identity, l2_normalise
-from .records import (
-    KINDS,
-    SHARED_TENANT_NAME,
-    EmbeddedRecord,
-    MemoryKind,
-    MemoryPart,
-    MemoryRecord,
-    new_record_id,
-    source_key,
-    tenant_key,
-)
-from .shard import MemoryShard
+from kernels import lazy_exports
 
 __all__ = [
     "KINDS",
@@ -55,3 +39,37 @@ __all__ = [
     "source_key",
     "tenant_key",
 ]
+
+# NOTE: names load on first use, so that importing one light module (``memory_shards.config``'s
+# SearchHit in the request pipeline, ``records`` in the API schemas) does not import torch and
+# faiss through the shard and the coordinator.
+_LAZY = {
+    "KINDS": "memory_shards.records",
+    "SHARED_TENANT_NAME": "memory_shards.records",
+    "EmbeddedRecord": "memory_shards.records",
+    "EMBEDDER_MODELS": "memory_shards.embedders",
+    "Embedder": "memory_shards.embedders",
+    "build_embedder": "memory_shards.embedders",
+    "embedder_identity": "memory_shards.embedders",
+    "HashingEmbedder": "memory_shards.embedders",
+    "LocalShardClient": "memory_shards.coordinator",
+    "MemoryCoordinator": "memory_shards.coordinator",
+    "MemoryKind": "memory_shards.records",
+    "MemoryPart": "memory_shards.records",
+    "MemoryRecord": "memory_shards.records",
+    "MemoryShard": "memory_shards.shard",
+    "MiniLMEmbedder": "memory_shards.embedders",
+    "ScoreParams": "kernels",
+    "SearchFilters": "memory_shards.config",
+    "SearchHit": "memory_shards.config",
+    "ShardClient": "memory_shards.coordinator",
+    "ShardConfig": "memory_shards.config",
+    "embed_records": "memory_shards.coordinator",
+    "l2_normalise": "memory_shards.embedders",
+    "local_coordinator": "memory_shards.coordinator",
+    "new_record_id": "memory_shards.records",
+    "source_key": "memory_shards.records",
+    "tenant_key": "memory_shards.records",
+}
+
+__getattr__ = lazy_exports(__name__, _LAZY)

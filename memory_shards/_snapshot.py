@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ._table import COLUMNS, RowTable
+from ._wal import fsync_dir
 from .records import MemoryRecord
 
 __all__ = ["write_snapshot", "load_latest_snapshot", "SnapshotError"]
@@ -36,14 +37,6 @@ class SnapshotError(RuntimeError):
 def _fsync_file(path: Path) -> None:
     with path.open("rb+") as fh:
         os.fsync(fh.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_snapshot(data_dir: Path, table: RowTable, seq: int, model_id: str) -> Path:
@@ -75,11 +68,11 @@ def write_snapshot(data_dir: Path, table: RowTable, seq: int, model_id: str) -> 
     meta = {"format": FORMAT, "seq": seq, "dim": table.dim, "model_id": model_id, "rows": live.n, "records": len(records)}
     (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
     _fsync_file(tmp / "meta.json")
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _fsync_dir(data_dir)
+    fsync_dir(data_dir)
     for old in data_dir.glob("snap-*"):
         if old != final and old.is_dir():
             shutil.rmtree(old)

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["WriteAheadLog", "WalCorruptError"]
+__all__ = ["WriteAheadLog", "WalCorruptError", "fsync_dir"]
 
 _PREFIX = "wal-"
 _SUFFIX = ".log"
@@ -57,7 +57,8 @@ def _decode(line: bytes) -> dict[str, Any] | None:
     return entry if isinstance(entry, dict) and isinstance(entry.get("seq"), int) else None
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync a folder, so that files created, renamed or deleted in it survive a crash (WAL, snapshots)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -133,7 +134,7 @@ class WriteAheadLog:
         self._path = self.folder / f"{_PREFIX}{first_seq:012d}{_SUFFIX}"
         self._file = self._path.open("ab")
         self.entries_in_segment = 0
-        _fsync_dir(self.folder)
+        fsync_dir(self.folder)
 
     def ensure_open(self, next_seq: int) -> None:
         """Open the newest segment for appending, or a new one starting at ``next_seq``."""

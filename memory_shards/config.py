@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from serve._base import StrictModel
+from kernels import StrictModel
 
 from .records import MemoryKind, MemoryRecord, Scalar
 
@@ -72,7 +72,13 @@ class SearchFilters(StrictModel):
 
 
 class SearchHit(StrictModel):
-    """One ranked result: the whole record and the parts of its score."""
+    """One ranked result: the whole record and the parts of its score.
+
+    The one hit type of the project: the shards and the coordinator return it, the hybrid
+    retriever extends it (``HybridHit``), and the request pipeline reads it as
+    ``serve.memory.MemoryHit`` through the record's properties below (``id``, ``source_id``,
+    ``kind``, ``text``, ``created_at``, ``metadata``).
+    """
 
     record: MemoryRecord = Field(description="The recalled record (all its parts).")
     score: float = Field(description="Combined score used for ranking.")
@@ -86,3 +92,33 @@ class SearchHit(StrictModel):
         if not math.isfinite(self.score):
             raise ValueError(f"score: must be finite, got {self.score}")
         return self
+
+    @property
+    def id(self) -> str:
+        """The record's id."""
+        return self.record.id
+
+    @property
+    def source_id(self) -> str:
+        """The record's dedup key (ticket id, dia_id, url...)."""
+        return self.record.source_id
+
+    @property
+    def kind(self) -> str:
+        """The record's kind (text, image, table, tool_result, experience, message)."""
+        return self.record.kind
+
+    @property
+    def text(self) -> str:
+        """The text recalled: every embedded text of the unit (text, image description, OCR, parts), one a line."""
+        return "\n".join(self.record.embedding_texts())
+
+    @property
+    def created_at(self) -> float:
+        """The record's creation time, epoch seconds."""
+        return self.record.created_at
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The record's metadata."""
+        return dict(self.record.metadata)

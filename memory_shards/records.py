@@ -27,7 +27,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from serve._base import StrictModel
+from kernels import StrictModel
 
 __all__ = [
     "KINDS",

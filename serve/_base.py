@@ -1,17 +1,5 @@
-"""Shared pydantic base for every config and API schema in recallserve.
+"""Re-export of :class:`kernels.StrictModel` (the one definition) for modules not yet switched."""
 
-Unknown fields are rejected (``extra="forbid"``) so a typo in a YAML profile or a request
-body is an error naming the field, never a silently ignored setting.
-"""
-
-from __future__ import annotations
-
-from pydantic import BaseModel, ConfigDict
+from kernels._base import StrictModel
 
 __all__ = ["StrictModel"]
-
-
-class StrictModel(BaseModel):
-    """A pydantic model that rejects unknown fields and validates on assignment."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)

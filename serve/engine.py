@@ -11,7 +11,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import Field
 
-from serve._base import StrictModel
+from kernels import StrictModel
 
 __all__ = [
     "ChatMessage",

@@ -12,23 +12,15 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import Field
 
-from serve._base import StrictModel
+from kernels import StrictModel
+from memory_shards.config import SearchHit
 
 __all__ = ["MemoryHit", "MemoryWrite", "MemoryBackend"]
 
 
-class MemoryHit(StrictModel):
-    """One recalled memory with its score and the score's parts."""
-
-    id: str = Field(description="Memory record id.")
-    source_id: str = Field(description="Dedup key of the record (ticket id, dia_id, url...).")
-    kind: str = Field(description="Record kind (text, image, table, tool_result, experience, message).")
-    text: str = Field(description="The text recalled (all parts of the unit joined).")
-    score: float = Field(description="Final fused score.")
-    similarity: float = Field(description="Cosine similarity to the query.")
-    time_factor: float = Field(description="Time decay factor in (0, 1].")
-    created_at: float = Field(description="Creation time, epoch seconds.")
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Record metadata.")
+# NOTE: one hit type for the memory tier and the pipeline: the record plus the parts of its score,
+# read here through its properties (id, source_id, kind, text, created_at, metadata).
+MemoryHit = SearchHit
 
 
 class MemoryWrite(StrictModel):

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter
 
 from deployments.models import ModelSpec, default_spec
-from serve._base import StrictModel
+from kernels import StrictModel
 
 __all__ = ["LlamaCppConfig", "VLLMConfig", "RemoteConfig", "EngineConfig", "parse_engine_config"]
 

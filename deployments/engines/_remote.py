@@ -15,9 +15,9 @@ import httpx
 
 from deployments.engines._common import finish_reason, sampling_kwargs, to_openai_messages
 from deployments.engines._config import RemoteConfig
-from deployments.engines._tokens import tiktoken_count
 from serve import envs
 from serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams
+from serve.tokens import count_tokens
 
 __all__ = ["RemoteOpenAIEngine"]
 
@@ -203,7 +203,7 @@ class RemoteOpenAIEngine:
                     return count
             self._tokenizer = "tiktoken"
         if self._tokenizer == "tiktoken":
-            return tiktoken_count(text)
+            return count_tokens(text)
         count = await self._tokenize_route(self._tokenizer, text)
         if count is None:
             raise EngineError(f"count_tokens: {self._config.base_url} has no {self._tokenizer} tokenize route")

@@ -19,14 +19,14 @@ With ``--live`` they connect to the running Ray cluster (``--ray-address``, ``$R
 else the local cluster started with the profile's ``ray.temp_dir``) and work through the app's
 ``memory_shard_<i>`` deployments (``_live``) instead of opening the folders (which the serving
 shards lock). The per-batch logic is the same in both modes (``run_access_job`` over the
-``ShardAccess`` interface of ``_shard_access``); every change is a compare-and-set on the
+``ShardAccess`` interface of ``memory_shards.shard_access``); every change is a compare-and-set on the
 record's content version, so a job never overwrites a write a user made after it read the
 record (those are counted as ``conflicts``). ``reembed --live`` fills the new generation of a
 memory migration (``memory.migration`` in the deployed config) while every write goes to both
 generations; see ``reembed`` and README "Re-embedding without downtime".
 """
 
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "JOBS",
@@ -34,6 +34,7 @@ __all__ = [
     "JobError",
     "JobOptions",
     "JobReport",
+    "JobSpec",
     "LiveOptions",
     "discover_shards",
     "open_shard",
@@ -41,12 +42,29 @@ __all__ = [
     "run_shard_job",
 ]
 
-#: CLI name -> module (``python -m <module>`` runs it).
-JOBS: dict[str, str] = {
-    "expiry-sweep": "deployments.jobs.expiry_sweep",
-    "reembed": "deployments.jobs.reembed",
-    "consolidate": "deployments.jobs.consolidate",
-    "resummarise": "deployments.jobs.resummarise",
+
+
+class JobSpec(NamedTuple):
+    """One batch job: where it lives and how it is offered on the command line."""
+
+    module: str
+    """Module with ``add_arguments(parser)``, ``run(args) -> JobReport`` and ``main`` (``python -m`` runs it)."""
+    help: str
+    """One line: ``recallserve job --help`` and the ``python -m`` description."""
+    shard_flags: bool
+    """Takes the shared ``--data-dir``/``--checkpoint``/``--dry-run``... flags (``_args.add_common_arguments``)."""
+
+
+#: The one list of jobs, CLI name -> spec; ``recallserve job NAME`` and ``python -m`` both read it.
+JOBS: dict[str, JobSpec] = {
+    "expiry-sweep": JobSpec("deployments.jobs.expiry_sweep",
+                            "delete expired memories and demote decayed ones to the archival tier", True),
+    "reembed": JobSpec("deployments.jobs.reembed",
+                       "re-embed every memory with a new embedder into new shards (switch without downtime)", True),
+    "consolidate": JobSpec("deployments.jobs.consolidate",
+                           "merge near-duplicate memories of each tenant (keep the newest)", True),
+    "resummarise": JobSpec("deployments.jobs.resummarise",
+                           "refresh the rolling summary of long sessions (extractive or the summariser model)", False),
 }
 
 # NOTE: names from _common load on first use, so that ``recallserve --help`` (which imports the

@@ -106,14 +106,18 @@ def print_report(report: Any, as_json: bool) -> None:
         print(f"  checkpoint               {report.checkpoint}")
 
 
-def run_main(add_arguments: Callable[[argparse.ArgumentParser], None], run: Callable[[argparse.Namespace], Any],
-             description: str, argv: list[str] | None = None, *, common: bool = True) -> int:
+def run_main(job: str, add_arguments: Callable[[argparse.ArgumentParser], None],
+             run: Callable[[argparse.Namespace], Any], argv: list[str] | None = None) -> int:
     """``python -m deployments.jobs.<name>`` entry: parse, run, print; one-line errors, exit 2.
 
-    ``common=False`` for jobs that do not work on shards (they bring all their own flags).
+    ``job`` is the job's name in :data:`deployments.jobs.JOBS` (its help and whether it takes the
+    shared shard flags come from there).
     """
-    p = argparse.ArgumentParser(description=description)
-    if common:
+    from deployments.jobs import JOBS
+
+    spec = JOBS[job]
+    p = argparse.ArgumentParser(description=spec.help)
+    if spec.shard_flags:
         add_common_arguments(p)
     add_arguments(p)
     args = p.parse_args(argv)

@@ -55,7 +55,7 @@ def find_local_cluster(temp_dir: Path) -> str | None:
 
 
 class LiveShardAccess:
-    """:class:`~deployments.jobs._shard_access.ShardAccess` over one shard deployment's handle."""
+    """:class:`~memory_shards.shard_access.ShardAccess` over one shard deployment's handle."""
 
     def __init__(self, handle: Any, index: int, timeout_s: float) -> None:
         self._handle = handle

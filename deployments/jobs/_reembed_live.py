@@ -37,8 +37,7 @@ import numpy as np
 
 from memory_shards import EmbeddedRecord, MemoryRecord
 from memory_shards.shard import record_version
-
-from ._shard_access import ShardAccess
+from memory_shards.shard_access import ShardAccess
 
 __all__ = ["EmbedFn", "fill_batch", "prune_batch", "run_live"]
 

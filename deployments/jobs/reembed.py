@@ -283,7 +283,7 @@ def run(args: argparse.Namespace) -> Any:
 def main(argv: list[str] | None = None) -> int:
     from deployments.jobs._args import run_main
 
-    return run_main(add_arguments, run, __doc__.splitlines()[0], argv)
+    return run_main(JOB, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

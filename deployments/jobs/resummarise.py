@@ -215,7 +215,7 @@ def run(args: argparse.Namespace) -> Any:
 def main(argv: list[str] | None = None) -> int:
     from deployments.jobs._args import run_main
 
-    return run_main(add_arguments, run, __doc__.splitlines()[0], argv, common=False)
+    return run_main(JOB, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,8 @@ from deployments.models._files import (
     verify_file,
 )
 from deployments.models._registry import BUILTIN_MODELS, DEFAULT_MODEL, BuiltinModel
+from kernels import StrictModel
 from serve import envs
-from serve._base import StrictModel
 
 __all__ = [
     "ModelSpec",

@@ -27,13 +27,10 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import numpy as np
 from pydantic import Field
 
-from serve._base import StrictModel
-
-from kernels import ScoreParams
+from kernels import ScoreParams, StrictModel
 
 from ..config import SearchFilters, SearchHit
 from ..coordinator import LocalShardClient, MemoryCoordinator
-from ..records import MemoryRecord
 from .fusion import rrf_fuse
 from .shard import Feedback, ShardHybridResult
 
@@ -87,19 +84,13 @@ class RetrievalParams(StrictModel):
     )
 
 
-class HybridHit(StrictModel):
-    """One fused result and every part of its score."""
+class HybridHit(SearchHit):
+    """One fused result and every part of its score (``score`` is the fused RRF score, the ranking key)."""
 
-    record: MemoryRecord = Field(description="The recalled record.")
-    score: float = Field(description="Fused RRF score (ranking key).")
-    similarity: float = Field(description="Cosine similarity of the best-matching part.")
-    time_factor: float = Field(description="Time decay factor.")
     dense_score: float = Field(description="Kernel score: cos x time (or the weighted mix).")
     dense_rank: int | None = Field(default=None, description="1-based rank in the dense list; None if absent.")
     lexical_score: float | None = Field(default=None, description="BM25 score; None if not a lexical candidate.")
     lexical_rank: int | None = Field(default=None, description="1-based rank in the lexical list; None if absent.")
-    part_index: int = Field(description="Best-matching part (0 = text).")
-    shard: int = Field(description="Shard holding the record.")
 
 
 @runtime_checkable

@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 from pydantic import ConfigDict, Field, create_model, model_validator
 
-from serve._base import StrictModel
+from kernels import StrictModel
 from serve.agent.routing import RoutingHint
 from serve.agent.tools import Tool, ToolContext, ToolError
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from serve._base import StrictModel
+from kernels import StrictModel
 from serve.agent.routing import RoutingHint
 from serve.agent.tools import Tool, ToolContext, ToolError
 

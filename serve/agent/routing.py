@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
-from serve._base import StrictModel
+from kernels import StrictModel
 
 if TYPE_CHECKING:
     from serve.agent.tools import Tool

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from serve._base import StrictModel
+from kernels import StrictModel
 
 __all__ = [
     "TextPart",

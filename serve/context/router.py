@@ -18,7 +18,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import Field
 
-from serve._base import StrictModel
+from kernels import StrictModel
 from serve.context._manager import ContextManager
 from serve.context._types import ModeName, Session, SessionNotFoundError, SummaryState
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from serve._base import StrictModel
+from kernels import StrictModel
 from serve.experience._parser import ParseReport
 from serve.experience._rules import Rule
 from serve.experience._schema import ExperienceRecord, Tier, _check_tags

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from serve._base import StrictModel
+from kernels import StrictModel
 from serve.experience._schema import (
     ExperienceContext,
     ExperienceMetadata,

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from serve._base import StrictModel
+from kernels import StrictModel
 from serve.experience._calculator import CalcError, evaluate, extract_number
 
 __all__ = ["Rule", "RuleTable", "RuleError"]

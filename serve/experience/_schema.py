@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from serve._base import StrictModel
+from kernels import StrictModel
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from kernels import StrictModel
 from memory_shards.records import MAX_METADATA_KEYS, MAX_PARTS, MAX_TEXT_CHARS, MemoryKind, MemoryPart, Scalar
-from serve._base import StrictModel
 
 __all__ = [
     "MAX_BATCH",

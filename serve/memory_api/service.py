@@ -184,12 +184,7 @@ class MemoryService:
         if kinds or topic_prefix:
             filters = FiltersIn(kinds=list(kinds) if kinds else None, topic_prefix=topic_prefix or None)
         req = SearchRequest(query=query, k=min(max(k or self.top_k, 1), MAX_K), threshold=threshold, filters=filters)
-        return [
-            MemoryHit(id=h.record.id, source_id=h.record.source_id, kind=h.record.kind,
-                      text="\n".join(h.record.embedding_texts()), score=h.score, similarity=h.similarity,
-                      time_factor=h.time_factor, created_at=h.record.created_at, metadata=dict(h.record.metadata))
-            for h in await self.search_request(tenant, req, caller="chat")
-        ]
+        return list(await self.search_request(tenant, req, caller="chat"))
 
     async def write(self, tenant: str, items: Sequence[MemoryWrite]) -> list[str]:
         """The chat pipeline's write-back (durable on return)."""

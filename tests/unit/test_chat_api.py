@@ -55,7 +55,7 @@ def test_missing_or_unknown_key_is_401(client: TestClient, headers: dict[str, st
         (_body(temperature=5), "temperature"),
         (_body(max_tokens=0), "max_tokens"),
         (_body(surprise=True), "surprise"),
-        (_body(logprobs=True), ""),
+        (_body(logprobs=True), "logprobs"),
     ],
 )
 def test_bad_requests_get_400_naming_the_field(client: TestClient, body: dict[str, object], param: str) -> None:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from deployments.jobs import JobError, JobOptions, run_shard_job
-from deployments.jobs._shard_access import all_records, vectors_of
+from memory_shards.shard_access import all_records, vectors_of
 from deployments.jobs.consolidate import consolidate
 from deployments.jobs.expiry_sweep import ARCHIVAL_TIER, decay_factor, sweep
 from deployments.jobs.reembed import make_embedder, reembed
@@ -231,7 +231,7 @@ def test_python_m_entry_point_runs_a_dry_run(store: Path, capsys: pytest.Capture
 def test_job_leaves_register_under_recallserve_job() -> None:
     import argparse
 
-    from serve.cli import _jobs
+    from deployments.cli import _jobs
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()

@@ -89,8 +89,20 @@ def test_oracle_test_data_is_not_trivial() -> None:
     block = make_block(seed=7, n=300, d=33, q=5)
     s, r, _ = oracle(block, 20, ScoreParams())
     assert (r >= 0).sum() > 30, "too few candidates pass the threshold"
-    assert (r < 0).any() or (r >= 0).all()
+    # The masks and the dedup must change the answer: for some query, a row that the masks remove
+    # (invalid, expired, another tenant) is among the best cosines, and two rows that pass every
+    # mask share a source id (so the dedup has to pick one).
+    q = torch.nn.functional.normalize(block["queries"].double(), dim=1)
+    cos = (q @ block["vectors"].double().T).numpy()
+    masked = ~(block["valid"].numpy() & (block["expires_at"].numpy() > block["now"]))
+    other_tenant = (block["tenant"].numpy()[None, :] != block["query_tenant"].numpy()[:, None]) & (
+        block["tenant"].numpy()[None, :] != SHARED_TENANT)
+    removed = masked[None, :] | other_tenant
+    top = np.argsort(-cos, axis=1)[:, :20]
+    assert np.take_along_axis(removed, top, axis=1).any(), "no masked row would rank in the top-k"
     src = block["source_id"].numpy()
+    passing = (~removed) & (cos >= ScoreParams().threshold)
+    assert any(len(set(src[row].tolist())) < int(row.sum()) for row in passing), "no duplicate source among passing rows"
     assert len(set(src.tolist())) < len(src), "no duplicate source ids"
     assert (block["tenant"] == SHARED_TENANT).any() and (~block["valid"]).any()
     assert (block["expires_at"] <= NOW).any()

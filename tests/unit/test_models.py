@@ -200,7 +200,7 @@ def test_registry_matches_pyproject_pins() -> None:
 
 
 def _cli(argv: list[str]) -> int:
-    from serve.cli import _models
+    from deployments.cli import _models
 
     parser = argparse.ArgumentParser(prog="recallserve")
     _models.add_parser(parser.add_subparsers(dest="command", required=True))
@@ -217,7 +217,7 @@ def test_cli_list_shows_every_builtin(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_cli_verify_unknown_name_is_a_user_error() -> None:
-    from serve.cli import UserError
+    from deployments.cli import UserError
 
     with pytest.raises(UserError, match="unknown built-in model"):
         _cli(["models", "verify", "no-such-model"])

@@ -21,3 +21,15 @@ def test_package_data_covers_every_non_python_file() -> None:
             if not any(fnmatch.fnmatch(rel, g) for g in globs.get(package, [])):
                 missing.append(f"{package}/{rel}")
     assert missing == [], f"add to [tool.setuptools.package-data]: {missing}"
+
+
+def test_ci_runs_the_readme_commands_and_nothing_else() -> None:
+    """``.ci/run`` may only time and echo; every command it runs is written in the README."""
+    readme = (ROOT / "README.md").read_text()
+    # NOTE: the script's own plumbing (strict mode, working folder, quiet pip, timing lines).
+    plumbing = ("set -euo pipefail", 'cd "$(dirname "$0")/.."', "export PIP_PROGRESS_BAR=off", "start=$(date +%s)",
+                'echo "ci: ')
+    commands = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    commands = [c for c in commands if c and not c.startswith("#") and not c.startswith(plumbing)]
+    assert commands, "no command found in .ci/run"
+    assert [c for c in commands if c not in readme] == []

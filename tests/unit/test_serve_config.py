@@ -29,7 +29,7 @@ CHART_RENDERS = {
 
 
 def _cli(argv: list[str]) -> int:
-    from serve.cli import _serve_config
+    from deployments.cli import _serve_config
 
     parser = argparse.ArgumentParser()
     _serve_config.add_parser(parser.add_subparsers())
@@ -139,7 +139,7 @@ def test_cli_check_detects_drift(tmp_path: Path) -> None:
 
 
 def test_cli_unknown_profile_is_a_user_error() -> None:
-    from serve.cli import UserError
+    from deployments.cli import UserError
 
     with pytest.raises(UserError, match="unknown profile"):
         _cli(["--profile", "no-such-profile"])

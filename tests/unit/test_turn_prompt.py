@@ -19,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from memory_shards import HashingEmbedder
+from memory_shards.records import MemoryRecord
 from serve.agent import Agent, AgentConfig, default_registry
 from serve.api.app import create_app
 from serve.api.auth import Authenticator
@@ -98,8 +99,8 @@ class OneMemory:
         self.searches.append((tenant, query, k))
         if tenant != "acme":
             return []
-        return [MemoryHit(id="m1", source_id="ticket:T-88", kind="text", text=MEMORY, score=0.8, similarity=0.8,
-                          time_factor=1.0, created_at=0.0)]
+        record = MemoryRecord(id="m1", tenant=tenant, source_id="ticket:T-88", kind="text", text=MEMORY, created_at=0.0)
+        return [MemoryHit(record=record, score=0.8, similarity=0.8, time_factor=1.0, part_index=0, shard=0)]
 
     async def write(self, tenant: str, items: Sequence[MemoryWrite]) -> list[str]:
         return [f"w{i}" for i in range(len(items))]

@@ -1,5 +1,6 @@
 """The demo customer-service world (manual, tickets, orders by batch, inventory) and its scenario."""
 
+from serve.agent.demo.questions import QUESTION_SETS, load_questions
 from serve.agent.demo.scenario import DEMO_QUESTION, DEMO_TENANT, demo_photo_data_url, load_demo_memories, run_demo
 from serve.agent.demo.tools import DEMO_SCOPES, demo_tools
 from serve.agent.demo.world import DemoWorld, load_world_data
@@ -14,4 +15,6 @@ __all__ = [
     "demo_photo_data_url",
     "load_demo_memories",
     "run_demo",
+    "QUESTION_SETS",
+    "load_questions",
 ]

@@ -1,7 +1,7 @@
 """In-process :class:`~serve.memory.MemoryBackend` over ``memory_shards`` for the demo and the eval.
 
 The served cluster reaches its memory through the deployments' backend; the demo and
-``python -m serve.agent.eval`` run in one process, so they wrap a local coordinator and the
+``recallserve demo`` / ``recallserve eval agent`` run in one process, so they wrap a local coordinator and the
 MiniLM embedder the same way.
 """
 
@@ -44,9 +44,7 @@ class LocalMemory:
         filters = SearchFilters(kinds=list(kinds) if kinds else None, topic_prefix=topic_prefix) \
             if (kinds or topic_prefix) else None
         hits = (await self.coordinator.search(tenant, vec, k, params=params, filters=filters))[0]
-        return [MemoryHit(id=h.record.id, source_id=h.record.source_id, kind=h.record.kind, text=h.record.text,
-                          score=h.score, similarity=h.similarity, time_factor=h.time_factor,
-                          created_at=h.record.created_at, metadata=dict(h.record.metadata)) for h in hits]
+        return list(hits)
 
     async def write(self, tenant: str, items: Sequence[MemoryWrite]) -> list[str]:
         from memory_shards.coordinator import embed_records

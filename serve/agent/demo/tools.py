@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import Field
 
-from serve._base import StrictModel
+from kernels import StrictModel
 from serve.agent.demo.world import DemoWorld
 from serve.agent.routing import RoutingHint
 from serve.agent.tools import Tool, ToolContext, ToolError

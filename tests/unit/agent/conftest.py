@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from memory_shards.records import MemoryRecord
 from serve.engine import ChatDelta, ChatMessage, ChatResult, GenerationParams
 from serve.memory import MemoryHit, MemoryWrite
 
@@ -83,8 +84,9 @@ class SubstringMemory:
             if kinds is not None and it.kind not in kinds:
                 continue
             if any(w in it.text.lower() for w in words):
-                out.append(MemoryHit(id=f"m{i}", source_id=it.source_id or f"m{i}", kind=it.kind, text=it.text,
-                                     score=0.8, similarity=0.8, time_factor=1.0, created_at=0.0))
+                record = MemoryRecord(id=f"m{i}", tenant=tenant, source_id=it.source_id or f"m{i}", kind=it.kind,
+                                      text=it.text, created_at=0.0)
+                out.append(MemoryHit(record=record, score=0.8, similarity=0.8, time_factor=1.0, part_index=0, shard=0))
         return out[:k]
 
     async def write(self, tenant: str, items: Sequence[MemoryWrite]) -> list[str]:

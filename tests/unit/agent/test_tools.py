@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import Field, ValidationError
 
-from serve._base import StrictModel
+from kernels import StrictModel
 from serve.agent import (
     HttpToolConfig,
     Tool,

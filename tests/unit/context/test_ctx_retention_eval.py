@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from serve.cli import main
+from deployments.cli import main
 from serve.context import RuleCategoriser
 from serve.context._eval_data import (
     PLANT_TURNS,

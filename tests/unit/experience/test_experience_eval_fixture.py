@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from serve.cli import UserError
-from serve.cli._eval_experiences import _load_problems, _run_condition, _summary, is_correct
+from deployments.cli import UserError
+from deployments.cli._eval_experiences import _load_problems, _run_condition, _summary, is_correct
 from serve.experience import ExperienceRecord, Rule, RuleTable, verify_record
 from serve.experience._eval_problems import PROBLEMS, RULES, SEEDS
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from deployments.jobs import JobError, JobOptions, LiveOptions, run_access_job
-from deployments.jobs._shard_access import LocalShardAccess, SortedIds, page_records
+from memory_shards.shard_access import LocalShardAccess, SortedIds, page_records
 from deployments.jobs.consolidate import consolidate
 from deployments.jobs.expiry_sweep import ARCHIVAL_TIER, sweep
 from memory_shards import HashingEmbedder, MemoryRecord, MemoryShard, ShardConfig, embed_records

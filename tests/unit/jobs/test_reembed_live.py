@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from deployments.jobs._reembed_live import fill_batch, prune_batch
-from deployments.jobs._shard_access import HybridShardAccess
+from memory_shards.shard_access import HybridShardAccess
 from deployments.jobs.reembed import content_key
 from memory_shards import EmbeddedRecord, HashingEmbedder
 from memory_shards.retrieval import local_hybrid_coordinator

@@ -10,7 +10,7 @@ import numpy as np
 from kernels import ScoreParams
 from memory_shards._bench_data import make_bench_data
 from memory_shards.bench import exact_topk, fused_pipeline, recall_at_k, run_memory_bench
-from serve.cli import main
+from deployments.cli import main
 
 
 def test_data_has_the_masks_the_benchmark_is_about() -> None:

@@ -16,7 +16,7 @@ from memory_shards.retrieval.locomo import (
     summarise_recall,
     turn_records,
 )
-from serve.cli import main
+from deployments.cli import main
 
 TINY = Path(__file__).parent / "data" / "locomo_tiny.json"
 

@@ -17,7 +17,7 @@ import tempfile
 import time
 from typing import Any
 
-from serve.cli import UserError
+from deployments.cli import UserError
 
 NAME = "locomo"
 _DEFAULT_K = "1,5,10,20,50"

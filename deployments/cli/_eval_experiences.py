@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from serve.cli import UserError
+from deployments.cli import UserError
 
 __all__ = ["add_parser", "run"]
 

@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from serve.cli import UserError
+from deployments.cli import UserError
 
 NAME = "memory"
 

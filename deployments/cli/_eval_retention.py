@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from serve.cli import UserError
+from deployments.cli import UserError
 
 NAME = "retention"
 _MODES = ("full", "sliding", "summary", "retrieval", "hybrid", "auto")

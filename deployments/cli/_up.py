@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import time
 
-from serve.cli import UserError
+from deployments.cli import UserError
 
 __all__ = ["add_parser"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser("up", help="start the cluster and serve the OpenAI-compatible API until Ctrl-C")
-    from serve.cli import add_profile_arguments
+    from deployments.cli import add_profile_arguments
 
     add_profile_arguments(p)
     p.add_argument("--host", default=None, help="bind address (default from the profile: 127.0.0.1)")

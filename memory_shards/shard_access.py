@@ -1,10 +1,10 @@
-"""How a job reads and changes one shard: the :class:`ShardAccess` interface and its folder side.
+"""How a batch job reads and changes one shard: the :class:`ShardAccess` interface and its folder side.
 
 Two implementations share one interface, so a job's per-batch logic is written once:
 
 * :class:`LocalShardAccess`: a shard folder opened in this process (``MemoryShard``, folder LOCK).
-* ``deployments.jobs._live.LiveShardAccess``: a shard deployment of a running Ray Serve app,
-  through its handle (``MemoryShardDeployment.page`` / ``apply`` / ``neighbours`` / ``snapshot``).
+* the live side (``LiveShardAccess`` in ``deployments/jobs/_live.py``): a shard deployment of a
+  running Ray Serve app, through its handle (``page`` / ``apply`` / ``neighbours`` / ``snapshot``).
 
 Reads page through the records in id order (``page(after_id, limit)``) so a job can checkpoint
 the last id it finished; writes are compare-and-set (``MemoryShard.apply_if_unchanged``): a
@@ -23,8 +23,9 @@ from typing import Protocol
 import numpy as np
 
 from kernels import ScoreParams
-from memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard
+from memory_shards.records import EmbeddedRecord, MemoryRecord
 from memory_shards.retrieval import HybridShard, lexical_text
+from memory_shards.shard import MemoryShard
 
 __all__ = [
     "HybridShardAccess",

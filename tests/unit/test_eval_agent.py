@@ -1,9 +1,10 @@
-"""Scoring of the tool-choice eval (the questions file and the pass rule)."""
+"""Scoring of ``recallserve eval agent`` (the questions file and the pass rule)."""
 
 from __future__ import annotations
 
+from deployments.cli._eval_agent import _pct, score_result
 from serve.agent import default_registry
-from serve.agent.eval import _pct, load_questions, score_result
+from serve.agent.demo import load_questions
 from serve.agent.schemas import AgentResult, RouteDecision, ToolCallRecord
 
 

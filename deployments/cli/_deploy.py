@@ -13,7 +13,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "deploy",
         help="roll a running cluster (recallserve up, or --ray-address) to a new profile/config without stopping it",
     )
-    from serve.cli import add_profile_arguments
+    from deployments.cli import add_profile_arguments
 
     add_profile_arguments(p)
     p.add_argument("--ray-address", default=None,
@@ -25,7 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Validate the config, roll the app, print how long it took."""
     from deployments.config import ConfigError, load_config
-    from serve.cli import UserError
+    from deployments.cli import UserError
 
     try:
         config = load_config(profile=args.profile, path=args.config)

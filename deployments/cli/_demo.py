@@ -1,4 +1,4 @@
-"""``python -m serve.agent.demo [--model NAME_OR_PATH]``: run the demo question end to end in-process.
+"""``recallserve demo [--model NAME_OR_PATH]``: run the demo question end to end in-process (no cluster).
 
 Loads the default model with llama.cpp, an in-process memory (MiniLM + one memory shard) holding
 the manual and past tickets, the demo tools, and prints the trace and the answer.
@@ -7,16 +7,16 @@ the manual and past tickets, the demo tools, and prints the trace and the answer
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import sys
+
+__all__ = ["add_parser", "run"]
 
 
 async def _main(model: str, threads: int) -> int:
+    from deployments.cli._eval_agent import build_llama_engine
     from serve.agent import Agent, AgentConfig, default_registry
     from serve.agent.demo._memory import LocalMemory
     from serve.agent.demo.scenario import load_demo_memories, run_demo
-    from serve.agent.eval import build_llama_engine
 
     engine = build_llama_engine(model, threads)
     memory = LocalMemory()
@@ -39,13 +39,17 @@ async def _main(model: str, threads: int) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m serve.agent.demo", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="qwen2.5-coder-1.5b-instruct-q4_k_m", help="built-in model name or GGUF path")
-    p.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
-    a = p.parse_args(argv)
-    return asyncio.run(_main(a.model, a.threads))
+def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register ``demo``."""
+    from deployments.cli._eval_agent import add_model_arguments
+
+    p = subparsers.add_parser("demo", help="run the demo question (photo + tools) in-process and print the trace")
+    add_model_arguments(p)
+    p.set_defaults(func=run)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def run(args: argparse.Namespace) -> int:
+    """Load the model and run the demo (takes a minute or more on a CPU)."""
+    from deployments.cli._eval_agent import run_with_model
+
+    return run_with_model(_main(args.model, args.threads))

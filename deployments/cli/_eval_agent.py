@@ -1,13 +1,12 @@
-"""Tool-choice evaluation of the agent with a real model: ``python -m serve.agent.eval``.
+"""``recallserve eval agent``: tool-choice accuracy and loop latency of the agent with a real model.
 
-For each question of a shipped set (``--questions tuned``: ``serve/agent/demo/questions.json``,
-40 questions, 30 expect a tool call, 10 none; ``holdout``: ``questions_holdout.json``, 40 more
-written without seeing the rules or the tuned set, 28 with a tool, 12 without) the full agent runs (memory recall over the demo world, router, loop). A question passes
-when the trace holds the expected call with arguments that passed validation and match the
-expected values (calculator: the computed result within 0.01), or, when no tool is expected,
-when the trace holds no tool call at all. Reported: the pass share, loop latency p50/p95, the
-time to the first answer character, and the engine's time to first token with a warm prompt
-cache (the stable system prefix already evaluated).
+For each question of a shipped set (``--questions tuned|holdout|all``, see
+:mod:`serve.agent.demo.questions`) the full agent runs (memory recall over the demo world, router,
+loop). A question passes when the trace holds the expected call with arguments that passed
+validation and match the expected values (calculator: the computed result within 0.01), or, when
+no tool is expected, when the trace holds no tool call at all. Reported: the pass share, loop
+latency p50/p95, the time to the first answer character, and the engine's time to first token with
+a warm prompt cache (the stable system prefix already evaluated).
 """
 
 from __future__ import annotations
@@ -16,37 +15,17 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
-from importlib import resources
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+from serve.agent.demo.questions import QUESTION_SETS, load_questions
 from serve.agent.schemas import AgentRequest, AgentResult, ToolCallRecord
 
-__all__ = ["QUESTION_SETS", "load_questions", "score_result", "build_llama_engine", "evaluate", "main"]
+__all__ = ["add_model_arguments", "add_parser", "build_llama_engine", "evaluate", "run", "run_with_model", "score_result"]
 
 _VALIDATED = ("ok", "cached", "error", "timeout")
-
-
-QUESTION_SETS = {"tuned": ("questions.json",), "holdout": ("questions_holdout.json",),
-                 "all": ("questions.json", "questions_holdout.json")}
-
-
-def load_questions(which: str = "tuned") -> list[dict[str, Any]]:
-    """A shipped tool-choice question set.
-
-    ``tuned``: the 40 questions the prompts, descriptions and routing hints were developed
-    against; ``holdout``: 40 questions written afterwards by someone who saw neither (an honest
-    measure of generalisation); ``all``: both.
-    """
-    if which not in QUESTION_SETS:
-        raise ValueError(f"questions: expected one of {sorted(QUESTION_SETS)}, got {which!r}")
-    out: list[dict[str, Any]] = []
-    for name in QUESTION_SETS[which]:
-        text = resources.files("serve.agent.demo").joinpath(name).read_text(encoding="utf-8")
-        out.extend(json.loads(text))
-    return out
 
 
 def _match(rec: ToolCallRecord, q: dict[str, Any]) -> bool:
@@ -74,7 +53,7 @@ def score_result(q: dict[str, Any], result: AgentResult) -> bool:
 
 
 def build_llama_engine(model: str, threads: int | None = None, n_ctx: int = 4096) -> Any:
-    """A llama.cpp engine for ``model`` (built-in name or GGUF path) through ``deployments.engines``."""
+    """A llama.cpp engine for ``model`` (built-in name or GGUF path)."""
     from deployments.engines import build_engine, parse_engine_config
 
     return build_engine(parse_engine_config({"kind": "llama_cpp", "model": model, "n_threads": threads,
@@ -170,11 +149,10 @@ async def _amain(a: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    """Arguments of the eval (shared by ``python -m serve.agent.eval`` and ``recallserve eval agent``)."""
-    p = p or argparse.ArgumentParser(prog="python -m serve.agent.eval", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="qwen2.5-coder-1.5b-instruct-q4_k_m", help="built-in model name or GGUF path")
-    p.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
+def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register ``eval agent``."""
+    p = subparsers.add_parser("agent", help="tool-choice accuracy of the agent on the demo questions")
+    add_model_arguments(p)
     p.add_argument("--questions", default="tuned", choices=sorted(QUESTION_SETS),
                    help="question set: tuned (developed against), holdout (written blind), all")
     p.add_argument("--limit", type=int, default=0, help="only the first N questions")
@@ -186,13 +164,26 @@ def build_parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentP
                    help="one loop step per question, no answer generation: scores the first tool choice only")
     p.add_argument("--no-memory", action="store_true", help="run without the demo memories")
     p.add_argument("--out", default="", help="write the JSON summary with per-question rows here")
-    return p
+    p.set_defaults(func=run)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point."""
-    return asyncio.run(_amain(build_parser().parse_args(argv)))
+def run(args: argparse.Namespace) -> int:
+    """Run the evaluation (loads the model: takes minutes on a CPU)."""
+    return run_with_model(_amain(args))
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """``--model`` and ``--threads`` of a command that runs the agent in-process on llama.cpp."""
+    p.add_argument("--model", default="qwen2.5-coder-1.5b-instruct-q4_k_m", help="built-in model name or GGUF path")
+    p.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
+
+
+def run_with_model(main: Coroutine[Any, Any, int]) -> int:
+    """Run ``main``; a model that cannot load or answer is one line (exit 2), not a traceback."""
+    from deployments.cli import UserError
+    from serve.engine import EngineError
+
+    try:
+        return asyncio.run(main)
+    except EngineError as exc:
+        raise UserError(f"model: {exc}") from None

@@ -69,7 +69,7 @@ def _run_list(args: argparse.Namespace) -> int:
 
 def _run_path(args: argparse.Namespace) -> int:
     from deployments.models import ModelError, ensure_builtin, get_builtin
-    from serve.cli import UserError
+    from deployments.cli import UserError
 
     try:
         path = ensure_builtin(get_builtin(args.name))
@@ -81,7 +81,7 @@ def _run_path(args: argparse.Namespace) -> int:
 
 def _run_verify(args: argparse.Namespace) -> int:
     from deployments.models import BUILTIN_MODELS, ModelError, ModelNotInstalledError, ensure_builtin, get_builtin
-    from serve.cli import UserError
+    from deployments.cli import UserError
 
     if args.name is not None:
         try:

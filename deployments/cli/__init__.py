@@ -1,0 +1,86 @@
+"""The ``recallserve`` console script: ``recallserve up|deploy|models|serve-config|demo|bench|eval|job ...``.
+
+Each leaf command lives in its own module exposing ``add_parser(subparsers)``; heavy imports
+(torch, ray, llama.cpp) happen inside the command's handler so ``--help`` stays fast.
+Errors a user can fix (:class:`UserError`) print one clear line and exit 2, not a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["COMMANDS", "UserError", "add_profile_arguments", "main"]
+
+
+class UserError(Exception):
+    """An error caused by the user's input or environment; printed as one line."""
+
+
+def add_profile_arguments(p: argparse.ArgumentParser) -> None:
+    """``--profile NAME | --config FILE`` (exclusive): which cluster config a command works on."""
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--profile", default=None, help="built-in profile name (default: cpu-local)")
+    src.add_argument("--config", type=Path, default=None, help="a profile YAML file instead of a built-in profile")
+
+
+# NOTE: the one list of commands; its order is the order shown in --help. "GROUP NAME" registers
+# NAME under the group GROUP (created on first use, with its help from _GROUP_HELP); each module
+# has add_parser(subparsers). The leaves of ``job`` are deployments.jobs.JOBS, which _jobs reads.
+COMMANDS: dict[str, str] = {
+    "up": "deployments.cli._up",
+    "deploy": "deployments.cli._deploy",
+    "models": "deployments.cli._models",
+    "serve-config": "deployments.cli._serve_config",
+    "demo": "deployments.cli._demo",
+    "bench memory": "deployments.cli._bench_memory",
+    "eval agent": "deployments.cli._eval_agent",
+    "eval retention": "deployments.cli._eval_retention",
+    "eval experiences": "deployments.cli._eval_experiences",
+    "eval locomo": "deployments.cli._eval_locomo",
+    "job *": "deployments.cli._jobs",
+}
+_GROUP_HELP: dict[str, str] = {
+    "bench": "benchmarks that print a table and write JSON rows",
+    "eval": "quality evaluations",
+    "job": "batch maintenance jobs on the Ray cluster",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the full argument parser."""
+    parser = argparse.ArgumentParser(prog="recallserve", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    groups: dict[str, argparse._SubParsersAction] = {}  # type: ignore[type-arg]
+    for command, module in COMMANDS.items():
+        group, _, leaf = command.partition(" ")
+        if not leaf:
+            importlib.import_module(module).add_parser(sub)
+            continue
+        if group not in groups:
+            gparser = sub.add_parser(group, help=_GROUP_HELP[group])
+            groups[group] = gparser.add_subparsers(dest="subcommand", required=True, metavar="NAME")
+        importlib.import_module(module).add_parser(groups[group])
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code = args.func(args)
+    except UserError as exc:
+        print(f"recallserve: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("recallserve: interrupted", file=sys.stderr)
+        return 130
+    return int(code or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
