@@ -16,7 +16,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from deployments.engines import EngineConfig
 from deployments.options import DeploymentOptions
-from serve._base import StrictModel
+from kernels import StrictModel
 from serve.agent import AgentConfig
 from serve.api.auth import READ_ONLY_SCOPES
 from serve.pipeline import PipelineSettings

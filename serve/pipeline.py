@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from serve._base import StrictModel
+from kernels import StrictModel
 from serve.api.chat_protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,

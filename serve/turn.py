@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import Field
 
-from serve._base import StrictModel
+from kernels import StrictModel
 from serve.engine import ChatMessage
 from serve.memory import MemoryBackend, MemoryHit
 

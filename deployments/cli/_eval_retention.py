@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from deployments.cli import UserError
+from deployments.cli._retention_paths import PATHS, pipeline_prompt_fn, score_answers
 
 NAME = "retention"
 _MODES = ("full", "sliding", "summary", "retrieval", "hybrid", "auto")
@@ -49,6 +50,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="ablation: store every message as plain chat (no pinning, no fact carry-over)")
     p.add_argument("--generic-question", action="store_true",
                    help="ask one general question at turn 60 for all items instead of one question per item")
+    p.add_argument("--path", choices=PATHS, default="agent",
+                   help="chat path whose engine prompt is scored: agent (the default path: tool prompt reserved) "
+                        "or plain (agent off) (default: agent)")
+    p.add_argument("--assembled", action="store_true",
+                   help="score the assembled context instead of the engine's prompt (the unit-level figure)")
+    p.add_argument("--answers", type=int, default=0, metavar="N",
+                   help="also ask the real default model the turn-60 questions of the first N conversations and "
+                        "score its answers (slow: ~10-30 s a question on 2 CPU cores; default: 0)")
+    p.add_argument("--answers-mode", choices=_MODES, default="hybrid", help="mode of the answer run (default: hybrid)")
+    p.add_argument("--answers-budget", type=int, default=4096,
+                   help="context window of the answer run's model (default: 4096, cpu-local's reasoner)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     p.set_defaults(func=run)
 
@@ -70,6 +82,10 @@ def _check(args: argparse.Namespace) -> tuple[list[int], list[str]]:
         raise UserError(f"--conversations: must be in 1..1000, got {args.conversations}")
     if args.reserved_output < 0:
         raise UserError(f"--reserved-output: must be >= 0, got {args.reserved_output}")
+    if not 0 <= args.answers <= args.conversations:
+        raise UserError(f"--answers: must be in 0..--conversations ({args.conversations}), got {args.answers}")
+    if not 1024 <= args.answers_budget <= 32768:
+        raise UserError(f"--answers-budget: {args.answers_budget} is outside 1024..32768 tokens")
     if args.summary_trigger_tokens < 1:
         raise UserError(f"--summary-trigger-tokens: must be >= 1, got {args.summary_trigger_tokens}")
     return budgets, modes
@@ -132,9 +148,14 @@ async def _run(args: argparse.Namespace, budgets: list[int], modes: list[str]) -
             conversations.append(conv)
             managers.append(manager)
     replay_s = time.perf_counter() - started
+    prompt = None if args.assembled else pipeline_prompt_fn(
+        {s.id: m for s, m in zip(sessions, managers)}, args.path, args.reserved_output)
     report = await evaluate_retention(conversations, managers, sessions, modes=modes, budgets=budgets,
                                       reserved_output=args.reserved_output,
-                                      question=GENERIC_QUESTION if args.generic_question else None)
+                                      question=GENERIC_QUESTION if args.generic_question else None, prompt=prompt)
+    answers = None
+    if args.answers:
+        answers = await _answers(args, conversations, managers, sessions, console)
     summariser_name = managers[0].summariser.name
     history_tokens = [sum(m.tokens for m in await store.messages(s.id)) for s in sessions]
     doc = {
@@ -147,6 +168,8 @@ async def _run(args: argparse.Namespace, budgets: list[int], modes: list[str]) -
         "first_seed": args.seed,
         "history_tokens_mean": sum(history_tokens) / len(history_tokens),
         "reserved_output": args.reserved_output,
+        "scored": "assembled context" if args.assembled else f"engine prompt ({args.path} path)",
+        "answers": answers,
         "replay_seconds": round(replay_s, 2),
         "summaries": report.summaries,
         "rows": [
@@ -171,12 +194,35 @@ async def _run(args: argparse.Namespace, budgets: list[int], modes: list[str]) -
     return 0
 
 
+async def _answers(args: argparse.Namespace, conversations: list[Any], managers: list[Any], sessions: list[Any],
+                   console: Any) -> dict[str, Any]:
+    """Ask the real default model the questions of the first ``--answers`` conversations."""
+    from rich.progress import Progress
+
+    from deployments.engines import LlamaCppConfig, build_engine
+    from serve.engine import EngineError
+
+    try:
+        engine = build_engine(LlamaCppConfig(n_ctx=args.answers_budget, n_threads=args.threads))
+    except (EngineError, ValueError) as exc:
+        raise UserError(f"--answers: the default model cannot start ({exc})") from None
+    n = args.answers
+    try:
+        with Progress(console=console, transient=True) as bar:
+            task = bar.add_task("asking the model", total=sum(len(c.items) for c in conversations[:n]))
+            return await score_answers(conversations[:n], managers[:n], sessions[:n], engine, path=args.path,
+                                       mode=args.answers_mode, reserved_output=args.reserved_output,
+                                       on_item=lambda: bar.advance(task))
+    finally:
+        await engine.close()
+
+
 def _print_table(doc: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
-    table = Table(title=(f"retention at turn 60: {doc['conversations']} conversation(s) x 20 items, "
+    table = Table(title=(f"retention at turn 60 ({doc['scored']}): {doc['conversations']} conversation(s) x 20 items, "
                          f"~{doc['history_tokens_mean']:.0f} history tokens; summary: {doc['summary_source']}"
                          + ("" if doc["categories"] else "; categories OFF (ablation)")
                          + ("; one generic question" if doc["question"] == "generic" else "")))
@@ -194,3 +240,7 @@ def _print_table(doc: dict[str, Any]) -> None:
     for mode, v in doc["latency_ms"].items():
         lat.add_row(mode, f"{v['p50']:.2f}", f"{v['p95']:.2f}")
     console.print(lat)
+    ans = doc.get("answers")
+    if ans:
+        console.print(f"answers of the default model ({ans['path']} path, {ans['mode']}, {ans['budget']} tokens): "
+                      f"{ans['present_share']:.1%} of {ans['items']} items; mean prompt {ans['prompt_tokens_mean']} tokens")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from serve._base import StrictModel
+from kernels import StrictModel
 
 __all__ = ["AgentConfig"]
 

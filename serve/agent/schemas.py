@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from serve._base import StrictModel
+from kernels import StrictModel
 from serve.memory import MemoryWrite
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Schemas of context-mode: messages, sessions, configuration, the assembled result, errors.
 
-Every schema is a :class:`~serve._base.StrictModel` so the ingress can put a
+Every schema is a :class:`~kernels.StrictModel` so the ingress can put a
 :class:`ContextResult`'s metadata in a response and a YAML profile can carry a
 :class:`ContextConfig` without a hand-written validator.
 """
@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from serve._base import StrictModel
+from kernels import StrictModel
 from serve.engine import ChatMessage
 
 __all__ = [

@@ -53,16 +53,30 @@ def test_item_present_and_percentile() -> None:
 
 def test_cli_end_to_end_extractive(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["eval", "retention", "--no-llm-summary", "--embedder", "none", "--conversations", "1",
-                 "--budget", "2048", "--modes", "sliding,summary,hybrid", "--json"])
+                 "--budget", "2048", "--modes", "sliding,summary,hybrid", "--path", "plain", "--json"])
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["summary_source"] == "extractive (no model)" and doc["embedder"] is None
+    assert doc["scored"] == "engine prompt (plain path)"
     rows = {r["mode"]: r for r in doc["rows"]}
     assert rows["hybrid"]["present_share"] >= 0.95 and rows["hybrid"]["retention3_share"] == 1.0
     assert rows["hybrid"]["retention3_items"] == 8 and rows["hybrid"]["items"] == 20
     assert rows["sliding"]["present_share"] < rows["hybrid"]["present_share"]
     assert doc["latency_ms"]["all"]["p95"] >= doc["latency_ms"]["all"]["p50"] > 0
     assert doc["summaries"][0]["summariser"] == "extractive" and doc["summaries"][0]["covers_until"] > 0
+
+
+def test_cli_scores_the_agent_prompt(capsys: pytest.CaptureFixture[str]) -> None:
+    """On the agent path the tool prompt's reserve (agent_overhead_tokens) leaves a 2k window ~500
+    history tokens; at 4k the prompt the reasoner receives keeps the items."""
+    code = main(["eval", "retention", "--no-llm-summary", "--embedder", "none", "--conversations", "1",
+                 "--budget", "2048", "--budget", "4096", "--modes", "hybrid", "--json"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["scored"] == "engine prompt (agent path)"
+    rows = {r["budget"]: r for r in doc["rows"]}
+    assert rows[4096]["present_share"] >= 0.95 and rows[4096]["retention3_share"] == 1.0
+    assert rows[2048]["present_share"] < rows[4096]["present_share"] and rows[2048]["retention3_share"] == 1.0
 
 
 def test_cli_ablation_and_table(capsys: pytest.CaptureFixture[str]) -> None:
