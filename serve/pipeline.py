@@ -265,7 +265,10 @@ class ChatPipeline:
         except ContextBudgetError as exc:
             raise APIError(400, f"messages: {exc}", param="messages", code="context_budget_exceeded") from None
         except ContextError as exc:
-            raise APIError(400, f"metadata.session_id: {exc}", param="metadata.session_id") from None
+            # NOTE: no session store (sessions off), or a mode this server cannot run (retrieval
+            # without an embedder).
+            param = "metadata.session_id" if session_id and self.context.store is None else "metadata.context_mode"
+            raise APIError(400, f"{param}: {exc}", param=param) from None
         turn = Turn(question=convo[ask].text(), instructions=instructions, context=result.block,
                     history=[*result.window, *earlier], image_urls=convo[ask].images(), session=session,
                     pending=pending)

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # NOTE: typing only; serve.agent imports this module.
     from serve.agent.images import ImageDescriber, ImageUnit
     from serve.context import MessageIn, Session
 
-__all__ = ["RecallConfig", "Turn", "recall_memories", "analyse_images", "format_memories", "render_prompt", "memory_meta",
+__all__ = ["RecallConfig", "Turn", "recall_memories", "analyse_images", "format_memories", "memory_line", "render_prompt", "memory_meta",
            "RECALL_KINDS", "CLIENT_HEADER"]
 
 log = logging.getLogger("recallserve.turn")
@@ -190,20 +190,26 @@ async def analyse_images(turn: Turn, describer: ImageDescriber | None = None) ->
     turn.timings_ms["images"] = round((time.perf_counter() - t) * 1e3, 2)
 
 
+def memory_line(n: int, kind: str, source_id: str, created_at: float, score: float, text: str,
+                item_chars: int) -> str:
+    """One recalled memory as a prompt line: ``[n] (kind source_id, date, score s) text``, the text
+    whitespace-folded and cut to ``item_chars`` (the turn's recall and the memory_search tool)."""
+    text = " ".join(text.split())
+    if len(text) > item_chars:
+        text = text[: item_chars - 3] + "..."
+    when = time.strftime("%Y-%m-%d", time.gmtime(created_at))
+    return f"[{n}] ({kind} {source_id}, {when}, score {score:.2f}) {text}"
+
+
 def format_memories(hits: Sequence[MemoryHit], *, item_chars: int, total_chars: int) -> str:
     """Recalled memories as one prompt block, most relevant first ('' when none fit).
 
-    Each memory is one line ``[n] (kind source_id, date, score s) text``, its text whitespace-
-    folded and cut to ``item_chars``; lines stop before ``total_chars`` would be passed.
+    Each memory is one :func:`memory_line`; lines stop before ``total_chars`` would be passed.
     """
     lines: list[str] = []
     used = 0
     for i, h in enumerate(hits, 1):
-        text = " ".join(h.text.split())
-        if len(text) > item_chars:
-            text = text[: item_chars - 3] + "..."
-        when = time.strftime("%Y-%m-%d", time.gmtime(h.created_at))
-        line = f"[{i}] ({h.kind} {h.source_id}, {when}, score {h.score:.2f}) {text}"
+        line = memory_line(i, h.kind, h.source_id, h.created_at, h.score, h.text, item_chars)
         if used + len(line) > total_chars:
             break
         lines.append(line)

@@ -18,6 +18,7 @@ from pydantic import Field
 from kernels import StrictModel
 from serve.agent.routing import RoutingHint
 from serve.agent.tools import Tool, ToolContext, ToolError
+from serve.turn import memory_line
 
 __all__ = [
     "safe_eval",
@@ -202,13 +203,17 @@ async def _search(args: MemorySearchArgs, ctx: ToolContext) -> list[dict[str, An
     if ctx.memory is None:
         raise ToolError("memory is not available on this server")
     hits = await ctx.memory.search(ctx.tenant, args.query, args.k)
-    return [{"id": h.source_id, "score": round(h.score, 3), "text": h.text} for h in hits]
+    return [{"id": h.source_id, "kind": h.kind, "created_at": h.created_at, "score": round(h.score, 3), "text": h.text}
+            for h in hits]
 
 
 def _summarise_hits(hits: list[dict[str, Any]]) -> str:
+    """The observation: the hits in the prompt's memory-line format (:func:`serve.turn.memory_line`)."""
     if not hits:
         return "no matching memories"
-    return " | ".join(f"[{h['id']} {h['score']}] {h['text'][:300]}" for h in hits)
+    # NOTE: 300 characters a hit: the observation itself is capped (agent.observation_max_chars).
+    return "\n".join(memory_line(i, h.get("kind", "text"), h["id"], h.get("created_at", 0.0), h["score"], h["text"], 300)
+                     for i, h in enumerate(hits, 1))
 
 
 def memory_search_tool() -> Tool:

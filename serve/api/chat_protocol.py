@@ -32,6 +32,9 @@ __all__ = [
 
 MAX_MESSAGES = 1000
 MAX_CONTENT_CHARS = 200_000
+# NOTE: every image is decoded, described and OCR'd (~0.1-1 s of CPU each): bounded per message.
+MAX_IMAGES = 8
+MAX_PARTS = 256
 
 
 class ImageURL(StrictModel):
@@ -59,7 +62,8 @@ class ChatCompletionMessage(StrictModel):
     """One input message."""
 
     role: Literal["system", "developer", "user", "assistant", "tool"] = Field(description="Author role.")
-    content: str | list[TextPart | ImagePart] | None = Field(default=None, description="Text or content parts.")
+    content: str | list[TextPart | ImagePart] | None = Field(
+        default=None, description=f"Text or content parts (at most {MAX_PARTS} parts, {MAX_IMAGES} images).")
     name: str | None = Field(default=None, max_length=64, description="Optional author name.")
     tool_call_id: str | None = Field(default=None, description="For role=tool: the call answered.")
     tool_calls: list[dict[str, Any]] | None = Field(default=None, description="Assistant tool calls (echoed history).")
@@ -69,6 +73,12 @@ class ChatCompletionMessage(StrictModel):
     def _content_size(cls, v: str | list[TextPart | ImagePart] | None) -> str | list[TextPart | ImagePart] | None:
         if isinstance(v, str) and len(v) > MAX_CONTENT_CHARS:
             raise ValueError(f"content is longer than {MAX_CONTENT_CHARS} characters")
+        if isinstance(v, list):
+            if len(v) > MAX_PARTS:
+                raise ValueError(f"content has {len(v)} parts; at most {MAX_PARTS} are accepted")
+            images = sum(isinstance(p, ImagePart) for p in v)
+            if images > MAX_IMAGES:
+                raise ValueError(f"content has {images} images; at most {MAX_IMAGES} per message are accepted")
         return v
 
     def text(self) -> str:

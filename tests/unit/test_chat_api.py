@@ -56,6 +56,8 @@ def test_missing_or_unknown_key_is_401(client: TestClient, headers: dict[str, st
         (_body(max_tokens=0), "max_tokens"),
         (_body(surprise=True), "surprise"),
         (_body(logprobs=True), "logprobs"),
+        (_body(messages=[{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}] * 9}]), "messages.0.content"),
     ],
 )
 def test_bad_requests_get_400_naming_the_field(client: TestClient, body: dict[str, object], param: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +24,12 @@ from serve.agent import Agent, AgentConfig, default_registry
 from serve.api.app import create_app
 from serve.api.auth import Authenticator
 from serve.context import ContextConfig, ContextManager, SessionStore
-from serve.engine import ChatDelta, ChatMessage, ChatResult, GenerationParams
+from serve.engine import ChatMessage, GenerationParams
 from serve.experience import ExperienceConfig, ExperienceService
 from serve.memory import MemoryHit, MemoryWrite
 from serve.pipeline import ChatPipeline, PipelineSettings
 from serve.turn import RecallConfig
+from tests.unit.agent.conftest import ScriptedEngine
 
 KEYS = {"sk-acme": "acme", "sk-globex": "globex"}
 CLIENT_SYSTEM = "You work for Acme Coffee; sign every answer with -- Acme."
@@ -44,22 +45,18 @@ Outcome: LC-448812
 Confidence: high"""
 
 
-class RecordingEngine:
+class RecordingEngine(ScriptedEngine):
     """Records every prompt; replies by the kind of call (router JSON, step JSON, segmented, text)."""
 
     def __init__(self) -> None:
-        self.calls: list[list[ChatMessage]] = []
-
-    @property
-    def model_name(self) -> str:
-        return "recording"
+        super().__init__([], chunk=7)
 
     @property
     def context_window(self) -> int:
         return 2048
 
-    def _reply(self, messages: Sequence[ChatMessage], params: GenerationParams) -> str:
-        self.calls.append(list(messages))
+    def _next(self, messages: Sequence[ChatMessage], params: GenerationParams) -> str:
+        self.calls.append((list(messages), params))
         schema = params.json_schema
         # NOTE: the card only in the answer to the card question, so the history cannot carry it.
         answer = f"Your card is {CARD}. -- Acme" if "loyalty card number?" in messages[-1].content else "Noted."
@@ -71,21 +68,9 @@ class RecordingEngine:
             return json.dumps({"tools": []})
         return json.dumps({"thought": "known", "type": "final", "answer": answer})
 
-    async def chat(self, messages: Sequence[ChatMessage], params: GenerationParams) -> ChatResult:
-        text = self._reply(messages, params)
-        return ChatResult(text=text, prompt_tokens=10, completion_tokens=5, finish_reason="stop", model="recording")
-
-    async def stream(self, messages: Sequence[ChatMessage], params: GenerationParams) -> AsyncIterator[ChatDelta]:
-        text = self._reply(messages, params)
-        for i in range(0, len(text), 7):
-            yield ChatDelta(text=text[i : i + 7])
-        yield ChatDelta(text="", finish_reason="stop", prompt_tokens=10, completion_tokens=5)
-
-    async def count_tokens(self, text: str) -> int:
-        return len(text) // 4 + 1
-
-    async def close(self) -> None:
-        return None
+    @property
+    def prompts(self) -> list[list[ChatMessage]]:
+        return [messages for messages, _ in self.calls]
 
 
 class OneMemory:
@@ -186,7 +171,7 @@ def test_every_path_sends_the_assembled_context(rig: Any, path: dict[str, str], 
     assert CARD in answer and rs["context"]["mode"] == "summary"
     assert engine.calls, "no engine call"
     summary_lines = [line for line in summary.splitlines() if line.strip() and CONSTRAINT not in line]
-    for prompt in engine.calls:
+    for prompt in engine.prompts:
         text = _prompt_text(prompt)
         assert CLIENT_SYSTEM in prompt[0].content, text
         # NOTE: on the agent paths (their tool prompt is reserved) turn 1 leaves the recent window,
@@ -214,7 +199,7 @@ def test_sessionless_history_is_budgeted_not_cut_by_count(rig: Any) -> None:
     msgs.append({"role": "user", "content": "What is my loyalty card number?"})
     engine.calls.clear()
     body = _post(c, msgs, agent="off")
-    prompt = engine.calls[-1]
+    prompt = engine.prompts[-1]
     assert body["recallserve"]["context"]["mode"] == "full"
     assert [m.content for m in prompt[1:-1]] == [m["content"] for m in msgs[1:-1]]
     assert CLIENT_SYSTEM in prompt[0].content and CARD in prompt[1].content
@@ -227,9 +212,9 @@ def test_tool_scopes_come_from_the_auth_config(tmp_path: Path) -> None:
     auth = Authenticator(KEYS, {"acme": ["basic"]})
     with TestClient(create_app(pipeline, auth)) as c:
         _post(c, [{"role": "user", "content": "What is the status of order 104208?"}], agent="on")
-        acme_prompt = engine.calls[-1][0].content
+        acme_prompt = engine.prompts[-1][0].content
         _post(c, [{"role": "user", "content": "What is the status of order 104208?"}], key="sk-globex", agent="on")
-        globex_prompt = engine.calls[-1][0].content
+        globex_prompt = engine.prompts[-1][0].content
     # acme has only the basic tools; globex gets the read-only default, order lookups included.
     assert "order_status" not in acme_prompt and "calculator" in acme_prompt
     assert "order_status" in globex_prompt
