@@ -203,6 +203,15 @@ class ChatPipeline:
         }
         return result
 
+    def _head(self, req: ChatCompletionRequest) -> str | None:
+        """The fixed instructions of the request's path: the segmented format, the plain system
+        prompt, or None for the agent (whose head, protocol + tools, is its own and is reserved as
+        ``agent_overhead_tokens``)."""
+        if self._segmented(req):
+            assert self.experiences is not None
+            return self.experiences.system_prompt()
+        return None if self._use_agent(req) else self.settings.system_prompt
+
     def _use_agent(self, req: ChatCompletionRequest) -> bool:
         # NOTE: a response_format constraint is the client's own protocol; the agent's JSON step
         # protocol would fight it, so such requests go straight to the reasoner.
@@ -223,8 +232,8 @@ class ChatPipeline:
         # to the history, so it is skipped rather than stored empty.
         texts = [(i, m, m.text() or ("[image attached]" if m.images() else "")) for i, m in enumerate(convo)]
         msgs_in = {i: MessageIn(role=m.role, content=t) for i, m, t in texts if t}  # type: ignore[arg-type]
-        use_agent = self._use_agent(req) and not self._segmented(req)
-        head = "" if use_agent else self.settings.system_prompt
+        head = self._head(req)
+        use_agent = head is None
         system = "\n\n".join(p for p in (head, instructions) if p) or None
         # NOTE: no memory tier, no recalled memories to make room for.
         memory_tokens = self.settings.memory_tokens() if self.memory is not None else 0
@@ -352,16 +361,11 @@ class ChatPipeline:
         """The prompt of the path's first reasoner call for ``turn``, without calling the engine: the
         agent's step prompt over the tenant's tools, the segmented prompt, or the plain one.
         ``recallserve eval retention`` scores what the engine receives with it."""
-        if self._segmented(req):
-            from serve.experience._prompt import SYSTEM_PROMPT, SYSTEM_PROMPT_JSON
-
-            assert self.experiences is not None
-            head = SYSTEM_PROMPT_JSON if self.experiences.config.constrain_json else SYSTEM_PROMPT
-            return self._render(turn, head, f"Problem: {turn.asked}")
-        if self._use_agent(req):
+        head = self._head(req)
+        if head is None:
             assert self.agent is not None
             return self.agent.step_prompt(turn, ctx.scopes)
-        return self._render(turn, self.settings.system_prompt)
+        return self._render(turn, head, f"Problem: {turn.asked}" if self._segmented(req) else None)
 
     async def answer(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn,
                      params: GenerationParams) -> Answer:

@@ -35,7 +35,7 @@ from serve.experience._models import (
     SearchResult,
 )
 from serve.experience._parser import parse_segmented
-from serve.experience._prompt import build_messages
+from serve.experience._prompt import SYSTEM_PROMPT, SYSTEM_PROMPT_JSON, build_messages
 from serve.experience._rules import RuleTable
 from serve.experience._schema import ExperienceMetadata, ExperienceRecord, Tier
 from serve.experience._store import ExperienceStore, StoredRow
@@ -294,6 +294,10 @@ class ExperienceService:
         return MaintenanceReport(expired_deleted=expired, demoted=demoted, freshness=fresh)
 
     # ------------------------------------------------------------------ generation
+
+    def system_prompt(self) -> str:
+        """The segmented format's system prompt (line or JSON format, per ``constrain_json``)."""
+        return SYSTEM_PROMPT_JSON if self.config.constrain_json else SYSTEM_PROMPT
 
     async def produce(
         self, tenant: str, engine: LLMEngine, question: str, *, domain: str = "general", topic: str = "general",
