@@ -34,6 +34,9 @@ MAX_MESSAGES = 1000
 MAX_CONTENT_CHARS = 200_000
 # NOTE: every image is decoded, described and OCR'd (~0.1-1 s of CPU each): bounded per message.
 MAX_IMAGES = 8
+# NOTE: every message of a sessionless request is categorised and token-counted to fit the budget
+# (~1 s per million characters on one core); the whole conversation is bounded, not only a message.
+MAX_TOTAL_CHARS = 1_000_000
 MAX_PARTS = 256
 
 
@@ -153,6 +156,10 @@ class ChatCompletionRequest(StrictModel):
             raise ValueError("stop: at most 4 stop sequences")
         if not any(m.role == "user" for m in self.messages):
             raise ValueError("messages: at least one message with role 'user' is required")
+        total = sum(len(m.text()) for m in self.messages)
+        if total > MAX_TOTAL_CHARS:
+            raise ValueError(f"messages: {total} characters of text in all; at most {MAX_TOTAL_CHARS} are accepted "
+                             "(send long histories as a session, metadata.session_id)")
         meta = self.metadata or {}
         mode = meta.get("context_mode")
         if mode is not None and mode not in {"auto", "full", "sliding", "summary", "retrieval", "hybrid"}:

@@ -58,6 +58,7 @@ def test_missing_or_unknown_key_is_401(client: TestClient, headers: dict[str, st
         (_body(logprobs=True), "logprobs"),
         (_body(messages=[{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}] * 9}]), "messages.0.content"),
+        (_body(messages=[{"role": "user", "content": "x" * 150_000}] * 7), "messages"),
     ],
 )
 def test_bad_requests_get_400_naming_the_field(client: TestClient, body: dict[str, object], param: str) -> None:
