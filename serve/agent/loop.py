@@ -6,17 +6,19 @@ of the exchange (PII-masked) is returned as ``result.memory_writes`` for the cal
 off the request path with :meth:`Agent.write_back`.
 
 Per request:
-1. images -> description + OCR (:mod:`serve.agent.images`) and the turn's one memory recall
-   (question + OCR text, cached with a TTL): done by the pipeline when it built the
-   :class:`~serve.turn.Turn`, here only for a request that comes without one;
+1. images -> description + OCR (:mod:`serve.agent.images`);
+2. the turn's one memory recall (question + OCR text, cached with a TTL). Both are done by the
+   pipeline when it built the :class:`~serve.turn.Turn`, here only for a request without one;
 3. the routing rules (:mod:`serve.agent.routing`), or the router model when they are undecided,
    decide ``direct`` or ``tools``, which tools (a subset of the tenant's scopes) and which ones
    the first step must call;
-4. every prompt is the turn rendered by :func:`serve.turn.render_prompt` under the step's head
-   (protocol + tools, direct answer, router): the client's system prompt, the context-mode block
-   and the budgeted history reach every engine call; up to ``max_steps`` reasoner steps, each one JSON object constrained by a schema; bad JSON is
+4. up to ``max_steps`` reasoner steps, each one JSON object constrained by a schema; bad JSON is
    retried once, then reported back as an observation; calls run through :class:`StepExecutor`;
 5. out of steps or time -> a partial answer stating what is known and what is missing.
+
+Every prompt is the turn rendered by :func:`serve.turn.render_prompt` under the call's head
+(protocol + tools, direct answer, router): the client's system prompt, the context-mode block and
+the history the token budget kept reach every engine call; the agent cuts no history of its own.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from serve.agent._cache import TTLCache, cache_key
+from serve.agent._cache import TTLCache
 from serve.agent._executor import StepExecutor
 from serve.agent._prompts import PARTIAL_INSTRUCTION, RETRY_INSTRUCTION, ROUTER_INSTRUCTION, direct_prompt, \
     system_prompt
