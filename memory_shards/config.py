@@ -11,7 +11,7 @@ from kernels import StrictModel
 
 from .records import MemoryKind, MemoryRecord, Scalar
 
-__all__ = ["ShardConfig", "SearchFilters", "SearchHit"]
+__all__ = ["ShardCallConfig", "ShardConfig", "SearchFilters", "SearchHit"]
 
 
 class ShardConfig(StrictModel):
@@ -32,6 +32,27 @@ class ShardConfig(StrictModel):
     fsync: bool = Field(default=True, description="fsync the WAL before acknowledging a write batch (off only for benchmarks).")
     compact_dead_ratio: float = Field(default=0.25, gt=0, le=1, description="Compact rows at snapshot time when this share of rows is dead.")
     backend: Literal["auto", "torch", "triton"] = Field(default="auto", description="Fused kernel backend.")
+
+
+class ShardCallConfig(StrictModel):
+    """How the coordinator calls shards: deadlines, and what it tells a caller while one is down.
+
+    A shard that fails or misses its deadline is marked down; requests that need it (see
+    ``memory_shards.coordinator``) answer :class:`~memory_shards.ShardUnavailable` at once,
+    requests that do not are answered without it, and one background probe at a time checks
+    whether it is back.
+    """
+
+    # NOTE: 5 s is far above a healthy search (tens of ms at 100k rows on 2 cores) and below the
+    # chat recall's own 10 s deadline, so a hung shard is detected before recall gives up.
+    read_timeout_s: float = Field(default=5.0, gt=0, le=600, description="Deadline of one shard read (get, list, search).")
+    # NOTE: a write waits for an fsync and may trigger a snapshot of the shard; an expired write
+    # may still be applied later (the caller retries; writes are idempotent by id and source).
+    write_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Deadline of one shard write (upsert, delete, renewals).")
+    retry_after_s: float = Field(
+        default=1.0, gt=0, le=300,
+        description="Retry hint (seconds) given while a needed shard is down; also the least time between probes of a down shard.",
+    )
 
 
 class SearchFilters(StrictModel):

@@ -130,7 +130,15 @@ class MemoryShard:
                 "seq": self._seq,
                 "index": "ivf" if self._use_ivf(None) else "exact",
                 "pending_touches": len(self._pending_touch),
+                "shared_rows": self.shared_rows(),
+                "wal_entries": self._ops_since_snapshot,
             }
+
+    def shared_rows(self) -> int:
+        """Live rows of shared records here (the coordinator needs this shard for every tenant when > 0)."""
+        with self._lock:
+            t = self._table
+            return int(np.count_nonzero(t.col("valid") & (t.col("tenant") == 0)))
 
     # ---- writes -------------------------------------------------------------------------
     def upsert(self, items: Sequence[EmbeddedRecord]) -> list[str]:
