@@ -275,7 +275,7 @@ class HandleMemoryBackend(MemoryService):
                 raise APIError(503, f"embedder unavailable: {type(exc).__name__}", type="service_unavailable",
                                code="embedder_unavailable") from exc
 
-        coordinator = MemoryCoordinator([HandleShardClient(h, i) for i, h in enumerate(shards)])
+        coordinator = MemoryCoordinator([HandleShardClient(h, i) for i, h in enumerate(shards)], calls=memory.calls)
         super().__init__(coordinator, embed, top_k=memory.top_k, threshold=memory.threshold)
 
 
