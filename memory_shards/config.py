@@ -26,7 +26,13 @@ class ShardConfig(StrictModel):
     ivf_nprobe: int = Field(default=32, ge=1, le=1 << 20, description="IVF lists probed per query.")
     ivf_candidates: int = Field(default=512, ge=1, le=1 << 16, description="IVF candidates per query, re-scored by the fused kernel (at least k).")
     ivf_train_sample: int = Field(default=65_536, ge=1, description="Vectors sampled to train the IVF centroids.")
-    snapshot_every_ops: int = Field(default=50_000, ge=1, description="Write a snapshot after this many WAL entries since the last one.")
+    # NOTE: replay runs at ~7k upsert entries/s (384-d, 2 cores) and ~20 MB/s of WAL; both bounds
+    # keep a restart's replay to a few seconds (``recallserve bench restart`` measures it).
+    snapshot_every_ops: int = Field(default=20_000, ge=1, description="Write a snapshot after this many WAL entries since the last one (bounds restart replay).")
+    snapshot_every_wal_mb: float = Field(
+        default=64.0, gt=0, le=1 << 20,
+        description="... or after this many MB of WAL since the last one (renewal batches make some entries large).",
+    )
     touch_every_hits: int = Field(default=1024, ge=1, description="Apply pending last-access renewals after this many hits.")
     touch_every_seconds: float = Field(default=5.0, gt=0, description="... or when the oldest pending renewal is this old.")
     fsync: bool = Field(default=True, description="fsync the WAL before acknowledging a write batch (off only for benchmarks).")
