@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from deployments.cli import UserError
-from deployments.cli._bench_memory import _parse_size
+from deployments.cli._bench_memory import _parse_size, with_progress
 
 NAME = "restart"
 
@@ -37,20 +37,13 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or f"bench-results/restart-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json")
 
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from memory_shards.restart_bench import run_restart_bench
 
     console = Console()
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
-        task = bar.add_task("starting", total=1.0)
-
-        def progress(msg: str, frac: float | None) -> None:
-            bar.update(task, description=msg, completed=frac if frac is not None else 0.0, total=1.0 if frac is not None else None)
-
-        rows = run_restart_bench(records, args.dim, args.snapshot_every_ops, args.repeats, workdir=args.workdir,
-                                 progress=progress)
+    rows = with_progress(console, lambda progress: run_restart_bench(
+        records, args.dim, args.snapshot_every_ops, args.repeats, workdir=args.workdir, progress=progress))
     table = Table(title=f"shard restart at {records:,} records, dim {args.dim} (median of {args.repeats})")
     for col in ("case", "WAL entries replayed", "open s (snapshot + WAL)", "BM25 rebuild s", "restart s"):
         table.add_column(col, justify="left" if col == "case" else "right")
