@@ -17,6 +17,7 @@ from pydantic import Field, ValidationError, model_validator
 from deployments.engines import EngineConfig
 from deployments.options import DeploymentOptions
 from kernels import StrictModel
+from memory_shards.config import ShardCallConfig
 from serve.agent import AgentConfig
 from serve.api.auth import READ_ONLY_SCOPES
 from serve.pipeline import PipelineSettings
@@ -204,6 +205,10 @@ class MemoryConfig(StrictModel):
     top_k: int = Field(default=16, ge=1, le=1000, description="Memories recalled per chat turn (CoT 3.0: 15-20).")
     threshold: float = Field(default=0.35, ge=-1, le=1, description="Cosine threshold for recall.")
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions, description="Resources per shard.")
+    calls: ShardCallConfig = Field(
+        default_factory=ShardCallConfig,
+        description="Deadlines of the ingress's shard calls and the Retry-After given while a needed shard is down.",
+    )
     generation: str = Field(
         default="", pattern=_GENERATION,
         description="Name of the serving generation ('' = deployments memory_shard_<i>); set to the migration's name "

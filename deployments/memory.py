@@ -36,7 +36,7 @@ from deployments._versions import pin_version
 from deployments.config import AppConfig, EmbedderConfig, MemoryConfig, shard_deployment_name
 from memory_shards.shard_access import SortedIds, hybrid_apply, hybrid_insert_absent, neighbour_records, page_records
 from memory_shards.config import SearchFilters, ShardConfig
-from memory_shards.coordinator import MemoryCoordinator
+from memory_shards.coordinator import MemoryCoordinator, ShardUnavailable
 from memory_shards.embedders import MiniLMEmbedder, build_embedder, embedder_identity
 from memory_shards.records import EmbeddedRecord, MemoryRecord
 from memory_shards.retrieval import Feedback, HybridShard, ShardHybridResult
@@ -198,7 +198,9 @@ class MemoryShardDeployment(PlacementInfo):
 class HandleShardClient:
     """A ``ShardClient`` + ``hybrid_search`` over a :class:`MemoryShardDeployment` handle.
 
-    Ray failures become a 503 naming the shard, so a dead shard is an answer, not a hang.
+    Ray failures become :class:`~memory_shards.ShardUnavailable` naming the shard; the
+    coordinator adds the deadline (a replica that is gone leaves Serve's router waiting for a
+    new one, which the deadline turns into an answer) and decides whether the request needed it.
     """
 
     def __init__(self, handle: DeploymentHandle, index: int) -> None:
@@ -213,11 +215,9 @@ class HandleShardClient:
             cause = exc.as_instanceof_cause()
             if isinstance(cause, ValueError):
                 raise APIError(400, str(exc.cause) if getattr(exc, "cause", None) else str(cause)) from exc
-            raise APIError(503, f"memory shard {self.index} failed: {type(exc).__name__}", type="service_unavailable",
-                           code="memory_unavailable") from exc
+            raise ShardUnavailable(self.index, f"failed: {type(exc).__name__}") from exc
         except _FAILURES as exc:
-            raise APIError(503, f"memory shard {self.index} unavailable: {type(exc).__name__}", type="service_unavailable",
-                           code="memory_unavailable") from exc
+            raise ShardUnavailable(self.index, type(exc).__name__) from exc
 
     async def upsert(self, items: Sequence[EmbeddedRecord]) -> list[str]:
         return await self._call("upsert", list(items))
@@ -275,7 +275,7 @@ class HandleMemoryBackend(MemoryService):
                 raise APIError(503, f"embedder unavailable: {type(exc).__name__}", type="service_unavailable",
                                code="embedder_unavailable") from exc
 
-        coordinator = MemoryCoordinator([HandleShardClient(h, i) for i, h in enumerate(shards)])
+        coordinator = MemoryCoordinator([HandleShardClient(h, i) for i, h in enumerate(shards)], calls=memory.calls)
         super().__init__(coordinator, embed, top_k=memory.top_k, threshold=memory.threshold)
 
 

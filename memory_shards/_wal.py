@@ -147,15 +147,21 @@ class WriteAheadLog:
         else:
             self.open_segment(next_seq)
 
-    def append(self, entries: list[dict[str, Any]]) -> None:
-        """Write a batch of entries; durable on return when ``fsync`` is on."""
+    def append(self, entries: list[dict[str, Any]]) -> int:
+        """Write a batch of entries; durable on return when ``fsync`` is on. Returns the bytes written."""
         if self._file is None:
             raise RuntimeError("WAL: append before ensure_open/open_segment")
-        self._file.write(b"".join(_encode(e) for e in entries))
+        data = b"".join(_encode(e) for e in entries)
+        self._file.write(data)
         self._file.flush()
         if self.fsync:
             os.fsync(self._file.fileno())
         self.entries_in_segment += len(entries)
+        return len(data)
+
+    def size(self) -> int:
+        """Bytes in all segments (after a snapshot: the tail a restart replays)."""
+        return sum(p.stat().st_size for p in self.segments())
 
     def drop_through(self, seq: int) -> None:
         """Delete segments whose entries are all <= ``seq`` (covered by a snapshot)."""

@@ -11,7 +11,7 @@ from kernels import StrictModel
 
 from .records import MemoryKind, MemoryRecord, Scalar
 
-__all__ = ["ShardConfig", "SearchFilters", "SearchHit"]
+__all__ = ["ShardCallConfig", "ShardConfig", "SearchFilters", "SearchHit"]
 
 
 class ShardConfig(StrictModel):
@@ -26,12 +26,39 @@ class ShardConfig(StrictModel):
     ivf_nprobe: int = Field(default=32, ge=1, le=1 << 20, description="IVF lists probed per query.")
     ivf_candidates: int = Field(default=512, ge=1, le=1 << 16, description="IVF candidates per query, re-scored by the fused kernel (at least k).")
     ivf_train_sample: int = Field(default=65_536, ge=1, description="Vectors sampled to train the IVF centroids.")
-    snapshot_every_ops: int = Field(default=50_000, ge=1, description="Write a snapshot after this many WAL entries since the last one.")
+    # NOTE: replay runs at ~7k upsert entries/s (384-d, 2 cores) and ~20 MB/s of WAL; both bounds
+    # keep a restart's replay to a few seconds (``recallserve bench restart`` measures it).
+    snapshot_every_ops: int = Field(default=20_000, ge=1, description="Write a snapshot after this many WAL entries since the last one (bounds restart replay).")
+    snapshot_every_wal_mb: float = Field(
+        default=64.0, gt=0, le=1 << 20,
+        description="... or after this many MB of WAL since the last one (renewal batches make some entries large).",
+    )
     touch_every_hits: int = Field(default=1024, ge=1, description="Apply pending last-access renewals after this many hits.")
     touch_every_seconds: float = Field(default=5.0, gt=0, description="... or when the oldest pending renewal is this old.")
     fsync: bool = Field(default=True, description="fsync the WAL before acknowledging a write batch (off only for benchmarks).")
     compact_dead_ratio: float = Field(default=0.25, gt=0, le=1, description="Compact rows at snapshot time when this share of rows is dead.")
     backend: Literal["auto", "torch", "triton"] = Field(default="auto", description="Fused kernel backend.")
+
+
+class ShardCallConfig(StrictModel):
+    """How the coordinator calls shards: deadlines, and what it tells a caller while one is down.
+
+    A shard that fails or misses its deadline is marked down; requests that need it (see
+    ``memory_shards.coordinator``) answer :class:`~memory_shards.ShardUnavailable` at once,
+    requests that do not are answered without it, and one background probe at a time checks
+    whether it is back.
+    """
+
+    # NOTE: 5 s is far above a healthy search (tens of ms at 100k rows on 2 cores) and below the
+    # chat recall's own 10 s deadline, so a hung shard is detected before recall gives up.
+    read_timeout_s: float = Field(default=5.0, gt=0, le=600, description="Deadline of one shard read (get, list, search).")
+    # NOTE: a write waits for an fsync and may trigger a snapshot of the shard; an expired write
+    # may still be applied later (the caller retries; writes are idempotent by id and source).
+    write_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Deadline of one shard write (upsert, delete, renewals).")
+    retry_after_s: float = Field(
+        default=1.0, gt=0, le=300,
+        description="Retry hint (seconds) given while a needed shard is down; also the least time between probes of a down shard.",
+    )
 
 
 class SearchFilters(StrictModel):

@@ -5,14 +5,32 @@ Routing (N shards, keys from :mod:`memory_shards.records`)::
     private record of tenant t  -> shard  uint64(tenant_key(t)) mod N   (a tenant lives on one shard)
     shared record (tenant "shared") -> shard uint64(source_key(source_id)) mod N   (spread by source)
 
-A search fans out to every shard (shared records may be anywhere); each shard returns its
-deduplicated top-k and the coordinator merges them with ``heapq.merge`` on
-``(-score, shard, rank in shard)``, keeping the first hit per source id, until k. Because a
+Which shards a read needs (so that an outage stays confined to what lives on the shard):
+
+* get by id: a routed id (``records.private_record_id`` / ``shared_record_id``) names its one
+  shard: the tenant's home shard, or its source's shard. An older 32-hex id is looked up like a
+  search's data (below): the home shard and every shard that may hold shared records.
+* search / list: *complete* means the tenant's own records plus the whole shared collection. So
+  the home shard is needed, and so is every shard that may hold shared records (it last reported
+  shared rows, or the coordinator never heard from it). A down shard that last reported no
+  shared rows holds nothing the answer could contain, and the answer is given without it.
+  Healthy shards are always asked, so what they hold is re-learned on every search.
+* a needed shard that is down, fails or misses its deadline: :class:`ShardUnavailable` (a 503
+  with a retry hint above), never a partial answer.
+
+The one gap, documented rather than hidden: a shared record written through *another*
+coordinator (another ingress replica) to a shard this coordinator last saw without shared rows,
+in the moments between this coordinator's last answer from that shard and the shard's death, is
+missing from this coordinator's answers until the shard is back.
+
+Each shard returns its deduplicated top-k and the coordinator merges them with ``heapq.merge``
+on ``(-score, shard, rank in shard)``, keeping the first hit per source id, until k. Because a
 source's best row on a shard is in that shard's top-k whenever the source is in the global
 top-k, the merge equals an unsharded exact search (up to the order of exactly tied scores).
 
 Shards are reached through the async :class:`ShardClient` protocol, so a Ray deployment handle
-can stand in for :class:`LocalShardClient` without changing the coordinator.
+can stand in for :class:`LocalShardClient` without changing the coordinator; every call goes
+through :class:`~memory_shards._fanout.ShardCalls` (deadlines, down marks, probes).
 """
 
 from __future__ import annotations
@@ -21,6 +39,7 @@ import asyncio
 import heapq
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -28,12 +47,13 @@ import numpy as np
 
 from kernels import ScoreParams
 
-from .config import SearchFilters, SearchHit, ShardConfig
+from ._fanout import ShardCalls, ShardUnavailable
+from .config import SearchFilters, SearchHit, ShardCallConfig, ShardConfig
 from .embedders import Embedder
-from .records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, source_key, tenant_key
+from .records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, id_route, source_key, tenant_key
 from .shard import MemoryShard
 
-__all__ = ["ShardClient", "LocalShardClient", "MemoryCoordinator", "embed_records", "local_coordinator"]
+__all__ = ["ShardClient", "ShardUnavailable", "LocalShardClient", "MemoryCoordinator", "embed_records", "local_coordinator"]
 
 _U64 = 1 << 64
 
@@ -109,19 +129,22 @@ class LocalShardClient:
 
 
 class MemoryCoordinator:
-    """Routes writes, fans out reads, merges top-k across N shards.
+    """Routes writes, sends reads to the shards they need, merges top-k across N shards.
 
     Args:
         shards: one client per shard; position i must be the shard with ``shard_id == i``
             (routing is ``key mod len(shards)``, so changing N means re-sharding).
         touch_every_hits: send batched last-access renewals after this many hits ...
         touch_every_seconds: ... or when the oldest queued renewal is this old.
+        calls: shard call deadlines and the retry hint (defaults of :class:`ShardCallConfig`).
     """
 
-    def __init__(self, shards: Sequence[ShardClient], touch_every_hits: int = 1024, touch_every_seconds: float = 5.0) -> None:
+    def __init__(self, shards: Sequence[ShardClient], touch_every_hits: int = 1024, touch_every_seconds: float = 5.0,
+                 calls: ShardCallConfig | None = None) -> None:
         if not shards:
             raise ValueError("shards: need at least one shard")
         self.shards = list(shards)
+        self.calls = ShardCalls(self.shards, calls)
         self.touch_every_hits = touch_every_hits
         self.touch_every_seconds = touch_every_seconds
         self._pending: list[dict[str, float]] = [{} for _ in self.shards]
@@ -132,50 +155,96 @@ class MemoryCoordinator:
         """Shard holding ``tenant``'s private records."""
         return (tenant_key(tenant) % _U64) % len(self.shards)
 
+    def shard_of_source(self, source_id: str) -> int:
+        """Shard holding the shared record with ``source_id``."""
+        return (source_key(source_id) % _U64) % len(self.shards)
+
     def shard_of(self, record: MemoryRecord) -> int:
         """Shard a record is written to."""
         if record.tenant == SHARED_TENANT_NAME:
-            return (source_key(record.source_id) % _U64) % len(self.shards)
+            return self.shard_of_source(record.source_id)
         return self.shard_of_tenant(record.tenant)
+
+    def read_plan(self, tenant: str, include_shared: bool = True) -> tuple[list[int], set[int]]:
+        """The shards a read of ``tenant``'s data asks, and those whose answer it needs.
+
+        Needed: the tenant's home shard, plus (with shared records) every shard that may hold
+        shared rows. Asked: the needed ones, plus (with shared records) every other shard not
+        marked down, so a shard that gained shared rows through another coordinator is seen.
+        """
+        n = len(self.shards)
+        needed = set() if tenant == SHARED_TENANT_NAME else {self.shard_of_tenant(tenant)}
+        if not include_shared and tenant != SHARED_TENANT_NAME:
+            return sorted(needed), needed
+        needed |= {s for s in range(n) if self.calls.may_hold_shared(s)}
+        return list(range(n)), needed
 
     # ---- writes -------------------------------------------------------------------------
     async def upsert(self, items: Sequence[EmbeddedRecord]) -> list[str]:
-        """Write records to their shards concurrently; durable on return; ids in input order."""
+        """Write records to their shards concurrently; durable on return; ids in input order.
+
+        Raises:
+            ShardUnavailable: a shard a record routes to is down (the other shards' records may
+                be written: a retry of the batch is idempotent by id and source id).
+        """
         groups: dict[int, list[int]] = {}
         for i, item in enumerate(items):
             groups.setdefault(self.shard_of(item.record), []).append(i)
-        results = await asyncio.gather(*(self.shards[s].upsert([items[i] for i in idx]) for s, idx in groups.items()))
+        results = await asyncio.gather(
+            *(self.calls.call(s, "upsert", [items[i] for i in idx], write=True) for s, idx in groups.items())
+        )
         ids: list[str] = [""] * len(items)
-        for (_, idx), got in zip(groups.items(), results):
+        for (s, idx), got in zip(groups.items(), results):
+            if any(items[i].record.tenant == SHARED_TENANT_NAME for i in idx):
+                self.calls.note_shared_write(s)
             for i, record_id in zip(idx, got):
                 ids[i] = record_id
         return ids
 
     async def delete(self, tenant: str, ids: Sequence[str]) -> list[str]:
         """Delete ``tenant``'s records among ``ids``; returns the ids deleted."""
-        if tenant == SHARED_TENANT_NAME:
-            results = await asyncio.gather(*(s.delete(tenant, ids) for s in self.shards))
-            return [i for got in results for i in got]
-        return await self.shards[self.shard_of_tenant(tenant)].delete(tenant, ids)
+        if tenant != SHARED_TENANT_NAME:
+            return await self.calls.call(self.shard_of_tenant(tenant), "delete", tenant, list(ids), write=True)
+        targets, needed = self.read_plan(tenant)
+        got = await self.calls.gather({s: partial(self.shards[s].delete, tenant, list(ids)) for s in targets}, needed,
+                                      write=True)
+        return [i for s in sorted(got) for i in got[s]]
 
     # ---- reads --------------------------------------------------------------------------
     async def get(self, tenant: str, record_id: str) -> MemoryRecord | None:
-        """The record if ``tenant`` may see it; a private record wins over a shared one."""
-        found = [r for r in await asyncio.gather(*(s.get(tenant, record_id) for s in self.shards)) if r is not None]
+        """The record if ``tenant`` may see it; a private record wins over a shared one.
+
+        Raises:
+            ShardUnavailable: a shard that may hold the record is down.
+        """
+        route = id_route(record_id)
+        if route is not None:
+            kind, key = route
+            if kind == "private" and tenant == SHARED_TENANT_NAME:
+                return None
+            s = self.shard_of_tenant(tenant) if kind == "private" else (key % _U64) % len(self.shards)
+            return await self.calls.call(s, "get", tenant, record_id)
+        targets, needed = self.read_plan(tenant)
+        got = await self.calls.gather({s: partial(self.shards[s].get, tenant, record_id) for s in targets}, needed)
+        found = [r for r in got.values() if r is not None]
         found.sort(key=lambda r: r.tenant == SHARED_TENANT_NAME)
         return found[0] if found else None
 
     async def list_by_source(self, tenant: str, source_id: str) -> list[MemoryRecord]:
         """Records with ``source_id`` visible to ``tenant`` (its own and shared)."""
-        shard_ids = {self.shard_of_tenant(tenant), (source_key(source_id) % _U64) % len(self.shards)}
-        results = await asyncio.gather(*(self.shards[s].list_by_source(tenant, source_id) for s in sorted(shard_ids)))
-        return sorted((r for got in results for r in got), key=lambda r: (r.created_at, r.id))
+        needed = {self.shard_of_source(source_id)}
+        if tenant != SHARED_TENANT_NAME:
+            needed.add(self.shard_of_tenant(tenant))
+        got = await self.calls.gather({s: partial(self.shards[s].list_by_source, tenant, source_id) for s in needed}, needed)
+        return sorted((r for recs in got.values() for r in recs), key=lambda r: (r.created_at, r.id))
 
     async def list_records(self, tenant: str, filters: SearchFilters | None = None, include_shared: bool = True) -> list[MemoryRecord]:
         """Every record ``tenant`` may see (for lexical indexes and exports), ordered by (created_at, id)."""
-        targets = range(len(self.shards)) if include_shared else [self.shard_of_tenant(tenant)]
-        results = await asyncio.gather(*(self.shards[s].list_records(tenant, filters, include_shared) for s in targets))
-        return sorted((r for got in results for r in got), key=lambda r: (r.created_at, r.id))
+        targets, needed = self.read_plan(tenant, include_shared)
+        got = await self.calls.gather(
+            {s: partial(self.shards[s].list_records, tenant, filters, include_shared) for s in targets}, needed
+        )
+        return sorted((r for recs in got.values() for r in recs), key=lambda r: (r.created_at, r.id))
 
     async def search(
         self,
@@ -201,13 +270,17 @@ class MemoryCoordinator:
 
         Returns:
             One best-first list of hits per query, deduplicated by source id.
+
+        Raises:
+            ShardUnavailable: a shard the answer needs is down (see the module docstring).
         """
         params = params or ScoreParams()
         now = time.time() if now is None else float(now)
-        targets = range(len(self.shards)) if include_shared else [self.shard_of_tenant(tenant)]
-        per_shard = await asyncio.gather(
-            *(self.shards[s].search(queries, tenant, k, params, filters, now, False) for s in targets)
+        targets, needed = self.read_plan(tenant, include_shared)
+        got = await self.calls.gather(
+            {s: partial(self.shards[s].search, queries, tenant, k, params, filters, now, False) for s in targets}, needed
         )
+        per_shard = [got[s] for s in sorted(got)]
         n_queries = len(per_shard[0]) if per_shard else 0
         merged: list[list[SearchHit]] = []
         for qi in range(n_queries):
@@ -243,8 +316,9 @@ class MemoryCoordinator:
         if not count or not (force or due):
             return
         batches, self._pending = self._pending, [{} for _ in self.shards]
-        await asyncio.gather(
-            *(self.shards[s].touch(list(p), list(p.values())) for s, p in enumerate(batches) if p)
+        # NOTE: renewals are best effort; a down shard's renewals are dropped, not retried.
+        await self.calls.gather(
+            {s: partial(self.shards[s].touch, list(p), list(p.values())) for s, p in enumerate(batches) if p}, (), write=True
         )
 
     async def flush(self) -> None:
@@ -258,8 +332,11 @@ class MemoryCoordinator:
         await asyncio.gather(*(s.snapshot() for s in self.shards))
 
     async def stats(self) -> list[dict[str, Any]]:
-        """Per-shard stats."""
-        return list(await asyncio.gather(*(s.stats() for s in self.shards)))
+        """Per-shard stats (each also tells the coordinator where shared rows live)."""
+        out = list(await asyncio.gather(*(s.stats() for s in self.shards)))
+        for i, st in enumerate(out):
+            self.calls.learn_shared(i, st.get("shared_rows"))
+        return out
 
 
 def embed_records(embedder: Embedder, records: Sequence[MemoryRecord]) -> list[EmbeddedRecord]:

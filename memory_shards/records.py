@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import time
 import uuid
 from typing import Annotated, Literal
@@ -40,6 +41,9 @@ __all__ = [
     "tenant_key",
     "source_key",
     "new_record_id",
+    "private_record_id",
+    "shared_record_id",
+    "id_route",
 ]
 
 SHARED_TENANT_NAME = "shared"
@@ -101,8 +105,55 @@ def kind_code(kind: str) -> int:
 
 
 def new_record_id() -> str:
-    """A fresh record id (uuid4 hex, 32 chars)."""
+    """A fresh record id (uuid4 hex, 32 chars) that says nothing about where the record lives."""
     return uuid.uuid4().hex
+
+
+# NOTE: routed ids are one letter + 32 hex, so they never collide with the 32-hex ids of
+# records written before (those stay readable through the coordinator's wider lookup).
+_PRIVATE_TAG = "p"
+_SHARED_TAG = "s"
+_U64 = 1 << 64
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+def private_record_id() -> str:
+    """A fresh id for a tenant's own record: ``"p" + uuid4 hex``.
+
+    The tag tells the coordinator that the record lives on its tenant's home shard, so a read
+    by id asks that one shard and a miss there is a definite "not found".
+    """
+    return _PRIVATE_TAG + uuid.uuid4().hex
+
+
+def shared_record_id(source_id: str) -> str:
+    """A fresh id for a shared record: ``"s" + 16 hex of source_key(source_id) + 16 random hex``.
+
+    Shared records are spread over shards by their source key; carrying it in the id lets a
+    read by id go to the one shard that holds the record. The source key is no secret: the
+    record's ``source_id`` is visible to every tenant anyway.
+
+    Example:
+        >>> id_route(shared_record_id("manual-7")) == ("shared", source_key("manual-7"))
+        True
+    """
+    return f"{_SHARED_TAG}{source_key(source_id) % _U64:016x}{uuid.uuid4().hex[:16]}"
+
+
+def id_route(record_id: str) -> tuple[str, int | None] | None:
+    """Where a routed id says its record lives: ``("private", None)``, ``("shared", source key)``, or None.
+
+    None for any other id (32-hex ids of records written before routed ids, ids chosen by a
+    caller): such a record may be on the tenant's home shard or, when shared, on any shard.
+    """
+    if len(record_id) != 33 or record_id[0] not in (_PRIVATE_TAG, _SHARED_TAG):
+        return None
+    if _HEX32.fullmatch(record_id[1:]) is None:
+        return None
+    if record_id[0] == _PRIVATE_TAG:
+        return ("private", None)
+    key = int(record_id[1:17], 16)
+    return ("shared", key - _U64 if key >= 1 << 63 else key)
 
 
 class MemoryPart(StrictModel):

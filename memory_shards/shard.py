@@ -84,6 +84,7 @@ class MemoryShard:
         self._pending_touch: dict[str, float] = {}
         self._pending_since = 0.0
         self._ops_since_snapshot = 0
+        self._wal_bytes = 0
         self._wal: WriteAheadLog | None = None
         self._lock_fd: int | None = None
         self._seq = 0
@@ -106,6 +107,7 @@ class MemoryShard:
                 self._seq = entry["seq"]
                 self._ops_since_snapshot += 1
             self._wal.ensure_open(self._seq + 1)
+            self._wal_bytes = self._wal.size()
         except BaseException:
             # NOTE: release the folder lock so a fixed config can reopen it in this process.
             os.close(self._lock_fd)
@@ -130,7 +132,16 @@ class MemoryShard:
                 "seq": self._seq,
                 "index": "ivf" if self._use_ivf(None) else "exact",
                 "pending_touches": len(self._pending_touch),
+                "shared_rows": self.shared_rows(),
+                "wal_entries": self._ops_since_snapshot,
+                "wal_bytes": self._wal_bytes,
             }
+
+    def shared_rows(self) -> int:
+        """Live rows of shared records here (the coordinator needs this shard for every tenant when > 0)."""
+        with self._lock:
+            t = self._table
+            return int(np.count_nonzero(t.col("valid") & (t.col("tenant") == 0)))
 
     # ---- writes -------------------------------------------------------------------------
     def upsert(self, items: Sequence[EmbeddedRecord]) -> list[str]:
@@ -311,6 +322,7 @@ class MemoryShard:
             self._wal.open_segment(self._seq + 1)
             self._wal.drop_through(self._seq)
             self._ops_since_snapshot = 0
+            self._wal_bytes = 0
 
     def close(self) -> None:
         """Apply pending renewals, close the WAL and release the data folder."""
@@ -492,7 +504,7 @@ class MemoryShard:
 
     def _log(self, entries: list[dict[str, Any]]) -> None:
         if self._wal is not None:
-            self._wal.append(entries)
+            self._wal_bytes += self._wal.append(entries)
         self._seq += len(entries)
 
     def _after_write(self, n_entries: int) -> None:
@@ -500,7 +512,12 @@ class MemoryShard:
         t = self._table
         # NOTE: 1024 dead rows minimum so a tiny shard is not rewritten on every delete.
         too_dead = t.dead_rows >= 1024 and t.dead_rows / max(t.n, 1) >= self.config.compact_dead_ratio
-        if too_dead or (self._wal is not None and self._ops_since_snapshot >= self.config.snapshot_every_ops):
+        # NOTE: snapshots bound restart time: a new replica replays only the WAL after the last one.
+        wal_full = self._wal is not None and (
+            self._ops_since_snapshot >= self.config.snapshot_every_ops
+            or self._wal_bytes >= self.config.snapshot_every_wal_mb * 1e6
+        )
+        if too_dead or wal_full:
             self.snapshot()
 
     def _apply_upsert(self, rec: MemoryRecord, vectors: np.ndarray) -> None:

@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "serve-config": "deployments.cli._serve_config",
     "demo": "deployments.cli._demo",
     "bench memory": "deployments.cli._bench_memory",
+    "bench restart": "deployments.cli._bench_restart",
     "eval agent": "deployments.cli._eval_agent",
     "eval retention": "deployments.cli._eval_retention",
     "eval experiences": "deployments.cli._eval_experiences",

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from deployments.cli import UserError
 
 NAME = "memory"
+T = TypeVar("T")
 
 
 def _parse_size(text: str) -> int:
@@ -26,6 +29,19 @@ def _parse_size(text: str) -> int:
     if value < 1_000:
         raise UserError(f"--sizes: {value} is below the minimum of 1000 rows")
     return value
+
+
+def with_progress(console: Any, work: Callable[[Callable[[str, float | None], None]], T]) -> T:
+    """Run ``work(progress)`` under a transient rich progress bar; ``progress(message, fraction or None)``."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("starting", total=1.0)
+
+        def progress(msg: str, frac: float | None) -> None:
+            bar.update(task, description=msg, completed=frac if frac is not None else 0.0, total=1.0 if frac is not None else None)
+
+        return work(progress)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -53,19 +69,13 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or f"bench-results/memory-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json")
 
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from memory_shards.bench import run_memory_bench
 
     console = Console()
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
-        task = bar.add_task("starting", total=1.0)
-
-        def progress(msg: str, frac: float | None) -> None:
-            bar.update(task, description=msg, completed=frac if frac is not None else 0.0, total=1.0 if frac is not None else None)
-
-        rows = run_memory_bench(sizes, args.dim, args.queries, args.k, args.repeats, args.seed, args.backend, progress)
+    rows = with_progress(console, lambda progress: run_memory_bench(sizes, args.dim, args.queries, args.k, args.repeats,
+                                                                     args.seed, args.backend, progress))
     table = Table(title=f"memory retrieval: {args.queries} queries x top-{args.k}, dim {args.dim}")
     for col in ("rows", "method", "ms / batch (median)", "vs naive", "ms (min)", "vs naive (min)", "recall", "results/query"):
         table.add_column(col, justify="right" if col not in ("method",) else "left")

@@ -22,6 +22,7 @@ import asyncio
 import heapq
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
@@ -30,6 +31,7 @@ from pydantic import Field
 from kernels import ScoreParams, StrictModel
 
 from ..config import SearchFilters, SearchHit
+from .._fanout import ShardUnavailable
 from ..coordinator import LocalShardClient, MemoryCoordinator
 from .fusion import rrf_fuse
 from .shard import Feedback, ShardHybridResult
@@ -172,10 +174,18 @@ class HybridRetriever:
         dense_k = max(k, p.dense_candidates)
         lex_k = max(k, p.lexical_candidates) if p.lexical_candidates > 0 else 0
         feedback = Feedback(p.feedback_docs, p.feedback_terms, p.feedback_weight)
-        results: list[ShardHybridResult] = await asyncio.gather(
-            *(s.hybrid_search(qvec, rq.lexical, tenant, dense_k, lex_k, decay, filters, now, feedback)
-              for s in self.coordinator.shards)
+        # NOTE: only the shards the tenant's answer needs must answer (its home shard and those
+        # that may hold shared rows); see memory_shards.coordinator for what "complete" means.
+        coord = self.coordinator
+        targets, needed = coord.read_plan(tenant)
+        got: dict[int, ShardHybridResult] = await coord.calls.gather(
+            {s: partial(coord.shards[s].hybrid_search, qvec, rq.lexical, tenant, dense_k, lex_k, decay, filters, now,
+                        feedback) for s in targets},
+            needed,
         )
+        for s, r in got.items():
+            coord.calls.learn_shared(s, r.shared_rows)
+        results = [got[s] for s in sorted(got)]
         dense = _merge([[(h.score, h, h.score) for h in r.dense] for r in results], dense_k)
         lexical = _merge([sorted(((b * h.time_factor, h, b) for h, b in r.lexical), key=lambda x: -x[0])
                           for r in results], lex_k)
@@ -220,9 +230,15 @@ class HybridRetriever:
             by_shard.setdefault(h.shard, []).append(h.record.id)
         for shard, ids in by_shard.items():
             # NOTE: renewal is off the request path; the shard batches renewals into one WAL entry.
-            task = asyncio.ensure_future(self.coordinator.shards[shard].touch(ids, [now] * len(ids)))
+            task = asyncio.ensure_future(self._renew(shard, ids, now))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
+
+    async def _renew(self, shard: int, ids: list[str], now: float) -> None:
+        try:
+            await self.coordinator.calls.call(shard, "touch", ids, [now] * len(ids), write=True)
+        except ShardUnavailable:
+            pass  # NOTE: a renewal is best effort; a down shard misses it (its records decay a bit sooner).
 
     async def drain(self) -> None:
         """Wait for queued last-access renewals (tests, shutdown)."""

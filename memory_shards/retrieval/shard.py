@@ -65,6 +65,8 @@ class ShardHybridResult:
     """Dense top-k by kernel score (cosine >= threshold), best first."""
     lexical: list[tuple[SearchHit, float]] = field(default_factory=list)
     """Lexical top-k as (hit, bm25), best BM25 first; the hit's similarity may be below threshold."""
+    shared_rows: int | None = None
+    """Live shared rows on the shard when it answered (the coordinator's map of where shared data lives)."""
 
 
 class HybridShard:
@@ -172,7 +174,7 @@ class HybridShard:
         """
         now = time.time() if now is None else float(now)
         q = np.asarray(query_vector, dtype=np.float32).reshape(-1)
-        out = ShardHybridResult()
+        out = ShardHybridResult(shared_rows=self.shard.shared_rows())
         if dense_k > 0:
             out.dense = self.shard.search(q[None, :], tenant, dense_k, params, filters, now, touch=False)[0]
         if lexical_k > 0 and lexical_query.strip():

@@ -19,7 +19,7 @@ from serve.memory_api.schemas import (
     SearchResult,
 )
 from serve.memory_api.migration import MigratingMemoryService
-from serve.memory_api.service import MemoryService
+from serve.memory_api.service import MemoryService, MemoryUnavailable
 
 __all__ = [
     "MAX_BATCH",
@@ -31,6 +31,7 @@ __all__ = [
     "MemoryIn",
     "MemoryOut",
     "MemoryService",
+    "MemoryUnavailable",
     "MigratingMemoryService",
     "SearchRequest",
     "SearchResponse",

@@ -2,15 +2,22 @@
 
 ``build_router(service, get_tenant)`` returns an ``APIRouter`` the ingress includes; every route
 depends on ``get_tenant`` (the API key -> tenant dependency), so no route runs unauthenticated
-and the tenant never comes from the request body or path.
+and the tenant never comes from the request body or path. A memory outage
+(:class:`~serve.memory_api.service.MemoryUnavailable`) leaves as a 503 in the JSON error envelope
+with a ``Retry-After`` header, from every route of the router.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+
+from serve.api.errors import error_body
 
 from serve.memory_api.schemas import (
     AddMemoriesRequest,
@@ -21,9 +28,26 @@ from serve.memory_api.schemas import (
     SearchRequest,
     SearchResponse,
 )
-from serve.memory_api.service import MemoryService, hit_out, record_out
+from serve.memory_api.service import MemoryService, MemoryUnavailable, hit_out, record_out
 
 __all__ = ["build_router"]
+
+class _MemoryRoute(APIRoute):
+    """A route that answers a memory outage with a 503 and ``Retry-After`` (seconds, rounded up)."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def run(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except MemoryUnavailable as exc:
+                # NOTE: the app-wide APIError handler would send the same body without the header.
+                return JSONResponse(error_body(exc.message, exc.type, exc.param, exc.code), status_code=exc.status,
+                                    headers={"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))})
+
+        return run
+
 
 MemoryId = Annotated[str, Path(min_length=1, max_length=128, description="Memory id.")]
 
@@ -38,7 +62,7 @@ def build_router(service: MemoryService, get_tenant: Callable[..., Awaitable[str
     Example:
         >>> app.include_router(build_router(service, Authenticator({"sk-a": "acme"})))
     """
-    router = APIRouter(prefix="/v1/memories", tags=["memories"])
+    router = APIRouter(prefix="/v1/memories", tags=["memories"], route_class=_MemoryRoute)
     # NOTE: a default-value Depends, not an Annotated alias: with postponed annotations FastAPI
     # resolves annotation strings in module globals, where a local alias does not exist.
     tenant_dep = Depends(get_tenant)

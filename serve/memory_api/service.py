@@ -5,6 +5,11 @@ hybrid (dense + BM25) and an async embedder: in-process (tests, ``recallserve ev
 are local objects; on the cluster they are Ray Serve handles (``deployments/memory.py``). The
 tenant is always an argument from the caller's API key; no request field can name another one.
 
+Outages: a shard the answer needs that is down surfaces as :class:`MemoryUnavailable` (an
+``APIError`` 503, type ``service_unavailable``, with ``retry_after_s``), which the router sends
+with a ``Retry-After`` header and the chat recall reports in its metadata; a shard the answer
+does not need is not waited for (see ``memory_shards.coordinator``).
+
 Isolation rules (enforced by the shards, checked again here):
   * search, get and list see the tenant's own memories plus the shared collection;
   * delete removes only the tenant's own memories (a shared one is a 403, another tenant's a 404,
@@ -14,21 +19,48 @@ Isolation rules (enforced by the shards, checked again here):
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
 from kernels import ScoreParams
 from memory_shards.config import SearchFilters
-from memory_shards.coordinator import MemoryCoordinator
-from memory_shards.records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, new_record_id
+from memory_shards.coordinator import MemoryCoordinator, ShardUnavailable
+from memory_shards.records import (
+    SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, new_record_id, private_record_id, shared_record_id,
+)
 from memory_shards.retrieval import AsyncEmbed, HybridHit, HybridRetriever, QueryRewriter, RetrievalParams
 from serve.api.metrics import MEMORY_SEARCH
 from serve.api.errors import APIError
 from serve.memory import MemoryHit, MemoryWrite
 from serve.memory_api.schemas import MAX_BATCH, MAX_K, FiltersIn, MemoryIn, MemoryOut, SearchRequest, SearchResult, to_epoch
 
-__all__ = ["MemoryService", "record_out", "hit_out"]
+__all__ = ["MemoryService", "MemoryUnavailable", "record_out", "hit_out"]
+
+
+class MemoryUnavailable(APIError):
+    """A memory shard the answer needs is down or too slow: a 503 with a retry hint.
+
+    Attributes:
+        retry_after_s: seconds after which a retry may succeed (the ``Retry-After`` header).
+        shard: index of the shard.
+    """
+
+    def __init__(self, exc: ShardUnavailable) -> None:
+        super().__init__(503, f"{exc}; retry after {exc.retry_after_s:g} s", type="service_unavailable",
+                         code="memory_unavailable")
+        self.retry_after_s = exc.retry_after_s
+        self.shard = exc.shard
+
+
+@contextmanager
+def _shards_up() -> Iterator[None]:
+    """Turn the memory tier's typed outage into the API's 503 (no partial answer, no 500)."""
+    try:
+        yield
+    except ShardUnavailable as exc:
+        raise MemoryUnavailable(exc) from exc
 
 
 def record_out(rec: MemoryRecord) -> MemoryOut:
@@ -98,10 +130,17 @@ class MemoryService:
         now = time.time()
         records = []
         for i, item in enumerate(items):
-            record_id = new_record_id()
+            # NOTE: the id names the record's shard (records.id_route), so a read by id asks only
+            # that shard; a shared record without a source id gets a fresh one to route by.
+            if tenant == SHARED_TENANT_NAME:
+                source_id = item.source_id or new_record_id()
+                record_id = shared_record_id(source_id)
+            else:
+                record_id = private_record_id()
+                source_id = item.source_id or record_id
             try:
                 records.append(MemoryRecord(
-                    id=record_id, tenant=tenant, source_id=item.source_id or record_id,
+                    id=record_id, tenant=tenant, source_id=source_id,
                     kind=item.kind, text=item.text, image_description=item.image_description, ocr_text=item.ocr_text,
                     image_hash=item.image_hash, parts=item.parts, metadata=item.metadata, topic_path=item.topic,
                     created_at=to_epoch(item.created_at) or now, expires_at=to_epoch(item.expires_at),
@@ -126,7 +165,8 @@ class MemoryService:
         for rec, group in zip(records, texts):
             items.append(EmbeddedRecord(rec, vectors[start : start + len(group)]))
             start += len(group)
-        return await self.coordinator.upsert(items)
+        with _shards_up():
+            return await self.coordinator.upsert(items)
 
     async def delete(self, tenant: str, memory_id: str) -> None:
         """Delete one of ``tenant``'s memories (durable on return).
@@ -134,10 +174,11 @@ class MemoryService:
         Raises:
             APIError: 404 when ``tenant`` has no such memory, 403 for a shared one.
         """
-        deleted = await self.coordinator.delete(tenant, [memory_id])
-        if memory_id in deleted:
-            return
-        rec = await self.coordinator.get(tenant, memory_id)
+        with _shards_up():
+            deleted = await self.coordinator.delete(tenant, [memory_id])
+            if memory_id in deleted:
+                return
+            rec = await self.coordinator.get(tenant, memory_id)
         if rec is not None and rec.is_shared and tenant != SHARED_TENANT_NAME:
             raise APIError(403, f"memory {memory_id} is in the shared collection; only its owner may delete it",
                            type="permission_error", param="memory_id")
@@ -145,15 +186,17 @@ class MemoryService:
 
     # ---- reads --------------------------------------------------------------------------
     async def get(self, tenant: str, memory_id: str) -> MemoryRecord:
-        """One memory ``tenant`` may see (its own or shared), else a 404."""
-        rec = await self.coordinator.get(tenant, memory_id)
+        """One memory ``tenant`` may see (its own or shared), else a 404 (a 503 when its shard is down)."""
+        with _shards_up():
+            rec = await self.coordinator.get(tenant, memory_id)
         if rec is None or rec.tenant not in (tenant, SHARED_TENANT_NAME):
             raise APIError(404, f"memory {memory_id} not found", type="not_found_error", param="memory_id")
         return rec
 
     async def list_by_source(self, tenant: str, source_id: str) -> list[MemoryRecord]:
         """Memories with ``source_id`` that ``tenant`` may see, oldest first."""
-        recs = await self.coordinator.list_by_source(tenant, source_id)
+        with _shards_up():
+            recs = await self.coordinator.list_by_source(tenant, source_id)
         return [r for r in recs if r.tenant in (tenant, SHARED_TENANT_NAME)]
 
     async def search_request(self, tenant: str, req: SearchRequest, now: float | None = None,
@@ -170,8 +213,9 @@ class MemoryService:
             **(d.model_dump() if d is not None else {}),
         )
         retrieval = self.retriever.params if req.hybrid else self.retriever.params.model_copy(update={"lexical_candidates": 0})
-        hits = await self.retriever.search(tenant, req.query, req.k or self.top_k, params, _filters(req.filters), now,
-                                           retrieval)
+        with _shards_up():
+            hits = await self.retriever.search(tenant, req.query, req.k or self.top_k, params, _filters(req.filters), now,
+                                               retrieval)
         return [h for h in hits if h.record.tenant in (tenant, SHARED_TENANT_NAME)]
 
     # ---- serve.memory.MemoryBackend -----------------------------------------------------
