@@ -4,7 +4,10 @@ They live in the bottom layer so that every layer (kernels, memory_shards, serve
 can use them without importing one above it.
 
 Unknown fields are rejected (``extra="forbid"``) so a typo in a YAML profile or a request
-body is an error naming the field, never a silently ignored setting.
+body is an error naming the field, never a silently ignored setting. Float fields refuse NaN and
++-Infinity (``allow_inf_nan=False``): Python's JSON parser accepts those literals, and a NaN
+timestamp or quantity poisons comparisons, sorting and the JSON of every later answer. No
+config or schema needs them (a missing bound or "never" is ``None``).
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ __all__ = ["StrictModel", "lazy_exports"]
 
 
 class StrictModel(BaseModel):
-    """A pydantic model that rejects unknown fields and validates on assignment."""
+    """A pydantic model that rejects unknown fields and non-finite floats, and validates on assignment."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)
 
 
 def lazy_exports(package: str, names: Mapping[str, str]) -> Callable[[str], Any]:
