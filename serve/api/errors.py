@@ -1,8 +1,10 @@
 """OpenAI-style error bodies and the exception handlers that produce them.
 
 Every error leaves as ``{"error": {"message", "type", "param", "code"}}`` with a 4xx for bad
-input (the ``param`` names the offending field) and 503/504 for engine trouble; an unexpected
-exception becomes a 500 with a request id, never a hang.
+input (the ``param`` names the offending field; personal data under the ``reject`` policy is a
+400 with code ``personal_data``; a body over the cap a 413) and 503/504 for engine trouble; an
+unexpected exception becomes a 500 with the request id (the app's middleware answers it, so the
+``x-request-id`` header is set too), never a hang or a plain-text body.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from serve.engine import EngineError
+from serve.pii import PersonalDataError
 
 __all__ = ["APIError", "install_error_handlers", "error_body"]
 
@@ -67,10 +70,16 @@ def install_error_handlers(app: FastAPI) -> None:
         )
         return JSONResponse(error_body(msg, "invalid_request_error", param or None), status_code=400)
 
+    @app.exception_handler(PersonalDataError)
+    async def _personal(_: Request, exc: PersonalDataError) -> JSONResponse:
+        return JSONResponse(error_body(str(exc), "invalid_request_error", exc.param, "personal_data"), status_code=400)
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return JSONResponse(error_body(str(exc.detail), kind), status_code=exc.status_code)
+        code = "request_too_large" if exc.status_code == 413 else None
+        return JSONResponse(error_body(str(exc.detail), kind, None, code), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
 
     @app.exception_handler(EngineError)
     async def _engine(_: Request, exc: EngineError) -> JSONResponse:
