@@ -10,6 +10,7 @@ unexpected exception becomes a 500 with the request id (the app's middleware ans
 from __future__ import annotations
 
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -47,10 +48,15 @@ def _loc_to_param(loc: tuple[object, ...]) -> str:
     # the param reads like the JSON path a client wrote ("messages.0.role").
     # Only the first element says where the field came from; a body field may itself be
     # called "query" (memory search), so never drop later elements by name.
+    # A union reports one error per member under the member's name ("str", "list[...]",
+    # "ImagePart"): those are types, not fields, so they are dropped too.
     parts = [str(p) for p in loc]
     if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
         parts = parts[1:]
-    return ".".join(p for p in parts if not p.startswith(("function-", "tagged-union")))
+    return ".".join(p for p in parts if not p.startswith(("function-", "tagged-union")) and not _UNION_MEMBER.match(p))
+
+
+_UNION_MEMBER = re.compile(r"^(?:str|int|float|bool|none|.*\[.*\]|[A-Z][A-Za-z0-9]*)$")
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -62,7 +68,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errs = exc.errors()
+        # NOTE: the deepest location first: of a union's per-member errors, the one that got furthest
+        # into the value names the field the client got wrong ("...image_url.url", not "content").
+        errs = sorted(exc.errors(), key=lambda e: -len(e.get("loc", ())))
         first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
         param = _loc_to_param(tuple(first.get("loc", ())))
         msg = "; ".join(
