@@ -49,19 +49,23 @@ __all__ = [
 PiiMode = Literal["mask", "reject", "allow"]
 Repl = Callable[[re.Match[str]], str]
 
-_SECRET = re.compile(
-    r"(?i)\b(password|passwd|pwd|pass ?code|pass ?phrase|pin(?: code| number)?|security code|cvv2?|cvc)"
-    r"(\s*(?:[:=]|\bis\b|\bwas\b)\s*)(\"[^\"]*\"|'[^']*'|[^\s,;]+)"
-    r"|(密码)(\s*[:：=是]?\s*)([^\s,;，。]+)"
-)
+
+def _keyed(words: str, value: str, zh_words: str, zh_value: str, *, sep_required: bool = False) -> re.Pattern[str]:
+    """``keyword sep value`` (groups 1-3) or its Chinese form (groups 4-6); the value is what gets masked."""
+    sep = r"(?:[:#=]|\bis\b|\bwas\b)" + ("" if sep_required else "?")
+    return re.compile(rf"(?i)\b({words})(\s*{sep}\s*)({value})|({zh_words})(\s*[:：=是]?\s*)({zh_value})")
+
+
+# NOTE: a secret needs its separator ("pin the message" is not a PIN); an id or phone after its
+# keyword does not ("SSN 123456789").
+_SECRET = _keyed(r"password|passwd|pwd|pass ?code|pass ?phrase|pin(?: code| number)?|security code|cvv2?|cvc",
+                 r"\"[^\"]*\"|'[^']*'|[^\s,;]+", "密码", r"[^\s,;，。]+", sep_required=True)
 _PRC_ID = re.compile(r"(?<![\dA-Za-z])\d{6}(?:19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])\d{3}[\dXx](?![\dA-Za-z])")
 _SSN = re.compile(r"(?<![\d-])\d{3}-\d{2}-\d{4}(?![\d-])")
 _NINO = re.compile(r"\b[A-Z]{2} ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b")
-_ID_AFTER = re.compile(
-    r"(?i)\b(ssn|social security(?: number)?|id[ -]?card(?: number| no\.?)?|national id(?: number)?|"
-    r"passport(?: number| no\.?)?)(\s*(?:[:#=]|\bis\b|\bwas\b)?\s*)([A-Z]{0,2}\d[\d -]{3,20}\d[A-Z]?)\b"
-    r"|(身份证(?:号码?)?)(\s*[:：=是]?\s*)([0-9Xx]{6,18})"
-)
+_ID_AFTER = _keyed(r"ssn|social security(?: number)?|id[ -]?card(?: number| no\.?)?|national id(?: number)?|"
+                   r"passport(?: number| no\.?)?", r"[A-Z]{0,2}\d[\d -]{3,20}\d[A-Z]?\b",
+                   r"身份证(?:号码?)?", r"[0-9Xx]{6,18}")
 _IBAN = re.compile(r"(?i)\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")
 _CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
 _PHONE = re.compile(
@@ -71,11 +75,8 @@ _PHONE = re.compile(
     r"|(?<![\d-])\d{3}[\s.-]\d{3}[\s.-]\d{4}(?![\d-])"  # ddd-ddd-dddd, ddd ddd dddd
     r"|(?<![\w-])0\d{2,4}[\s-]\d{3,4}[\s-]?\d{3,4}(?![\d-])"  # trunk 0: 020 7946 0958, 07700 900123
 )
-_PHONE_AFTER = re.compile(
-    r"(?i)\b(phone|tel|telephone|mobile|cell|whatsapp)(?:\s+(?:number|no\.?))?(\s*(?:[:#=]|\bis\b|\bwas\b)?\s*)"
-    r"(\+?\d[\d\s().-]{5,18}\d)"
-    r"|(手机(?:号码?)?|电话(?:号码?)?)(\s*[:：=是]?\s*)(\+?\d[\d\s-]{5,18}\d)"
-)
+_PHONE_AFTER = _keyed(r"(?:phone|tel|telephone|mobile|cell|whatsapp)(?:\s+(?:number|no\.?))?",
+                      r"\+?\d[\d\s().-]{5,18}\d", r"手机(?:号码?)?|电话(?:号码?)?", r"\+?\d[\d\s-]{5,18}\d")
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 
 
