@@ -84,6 +84,14 @@ class AuthConfig(StrictModel):
         default_factory=lambda: list(READ_ONLY_SCOPES),
         description="Scopes of a tenant `scopes` does not name: read-only tools (least privilege).",
     )
+    pii: dict[str, Literal["mask", "reject", "allow"]] = Field(
+        default_factory=dict,
+        description="Tenant -> PII policy of its writes (memories, experiences, sessions, write-backs): mask "
+        "(tag card, phone, id, e-mail, IBAN, password values), reject (400 naming the field) or allow (store as sent).",
+    )
+    default_pii: Literal["mask", "reject", "allow"] = Field(
+        default="mask", description="PII policy of a tenant `pii` does not name (mask: personal data never stored raw).",
+    )
 
     def resolve(self) -> dict[str, str]:
         """All keys from config, the environment variable and the file.

@@ -109,7 +109,9 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
             (the cluster's embedder, then each memory generation, serving first; see ``bind_memory``).
         state: handle of the state deployment (sessions and experiences, shared by every replica).
     """
-    backend = memory_backend(memory["generations"], config.memory)
+    auth = Authenticator(config.auth.resolve(), config.auth.scopes, config.auth.default_scopes,
+                         pii=config.auth.pii, default_pii=config.auth.default_pii)
+    backend = memory_backend(memory["generations"], config.memory, pii_for=auth.pii_for)
     engines = {role: HandleEngine(roles[role], role, *engine_facts(getattr(config, role).engine)) for role in ROLES}
     context = ContextManager(
         # NOTE: RemoteStore has SessionStore's async methods, each run on the one state replica.
@@ -118,6 +120,7 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
         counter=EngineTokenCounter(engines["reasoner"]),
         embed=_sync_embed(memory["embedder"]),
         summariser=LLMSummariser(engines["summariser"]),
+        pii_for=auth.pii_for,
     )
     agent = None
     if config.agent_enabled:
@@ -125,10 +128,10 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
                       memory=backend, config=config.agent, recall=config.chat.recall)
     experiences = ExperienceService(config.experience.model_copy(update={"data_dir": config.state_dir / "experiences"}),
                                     _sync_embed(memory["embedder"]), memory=backend,
-                                    store=cast(ExperienceStore, RemoteStore(state, "experiences")))
+                                    store=cast(ExperienceStore, RemoteStore(state, "experiences")),
+                                    pii_for=auth.pii_for)
     pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=config.chat, memory=backend, context=context,
                             agent=agent, experiences=experiences)
-    auth = Authenticator(config.auth.resolve(), config.auth.scopes, config.auth.default_scopes)
 
     async def health() -> dict[str, Any]:
         return {"profile": config.profile, "roles": {r: engines[r].model_name for r in ROLES}}

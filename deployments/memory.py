@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from memory_shards.retrieval import Feedback, HybridShard, ShardHybridResult
 from memory_shards.shard import MemoryShard
 from serve.api.errors import APIError
 from serve.memory_api import MemoryService, MigratingMemoryService
+from serve.pii import PiiMode
 
 __all__ = [
     "EmbedderDeployment",
@@ -279,14 +280,23 @@ class HandleMemoryBackend(MemoryService):
         super().__init__(coordinator, embed, top_k=memory.top_k, threshold=memory.threshold)
 
 
-def memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig) -> MemoryService:
+def memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig,
+                   pii_for: Callable[[str], PiiMode] | None = None) -> MemoryService:
     """The ingress's memory service over the bound generations (see :func:`bind_memory`).
 
     Args:
         generations: ``[{"embedder": handle, "shards": [handle, ...]}, ...]``, the serving
             generation first, then the migration's when ``memory.migration`` is set.
         memory: ``MemoryConfig``.
+        pii_for: tenant -> PII policy of its writes (``Authenticator.pii_for``); default: mask.
     """
+    backend = _memory_backend(generations, memory)
+    if pii_for is not None:
+        backend.pii_for = pii_for
+    return backend
+
+
+def _memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig) -> MemoryService:
     from serve.api.metrics import MEMORY_ROUTING
 
     services = [HandleMemoryBackend(g["embedder"], g["shards"], memory) for g in generations]

@@ -6,12 +6,13 @@ Also the project's shared bases, which live at the bottom layer: the pydantic ba
 Importing this package never imports triton; ``fused_topk(..., backend="triton")`` does.
 """
 
-from kernels._base import StrictModel, lazy_exports
+from kernels._base import StrictModel, check_json, lazy_exports
 
 __all__ = [
     "SHARED_TENANT",
     "ScoreParams",
     "StrictModel",
+    "check_json",
     "TopKResult",
     "fused_topk",
     "lazy_exports",

@@ -4,24 +4,59 @@ They live in the bottom layer so that every layer (kernels, memory_shards, serve
 can use them without importing one above it.
 
 Unknown fields are rejected (``extra="forbid"``) so a typo in a YAML profile or a request
-body is an error naming the field, never a silently ignored setting.
+body is an error naming the field, never a silently ignored setting. Float fields refuse NaN and
++-Infinity (``allow_inf_nan=False``): Python's JSON parser accepts those literals, and a NaN
+timestamp or quantity poisons comparisons, sorting and the JSON of every later answer. No
+config or schema needs them (a missing bound or "never" is ``None``).
 """
 
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["StrictModel", "lazy_exports"]
+__all__ = ["StrictModel", "check_json", "lazy_exports"]
 
 
 class StrictModel(BaseModel):
-    """A pydantic model that rejects unknown fields and validates on assignment."""
+    """A pydantic model that rejects unknown fields and non-finite floats, and validates on assignment."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)
+
+
+def check_json(value: Any, path: str, *, max_depth: int = 4, max_items: int = 64, max_chars: int = 1000) -> Any:
+    """Check a free-form JSON value (an ``Any`` field) and return it unchanged.
+
+    ``allow_inf_nan`` covers float fields only; a value typed ``Any`` (a verification's inputs, a
+    metadata map) needs the same rules by hand: finite numbers, strings of at most ``max_chars``,
+    lists and maps of at most ``max_items`` entries, nesting of at most ``max_depth`` levels.
+
+    Raises:
+        ValueError: naming the offending path (``input.rate``), e.g. for a NaN or a 1 MB string.
+
+    Example:
+        >>> check_json({"x": [1, 2.5, "km"]}, "input")
+        {'x': [1, 2.5, 'km']}
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{path}: must be a finite number, got {value}")
+    if isinstance(value, str) and len(value) > max_chars:
+        raise ValueError(f"{path}: at most {max_chars} characters, got {len(value)}")
+    if isinstance(value, (list, tuple, dict)):
+        if max_depth <= 0:
+            raise ValueError(f"{path}: nested too deeply")
+        if len(value) > max_items:
+            raise ValueError(f"{path}: at most {max_items} entries, got {len(value)}")
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(key, str) and len(key) > 128:
+                raise ValueError(f"{path}: key {key[:40]!r}... longer than 128 characters")
+            check_json(item, f"{path}.{key}", max_depth=max_depth - 1, max_items=max_items, max_chars=max_chars)
+    return value
 
 
 def lazy_exports(package: str, names: Mapping[str, str]) -> Callable[[str], Any]:

@@ -43,12 +43,12 @@ from serve.api.chat_protocol import (
 from serve.api.errors import APIError
 from serve.api.metrics import TIME_TO_FIRST_TOKEN, TOKENS
 from serve.agent import Agent, AgentConfig, AgentRequest, AgentResult
-from serve.agent.guards import mask_pii
 from serve.api.auth import READ_ONLY_SCOPES
 from serve.context import ContextBudgetError, ContextError, ContextManager, MessageIn, SessionNotFoundError
 from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
 from serve.experience import ExperienceService, ProduceResult
 from serve.memory import MemoryBackend, MemoryWrite
+from serve.pii import PiiMode, apply_pii, for_write_back
 from serve.turn import RecallConfig, Turn, analyse_images, memory_meta, recall_memories, render_prompt
 
 __all__ = ["RequestContext", "PipelineSettings", "ChatPipeline", "Answer"]
@@ -68,6 +68,7 @@ class RequestContext(StrictModel):
         default_factory=lambda: list(READ_ONLY_SCOPES),
         description="Tool permission scopes of the tenant (auth config; least privilege by default).",
     )
+    pii: PiiMode = Field(default="mask", description="PII policy of the tenant (auth config `auth.pii`).")
 
 
 class PipelineSettings(StrictModel):
@@ -300,7 +301,7 @@ class ChatPipeline:
         mode = (req.metadata or {}).get("agent", "auto")
         session_id = turn.session.id if turn.session is not None else (req.metadata or {}).get("session_id")
         return AgentRequest(tenant=ctx.tenant, scopes=list(ctx.scopes), mode=mode,  # type: ignore[arg-type]
-                            session_id=session_id, max_answer_tokens=req.requested_max_tokens())
+                            session_id=session_id, max_answer_tokens=req.requested_max_tokens(), pii=ctx.pii)
 
     def _agent_meta(self, turn: Turn, result: AgentResult) -> None:
         turn.meta["agent"] = result.metadata()
@@ -330,7 +331,8 @@ class ChatPipeline:
             self._background_task(self.agent.write_back(ctx.tenant, agent_result), "memory write-back", ctx)
             return
         session = (req.metadata or {}).get("session_id", "")
-        item = MemoryWrite(text=mask_pii(f"user: {turn.question}\nassistant: {answer}"), kind="message",
+        text = apply_pii(f"user: {turn.question}\nassistant: {answer}", for_write_back(ctx.pii))
+        item = MemoryWrite(text=text, kind="message",
                            source_id=f"chat:{ctx.user}:{ctx.request_id}",
                            metadata={"user": ctx.user, "session_id": session})
         self._background_task(self.memory.write(ctx.tenant, [item]), "memory write-back", ctx)

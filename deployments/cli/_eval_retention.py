@@ -142,7 +142,11 @@ async def _run(args: argparse.Namespace, budgets: list[int], modes: list[str]) -
         task = bar.add_task("replaying conversations", total=args.conversations * 59)
         for i in range(args.conversations):
             conv = build_conversation(args.seed + i)
-            manager = ContextManager(store, config, embed=embed, summariser=summariser, clock=lambda: clock[0])
+            # NOTE: PII policy 'allow': the planted phone and e-mail are synthetic, and this eval scores
+            # the context mechanics (the entity table still keeps them as ****0199 / m***@domain);
+            # under the default 'mask' they are masked before storage by design (tests/unit/test_pii_http.py).
+            manager = ContextManager(store, config, embed=embed, summariser=summariser, clock=lambda: clock[0],
+                                     pii_for=lambda _tenant: "allow")
             sessions.append(await replay(conv, manager, clock, summarise=True, categories=not args.no_categories,
                                          on_turn=lambda _t: bar.advance(task)))
             conversations.append(conv)

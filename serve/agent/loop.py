@@ -45,6 +45,7 @@ from serve.agent.schemas import AgentEvent, AgentRequest, AgentResult, AgentUsag
 from serve.agent.tools import ToolContext, ToolRegistry, ToolSet
 from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
 from serve.memory import MemoryBackend, MemoryWrite
+from serve.pii import apply_pii, for_write_back
 from serve.turn import RecallConfig, Turn, analyse_images, recall_memories, render_prompt
 
 __all__ = ["Agent"]
@@ -478,7 +479,7 @@ class _Run:
         if partial:
             return writes
         tools_used = ",".join(sorted({c.name for c in self.calls if c.status in ("ok", "cached")}))
-        text = mask_pii(f"User asked: {self.question}\nAgent answered: {answer}")
+        text = apply_pii(f"User asked: {self.question}\nAgent answered: {answer}", for_write_back(self.req.pii))
         digest = hashlib.sha256(f"{session}|{self.question}|{answer}".encode()).hexdigest()[:16]
         meta: dict[str, Any] = {"tools": tools_used, "images": ",".join(u.sha256 for u in self.turn.images or [])}
         if session:

@@ -54,6 +54,8 @@ class AgentRequest(StrictModel):
     max_answer_tokens: int | None = Field(
         default=None, ge=1, le=32768, description="Most tokens of a direct (no-tool) answer (default: step_max_tokens)."
     )
+    pii: Literal["mask", "reject", "allow"] = Field(
+        default="mask", description="PII policy of the tenant: write-backs are masked unless it is 'allow'.")
 
     @classmethod
     def from_messages(

@@ -3,6 +3,11 @@
 ``deployments/ingress.py`` hands this app to ``serve.ingress``; tests mount it in-process.
 Routes: ``GET /healthz``, ``GET /metrics``, ``GET /v1/models``, ``POST /v1/chat/completions``
 (JSON or SSE), plus any extra routers (memories, experiences) the caller passes in.
+
+At the edge, before any route: a body over ``max_body_bytes`` is a 413, a malformed
+``x-request-id`` a 400, and an unexpected exception a 500 in the JSON error envelope; every
+error answer carries ``x-request-id`` and is logged with it. Log records of the process are
+PII-masked (:func:`serve.pii.install_log_masking`).
 """
 
 from __future__ import annotations
@@ -17,13 +22,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from serve.api.auth import Authenticator
 from serve.api.chat_protocol import ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse
 from serve.api.errors import APIError, error_body, install_error_handlers
+from serve.api.limits import MAX_BODY_BYTES, BodyLimitMiddleware, valid_request_id
 from serve.api.metrics import CONTENT_TYPE_LATEST, LATENCY, REQUESTS, render_metrics
 from serve.engine import EngineError
+from serve.pii import apply_pii, install_log_masking
 from serve.pipeline import ChatPipeline, RequestContext
 
 __all__ = ["create_app"]
@@ -57,6 +64,7 @@ def create_app(
     health: Callable[[], Awaitable[dict[str, Any]]] | None = None,
     on_startup: Sequence[Callable[[], Awaitable[None]]] = (),
     title: str = "recallserve",
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> FastAPI:
     """Build the ingress app.
 
@@ -67,7 +75,9 @@ def create_app(
         health: optional coroutine adding details to /healthz.
         on_startup: coroutines started (not awaited) when the app starts, e.g. a prompt-cache
             warm-up; a failure is logged, never fatal.
+        max_body_bytes: largest request body (413 above; see ``serve.api.limits.MAX_BODY_BYTES``).
     """
+    install_log_masking()
     background: set[asyncio.Task[None]] = set()
 
     @contextlib.asynccontextmanager
@@ -80,17 +90,28 @@ def create_app(
 
     app = FastAPI(title=title, version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
+    # NOTE: added before the observer, so it runs inside it: a 413 gets the request id and metrics.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
 
     @app.middleware("http")
     async def _observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        sent_id = request.headers.get("x-request-id")
+        request_id = sent_id if sent_id and valid_request_id(sent_id) else uuid.uuid4().hex
         request.state.request_id = request_id
         start = time.perf_counter()
-        route = request.url.path
         status = 500
         try:
-            response = await call_next(request)
+            if sent_id is not None and sent_id != request_id:
+                response: Response = JSONResponse(error_body(
+                    "x-request-id: must be 1-128 characters of A-Z a-z 0-9 . _ : -", "invalid_request_error",
+                    "x-request-id"), status_code=400)
+            else:
+                response = await call_next(request)
             status = response.status_code
+        except Exception:  # noqa: BLE001 - the one place an unexpected error becomes the envelope
+            log.exception("request %s %s %s: unhandled error", request_id, request.method, request.url.path)
+            response = JSONResponse(error_body(f"internal server error (request id {request_id})", "server_error",
+                                               None, "internal_error"), status_code=500)
         except asyncio.CancelledError:
             # NOTE: the client went away (a closed connection, a load test stopping): nginx's 499,
             # so the error-rate panels count server errors only.
@@ -102,6 +123,9 @@ def create_app(
             route = getattr(matched, "path", "unmatched")
             REQUESTS.labels(route, request.method, str(status)).inc()
             LATENCY.labels(route, request.method).observe(time.perf_counter() - start)
+        if status >= 400:
+            log.log(logging.WARNING if status >= 500 else logging.INFO, "request %s %s %s -> %d", request_id,
+                    request.method, request.url.path, status)
         response.headers["x-request-id"] = request_id
         return response
 
@@ -125,8 +149,15 @@ def create_app(
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, request: Request,
                                tenant: str = Depends(auth)) -> ChatCompletionResponse | StreamingResponse:
+        pii = auth.pii_for(tenant)
+        if pii == "reject":
+            # NOTE: checked at the edge, before anything is answered or stored; what the model and
+            # tools add later is masked on write (serve.pii.for_write_back).
+            apply_pii(body.user or "", pii, "user")
+            for i, message in enumerate(body.messages):
+                apply_pii(message.text(), pii, f"messages.{i}.content")
         ctx = RequestContext(tenant=tenant, user=body.user or "default", request_id=request.state.request_id,
-                             scopes=auth.scopes_for(tenant))
+                             scopes=auth.scopes_for(tenant), pii=pii)
         if body.stream:
             chunks = await pipeline.stream(body, ctx)
             return StreamingResponse(_sse(chunks, ctx.request_id), media_type="text/event-stream",

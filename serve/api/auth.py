@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from fastapi import Request
 
 from serve.api.errors import APIError
+from serve.pii import PiiMode, PiiPolicy
 
 __all__ = ["Authenticator", "READ_ONLY_SCOPES"]
 
@@ -20,12 +21,14 @@ READ_ONLY_SCOPES: tuple[str, ...] = ("basic", "memory:read", "orders:read", "tic
 
 
 class Authenticator:
-    """Maps API keys to tenant names, and tenants to their tool scopes.
+    """Maps API keys to tenant names, and tenants to their tool scopes and PII policy.
 
     Args:
         keys: API key -> tenant.
         scopes: tenant -> tool permission scopes (auth config ``auth.scopes``).
         default_scopes: scopes of a tenant ``scopes`` does not name.
+        pii: tenant -> ``mask | reject | allow`` (auth config ``auth.pii``).
+        default_pii: policy of a tenant ``pii`` does not name (``mask``).
 
     Example:
         >>> auth = Authenticator({"sk-local": "local"}, {"local": ["basic", "orders:write"]})
@@ -34,16 +37,22 @@ class Authenticator:
     """
 
     def __init__(self, keys: Mapping[str, str], scopes: Mapping[str, Sequence[str]] | None = None,
-                 default_scopes: Sequence[str] = READ_ONLY_SCOPES) -> None:
+                 default_scopes: Sequence[str] = READ_ONLY_SCOPES, pii: Mapping[str, PiiMode] | None = None,
+                 default_pii: PiiMode = "mask") -> None:
         if not keys:
             raise ValueError("auth: no API keys configured (set auth.keys or RECALLSERVE_API_KEYS)")
         self._keys = dict(keys)
         self._scopes = {t: list(s) for t, s in (scopes or {}).items()}
         self._default_scopes = list(default_scopes)
+        self.pii = PiiPolicy(pii, default_pii)
 
     def scopes_for(self, tenant: str) -> list[str]:
         """Tool scopes of ``tenant`` (the default scopes when the config names none for it)."""
         return list(self._scopes.get(tenant, self._default_scopes))
+
+    def pii_for(self, tenant: str) -> PiiMode:
+        """PII policy of ``tenant`` for what it writes (the default policy when the config names none)."""
+        return self.pii.mode_for(tenant)
 
     def tenant_for(self, key: str) -> str | None:
         """The tenant of ``key``, or None. Compares in constant time."""

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from kernels import StrictModel
+from kernels import StrictModel, check_json
 
 __all__ = [
     "TextPart",
@@ -38,12 +38,17 @@ MAX_IMAGES = 8
 # (~1 s per million characters on one core); the whole conversation is bounded, not only a message.
 MAX_TOTAL_CHARS = 1_000_000
 MAX_PARTS = 256
+# NOTE: a 12 MiB image (serve.agent.images.MAX_IMAGE_BYTES) is 16 MiB of base64, plus the
+# ``data:image/...;base64,`` head; a longer URL cannot hold an image the describer accepts.
+MAX_IMAGE_URL_CHARS = 16 * 2**20 + 256
+MAX_METADATA_KEYS = 16
+"""NOTE: request metadata carries a few recallserve options (session_id, context_mode, agent, reasoning)."""
 
 
 class ImageURL(StrictModel):
     """An image reference: a ``data:`` URL with base64 content (remote URLs are not fetched)."""
 
-    url: str = Field(min_length=1, description="data:image/...;base64,... URL.")
+    url: str = Field(min_length=1, max_length=MAX_IMAGE_URL_CHARS, description="data:image/...;base64,... URL (at most 12 MiB of image).")
     detail: Literal["auto", "low", "high"] = Field(default="auto", description="Accepted for compatibility.")
 
 
@@ -68,8 +73,13 @@ class ChatCompletionMessage(StrictModel):
     content: str | list[TextPart | ImagePart] | None = Field(
         default=None, description=f"Text or content parts (at most {MAX_PARTS} parts, {MAX_IMAGES} images).")
     name: str | None = Field(default=None, max_length=64, description="Optional author name.")
-    tool_call_id: str | None = Field(default=None, description="For role=tool: the call answered.")
-    tool_calls: list[dict[str, Any]] | None = Field(default=None, description="Assistant tool calls (echoed history).")
+    tool_call_id: str | None = Field(default=None, max_length=256, description="For role=tool: the call answered.")
+    tool_calls: list[dict[str, Any]] | None = Field(default=None, max_length=64, description="Assistant tool calls (echoed history).")
+
+    @field_validator("tool_calls")
+    @classmethod
+    def _tool_calls_size(cls, v: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        return None if v is None else check_json(v, "tool_calls", max_depth=4, max_chars=MAX_CONTENT_CHARS)
 
     @field_validator("content")
     @classmethod
@@ -111,6 +121,12 @@ class ResponseFormat(StrictModel):
     type: Literal["text", "json_object", "json_schema"] = Field(description="Output format.")
     json_schema: dict[str, Any] | None = Field(default=None, description="{name, schema, strict} for type=json_schema.")
 
+    @field_validator("json_schema")
+    @classmethod
+    def _schema_size(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        # NOTE: a schema is compiled into a grammar per request: deep or wide ones cost the engine.
+        return None if v is None else check_json(v, "json_schema", max_depth=12, max_items=256, max_chars=8192)
+
 
 class ChatCompletionRequest(StrictModel):
     """``POST /v1/chat/completions`` body."""
@@ -124,23 +140,30 @@ class ChatCompletionRequest(StrictModel):
     n: int | None = Field(default=None, ge=1, le=1, description="Only 1 choice is supported.")
     stream: bool = Field(default=False, description="Stream the answer as server-sent events.")
     stream_options: StreamOptions | None = Field(default=None, description="Streaming options.")
-    stop: str | list[str] | None = Field(default=None, description="Stop sequences (at most 4).")
+    stop: Annotated[str, Field(max_length=256)] | list[Annotated[str, Field(max_length=256)]] | None = Field(
+        default=None, description="Stop sequences (at most 4, 256 characters each).")
     seed: int | None = Field(default=None, description="Sampling seed.")
     user: str | None = Field(default=None, max_length=256, description="End-user id; sessions and memories are per user.")
-    metadata: dict[str, str] | None = Field(
-        default=None, description="recallserve options: session_id, context_mode, agent (auto|on|off)."
-    )
+    metadata: dict[Annotated[str, Field(min_length=1, max_length=64)], Annotated[str, Field(max_length=256)]] | None = Field(
+        default=None, max_length=MAX_METADATA_KEYS,
+        description="recallserve options: session_id, context_mode, agent (auto|on|off), reasoning.")
     response_format: ResponseFormat | None = Field(default=None, description="Constrain the output format.")
     presence_penalty: float | None = Field(default=None, ge=-2, le=2, description="Accepted; not applied by every engine.")
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2, description="Accepted; not applied by every engine.")
     logprobs: bool | None = Field(default=None, description="Not supported: must be false or absent.")
     top_logprobs: int | None = Field(default=None, description="Not supported.")
-    logit_bias: dict[str, float] | None = Field(default=None, description="Not supported.")
-    tools: list[dict[str, Any]] | None = Field(default=None, description="Not supported: tools are server-side.")
-    tool_choice: str | dict[str, Any] | None = Field(default=None, description="Accepted only as 'none' or 'auto'.")
+    logit_bias: dict[str, float] | None = Field(default=None, max_length=1, description="Not supported.")
+    tools: list[dict[str, Any]] | None = Field(default=None, max_length=1, description="Not supported: tools are server-side.")
+    tool_choice: Annotated[str, Field(max_length=64)] | dict[str, Any] | None = Field(
+        default=None, description="Accepted only as 'none' or 'auto'.")
     parallel_tool_calls: bool | None = Field(default=None, description="Accepted for compatibility.")
     store: bool | None = Field(default=None, description="Accepted for compatibility.")
-    service_tier: str | None = Field(default=None, description="Accepted for compatibility.")
+    service_tier: str | None = Field(default=None, max_length=64, description="Accepted for compatibility.")
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _tool_choice_size(cls, v: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+        return check_json(v, "tool_choice", max_depth=3, max_items=8, max_chars=256) if isinstance(v, dict) else v
 
     @model_validator(mode="after")
     def _unsupported(self) -> ChatCompletionRequest:

@@ -1,13 +1,16 @@
 """OpenAI-style error bodies and the exception handlers that produce them.
 
 Every error leaves as ``{"error": {"message", "type", "param", "code"}}`` with a 4xx for bad
-input (the ``param`` names the offending field) and 503/504 for engine trouble; an unexpected
-exception becomes a 500 with a request id, never a hang.
+input (the ``param`` names the offending field; personal data under the ``reject`` policy is a
+400 with code ``personal_data``; a body over the cap a 413) and 503/504 for engine trouble; an
+unexpected exception becomes a 500 with the request id (the app's middleware answers it, so the
+``x-request-id`` header is set too), never a hang or a plain-text body.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -15,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from serve.engine import EngineError
+from serve.pii import PersonalDataError
 
 __all__ = ["APIError", "install_error_handlers", "error_body"]
 
@@ -44,10 +48,15 @@ def _loc_to_param(loc: tuple[object, ...]) -> str:
     # the param reads like the JSON path a client wrote ("messages.0.role").
     # Only the first element says where the field came from; a body field may itself be
     # called "query" (memory search), so never drop later elements by name.
+    # A union reports one error per member under the member's name ("str", "list[...]",
+    # "ImagePart"): those are types, not fields, so they are dropped too.
     parts = [str(p) for p in loc]
     if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
         parts = parts[1:]
-    return ".".join(p for p in parts if not p.startswith(("function-", "tagged-union")))
+    return ".".join(p for p in parts if not p.startswith(("function-", "tagged-union")) and not _UNION_MEMBER.match(p))
+
+
+_UNION_MEMBER = re.compile(r"^(?:str|int|float|bool|none|.*\[.*\]|[A-Z][A-Za-z0-9]*)$")
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -59,7 +68,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errs = exc.errors()
+        # NOTE: the deepest location first: of a union's per-member errors, the one that got furthest
+        # into the value names the field the client got wrong ("...image_url.url", not "content").
+        errs = sorted(exc.errors(), key=lambda e: -len(e.get("loc", ())))
         first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
         param = _loc_to_param(tuple(first.get("loc", ())))
         msg = "; ".join(
@@ -67,10 +78,16 @@ def install_error_handlers(app: FastAPI) -> None:
         )
         return JSONResponse(error_body(msg, "invalid_request_error", param or None), status_code=400)
 
+    @app.exception_handler(PersonalDataError)
+    async def _personal(_: Request, exc: PersonalDataError) -> JSONResponse:
+        return JSONResponse(error_body(str(exc), "invalid_request_error", exc.param, "personal_data"), status_code=400)
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return JSONResponse(error_body(str(exc.detail), kind), status_code=exc.status_code)
+        code = "request_too_large" if exc.status_code == 413 else None
+        return JSONResponse(error_body(str(exc.detail), kind, None, code), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
 
     @app.exception_handler(EngineError)
     async def _engine(_: Request, exc: EngineError) -> JSONResponse:

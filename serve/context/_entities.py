@@ -9,14 +9,17 @@ Personal values are masked before they are stored anywhere in the table:
 * phone, card, IBAN and account numbers -> ``****0199`` (the last 4 digits),
 * emails -> ``m***@example.com`` (first character and the domain).
 
-Each entity keeps a short snippet of the sentence it came from (masked too), because an amount
-or a date without what it refers to is of little use to the model.
+Each entity keeps a short snippet of the sentence it came from (masked too, then passed through
+:func:`serve.pii.mask_pii` so ID-card numbers, SSNs and passwords never reach the table),
+because an amount or a date without what it refers to is of little use to the model.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from serve.pii import mask_pii
 
 __all__ = ["Entity", "extract_entities", "mask_personal", "format_entity"]
 
@@ -140,7 +143,7 @@ def _snippet(text: str, start: int, end: int) -> str:
     sentence = next(
         (text[a:b] for a, b in zip(bounds, bounds[1:]) if a <= start < b), text[max(0, start - 40) : end + 40]
     ).strip()
-    sentence = mask_personal(sentence)
+    sentence = mask_pii(mask_personal(sentence))
     if len(sentence) > _SNIPPET_CHARS:
         sentence = sentence[: _SNIPPET_CHARS - 3].rstrip() + "..."
     return sentence

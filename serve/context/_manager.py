@@ -12,6 +12,11 @@ Per request the ingress does::
 
 ``refresh_summary`` is the coroutine behind ``start_summary`` for callers that schedule work
 themselves (a Ray task, the summariser deployment's queue).
+
+Personal data: the tenant's PII policy (``pii_for``) is applied here, before the store is
+called, to every stored message (so the entity table, extracted from the stored text, never
+sees what was masked) and to every rolling summary. ``reject`` masks here: the chat edge has
+already refused the client's personal data, and an answered turn must not fail on its way in.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from serve.context._summary import (
     render_messages,
     summary_candidates,
 )
+from serve.pii import PiiMode, apply_pii, for_write_back
 from serve.context._types import (
     DEFAULT_RETENTION,
     ContextConfig,
@@ -71,12 +77,13 @@ class ContextManager:
         summariser: rolling-summary writer (default: :class:`ExtractiveSummariser`, no model).
         classifier: optional router-model classifier for messages the rules call ``chat``.
         clock: time source, epoch seconds (tests pass a fake one to step through cooldowns).
+        pii_for: tenant -> PII policy (``Authenticator.pii_for``); default: mask.
     """
 
     def __init__(
         self, store: SessionStore | None, config: ContextConfig | None = None, *, counter: TokenCounter | None = None,
         embed: Embed | None = None, summariser: Summariser | None = None, classifier: Classifier | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.time, pii_for: Callable[[str], PiiMode] | None = None,
     ) -> None:
         self.store = store
         self.config = config or ContextConfig()
@@ -86,6 +93,7 @@ class ContextManager:
         self._categoriser = Categoriser(classifier)
         self._rules = RuleCategoriser()
         self._clock = clock
+        self._pii_for: Callable[[str], PiiMode] = pii_for or (lambda _tenant: "mask")
         self._running: set[str] = set()
         self._tasks: set[asyncio.Task[SummaryState | None]] = set()
 
@@ -127,7 +135,10 @@ class ContextManager:
         """Categorise, count and store messages (and their entities and user memory).
 
         Tool results get no entities: they are not the user's statements and may be stale.
+        Contents are stored under the tenant's PII policy (masked unless it is ``allow``).
         """
+        mode = for_write_back(self._pii_for(session.tenant))
+        messages = [m.model_copy(update={"content": apply_pii(m.content, mode)}) for m in messages]
         stored = [await self._to_message(m, classify=True) for m in messages]
         entities = [[] if m.role == "tool" else extract_entities(m.content) for m in stored]
         return await self._store().append(session, stored, entities)
@@ -246,6 +257,8 @@ class ContextManager:
                 lines = render_messages(batch, history=before)
                 text = await self.summariser.summarise(text, lines, self.config.summary_max_tokens)
                 before.extend(batch)
+            # NOTE: the messages were masked when stored; this catches what a summariser model adds.
+            text = apply_pii(text, for_write_back(self._pii_for(session.tenant)))
             state = SummaryState(
                 text=text, until_seq=candidates[-1].seq, updated_at=self._clock(),
                 tokens=await self.counter.count(text), summariser=name,

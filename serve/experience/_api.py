@@ -8,7 +8,8 @@ Routes (all scoped to the tenant that ``get_tenant`` returns; another tenant's i
 * ``POST /v1/experiences/search``: active hits, archival hits (topic / error tags), conflicts;
 * ``POST /v1/experiences/{id}/label``: correct -> active, wrong -> archival (+ tags, note).
 
-Bad bodies get FastAPI's 422 whose ``detail[].loc`` names the field.
+Bad bodies get a 400 in the error envelope whose ``param`` names the field; personal data under
+the tenant's ``reject`` PII policy is a 400 naming the field too.
 """
 
 

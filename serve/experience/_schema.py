@@ -16,11 +16,11 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from kernels import StrictModel
+from kernels import StrictModel, check_json
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -48,6 +48,10 @@ Tier = Literal["active", "archival", "review"]
 
 _TOPIC = re.compile(r"^[a-z0-9][a-z0-9_.-]*(/[a-z0-9][a-z0-9_.-]*)*$")
 _TAG = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+# NOTE: the last second of year 9999 (what datetime can hold); a later "timestamp" is garbage that
+# would overflow every date conversion downstream.
+MAX_EPOCH = 253402300799.0
+_Constraint = Annotated[str, Field(min_length=1, max_length=1000)]
 
 
 def new_experience_id() -> str:
@@ -79,7 +83,8 @@ class ExperienceContext(StrictModel):
 
     raw_text: str = Field(min_length=1, max_length=8000, description="The problem as given.")
     quantities: list[Quantity] = Field(default_factory=list, max_length=32, description="Structured quantities.")
-    constraints: list[str] = Field(default_factory=list, max_length=32, description="Constraints stated as facts.")
+    constraints: list[_Constraint] = Field(default_factory=list, max_length=32,
+                                           description="Constraints stated as facts (1-1000 characters each).")
 
 
 class ReasoningStep(StrictModel):
@@ -115,6 +120,13 @@ class VerificationItem(StrictModel):
     status: VerificationStatus = Field(default="not_run", description="Result of executing the check.")
     notes: str = Field(default="", max_length=1000, description="Why it passed, failed or was doubtful.")
 
+    @field_validator("input", "expected", "actual")
+    @classmethod
+    def _bounded(cls, v: Any, info: Any) -> Any:
+        # NOTE: free-form JSON: finite numbers, short strings, small shallow maps (a check's
+        # inputs are a few named numbers; anything bigger is an attack on the verifier).
+        return check_json(v, info.field_name, max_depth=3, max_items=32, max_chars=1000)
+
 
 class ExperienceOutcome(StrictModel):
     """The answer of the trace."""
@@ -131,12 +143,12 @@ class ExperienceMetadata(StrictModel):
     id: str = Field(default_factory=new_experience_id, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$",
                     description="Record id (letters, digits and _.:-; usable in URLs).")
     schema_version: Literal["1.2"] = Field(default=SCHEMA_VERSION, description="Schema version of the record.")
-    timestamp: float = Field(default_factory=time.time, ge=0, description="Creation time, epoch seconds.")
+    timestamp: float = Field(default_factory=time.time, ge=0, le=MAX_EPOCH, description="Creation time, epoch seconds.")
     source_model: str = Field(min_length=1, max_length=200, description="Model that produced the trace.")
     task_domain: str = Field(default="general", min_length=1, max_length=64, description="Task domain, e.g. 'units'.")
     topic: str = Field(default="general", max_length=200, description="Topic tree path, e.g. 'physics/speed'.")
     reviewer: str | None = Field(default=None, max_length=200, description="Who reviewed the trace, if anyone.")
-    expires_at: float | None = Field(default=None, ge=0, description="Hard expiry, epoch seconds; None = never.")
+    expires_at: float | None = Field(default=None, ge=0, le=MAX_EPOCH, description="Hard expiry, epoch seconds; None = never.")
 
     @field_validator("topic")
     @classmethod

@@ -41,6 +41,7 @@ from serve.experience._schema import ExperienceMetadata, ExperienceRecord, Tier
 from serve.experience._store import ExperienceStore, StoredRow
 from serve.experience._verify import verify_record
 from serve.memory import MemoryBackend, MemoryWrite
+from serve.pii import PiiMode, apply_pii, for_write_back
 
 __all__ = ["ExperienceService", "ExperienceNotFound", "Embedder"]
 
@@ -73,11 +74,13 @@ class ExperienceService:
         clock: Time source in epoch seconds (tests pass a fake clock).
         store: Where records live; None opens ``ExperienceStore(config.data_dir)``. A cluster
             passes a proxy with the same async methods (one store shared by every ingress replica).
+        pii_for: tenant -> PII policy of its records (``Authenticator.pii_for``); default: mask.
+            Applied to every text of a record before it is verified, stored or written to memory.
     """
 
     def __init__(self, config: ExperienceConfig, embed: Embedder, *, memory: MemoryBackend | None = None,
                  clock: Callable[[], float] = time.time, family_of: Callable[[str], str] = model_family,
-                 store: ExperienceStore | None = None) -> None:
+                 store: ExperienceStore | None = None, pii_for: Callable[[str], PiiMode] | None = None) -> None:
         self.config = config
         self.rules = RuleTable(config.rules)
         self.store = ExperienceStore(config.data_dir) if store is None else store
@@ -85,6 +88,7 @@ class ExperienceService:
         self._memory = memory
         self._clock = clock
         self._family_of = family_of
+        self._pii_for: Callable[[str], PiiMode] = pii_for or (lambda _tenant: "mask")
 
     def close(self) -> None:
         """Close the database."""
@@ -120,13 +124,19 @@ class ExperienceService:
 
     # ------------------------------------------------------------------ records
 
-    async def create(self, tenant: str, record: ExperienceRecord, *, required: Sequence[str] = ()) -> ExperienceView:
+    async def create(self, tenant: str, record: ExperienceRecord, *, required: Sequence[str] = (),
+                     pii: PiiMode | None = None) -> ExperienceView:
         """Verify a record by code, derive its confidence and file it in a tier.
 
         Tier: labelled ``wrong`` or ``low`` confidence -> ``review``; labelled ``correct`` or
-        otherwise -> ``active``. The same (tenant, id) overwrites.
+        otherwise -> ``active``. The same (tenant, id) overwrites. ``pii``: the policy applied to
+        the record's texts (default: the tenant's).
+
+        Raises:
+            PersonalDataError: under ``reject``, naming the field (``context.raw_text``).
         """
         now = self._clock()
+        record = _scrubbed(record, self._pii_for(tenant) if pii is None else pii)
         verified = verify_record(record, self.rules, required=required)
         _metrics.record_verification(v.status for v in verified.verification)
         md = verified.metadata
@@ -264,11 +274,12 @@ class ExperienceService:
         row = await self.store.get(tenant, exp_id)
         assert row is not None
         rec = view.record
+        mode = self._pii_for(tenant)
         evaluation = rec.evaluation.model_copy(update={
             "human_label": req.label, "error_tags": req.error_tags or rec.evaluation.error_tags,
-            "review_note": req.note,
+            "review_note": apply_pii(req.note, mode, "note"),
         })
-        md = rec.metadata.model_copy(update={"reviewer": req.reviewer or tenant})
+        md = rec.metadata.model_copy(update={"reviewer": apply_pii(req.reviewer, mode, "reviewer") or tenant})
         rec = rec.model_copy(update={"evaluation": evaluation, "metadata": md})
         tier: Tier = "active" if req.label == "correct" else "archival"
         await self.store.put(tenant, rec, tier=tier, family=row.family, embedding=row.embedding,
@@ -335,7 +346,8 @@ class ExperienceService:
             record = parsed.to_record(question, ExperienceMetadata(
                 source_model=engine.model_name, task_domain=domain, topic=topic, timestamp=self._clock()))
             if store:
-                view = await self.create(tenant, record, required=required)
+                view = await self.create(tenant, record, required=required,
+                                         pii=for_write_back(self._pii_for(tenant)))
             else:
                 now = self._clock()
                 verified = verify_record(record, self.rules, required=required)
@@ -347,6 +359,23 @@ class ExperienceService:
             injected=[r.metadata.id for r in experiences], required_checks=required, raw_text=result.text,
             prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
         )
+
+
+# NOTE: identity fields (id, schema version, model, domain, topic, timestamps) are patterned or
+# numeric; the policy reads the free texts and the checks' free-form values.
+_PII_SEGMENTS = ("context", "reasoning", "verification", "outcome", "evaluation")
+
+
+def _scrubbed(record: ExperienceRecord, mode: PiiMode) -> ExperienceRecord:
+    """``record`` with the PII policy applied to its segments (the same object when nothing changed)."""
+    if mode == "allow":
+        return record
+    dumped = record.model_dump()
+    segments = {name: dumped[name] for name in _PII_SEGMENTS}
+    out = {name: apply_pii(value, mode, name) for name, value in segments.items()}
+    if out == segments:
+        return record
+    return ExperienceRecord.model_validate({**dumped, **out})
 
 
 _CHECK = {

@@ -8,11 +8,11 @@ limit is a bound in the type, so a bad value becomes a 400 whose ``param`` names
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kernels import StrictModel
+from kernels import StrictModel, check_json
 from memory_shards.records import MAX_METADATA_KEYS, MAX_PARTS, MAX_TEXT_CHARS, MemoryKind, MemoryPart, Scalar
 
 __all__ = [
@@ -38,6 +38,18 @@ MAX_QUERY_CHARS = 8192
 """NOTE: a query longer than this is a document, not a question (MiniLM reads 256 tokens)."""
 MAX_K = 200
 """NOTE: the most results one search returns; recall beyond 200 is a bulk export, not a search."""
+MAX_METADATA_VALUE_CHARS = 1024
+"""NOTE: metadata is for filtering by equality (ids, labels, flags); text belongs in ``text``."""
+MAX_TAG_CHARS = 64
+
+Tag = Annotated[str, Field(min_length=1, max_length=MAX_TAG_CHARS)]
+
+
+def _check_metadata(value: Any) -> Any:
+    """Bounds of a metadata map, checked before the scalar types so the error names the key."""
+    if isinstance(value, dict):
+        check_json(value, "metadata", max_depth=1, max_items=MAX_METADATA_KEYS, max_chars=MAX_METADATA_VALUE_CHARS)
+    return value
 
 
 def to_epoch(value: datetime | None) -> float | None:
@@ -56,7 +68,9 @@ class MemoryIn(StrictModel):
     kind: MemoryKind = Field(default="text", description="text, image, table, tool_result, experience or message.")
     source_id: str | None = Field(default=None, min_length=1, max_length=256,
                                   description="Dedup key: a newer memory with the same source id replaces the older. Default: a fresh id.")
-    metadata: dict[str, Scalar] = Field(default_factory=dict, max_length=MAX_METADATA_KEYS, description="Flat metadata (string -> scalar).")
+    metadata: dict[str, Scalar] = Field(default_factory=dict, max_length=MAX_METADATA_KEYS,
+                                        description=f"Flat metadata (string -> scalar; at most {MAX_METADATA_KEYS} keys of "
+                                                    f"128 characters, string values of {MAX_METADATA_VALUE_CHARS}).")
     topic: str = Field(default="", max_length=512, description="Slash-separated topic path, e.g. 'billing/refunds'.")
     image_description: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT_CHARS, description="Description of an attached image.")
     ocr_text: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT_CHARS, description="OCR text of an attached image.")
@@ -65,7 +79,10 @@ class MemoryIn(StrictModel):
     created_at: datetime | None = Field(default=None, description="Creation time (ISO 8601 or epoch seconds); default now.")
     expires_at: datetime | None = Field(default=None, description="Hard expiry (ISO 8601 or epoch seconds); default never.")
     retention_weight: float = Field(default=1.0, ge=0, le=10, description="Importance weight for retention policies.")
-    error_tags: list[str] = Field(default_factory=list, max_length=32, description="Error tags (experience memory).")
+    error_tags: list[Tag] = Field(default_factory=list, max_length=32,
+                                  description=f"Error tags (experience memory), 1-{MAX_TAG_CHARS} characters each.")
+
+    _metadata = field_validator("metadata", mode="before")(lambda cls, v: _check_metadata(v))
 
     @field_validator("text")
     @classmethod
@@ -110,9 +127,11 @@ class DecayIn(StrictModel):
 class FiltersIn(StrictModel):
     """Conditions every result must meet."""
 
-    kinds: list[MemoryKind] | None = Field(default=None, min_length=1, description="Keep only these kinds.")
+    kinds: list[MemoryKind] | None = Field(default=None, min_length=1, max_length=16, description="Keep only these kinds.")
     topic_prefix: str | None = Field(default=None, min_length=1, max_length=512, description="Keep topics starting with this.")
     metadata: dict[str, Scalar] | None = Field(default=None, max_length=MAX_METADATA_KEYS, description="Metadata equality.")
+
+    _metadata = field_validator("metadata", mode="before")(lambda cls, v: _check_metadata(v))
     created_after: datetime | None = Field(default=None, description="Created at or after (ISO 8601 or epoch seconds).")
     created_before: datetime | None = Field(default=None, description="Created before (ISO 8601 or epoch seconds).")
 

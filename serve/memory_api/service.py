@@ -14,12 +14,18 @@ Isolation rules (enforced by the shards, checked again here):
   * search, get and list see the tenant's own memories plus the shared collection;
   * delete removes only the tenant's own memories (a shared one is a 403, another tenant's a 404,
     the same answer as an id that never existed, so ids of other tenants leak nothing).
+
+Personal data: every add applies the tenant's PII policy (``pii_for``) to every text, metadata
+key and value, tag, topic and source id before anything is embedded or stored: ``mask`` (the
+default) tags it, ``reject`` answers 400 naming the field, ``allow`` keeps it. The server's own
+writes (:meth:`MemoryService.write`: chat and agent write-backs, experience segments) mask under
+``reject`` instead of failing after the answer was sent.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -34,6 +40,7 @@ from memory_shards.retrieval import AsyncEmbed, HybridHit, HybridRetriever, Quer
 from serve.api.metrics import MEMORY_SEARCH
 from serve.api.errors import APIError
 from serve.memory import MemoryHit, MemoryWrite
+from serve.pii import PiiMode, apply_pii, for_write_back
 from serve.memory_api.schemas import MAX_BATCH, MAX_K, FiltersIn, MemoryIn, MemoryOut, SearchRequest, SearchResult, to_epoch
 
 __all__ = ["MemoryService", "MemoryUnavailable", "record_out", "hit_out"]
@@ -86,6 +93,23 @@ def hit_out(hit: HybridHit) -> SearchResult:
     )
 
 
+# NOTE: what the policy reads: every free text and label a memory stores; times, kinds, weights and
+# the image hash (a digest) cannot hold personal data.
+_PII_FIELDS = ("text", "source_id", "metadata", "topic", "image_description", "ocr_text", "parts", "error_tags")
+
+
+def _scrubbed(item: MemoryIn, mode: PiiMode, param: str) -> MemoryIn:
+    """``item`` with the PII policy applied to its text fields (the same object when nothing changed)."""
+    if mode == "allow":
+        return item
+    fields = {name: getattr(item, name) for name in _PII_FIELDS}
+    fields["parts"] = [p.model_dump() for p in item.parts]
+    out = {name: apply_pii(value, mode, f"{param}.{name}") for name, value in fields.items()}
+    if out == fields:
+        return item
+    return MemoryIn.model_validate({**item.model_dump(), **out})
+
+
 def _filters(f: FiltersIn | None) -> SearchFilters | None:
     if f is None:
         return None
@@ -104,6 +128,7 @@ class MemoryService:
         retrieval: fusion knobs.
         rewriter: optional query rewriting hook.
         max_batch: most memories per add.
+        pii_for: tenant -> PII policy of its writes (``Authenticator.pii_for``); default: mask.
 
     Example:
         >>> svc = MemoryService(coord, embed)
@@ -114,7 +139,7 @@ class MemoryService:
 
     def __init__(self, coordinator: MemoryCoordinator, embed: AsyncEmbed, *, top_k: int = 16, threshold: float = 0.35,
                  retrieval: RetrievalParams | None = None, rewriter: QueryRewriter | None = None,
-                 max_batch: int = MAX_BATCH) -> None:
+                 max_batch: int = MAX_BATCH, pii_for: Callable[[str], PiiMode] | None = None) -> None:
         if not 1 <= top_k <= MAX_K:
             raise ValueError(f"top_k: must be in 1..{MAX_K}, got {top_k}")
         self.coordinator = coordinator
@@ -122,14 +147,23 @@ class MemoryService:
         self.top_k = top_k
         self.threshold = threshold
         self.max_batch = max_batch
+        self.pii_for: Callable[[str], PiiMode] = pii_for or (lambda _tenant: "mask")
         self.retriever = HybridRetriever(coordinator, embed, retrieval, rewriter)
 
     # ---- writes -------------------------------------------------------------------------
-    async def add(self, tenant: str, items: Sequence[MemoryIn]) -> list[str]:
-        """Store API memories for ``tenant``; durable on return; ids in order."""
+    async def add(self, tenant: str, items: Sequence[MemoryIn], *, pii: PiiMode | None = None) -> list[str]:
+        """Store API memories for ``tenant``; durable on return; ids in order.
+
+        ``pii``: the policy to apply (default: the tenant's).
+
+        Raises:
+            PersonalDataError: under ``reject``, naming the field (``memories.2.metadata.email``).
+        """
+        mode = self.pii_for(tenant) if pii is None else pii
         now = time.time()
         records = []
         for i, item in enumerate(items):
+            item = _scrubbed(item, mode, f"memories.{i}")
             # NOTE: the id names the record's shard (records.id_route), so a read by id asks only
             # that shard; a shared record without a source id gets a fresh one to route by.
             if tenant == SHARED_TENANT_NAME:
@@ -237,5 +271,5 @@ class MemoryService:
             batch = [MemoryIn(text=w.text, kind=w.kind, source_id=w.source_id, metadata=w.metadata, topic=w.topic or "",
                               created_at=w.created_at, expires_at=w.expires_at)
                      for w in items[start : start + self.max_batch]]
-            ids += await self.add(tenant, batch)
+            ids += await self.add(tenant, batch, pii=for_write_back(self.pii_for(tenant)))
         return ids
