@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["CalcError", "BudgetExceeded", "WorkBudget", "budget_scope", "evaluate", "normalise_expression",
+__all__ = ["CalcError", "LimitExceeded", "BudgetExceeded", "WorkBudget", "budget_scope", "evaluate", "normalise_expression",
            "extract_number", "MAX_EXPR_CHARS"]
 
 
@@ -41,7 +41,11 @@ class CalcError(ValueError):
     """An expression is malformed, unsafe or cannot be evaluated."""
 
 
-class BudgetExceeded(CalcError):
+class LimitExceeded(CalcError):
+    """An expression or value passes a size cap: the check fails on it, with no fallback reading."""
+
+
+class BudgetExceeded(LimitExceeded):
     """The record's verification budget (steps or time) is spent."""
 
 
@@ -125,13 +129,13 @@ def _round(number: Any, ndigits: Any = None) -> Any:
     if ndigits is None:
         return round(number)
     if isinstance(ndigits, bool) or not isinstance(ndigits, int) or abs(ndigits) > _MAX_NDIGITS:
-        raise CalcError(f"round: ndigits must be an integer in [-{_MAX_NDIGITS}, {_MAX_NDIGITS}], got {ndigits!r}")
+        raise LimitExceeded(f"round: ndigits must be an integer in [-{_MAX_NDIGITS}, {_MAX_NDIGITS}], got {ndigits!r}")
     return round(number, ndigits)
 
 
 def _check_size(value: Any, what: str) -> Any:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > _MAX_MAGNITUDE:
-        raise CalcError(f"{what} is too large (more than {_MAX_MAGNITUDE:g} in magnitude)")
+        raise LimitExceeded(f"{what} is too large (more than {_MAX_MAGNITUDE:g} in magnitude)")
     return value
 
 
@@ -142,10 +146,10 @@ def _check_power(base: Any, exponent: Any) -> None:
     if isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
         return
     if abs(exponent) > _MAX_EXPONENT:
-        raise CalcError(f"exponent {exponent:g} exceeds {_MAX_EXPONENT:g}")
+        raise LimitExceeded(f"exponent {exponent:g} exceeds {_MAX_EXPONENT:g}")
     if isinstance(base, (int, float)) and not isinstance(base, bool) and abs(base) > 1 and exponent > 0:
         if exponent * math.log10(abs(base)) > _MAX_LOG10:
-            raise CalcError(f"power {base:g} ** {exponent:g} is too large (more than 1e{_MAX_LOG10:.0f})")
+            raise LimitExceeded(f"power {base:g} ** {exponent:g} is too large (more than 1e{_MAX_LOG10:.0f})")
 
 _BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -229,7 +233,7 @@ def evaluate(expression: str, variables: Mapping[str, Any] | None = None) -> Any
     if not isinstance(expression, str) or not expression.strip():
         raise CalcError("expression is empty")
     if len(expression) > MAX_EXPR_CHARS:
-        raise CalcError(f"expression longer than {MAX_EXPR_CHARS} characters")
+        raise LimitExceeded(f"expression longer than {MAX_EXPR_CHARS} characters")
     budget = _BUDGET.get() or WorkBudget()
     budget.take(_PARSE_STEPS)
     text = normalise_expression(expression)
@@ -238,9 +242,9 @@ def evaluate(expression: str, variables: Mapping[str, Any] | None = None) -> Any
     except (SyntaxError, ValueError) as exc:
         raise CalcError(f"cannot parse expression {expression!r}: {getattr(exc, 'msg', exc)}") from None
     except (MemoryError, RecursionError):  # NOTE: the parser's own stack on deep nesting
-        raise CalcError("expression is nested too deeply") from None
+        raise LimitExceeded("expression is nested too deeply") from None
     if _count_nodes(tree) > _MAX_NODES:
-        raise CalcError(f"expression has more than {_MAX_NODES} syntax nodes")
+        raise LimitExceeded(f"expression has more than {_MAX_NODES} syntax nodes")
     env = dict(_CONSTS)
     env.update(variables or {})
     try:
@@ -271,7 +275,7 @@ class _Evaluator:
         if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
             raise CalcError(f"constant {node.value!r} is not a number")
         if isinstance(node.value, float) and not math.isfinite(node.value):
-            raise CalcError(f"constant {node.value!r} is not finite")
+            raise LimitExceeded(f"constant {node.value!r} is not finite")
         return _check_size(node.value, "constant")
 
     def _Name(self, node: ast.Name) -> Any:

@@ -32,6 +32,7 @@ from serve.experience._calculator import (
     DEFAULT_SECONDS,
     MAX_EXPR_CHARS,
     CalcError,
+    LimitExceeded,
     WorkBudget,
     budget_scope,
     evaluate,
@@ -112,11 +113,15 @@ def _value(x: Any, variables: Mapping[str, Any], *, loose: bool = False) -> floa
     try:
         v = evaluate(x, variables)
         return v if isinstance(v, bool) else float(v)
+    except LimitExceeded:
+        raise  # NOTE: a capped expression is not read another way (its first number is not its value)
     except CalcError:
         pass
     try:
         q = parse_quantity(x, dict(variables))
         return q.value if q.dims == Quantity(0.0).dims else q
+    except LimitExceeded:
+        raise
     except CalcError:
         if loose:
             n = extract_number(x.replace("$", "").replace("€", ""))
