@@ -52,6 +52,10 @@ class BudgetExceeded(LimitExceeded):
 # NOTE: bounds against denial of service: 2 ** 10**9 or round(5, -10**7) would hang the worker.
 MAX_EXPR_CHARS = 500
 _MAX_NODES = 200
+# NOTE: deep nesting is refused before Python's parser sees it: its C recursion differs by thread
+# and version (in a worker thread 240 parentheses raised SystemError, not SyntaxError).
+_MAX_NESTING = 32
+_SIGN_RUN = re.compile(r"(?:[-+~]\s*){%d,}" % _MAX_NESTING)
 _MAX_EXPONENT = 1000.0
 # NOTE: 1e300 keeps every value a finite float; an int up to it is ~1000 bits, so + - * // % on
 # two of them take microseconds. Results past it are refused, and a power is refused before it is
@@ -62,10 +66,11 @@ _MAX_LOG10 = 300.0
 _MAX_NDIGITS = 100
 # NOTE: parsing costs about as much as evaluating this many nodes; charged to the budget.
 _PARSE_STEPS = 20
-# NOTE: 20k steps is ~100x what the 32 checks of an honest record take and ~10-20 ms of CPU;
-# 0.25 s of wall clock is the backstop on a loaded machine.
-DEFAULT_MAX_STEPS = 20_000
-DEFAULT_SECONDS = 0.25
+# NOTE: an honest check takes 50-100 steps (the eval seeds: at most 97 per check), so 6000 covers
+# a full 32-check record with room to spare, and costs 10-40 ms of CPU at 2-6 us per step; 0.1 s
+# of wall clock is the backstop on a loaded machine.
+DEFAULT_MAX_STEPS = 6_000
+DEFAULT_SECONDS = 0.1
 _CLOCK_EVERY = 64  # NOTE: steps between clock reads (a read ~50 ns, a step ~1 us)
 
 
@@ -212,6 +217,18 @@ def normalise_expression(text: str) -> str:
     return s
 
 
+def _nesting(text: str) -> int:
+    """Deepest bracket nesting of ``text``."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth -= 1
+    return deepest
+
+
 def _count_nodes(tree: ast.AST) -> int:
     return sum(1 for _ in ast.walk(tree))
 
@@ -237,14 +254,18 @@ def evaluate(expression: str, variables: Mapping[str, Any] | None = None) -> Any
     budget = _BUDGET.get() or WorkBudget()
     budget.take(_PARSE_STEPS)
     text = normalise_expression(expression)
+    if _nesting(text) > _MAX_NESTING or _SIGN_RUN.search(text):
+        raise LimitExceeded(f"expression is nested more than {_MAX_NESTING} levels deep")
     try:
         tree = ast.parse(text, mode="eval")
     except (SyntaxError, ValueError) as exc:
         raise CalcError(f"cannot parse expression {expression!r}: {getattr(exc, 'msg', exc)}") from None
-    except (MemoryError, RecursionError):  # NOTE: the parser's own stack on deep nesting
-        raise LimitExceeded("expression is nested too deeply") from None
-    if _count_nodes(tree) > _MAX_NODES:
+    except (MemoryError, RecursionError, SystemError):  # NOTE: the parser's own stack, as above
+        raise LimitExceeded(f"expression is nested more than {_MAX_NESTING} levels deep") from None
+    nodes = _count_nodes(tree)
+    if nodes > _MAX_NODES:
         raise LimitExceeded(f"expression has more than {_MAX_NODES} syntax nodes")
+    budget.take(nodes)  # NOTE: parsing and counting cost about one step per node
     env = dict(_CONSTS)
     env.update(variables or {})
     try:
