@@ -20,14 +20,14 @@ Prints a table with the p50 / p95 of each and their ratio to "alone", and writes
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from loadtests._report import bench_parser, write_report
 
 __all__ = ["hostile_record", "main"]
 
@@ -124,11 +124,9 @@ def _run(probes: int, posters: int) -> dict[str, dict[str, float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m loadtests.verify_bench", description=__doc__.split("\n")[0])
+    p = bench_parser("verify_bench", __doc__ or "", "verify-bench")
     p.add_argument("--probes", type=int, default=300, help="ordinary requests per measurement (default 300)")
     p.add_argument("--posters", type=int, default=4, help="concurrent clients posting hostile records (default 4)")
-    p.add_argument("--out", type=Path, default=Path("loadtests/results/verify-bench"),
-                   help="report path without suffix (.md and .json are written)")
     args = p.parse_args(argv)
     if args.probes < 20 or args.posters < 1:
         p.error("--probes must be >= 20 and --posters >= 1")
@@ -143,12 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         post = f"{r['hostile_post_p50_ms']:.1f} ms" if "hostile_post_p50_ms" in r else "-"
         lines.append(f"| {name} | {r['p50_ms']:.2f} ms | {r['p95_ms']:.2f} ms | {r['p50_ms'] / base['p50_ms']:.2f}x "
                      f"| {r['hostile_posts']:.0f} | {post} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".md").write_text(text)
-    args.out.with_suffix(".json").write_text(json.dumps({"probes": args.probes, "posters": args.posters, **results},
-                                                        indent=2) + "\n")
+    write_report(args.out, "\n".join(lines) + "\n", {"probes": args.probes, "posters": args.posters, **results})
     return 0
 
 
