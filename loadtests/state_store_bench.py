@@ -12,15 +12,15 @@ concurrent sessions (throughput). Prints a table and writes it to ``--out`` (Mar
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+from loadtests._report import bench_parser, write_report
 
 __all__ = ["main"]
 
@@ -84,11 +84,9 @@ def _run(turns: int, clients: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m loadtests.state_store_bench", description=__doc__.split("\n")[0])
+    p = bench_parser("state_store_bench", __doc__ or "", "state-store-bench")
     p.add_argument("--turns", type=int, default=200, help="turns per measurement (default 200)")
     p.add_argument("--clients", type=int, default=8, help="concurrent sessions in the throughput run (default 8)")
-    p.add_argument("--out", type=Path, default=Path("loadtests/results/state-store-bench"),
-                   help="report path without suffix (.md and .json are written)")
     args = p.parse_args(argv)
     if args.turns < 20 or args.clients < 1:
         p.error("--turns must be >= 20 and --clients >= 1")
@@ -102,11 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", f"Overhead per turn (p50): {remote['p50_ms'] - base['p50_ms']:.1f} ms "
                   f"({remote['p50_ms'] / base['p50_ms']:.1f}x in-process); throughput ratio "
                   f"{remote['turns_per_s'] / base['turns_per_s']:.2f}."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".md").write_text(text)
-    args.out.with_suffix(".json").write_text(json.dumps({"turns": args.turns, "clients": args.clients, **results}, indent=2) + "\n")
+    write_report(args.out, "\n".join(lines) + "\n", {"turns": args.turns, "clients": args.clients, **results})
     return 0
 
 

@@ -161,7 +161,7 @@ async def _run(args: argparse.Namespace, budgets: list[int], modes: list[str]) -
     if args.answers:
         answers = await _answers(args, conversations, managers, sessions, console)
     summariser_name = managers[0].summariser.name
-    history_tokens = [sum(m.tokens for m in await store.messages(s.id)) for s in sessions]
+    history_tokens = [sum(m.tokens for m in await store.messages(s.tenant, s.user, s.id)) for s in sessions]
     doc = {
         "summariser": summariser_name,
         "summary_source": "extractive (no model)" if summariser is None else f"LLM {summariser_name}",

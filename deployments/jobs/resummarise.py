@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -59,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def long_sessions(store_path: Path, min_unsummarised: int) -> list[tuple[str, str, str, int]]:
-    """(session id, tenant, user, unsummarised count) of the sessions to refresh, by id
+    """(session id, tenant, user, unsummarised count) of the sessions to refresh, by (id, tenant)
     (:meth:`serve.context.SessionStore.long_sessions` on the file; WAL lets it read while the
     cluster writes)."""
     from serve.context import SessionStore
@@ -71,6 +72,22 @@ def long_sessions(store_path: Path, min_unsummarised: int) -> list[tuple[str, st
         store.close()
 
 
+def _resume_key(last_id: str | None) -> tuple[str, str] | None:
+    """The (session id, tenant) the checkpoint stopped after (the listing's order).
+
+    The same id can exist once per tenant, so the position is the pair, saved as a JSON list.
+    NOTE: a checkpoint written before the tenant key holds the bare id: ``(id, "")`` sorts before
+    every tenant's session of that id, so a resumed run redoes those few (a refresh is idempotent).
+    """
+    if last_id is None:
+        return None
+    try:
+        session_id, tenant = json.loads(last_id)
+        return str(session_id), str(tenant)
+    except (ValueError, TypeError):
+        return last_id, ""
+
+
 async def _work(store: Any, min_unsummarised: int, summariser: Any, ckpt: Any, dry_run: bool,
                 progress: bool) -> dict[str, Any]:
     """List the long sessions of ``store`` after the checkpoint and refresh them (or count them)."""
@@ -79,8 +96,8 @@ async def _work(store: Any, min_unsummarised: int, summariser: Any, ckpt: Any, d
     from serve.context import ContextManager, SessionNotFoundError
 
     sessions = await store.long_sessions(min_unsummarised)
-    after = None if ckpt.done(0) else ckpt.last_id(0)
-    todo = [] if ckpt.done(0) else [s for s in sessions if after is None or s[0] > after]
+    after = None if ckpt.done(0) else _resume_key(ckpt.last_id(0))
+    todo = [] if ckpt.done(0) else [s for s in sessions if after is None or (s[0], s[1]) > after]
     if dry_run:
         return {"sessions": len(todo), "would_fold_messages_at_most": sum(s[3] for s in todo)}
     ctx = ContextManager(store, summariser=summariser)
@@ -89,7 +106,7 @@ async def _work(store: Any, min_unsummarised: int, summariser: Any, ckpt: Any, d
             session = await store.get(tenant, user, session_id)
         except SessionNotFoundError:
             ckpt.add({"seen": 1, "deleted_meanwhile": 1})  # deleted by its user since the listing
-            ckpt.save(0, session_id, finished=False)
+            ckpt.save(0, json.dumps([session_id, tenant]), finished=False)
             continue
         before = session.summary.until_seq
         state = await ctx.refresh_summary(session, force=True)
@@ -98,7 +115,7 @@ async def _work(store: Any, min_unsummarised: int, summariser: Any, ckpt: Any, d
         else:
             ckpt.add({"seen": 1, "resummarised": 1, "messages_folded": state.until_seq - before})
         # NOTE: counters live in the checkpoint, so a resumed run reports the whole job.
-        ckpt.save(0, session_id, finished=False)
+        ckpt.save(0, json.dumps([session_id, tenant]), finished=False)
     ckpt.save(0, None, finished=True)
     return dict(ckpt.stats)
 

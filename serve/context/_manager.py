@@ -94,7 +94,8 @@ class ContextManager:
         self._rules = RuleCategoriser()
         self._clock = clock
         self._pii_for: Callable[[str], PiiMode] = pii_for or (lambda _tenant: "mask")
-        self._running: set[str] = set()
+        # NOTE: keyed (tenant, session id): each tenant has its own session ids.
+        self._running: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task[SummaryState | None]] = set()
 
     def _store(self) -> SessionStore:
@@ -230,9 +231,9 @@ class ContextManager:
             dropped_messages=out.dropped, summary_covers_until=summary.until_seq, latency_ms=elapsed * 1000.0,
         )
 
-    def is_refreshing(self, session_id: str) -> bool:
-        """Whether a summary refresh of ``session_id`` is running in this process."""
-        return session_id in self._running
+    def is_refreshing(self, session: Session) -> bool:
+        """Whether a summary refresh of ``session`` is running in this process."""
+        return (session.tenant, session.id) in self._running
 
     async def refresh_summary(self, session: Session, *, force: bool = False) -> SummaryState | None:
         """Fold the due messages into the rolling summary; None when not due or already running.
@@ -240,9 +241,10 @@ class ContextManager:
         Runs off the request path: batches of at most ``summary_batch_tokens``, each one call to
         the summariser; the result is stored only if no other refresh stored one meanwhile.
         """
-        if session.id in self._running:
+        key = (session.tenant, session.id)
+        if key in self._running:
             return None
-        self._running.add(session.id)
+        self._running.add(key)
         name = self.summariser.name
         try:
             fresh, messages, _ = await self._store().snapshot(session.tenant, session.user, session.id,
@@ -263,7 +265,8 @@ class ContextManager:
                 text=text, until_seq=candidates[-1].seq, updated_at=self._clock(),
                 tokens=await self.counter.count(text), summariser=name,
             )
-            saved = await self._store().save_summary(session.id, state, expected_until=fresh.summary.until_seq)
+            saved = await self._store().save_summary(session.tenant, session.user, session.id, state,
+                                                     expected_until=fresh.summary.until_seq)
             CONTEXT_SUMMARY_SECONDS.labels(summariser=name).observe(time.perf_counter() - start)
             CONTEXT_SUMMARY_RUNS_TOTAL.labels(summariser=name, outcome="ok" if saved else "superseded").inc()
             return state if saved else None
@@ -271,7 +274,7 @@ class ContextManager:
             CONTEXT_SUMMARY_RUNS_TOTAL.labels(summariser=name, outcome="error").inc()
             raise
         finally:
-            self._running.discard(session.id)
+            self._running.discard(key)
 
     def start_summary(self, session: Session, *, force: bool = False) -> asyncio.Task[SummaryState | None]:
         """Schedule :meth:`refresh_summary` on the running loop and return its task (do not await

@@ -174,7 +174,8 @@ async def evaluate_retention(
             by_kind: dict[str, list[bool]] = {"constraint": [], "fact": []}
             picked: Counter[str] = Counter()
             for conv, manager, session in zip(conversations, managers, sessions):
-                retention = {m.content: m.retention for m in await manager.store.messages(session.id)}
+                retention = {m.content: m.retention for m in await manager.store.messages(
+                    session.tenant, session.user, session.id)}
                 for item in conv.items:
                     items += 1
                     is_r3 = retention.get(item.text, 0) >= 3

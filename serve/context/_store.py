@@ -9,9 +9,15 @@ guarded by a lock, and each call is one short transaction, so the event loop nev
 disk and concurrent requests never interleave inside a transaction. WAL lets readers of other
 processes (a summariser job, a backup) read while a writer commits.
 
-Ownership: a session belongs to one (tenant, user). Asking for it as anyone else gives
-:class:`SessionNotFoundError`, exactly as for an id that does not exist, so ids of other
-tenants cannot be probed.
+Keys: a session is keyed by (tenant, id); each tenant has its own namespace of session ids, so
+the same id in two tenants is two independent sessions and one tenant can neither squat on
+another's id nor learn whether it is in use (there is nothing shared to observe). Inside a
+tenant the session belongs to the user that opened it: asking for it as another user of that
+tenant gives :class:`SessionNotFoundError`, exactly as for an id that does not exist (the
+tenant is the authenticated boundary; the user is the chat request's ``user`` field).
+
+Files written before the tenant key (schema version 0: ``sessions.id`` the primary key) are
+migrated in place on open, in one transaction (:mod:`serve.context._store_schema`).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from serve.context._entities import Entity
+from serve.context._store_schema import MSG_COLS as _MSG_COLS
+from serve.context._store_schema import ensure_schema
 from serve.context._types import (
     Message,
     ModeName,
@@ -40,34 +48,6 @@ __all__ = ["SessionStore", "default_store_path"]
 
 _T = TypeVar("_T")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, user_id TEXT NOT NULL, created_at REAL NOT NULL,
-    mode TEXT, message_count INTEGER NOT NULL DEFAULT 0,
-    summary TEXT NOT NULL DEFAULT '', summary_until INTEGER NOT NULL DEFAULT -1,
-    summary_at REAL NOT NULL DEFAULT 0, summary_tokens INTEGER NOT NULL DEFAULT 0,
-    summariser TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX IF NOT EXISTS sessions_owner ON sessions (tenant, user_id, created_at);
-CREATE TABLE IF NOT EXISTS messages (
-    session_id TEXT NOT NULL, seq INTEGER NOT NULL, id TEXT NOT NULL UNIQUE, role TEXT NOT NULL,
-    content TEXT NOT NULL, timestamp REAL NOT NULL, category TEXT NOT NULL, retention INTEGER NOT NULL,
-    tokens INTEGER NOT NULL, tool_name TEXT, source_session TEXT,
-    PRIMARY KEY (session_id, seq)
-);
-CREATE TABLE IF NOT EXISTS entities (
-    session_id TEXT NOT NULL, kind TEXT NOT NULL, value TEXT NOT NULL, snippet TEXT NOT NULL,
-    first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,
-    PRIMARY KEY (session_id, kind, value)
-);
-CREATE TABLE IF NOT EXISTS user_memory (
-    tenant TEXT NOT NULL, user_id TEXT NOT NULL, key TEXT NOT NULL, role TEXT NOT NULL,
-    content TEXT NOT NULL, category TEXT NOT NULL, retention INTEGER NOT NULL, tokens INTEGER NOT NULL,
-    created_at REAL NOT NULL, source_session TEXT NOT NULL,
-    PRIMARY KEY (tenant, user_id, key)
-);
-"""
-_MSG_COLS = "seq, id, role, content, timestamp, category, retention, tokens, tool_name, source_session"
 _WS = re.compile(r"\s+")
 
 
@@ -116,7 +96,7 @@ class SessionStore:
             # NOTE: NORMAL is durable across application crashes in WAL mode (not power loss of
             # the last commit), the usual trade for a chat store.
             self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.executescript(_SCHEMA)
+        self._run(ensure_schema, write=True)
 
     # -- plumbing -------------------------------------------------------------------------
     def _run(self, fn: Callable[[sqlite3.Connection], _T], write: bool) -> _T:
@@ -143,8 +123,8 @@ class SessionStore:
     # -- sessions -------------------------------------------------------------------------
     @staticmethod
     def _load(conn: sqlite3.Connection, tenant: str, user: str, session_id: str) -> Session:
-        row = conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        if row is None or row["tenant"] != tenant or row["user_id"] != user:
+        row = conn.execute("SELECT * FROM sessions WHERE tenant = ? AND id = ?", (tenant, session_id)).fetchone()
+        if row is None or row["user_id"] != user:
             raise SessionNotFoundError(f"session {session_id!r} not found")
         return Session(
             id=row["id"], tenant=row["tenant"], user=row["user_id"], created_at=row["created_at"],
@@ -167,19 +147,20 @@ class SessionStore:
 
         A new session starts with the user's carried-over constraints and facts (at most
         ``carry_over`` of them, retention 3 first, newest first), stored as its first messages
-        with ``source_session`` set. An id owned by another tenant or user raises
-        :class:`SessionNotFoundError` (it can be neither read nor taken over).
+        with ``source_session`` set. The id is looked up in ``tenant``'s namespace only, so another
+        tenant's session of the same id is neither seen nor touched; an id of this tenant owned by
+        another user raises :class:`SessionNotFoundError` (it can be neither read nor taken over).
         """
         ts = time.time() if now is None else now
         probe = Session(id=session_id, tenant=tenant, user=user, created_at=ts, mode=mode)  # validates fields
 
         def fn(conn: sqlite3.Connection) -> Session:
-            row = conn.execute("SELECT tenant FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            row = conn.execute("SELECT 1 FROM sessions WHERE tenant = ? AND id = ?", (tenant, session_id)).fetchone()
             if row is not None:
                 return self._load(conn, tenant, user, session_id)
             conn.execute(
-                "INSERT INTO sessions (id, tenant, user_id, created_at, mode) VALUES (?, ?, ?, ?, ?)",
-                (probe.id, tenant, user, ts, mode),
+                "INSERT INTO sessions (tenant, id, user_id, created_at, mode) VALUES (?, ?, ?, ?, ?)",
+                (tenant, probe.id, user, ts, mode),
             )
             items = conn.execute(
                 "SELECT * FROM user_memory WHERE tenant = ? AND user_id = ? "
@@ -190,12 +171,13 @@ class SessionStore:
             items = sorted(items, key=lambda r: r["created_at"])
             for seq, item in enumerate(items):
                 conn.execute(
-                    f"INSERT INTO messages ({_MSG_COLS}, session_id) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO messages ({_MSG_COLS}, tenant, session_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                     (seq, hashlib.sha1(f"{session_id}:{item['key']}".encode()).hexdigest(), item["role"],
                      item["content"], item["created_at"], item["category"], item["retention"], item["tokens"],
-                     None, item["source_session"], session_id),
+                     None, item["source_session"], tenant, session_id),
                 )
-            conn.execute("UPDATE sessions SET message_count = ? WHERE id = ?", (len(items), session_id))
+            conn.execute("UPDATE sessions SET message_count = ? WHERE tenant = ? AND id = ?",
+                         (len(items), tenant, session_id))
             return self._load(conn, tenant, user, session_id)
 
         return await self._call(fn, write=True)
@@ -205,7 +187,7 @@ class SessionStore:
 
         def fn(conn: sqlite3.Connection) -> None:
             self._load(conn, tenant, user, session_id)
-            conn.execute("UPDATE sessions SET mode = ? WHERE id = ?", (mode, session_id))
+            conn.execute("UPDATE sessions SET mode = ? WHERE tenant = ? AND id = ?", (mode, tenant, session_id))
 
         await self._call(fn, write=True)
 
@@ -215,8 +197,8 @@ class SessionStore:
         def fn(conn: sqlite3.Connection) -> None:
             self._load(conn, tenant, user, session_id)
             for table in ("messages", "entities"):
-                conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
-            conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+                conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND session_id = ?", (tenant, session_id))
+            conn.execute("DELETE FROM sessions WHERE tenant = ? AND id = ?", (tenant, session_id))
 
         await self._call(fn, write=True)
 
@@ -243,16 +225,17 @@ class SessionStore:
             for i, (msg, ents) in enumerate(zip(messages, entities)):
                 stored = msg.model_copy(update={"seq": current.message_count + i})
                 conn.execute(
-                    f"INSERT INTO messages ({_MSG_COLS}, session_id) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO messages ({_MSG_COLS}, tenant, session_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                     (stored.seq, stored.id, stored.role, stored.content, stored.timestamp, stored.category,
-                     stored.retention, stored.tokens, stored.tool_name, stored.source_session, session.id),
+                     stored.retention, stored.tokens, stored.tool_name, stored.source_session, session.tenant,
+                     session.id),
                 )
                 for ent in ents:
                     conn.execute(
-                        "INSERT INTO entities (session_id, kind, value, snippet, first_seq, last_seq) "
-                        "VALUES (?,?,?,?,?,?) ON CONFLICT (session_id, kind, value) "
+                        "INSERT INTO entities (tenant, session_id, kind, value, snippet, first_seq, last_seq) "
+                        "VALUES (?,?,?,?,?,?,?) ON CONFLICT (tenant, session_id, kind, value) "
                         "DO UPDATE SET last_seq = excluded.last_seq",
-                        (session.id, ent.kind, ent.value, ent.snippet, stored.seq, stored.seq),
+                        (session.tenant, session.id, ent.kind, ent.value, ent.snippet, stored.seq, stored.seq),
                     )
                 if stored.retention >= 2 and stored.category in ("constraint", "fact") and stored.role == "user":
                     conn.execute(
@@ -266,47 +249,66 @@ class SessionStore:
                     )
                 out.append(stored)
             conn.execute(
-                "UPDATE sessions SET message_count = ? WHERE id = ?",
-                (current.message_count + len(messages), session.id),
+                "UPDATE sessions SET message_count = ? WHERE tenant = ? AND id = ?",
+                (current.message_count + len(messages), session.tenant, session.id),
             )
             return out
 
         return await self._call(fn, write=True)
 
     @staticmethod
-    def _messages(conn: sqlite3.Connection, session_id: str, since_seq: int) -> list[Message]:
+    def _messages(conn: sqlite3.Connection, tenant: str, session_id: str, since_seq: int) -> list[Message]:
         rows = conn.execute(
-            f"SELECT {_MSG_COLS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq",
-            (session_id, since_seq),
+            f"SELECT {_MSG_COLS} FROM messages WHERE tenant = ? AND session_id = ? AND seq > ? ORDER BY seq",
+            (tenant, session_id, since_seq),
         ).fetchall()
         return [_row_to_message(r) for r in rows]
 
     @staticmethod
-    def _entities(conn: sqlite3.Connection, session_id: str) -> list[Entity]:
+    def _entities(conn: sqlite3.Connection, tenant: str, session_id: str) -> list[Entity]:
         rows = conn.execute(
-            "SELECT kind, value, snippet, first_seq, last_seq FROM entities WHERE session_id = ? "
+            "SELECT kind, value, snippet, first_seq, last_seq FROM entities WHERE tenant = ? AND session_id = ? "
             "ORDER BY first_seq, rowid",
-            (session_id,),
+            (tenant, session_id),
         ).fetchall()
         return [Entity(r["kind"], r["value"], r["snippet"], r["first_seq"], r["last_seq"]) for r in rows]
 
-    async def messages(self, session_id: str, since_seq: int = -1) -> list[Message]:
-        """Messages with seq > ``since_seq``, in order (the caller has checked ownership)."""
-        return await self._call(lambda c: self._messages(c, session_id, since_seq))
+    async def messages(self, tenant: str, user: str, session_id: str, since_seq: int = -1) -> list[Message]:
+        """Messages with seq > ``since_seq``, in order.
 
-    async def entities(self, session_id: str) -> list[Entity]:
-        """The session's entity table, oldest first."""
-        return await self._call(lambda c: self._entities(c, session_id))
+        Raises:
+            SessionNotFoundError: as :meth:`get` (ownership is checked in the same read).
+        """
+
+        def fn(conn: sqlite3.Connection) -> list[Message]:
+            self._load(conn, tenant, user, session_id)
+            return self._messages(conn, tenant, session_id, since_seq)
+
+        return await self._call(fn)
+
+    async def entities(self, tenant: str, user: str, session_id: str) -> list[Entity]:
+        """The session's entity table, oldest first.
+
+        Raises:
+            SessionNotFoundError: as :meth:`get`.
+        """
+
+        def fn(conn: sqlite3.Connection) -> list[Entity]:
+            self._load(conn, tenant, user, session_id)
+            return self._entities(conn, tenant, session_id)
+
+        return await self._call(fn)
 
     async def long_sessions(self, min_unsummarised: int) -> list[tuple[str, str, str, int]]:
         """``(session id, tenant, user, unsummarised)`` of every session (all tenants) with at least
-        ``min_unsummarised`` messages not yet in its rolling summary, by id: what the
-        ``resummarise`` job refreshes. ``unsummarised = message_count - 1 - summary.until_seq``."""
+        ``min_unsummarised`` messages not yet in its rolling summary, by (id, tenant): what the
+        ``resummarise`` job refreshes. ``unsummarised = message_count - 1 - summary.until_seq``.
+        One id may appear once per tenant (each tenant has its own session ids)."""
 
         def fn(conn: sqlite3.Connection) -> list[tuple[str, str, str, int]]:
             rows = conn.execute(
                 "SELECT id, tenant, user_id, message_count - 1 - summary_until AS pending FROM sessions "
-                "WHERE message_count - 1 - summary_until >= ? ORDER BY id",
+                "WHERE message_count - 1 - summary_until >= ? ORDER BY id, tenant",
                 (min_unsummarised,),
             ).fetchall()
             return [(r[0], r[1], r[2], int(r[3])) for r in rows]
@@ -328,8 +330,8 @@ class SessionStore:
 
         def fn(conn: sqlite3.Connection) -> tuple[Session, list[Message], list[Entity]]:
             session = self._load(conn, tenant, user, session_id)
-            entities = self._entities(conn, session_id) if with_entities else []
-            return session, self._messages(conn, session_id, -1), entities
+            entities = self._entities(conn, tenant, session_id) if with_entities else []
+            return session, self._messages(conn, tenant, session_id, -1), entities
 
         return await self._call(fn)
 
@@ -347,18 +349,24 @@ class SessionStore:
         return await self._call(fn)
 
     # -- rolling summary ------------------------------------------------------------------
-    async def save_summary(self, session_id: str, state: SummaryState, *, expected_until: int) -> bool:
+    async def save_summary(
+        self, tenant: str, user: str, session_id: str, state: SummaryState, *, expected_until: int,
+    ) -> bool:
         """Store a new summary if the stored one still covers ``expected_until`` (compare-and-set).
 
         Returns:
             False when another refresh got there first (this one is dropped).
+
+        Raises:
+            SessionNotFoundError: as :meth:`get` (e.g. deleted while the summary was written).
         """
 
         def fn(conn: sqlite3.Connection) -> bool:
+            self._load(conn, tenant, user, session_id)
             cur = conn.execute(
                 "UPDATE sessions SET summary = ?, summary_until = ?, summary_at = ?, summary_tokens = ?, "
-                "summariser = ? WHERE id = ? AND summary_until = ?",
-                (state.text, state.until_seq, state.updated_at, state.tokens, state.summariser, session_id,
+                "summariser = ? WHERE tenant = ? AND id = ? AND summary_until = ?",
+                (state.text, state.until_seq, state.updated_at, state.tokens, state.summariser, tenant, session_id,
                  expected_until),
             )
             return cur.rowcount == 1

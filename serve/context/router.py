@@ -7,7 +7,9 @@ entity table) and force a summary refresh through the summariser (the background
 a token threshold with a cooldown; this runs it at once, awaited, over every message except the
 newest ``summary_keep_recent``, which stay verbatim). A session belongs to one
 tenant (from the API key) and one user (the ``user`` query parameter, as in the chat request's
-``user`` field, default ``default``): another tenant's or user's id answers 404.
+``user`` field, default ``default``). Session ids are per tenant: an id only another tenant uses
+answers exactly as a fresh one (404, the same body), and another user's id of the same tenant
+answers 404 too.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def build_router(manager: ContextManager, get_tenant: Callable[..., Awaitable[st
     @router.get("/{session_id}", response_model=SessionOut, summary="A session's mode, summary and entity table")
     async def get_session(session_id: SessionId, user: UserQuery = "default", tenant: str = tenant_dep) -> SessionOut:
         s = await _session(tenant, user, session_id)
-        entities = await manager.store.entities(s.id)
+        entities = await manager.store.entities(tenant, user, s.id)
         return SessionOut(id=s.id, user=s.user, created_at=s.created_at, mode=s.mode, message_count=s.message_count,
                           summary=s.summary,
                           entities=[EntityOut(kind=e.kind, value=e.value, snippet=e.snippet) for e in entities])
@@ -84,7 +86,7 @@ def build_router(manager: ContextManager, get_tenant: Callable[..., Awaitable[st
     async def refresh_summary(session_id: SessionId, user: UserQuery = "default",
                               tenant: str = tenant_dep) -> SummaryRefreshOut:
         s = await _session(tenant, user, session_id)
-        if manager.is_refreshing(s.id):
+        if manager.is_refreshing(s):
             raise APIError(409, f"session_id: a summary refresh of {s.id!r} is already running; retry later",
                            type="conflict_error", param="session_id")
         start = time.perf_counter()

@@ -6,6 +6,16 @@ few math functions. Anything else (attributes, subscripts, lambdas, strings, com
 raises :class:`CalcError` naming the construct. Values may be plain numbers or objects that
 implement the arithmetic dunders (the unit checker passes :class:`~._units.Quantity` values).
 
+Bounds (a hostile record must cost milliseconds, see issue 14): every operation is capped on its
+own (expression length, syntax nodes, exponents, the size of integers and results, ``round``'s
+digits), so one step costs microseconds; a :class:`WorkBudget` caps the number of steps and the
+time of everything evaluated for one record. Exceeding a cap raises :class:`CalcError` naming it
+(:class:`BudgetExceeded` for the budget), which a verification check reports as its failure.
+
+The current budget travels in a context variable (:func:`budget_scope`), so the unit parser and
+the rule table, which call :func:`evaluate` themselves, draw on the record's budget without
+passing it along; a call outside any scope gets a fresh budget of the defaults.
+
 Example:
     >>> evaluate("2 * (3 + 4) ** 2 - 15%")
     97.85
@@ -17,21 +27,134 @@ import ast
 import math
 import operator
 import re
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["CalcError", "evaluate", "normalise_expression", "extract_number"]
+__all__ = ["CalcError", "LimitExceeded", "BudgetExceeded", "WorkBudget", "budget_scope", "evaluate", "normalise_expression",
+           "extract_number", "MAX_EXPR_CHARS"]
 
 
 class CalcError(ValueError):
     """An expression is malformed, unsafe or cannot be evaluated."""
 
 
-# NOTE: bounds against denial of service: 2 ** 10**9 would hang the worker.
-_MAX_EXPR_CHARS = 500
+class LimitExceeded(CalcError):
+    """An expression or value passes a size cap: the check fails on it, with no fallback reading."""
+
+
+class BudgetExceeded(LimitExceeded):
+    """The record's verification budget (steps or time) is spent."""
+
+
+# NOTE: bounds against denial of service: 2 ** 10**9 or round(5, -10**7) would hang the worker.
+MAX_EXPR_CHARS = 500
 _MAX_NODES = 200
+# NOTE: deep nesting is refused before Python's parser sees it: its C recursion differs by thread
+# and version (in a worker thread 240 parentheses raised SystemError, not SyntaxError).
+_MAX_NESTING = 32
+_SIGN_RUN = re.compile(r"(?:[-+~]\s*){%d,}" % _MAX_NESTING)
 _MAX_EXPONENT = 1000.0
+# NOTE: 1e300 keeps every value a finite float; an int up to it is ~1000 bits, so + - * // % on
+# two of them take microseconds. Results past it are refused, and a power is refused before it is
+# computed when its size (exponent * log10|base|) would pass it.
 _MAX_MAGNITUDE = 1e300
+_MAX_LOG10 = 300.0
+# NOTE: round(5, -n) on an int computes 10**n; 100 digits covers every real use of round.
+_MAX_NDIGITS = 100
+# NOTE: parsing costs about as much as evaluating this many nodes; charged to the budget.
+_PARSE_STEPS = 20
+# NOTE: an honest check takes 50-100 steps (the eval seeds: at most 97 per check), so 6000 covers
+# a full 32-check record with room to spare, and costs 10-40 ms of CPU at 2-6 us per step; 0.1 s
+# of wall clock is the backstop on a loaded machine.
+DEFAULT_MAX_STEPS = 6_000
+DEFAULT_SECONDS = 0.1
+_CLOCK_EVERY = 64  # NOTE: steps between clock reads (a read ~50 ns, a step ~1 us)
+
+
+class WorkBudget:
+    """Steps and a deadline shared by everything evaluated for one record.
+
+    Args:
+        max_steps: evaluation steps in total (a syntax node is one, a parse :data:`_PARSE_STEPS`).
+        seconds: wall-clock limit from construction.
+    """
+
+    def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, seconds: float = DEFAULT_SECONDS) -> None:
+        if max_steps < 1:
+            raise ValueError(f"max_steps: must be >= 1, got {max_steps}")
+        if not seconds > 0:
+            raise ValueError(f"seconds: must be > 0, got {seconds}")
+        self.max_steps, self.seconds = max_steps, seconds
+        self.used, self.spent = 0, False
+        self._deadline = time.monotonic() + seconds
+        self._next_clock = _CLOCK_EVERY
+
+    def take(self, steps: int = 1) -> None:
+        """Use ``steps``; raises :class:`BudgetExceeded` (and stays spent) past either limit."""
+        self.used += steps
+        if not self.spent and self.used > self.max_steps:
+            self.spent = True
+        elif not self.spent and self.used >= self._next_clock:
+            self._next_clock = self.used + _CLOCK_EVERY
+            self.spent = time.monotonic() > self._deadline
+        if self.spent:
+            raise BudgetExceeded(self.reason())
+
+    def reason(self) -> str:
+        """Names both limits, so the record's author sees what to shrink."""
+        return (f"the record's verification budget is spent ({self.max_steps} evaluation steps or "
+                f"{self.seconds * 1e3:.0f} ms per record)")
+
+
+_BUDGET: ContextVar[WorkBudget | None] = ContextVar("recallserve_verify_budget", default=None)
+
+
+@contextmanager
+def budget_scope(budget: WorkBudget) -> Iterator[WorkBudget]:
+    """Make ``budget`` the one every :func:`evaluate` inside the ``with`` block draws on.
+
+    Example:
+        >>> with budget_scope(WorkBudget(max_steps=10)) as b:
+        ...     evaluate("1 + 1")
+        2
+        >>> b.used > 0
+        True
+    """
+    token = _BUDGET.set(budget)
+    try:
+        yield budget
+    finally:
+        _BUDGET.reset(token)
+
+
+def _round(number: Any, ndigits: Any = None) -> Any:
+    if ndigits is None:
+        return round(number)
+    if isinstance(ndigits, bool) or not isinstance(ndigits, int) or abs(ndigits) > _MAX_NDIGITS:
+        raise LimitExceeded(f"round: ndigits must be an integer in [-{_MAX_NDIGITS}, {_MAX_NDIGITS}], got {ndigits!r}")
+    return round(number, ndigits)
+
+
+def _check_size(value: Any, what: str) -> Any:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > _MAX_MAGNITUDE:
+        raise LimitExceeded(f"{what} is too large (more than {_MAX_MAGNITUDE:g} in magnitude)")
+    return value
+
+
+def _check_power(base: Any, exponent: Any) -> None:
+    """Refuse a power whose exponent or result would be too large, before computing it."""
+    if hasattr(exponent, "dims"):  # NOTE: a Quantity; Quantity.__pow__ refuses a dimensioned one
+        exponent = exponent.value
+    if isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
+        return
+    if abs(exponent) > _MAX_EXPONENT:
+        raise LimitExceeded(f"exponent {exponent:g} exceeds {_MAX_EXPONENT:g}")
+    if isinstance(base, (int, float)) and not isinstance(base, bool) and abs(base) > 1 and exponent > 0:
+        if exponent * math.log10(abs(base)) > _MAX_LOG10:
+            raise LimitExceeded(f"power {base:g} ** {exponent:g} is too large (more than 1e{_MAX_LOG10:.0f})")
 
 _BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -54,7 +177,7 @@ _FUNCS: dict[str, Callable[..., Any]] = {
     "abs": abs,
     "min": min,
     "max": max,
-    "round": round,
+    "round": _round,
     "sqrt": math.sqrt,
     "log": math.log,
     "log10": math.log10,
@@ -94,6 +217,18 @@ def normalise_expression(text: str) -> str:
     return s
 
 
+def _nesting(text: str) -> int:
+    """Deepest bracket nesting of ``text``."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth -= 1
+    return deepest
+
+
 def _count_nodes(tree: ast.AST) -> int:
     return sum(1 for _ in ast.walk(tree))
 
@@ -114,22 +249,30 @@ def evaluate(expression: str, variables: Mapping[str, Any] | None = None) -> Any
     """
     if not isinstance(expression, str) or not expression.strip():
         raise CalcError("expression is empty")
-    if len(expression) > _MAX_EXPR_CHARS:
-        raise CalcError(f"expression longer than {_MAX_EXPR_CHARS} characters")
+    if len(expression) > MAX_EXPR_CHARS:
+        raise LimitExceeded(f"expression longer than {MAX_EXPR_CHARS} characters")
+    budget = _BUDGET.get() or WorkBudget()
+    budget.take(_PARSE_STEPS)
     text = normalise_expression(expression)
+    if _nesting(text) > _MAX_NESTING or _SIGN_RUN.search(text):
+        raise LimitExceeded(f"expression is nested more than {_MAX_NESTING} levels deep")
     try:
         tree = ast.parse(text, mode="eval")
-    except SyntaxError as exc:
-        raise CalcError(f"cannot parse expression {expression!r}: {exc.msg}") from None
-    if _count_nodes(tree) > _MAX_NODES:
-        raise CalcError(f"expression has more than {_MAX_NODES} syntax nodes")
+    except (SyntaxError, ValueError) as exc:
+        raise CalcError(f"cannot parse expression {expression!r}: {getattr(exc, 'msg', exc)}") from None
+    except (MemoryError, RecursionError, SystemError):  # NOTE: the parser's own stack, as above
+        raise LimitExceeded(f"expression is nested more than {_MAX_NESTING} levels deep") from None
+    nodes = _count_nodes(tree)
+    if nodes > _MAX_NODES:
+        raise LimitExceeded(f"expression has more than {_MAX_NODES} syntax nodes")
+    budget.take(nodes)  # NOTE: parsing and counting cost about one step per node
     env = dict(_CONSTS)
     env.update(variables or {})
     try:
-        return _Evaluator(env).visit(tree.body)
+        return _Evaluator(env, budget).visit(tree.body)
     except ZeroDivisionError:
         raise CalcError(f"division by zero in {expression!r}") from None
-    except (OverflowError, ValueError, TypeError, ArithmeticError) as exc:
+    except (OverflowError, ValueError, TypeError, ArithmeticError, RecursionError) as exc:
         if isinstance(exc, CalcError):
             raise
         raise CalcError(f"cannot evaluate {expression!r}: {exc}") from None
@@ -138,10 +281,12 @@ def evaluate(expression: str, variables: Mapping[str, Any] | None = None) -> Any
 class _Evaluator:
     """Recursive evaluator over the whitelisted node types."""
 
-    def __init__(self, env: Mapping[str, Any]) -> None:
+    def __init__(self, env: Mapping[str, Any], budget: WorkBudget) -> None:
         self.env = env
+        self.budget = budget
 
     def visit(self, node: ast.AST) -> Any:
+        self.budget.take()
         method = getattr(self, "_" + type(node).__name__, None)
         if method is None:
             raise CalcError(f"{type(node).__name__} is not allowed in a calculator expression")
@@ -150,12 +295,14 @@ class _Evaluator:
     def _Constant(self, node: ast.Constant) -> Any:
         if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
             raise CalcError(f"constant {node.value!r} is not a number")
-        return node.value
+        if isinstance(node.value, float) and not math.isfinite(node.value):
+            raise LimitExceeded(f"constant {node.value!r} is not finite")
+        return _check_size(node.value, "constant")
 
     def _Name(self, node: ast.Name) -> Any:
         if node.id not in self.env:
             raise CalcError(f"unknown name {node.id!r}")
-        return self.env[node.id]
+        return _check_size(self.env[node.id], f"value of {node.id!r}")
 
     def _UnaryOp(self, node: ast.UnaryOp) -> Any:
         value = self.visit(node.operand)
@@ -172,14 +319,12 @@ class _Evaluator:
         if fn is None:
             raise CalcError(f"operator {type(node.op).__name__} is not allowed")
         left, right = self.visit(node.left), self.visit(node.right)
-        if isinstance(node.op, ast.Pow) and isinstance(right, (int, float)) and abs(right) > _MAX_EXPONENT:
-            raise CalcError(f"exponent {right} exceeds {_MAX_EXPONENT}")
+        if isinstance(node.op, ast.Pow):
+            _check_power(left, right)
         result = fn(left, right)
         if isinstance(result, complex):
             raise CalcError("result is a complex number")
-        if isinstance(result, (int, float)) and abs(result) > _MAX_MAGNITUDE:
-            raise CalcError("result is too large")
-        return result
+        return _check_size(result, "result")
 
     def _BoolOp(self, node: ast.BoolOp) -> Any:
         values = [self.visit(v) for v in node.values]
@@ -206,7 +351,7 @@ class _Evaluator:
             raise CalcError(f"function {name!r} is not allowed (allowed: {', '.join(sorted(_FUNCS))})")
         if node.keywords:
             raise CalcError("keyword arguments are not allowed")
-        return _FUNCS[node.func.id](*[self.visit(a) for a in node.args])
+        return _check_size(_FUNCS[node.func.id](*[self.visit(a) for a in node.args]), f"result of {node.func.id}")
 
     def _Tuple(self, node: ast.Tuple) -> Any:
         raise CalcError("tuples are not allowed; write one expression")

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from kernels import StrictModel
+from serve.experience._calculator import DEFAULT_MAX_STEPS, DEFAULT_SECONDS
 from serve.experience._parser import ParseReport
 from serve.experience._rules import Rule
 from serve.experience._schema import ExperienceRecord, Tier, _check_tags
@@ -49,6 +50,15 @@ class ExperienceConfig(StrictModel):
         default=False, description="Constrain the reasoner's reply with a JSON schema (when the engine supports it)."
     )
     rules: list[Rule] = Field(default_factory=list, description="Rule table for regulatory_check items.")
+    # NOTE: the defaults leave ~100x headroom over an honest record; see serve.experience._calculator.
+    verify_max_steps: int = Field(
+        default=DEFAULT_MAX_STEPS, ge=100, le=1_000_000,
+        description="Calculator steps (syntax nodes evaluated) allowed for verifying one record.",
+    )
+    verify_budget_ms: float = Field(
+        default=DEFAULT_SECONDS * 1e3, gt=0, le=10_000,
+        description="Wall-clock milliseconds allowed for verifying one record; checks past it fail unrun.",
+    )
 
 
 class ExperienceView(StrictModel):

@@ -124,6 +124,19 @@ class ExperienceService:
 
     # ------------------------------------------------------------------ records
 
+    async def _verify(self, record: ExperienceRecord, required: Sequence[str]) -> ExperienceRecord:
+        """Verify by code in a worker thread, within the configured budget, and count the results.
+
+        NOTE: off the event loop because verification is CPU work on client input: even bounded
+        to milliseconds, many records at once would stall every other request of the replica.
+        """
+        verified = await asyncio.to_thread(
+            verify_record, record, self.rules, required=required, max_steps=self.config.verify_max_steps,
+            seconds=self.config.verify_budget_ms / 1e3,
+        )
+        _metrics.record_verification(v.status for v in verified.verification)
+        return verified
+
     async def create(self, tenant: str, record: ExperienceRecord, *, required: Sequence[str] = (),
                      pii: PiiMode | None = None) -> ExperienceView:
         """Verify a record by code, derive its confidence and file it in a tier.
@@ -137,8 +150,7 @@ class ExperienceService:
         """
         now = self._clock()
         record = _scrubbed(record, self._pii_for(tenant) if pii is None else pii)
-        verified = verify_record(record, self.rules, required=required)
-        _metrics.record_verification(v.status for v in verified.verification)
+        verified = await self._verify(record, required)
         md = verified.metadata
         if md.expires_at is None and self.config.default_ttl_days is not None:
             md = md.model_copy(update={"expires_at": md.timestamp + self.config.default_ttl_days * _DAY})
@@ -350,8 +362,7 @@ class ExperienceService:
                                          pii=for_write_back(self._pii_for(tenant)))
             else:
                 now = self._clock()
-                verified = verify_record(record, self.rules, required=required)
-                _metrics.record_verification(v.status for v in verified.verification)
+                verified = await self._verify(record, required)
                 view = ExperienceView(record=verified, tier=_tier_of(verified), last_used_at=now, use_count=0,
                                       decay=1.0)
         return ProduceResult(

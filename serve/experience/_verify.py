@@ -10,6 +10,14 @@ calculator, unit table, registered rule table) and sets ``status``:
 
 Confidence (:func:`derive_confidence`): any fail -> ``low``; any doubtful, or no checks at
 all -> ``medium``; every check passing -> ``high``.
+
+Bounded work: a record comes from a client (``POST /v1/experiences``) or a model, so its checks
+are untrusted code-like input. Each operand is size-checked before it is read (text length,
+container sizes, number magnitudes), each calculator step is capped (see
+:mod:`serve.experience._calculator`), and one :class:`WorkBudget` of steps and time covers the
+whole record. A check that hits a cap fails with the cap as its ``notes``; once the budget is
+spent the remaining checks fail unrun. Verification is synchronous and CPU-bound: async callers
+run it in a worker thread (:func:`asyncio.to_thread`) so the event loop keeps serving.
 """
 
 from __future__ import annotations
@@ -19,7 +27,17 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from serve.experience._calculator import CalcError, evaluate, extract_number
+from serve.experience._calculator import (
+    DEFAULT_MAX_STEPS,
+    DEFAULT_SECONDS,
+    MAX_EXPR_CHARS,
+    CalcError,
+    LimitExceeded,
+    WorkBudget,
+    budget_scope,
+    evaluate,
+    extract_number,
+)
 from serve.experience._rules import RuleError, RuleTable
 from serve.experience._schema import Confidence, ExperienceRecord, VerificationItem, VerificationStatus
 from serve.experience._units import DimensionError, Quantity, format_dims, parse_quantity, parse_unit, to_unit
@@ -35,6 +53,13 @@ _ABS_EPS = 1e-9
 _TRUE = {"true", "yes", "pass", "passed", "compliant", "ok", "allowed", "holds", "valid", "1"}
 _FALSE = {"false", "no", "fail", "failed", "violation", "non-compliant", "noncompliant", "not allowed", "invalid", "0"}
 _EQ_SPLIT = re.compile(r"(?<![<>=!])=(?!=)|==")
+# NOTE: operand bounds, checked before any regex or parse reads them: text twice the calculator's
+# expression limit (an expected value may carry a unit and words), 32 entries per container
+# (the schema's list bound), two levels of nesting, numbers within the calculator's magnitude.
+_MAX_OPERAND_CHARS = 2 * MAX_EXPR_CHARS
+_MAX_ENTRIES = 32
+_MAX_DEPTH = 2
+_MAX_NUMBER = 1e300
 
 
 def derive_confidence(statuses: Iterable[VerificationStatus]) -> Confidence:
@@ -88,11 +113,15 @@ def _value(x: Any, variables: Mapping[str, Any], *, loose: bool = False) -> floa
     try:
         v = evaluate(x, variables)
         return v if isinstance(v, bool) else float(v)
+    except LimitExceeded:
+        raise  # NOTE: a capped expression is not read another way (its first number is not its value)
     except CalcError:
         pass
     try:
         q = parse_quantity(x, dict(variables))
         return q.value if q.dims == Quantity(0.0).dims else q
+    except LimitExceeded:
+        raise
     except CalcError:
         if loose:
             n = extract_number(x.replace("$", "").replace("€", ""))
@@ -268,6 +297,25 @@ def _regulatory_check(
     return item.model_copy(update={"actual": result, "status": status, "notes": f"rule {rule.id}: {note}"})
 
 
+def _oversized(x: Any, where: str, depth: int = 0) -> str | None:
+    """Why the operand ``x`` is too large to check, or None."""
+    if isinstance(x, str):
+        return f"{where} is longer than {_MAX_OPERAND_CHARS} characters" if len(x) > _MAX_OPERAND_CHARS else None
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        if isinstance(x, float) and not math.isfinite(x):
+            return f"{where} is not a finite number"
+        return f"{where} is larger than {_MAX_NUMBER:g} in magnitude" if abs(x) > _MAX_NUMBER else None
+    if isinstance(x, (Mapping, list, tuple)):
+        if depth >= _MAX_DEPTH or len(x) > _MAX_ENTRIES:
+            return f"{where} has more than {_MAX_ENTRIES} entries or {_MAX_DEPTH} levels"
+        pairs = x.items() if isinstance(x, Mapping) else enumerate(x)
+        for k, v in pairs:
+            why = _oversized(str(k), f"{where} key", depth + 1) or _oversized(v, f"{where}[{str(k)[:32]!r}]", depth + 1)
+            if why:
+                return why
+    return None
+
+
 def run_check(
     item: VerificationItem,
     rules: RuleTable,
@@ -284,6 +332,9 @@ def run_check(
         answer: The trace's answer, used when an item states no expectation.
     """
     env = dict(variables or {})
+    why = _oversized(item.target, "target") or _oversized(item.expected, "expected") or _oversized(item.input, "input")
+    if why:
+        return item.model_copy(update={"actual": None, "status": "fail", "notes": f"not run: {why}"})
     try:
         if item.type == "recomputation":
             return _recomputation(item, env, answer)
@@ -296,23 +347,43 @@ def run_check(
         return _regulatory_check(item, env, answer, rules)
     except DimensionError as exc:
         return item.model_copy(update={"actual": None, "status": "fail", "notes": f"dimension error: {exc}"})
-    except (CalcError, TypeError, ValueError) as exc:
+    except (CalcError, TypeError, ValueError, ArithmeticError, RecursionError) as exc:
+        # NOTE: ArithmeticError: e.g. float() of a 4000-digit JSON integer; RecursionError: a
+        # pathological nesting the size checks let through. Both are the record's fault, not a 500.
         return item.model_copy(update={"actual": None, "status": "fail", "notes": f"cannot execute: {exc}"})
 
 
+def _run_within(budget: WorkBudget, item: VerificationItem, rules: RuleTable, env: Mapping[str, Any],
+                answer: str | None) -> VerificationItem:
+    """One check on the record's budget; fails unrun (or fails) once the budget is spent."""
+    if budget.spent:
+        return item.model_copy(update={"actual": None, "status": "fail", "notes": f"not run: {budget.reason()}"})
+    out = run_check(item, rules, variables=env, answer=answer)
+    if budget.spent:
+        # NOTE: a fallback inside the check (e.g. reading the first number of the text) may have
+        # swallowed the BudgetExceeded; a check cut short must not pass.
+        return out.model_copy(update={"status": "fail", "notes": f"cannot execute: {budget.reason()}"})
+    return out
+
+
 def verify_record(
-    record: ExperienceRecord, rules: RuleTable, *, required: Sequence[str] = ()
+    record: ExperienceRecord, rules: RuleTable, *, required: Sequence[str] = (),
+    max_steps: int = DEFAULT_MAX_STEPS, seconds: float = DEFAULT_SECONDS,
 ) -> ExperienceRecord:
-    """Run every check of ``record`` and derive its confidence.
+    """Run every check of ``record`` within one work budget and derive its confidence.
 
     Args:
         record: The trace; the model's stated confidence is kept in ``stated_confidence``.
         rules: Registered rule table.
         required: Check types the injected experiences require; a missing one is added as a
             ``doubtful`` item so the confidence cannot be ``high`` without it.
+        max_steps: calculator steps for the whole record (see :class:`WorkBudget`).
+        seconds: wall-clock budget for the whole record, counted from this call (so time spent
+            queueing for a worker thread is not charged to the record).
     """
     env = {q.name: q.value for q in record.context.quantities if q.name.isidentifier()}
-    checked = [run_check(v, rules, variables=env, answer=record.outcome.answer) for v in record.verification]
+    with budget_scope(WorkBudget(max_steps, seconds)) as budget:
+        checked = [_run_within(budget, v, rules, env, record.outcome.answer) for v in record.verification]
     present = {v.type for v in checked}
     for typ in required:
         if typ not in present:

@@ -76,10 +76,16 @@ def test_session_turns_are_kept_and_reported(client: TestClient) -> None:
     assert second["recallserve"]["context"]["breakdown"]["recent"] > first["recallserve"]["context"]["breakdown"]["recent"]
 
 
-def test_other_tenant_cannot_use_a_session(client: TestClient) -> None:
+def test_session_ids_are_per_tenant_and_owned_by_one_user(client: TestClient) -> None:
     _chat(client, "sk-acme", "hello", session_id="private-1", agent="off")
-    r = client.post("/v1/chat/completions", headers={"Authorization": "Bearer sk-globex"},
-                    json={"model": "recallserve", "user": "u1", "max_tokens": 8, "metadata": {"session_id": "private-1"},
+    # another tenant's "private-1" is its own session: it sees nothing of acme's
+    _chat(client, "sk-globex", "what did I say?", session_id="private-1", agent="off")
+    for key in ("sk-acme", "sk-globex"):
+        got = client.get("/v1/sessions/private-1", params={"user": "u1"}, headers={"Authorization": f"Bearer {key}"})
+        assert got.status_code == 200 and got.json()["message_count"] == 2
+    # inside a tenant the id stays the first user's
+    r = client.post("/v1/chat/completions", headers={"Authorization": "Bearer sk-acme"},
+                    json={"model": "recallserve", "user": "u2", "max_tokens": 8, "metadata": {"session_id": "private-1"},
                           "messages": [{"role": "user", "content": "what did I say?"}]})
     assert r.status_code == 404
     assert r.json()["error"]["param"] == "metadata.session_id"

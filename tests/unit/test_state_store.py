@@ -67,7 +67,7 @@ def test_two_ingress_replicas_share_one_session(tmp_path: Path) -> None:
         await a.store.append(s, [Message(role="user", content="My order 104208 is late")], [[]])
         s_b = await b.store.get("acme", "u1", "s1")
         assert s_b.message_count == 1
-        assert [m.content for m in await b.store.messages("s1")] == ["My order 104208 is late"]
+        assert [m.content for m in await b.store.messages("acme", "u1", "s1")] == ["My order 104208 is late"]
         with pytest.raises(SessionNotFoundError):  # the store's own error type, so the API answers 404
             await b.store.get("other-tenant", "u1", "s1")
 
