@@ -3,8 +3,8 @@
 Real memory service (two hybrid shards, the hashing embedder as a MiniLM double), real
 experience service, real session store and context manager with the extractive summariser; the
 model is a scripted engine (these tests isolate what the edge and the write paths do with a
-request, not what a model answers). Three tenants, one per PII policy: acme (default: mask),
-strict (reject), lab (allow).
+request, not what a model answers). Four tenants: one per PII policy, acme (default: mask),
+strict (reject), lab (allow), and globex (default policy), acme's neighbour in tests/security.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from serve.memory_api import MemoryService, build_router
 from serve.pipeline import ChatPipeline, PipelineSettings
 from tests.unit.agent.conftest import ScriptedEngine
 
-KEYS = {"sk-acme": "acme", "sk-strict": "strict", "sk-lab": "lab"}
+KEYS = {"sk-acme": "acme", "sk-strict": "strict", "sk-lab": "lab", "sk-globex": "globex"}
 PII_POLICY = {"strict": "reject", "lab": "allow"}
 ANSWER = "Noted: order 104208 and ticket T-88 are on file."
 # Personal data in every form the masker covers, and the raw fragments that must not be stored.
@@ -66,7 +66,10 @@ def boom_router() -> APIRouter:
     return router
 
 
-def build_app(tmp_path: Path, *, max_body_bytes: int | None = None) -> tuple[FastAPI, MemoryService]:
+def build_app(tmp_path: Path, *, max_body_bytes: int | None = None,
+              engine: FixedEngine | None = None) -> tuple[FastAPI, MemoryService]:
+    """The ingress app with the three routers of ``deployments/ingress.py`` (and :func:`boom_router`);
+    ``engine`` (default a fresh :class:`FixedEngine`) records every prompt."""
     emb = HashingEmbedder(384)
     coord = local_hybrid_coordinator(2, emb.model_id, emb.dim, data_root=tmp_path / "memory")
 
@@ -79,7 +82,7 @@ def build_app(tmp_path: Path, *, max_body_bytes: int | None = None) -> tuple[Fas
                              pii_for=auth.pii_for)
     experiences = ExperienceService(ExperienceConfig(data_dir=tmp_path / "exp"), emb.embed, memory=memory,
                                     pii_for=auth.pii_for)
-    pipeline = ChatPipeline(FixedEngine(), PipelineSettings(), memory=memory, context=context,
+    pipeline = ChatPipeline(engine or FixedEngine(), PipelineSettings(), memory=memory, context=context,
                             experiences=experiences)
     routers = [build_router(memory, auth), build_experience_router(experiences, auth),
                build_session_router(context, auth), boom_router()]

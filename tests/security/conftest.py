@@ -1,0 +1,64 @@
+"""The adversarial suite's rig: the whole ingress app in-process, two tenants on the default PII
+policy (acme and its neighbour globex), driven through HTTP only.
+
+The app is the one the edge tests build (``tests/unit/edge/conftest.py``: real memory service on
+two hybrid shards, experience service, session store and context manager; the hashing embedder
+and a recording engine are the only doubles), so the routers are those ``deployments/ingress.py``
+binds, and a route added there shows up in the OpenAPI document these tests enumerate.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from tests.unit.edge.conftest import FixedEngine, build_app
+
+A, B = "acme", "globex"
+# Routes that hold no tenant data (and so need no cross-tenant check); every other route does.
+NO_TENANT_DATA = {("GET", "/healthz"), ("GET", "/metrics"), ("GET", "/v1/models")}
+# The test-only route of the edge rig (an unexpected exception); not part of the product.
+TEST_ONLY = {("GET", "/v1/boom")}
+
+
+@dataclass
+class Rig:
+    client: TestClient
+    app: FastAPI
+    engine: FixedEngine
+
+    def prompts(self) -> list[str]:
+        """Every prompt the engine received, each as one text."""
+        return ["\n".join(m.content for m in messages) for messages, _ in self.engine.calls]
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    engine = FixedEngine()
+    app, memory = build_app(tmp_path, engine=engine)
+    # NOTE: raise_server_exceptions=False: a bug must show as the 500 a real client gets.
+    with TestClient(app, raise_server_exceptions=False) as c:
+        yield Rig(c, app, engine)
+    for shard_client in memory.coordinator.shards:
+        shard_client.shard.close()
+
+
+def routes(app: FastAPI) -> set[tuple[str, str]]:
+    """(METHOD, path template) of every operation in the app's OpenAPI document."""
+    return {(method.upper(), path) for path, ops in app.openapi()["paths"].items() for method in ops}
+
+
+def normalised(r: Any, *ids: str) -> tuple[int, Any]:
+    """Status and JSON body of ``r`` with the request id and each of ``ids`` blanked out, so two
+    answers about different ids compare equal when they differ in nothing else."""
+    text = r.text.replace(r.headers.get("x-request-id", "\0"), "<request-id>")
+    for i in ids:
+        text = re.sub(re.escape(i), "<id>", text)
+    return r.status_code, text
