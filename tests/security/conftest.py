@@ -5,6 +5,12 @@ The app is the one the edge tests build (``tests/unit/edge/conftest.py``: real m
 two hybrid shards, experience service, session store and context manager; the hashing embedder
 and a recording engine are the only doubles), so the routers are those ``deployments/ingress.py``
 binds, and a route added there shows up in the OpenAPI document these tests enumerate.
+
+The kill -9 durability checks live beside the code they kill, not here:
+``tests/unit/memory/test_memory_durability.py::test_kill_9_loses_no_acknowledged_write`` (SIGKILL
+of a real shard process mid-writes, every acknowledged write read back after replay) and
+``tests/integration/test_memory_deployments.py`` (a shard replica killed under a writer, acknowledged
+writes read back after the restart and a redeploy; another tenant's reads during a shard's SIGKILL).
 """
 
 from __future__ import annotations
