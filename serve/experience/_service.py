@@ -35,6 +35,7 @@ from serve.experience._models import (
     SearchResult,
 )
 from serve.experience._parser import parse_segmented
+from serve.experience._pool import VerifyPool
 from serve.experience._prompt import SYSTEM_PROMPT, SYSTEM_PROMPT_JSON, build_messages
 from serve.experience._rules import RuleTable
 from serve.experience._schema import ExperienceMetadata, ExperienceRecord, Tier
@@ -89,9 +90,13 @@ class ExperienceService:
         self._clock = clock
         self._family_of = family_of
         self._pii_for: Callable[[str], PiiMode] = pii_for or (lambda _tenant: "mask")
+        self._pool = (VerifyPool(config.verify_workers, config.verify_queue, config.verify_timeout_ms / 1e3)
+                      if config.verify_workers else None)
 
     def close(self) -> None:
-        """Close the database."""
+        """Close the database and stop the verification workers."""
+        if self._pool is not None:
+            self._pool.close()
         self.store.close()
 
     # ------------------------------------------------------------------ helpers
@@ -125,15 +130,18 @@ class ExperienceService:
     # ------------------------------------------------------------------ records
 
     async def _verify(self, record: ExperienceRecord, required: Sequence[str]) -> ExperienceRecord:
-        """Verify by code in a worker thread, within the configured budget, and count the results.
+        """Verify by code in a worker process (or thread), within the configured budget; count the results.
 
         NOTE: off the event loop because verification is CPU work on client input: even bounded
-        to milliseconds, many records at once would stall every other request of the replica.
+        to milliseconds, many records at once would stall every other request of the replica; and
+        off the interpreter (a process, ``verify_workers``) because a thread still takes its GIL.
         """
-        verified = await asyncio.to_thread(
-            verify_record, record, self.rules, required=required, max_steps=self.config.verify_max_steps,
-            seconds=self.config.verify_budget_ms / 1e3,
-        )
+        kwargs = {"required": required, "max_steps": self.config.verify_max_steps,
+                  "seconds": self.config.verify_budget_ms / 1e3}
+        if self._pool is None:
+            verified = await asyncio.to_thread(verify_record, record, self.rules, **kwargs)
+        else:
+            verified = await self._pool.verify(record, self.rules, **kwargs)
         _metrics.record_verification(v.status for v in verified.verification)
         return verified
 

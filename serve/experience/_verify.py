@@ -17,7 +17,8 @@ container sizes, number magnitudes), each calculator step is capped (see
 :mod:`serve.experience._calculator`), and one :class:`WorkBudget` of steps and time covers the
 whole record. A check that hits a cap fails with the cap as its ``notes``; once the budget is
 spent the remaining checks fail unrun. Verification is synchronous and CPU-bound: async callers
-run it in a worker thread (:func:`asyncio.to_thread`) so the event loop keeps serving.
+run it in a worker process (:mod:`serve.experience._pool`) so the event loop keeps serving and
+keeps its GIL.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from serve.experience._rules import RuleError, RuleTable
 from serve.experience._schema import Confidence, ExperienceRecord, VerificationItem, VerificationStatus
 from serve.experience._units import DimensionError, Quantity, format_dims, parse_quantity, parse_unit, to_unit
 
-__all__ = ["run_check", "verify_record", "derive_confidence", "compare_values"]
+__all__ = ["run_check", "verify_record", "finish_record", "derive_confidence", "compare_values"]
 
 # NOTE: 1e-6 relative is "the same number"; up to 1% is what rounding an answer to 2-3
 # significant digits produces (33.3 for 33.33...), so it is doubtful rather than wrong.
@@ -384,6 +385,16 @@ def verify_record(
     env = {q.name: q.value for q in record.context.quantities if q.name.isidentifier()}
     with budget_scope(WorkBudget(max_steps, seconds)) as budget:
         checked = [_run_within(budget, v, rules, env, record.outcome.answer) for v in record.verification]
+    return finish_record(record, checked, required)
+
+
+def finish_record(record: ExperienceRecord, checked: list[VerificationItem],
+                  required: Sequence[str] = ()) -> ExperienceRecord:
+    """``record`` with ``checked`` as its checks, the missing ``required`` types added, and its confidence.
+
+    Shared by :func:`verify_record` and the worker pool's failure path, so a record that could not
+    be verified is shaped exactly like one that was.
+    """
     present = {v.type for v in checked}
     for typ in required:
         if typ not in present:
