@@ -153,18 +153,29 @@ class Load:
 
 
 def _replicas(app: str) -> list[tuple[str, str, int]]:
-    """(target, deployment, pid) of every live replica of ``app`` in the Ray cluster this process joined."""
-    from ray.util.state import list_actors
+    """(target, deployment, pid) of every live replica of ``app`` among this process's descendants.
+
+    Ray titles an actor's worker process ``ray::ServeReplica:<app>:<deployment>`` (with a
+    ``.<method>`` suffix while it runs one); only processes this script started (the embedded Ray
+    is its child) are looked at, and Ray's state API is not needed (no dashboard here).
+    """
+    import psutil
 
     out = []
-    for a in list_actors(filters=[("state", "=", "ALIVE")], limit=1000):
-        parts = (a.class_name or "").split(":")
-        if len(parts) != 3 or parts[0] != "ServeReplica" or parts[1] != app:
+    for proc in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            title = " ".join(proc.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        dep = parts[2]
+        if not title.startswith("ray::ServeReplica:"):
+            continue
+        parts = title.split()[0].removeprefix("ray::").split(":")
+        if len(parts) != 3 or parts[1] != app:
+            continue
+        dep = parts[2].split(".")[0]
         target = "shard" if dep.startswith("memory_shard") else dep if dep in ("ingress", "state") else None
-        if target and a.pid:
-            out.append((target, dep, int(a.pid)))
+        if target:
+            out.append((target, dep, proc.pid))
     return out
 
 
