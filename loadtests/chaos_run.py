@@ -2,19 +2,21 @@
 
 Usage::
 
-    python -m loadtests.chaos_run                     # 20 kills, one every 6 s, 3 clients
+    python -m loadtests.chaos_run                     # 20 kills, one every 6 s, 4 clients
     python -m loadtests.chaos_run --kills 30 --every 5 --out loadtests/results/chaos-run
 
 What it does (all on 127.0.0.1, scratch folders under ``.recallserve/``, stops by itself):
 
 1. starts the cluster (``deployments.runner``) with the profile (default ``cpu-local``, chat roles
    on the tiny ``--model``);
-2. runs ``--clients`` closed-loop clients: memory writes (the id recorded on acknowledgement),
-   reads by id, searches, and session chat turns (``metadata.session_id``, ``agent: off``,
-   ``max_tokens`` 8, the turn recorded on acknowledgement);
+2. runs ``--clients`` closed-loop clients: the first half make session chat turns
+   (``metadata.session_id``, ``agent: off``, ``max_tokens`` 8, the turn recorded on
+   acknowledgement), the others memory writes (the id recorded on acknowledgement), reads by id
+   and searches;
 3. every ``--every`` seconds picks a replica of a memory shard, the ingress or the state
-   deployment (PIDs from Ray's state API, only actors of the cluster this script started) and
-   sends it SIGKILL; then probes that deployment's path until it answers 200 (recovery time);
+   deployment (PIDs of the processes Ray titles ``ray::ServeReplica:<app>:<deployment>``, only
+   among this script's own descendants) and sends it SIGKILL; then probes that deployment's path
+   until it answers 200 (recovery time);
 4. after the last kill and a settle, reads every acknowledged memory id back and every
    session's ``message_count`` (``GET /v1/sessions/{id}?user=``), and reports writes lost,
    turns lost, failed requests per kill and each recovery time (``--out``.md / .json).
@@ -57,13 +59,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default="smollm2-135m-instruct-q4_1", help="chat model of the three roles")
     p.add_argument("--kills", type=int, default=20, help="replicas to kill (1-200, default 20)")
     p.add_argument("--every", type=float, default=6.0, help="seconds between kills (1-120, default 6)")
-    p.add_argument("--clients", type=int, default=3, help="closed-loop HTTP clients (1-32, default 3)")
+    p.add_argument("--clients", type=int, default=4, help="closed-loop HTTP clients, the first half chatting (2-32, default 4)")
     p.add_argument("--recovery-timeout", type=float, default=120.0, help="seconds a kill may take to recover")
     p.add_argument("--port", type=int, default=8017, help="HTTP port on 127.0.0.1 (not 8000: leave that to `up`)")
     p.add_argument("--seed", type=int, default=14, help="random seed of the kill order")
     p.add_argument("--out", type=Path, default=Path("loadtests/results/chaos-run"), help="report path without suffix")
     args = p.parse_args(argv)
-    for name, lo, hi in [("kills", 1, 200), ("every", 1, 120), ("clients", 1, 32), ("recovery_timeout", 5, 600),
+    for name, lo, hi in [("kills", 1, 200), ("every", 1, 120), ("clients", 2, 32), ("recovery_timeout", 5, 600),
                          ("port", 1024, 65535)]:
         if not lo <= getattr(args, name) <= hi:
             p.error(f"--{name.replace('_', '-')} must be within [{lo}, {hi}], got {getattr(args, name)}")
@@ -99,6 +101,10 @@ def render_markdown(report: dict[str, Any]) -> str:
               f"Acknowledged writes: {c['acked_writes']}, lost {c['writes_lost']}. Acknowledged session turns: "
               f"{c['acked_turns']} in {c['sessions']} sessions, lost {c['turns_lost']}. "
               f"**{'PASS' if report['ok'] else 'FAIL'}**", ""]
+    if c.get("statuses_by_kind"):
+        lines += ["| request | answers by status (-1: no answer) |", "|---|---|"]
+        lines += [f"| {kind} | {', '.join(f'{s}: {n}' for s, n in sorted(counts.items()))} |"
+                  for kind, counts in sorted(c["statuses_by_kind"].items())] + [""]
     return "\n".join(lines)
 
 
@@ -109,14 +115,20 @@ class Load:
         self.base, self.model, self.clients = base, model, clients
         self.headers = {"Authorization": f"Bearer {key}"}
         self.records: list[tuple[float, str, int]] = []
+        self.seconds: dict[str, list[float]] = {}
+        self.samples: list[dict[str, Any]] = []  # the first failures, for the report
         self.acked: list[str] = []
         self.turns: dict[str, int] = {}
         self.stop = threading.Event()
 
     async def _one(self, http: Any, rng: random.Random, client: int, n: int) -> None:
         roll = rng.random()
-        kind = "write" if roll < 0.4 or not self.acked else "read" if roll < 0.6 else "search" if roll < 0.8 else "turn"
+        # NOTE: the first half of the clients only chat (a turn takes seconds on a CPU model under this
+        # load), the others write, read and search.
+        kind = ("turn" if client < self.clients // 2 else "write" if roll < 0.5 or not self.acked
+                else "read" if roll < 0.75 else "search")
         sid = f"chaos-{client}"
+        started = time.time()
         try:
             if kind == "write":
                 r = await http.post(f"{self.base}/v1/memories", json={"memories": [
@@ -130,10 +142,13 @@ class Load:
                     "model": self.model, "user": USER, "max_tokens": 8,
                     "metadata": {"session_id": sid, "agent": "off"},
                     "messages": [{"role": "user", "content": f"Note {n}: say OK."}]})
-            status = r.status_code
-        except Exception:  # noqa: BLE001 - a transport failure is a failed request here
-            status = -1
+            status, body = r.status_code, r.text[:300]
+        except Exception as exc:  # noqa: BLE001 - a transport failure is a failed request here
+            status, body = -1, f"{type(exc).__name__}: {exc}"[:300]
         self.records.append((time.time(), kind, status))
+        self.seconds.setdefault(kind, []).append(time.time() - started)
+        if status != 200 and len(self.samples) < 30:
+            self.samples.append({"t": time.time(), "kind": kind, "status": status, "body": body})
         if status == 200 and kind == "write":
             self.acked.extend(r.json()["ids"])
         elif status == 200 and kind == "turn":
@@ -254,7 +269,14 @@ def main(argv: list[str] | None = None) -> int:
         runner.shutdown()
     for k, failed in zip(kills, kill_windows(kills, load.records, end)):
         k["failed"] = failed
+    by_kind: dict[str, dict[str, int]] = {}
+    for _t, kind, status in load.records:
+        by_kind.setdefault(kind, {}).setdefault(str(status), 0)
+        by_kind[kind][str(status)] += 1
     checks = {"requests": len(load.records), "failed": sum(1 for r in load.records if r[2] != 200),
+              "statuses_by_kind": by_kind,
+              "p50_s_by_kind": {k: round(statistics.median(v), 3) for k, v in load.seconds.items()},
+              "failure_samples": load.samples,
               "acked_writes": len(acked), "writes_lost": lost, "acked_turns": sum(load.turns.values()),
               "sessions": len(load.turns), "turns_lost": lost_turns(load.turns, counts), "message_counts": counts}
     report = {"meta": {"started_utc": started, "profile": args.profile, "model": args.model, "clients": args.clients,

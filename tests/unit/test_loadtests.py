@@ -121,7 +121,7 @@ def test_chaos_run_arguments_are_bounded(capsys: pytest.CaptureFixture[str]) -> 
     from loadtests.chaos_run import parse_args
 
     assert parse_args([]).kills == 20
-    for bad in (["--kills", "0"], ["--kills", "201"], ["--every", "0.5"], ["--clients", "33"], ["--port", "80"]):
+    for bad in (["--kills", "0"], ["--kills", "201"], ["--every", "0.5"], ["--clients", "33"], ["--clients", "1"], ["--port", "80"]):
         with pytest.raises(SystemExit):
             parse_args(bad)
     assert "--kills must be within [1, 200], got 0" in capsys.readouterr().err
