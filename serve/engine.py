@@ -56,6 +56,11 @@ class ChatResult(StrictModel):
     completion_tokens: int = Field(ge=0, description="Tokens generated.")
     finish_reason: Literal["stop", "length"] = Field(description="Why generation ended.")
     model: str = Field(description="Model name that produced it.")
+    cached_tokens: int = Field(
+        default=0, ge=0,
+        description="Prompt tokens reused from the engine's prefix cache (not evaluated again); "
+                    "``prompt_tokens - cached_tokens`` were evaluated for this call.",
+    )
 
 
 class ChatDelta(StrictModel):
@@ -65,6 +70,7 @@ class ChatDelta(StrictModel):
     finish_reason: Literal["stop", "length"] | None = Field(default=None, description="Set on the last delta.")
     prompt_tokens: int | None = Field(default=None, description="Set on the last delta.")
     completion_tokens: int | None = Field(default=None, description="Set on the last delta.")
+    cached_tokens: int | None = Field(default=None, description="Set on the last delta (see ChatResult).")
 
 
 @runtime_checkable

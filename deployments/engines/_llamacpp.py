@@ -30,6 +30,7 @@ class _Job:
 
     cancel: threading.Event = field(default_factory=threading.Event)
     prompt_tokens: int = 0
+    cached_tokens: int = 0
     completion_tokens: int = 0
 
 
@@ -101,6 +102,7 @@ class LlamaCppEngine:
         job = self._job
         if job is not None:
             job.prompt_tokens = len(tokens)
+            job.cached_tokens = self._reused_prefix(tokens)
         vocab = self._llm._model.vocab  # noqa: SLF001 - needed for the end-of-generation test
         for token in self._generate(tokens, *args, **kwargs):
             if job is not None:
@@ -109,6 +111,20 @@ class LlamaCppEngine:
                 if not self._llama_cpp.llama_vocab_is_eog(vocab, token):
                     job.completion_tokens += 1
             yield token
+
+    def _reused_prefix(self, tokens: Sequence[int]) -> int:
+        """Prompt tokens ``Llama.generate`` will take from its KV cache instead of evaluating.
+
+        llama-cpp-python keeps the last call's tokens and, on the next call, skips the longest
+        common prefix of those and ``tokens[:-1]`` (the last prompt token is always evaluated, to
+        get its logits); this is the same count, taken before it runs.
+        """
+        n = 0
+        for a, b in zip(self._llm._input_ids, tokens[:-1]):  # noqa: SLF001 - the cache's tokens
+            if a != b:
+                break
+            n += 1
+        return n
 
     def _request(self, messages: Sequence[ChatMessage], params: GenerationParams, stream: bool) -> dict[str, Any]:
         kwargs = sampling_kwargs(params)
@@ -154,6 +170,7 @@ class LlamaCppEngine:
             completion_tokens=usage["completion_tokens"],
             finish_reason=finish_reason(choice["finish_reason"]),
             model=self._name,
+            cached_tokens=min(job.cached_tokens, usage["prompt_tokens"]),
         )
 
     async def stream(self, messages: Sequence[ChatMessage], params: GenerationParams) -> AsyncIterator[ChatDelta]:
@@ -179,6 +196,7 @@ class LlamaCppEngine:
                     finish_reason=finish_reason(reason),
                     prompt_tokens=job.prompt_tokens,
                     completion_tokens=job.completion_tokens,
+                    cached_tokens=job.cached_tokens,
                 )
             finally:
                 self._job = None

@@ -26,6 +26,14 @@ __all__ = ["RemoteOpenAIEngine"]
 _BODY_LIMIT = 500
 
 
+
+def _cached(usage: dict[str, Any], prompt_tokens: int) -> int:
+    """``usage.prompt_tokens_details.cached_tokens`` of an OpenAI-style reply (0 when absent or
+    malformed), never more than the prompt."""
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return max(0, min(int(cached), prompt_tokens)) if isinstance(cached, int) else 0
+
 class RemoteOpenAIEngine:
     """:class:`serve.engine.LLMEngine` over an OpenAI-compatible HTTP endpoint.
 
@@ -121,6 +129,7 @@ class RemoteOpenAIEngine:
             completion_tokens=completion_tokens,
             finish_reason=finish_reason(choice.get("finish_reason")),
             model=self._config.model,
+            cached_tokens=_cached(usage, prompt_tokens),
         )
 
     async def stream(self, messages: Sequence[ChatMessage], params: GenerationParams) -> AsyncIterator[ChatDelta]:
@@ -165,9 +174,8 @@ class RemoteOpenAIEngine:
             prompt_tokens = await self.count_tokens("\n".join(m.content for m in messages))
         if completion_tokens is None:
             completion_tokens = await self.count_tokens("".join(pieces))
-        yield ChatDelta(
-            finish_reason=finish_reason(reason), prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
-        )
+        yield ChatDelta(finish_reason=finish_reason(reason), prompt_tokens=prompt_tokens,
+                        completion_tokens=completion_tokens, cached_tokens=_cached(usage, prompt_tokens))
 
     async def _tokenize_route(self, kind: str, text: str) -> int | None:
         if kind == "vllm":

@@ -155,24 +155,26 @@ class VLLMEngine:
             completion_tokens=len(choice.token_ids),
             finish_reason=finish_reason(choice.finish_reason),
             model=self._name,
+            cached_tokens=int(getattr(final, "num_cached_tokens", None) or 0),
         )
 
     async def stream(self, messages: Sequence[ChatMessage], params: GenerationParams) -> AsyncIterator[ChatDelta]:
         """Yield vLLM's text deltas; the last delta carries the finish reason and token counts."""
         prompt_tokens = 0
         completion_tokens = 0
+        cached_tokens = 0
         reason: str | None = None
         async for output in self._generate(messages, params, stream=True):
             if output.prompt_token_ids:
                 prompt_tokens = len(output.prompt_token_ids)
+            cached_tokens = int(getattr(output, "num_cached_tokens", None) or cached_tokens)
             for choice in output.outputs[:1]:
                 completion_tokens += len(choice.token_ids)
                 reason = choice.finish_reason or reason
                 if choice.text:
                     yield ChatDelta(text=choice.text)
-        yield ChatDelta(
-            finish_reason=finish_reason(reason), prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
-        )
+        yield ChatDelta(finish_reason=finish_reason(reason), prompt_tokens=prompt_tokens,
+                        completion_tokens=completion_tokens, cached_tokens=cached_tokens)
 
     async def count_tokens(self, text: str) -> int:
         """Tokens in ``text`` by the model's tokenizer (no special tokens added)."""
