@@ -61,6 +61,10 @@ class ChatResult(StrictModel):
         description="Prompt tokens reused from the engine's prefix cache (not evaluated again); "
                     "``prompt_tokens - cached_tokens`` were evaluated for this call.",
     )
+    engine_ms: float = Field(
+        default=0.0, ge=0, description="Milliseconds the engine worked on this call (its own queue wait excluded "
+                                       "where the engine can tell), for the pipeline's overhead: wall - engine.",
+    )
 
 
 class ChatDelta(StrictModel):
@@ -71,6 +75,7 @@ class ChatDelta(StrictModel):
     prompt_tokens: int | None = Field(default=None, description="Set on the last delta.")
     completion_tokens: int | None = Field(default=None, description="Set on the last delta.")
     cached_tokens: int | None = Field(default=None, description="Set on the last delta (see ChatResult).")
+    engine_ms: float | None = Field(default=None, description="Set on the last delta (see ChatResult).")
 
 
 @runtime_checkable

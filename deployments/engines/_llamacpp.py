@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ class _Job:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    started: float = 0.0  # perf_counter when the worker thread took the job
 
 
 class LlamaCppEngine:
@@ -146,6 +148,7 @@ class LlamaCppEngine:
         def work() -> dict[str, Any] | None:
             if job.cancel.is_set():  # abandoned while queued
                 return None
+            job.started = time.perf_counter()
             self._job = job
             try:
                 return self._llm.create_chat_completion(**request)  # type: ignore[return-value]
@@ -171,6 +174,7 @@ class LlamaCppEngine:
             finish_reason=finish_reason(choice["finish_reason"]),
             model=self._name,
             cached_tokens=min(job.cached_tokens, usage["prompt_tokens"]),
+            engine_ms=1e3 * (time.perf_counter() - job.started),
         )
 
     async def stream(self, messages: Sequence[ChatMessage], params: GenerationParams) -> AsyncIterator[ChatDelta]:
@@ -182,7 +186,7 @@ class LlamaCppEngine:
         request = self._request(messages, params, stream=True)
 
         def produce(cancel: threading.Event) -> Iterator[ChatDelta]:
-            job = _Job(cancel=cancel)
+            job = _Job(cancel=cancel, started=time.perf_counter())
             self._job = job
             try:
                 reason: str | None = None
@@ -197,6 +201,7 @@ class LlamaCppEngine:
                     prompt_tokens=job.prompt_tokens,
                     completion_tokens=job.completion_tokens,
                     cached_tokens=job.cached_tokens,
+                    engine_ms=1e3 * (time.perf_counter() - job.started),
                 )
             finally:
                 self._job = None

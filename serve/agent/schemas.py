@@ -160,6 +160,7 @@ class AgentUsage(StrictModel):
     )
     completion_tokens: int = Field(default=0, ge=0, description="Generated tokens, summed over engine calls.")
     engine_calls: int = Field(default=0, ge=0, description="Engine calls made (router, steps, retries).")
+    engine_ms: float = Field(default=0.0, ge=0, description="Milliseconds the engines worked on those calls.")
 
 
 class AgentResult(StrictModel):
