@@ -38,9 +38,10 @@ PEAK_HBM_GBPS = {
 _META_BYTES_PER_ROW = 4 + 8 + 8 + 1
 
 
-def scan_bytes(n: int, d: int, q: int) -> int:
-    """Bytes one fused pass must read: vectors, per-row metadata and the queries."""
-    return n * d * 4 + n * _META_BYTES_PER_ROW + q * d * 4
+def scan_bytes(n: int, d: int, q: int, vector_bytes: int = 4) -> int:
+    """Bytes one fused pass must read: vectors (``vector_bytes`` per element: 4 fp32, 2 fp16/bf16),
+    per-row metadata and the float32 queries."""
+    return n * d * vector_bytes + n * _META_BYTES_PER_ROW + q * d * 4
 
 
 def _peak_for(name: str) -> float | None:

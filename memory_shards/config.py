@@ -37,7 +37,15 @@ class ShardConfig(StrictModel):
     touch_every_seconds: float = Field(default=5.0, gt=0, description="... or when the oldest pending renewal is this old.")
     fsync: bool = Field(default=True, description="fsync the WAL before acknowledging a write batch (off only for benchmarks).")
     compact_dead_ratio: float = Field(default=0.25, gt=0, le=1, description="Compact rows at snapshot time when this share of rows is dead.")
-    backend: Literal["auto", "torch", "triton"] = Field(default="auto", description="Fused kernel backend.")
+    backend: Literal["auto", "torch", "triton"] = Field(default="auto", description="Fused kernel backend (auto: Triton on CUDA, torch on the CPU).")
+    device: str = Field(
+        default="cpu", pattern=r"^(cpu|cuda(:[0-9]{1,2})?)$",
+        description="Where the kernel's columns live and the scan runs: cpu, cuda or cuda:N (the host keeps the WAL/snapshot copy).",
+    )
+    vector_dtype: Literal["float32", "float16", "bfloat16"] = Field(
+        default="float32",
+        description="Storage of the device copy of the vectors; half precision halves the bytes a scan reads (products and sums stay float32).",
+    )
 
 
 class ShardCallConfig(StrictModel):
