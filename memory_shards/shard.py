@@ -42,6 +42,7 @@ from ._snapshot import load_latest_snapshot, write_snapshot
 from ._table import RowTable
 from ._wal import WriteAheadLog
 from kernels import ScoreParams
+from kernels._dispatch import chosen_backend
 
 from .config import SearchFilters, SearchHit, ShardConfig
 from .records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, kind_code, source_key, tenant_key
@@ -143,6 +144,7 @@ class MemoryShard:
                 "index": "ivf" if self._use_ivf(None) and self._ivf is not None else "exact",
                 "ivf_state": self._ivf_state(),
                 "device": str(self.device),
+                "kernel": chosen_backend(t.kernel_columns().vectors, self.config.backend),
                 "vector_dtype": self.config.vector_dtype,
                 "device_bytes": t.device_columns.nbytes(),
                 "pending_touches": len(self._pending_touch),
