@@ -108,10 +108,13 @@ class MemoryShardDeployment(PlacementInfo):
         data_dir: absolute root folder of the shards.
         model_id: embedding model id of every vector.
         dim: vector dimension.
+        placement: :class:`memory_shards.config.ShardPlacement` fields (device, vector dtype, kernel backend).
     """
 
-    def __init__(self, index: int, data_dir: str, model_id: str = MiniLMEmbedder.model_id, dim: int = MiniLMEmbedder.dim) -> None:
-        cfg = ShardConfig(shard_id=index, data_dir=str(Path(data_dir) / f"shard-{index}"), model_id=model_id, dim=dim)
+    def __init__(self, index: int, data_dir: str, model_id: str = MiniLMEmbedder.model_id, dim: int = MiniLMEmbedder.dim,
+                 placement: dict[str, Any] | None = None) -> None:
+        cfg = ShardConfig(shard_id=index, data_dir=str(Path(data_dir) / f"shard-{index}"), model_id=model_id, dim=dim,
+                          **(placement or {}))
         deadline = time.monotonic() + _LOCK_WAIT_S
         while True:
             try:
@@ -357,6 +360,7 @@ def bind_memory(config: AppConfig) -> tuple[Any, list[dict[str, Any]]]:
         for i in range(mem.num_shards):
             name = shard_deployment_name(i, gen.name)
             dep = serve.deployment(MemoryShardDeployment, name=name).options(**opts[name].to_ray_options())
-            shards.append(pin_version(dep, name, i, data_dir, model_id, dim).bind(i, data_dir, model_id, dim))
+            placement = mem.placement.model_dump(mode="json")
+            shards.append(pin_version(dep, name, i, data_dir, model_id, dim, placement).bind(i, data_dir, model_id, dim, placement))
         generations.append({"embedder": embedder(gen.embedder_deployment, gen.embedder), "shards": shards})
     return shared, generations
