@@ -258,6 +258,7 @@ def run_memory_bench(
     device: str | None = None,
     vector_dtype: str = "float32",
     target_recall: float = 0.99,
+    threads: int | None = None,
 ) -> list[dict[str, Any]]:
     """Run every pipeline at each size; one JSON-ready row per (size, method).
 
@@ -274,6 +275,8 @@ def run_memory_bench(
         device: where the fused / unfused columns live (default: CUDA for auto/triton when present).
         vector_dtype: storage of the fused path's vectors (float32, float16, bfloat16).
         target_recall: the recall the calibrated baselines (``...@0.99``) are oversampled to.
+        threads: CPU threads of torch and FAISS for the run (restored after); None keeps torch's default.
+            NOTE: on a loaded shared machine 1 thread is steadier (OpenMP barriers spin).
 
     Returns:
         Rows with ``size, method, ms_per_batch, ms_runs, speedup_vs_naive, recall, ...``; the fused row
@@ -286,16 +289,34 @@ def run_memory_bench(
     """
     import torch
 
-    from kernels.bench import _peak_for, scan_bytes
-
-    from ._device import DTYPES
-    from ._ivf import faiss_gpu_available
-
     device = _bench_device(backend, device)
     try:
         import faiss
     except ImportError:  # NOTE: a bare GPU machine: the FAISS baselines are left out, the torch ones run.
         faiss = None
+    old_threads = torch.get_num_threads()
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"threads: must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+        if faiss is not None:
+            faiss.omp_set_num_threads(threads)
+    try:
+        return _run(sizes, dim, n_queries, k, repeats, seed, backend, progress, device, vector_dtype, target_recall, faiss)
+    finally:
+        torch.set_num_threads(old_threads)
+        if faiss is not None:
+            faiss.omp_set_num_threads(old_threads)
+
+
+def _run(sizes, dim, n_queries, k, repeats, seed, backend, progress, device, vector_dtype, target_recall, faiss):
+    import torch
+
+    from kernels.bench import _peak_for, scan_bytes
+
+    from ._device import DTYPES
+    from ._ivf import faiss_gpu_available
+
     note = progress or (lambda msg, frac: None)
     env = _environment()
     params = ScoreParams(decay="hyperbolic", decay_lambda=0.1, combine="product", threshold=0.35)

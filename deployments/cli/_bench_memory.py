@@ -59,6 +59,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="where the fused path's columns live (default: cuda for auto/triton when present, else cpu)")
     p.add_argument("--vector-dtype", default="float32", choices=["float32", "float16", "bfloat16"],
                    help="storage of the fused path's vectors (products and sums stay float32)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads of torch and FAISS (default: torch's); 1 is steadier on a loaded shared machine")
     p.add_argument("--target-recall", type=float, default=0.99,
                    help="recall the calibrated baselines are oversampled to (default: 0.99)")
     p.add_argument("--out", default=None, help="JSON output (default: bench-results/memory-<timestamp>.json)")
@@ -86,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         rows = with_progress(console, lambda progress: run_memory_bench(
             sizes, args.dim, args.queries, args.k, args.repeats, args.seed, args.backend, progress,
-            device=args.device, vector_dtype=args.vector_dtype, target_recall=args.target_recall))
+            device=args.device, vector_dtype=args.vector_dtype, target_recall=args.target_recall,
+            threads=args.threads))
     except ValueError as exc:
         # NOTE: e.g. --backend triton or --device cuda on a machine without CUDA: a message, not a traceback.
         raise UserError(f"--{exc}") from None

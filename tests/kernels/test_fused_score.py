@@ -212,3 +212,23 @@ def test_grid_has_no_65535_row_block_limit() -> None:
     with pytest.raises(ValueError, match="grid limit"):
         launch_programs(2**20, 2**31 - 1, BlockConfig(block_q=16, block_n=16))
     assert MAX_GRID_X == 2**31 - 1
+
+
+def test_backend_triton_on_cpu_tensors_without_the_interpreter_is_a_clear_error() -> None:
+    # The interpreter mode is fixed per process, so this runs in a fresh one without TRITON_INTERPRET.
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from tests.kernels._data import make_block\n"
+        "from kernels import fused_topk\n"
+        "try:\n"
+        "    fused_topk(**make_block(seed=1, n=40, d=16, q=2), k=3, backend='triton')\n"
+        "except ValueError as exc:\n"
+        "    print('ValueError:', exc)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert "ValueError: backend 'triton' needs CUDA tensors (got cpu)" in out.stdout, out.stderr[-2000:]
