@@ -22,6 +22,10 @@ class ShardPlacement(StrictModel):
     """
 
     backend: Literal["auto", "torch", "triton"] = Field(default="auto", description="Fused kernel backend (auto: Triton on CUDA, torch on the CPU).")
+    gather_max_queries: int = Field(
+        default=256, ge=0, le=4096,
+        description="Concurrent searches that arrive while one runs are answered by one scan of up to this many queries (0: every search scans alone).",
+    )
     device: str = Field(
         default="cpu", pattern=r"^(cpu|cuda(:[0-9]{1,2})?)$",
         description="Where the kernel's columns live and the scan runs: cpu, cuda or cuda:N (the host keeps the WAL/snapshot copy).",

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ._device import DTYPES, resolve_device
+from ._gather import SearchGatherer
 from ._ivf import IvfCandidates
 from ._scan import fused_scan
 from ._snapshot import load_latest_snapshot, write_snapshot
@@ -88,6 +89,7 @@ class MemoryShard:
         self._ivf: IvfCandidates | None = None
         self._ivf_thread: threading.Thread | None = None
         self._ivf_error: BaseException | None = None
+        self._gather = SearchGatherer(self._search_now, config.gather_max_queries) if config.gather_max_queries else None
         self._pending_touch: dict[str, float] = {}
         self._pending_since = 0.0
         self._ops_since_snapshot = 0
@@ -147,6 +149,8 @@ class MemoryShard:
                 "kernel": chosen_backend(t.kernel_columns().vectors, self.config.backend),
                 "vector_dtype": self.config.vector_dtype,
                 "device_bytes": t.device_columns.nbytes(),
+                "search_batches": 0 if self._gather is None else self._gather.batches,
+                "search_queries": 0 if self._gather is None else self._gather.queries,
                 "pending_touches": len(self._pending_touch),
                 "shared_rows": self.shared_rows(),
                 "wal_entries": self._ops_since_snapshot,
@@ -425,12 +429,30 @@ class MemoryShard:
         Returns:
             One list of :class:`SearchHit` per query, best first.
         """
+        given_now = now
         q, qt, now = self._check_query(queries, tenant, k, now)
         params = params or ScoreParams()
+        tenants = [tenant] * q.shape[0] if isinstance(tenant, str) else list(tenant)
+        if self._gather is None:
+            out = self._search_now(q, tenants, k, (params, filters, exact), now)
+        else:
+            # NOTE: concurrent callers share one scan (memory_shards._gather, which also says how
+            # `now` readings close together share a launch).
+            key = (params.model_dump_json(), None if filters is None else filters.model_dump_json(), exact)
+            out = self._gather.submit(q, tenants, k, key, (params, filters, exact), given_now)
+        if touch:
+            touched = [h.record.id for hits in out for h in hits]
+            if touched:
+                self.touch(touched, now)
+        return out
+
+    def _search_now(self, q: np.ndarray, tenants: list[str], k: int, group: tuple, now: float) -> list[list[SearchHit]]:
+        """One scan for stacked queries (one tenant each) sharing ``(params, filters, exact)`` at ``now``."""
+        params, filters, exact = group
+        qt = np.array([tenant_key(t) for t in tenants], dtype=np.int64)
         with self._lock:
             rows, res = self._search_rows(q, qt, k, params, filters, now, exact)
             out: list[list[SearchHit]] = []
-            touched: list[str] = []
             scores, idx, sims, tfs = (x.cpu().numpy() for x in (res.scores, res.indices, res.similarity, res.time_factor))
             for qi in range(q.shape[0]):
                 hits = []
@@ -441,10 +463,7 @@ class MemoryShard:
                     rec, part = self._table.record_at_row(row)
                     hits.append(SearchHit(record=rec, score=float(scores[qi, j]), similarity=float(sims[qi, j]),
                                           time_factor=float(tfs[qi, j]), part_index=part, shard=self.shard_id))
-                    touched.append(rec.id)
                 out.append(hits)
-            if touch and touched:
-                self.touch(touched, now)
             return out
 
     # ---- internals ----------------------------------------------------------------------
