@@ -15,7 +15,8 @@ __all__ = ["ShardCallConfig", "ShardConfig", "ShardPlacement", "SearchFilters", 
 
 
 class ShardPlacement(StrictModel):
-    """Where a shard's scan runs: the device of its kernel columns, their storage dtype, the kernel.
+    """How a shard's scan runs: the device of its kernel columns, their storage dtype, the kernel,
+    and how many concurrent searches one scan may answer.
 
     The cluster config sets it once for every shard (``memory.placement``); a ``cuda`` shard needs
     its deployment to ask for GPUs (``memory.deployment.num_gpus``), or Ray hides them.

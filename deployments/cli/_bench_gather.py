@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 from deployments.cli import UserError
-from deployments.cli._bench_memory import _parse_size, with_progress
+from deployments.cli._bench_memory import _parse_size, print_and_write, with_progress
 
 NAME = "gather"
 
@@ -52,8 +51,4 @@ def run(args: argparse.Namespace) -> int:
     for r in result:
         table.add_row(r["mode"], str(r["clients"]), f"{r['throughput_rps']:.1f}", f"{r['p50_ms']:.1f}", f"{r['p95_ms']:.1f}",
                       f"{r['queries_per_scan']:.1f}")
-    console.print(table)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1), encoding="utf-8")
-    console.print(f"wrote {len(result)} rows to {out}")
-    return 0
+    return print_and_write(console, table, result, out)

@@ -106,6 +106,11 @@ def run(args: argparse.Namespace) -> int:
         if "speedup_vs_best_baseline" in r:
             console.print(f"{r['size']:,} rows: fused {r['speedup_vs_best_baseline']:.2f}x the fastest baseline with "
                           f"recall >= {args.target_recall} ({r['best_baseline']})")
+    return print_and_write(console, table, rows, out)
+
+
+def print_and_write(console: Any, table: Any, rows: list[dict[str, Any]], out: Path) -> int:
+    """Print a bench's table, write its JSON rows to ``out``; the command's exit status (0)."""
     console.print(table)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=1), encoding="utf-8")
