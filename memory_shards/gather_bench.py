@@ -95,15 +95,19 @@ def run_gather_bench(rows: int, dim: int = 384, clients: list[int] | None = None
     clients = clients or [1, 16, 64]
     out: list[dict[str, Any]] = []
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    shards, queries = {}, None
     for mode, gather in (("alone", 0), ("gathered", 256)):
         note(f"{mode}: filling {rows:,} rows", None)
-        shard = MemoryShard(ShardConfig(model_id="bench", dim=dim, gather_max_queries=gather))
-        queries = _fill(shard, rows, dim, seed)
-        shard.search(queries[0], "t0", k=k, now=_NOW, touch=False)  # NOTE: warm-up (allocations)
-        for level in clients:
+        shards[mode] = MemoryShard(ShardConfig(model_id="bench", dim=dim, gather_max_queries=gather))
+        queries = _fill(shards[mode], rows, dim, seed)
+        shards[mode].search(queries[0], "t0", k=k, now=_NOW, touch=False)  # NOTE: warm-up (allocations)
+    # NOTE: the modes alternate at each level, so a change of machine load (shared CPUs) hits both alike.
+    for level in clients:
+        for mode, shard in shards.items():
             note(f"{mode}: {level} clients", None)
             row = _load(shard, queries, level, seconds, k)
             out.append({"timestamp": stamp, "mode": mode, "rows": rows, "dim": dim, "k": k,
                         "torch_threads": torch.get_num_threads(), "host": platform.node(), **row})
+    for shard in shards.values():
         shard.close()
     return out
