@@ -115,7 +115,7 @@ def step_shard(cpu: bool, out: Path) -> int:
     from memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard, ShardConfig
 
     device = "cpu" if cpu else "cuda"
-    n, dim, nq, k = (3_000, 384, 16, 10) if cpu else (50_000, 384, 64, 20)
+    n, dim, nq, k = (1_500, 384, 16, 10) if cpu else (50_000, 384, 64, 20)
     rng = np.random.default_rng(7)
     now = 1.7e9
     centres = rng.standard_normal((64, dim)).astype(np.float32)

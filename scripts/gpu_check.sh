@@ -81,7 +81,7 @@ FLAGS=()
 [ "$MODE" = cpu ] && FLAGS=(--cpu)
 FAILED=()
 # name, seconds: the limits add up to 7.5 minutes (compiles and data generation included).
-for step in imports:30 pytest:150 kernels:90 memory:150 shard:30; do
+for step in imports:30 pytest:135 kernels:90 memory:150 shard:45; do
   name=${step%%:*} limit=${step##*:}
   echo "== $name (limit ${limit}s) $(date -u +%T)"
   start=$SECONDS
