@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError, model_validator
 from deployments.engines import EngineConfig
 from deployments.options import DeploymentOptions
 from kernels import StrictModel
-from memory_shards.config import ShardCallConfig
+from memory_shards.config import ShardCallConfig, ShardPlacement
 from serve.agent import AgentConfig
 from serve.api.auth import READ_ONLY_SCOPES
 from serve.pipeline import PipelineSettings
@@ -213,6 +213,11 @@ class MemoryConfig(StrictModel):
     top_k: int = Field(default=16, ge=1, le=1000, description="Memories recalled per chat turn (CoT 3.0: 15-20).")
     threshold: float = Field(default=0.35, ge=-1, le=1, description="Cosine threshold for recall.")
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions, description="Resources per shard.")
+    placement: ShardPlacement = Field(
+        default_factory=ShardPlacement,
+        description="Every shard's scan device (cpu | cuda: columns on the GPU, Triton kernel, faiss-gpu IVF when installed), "
+                    "vector storage dtype and kernel backend; cuda needs deployment.num_gpus > 0.",
+    )
     calls: ShardCallConfig = Field(
         default_factory=ShardCallConfig,
         description="Deadlines of the ingress's shard calls and the Retry-After given while a needed shard is down.",
@@ -347,6 +352,55 @@ class AppConfig(StrictModel):
                         f"{name}.num_gpus={opts.num_gpus} but ray.num_gpus=0: this profile would never be scheduled"
                     )
         return self
+
+    @model_validator(mode="after")
+    def _gpu_placement(self) -> AppConfig:
+        # NOTE: Ray sets CUDA_VISIBLE_DEVICES to the GPUs a replica asked for: a replica asking for
+        # none sees no GPU, and `device: cuda` fails at start. So every CUDA placement asks for GPUs.
+        opts = self.deployment_options()
+        cuda: list[tuple[str, str]] = [
+            (f"{where}.deployment.num_gpus", name)
+            for where, name, emb in self._embedders() if emb.device == "cuda"
+        ]
+        if self.memory.placement.device.startswith("cuda"):
+            cuda += [("memory.deployment.num_gpus", n) for n in self.memory.generations(self.embedder)[0].shard_names(self.memory.num_shards)]
+        for field, name in cuda:
+            if opts[name].num_gpus <= 0:
+                raise ValueError(f"{field}: {name} is placed on CUDA but asks for no GPU (Ray would hide every GPU from it)")
+        for name, o in opts.items():
+            if o.num_gpus > 1 and o.num_gpus != int(o.num_gpus):
+                raise ValueError(f"{name}.num_gpus: {o.num_gpus} is neither a fraction of one GPU nor a whole number of GPUs")
+        for role in ROLES:
+            eng, dep = getattr(self, role).engine, getattr(self, role).deployment
+            tp = getattr(eng, "tensor_parallel_size", 1)
+            if tp > 1 and dep.num_gpus < tp:
+                raise ValueError(f"{role}.deployment.num_gpus: {dep.num_gpus:g} GPUs per replica cannot hold "
+                                 f"tensor_parallel_size={tp} (one GPU per shard of the model)")
+        if self.ray.address is None and self.ray.num_gpus > 0:
+            # NOTE: the embedded Ray has exactly ray.num_gpus; replicas that do not fit stay pending and
+            # serve.run never returns. Counted at the starting replica count (autoscaling: min_replicas).
+            demand = {n: o.num_gpus * (o.autoscaling.min_replicas if o.autoscaling else o.num_replicas)
+                      for n, o in opts.items() if o.num_gpus > 0}
+            total = sum(demand.values())
+            if total > self.ray.num_gpus + 1e-9:
+                raise ValueError(f"ray.num_gpus: the deployments ask for {total:g} GPUs at start but the embedded Ray has "
+                                 f"{self.ray.num_gpus} ({', '.join(f'{n} {g:g}' for n, g in demand.items())})")
+            if self.ray.num_gpus == 1:
+                # One GPU: every vLLM engine pre-allocates its gpu_memory_utilization share of the same card.
+                share = {r: getattr(self, r).engine.gpu_memory_utilization for r in ROLES
+                         if getattr(getattr(self, r).engine, "kind", "") == "vllm" and getattr(self, r).deployment.num_gpus > 0}
+                if sum(share.values()) > 1.0 + 1e-9:
+                    raise ValueError(f"gpu_memory_utilization: the vLLM engines sharing the one GPU take {sum(share.values()):g} "
+                                     f"of its memory ({', '.join(f'{r} {v:g}' for r, v in share.items())}); the sum must be <= 1")
+        return self
+
+    def _embedders(self) -> list[tuple[str, str, EmbedderConfig]]:
+        """(config path, deployment name, config) of every embedder deployment."""
+        out = [("embedder", "embedder", self.embedder)]
+        for i, gen in enumerate(self.memory.generations(self.embedder)):
+            if gen.own_embedder:
+                out.append(("memory.embedder" if i == 0 else "memory.migration.embedder", gen.embedder_deployment, gen.embedder))
+        return out
 
     @model_validator(mode="after")
     def _one_state_writer(self) -> AppConfig:

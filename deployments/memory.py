@@ -20,7 +20,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,8 @@ _FAILURES = (RayError, RayServeException, BackPressureError)
 # NOTE: a restarted replica may start while the dying one still holds the data folder's lock
 # (flock is released when its process exits); wait this long before failing the replica.
 _LOCK_WAIT_S = 30.0
+# NOTE: threads for one shard replica's calls, so up to 64 concurrent searches can share one scan.
+_CALL_THREADS = 64
 
 
 class EmbedderDeployment(PlacementInfo):
@@ -108,10 +112,13 @@ class MemoryShardDeployment(PlacementInfo):
         data_dir: absolute root folder of the shards.
         model_id: embedding model id of every vector.
         dim: vector dimension.
+        placement: :class:`memory_shards.config.ShardPlacement` fields (device, vector dtype, kernel backend).
     """
 
-    def __init__(self, index: int, data_dir: str, model_id: str = MiniLMEmbedder.model_id, dim: int = MiniLMEmbedder.dim) -> None:
-        cfg = ShardConfig(shard_id=index, data_dir=str(Path(data_dir) / f"shard-{index}"), model_id=model_id, dim=dim)
+    def __init__(self, index: int, data_dir: str, model_id: str = MiniLMEmbedder.model_id, dim: int = MiniLMEmbedder.dim,
+                 placement: dict[str, Any] | None = None) -> None:
+        cfg = ShardConfig(shard_id=index, data_dir=str(Path(data_dir) / f"shard-{index}"), model_id=model_id, dim=dim,
+                          **(placement or {}))
         deadline = time.monotonic() + _LOCK_WAIT_S
         while True:
             try:
@@ -123,11 +130,15 @@ class MemoryShardDeployment(PlacementInfo):
                 time.sleep(0.5)
         self._shard = HybridShard(shard)
         self._page_ids = SortedIds()
+        # NOTE: the shard gathers the searches that wait while one scans (ShardConfig.gather_max_queries);
+        # asyncio's default pool (cpu_count + 4 threads) would cap a batch at a few queries, so shard
+        # calls get their own pool. Waiting threads only block on an event.
+        self._pool = ThreadPoolExecutor(max_workers=_CALL_THREADS, thread_name_prefix=f"shard-{index}")
 
     async def _run(self, fn, *args: Any) -> Any:
         # NOTE: shard calls hold the shard's own lock; a thread keeps the replica's loop free
         # for health checks while a long scan or an fsync runs.
-        return await asyncio.to_thread(fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args))
 
     async def upsert(self, items: Sequence[EmbeddedRecord]) -> list[str]:
         return await self._run(self._shard.upsert, list(items))
@@ -357,6 +368,7 @@ def bind_memory(config: AppConfig) -> tuple[Any, list[dict[str, Any]]]:
         for i in range(mem.num_shards):
             name = shard_deployment_name(i, gen.name)
             dep = serve.deployment(MemoryShardDeployment, name=name).options(**opts[name].to_ray_options())
-            shards.append(pin_version(dep, name, i, data_dir, model_id, dim).bind(i, data_dir, model_id, dim))
+            placement = mem.placement.model_dump(mode="json")
+            shards.append(pin_version(dep, name, i, data_dir, model_id, dim, placement).bind(i, data_dir, model_id, dim, placement))
         generations.append({"embedder": embedder(gen.embedder_deployment, gen.embedder), "shards": shards})
     return shared, generations

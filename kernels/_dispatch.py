@@ -9,7 +9,7 @@ import torch
 from kernels._params import ScoreParams, TopKResult
 from kernels.reference import reference_fused_topk
 
-__all__ = ["fused_topk", "triton_available"]
+__all__ = ["chosen_backend", "fused_topk", "triton_available"]
 
 Backend = Literal["auto", "torch", "triton"]
 
@@ -21,6 +21,22 @@ def triton_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def chosen_backend(vectors: torch.Tensor, backend: Backend = "auto") -> Literal["torch", "triton"]:
+    """The implementation :func:`fused_topk` runs for ``vectors`` on their device.
+
+    ``"auto"`` is Triton for CUDA tensors when triton imports, else torch; the others are kept.
+
+    Raises:
+        ValueError: an unknown backend name.
+    """
+    if backend not in ("auto", "torch", "triton"):
+        raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
+    if backend != "auto":
+        return backend
+    cuda = isinstance(vectors, torch.Tensor) and vectors.is_cuda
+    return "triton" if cuda and triton_available() else "torch"
 
 
 def fused_topk(
@@ -64,15 +80,7 @@ def fused_topk(
         >>> res = fused_topk(q, v, days, tenant, src, exp, qt, now=time.time(), k=15)
         >>> res.indices  # [Q, 15] rows into the block, -1 where fewer candidates
     """
-    if backend not in ("auto", "torch", "triton"):
-        raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
-    use_triton = backend == "triton" or (
-        backend == "auto"
-        and isinstance(vectors, torch.Tensor)
-        and vectors.is_cuda
-        and triton_available()
-    )
-    if use_triton:
+    if chosen_backend(vectors, backend) == "triton":
         # NOTE: imported lazily so the CPU path never needs triton installed.
         try:
             from kernels.fused_score import triton_fused_topk

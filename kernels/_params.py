@@ -12,7 +12,9 @@ from pydantic import Field
 
 from kernels._base import StrictModel
 
-__all__ = ["SHARED_TENANT", "ScoreParams", "TopKResult", "CheckedInputs", "check_inputs"]
+__all__ = [
+    "SHARED_TENANT", "STORAGE_DTYPES", "ScoreParams", "TopKResult", "CheckedInputs", "check_inputs",
+]
 
 #: Rows stored under tenant 0 are visible to every query (shared collections such as manuals).
 SHARED_TENANT: int = 0
@@ -20,6 +22,11 @@ SHARED_TENANT: int = 0
 # NOTE: row indices are packed into the low 32 bits of a sort key (see ``kernels._select``),
 # and Triton indexes rows with int32 offsets; one block of stored vectors stays below 2**31 rows.
 MAX_ROWS: int = 2**31 - 1
+
+#: dtypes the stored vectors may have. Half-precision storage halves the bytes a scan reads;
+#: every backend widens each element to float32 before multiplying and accumulates in float32,
+#: so the result is the float32 answer for the rounded vectors (the queries stay float32).
+STORAGE_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
 
 
 class ScoreParams(StrictModel):
@@ -85,11 +92,15 @@ class CheckedInputs(NamedTuple):
     valid: torch.Tensor
 
 
-def _check_tensor(name: str, x: object, dtype: torch.dtype, ndim: int) -> torch.Tensor:
+def _check_tensor(
+    name: str, x: object, dtype: torch.dtype | tuple[torch.dtype, ...], ndim: int
+) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != dtype:
-        raise ValueError(f"{name} must have dtype {dtype}, got {x.dtype}")
+    allowed = dtype if isinstance(dtype, tuple) else (dtype,)
+    if x.dtype not in allowed:
+        names = " or ".join(str(d) for d in allowed)
+        raise ValueError(f"{name} must have dtype {names}, got {x.dtype}")
     if x.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)}")
     return x
@@ -113,7 +124,7 @@ def check_inputs(
     Values are not inspected (that would force a device sync); non-finite scores are masked instead.
     """
     _check_tensor("queries", queries, torch.float32, 2)
-    _check_tensor("vectors", vectors, torch.float32, 2)
+    _check_tensor("vectors", vectors, STORAGE_DTYPES, 2)
     n = vectors.shape[0]
     if queries.shape[1] != vectors.shape[1]:
         raise ValueError(

@@ -36,11 +36,13 @@ PEAK_HBM_GBPS = {
 }
 # NOTE: metadata bytes per row read by the kernel: days f32 + tenant i64 + expires f64 + valid u8.
 _META_BYTES_PER_ROW = 4 + 8 + 8 + 1
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def scan_bytes(n: int, d: int, q: int) -> int:
-    """Bytes one fused pass must read: vectors, per-row metadata and the queries."""
-    return n * d * 4 + n * _META_BYTES_PER_ROW + q * d * 4
+def scan_bytes(n: int, d: int, q: int, vector_bytes: int = 4) -> int:
+    """Bytes one fused pass must read: vectors (``vector_bytes`` per element: 4 fp32, 2 fp16/bf16),
+    per-row metadata and the float32 queries."""
+    return n * d * vector_bytes + n * _META_BYTES_PER_ROW + q * d * 4
 
 
 def _peak_for(name: str) -> float | None:
@@ -94,7 +96,7 @@ def _measured_copy_gbps(x: torch.Tensor, repeats: int) -> float:
 
 def bench_kernels(
     n: int, d: int, q: int, k: int, repeats: int = 10, *, seed: int = 0,
-    params: ScoreParams | None = None, threads: int | None = None,
+    params: ScoreParams | None = None, threads: int | None = None, dtype: str = "float32",
 ) -> list[dict]:
     """Time every available backend on one random block; one dict per implementation.
 
@@ -103,6 +105,7 @@ def bench_kernels(
         repeats: timed runs after one warm-up (median and min reported).
         threads: torch CPU threads for the run (restored after). NOTE: on a shared 2-core
             machine 1 thread is ~10x faster than 2 under load (OpenMP barriers spin).
+        dtype: storage of the vectors (float32, float16, bfloat16); queries stay float32.
 
     Returns:
         Rows with ``impl``, ``device``, shape, ``ms_median``, ``ms_min``, ``gbps`` (scan bytes /
@@ -114,26 +117,30 @@ def bench_kernels(
     """
     if min(n, d, q, k, repeats) < 1:
         raise ValueError("n, d, q, k and repeats must all be >= 1")
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype: must be one of {sorted(_DTYPES)}, got {dtype!r}")
     params = params or ScoreParams()
     old_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return _bench(n, d, q, k, repeats, seed, params)
+        return _bench(n, d, q, k, repeats, seed, params, _DTYPES[dtype])
     finally:
         torch.set_num_threads(old_threads)
 
 
 def _bench(
-    n: int, d: int, q: int, k: int, repeats: int, seed: int, params: ScoreParams
+    n: int, d: int, q: int, k: int, repeats: int, seed: int, params: ScoreParams, dtype: torch.dtype
 ) -> list[dict]:
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     dev_name = torch.cuda.get_device_name() if cuda else "cpu"
     inputs = _make_inputs(n, d, q, device, seed)
-    nbytes = scan_bytes(n, d, q)
+    inputs["vectors"] = inputs["vectors"].to(dtype)
+    nbytes = scan_bytes(n, d, q, vector_bytes=inputs["vectors"].element_size())
     base = {
         "device": dev_name, "n": n, "d": d, "q": q, "k": k, "repeats": repeats,
+        "dtype": str(dtype).removeprefix("torch."),
         "bytes_scanned": nbytes, "torch_version": torch.__version__,
         "cpu_threads": torch.get_num_threads(),
         "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -40,7 +40,7 @@ from kernels._select import pack_keys, select_topk, time_factor, unpack_keys
 from kernels.reference import empty_result, finish_result, normalize_queries
 from kernels._base import StrictModel
 
-__all__ = ["triton_fused_topk", "BlockConfig"]
+__all__ = ["triton_fused_topk", "BlockConfig", "launch_programs", "MAX_GRID_X"]
 
 _DECAY_CODE = {"none": 0, "hyperbolic": 1, "exponential": 2}
 # NOTE: smallest int64 key; "no k-th answer" compares below every live block key.
@@ -50,13 +50,18 @@ _MIN_KEY = -(2**63)
 @triton.jit
 def _fused_score_topc(
     q_ptr, v_ptr, days_ptr, tenant_ptr, expires_ptr, valid_ptr, qtenant_ptr, now_ptr, out_ptr,
-    Q, N, D, stride_q, stride_v, stride_out,
+    Q, N, D, stride_q, stride_v, stride_out, q_blocks,
     threshold, decay_lambda, half_life, weight,
     DECAY: tl.constexpr, WEIGHTED: tl.constexpr, SHARED: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, C: tl.constexpr,
 ):
-    pid_q = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    # NOTE: one grid axis: program = row_block * q_blocks + query_block. CUDA caps grid axes 1
+    # and 2 at 65,535 blocks, which a second axis of row blocks passed at 65,536 * BLOCK_N rows
+    # (8.4M at 128); axis 0 goes to 2**31 - 1. Query blocks vary fastest, so programs running
+    # together read the same row block (L2 reuse when Q > BLOCK_Q).
+    pid = tl.program_id(0)
+    pid_q = pid % q_blocks
+    pid_n = pid // q_blocks
     offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -70,7 +75,9 @@ def _fused_score_topc(
         d = d0 + offs_d
         d_ok = d < D
         qt = tl.load(q_rows + d[None, :], mask=q_ok[:, None] & d_ok[None, :], other=0.0)
+        # NOTE: fp16/bf16 storage is widened here; products and sums stay fp32 (see STORAGE_DTYPES).
         vt = tl.load(v_rows + d[None, :], mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+        vt = vt.to(tl.float32)
         # NOTE: IEEE fp32 (not TF32): TF32's 10-bit mantissa would move cosines near the
         # threshold and reorder near-ties relative to the torch reference.
         acc = tl.dot(qt, tl.trans(vt), acc, input_precision="ieee")
@@ -162,6 +169,22 @@ def _default_config(device: torch.device, q: int) -> BlockConfig:
     return BlockConfig(block_q=16 if q <= 16 else 32, block_n=128, block_d=64, num_warps=4)
 
 
+#: CUDA's limit on grid axis 0 (axes 1 and 2 stop at 65,535).
+MAX_GRID_X = 2**31 - 1
+
+
+def launch_programs(q: int, n: int, cfg: BlockConfig) -> int:
+    """Programs of one launch: ``cdiv(Q, block_q) * cdiv(N, block_n)``, all on grid axis 0.
+
+    Raises:
+        ValueError: when that passes CUDA's axis-0 limit (not reachable below 2**31 rows).
+    """
+    programs = triton.cdiv(q, cfg.block_q) * triton.cdiv(n, cfg.block_n)
+    if programs > MAX_GRID_X:
+        raise ValueError(f"{programs} programs exceed the grid limit {MAX_GRID_X}; split the block")
+    return programs
+
+
 def _launch(
     qn: torch.Tensor,
     vectors: torch.Tensor,
@@ -181,10 +204,11 @@ def _launch(
     n = vectors.shape[0]
     n_blocks = triton.cdiv(n, cfg.block_n)
     out = torch.empty((q, n_blocks * c), dtype=torch.int64, device=vectors.device)
-    grid = (triton.cdiv(q, cfg.block_q), n_blocks)
+    q_blocks = triton.cdiv(q, cfg.block_q)
+    grid = (launch_programs(q, n, cfg),)
     _fused_score_topc[grid](
         qn, vectors, days, tenant, expires_at, valid_u8, query_tenant, now_t, out,
-        q, n, d, qn.stride(0), vectors.stride(0), out.stride(0),
+        q, n, d, qn.stride(0), vectors.stride(0), out.stride(0), q_blocks,
         float(params.threshold), float(params.decay_lambda), float(params.half_life_days),
         float(params.similarity_weight),
         DECAY=_DECAY_CODE[params.decay], WEIGHTED=params.combine == "weighted",
@@ -280,5 +304,5 @@ def triton_fused_topk(
     if stats is not None:
         stats.update(launches=launches, final_c=c)
     safe = out_r.clamp_min(0)
-    cos = torch.bmm(vectors_c[safe], qn.unsqueeze(2)).squeeze(2)
+    cos = torch.bmm(vectors_c[safe].float(), qn.unsqueeze(2)).squeeze(2)
     return finish_result(out_s, out_r, cos, time_factor(days, params)[safe])

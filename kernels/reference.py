@@ -82,7 +82,7 @@ def masked_scores(
     params: ScoreParams,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(cos [Qc, N], score [Qc, N])`` with ``-inf`` score wherever the row is not a candidate."""
-    cos = qn @ vectors.T
+    cos = qn @ vectors.float().T
     return cos, _dense_scores(cos, f, row_ok, tenant, query_tenant, params)
 
 
@@ -278,7 +278,9 @@ def reference_fused_topk(
     found = _Candidates(q, device)
     for lo in range(0, n, chunk):
         hi = min(n, lo + chunk)
-        cos = qn @ x.vectors[lo:hi].T
+        # NOTE: half-precision storage is widened per chunk (fp32 products and sums, as in the
+        # Triton kernel); a float32 block is used as is (``.float()`` returns it uncopied).
+        cos = qn @ x.vectors[lo:hi].float().T
         flat = _sparse_hits(cos, params.threshold, cos.numel() // _DENSE_SHARE)
         if flat is None:
             step = max(1, _DENSE_TILE_ELEMENTS // q)

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._device import DTYPES, KernelColumns
+
 __all__ = ["BenchData", "make_bench_data"]
 
 # NOTE: the constants below set the share of rows each mask removes; see the module docstring.
@@ -51,6 +53,11 @@ class BenchData:
     def n(self) -> int:
         """Rows."""
         return self.vectors.shape[0]
+
+    def columns(self, device: str = "cpu", dtype: str = "float32") -> KernelColumns:
+        """The rows as kernel columns on ``device`` (as a device-resident shard holds them)."""
+        return KernelColumns.from_numpy(self.vectors, self.tenant, self.source, self.last_access, self.expires,
+                                        self.valid, device=device, dtype=DTYPES[dtype])
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

@@ -20,6 +20,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from ._table import COLUMNS, RowTable
 from ._wal import fsync_dir
@@ -79,8 +80,13 @@ def write_snapshot(data_dir: Path, table: RowTable, seq: int, model_id: str) -> 
     return final
 
 
-def load_latest_snapshot(data_dir: Path, dim: int, model_id: str) -> tuple[RowTable, int]:
+def load_latest_snapshot(
+    data_dir: Path, dim: int, model_id: str, device: torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[RowTable, int]:
     """Load the newest complete snapshot -> (table, seq); an empty table and seq 0 when none.
+
+    ``device`` / ``dtype`` place the table's kernel columns (the files are the same for all).
 
     Raises:
         SnapshotError: the snapshot disagrees with the shard's dim or model, or with itself.
@@ -89,7 +95,7 @@ def load_latest_snapshot(data_dir: Path, dim: int, model_id: str) -> tuple[RowTa
         shutil.rmtree(tmp, ignore_errors=True)
     complete = sorted(p for p in data_dir.glob("snap-*") if (p / "meta.json").exists())
     if not complete:
-        return RowTable(dim), 0
+        return RowTable(dim, device=device, dtype=dtype), 0
     folder = complete[-1]
     meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
     if meta.get("format") != FORMAT:
@@ -101,7 +107,7 @@ def load_latest_snapshot(data_dir: Path, dim: int, model_id: str) -> tuple[RowTa
     vectors = np.load(folder / "vectors.npy", allow_pickle=False)
     if vectors.shape != (meta["rows"], dim) or vectors.dtype != np.float32:
         raise SnapshotError(f"{folder}: vectors.npy has shape {vectors.shape} {vectors.dtype}, meta says ({meta['rows']}, {dim}) float32")
-    table = RowTable(dim, capacity=max(meta["rows"], 1024))
+    table = RowTable(dim, capacity=max(meta["rows"], 1024), device=device, dtype=dtype)
     start = 0
     with (folder / "records.jsonl").open("r", encoding="utf-8") as fh:
         for line_no, line in enumerate(fh, 1):

@@ -3,7 +3,8 @@
 One record owns a contiguous run of rows (one per embedding text). Replacing or deleting a
 record marks its rows dead (``valid=False``); dead rows are dropped by :meth:`RowTable.compacted`
 (at snapshot time), so appends never move live rows between compactions and row indices stay
-stable for the IVF index.
+stable for the IVF index. The columns the kernel reads are mirrored on the shard's device by a
+:class:`memory_shards._device.DeviceColumns` (:meth:`RowTable.kernel_columns`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
+from ._device import DeviceColumns, KernelColumns
 from .records import MemoryRecord, kind_code
 
 __all__ = ["RowTable", "COLUMNS"]
@@ -41,8 +44,12 @@ class _Slot:
 class RowTable:
     """Rows and records of one shard (not thread-safe; the shard holds the lock)."""
 
-    def __init__(self, dim: int, capacity: int = 1024) -> None:
+    def __init__(
+        self, dim: int, capacity: int = 1024, device: torch.device | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         self.dim = dim
+        self.device_columns = DeviceColumns(device or torch.device("cpu"), dtype)
         self.n = 0
         self.live_rows = 0
         self.vectors = np.zeros((max(capacity, 1), dim), dtype=np.float32)
@@ -105,6 +112,7 @@ class RowTable:
         assert slot is not None
         self.slots[slot_index] = None
         self.cols["valid"][slot.start : slot.start + slot.count] = False
+        self.device_columns.update("valid", self.cols["valid"], slot.start, slot.start + slot.count)
         self.live_rows -= slot.count
         rec = slot.record
         key = (rec.tenant_key, rec.source_key)
@@ -129,6 +137,7 @@ class RowTable:
         # NOTE: the one in-place change of a frozen record: renewal is not a new version.
         object.__setattr__(slot.record, "last_access_at", float(at))
         self.cols["last_access"][slot.start : slot.start + slot.count] = at
+        self.device_columns.update("last_access", self.cols["last_access"], slot.start, slot.start + slot.count)
         return True
 
     # ---- reads --------------------------------------------------------------------------
@@ -156,9 +165,14 @@ class RowTable:
         """View of a column over the used rows."""
         return self.cols[name][: self.n]
 
+    def kernel_columns(self) -> KernelColumns:
+        """The kernel's columns over the used rows, on the table's device (synced first)."""
+        return self.device_columns.view(self.vectors, self.cols, self.n)
+
     def compacted(self) -> RowTable:
-        """A new table holding only live rows (row order kept)."""
-        out = RowTable(self.dim, capacity=max(self.live_rows, 1024))
+        """A new table holding only live rows (row order kept), on the same device."""
+        dc = self.device_columns
+        out = RowTable(self.dim, capacity=max(self.live_rows, 1024), device=dc.device, dtype=dc.dtype)
         for slot in self.slots:
             if slot is not None:
                 out.add(slot.record, self.vectors[slot.start : slot.start + slot.count])

@@ -11,11 +11,34 @@ from kernels import StrictModel
 
 from .records import MemoryKind, MemoryRecord, Scalar
 
-__all__ = ["ShardCallConfig", "ShardConfig", "SearchFilters", "SearchHit"]
+__all__ = ["ShardCallConfig", "ShardConfig", "ShardPlacement", "SearchFilters", "SearchHit"]
 
 
-class ShardConfig(StrictModel):
-    """One shard: its storage, its index policy and its durability knobs."""
+class ShardPlacement(StrictModel):
+    """How a shard's scan runs: the device of its kernel columns, their storage dtype, the kernel,
+    and how many concurrent searches one scan may answer.
+
+    The cluster config sets it once for every shard (``memory.placement``); a ``cuda`` shard needs
+    its deployment to ask for GPUs (``memory.deployment.num_gpus``), or Ray hides them.
+    """
+
+    backend: Literal["auto", "torch", "triton"] = Field(default="auto", description="Fused kernel backend (auto: Triton on CUDA, torch on the CPU).")
+    gather_max_queries: int = Field(
+        default=256, ge=0, le=4096,
+        description="Concurrent searches that arrive while one runs are answered by one scan of up to this many queries (0: every search scans alone).",
+    )
+    device: str = Field(
+        default="cpu", pattern=r"^(cpu|cuda(:[0-9]{1,2})?)$",
+        description="Where the kernel's columns live and the scan runs: cpu, cuda or cuda:N (the host keeps the WAL/snapshot copy).",
+    )
+    vector_dtype: Literal["float32", "float16", "bfloat16"] = Field(
+        default="float32",
+        description="Storage of the device copy of the vectors; half precision halves the bytes a scan reads (products and sums stay float32).",
+    )
+
+
+class ShardConfig(ShardPlacement):
+    """One shard: its placement, storage, index policy and durability knobs."""
 
     shard_id: int = Field(default=0, ge=0, le=4096, description="Index of this shard in the coordinator.")
     data_dir: str | None = Field(default=None, description="Folder for the WAL and snapshots; None keeps the shard in memory only.")
@@ -37,7 +60,6 @@ class ShardConfig(StrictModel):
     touch_every_seconds: float = Field(default=5.0, gt=0, description="... or when the oldest pending renewal is this old.")
     fsync: bool = Field(default=True, description="fsync the WAL before acknowledging a write batch (off only for benchmarks).")
     compact_dead_ratio: float = Field(default=0.25, gt=0, le=1, description="Compact rows at snapshot time when this share of rows is dead.")
-    backend: Literal["auto", "torch", "triton"] = Field(default="auto", description="Fused kernel backend.")
 
 
 class ShardCallConfig(StrictModel):

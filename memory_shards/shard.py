@@ -10,7 +10,10 @@ Search scores every visible row with ``kernels.fused_topk``::
     days(r)       = max(0, now - last_access[r]) / 86400
 
 then keeps the best row per source id and the top k. Up to ``exact_max_rows`` live rows the scan
-is exact; above, an IVF index proposes candidates and the same kernel re-scores them.
+is exact; above, an IVF index proposes candidates and the same kernel re-scores them. The index
+trains in a background thread (first build, and again when the live rows double); until it is
+ready the exact scan serves. The kernel's columns live on ``ShardConfig.device`` (CUDA: Triton
+kernel, faiss-gpu index when installed; CPU: torch reference, CPU FAISS).
 
 Durability: each acknowledged write batch is in the fsync'ed WAL before ``upsert``/``delete``
 return; snapshots bound replay time. Last-access renewals from searches are batched (every
@@ -32,12 +35,15 @@ from typing import Any
 
 import numpy as np
 
+from ._device import DTYPES, resolve_device
+from ._gather import SearchGatherer
 from ._ivf import IvfCandidates
 from ._scan import fused_scan
 from ._snapshot import load_latest_snapshot, write_snapshot
 from ._table import RowTable
 from ._wal import WriteAheadLog
 from kernels import ScoreParams
+from kernels._dispatch import chosen_backend
 
 from .config import SearchFilters, SearchHit, ShardConfig
 from .records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, kind_code, source_key, tenant_key
@@ -81,6 +87,9 @@ class MemoryShard:
         self.config = config
         self._lock = threading.RLock()
         self._ivf: IvfCandidates | None = None
+        self._ivf_thread: threading.Thread | None = None
+        self._ivf_error: BaseException | None = None
+        self._gather = SearchGatherer(self._search_now, config.gather_max_queries) if config.gather_max_queries else None
         self._pending_touch: dict[str, float] = {}
         self._pending_since = 0.0
         self._ops_since_snapshot = 0
@@ -88,8 +97,10 @@ class MemoryShard:
         self._wal: WriteAheadLog | None = None
         self._lock_fd: int | None = None
         self._seq = 0
+        self.device = resolve_device(config.device)
+        self._dtype = DTYPES[config.vector_dtype]
         if config.data_dir is None:
-            self._table = RowTable(config.dim)
+            self._table = RowTable(config.dim, device=self.device, dtype=self._dtype)
             return
         data_dir = Path(config.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -100,7 +111,9 @@ class MemoryShard:
             os.close(self._lock_fd)
             raise RuntimeError(f"data_dir: {data_dir} is already open by another shard process") from None
         try:
-            self._table, self._seq = load_latest_snapshot(data_dir, config.dim, config.model_id)
+            self._table, self._seq = load_latest_snapshot(
+                data_dir, config.dim, config.model_id, device=self.device, dtype=self._dtype
+            )
             self._wal = WriteAheadLog(data_dir, fsync=config.fsync)
             for entry in self._wal.replay(after_seq=self._seq):
                 self._apply_entry(entry)
@@ -130,7 +143,14 @@ class MemoryShard:
                 "rows": t.n,
                 "live_rows": t.live_rows,
                 "seq": self._seq,
-                "index": "ivf" if self._use_ivf(None) else "exact",
+                "index": "ivf" if self._use_ivf(None) and self._ivf is not None else "exact",
+                "ivf_state": self._ivf_state(),
+                "device": str(self.device),
+                "kernel": chosen_backend(t.kernel_columns().vectors, self.config.backend),
+                "vector_dtype": self.config.vector_dtype,
+                "device_bytes": t.device_columns.nbytes(),
+                "search_batches": 0 if self._gather is None else self._gather.batches,
+                "search_queries": 0 if self._gather is None else self._gather.queries,
                 "pending_touches": len(self._pending_touch),
                 "shared_rows": self.shared_rows(),
                 "wal_entries": self._ops_since_snapshot,
@@ -409,13 +429,31 @@ class MemoryShard:
         Returns:
             One list of :class:`SearchHit` per query, best first.
         """
+        given_now = now
         q, qt, now = self._check_query(queries, tenant, k, now)
         params = params or ScoreParams()
+        tenants = [tenant] * q.shape[0] if isinstance(tenant, str) else list(tenant)
+        if self._gather is None:
+            out = self._search_now(q, tenants, k, (params, filters, exact), now)
+        else:
+            # NOTE: concurrent callers share one scan (memory_shards._gather, which also says how
+            # `now` readings close together share a launch).
+            key = (params.model_dump_json(), None if filters is None else filters.model_dump_json(), exact)
+            out = self._gather.submit(q, tenants, k, key, (params, filters, exact), given_now)
+        if touch:
+            touched = [h.record.id for hits in out for h in hits]
+            if touched:
+                self.touch(touched, now)
+        return out
+
+    def _search_now(self, q: np.ndarray, tenants: list[str], k: int, group: tuple, now: float) -> list[list[SearchHit]]:
+        """One scan for stacked queries (one tenant each) sharing ``(params, filters, exact)`` at ``now``."""
+        params, filters, exact = group
+        qt = np.array([tenant_key(t) for t in tenants], dtype=np.int64)
         with self._lock:
             rows, res = self._search_rows(q, qt, k, params, filters, now, exact)
             out: list[list[SearchHit]] = []
-            touched: list[str] = []
-            scores, idx, sims, tfs = (res.scores.numpy(), res.indices.numpy(), res.similarity.numpy(), res.time_factor.numpy())
+            scores, idx, sims, tfs = (x.cpu().numpy() for x in (res.scores, res.indices, res.similarity, res.time_factor))
             for qi in range(q.shape[0]):
                 hits = []
                 for j in range(idx.shape[1]):
@@ -425,10 +463,7 @@ class MemoryShard:
                     rec, part = self._table.record_at_row(row)
                     hits.append(SearchHit(record=rec, score=float(scores[qi, j]), similarity=float(sims[qi, j]),
                                           time_factor=float(tfs[qi, j]), part_index=part, shard=self.shard_id))
-                    touched.append(rec.id)
                 out.append(hits)
-            if touch and touched:
-                self.touch(touched, now)
             return out
 
     # ---- internals ----------------------------------------------------------------------
@@ -482,10 +517,8 @@ class MemoryShard:
         n = t.n
         valid = self._filter_mask(filters, qt)
         rows = None
-        if self._use_ivf(exact) and n > 0:
-            if self._ivf is None or not self._ivf.ready:
-                self._ivf = IvfCandidates(t.dim, self.config.ivf_nlist, self.config.ivf_nprobe)
-                self._ivf.build(t.vectors[:n], t.col("valid"), self.config.ivf_train_sample)
+        ivf = self._trained_ivf() if self._use_ivf(exact) and n > 0 else None
+        if ivf is not None:
             self._ivf.add(t.vectors[:n], self._ivf.ntotal)
             live = valid & (t.col("expires") > now)
             tenant_col = t.col("tenant")
@@ -497,10 +530,61 @@ class MemoryShard:
                 parts.append(self._ivf.candidates(q[sel], visible, per_query))
             rows = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
         res = fused_scan(
-            q, qt, t.vectors[:n], t.col("tenant"), t.col("source"), t.col("last_access"), t.col("expires"),
-            valid, now, k, params, backend=self.config.backend, rows=rows,
+            q, qt, t.kernel_columns(), now, k, params, backend=self.config.backend, rows=rows,
+            valid=None if filters is None else valid,
         )
         return rows, res
+
+    # ---- IVF index, trained in the background -------------------------------------------
+    def wait_index(self, timeout: float | None = None) -> bool:
+        """Wait for a background IVF (re)training to finish; True when none is running.
+
+        Raises:
+            RuntimeError: the last training failed (the shard keeps serving exact scans).
+        """
+        thread = self._ivf_thread
+        if thread is not None:
+            thread.join(timeout)
+        if self._ivf_error is not None:
+            raise RuntimeError(f"IVF training failed: {self._ivf_error}") from self._ivf_error
+        return self._ivf_thread is None or not self._ivf_thread.is_alive()
+
+    def _ivf_state(self) -> str:
+        if self._ivf_thread is not None and self._ivf_thread.is_alive():
+            return "training"
+        return "ready" if self._ivf is not None else "none"
+
+    def _trained_ivf(self) -> IvfCandidates | None:
+        """The trained index, or None while the first one trains (the caller scans exactly).
+
+        Starts a background training when there is no index, or when the live rows have doubled
+        since the centroids were trained (lists grow unbalanced; the old index serves meanwhile).
+        """
+        t = self._table
+        stale = self._ivf is not None and t.live_rows >= 2 * max(self._ivf.trained_rows, 1)
+        idle = self._ivf_thread is None or not self._ivf_thread.is_alive()
+        if (self._ivf is None or stale) and idle and self._ivf_error is None:
+            # NOTE: copies, taken under the shard lock: writes go on while the index trains.
+            vectors, live = t.vectors[: t.n].copy(), t.col("valid").copy()
+            cfg = self.config
+            gpu = (self.device.index or 0) if self.device.type == "cuda" else None
+            fresh = IvfCandidates(t.dim, cfg.ivf_nlist, cfg.ivf_nprobe, gpu_device=gpu)
+            self._ivf_thread = threading.Thread(
+                target=self._train_ivf, args=(fresh, t, vectors, live), name=f"ivf-train-{self.shard_id}", daemon=True
+            )
+            self._ivf_thread.start()
+        return self._ivf
+
+    def _train_ivf(self, fresh: IvfCandidates, table: RowTable, vectors: np.ndarray, live: np.ndarray) -> None:
+        try:
+            fresh.build(vectors, live, self.config.ivf_train_sample)
+        except BaseException as exc:  # noqa: BLE001 - reported by wait_index / stats, exact scans go on
+            self._ivf_error = exc
+            return
+        with self._lock:
+            # NOTE: a compaction since the copy renumbered the rows: drop this index, retrain later.
+            if self._table is table:
+                self._ivf = fresh
 
     def _log(self, entries: list[dict[str, Any]]) -> None:
         if self._wal is not None:

@@ -53,7 +53,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--k", type=int, default=20, help="results per query (default: 20)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per method; median reported (default: 3)")
     p.add_argument("--seed", type=int, default=0, help="data seed (default: 0)")
-    p.add_argument("--backend", choices=["torch", "triton", "auto"], default="auto", help="fused kernel backend")
+    p.add_argument("--backend", choices=["torch", "triton", "auto"], default="auto",
+                   help="fused kernel backend (triton: compiled, CUDA only; auto: triton on CUDA, else torch)")
+    p.add_argument("--device", default=None, choices=["cpu", "cuda"],
+                   help="where the fused path's columns live (default: cuda for auto/triton when present, else cpu)")
+    p.add_argument("--vector-dtype", default="float32", choices=["float32", "float16", "bfloat16"],
+                   help="storage of the fused path's vectors (products and sums stay float32)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads of torch and FAISS (default: torch's); 1 is steadier on a loaded shared machine")
+    p.add_argument("--target-recall", type=float, default=0.99,
+                   help="recall the calibrated baselines are oversampled to (default: 0.99)")
     p.add_argument("--out", default=None, help="JSON output (default: bench-results/memory-<timestamp>.json)")
     p.set_defaults(func=run)
 
@@ -74,14 +83,34 @@ def run(args: argparse.Namespace) -> int:
     from memory_shards.bench import run_memory_bench
 
     console = Console()
-    rows = with_progress(console, lambda progress: run_memory_bench(sizes, args.dim, args.queries, args.k, args.repeats,
-                                                                     args.seed, args.backend, progress))
+    if not 0.0 < args.target_recall <= 1.0:
+        raise UserError(f"--target-recall: must be in (0, 1], got {args.target_recall}")
+    try:
+        rows = with_progress(console, lambda progress: run_memory_bench(
+            sizes, args.dim, args.queries, args.k, args.repeats, args.seed, args.backend, progress,
+            device=args.device, vector_dtype=args.vector_dtype, target_recall=args.target_recall,
+            threads=args.threads))
+    except ValueError as exc:
+        # NOTE: e.g. --backend triton or --device cuda on a machine without CUDA: a message, not a traceback.
+        raise UserError(f"--{exc}") from None
     table = Table(title=f"memory retrieval: {args.queries} queries x top-{args.k}, dim {args.dim}")
-    for col in ("rows", "method", "ms / batch (median)", "vs naive", "ms (min)", "vs naive (min)", "recall", "results/query"):
-        table.add_column(col, justify="right" if col not in ("method",) else "left")
+    for col in ("rows", "method", "device", "ms / batch (median)", "vs baseline", "ms (min)", "recall", "oversample",
+                "results/query", "GB/s (share of peak)"):
+        table.add_column(col, justify="right" if col not in ("method", "device") else "left")
     for r in rows:
-        table.add_row(f"{r['size']:,}", r["method"], f"{r['ms_per_batch']:.1f}", f"{r['speedup_vs_naive']:.2f}x",
-                      f"{r['ms_min']:.1f}", f"{r['speedup_vs_naive_min']:.2f}x", f"{r['recall']:.4f}", f"{r['mean_results']:.1f} / {r['mean_truth_results']:.1f}")
+        bw = f"{r['gbps']:.0f} ({r['fraction_of_peak'] or 0:.0%})" if "gbps" in r else ""
+        table.add_row(f"{r['size']:,}", r["method"], r["device"], f"{r['ms_per_batch']:.1f}",
+                      f"{r['speedup_vs_naive']:.2f}x vs {r['baseline']}", f"{r['ms_min']:.1f}", f"{r['recall']:.4f}",
+                      str(r.get("oversample", "")), f"{r['mean_results']:.1f} / {r['mean_truth_results']:.1f}", bw)
+    for r in rows:
+        if "speedup_vs_best_baseline" in r:
+            console.print(f"{r['size']:,} rows: fused {r['speedup_vs_best_baseline']:.2f}x the fastest baseline with "
+                          f"recall >= {args.target_recall} ({r['best_baseline']})")
+    return print_and_write(console, table, rows, out)
+
+
+def print_and_write(console: Any, table: Any, rows: list[dict[str, Any]], out: Path) -> int:
+    """Print a bench's table, write its JSON rows to ``out``; the command's exit status (0)."""
     console.print(table)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=1), encoding="utf-8")

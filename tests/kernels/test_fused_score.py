@@ -181,3 +181,54 @@ def test_backend_triton_through_the_public_api() -> None:
 def test_block_config_validation(kwargs: dict, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         BlockConfig(**kwargs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_storage_is_the_fp32_answer_for_the_rounded_vectors(dtype: torch.dtype) -> None:
+    # fp32 accumulation: a half-stored block must give what float32 gives for the same
+    # (rounded) vectors, in both backends, not merely something close to it.
+    block = make_block(seed=21, n=400, d=72, q=5)
+    half = dict(block, vectors=block["vectors"].to(dtype))
+    rounded = dict(block, vectors=half["vectors"].float())
+    want = reference_fused_topk(**rounded, k=9)
+    for got in (reference_fused_topk(**half, k=9), triton_fused_topk(**half, k=9, config=SMALL)):
+        assert_topk_equal(got.scores, got.indices, want.scores, want.indices, atol=ATOL, rtol=RTOL)
+        assert_close(got.similarity, want.similarity, atol=ATOL, rtol=RTOL, name="similarity")
+
+
+def test_many_row_blocks_on_one_grid_axis() -> None:
+    # 2 query blocks x 94 row blocks of 16 rows: every (query block, row block) pair decoded from
+    # the single program id must land on its own tile.
+    cfg = BlockConfig(block_q=16, block_n=16, block_d=16)
+    _compare(make_block(seed=8, n=1500, d=20, q=20), 6, ScoreParams(), cfg)
+
+
+def test_grid_has_no_65535_row_block_limit() -> None:
+    from kernels.fused_score import MAX_GRID_X, launch_programs
+
+    cfg = BlockConfig(block_q=16, block_n=128)
+    # 10M rows: 78,125 row blocks, more than CUDA allows on grid axis 1 or 2 (65,535).
+    assert launch_programs(64, 10_000_000, cfg) == 4 * 78_125
+    with pytest.raises(ValueError, match="grid limit"):
+        launch_programs(2**20, 2**31 - 1, BlockConfig(block_q=16, block_n=16))
+    assert MAX_GRID_X == 2**31 - 1
+
+
+def test_backend_triton_on_cpu_tensors_without_the_interpreter_is_a_clear_error() -> None:
+    # The interpreter mode is fixed per process, so this runs in a fresh one without TRITON_INTERPRET.
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from tests.kernels._data import make_block\n"
+        "from kernels import fused_topk\n"
+        "try:\n"
+        "    fused_topk(**make_block(seed=1, n=40, d=16, q=2), k=3, backend='triton')\n"
+        "except ValueError as exc:\n"
+        "    print('ValueError:', exc)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert "ValueError: backend 'triton' needs CUDA tensors (got cpu)" in out.stdout, out.stderr[-2000:]

@@ -29,13 +29,42 @@ def test_cpu_local_is_default_and_asks_for_no_gpu() -> None:
     assert cfg.auth.resolve()["sk-local"] == "local"
 
 
-def test_gpu_profiles_place_models_on_gpus() -> None:
-    single = load_config("gpu-single")
+@pytest.mark.parametrize("profile", ["gpu-single", "gpu-single-24gb", "gpu-single-141gb"])
+def test_gpu_single_profiles_fit_one_gpu(profile: str) -> None:
+    single = load_config(profile)
     assert single.ray.num_gpus == 1
-    assert sum(getattr(single, r).deployment.num_gpus for r in ("router", "reasoner", "summariser")) <= 1.0
+    opts = single.deployment_options()
+    # Every CUDA user asks for a share (Ray hides the GPU otherwise), and the shares fit the one GPU.
+    assert single.embedder.device == "cuda" and opts["embedder"].num_gpus > 0
+    assert single.memory.placement.device == "cuda"
+    assert all(opts[f"memory_shard_{i}"].num_gpus > 0 for i in range(single.memory.num_shards))
+    assert sum(o.num_gpus * o.num_replicas for o in opts.values()) <= 1.0 + 1e-9
+    assert sum(getattr(single, r).engine.gpu_memory_utilization for r in ("router", "reasoner", "summariser")) <= 1.0
+
+
+def test_gpu_cluster_places_shards_on_gpu_workers() -> None:
     cluster = load_config("gpu-cluster")
     assert cluster.reasoner.deployment.num_gpus == cluster.reasoner.engine.tensor_parallel_size
     assert cluster.reasoner.deployment.autoscaling is not None
+    assert cluster.memory.placement.device == "cuda" and cluster.memory.deployment.num_gpus > 0
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d["embedder"]["deployment"].pop("num_gpus"), r"embedder\.deployment\.num_gpus: embedder is placed on CUDA"),
+        (lambda d: d["memory"]["deployment"].pop("num_gpus"), r"memory\.deployment\.num_gpus: memory_shard_0 is placed on CUDA"),
+        (lambda d: d["router"]["deployment"].update(num_gpus=0.3), r"ray\.num_gpus: the deployments ask for 1\.15 GPUs"),
+        (lambda d: d["router"]["engine"].update(gpu_memory_utilization=0.4), r"gpu_memory_utilization: .* take 1\.05"),
+        (lambda d: d["reasoner"]["engine"].update(tensor_parallel_size=2), r"reasoner\.deployment\.num_gpus: 0\.55 GPUs .* tensor_parallel_size=2"),
+        (lambda d: d["reasoner"]["deployment"].update(num_gpus=1.5), r"reasoner\.num_gpus: 1\.5 is neither"),
+    ],
+)
+def test_gpu_placement_errors_name_the_field(tmp_path: Path, edit, message: str) -> None:
+    data = yaml.safe_load(Path("deployments/configs/gpu-single.yaml").read_text())
+    edit(data)
+    with pytest.raises(ConfigError, match=message):
+        load_config(path=_write(tmp_path, data))
 
 
 def _write(tmp_path: Path, data: dict) -> Path:

@@ -21,7 +21,7 @@ def test_scan_equals_reference_on_all_rows_and_on_a_subset() -> None:
     d = make_bench_data(5000, dim=24, n_queries=9, seed=2)
     d.valid[::7] = False
     p = ScoreParams(threshold=0.3, decay="exponential")
-    args = (d.queries, d.query_tenant, d.vectors, d.tenant, d.source, d.last_access, d.expires, d.valid, d.now, 12, p)
+    args = (d.queries, d.query_tenant, d.columns(), d.now, 12, p)
     got = fused_scan(*args, backend="torch")
     want = _reference(d, np.arange(d.n), 12, p)
     np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())

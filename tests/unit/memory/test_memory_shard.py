@@ -162,7 +162,16 @@ def test_ivf_candidates_match_exact_when_probing_all_lists(rng) -> None:
     ivf = _shard(exact_max_rows=100, ivf_nlist=8, ivf_nprobe=8, ivf_candidates=64)
     exact.upsert(items)
     ivf.upsert(items)
+    # The first search starts the training in the background and is answered by the exact scan.
+    assert ivf.stats()["ivf_state"] == "none"
+    q = unit(rng, 6)
+    p = ScoreParams(decay="none", threshold=0.2)
+    first = ivf.search(q, "a", k=10, params=p, now=NOW, touch=False)
+    assert ivf.wait_index(60) and ivf.stats()["ivf_state"] == "ready"
     assert ivf.stats()["index"] == "ivf"
+    assert [[h.record.id for h in hs] for hs in first] == [
+        [h.record.id for h in hs] for hs in exact.search(q, "a", k=10, params=p, now=NOW, touch=False)
+    ]
     q = unit(rng, 6)
     # NOTE: candidates are the nearest rows by cosine; without decay the top-10 of 64 probed-all
     # candidates is exact. With decay a recent low-cosine row can rank beyond the candidates.
@@ -172,6 +181,8 @@ def test_ivf_candidates_match_exact_when_probing_all_lists(rng) -> None:
     assert [[h.record.id for h in hs] for hs in got] == [[h.record.id for h in hs] for hs in want]
     wide = _shard(exact_max_rows=100, ivf_nlist=8, ivf_nprobe=8, ivf_candidates=2000)
     wide.upsert(items)
+    wide.search(q, "a", k=1, touch=False)
+    assert wide.wait_index(60)
     p = ScoreParams(threshold=0.2)
     want = exact.search(q, "a", k=10, params=p, now=NOW, touch=False)
     got = wide.search(q, "a", k=10, params=p, now=NOW, touch=False)

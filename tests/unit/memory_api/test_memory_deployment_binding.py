@@ -12,7 +12,8 @@ from deployments.memory import bind_memory
 
 def test_bind_memory_uses_config_options_and_absolute_folders() -> None:
     cfg = load_config("cpu-local", overrides={
-        "memory": {"num_shards": 3, "data_dir": "rel/mem", "deployment": {"num_cpus": 0.2}},
+        "memory": {"num_shards": 3, "data_dir": "rel/mem", "deployment": {"num_cpus": 0.2},
+                   "placement": {"vector_dtype": "float16"}},
         "embedder": {"max_batch_size": 8, "deployment": {"num_cpus": 0.3, "num_replicas": 2}},
     })
     embedder, generations = bind_memory(cfg)
@@ -25,9 +26,11 @@ def test_bind_memory_uses_config_options_and_absolute_folders() -> None:
     for i, s in enumerate(shards):
         dep = s._bound_deployment
         assert dep.ray_actor_options["num_cpus"] == 0.2
-        index, data_dir, model_id, dim = dep.init_args
+        index, data_dir, model_id, dim, placement = dep.init_args
         assert index == i and Path(data_dir).is_absolute() and data_dir.endswith("rel/mem")
         assert (model_id, dim) == ("sentence-transformers/all-MiniLM-L6-v2", 384)
+        # The shard's placement reaches its ShardConfig (device, storage dtype, kernel backend).
+        assert placement == {"backend": "auto", "gather_max_queries": 256, "device": "cpu", "vector_dtype": "float16"}
 
 
 def test_a_migration_binds_a_second_generation_with_its_own_embedder(tmp_path: Path) -> None:
@@ -40,7 +43,7 @@ def test_a_migration_binds_a_second_generation_with_its_own_embedder(tmp_path: P
     assert target["embedder"]._bound_deployment.name == "embedder_v2"
     assert target["embedder"]._bound_deployment.init_args[0]["model"] == "all-MiniLM-L6-v2-int8"
     assert [s._bound_deployment.name for s in target["shards"]] == ["memory_shard_v2_0", "memory_shard_v2_1"]
-    _, data_dir, model_id, _ = target["shards"][1]._bound_deployment.init_args
+    _, data_dir, model_id, _, _ = target["shards"][1]._bound_deployment.init_args
     assert data_dir == str(tmp_path / "v2") and model_id.endswith("-int8-dynamic")
     # NOTE: the finished migration as the only generation keeps the same deployment names and args,
     # so Ray Serve keeps those replicas running when the config switches over.

@@ -1,0 +1,117 @@
+"""Concurrent searches of one shard share one scan and get the answers they would get alone."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from memory_shards import MemoryShard, ScoreParams, ShardConfig
+from memory_shards._gather import SearchGatherer
+
+from .conftest import DIM, MODEL, NOW, make_items, unit
+
+
+def _blocked_gatherer(n_waiting: int):
+    """A gatherer whose first batch waits until ``n_waiting`` more calls are queued."""
+    calls: list[tuple[int, int, float]] = []
+    release = threading.Event()
+
+    def run(q, tenants, k, group, now):
+        calls.append((q.shape[0], k, now))
+        if len(calls) == 1:
+            assert release.wait(10)
+        return [[(t, i) for i in range(k)] for t in tenants]
+
+    g = SearchGatherer(run, max_queries=64)
+
+    def watch() -> None:
+        while len(g._pending) < n_waiting:
+            time.sleep(0.001)
+        release.set()
+
+    return g, calls, watch
+
+
+def test_calls_queued_behind_a_running_batch_share_one_run() -> None:
+    g, calls, watch = _blocked_gatherer(n_waiting=10)
+    q = np.zeros((1, 4), np.float32)
+    with ThreadPoolExecutor(12) as pool:
+        first = pool.submit(g.submit, q, ["t0"], 2, "p", None, 5.0)
+        while not calls:
+            time.sleep(0.001)
+        rest = [pool.submit(g.submit, q, [f"t{i}"], 1 + i % 3, "p", None, 5.0) for i in range(1, 11)]
+        watch()
+        answers = [f.result(10) for f in [first, *rest]]
+    assert calls == [(1, 2, 5.0), (10, 3, 5.0)]  # one run for the 10 queued calls, at their largest k
+    for i, ans in enumerate(answers):
+        assert ans == [[(f"t{i}", j) for j in range(2 if i == 0 else 1 + i % 3)]]
+    assert (g.batches, g.queries) == (2, 11)
+
+
+def test_groups_split_by_key_and_by_clock_and_errors_reach_their_callers() -> None:
+    g, calls, watch = _blocked_gatherer(n_waiting=4)
+    q = np.zeros((1, 4), np.float32)
+
+    def boom(q, tenants, k, group, now):
+        if group == "bad":
+            raise ValueError("bad group")
+        return g_run(q, tenants, k, group, now)
+
+    g_run, g._run = g._run, boom
+    with ThreadPoolExecutor(6) as pool:
+        first = pool.submit(g.submit, q, ["a"], 1, "p", None, 100.0)
+        while not calls:
+            time.sleep(0.001)
+        near = [pool.submit(g.submit, q, ["b"], 1, "p", None, t) for t in (100.2, 100.9)]
+        far = pool.submit(g.submit, q, ["c"], 1, "p", None, 500.0)
+        bad = pool.submit(g.submit, q, ["d"], 1, "bad", "bad", 100.0)
+        watch()
+        for f in [first, *near, far]:
+            f.result(10)
+        with pytest.raises(ValueError, match="bad group"):
+            bad.result(10)
+    # 100.2 and 100.9 share a run at the later clock; 500 runs alone.
+    assert sorted(calls[1:]) == [(1, 1, 500.0), (2, 1, 100.9)]
+
+
+def test_concurrent_shard_searches_equal_separate_ones(rng) -> None:
+    items = make_items(rng, 2000, ["a", "b", "shared"])
+    shard = MemoryShard(ShardConfig(model_id=MODEL, dim=DIM))
+    alone = MemoryShard(ShardConfig(model_id=MODEL, dim=DIM, gather_max_queries=0))
+    for s in (shard, alone):
+        s.upsert(items)
+    queries = unit(rng, 48)
+    p = ScoreParams(threshold=0.2)
+    jobs = [(queries[i], ("a", "b")[i % 2], 3 + i % 7) for i in range(48)]
+
+    def ask(job):
+        q, tenant, k = job
+        return [h.record.id for h in shard.search(q, tenant, k=k, params=p, now=NOW, touch=False)[0]]
+
+    with ThreadPoolExecutor(16) as pool:
+        got = list(pool.map(ask, jobs))
+    want = [[h.record.id for h in alone.search(q, t, k=k, params=p, now=NOW, touch=False)[0]] for q, t, k in jobs]
+    assert got == want
+    st = shard.stats()
+    assert st["search_queries"] == 48 and 1 <= st["search_batches"] <= 48
+    assert alone.stats()["search_batches"] == 0
+
+
+def test_gather_bench_cli_writes_rows(tmp_path, capsys) -> None:
+    import json
+
+    from deployments.cli import main
+
+    out = tmp_path / "g.json"
+    assert main(["bench", "gather", "--rows", "2k", "--dim", "16", "--clients", "1,4", "--seconds", "0.5",
+                 "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [(r["mode"], r["clients"]) for r in rows] == [("alone", 1), ("gathered", 1), ("alone", 4), ("gathered", 4)]
+    assert all(r["answers"] > 0 and r["p95_ms"] >= r["p50_ms"] > 0 for r in rows)
+    assert rows[0]["queries_per_scan"] == rows[2]["queries_per_scan"] == 1.0
+    assert main(["bench", "gather", "--clients", "0"]) == 2
+    assert "--clients" in capsys.readouterr().err
