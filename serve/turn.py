@@ -86,6 +86,8 @@ class Turn:
         session: the server-side session (None without ``metadata.session_id``).
         pending: the request's new messages, appended to the session after the answer.
         meta: response metadata collected on the way (``recallserve`` field of the response).
+        timings_ms: durations of the turn's steps (images, recall), milliseconds.
+        started: ``time.perf_counter()`` when the turn was built (the trace's total time).
     """
 
     question: str
@@ -101,6 +103,7 @@ class Turn:
     pending: list[MessageIn] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     timings_ms: dict[str, float] = field(default_factory=dict)
+    started: float = field(default_factory=time.perf_counter)
 
     @property
     def asked(self) -> str:
