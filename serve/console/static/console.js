@@ -19,7 +19,7 @@ function el(tag, attrs, ...children) {
     else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
     else node.setAttribute(name, value === true ? "" : value);
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -121,7 +121,7 @@ function signOut(clear = true) {
   $("#signin-panel").hidden = false;
   if (clear) clearError();
 }
-function stopTimer() { if (state.timer) { clearInterval(state.timer); state.timer = null; } }
+function stopTimer() { if (state.timer) { clearInterval(state.timer); clearTimeout(state.timer); state.timer = null; } }
 
 // ---- pages ---------------------------------------------------------------------------------
 const PAGES = { memories: memoriesPage, sessions: sessionsPage, turns: turnsPage, review: reviewPage, health: healthPage };
@@ -150,7 +150,7 @@ async function memoriesPage(root) {
     el("label", {}, "Topic prefix", el("input", { name: "topic", size: 14 })),
     el("label", {}, "Created after", el("input", { name: "after", type: "date" })),
     el("label", {}, "Created before", el("input", { name: "before", type: "date" })),
-    el("label", {}, "Kinds", el("span", {}, kinds)),
+    el("label", {}, "Kinds", el("span", { class: "checks" }, kinds)),
     el("label", {}, "Hybrid (BM25)", el("input", { name: "hybrid", type: "checkbox", checked: true })),
     el("button", { type: "submit" }, "Search"));
   form.addEventListener("submit", (ev) => { ev.preventDefault(); guarded(() => searchMemories(form, results, detail)); });
@@ -368,9 +368,9 @@ async function reviewPage(root) {
 async function openExperience(view, detail, listBox) {
   const r = view.record;
   const form = el("form", { class: "bar", id: "label-form" },
-    el("label", {}, "Verdict", el("span", {},
-      el("label", {}, el("input", { type: "radio", name: "label", value: "correct", required: true }), "correct"),
-      el("label", {}, el("input", { type: "radio", name: "label", value: "wrong" }), "wrong"))),
+    el("label", {}, "Verdict", el("span", { class: "checks" },
+      el("label", { class: "inline" }, el("input", { type: "radio", name: "label", value: "correct", required: true }), "correct"),
+      el("label", { class: "inline" }, el("input", { type: "radio", name: "label", value: "wrong" }), "wrong"))),
     el("label", {}, "Error tags (comma separated)", el("input", { name: "tags", size: 20 })),
     el("label", {}, "Note", el("textarea", { name: "note", rows: 2, cols: 40, maxlength: 2000 })),
     el("button", { type: "submit" }, "Save label"));
@@ -426,8 +426,13 @@ async function healthPage(root) {
       card("Verification pass rate", pct(h.verification_pass_rate), `${h.verification_items} items run`));
     status.textContent = `Server ${z.status}, profile ${z.profile || "—"}, models ${z.models.join(", ")}; updated ${new Date().toLocaleTimeString()}.`;
   };
+  state.lastHealth = null;
   await refresh();
-  state.timer = setInterval(() => guarded(refresh), 5000);
+  // NOTE: a rate needs two readings: the second comes after 1 s, then every 5 s.
+  state.timer = setTimeout(() => guarded(async () => {
+    await refresh();
+    state.timer = setInterval(() => guarded(refresh), 5000);
+  }), 1000);
 }
 
 // ---- start ---------------------------------------------------------------------------------
