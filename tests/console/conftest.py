@@ -140,7 +140,7 @@ def _seed(c: Console) -> Console:
     r = c.post("/v1/experiences", speed_record(answer="95 km/h", model="qwen2.5-7b"))
     assert r.status_code == 201 and r.json()["tier"] == "review", r.text
     c.experience_id = r.json()["record"]["metadata"]["id"]
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while c.get(f"/v1/turns/{c.turn_id}").status_code != 200:  # NOTE: traces are written off the request path
         assert time.monotonic() < deadline, "the turn's trace was not stored"
         time.sleep(0.05)

@@ -181,7 +181,7 @@ def _traced_turn(rig: Rig, tenant: str, session_id: str = "s1") -> str:
     r = _chat(rig, tenant, SECRET, session_id)
     assert r.status_code == 200, r.text
     turn_id = r.json()["recallserve"]["request_id"]
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while rig.client.get(f"/v1/turns/{turn_id}", headers=headers(tenant)).status_code != 200:
         assert time.monotonic() < deadline, "the turn's trace was not stored"
         time.sleep(0.05)
