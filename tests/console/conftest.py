@@ -1,10 +1,10 @@
 """The console's browser rig: the ingress app on a real HTTP server, headless Chromium driving it.
 
-The app is the edge rig's (``tests/unit/edge/conftest.py``: real memory service on two hybrid
-shards, experience service, session store, turn-trace store, the console's routes) plus the
-agent, so a turn has a route, steps and a tool call to show. The model is a scripted engine
-(it follows the agent's JSON protocol: route -> order_status -> final); everything else is real.
-uvicorn serves the app on 127.0.0.1 on a free port in a thread; one browser per module.
+The app is :func:`loadtests._console_app.build_console_app` (real memory service on two hybrid
+shards, experience service, session store, turn-trace store, agent with the demo tools, the
+console's routes); the model is a stand-in that follows the agent's JSON protocol (route ->
+order_status -> final), so a turn has a route, steps and a tool call to show. uvicorn serves the
+app on 127.0.0.1 on a free port in a thread; one browser per module.
 
 The browser is Debian's ``chromium`` (``apt-get install -y chromium``; the README's test command
 installs it), driven by playwright with ``executable_path``. Without it the tests skip, naming
@@ -14,71 +14,23 @@ tested there.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import socket
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
-from memory_shards import HashingEmbedder
-from memory_shards.retrieval import local_hybrid_coordinator
-from serve.agent import Agent, AgentConfig, default_registry
-from serve.api.app import create_app
-from serve.api.auth import Authenticator
-from serve.console import build_console_router
-from serve.context import ContextConfig, ContextManager, SessionStore
-from serve.context import build_router as build_session_router
-from serve.engine import ChatMessage, GenerationParams
-from serve.experience import ExperienceConfig, ExperienceService
-from serve.experience import build_router as build_experience_router
-from serve.memory_api import MemoryService, build_router
-from serve.pipeline import ChatPipeline, PipelineSettings
-from serve.traces import TraceRecorder, TraceStore
-from serve.traces import build_router as build_turn_router
-from tests.unit.agent.conftest import ScriptedEngine
+from loadtests._console_app import ANSWER, CHROMIUM_ARGS, build_console_app, chromium_path, serve_in_thread
 from tests.unit.experience._records import speed_record
 
 KEYS = {"sk-acme": "acme", "sk-globex": "globex"}
-CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage"]
 SECRET = "The Zephyr-9 printer jams when the thermal fuse trips; replace fuse F2 (ticket T-1042)."
 QUESTION = "Where is order 104208? Mail me at jane.doe@example.com"
 ORDER_NOTE = "Order 104208: the customer asked for delivery to the back door; courier DPD."
-ANSWER = "Order 104208 was delivered on 2024-03-02 (see [1])."
-
-
-def chromium_path() -> str | None:
-    """The system Chromium (``$RECALLSERVE_CHROMIUM`` overrides), or None."""
-    return os.environ.get("RECALLSERVE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-class AgentEngine(ScriptedEngine):
-    """Follows the agent's protocol: routes to order_status, calls it for order 104208, then answers."""
-
-    def __init__(self) -> None:
-        super().__init__([])
-
-    def _next(self, messages: Sequence[ChatMessage], params: GenerationParams) -> str:
-        self.calls.append((list(messages), params))
-        schema = params.json_schema or {}
-        if "tools" in schema.get("properties", {}):
-            return json.dumps({"tools": ["order_status"]})
-        if "Observation(order_status)" in messages[-1].content:
-            return json.dumps({"thought": "the tool answered", "type": "final", "answer": ANSWER})
-        if schema:
-            return json.dumps({"thought": "look the order up", "type": "tool_call", "name": "order_status",
-                               "args": {"order_id": "104208"}})
-        return ANSWER
 
 
 @dataclass
@@ -96,32 +48,6 @@ class Console:
 
     def post(self, path: str, body: Any, tenant: str = "acme") -> httpx.Response:
         return self.api.post(self.url + path, json=body, headers={"Authorization": f"Bearer sk-{tenant}"})
-
-
-def _build(tmp: Path) -> tuple[Any, Any]:
-    emb = HashingEmbedder(384)
-    coord = local_hybrid_coordinator(2, emb.model_id, emb.dim, data_root=tmp / "memory")
-
-    async def embed(texts: list[str]):  # type: ignore[no-untyped-def]
-        import asyncio
-
-        return await asyncio.to_thread(emb.embed, texts)
-
-    auth = Authenticator(KEYS)
-    memory = MemoryService(coord, embed, top_k=8, threshold=0.0, pii_for=auth.pii_for)
-    context = ContextManager(SessionStore(tmp / "sessions.sqlite3"), ContextConfig(summary_keep_recent=1),
-                             pii_for=auth.pii_for)
-    experiences = ExperienceService(ExperienceConfig(data_dir=tmp / "exp"), emb.embed, memory=memory,
-                                    pii_for=auth.pii_for)
-    engine = AgentEngine()
-    agent = Agent(engine, default_registry(demo=True), memory=memory, config=AgentConfig(max_steps=3))
-    traces = TraceRecorder(TraceStore(tmp / "turns.sqlite3"))
-    pipeline = ChatPipeline(engine, PipelineSettings(), memory=memory, context=context, agent=agent,
-                            experiences=experiences, traces=traces)
-    routers = [build_router(memory, auth), build_experience_router(experiences, auth),
-               build_session_router(context, auth), build_turn_router(traces.store, auth),
-               build_console_router(auth, coord.stats)]
-    return create_app(pipeline, auth, routers=routers), coord
 
 
 def _seed(c: Console) -> Console:
@@ -149,22 +75,9 @@ def _seed(c: Console) -> Console:
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
-    app, coord = _build(tmp_path_factory.mktemp("console"))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.02)
-    with httpx.Client(timeout=30) as api:
-        yield _seed(Console(f"http://127.0.0.1:{port}", "", "", "", api))
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    app, coord = build_console_app(tmp_path_factory.mktemp("console"), KEYS)
+    with serve_in_thread(app) as url, httpx.Client(timeout=30) as api:
+        yield _seed(Console(url, "", "", "", api))
     for shard_client in coord.shards:
         shard_client.shard.close()
 
