@@ -77,8 +77,8 @@ class ProtocolEngine:
         return None
 
 
-def build_console_app(root: Path, keys: Mapping[str, str]) -> tuple[Any, Any]:
-    """(the FastAPI app, its memory coordinator) with every store under ``root``."""
+def build_console_app(root: Path, keys: Mapping[str, str]) -> tuple[Any, Any, ProtocolEngine]:
+    """(the FastAPI app, its memory coordinator, its engine) with every store under ``root``."""
     from memory_shards import HashingEmbedder
     from memory_shards.retrieval import local_hybrid_coordinator
     from serve.agent import Agent, AgentConfig, default_registry
@@ -114,7 +114,7 @@ def build_console_app(root: Path, keys: Mapping[str, str]) -> tuple[Any, Any]:
     routers = [build_router(memory, auth), build_experience_router(experiences, auth),
                build_session_router(context, auth), build_turn_router(traces.store, auth),
                build_console_router(auth, coord.stats)]
-    return create_app(pipeline, auth, routers=routers), coord
+    return create_app(pipeline, auth, routers=routers), coord, engine
 
 
 @contextmanager

@@ -2,7 +2,7 @@
 
 A :class:`TurnTrace` is built once per answered turn by :func:`serve.traces.build_trace` from
 the :class:`~serve.turn.Turn`, the agent's result (route, steps, tool calls) and the prompt the
-reasoner received (:func:`serve.turn.render_prompt`, through ``ChatPipeline.first_prompt``);
+reasoner received (the last :func:`serve.turn.render_prompt` of the turn, ``Turn.rendered``);
 it is PII-masked and cut to the configured sizes before it is stored.
 """
 

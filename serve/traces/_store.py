@@ -35,7 +35,7 @@ MAX_LIST = 500
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS turns (
         tenant TEXT NOT NULL, id TEXT NOT NULL, created_at REAL NOT NULL, session_id TEXT, user_id TEXT NOT NULL,
-        summary TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (tenant, id))""",
+        summary TEXT NOT NULL, context TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (tenant, id))""",
     "CREATE INDEX IF NOT EXISTS turns_recent ON turns (tenant, created_at)",
     "CREATE INDEX IF NOT EXISTS turns_session ON turns (tenant, session_id, created_at)",
 )
@@ -94,6 +94,8 @@ class TraceStore:
         """Store ``trace`` for ``tenant`` (replacing one of the same id), pruning the tenant's old ones."""
         body = trace.model_dump_json()
         summary = summarise(trace).model_dump_json()
+        # NOTE: the session list reads only this (mode, breakdown), never the whole body.
+        context = json.dumps({k: trace.context.get(k) for k in ("mode", "breakdown")})
         keep = self.config.max_per_tenant - 1
 
         def fn(conn: sqlite3.Connection) -> None:
@@ -101,9 +103,9 @@ class TraceStore:
             # NOTE: the newest `keep` stay (index range scan on turns_recent); then this one is added.
             conn.execute("DELETE FROM turns WHERE tenant = ? AND rowid NOT IN (SELECT rowid FROM turns WHERE "
                          "tenant = ? ORDER BY created_at DESC LIMIT ?)", (tenant, tenant, keep))
-            conn.execute("INSERT OR REPLACE INTO turns (tenant, id, created_at, session_id, user_id, summary, body) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         (tenant, trace.id, trace.created_at, trace.session_id, trace.user, summary, body))
+            conn.execute("INSERT OR REPLACE INTO turns (tenant, id, created_at, session_id, user_id, summary, context, "
+                         "body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                         (tenant, trace.id, trace.created_at, trace.session_id, trace.user, summary, context, body))
 
         await self._call(fn, write=True)
 
@@ -144,7 +146,7 @@ class TraceStore:
 
         def fn(conn: sqlite3.Connection) -> list[TraceSession]:
             rows = conn.execute(
-                "SELECT t.session_id, t.user_id, t.id, t.created_at, t.body, g.n FROM turns t JOIN ("
+                "SELECT t.session_id, t.user_id, t.id, t.created_at, t.context, g.n FROM turns t JOIN ("
                 "SELECT session_id, MAX(created_at) AS last, COUNT(*) AS n FROM turns WHERE tenant = ? "
                 "AND session_id IS NOT NULL AND created_at >= ? GROUP BY session_id) g "
                 "ON t.session_id = g.session_id AND t.created_at = g.last WHERE t.tenant = ? "
@@ -152,7 +154,7 @@ class TraceStore:
                 (tenant, self._cutoff(time.time()), tenant, max(1, min(limit, MAX_LIST)))).fetchall()
             out = []
             for r in rows:
-                context: dict[str, Any] = json.loads(r["body"]).get("context") or {}
+                context: dict[str, Any] = json.loads(r["context"])
                 out.append(TraceSession(session_id=r["session_id"], user=r["user_id"], turns=r["n"],
                                         last_at=r["created_at"], last_turn_id=r["id"], mode=context.get("mode"),
                                         breakdown=context.get("breakdown") or {}))

@@ -75,7 +75,7 @@ def _seed(c: Console) -> Console:
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
-    app, coord = build_console_app(tmp_path_factory.mktemp("console"), KEYS)
+    app, coord, _engine = build_console_app(tmp_path_factory.mktemp("console"), KEYS)
     with serve_in_thread(app) as url, httpx.Client(timeout=30) as api:
         yield _seed(Console(url, "", "", "", api))
     for shard_client in coord.shards:

@@ -69,6 +69,29 @@ def test_the_trace_holds_the_prompt_the_engine_received_masked(tmp_path: Path) -
         shard_client.shard.close()
 
 
+def test_an_agent_turns_trace_holds_its_route_tool_call_and_step_prompt(tmp_path: Path) -> None:
+    """The stored prompt is the one the first loop step received, and the tool call is there with
+    its arguments, status and observation (no raw result)."""
+    from loadtests._console_app import build_console_app
+
+    app, coord, engine = build_console_app(tmp_path, {"sk-acme": "acme"})
+    with TestClient(app) as c:
+        r = c.post("/v1/chat/completions", headers=headers("acme"),
+                   json={"model": "recallserve", "messages": [{"role": "user", "content": f"Where is order 104208? {PII}"}]})
+        assert r.status_code == 200, r.text
+        trace = _wait_trace(c, "acme", r.json()["recallserve"]["request_id"])
+        assert trace["path"] == "agent" and trace["route"]["route"] == "tools" and trace["finish_reason"] == "final"
+        (call,) = trace["tool_calls"]
+        assert call["name"] == "order_status" and call["args"] == {"order_id": "104208"} and call["status"] == "ok"
+        assert '"status": "delivered"' in call["observation"] and "result" not in call
+        assert [s["kind"] for s in trace["steps"]][-1] == "final"
+        step = next(m for m, p in engine.calls if p.json_schema and "anyOf" in p.json_schema)  # loop step 1
+        assert trace["prompt"] == [{"role": m.role, "content": mask_pii(m.content)} for m in step]
+        assert trace["prompt"][-1]["content"].endswith("Question: Where is order 104208? reach me at [EMAIL] or [PHONE]")
+    for shard_client in coord.shards:
+        shard_client.shard.close()
+
+
 def test_texts_and_the_prompt_are_cut_to_the_configured_sizes() -> None:
     config = TraceConfig(text_chars=100, prompt_chars=600)
     turn = Turn(question="q" * 500)
