@@ -20,6 +20,7 @@ so ``ratio`` is what the data volume costs. Target: every page usable in under 1
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -168,18 +169,21 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for shard_client in coord.shards:
                 shard_client.shard.close()
+    load = os.getloadavg()[0]
     lines = [f"# Console pages: time to usable ({time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())})", "",
              f"Headless Chromium, app on 127.0.0.1 (uvicorn, one process). Tenant with {args.memories} memories, "
              f"{args.sessions} sessions ({2 * args.sessions} traced turns), {args.reviews} experiences in review; "
              f"baseline: the same page for a tenant with no data. {args.repeats} runs per page after a warm-up. "
-             f"Seeding took {seeded['memories_s']:.0f} s (memories) and {seeded['sessions_s']:.0f} s (sessions).", "",
+             f"Seeding took {seeded['memories_s']:.0f} s (memories) and {seeded['sessions_s']:.0f} s (sessions). "
+             f"Machine: {os.cpu_count()} CPUs, load average {load:.1f} at the end (other work shares them).", "",
              "| page | median | max | empty tenant (median) | ratio | under 1 s |", "|---|---:|---:|---:|---:|---|"]
     for name, r in loaded.items():
         base = empty.get(name, {}).get("median_s")
         vs = ("— | —" if base is None else f"{1e3 * base:.0f} ms | {r['median_s'] / base:.2f}x")
         lines.append(f"| {name} | {1e3 * r['median_s']:.0f} ms | {1e3 * r['max_s']:.0f} ms | {vs} | "
                      f"{'yes' if r['max_s'] < 1 else 'NO'} |")
-    write_report(args.out, "\n".join(lines) + "\n", {"args": vars(args) | {"out": str(args.out)}, "seeded_s": seeded,
+    write_report(args.out, "\n".join(lines) + "\n", {"args": vars(args) | {"out": str(args.out)}, "load_average": load,
+                                                       "seeded_s": seeded,
                                                        "loaded": loaded, "empty": empty})
     return 0
 

@@ -343,12 +343,12 @@ class ChatPipeline:
 
     def _record_trace(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn, answer: Answer) -> None:
         """Store the turn's trace off the request path: route, steps, tool calls, memories, and the
-        prompt the path's reasoner call received (``turn.rendered``; :meth:`first_prompt` when the
-        path rendered none)."""
+        prompt the path's reasoner call received (``turn.rendered``; empty when no model was called,
+        e.g. a routing rule's fixed reply)."""
         if self.traces is None or not self.traces.config.enabled:
             return
         path = "segmented" if self._segmented(req) else "agent" if self._use_agent(req) else "plain"
-        prompt = list(turn.rendered) or self.first_prompt(req, ctx, turn)
+        prompt = list(turn.rendered)
         meta = answer.agent_result.metadata() if answer.agent_result is not None else None
         self._background_task(self.traces.record(
             ctx.tenant, turn, request_id=ctx.request_id, user=ctx.user, path=path, stream=bool(req.stream),

@@ -14,6 +14,8 @@ from serve.turn import Turn
 __all__ = ["build_trace"]
 
 _CUT = " [...cut]"
+#: Most steps, tool calls or memories kept in one trace (the agent's own limits are far below).
+MAX_ITEMS = 100
 
 
 class _Cutter:
@@ -31,13 +33,16 @@ class _Cutter:
         return value[: max(0, limit - len(_CUT))] + _CUT
 
     def deep(self, value: Any) -> Any:
-        """Every string inside ``value`` (dicts, lists) cut to ``text_chars``."""
+        """Every string inside ``value`` (dicts, lists) cut to ``text_chars``, every list and dict to
+        :data:`MAX_ITEMS` entries."""
         if isinstance(value, str):
             return self.text(value)
+        if isinstance(value, (dict, list, tuple)) and len(value) > MAX_ITEMS:
+            self.cut = True
         if isinstance(value, dict):
-            return {k: self.deep(v) for k, v in value.items()}
+            return {k: self.deep(v) for k, v in list(value.items())[:MAX_ITEMS]}
         if isinstance(value, (list, tuple)):
-            return [self.deep(v) for v in value]
+            return [self.deep(v) for v in value[:MAX_ITEMS]]
         return value
 
     def prompt(self, messages: Sequence[ChatMessage]) -> list[dict[str, str]]:

@@ -67,7 +67,8 @@ class TurnTrace(StrictModel):
         default_factory=dict, description="Context-mode: mode, budget, token breakdown, dropped messages."
     )
     prompt: list[dict[str, str]] = Field(
-        default_factory=list, description="The first reasoner prompt of the turn, as the model received it."
+        default_factory=list,
+        description="The prompt of the path's reasoner call, as the model received it (empty: no model was called)."
     )
     usage: dict[str, int] = Field(default_factory=dict, description="prompt_tokens and completion_tokens.")
     timings_ms: dict[str, float] = Field(default_factory=dict, description="recall, images, answer and total.")

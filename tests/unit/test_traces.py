@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from serve.engine import ChatMessage
 from serve.pii import mask_pii
 from serve.traces import TraceConfig, TraceNotFoundError, TraceStore, TurnTrace, build_trace
+from serve.traces._build import MAX_ITEMS
 from serve.turn import Turn
 from tests.unit.edge.conftest import FixedEngine, build_app, headers
 
@@ -97,9 +98,11 @@ def test_texts_and_the_prompt_are_cut_to_the_configured_sizes() -> None:
     turn = Turn(question="q" * 500)
     prompt = [ChatMessage(role="system", content="s" * 400), ChatMessage(role="user", content="u" * 400),
               ChatMessage(role="user", content="last")]
+    steps = [{"step": i, "kind": "thought", "content": "t"} for i in range(150)]
     trace = build_trace(turn, request_id="r" * 128, user="u", path="plain", stream=False, answer="a" * 5000,
-                        finish="stop", prompt_tokens=1, completion_tokens=1, prompt=prompt, agent_meta=None,
-                        started=time.perf_counter(), config=config)
+                        finish="stop", prompt_tokens=1, completion_tokens=1, prompt=prompt,
+                        agent_meta={"steps": steps}, started=time.perf_counter(), config=config)
+    assert [s["step"] for s in trace.steps] == list(range(MAX_ITEMS))
     assert trace.truncated and trace.id == "r" * 128
     assert len(trace.question) == 100 and len(trace.answer) == 100 and trace.answer.endswith("[...cut]")
     assert sum(len(m["content"]) for m in trace.prompt) <= 600 + len(" [...cut]")

@@ -269,7 +269,7 @@ async function openSession(s, detail) {
     session.entities.length ? table(["kind", "value", "snippet"], session.entities.map((e) => el("tr", {}, el("td", {}, e.kind), el("td", {}, e.value), el("td", {}, e.snippet))))
       : el("p", { class: "note" }, "No entities."),
     el("h3", {}, "Context as the model received it on the last turn"),
-    last ? promptView(last.prompt) : el("p", { class: "note" }, "No traced turn."));
+    last && last.prompt.length ? promptView(last.prompt) : el("p", { class: "note" }, last ? "No model was called on the last turn." : "No traced turn."));
   detail.replaceChildren(box);
   paintBars(box);
 }
@@ -329,7 +329,8 @@ async function openTurn(id, detail) {
     el("h3", {}, "Context"),
     t.context.breakdown ? [el("p", { class: "note" }, `mode ${t.context.mode} (asked: ${t.context.requested_mode ?? "default"}), budget ${t.context.budget} tokens, ${t.context.dropped_messages ?? 0} message(s) dropped`), breakdownView(t.context.breakdown)] : el("p", { class: "note" }, "—"),
     t.experience ? [el("h3", {}, "Experience record"), el("pre", {}, json(t.experience))] : null,
-    el("h3", {}, "Prompt as the model received it (first reasoner call)"), promptView(t.prompt));
+    el("h3", {}, "Prompt as the model received it"),
+    t.prompt.length ? promptView(t.prompt) : el("p", { class: "note" }, "No model was called on this turn (a routing rule answered)."));
   detail.replaceChildren(box);
   paintBars(box);
 }
