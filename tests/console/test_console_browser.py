@@ -61,7 +61,7 @@ def test_a_turns_trace_shows_route_tool_calls_memories_and_the_prompt(page: Any,
     assert '"order_id": "104208"' in calls and "\tcached\t" in calls and '"status": "delivered"' in calls
     assert page.inner_text("#turn-answer") == ANSWER
     memories = trace.locator("table", has=page.locator("th", has_text="time factor")).inner_text()
-    assert ORDER_NOTE in memories and "ticket:T-2001" in memories
+    assert ORDER_NOTE in memories and "ticket:T-2001" in memories and "[IBAN]" not in memories
     # the prompt as the model saw it, personal data masked
     assert "Question: Where is order 104208? Mail me at [EMAIL]" in text
     assert "jane.doe@example.com" not in page.content()

@@ -40,8 +40,8 @@ def test_the_trace_holds_the_prompt_the_engine_received_masked(tmp_path: Path) -
     engine = FixedEngine()
     app, memory = build_app(tmp_path, engine=engine)
     with TestClient(app) as c:
-        r = c.post("/v1/memories", headers=headers("acme"), json={"memories": [{"text": "Order 104208 ships by DPD."}]})
-        assert r.status_code == 200
+        r_mem = c.post("/v1/memories", headers=headers("acme"), json={"memories": [{"text": "Order 104208 ships by DPD."}]})
+        assert r_mem.status_code == 200
         body = {"model": "recallserve", "user": "jane", "metadata": {"session_id": "s9"},
                 "messages": [{"role": "system", "content": "Be brief."},
                              {"role": "user", "content": f"Where is order 104208? {PII}"}]}
@@ -55,6 +55,7 @@ def test_the_trace_holds_the_prompt_the_engine_received_masked(tmp_path: Path) -
         assert trace["question"] == mask_pii(f"Where is order 104208? {PII}")
         assert trace["session_id"] == "s9" and trace["user"] == "jane" and trace["path"] == "plain"
         assert [m["text"] for m in trace["memories"]] == ["Order 104208 ships by DPD."]
+        assert [m["id"] for m in trace["memories"]] == r_mem.json()["ids"]  # ids are never masked
         assert trace["context"]["breakdown"]["total"] > 0 and trace["timings_ms"]["total"] >= trace["timings_ms"]["recall"]
         listed = c.get("/v1/turns", params={"session_id": "s9"}, headers=headers("acme")).json()["data"]
         assert [t["id"] for t in listed] == [trace["id"]]
