@@ -23,6 +23,7 @@ from serve.api.auth import READ_ONLY_SCOPES
 from serve.pipeline import PipelineSettings
 from serve.context import ContextConfig
 from serve.experience import ExperienceConfig
+from serve.traces import TraceConfig
 
 __all__ = [
     "AppConfig",
@@ -313,6 +314,10 @@ class AppConfig(StrictModel):
     experience: ExperienceConfig = Field(
         default_factory=lambda: ExperienceConfig(data_dir=Path(".recallserve/state/experiences")),
         description="E-CoT experience memory (its data_dir is replaced by state_dir/experiences at deploy).",
+    )
+    traces: TraceConfig = Field(
+        default_factory=TraceConfig,
+        description="Turn traces kept by the state deployment for /v1/turns and the console (days, cap, sizes).",
     )
     agent_enabled: bool = Field(default=True, description="Answer through the agent (router + tools); False = plain chat.")
     agent_demo_tools: bool = Field(

@@ -33,6 +33,9 @@ from serve.experience import build_router as build_experience_router
 from serve.memory_api import MemoryService
 from serve.memory_api import build_router as build_memory_router
 from serve.tokens import EngineTokenCounter
+from serve.traces import TraceRecorder, TraceStore
+from serve.traces import build_router as build_turn_router
+from serve.console import build_console_router
 from serve.pipeline import ChatPipeline
 
 __all__ = ["Ingress", "build_ingress_app", "engine_facts"]
@@ -130,8 +133,10 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
                                     _sync_embed(memory["embedder"]), memory=backend,
                                     store=cast(ExperienceStore, RemoteStore(state, "experiences")),
                                     pii_for=auth.pii_for)
+    # NOTE: one trace file for every replica, on the state deployment (as the sessions).
+    traces = TraceRecorder(cast(TraceStore, RemoteStore(state, "turns")), config.traces)
     pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=config.chat, memory=backend, context=context,
-                            agent=agent, experiences=experiences)
+                            agent=agent, experiences=experiences, traces=traces)
 
     async def health() -> dict[str, Any]:
         return {"profile": config.profile, "roles": {r: engines[r].model_name for r in ROLES}}
@@ -145,5 +150,6 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
 
     app = create_app(pipeline, auth, health=health, on_startup=[warm_up],
                      routers=[build_memory_router(backend, auth), build_experience_router(experiences, auth),
-                              build_session_router(context, auth)])
+                              build_session_router(context, auth), build_turn_router(traces.store, auth),
+                              build_console_router(auth, backend.coordinator.stats)])
     return app, backend

@@ -1,4 +1,5 @@
-"""The state deployment: the one owner of the ingress's embedded stores (sessions, experiences).
+"""The state deployment: the one owner of the ingress's embedded stores (sessions, experiences,
+turn traces).
 
 Why a deployment: every ingress replica used to open its own SQLite files under ``state_dir``.
 Replicas on one machine shared the files, but on a cluster (``gpu-cluster`` runs 2-8 ingress
@@ -37,12 +38,13 @@ from serve.api.errors import APIError
 from serve.api.metrics import STATE_CALL
 from serve.context import SessionStore
 from serve.experience import ExperienceStore
+from serve.traces import TraceConfig, TraceStore
 
 __all__ = ["LOCK_WAIT_S", "STORE_METHODS", "RemoteStore", "StateStore", "StoreName"]
 
 log = logging.getLogger(__name__)
 
-StoreName = Literal["sessions", "experiences"]
+StoreName = Literal["sessions", "experiences", "turns"]
 _UNAVAILABLE = (RayError, RayServeException, BackPressureError)
 # NOTE: the public async methods of each store; tests check these against the classes, so a new
 # store method cannot be forgotten here (it would fail as an AttributeError on the ingress).
@@ -51,24 +53,27 @@ STORE_METHODS: dict[str, frozenset[str]] = {
                            "long_sessions", "user_memory", "save_summary"}),
     "experiences": frozenset({"put", "get", "query", "set_tier", "touch", "delete_expired", "tenants",
                               "active_freshness"}),
+    "turns": frozenset({"put", "recent", "get", "sessions", "count"}),
 }
 
 
 class StateStore(PlacementInfo):
-    """Body of the ``state`` deployment: the session and experience stores in ``state_dir``.
+    """Body of the ``state`` deployment: the session, experience and turn-trace stores in ``state_dir``.
 
     Args:
-        state_dir: absolute folder of ``sessions.sqlite3`` and ``experiences/experiences.sqlite3``
-            (the same files the ingress opened before this deployment existed).
+        state_dir: absolute folder of ``sessions.sqlite3``, ``experiences/experiences.sqlite3``
+            (the same files the ingress opened before this deployment existed) and ``turns.sqlite3``.
+        traces: the ``traces`` config section as plain data (retention days, per-tenant cap).
     """
 
-    def __init__(self, state_dir: str) -> None:
+    def __init__(self, state_dir: str, traces: dict[str, Any] | None = None) -> None:
         root = Path(state_dir)
         self._stores: dict[str, Any] = {}
         self._lock_fd = _hold_folder_lock(root, LOCK_WAIT_S)
         self._stores = {
             "sessions": SessionStore(root / "sessions.sqlite3"),
             "experiences": ExperienceStore(root / "experiences"),
+            "turns": TraceStore(root / "turns.sqlite3", TraceConfig.model_validate(traces or {})),
         }
         log.info("state stores open in %s", root)
 

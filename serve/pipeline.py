@@ -50,6 +50,7 @@ from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
 from serve.experience import ExperienceService, ProduceResult
 from serve.memory import MemoryBackend, MemoryWrite
 from serve.pii import PiiMode, apply_pii, for_write_back
+from serve.traces import TraceRecorder
 from serve.turn import RecallConfig, Turn, analyse_images, memory_meta, recall_memories, render_prompt
 
 __all__ = ["RequestContext", "PipelineSettings", "ChatPipeline", "Answer"]
@@ -128,8 +129,10 @@ class ChatPipeline:
 
     def __init__(self, reasoner: LLMEngine, settings: PipelineSettings | None = None,
                  memory: MemoryBackend | None = None, *, context: ContextManager | None = None,
-                 agent: Agent | None = None, experiences: ExperienceService | None = None) -> None:
+                 agent: Agent | None = None, experiences: ExperienceService | None = None,
+                 traces: TraceRecorder | None = None) -> None:
         self.reasoner = reasoner
+        self.traces = traces
         self.experiences = experiences
         self.settings = settings or PipelineSettings()
         self.memory = memory
@@ -225,6 +228,7 @@ class ChatPipeline:
         """The request as one :class:`~serve.turn.Turn`: the client's system prompt, the history
         the token budget keeps (the session's, else the client's messages, by the same rules), the
         context-mode block, the question and its images, and the turn's one memory recall."""
+        started = time.perf_counter()
         instructions = "\n\n".join(m.text().strip() for m in req.messages
                                     if m.role in ("system", "developer") and m.text().strip())
         convo = [m for m in req.messages if m.role not in ("system", "developer")]
@@ -283,7 +287,7 @@ class ChatPipeline:
             raise APIError(400, f"{param}: {exc}", param=param) from None
         turn = Turn(question=convo[ask].text(), instructions=instructions, context=result.block,
                     history=[*result.window, *earlier], image_urls=convo[ask].images(), session=session,
-                    pending=pending)
+                    pending=pending, started=started)
         turn.meta["context"] = {
             "session_id": session.id if session is not None else None, "mode": result.mode,
             "requested_mode": result.requested_mode, "budget": result.budget,
@@ -339,6 +343,21 @@ class ChatPipeline:
                            metadata={"user": ctx.user, "session_id": session})
         self._background_task(self.memory.write(ctx.tenant, [item]), "memory write-back", ctx)
 
+    def _record_trace(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn, answer: Answer) -> None:
+        """Store the turn's trace off the request path: route, steps, tool calls, memories, and the
+        prompt the path's reasoner call received (``turn.rendered``; empty when no model was called,
+        e.g. a routing rule's fixed reply)."""
+        if self.traces is None or not self.traces.config.enabled:
+            return
+        path = "segmented" if self._segmented(req) else "agent" if self._use_agent(req) else "plain"
+        prompt = list(turn.rendered)
+        meta = answer.agent_result.metadata() if answer.agent_result is not None else None
+        self._background_task(self.traces.record(
+            ctx.tenant, turn, request_id=ctx.request_id, user=ctx.user, path=path, stream=bool(req.stream),
+            answer=answer.text, finish=answer.finish, prompt_tokens=answer.prompt_tokens,
+            completion_tokens=answer.completion_tokens, prompt=prompt, agent_meta=meta, started=turn.started),
+            "turn trace", ctx)
+
     # ---- non-streaming ------------------------------------------------------------------------------
     async def complete(self, req: ChatCompletionRequest, ctx: RequestContext) -> ChatCompletionResponse:
         """Answer a non-streaming request."""
@@ -348,6 +367,7 @@ class ChatPipeline:
         TOKENS.labels("reasoner", "completion").inc(answer.completion_tokens)
         TOKENS.labels("reasoner", "prompt_cached").inc(answer.cached_tokens)
         await self._finish_turn(req, ctx, turn, answer.text, answer.agent_result)
+        self._record_trace(req, ctx, turn, answer)
         return ChatCompletionResponse(
             model=req.model,
             choices=[Choice(message=ResponseMessage(content=answer.text), finish_reason=answer.finish)],  # type: ignore[arg-type]
@@ -416,6 +436,7 @@ class ChatPipeline:
         TOKENS.labels("reasoner", "prompt").inc(prompt_tokens)
         TOKENS.labels("reasoner", "completion").inc(completion_tokens)
         await self._finish_turn(req, ctx, turn, answer, agent_result)
+        self._record_trace(req, ctx, turn, Answer(answer, finish, prompt_tokens, completion_tokens, agent_result))
         yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(), finish_reason=finish)],  # type: ignore[arg-type]
                           recallserve={"request_id": ctx.request_id, **turn.meta})
         if req.stream_options and req.stream_options.include_usage:

@@ -86,6 +86,10 @@ class Turn:
         session: the server-side session (None without ``metadata.session_id``).
         pending: the request's new messages, appended to the session after the answer.
         meta: response metadata collected on the way (``recallserve`` field of the response).
+        timings_ms: durations of the turn's steps (images, recall), milliseconds.
+        started: ``time.perf_counter()`` when the turn was built (the trace's total time).
+        rendered: the last prompt :func:`render_prompt` made of this turn: what the path's reasoner
+            call received before any step was appended (the turn's trace stores it).
     """
 
     question: str
@@ -101,6 +105,8 @@ class Turn:
     pending: list[MessageIn] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     timings_ms: dict[str, float] = field(default_factory=dict)
+    started: float = field(default_factory=time.perf_counter)
+    rendered: list[ChatMessage] = field(default_factory=list)
 
     @property
     def asked(self) -> str:
@@ -244,6 +250,7 @@ def render_prompt(turn: Turn, head: str, recall: RecallConfig, *, question: str 
     parts += [f"Attached image: {note}" for note in turn.image_notes()]
     parts.append(question if question is not None else f"Question: {turn.asked}")
     messages.append(ChatMessage(role="user", content="\n\n".join(parts)))
+    turn.rendered = list(messages)
     return messages
 
 

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     def ready() -> None:
         url = f"http://{config.server.host}:{config.server.port}"
         print(f"recallserve: ready in {time.perf_counter() - start:.1f} s at {url}/v1 "
-              f"(model '{config.chat.model_name}'); Ctrl-C to stop", flush=True)
+              f"(model '{config.chat.model_name}'), console at {url}/console; Ctrl-C to stop", flush=True)
 
     runner.run_forever(config, on_ready=ready, demo=args.demo)
     print("recallserve: stopped", flush=True)

@@ -8,6 +8,7 @@ that globex's answer about acme's data is the answer about data that does not ex
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -173,6 +174,61 @@ def _refresh_summary(rig: Rig) -> None:
     status, _ = _same_as_fresh(rig, "POST", "/v1/sessions/{}/summary", "s1", "s2", params={"user": "u1"})
     assert status == 404
     assert rig.client.get("/v1/sessions/s1", params={"user": "u1"}, headers=headers(A)).json()["message_count"] == 2
+
+
+def _traced_turn(rig: Rig, tenant: str, session_id: str = "s1") -> str:
+    """The id of ``tenant``'s chat turn once its trace is stored (written off the request path)."""
+    r = _chat(rig, tenant, SECRET, session_id)
+    assert r.status_code == 200, r.text
+    turn_id = r.json()["recallserve"]["request_id"]
+    deadline = time.monotonic() + 30
+    while rig.client.get(f"/v1/turns/{turn_id}", headers=headers(tenant)).status_code != 200:
+        assert time.monotonic() < deadline, "the turn's trace was not stored"
+        time.sleep(0.05)
+    return turn_id
+
+
+@probe("GET", "/v1/turns")
+def _list_turns(rig: Rig) -> None:
+    mine = _traced_turn(rig, A)
+    assert mine in rig.client.get("/v1/turns", headers=headers(A)).text
+    r = rig.client.get("/v1/turns", headers=headers(B))
+    assert r.status_code == 200 and r.json()["data"] == [], r.text
+    status, body = _same_as_fresh(rig, "GET", "/v1/turns?session_id={}", "s1", "s2")
+    assert status == 200 and body["data"] == []
+
+
+@probe("GET", "/v1/turns/sessions")
+def _turn_sessions(rig: Rig) -> None:
+    _traced_turn(rig, A)
+    assert "s1" in rig.client.get("/v1/turns/sessions", headers=headers(A)).text
+    r = rig.client.get("/v1/turns/sessions", headers=headers(B))
+    assert r.status_code == 200 and r.json()["data"] == [], r.text
+
+
+@probe("GET", "/v1/turns/{turn_id}")
+def _get_turn(rig: Rig) -> None:
+    mine = _traced_turn(rig, A)
+    assert "PELICAN" in rig.client.get(f"/v1/turns/{mine}", headers=headers(A)).text
+    status, _ = _same_as_fresh(rig, "GET", "/v1/turns/{}", mine, "0" * 32)
+    assert status == 404
+
+
+@probe("GET", "/v1/console/me")
+def _console_me(rig: Rig) -> None:
+    assert rig.client.get("/v1/console/me", headers=headers(A)).json()["tenant"] == A
+    assert rig.client.get("/v1/console/me", headers=headers(B)).json()["tenant"] == B
+
+
+@probe("GET", "/v1/console/health")
+def _console_health(rig: Rig) -> None:
+    # NOTE: the figures are the operator's counts of the whole process (as /metrics): numbers, no
+    # tenant's text or ids.
+    _memory(rig, A)
+    r = rig.client.get("/v1/console/health", headers=headers(B))
+    assert r.status_code == 200 and r.json()["memory_records"] >= 1, r.text
+    assert all(isinstance(v, (int, float, dict, type(None))) or k == "memory_error" for k, v in r.json().items())
+    assert "PELICAN" not in r.text and A not in r.text
 
 
 def test_every_route_has_a_cross_tenant_probe(rig: Rig) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from deployments.state import STORE_METHODS, RemoteStore, StateStore
 from serve.context import ContextManager, SessionNotFoundError, SessionStore
 from serve.context._types import Message
 from serve.experience import ExperienceRecord, ExperienceStore
+from serve.traces import TraceNotFoundError, TraceStore, TurnTrace
 from tests.unit.experience._records import speed_record
 
 
@@ -44,7 +46,8 @@ class _InProcessHandle:
         self.call = _Method()
 
 
-@pytest.mark.parametrize("store, cls", [("sessions", SessionStore), ("experiences", ExperienceStore)])
+@pytest.mark.parametrize("store, cls", [("sessions", SessionStore), ("experiences", ExperienceStore),
+                                        ("turns", TraceStore)])
 def test_the_proxy_carries_every_public_async_method(store: str, cls: type) -> None:
     public = {n for n, f in inspect.getmembers(cls, inspect.iscoroutinefunction) if not n.startswith("_")}
     assert STORE_METHODS[store] == public
@@ -74,6 +77,27 @@ def test_two_ingress_replicas_share_one_session(tmp_path: Path) -> None:
     asyncio.run(scenario())
     assert (tmp_path / "state" / "sessions.sqlite3").is_file()  # the file the ingress used to open
     assert handle.calls == 5
+
+
+def test_two_ingress_replicas_read_one_trace_store(tmp_path: Path) -> None:
+    """A turn traced through one replica is read through another (the trace file is the state
+    replica's), within the state deployment's retention config, and only by its tenant."""
+    body = StateStore(str(tmp_path / "state"), {"retention_days": 2, "max_per_tenant": 10})
+    handle = _InProcessHandle(body)
+    a, b = RemoteStore(handle, "turns"), RemoteStore(handle, "turns")  # type: ignore[arg-type]
+    trace = TurnTrace(id="r1", created_at=time.time(), user="u1", session_id="s1", path="plain", question="q",
+                      answer="a", finish_reason="stop")
+
+    async def scenario() -> None:
+        await a.put("acme", trace)
+        assert await b.get("acme", "r1") == trace
+        assert [t.id for t in await b.recent("acme")] == ["r1"]
+        with pytest.raises(TraceNotFoundError):  # the store's own error type, so the API answers 404
+            await b.get("globex", "r1")
+
+    asyncio.run(scenario())
+    assert body._stores["turns"].config.retention_days == 2
+    assert (tmp_path / "state" / "turns.sqlite3").is_file()
 
 
 def test_experience_rows_round_trip(tmp_path: Path) -> None:

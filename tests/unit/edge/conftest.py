@@ -1,7 +1,8 @@
 """The whole ingress app in-process, for the edge's checks: limits, errors and the PII policy.
 
 Real memory service (two hybrid shards, the hashing embedder as a MiniLM double), real
-experience service, real session store and context manager with the extractive summariser; the
+experience service, real session store and context manager with the extractive summariser, real
+turn-trace store and the console's routes; the
 model is a scripted engine (these tests isolate what the edge and the write paths do with a
 request, not what a model answers). Four tenants: one per PII policy, acme (default: mask),
 strict (reject), lab (allow), and globex (default policy), acme's neighbour in tests/security.
@@ -28,7 +29,10 @@ from serve.engine import ChatMessage, GenerationParams
 from serve.experience import ExperienceConfig, ExperienceService
 from serve.experience import build_router as build_experience_router
 from serve.memory_api import MemoryService, build_router
+from serve.console import build_console_router
 from serve.pipeline import ChatPipeline, PipelineSettings
+from serve.traces import TraceRecorder, TraceStore
+from serve.traces import build_router as build_turn_router
 from tests.unit.agent.conftest import ScriptedEngine
 
 KEYS = {"sk-acme": "acme", "sk-strict": "strict", "sk-lab": "lab", "sk-globex": "globex"}
@@ -82,10 +86,12 @@ def build_app(tmp_path: Path, *, max_body_bytes: int | None = None,
                              pii_for=auth.pii_for)
     experiences = ExperienceService(ExperienceConfig(data_dir=tmp_path / "exp"), emb.embed, memory=memory,
                                     pii_for=auth.pii_for)
+    traces = TraceRecorder(TraceStore(tmp_path / "turns.sqlite3"))
     pipeline = ChatPipeline(engine or FixedEngine(), PipelineSettings(), memory=memory, context=context,
-                            experiences=experiences)
+                            experiences=experiences, traces=traces)
     routers = [build_router(memory, auth), build_experience_router(experiences, auth),
-               build_session_router(context, auth), boom_router()]
+               build_session_router(context, auth), build_turn_router(traces.store, auth),
+               build_console_router(auth, coord.stats), boom_router()]
     extra = {} if max_body_bytes is None else {"max_body_bytes": max_body_bytes}
     return create_app(pipeline, auth, routers=routers, **extra), memory
 
