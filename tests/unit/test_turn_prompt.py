@@ -141,10 +141,17 @@ def _seed_session(c: TestClient, context: ContextManager, session_id: str) -> st
         _post(c, [{"role": "user", "content": f"Question {i}: {filler * 4}"}], session_id=session_id, agent="off")
 
     async def fold() -> str:
-        session = await context.open_session("acme", "u1", session_id)
+        # NOTE: each turn starts a background refresh on the app's loop; wait for the last one, then
+        # force a fold of what is left (None when that refresh already folded everything).
+        for _ in range(300):
+            session = await context.open_session("acme", "u1", session_id)
+            if not context.is_refreshing(session):
+                break
+            await asyncio.sleep(0.05)
         state = await context.refresh_summary(session, force=True)
-        assert state is not None and state.text
-        return state.text
+        text = state.text if state is not None else (await context.open_session("acme", "u1", session_id)).summary.text
+        assert text
+        return text
 
     return asyncio.run(fold())
 
