@@ -3,7 +3,8 @@
 Routes (all scoped to the tenant that ``get_tenant`` returns; another tenant's ids are 404):
 
 * ``POST /v1/experiences``: create a record (verified by code on the way in) -> 201;
-* ``GET /v1/experiences/review``: the review queue (wrong or low-confidence traces);
+* ``GET /v1/experiences/review``: the review queue (every trace not verified with high confidence,
+  and the audit sample of auto-accepted ones);
 * ``GET /v1/experiences/{id}``: one record with its cache state;
 * ``POST /v1/experiences/search``: active hits, archival hits (topic / error tags), conflicts;
 * ``POST /v1/experiences/{id}/label``: correct -> active, wrong -> archival (+ tags, note).

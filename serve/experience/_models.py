@@ -50,6 +50,10 @@ class ExperienceConfig(StrictModel):
         default=False, description="Constrain the reasoner's reply with a JSON schema (when the engine supports it)."
     )
     rules: list[Rule] = Field(default_factory=list, description="Rule table for regulatory_check items.")
+    audit_share: float = Field(
+        default=0.05, ge=0.0, le=1.0,
+        description="Share of auto-accepted traces (verified, confidence high) also put in the review queue as audit.",
+    )
     # NOTE: the defaults leave ~100x headroom over an honest record; see serve.experience._calculator.
     verify_max_steps: int = Field(
         default=DEFAULT_MAX_STEPS, ge=100, le=1_000_000,

@@ -166,6 +166,8 @@ class ExperienceEvaluation(StrictModel):
     error_tags: list[str] = Field(default_factory=list, max_length=16, description="Error pattern tags.")
     review_note: str = Field(default="", max_length=2000, description="Reviewer's note.")
     retrieval_score: float | None = Field(default=None, description="Score of the last retrieval that used it.")
+    audit: bool = Field(default=False, description="Drawn for the audit sample: auto-accepted into the active cache "
+                                                   "and also listed in the review queue until a reviewer labels it.")
 
     @field_validator("error_tags")
     @classmethod

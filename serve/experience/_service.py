@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -51,9 +52,30 @@ _DAY = 86400.0
 
 
 def _tier_of(record: ExperienceRecord) -> Tier:
-    """Where a new record goes: labelled wrong or unlabelled low confidence -> review, else active."""
+    """Review before reuse: where a new record goes.
+
+    ``active`` only when a reviewer labelled it ``correct``, or when it is unlabelled and its
+    verification passed with confidence ``high`` (every check executed by code passed, and there
+    was at least one: :func:`~._verify.derive_confidence`). Everything else (labelled ``wrong``,
+    ``medium`` or ``low`` confidence) waits in ``review``: a trace nobody verified is never reused.
+    """
     label = record.evaluation.human_label
-    return "review" if label == "wrong" or (label is None and record.outcome.confidence == "low") else "active"
+    if label == "correct" or (label is None and record.outcome.confidence == "high"):
+        return "active"
+    return "review"
+
+
+def audit_pick(tenant: str, exp_id: str, share: float) -> bool:
+    """Whether an auto-accepted record is drawn for the audit sample.
+
+    ``u = first 8 bytes of sha256(tenant + id) / 2^64``; drawn when ``u < share``. A hash rather
+    than a random draw: the same record is drawn on every replica and after a restart (re-posting
+    a record cannot dodge the audit), and over many ids the drawn share converges to ``share``.
+    """
+    if share <= 0.0:
+        return False
+    u = int.from_bytes(hashlib.sha256(f"{tenant}\x00{exp_id}".encode()).digest()[:8], "big") / 2.0**64
+    return u < share
 
 
 class ExperienceNotFound(KeyError):
@@ -141,8 +163,10 @@ class ExperienceService:
                      pii: PiiMode | None = None) -> ExperienceView:
         """Verify a record by code, derive its confidence and file it in a tier.
 
-        Tier: labelled ``wrong`` or ``low`` confidence -> ``review``; labelled ``correct`` or
-        otherwise -> ``active``. The same (tenant, id) overwrites. ``pii``: the policy applied to
+        Tier (review before reuse): labelled ``correct``, or unlabelled with confidence ``high``
+        -> ``active``; everything else -> ``review``. A share ``audit_share`` of the unlabelled
+        active records is also marked ``evaluation.audit`` and listed in the review queue. The same
+        (tenant, id) overwrites. ``pii``: the policy applied to
         the record's texts (default: the tenant's).
 
         Raises:
@@ -156,6 +180,9 @@ class ExperienceService:
             md = md.model_copy(update={"expires_at": md.timestamp + self.config.default_ttl_days * _DAY})
             verified = verified.model_copy(update={"metadata": md})
         tier = _tier_of(verified)
+        if (tier == "active" and verified.evaluation.human_label is None
+                and audit_pick(tenant, md.id, self.config.audit_share)):
+            verified = verified.model_copy(update={"evaluation": verified.evaluation.model_copy(update={"audit": True})})
         emb = await self._embed_one(verified.search_text())
         await self.store.put(tenant, verified, tier=tier, family=self._family_of(md.source_model), embedding=emb,
                        last_used_at=min(md.timestamp, now))
@@ -274,10 +301,18 @@ class ExperienceService:
     # ------------------------------------------------------------------ review
 
     async def review_queue(self, tenant: str, limit: int = 50) -> list[ExperienceView]:
-        """Records waiting for a person (labelled wrong or low confidence), oldest first."""
+        """Records waiting for a person, oldest first: the ``review`` tier (labelled wrong, or not
+        verified with high confidence) and the audit sample (active, ``evaluation.audit``, unlabelled).
+
+        NOTE: audit rows are read from the active tier, which is bounded by ``active_capacity`` per
+        domain, so the scan is bounded too.
+        """
         now = self._clock()
-        rows = await self.store.query(tenant, tiers=("review",), now=now, limit=limit, order="created_at ASC")
-        return [self._view(r, now) for r in rows]
+        review = await self.store.query(tenant, tiers=("review",), now=now, limit=limit, order="created_at ASC")
+        audit = [r for r in await self.store.query(tenant, tiers=("active",), now=now, order="created_at ASC")
+                 if r.record.evaluation.audit and r.record.evaluation.human_label is None]
+        waiting = sorted(review + audit, key=lambda r: (r.record.metadata.timestamp, r.id))
+        return [self._view(r, now) for r in waiting[:limit]]
 
     async def label(self, tenant: str, exp_id: str, req: LabelRequest) -> ExperienceView:
         """Apply a reviewer's label: ``correct`` -> active cache, ``wrong`` -> archival with its tags."""

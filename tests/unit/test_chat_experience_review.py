@@ -1,0 +1,94 @@
+"""Review before reuse, seen where it matters: the prompt of a later chat turn.
+
+A scripted engine stands in for the reasoner (its replies are fixed segmented traces; what is
+asserted is what the pipeline stores and what it injects into the next prompt). A trace whose
+checks do not all pass waits in review and is never injected; once a reviewer labels it correct
+through the HTTP API, the next turn's prompt carries it. A trace verified with high confidence is
+reused without review.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from memory_shards import HashingEmbedder
+from serve.api.app import create_app
+from serve.api.auth import Authenticator
+from serve.experience import ExperienceConfig, ExperienceService, build_router
+from serve.pipeline import ChatPipeline, PipelineSettings
+from tests.unit.agent.conftest import ScriptedEngine
+
+KEYS = {"sk-acme": "acme"}
+H = {"Authorization": "Bearer sk-acme"}
+# NOTE: the boundary test states no bounds, so code marks it doubtful: confidence medium.
+UNVERIFIED = """Context: 120 km in 1.5 h
+Reasoning:
+1. speed = 120 / 1.5 = 80 [principle: speed is distance over time]
+Verification:
+- boundary_test: 80
+Outcome: 80 km/h
+Confidence: high"""
+VERIFIED = """Context: 120 km in 1.5 h
+Reasoning:
+1. speed = 120 / 1.5 = 80 [principle: speed is distance over time]
+Verification:
+- recomputation: 120 / 1.5 = 80
+- unit_check: 120 km / 1.5 h -> km/h
+Outcome: 80 km/h
+Confidence: high"""
+Q1 = "A car drives 120 km in 1.5 h. What is its speed?"
+Q2 = "A car drives 90 km in 1.5 h. What is its speed?"
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[tuple[TestClient, ScriptedEngine]]:
+    emb = HashingEmbedder(384)
+    engine = ScriptedEngine([])
+    # NOTE: audit_share 0 so the sampled audit (a hash of the random id) cannot change the tier here.
+    experiences = ExperienceService(ExperienceConfig(data_dir=tmp_path / "exp", min_similarity=0.1, audit_share=0.0),
+                                    emb.embed)
+    pipeline = ChatPipeline(engine, PipelineSettings(write_back=False), experiences=experiences)
+    auth = Authenticator(KEYS)
+    with TestClient(create_app(pipeline, auth, routers=[build_router(experiences, auth)])) as c:
+        yield c, engine
+    experiences.close()
+
+
+def _turn(c: TestClient, engine: ScriptedEngine, question: str, reply: str) -> tuple[dict[str, Any], str]:
+    engine.replies.append(reply)
+    n = len(engine.calls)
+    r = c.post("/v1/chat/completions", headers=H, json={
+        "model": "recallserve", "max_tokens": 96, "messages": [{"role": "user", "content": question}],
+        "metadata": {"reasoning": "segmented", "task_domain": "units", "topic": "physics/speed"}})
+    assert r.status_code == 200, r.text
+    assert len(engine.calls) == n + 1
+    prompt = "\n".join(m.content for m in engine.calls[-1][0])
+    return r.json()["recallserve"]["experience"], prompt
+
+
+def test_unverified_trace_waits_in_review_until_labelled_correct(rig: Any) -> None:
+    c, engine = rig
+    first, _ = _turn(c, engine, Q1, UNVERIFIED)
+    assert first["confidence"] == "medium" and first["tier"] == "review"
+    assert [q["record"]["metadata"]["id"] for q in c.get("/v1/experiences/review", headers=H).json()] == [first["id"]]
+    second, prompt = _turn(c, engine, Q2, UNVERIFIED)
+    assert second["injected"] == [] and "Past solved problems" not in prompt
+    r = c.post(f"/v1/experiences/{first['id']}/label", headers=H, json={"label": "correct"})
+    assert r.status_code == 200 and r.json()["tier"] == "active"
+    third, prompt = _turn(c, engine, Q2, VERIFIED)
+    assert third["injected"] == [first["id"]]
+    assert "Past solved problems" in prompt and "speed is distance over time" in prompt
+
+
+def test_verified_high_confidence_trace_is_reused_without_review(rig: Any) -> None:
+    c, engine = rig
+    first, _ = _turn(c, engine, Q1, VERIFIED)
+    assert first["confidence"] == "high" and first["tier"] == "active"
+    assert c.get("/v1/experiences/review", headers=H).json() == []
+    second, prompt = _turn(c, engine, Q2, VERIFIED)
+    assert second["injected"] == [first["id"]] and "Past solved problems" in prompt
