@@ -143,7 +143,7 @@ async def _run_condition(engine: Any, embed: Any, problems: list[dict[str, Any]]
                                             topic=prob["topic"], inject=inject, store=False)
                 latency = time.perf_counter() - t0
                 checks = out.experience.record.verification if out.experience else []
-                model_checks = [c for c in checks if not c.notes.startswith("required by")]
+                model_checks = [c for c in checks if not c.notes.startswith("required by") and c.input.get("source") != "context"]
                 rows.append({
                     "condition": "with" if inject else "without", "id": prob["id"], "domain": prob["domain"],
                     "expected": prob["expected"], "answer": out.answer, "correct": is_correct(out.answer, prob["expected"]),

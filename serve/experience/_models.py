@@ -50,6 +50,9 @@ class ExperienceConfig(StrictModel):
         default=False, description="Constrain the reasoner's reply with a JSON schema (when the engine supports it)."
     )
     rules: list[Rule] = Field(default_factory=list, description="Rule table for regulatory_check items.")
+    extracted_checks: bool = Field(
+        default=True, description="Also verify each trace by checks derived from the quantities of its cleaned context.",
+    )
     audit_share: float = Field(
         default=0.05, ge=0.0, le=1.0,
         description="Share of auto-accepted traces (verified, confidence high) also put in the review queue as audit.",

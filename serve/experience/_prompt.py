@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 from serve.engine import ChatMessage
 from serve.experience._rules import Rule
-from serve.experience._schema import ExperienceRecord
+from serve.experience._extract import SOURCE
+from serve.experience._schema import ExperienceRecord, VerificationItem
 
 __all__ = ["SYSTEM_PROMPT", "SYSTEM_PROMPT_JSON", "build_messages", "required_checks"]
 
@@ -54,11 +55,16 @@ SYSTEM_PROMPT_JSON = """Solve the problem. Reply with one JSON object with keys 
 "outcome": {"answer": "number and unit", "confidence": "high|medium|low", "explanation": ".."}"""
 
 
+def _own(rec: ExperienceRecord) -> list[VerificationItem]:
+    """The checks the model wrote (not those derived from the context, which code adds itself)."""
+    return [v for v in rec.verification if v.input.get("source") != SOURCE]
+
+
 def required_checks(experiences: Sequence[ExperienceRecord]) -> list[str]:
-    """Check types the injected experiences imply: every type that passed in one of them."""
+    """Check types the injected experiences imply: every type the model wrote that passed in one of them."""
     out: list[str] = []
     for rec in experiences:
-        for v in rec.verification:
+        for v in _own(rec):
             if v.status == "pass" and v.type not in out:
                 out.append(v.type)
     return out
@@ -68,7 +74,7 @@ def _experience_block(rec: ExperienceRecord) -> str:
     steps = "; ".join(
         (f"{s.text} ({s.principle})" if s.principle else s.text) for s in rec.reasoning[:4]
     )
-    checks = "; ".join(f"{v.type}: {v.target}" for v in rec.verification if v.status == "pass")[:300]
+    checks = "; ".join(f"{v.type}: {v.target}" for v in _own(rec) if v.status == "pass")[:300]
     return f"- Problem: {rec.context.raw_text[:200]}\n  Key reasoning: {steps[:300]}\n  Checks: {checks}\n  Answer: {rec.outcome.answer}"
 
 

@@ -154,7 +154,7 @@ class ExperienceService:
         """
         verified = await asyncio.to_thread(
             verify_record, record, self.rules, required=required, max_steps=self.config.verify_max_steps,
-            seconds=self.config.verify_budget_ms / 1e3,
+            seconds=self.config.verify_budget_ms / 1e3, extract=self.config.extracted_checks,
         )
         _metrics.record_verification(v.status for v in verified.verification)
         return verified
@@ -323,7 +323,8 @@ class ExperienceService:
         rec = view.record
         mode = self._pii_for(tenant)
         evaluation = rec.evaluation.model_copy(update={
-            "human_label": req.label, "error_tags": req.error_tags or rec.evaluation.error_tags,
+            "human_label": req.label,
+            "error_tags": (req.error_tags + [t for t in rec.evaluation.error_tags if t not in req.error_tags])[:16],
             "review_note": apply_pii(req.note, mode, "note"),
         })
         md = rec.metadata.model_copy(update={"reviewer": apply_pii(req.reviewer, mode, "reviewer") or tenant})
