@@ -200,6 +200,7 @@ class ChatPipeline:
             "tier": exp.tier if exp is not None else None,
             "confidence": exp.record.outcome.confidence if exp is not None else None,
             "injected": result.injected, "required_checks": result.required_checks,
+            "archival": result.archival, "error_tags": result.error_tags,
             "parsed": result.answer is not None,
         }
         return result

@@ -48,6 +48,7 @@ _ABBREV = re.compile(r"\b(?:[a-z]\.){2,}", re.I)
 _POSSESSIVE = re.compile(r"(\w)['’]s\b")
 _CURRENCY = {"$": " usd ", "€": " eur ", "£": " gbp ", "¥": " cny ", "元": " cny "}
 # NOTE: longest words first so "kilometres" is not read as "kilometre" + "s".
+_SIGN_AMOUNT = re.compile(r"([$€£¥])\s*(\d[\d,]*(?:\.\d+)?(?:\s*(?:thousand|million|billion|mn|bn)\b|k\b|\s*[千万亿])?)", re.I)
 _UNIT_WORDS = {
     "kilometres": "km", "kilometers": "km", "kilometre": "km", "kilometer": "km", "公里": "km", "千米": "km",
     "metres": "m", "meters": "m", "metre": "m", "meter": "m", "米": "m",
@@ -132,6 +133,8 @@ def clean_context(text: str, *, fold_case: bool = True) -> str:
         'the speed of a car that drives 1200 km in 1.5 h'
     """
     s = unicodedata.normalize("NFKC", text[:MAX_CLEAN_CHARS])
+    # NOTE: "$30" and "30 dollars" alike end as "30 usd": the sign moves behind its amount.
+    s = _SIGN_AMOUNT.sub(lambda m: f"{m.group(2)}{_CURRENCY[m.group(1)]}", s)
     for sign, name in _CURRENCY.items():
         s = s.replace(sign, name)
     # NOTE: numbers before case folding, so "300K" (kelvin) is not read as 300 thousand.

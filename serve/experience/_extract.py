@@ -9,8 +9,9 @@ trace's formula ``E`` (its first recomputation that claims the answer) and answe
 
 * **recompute at** (``recomputation``): ``E`` evaluated as written must give ``a``;
 * **with units** (``unit_check``): every literal of ``E`` that is a stated quantity with a unit is
-  given its unit (``120 / 1.5`` -> ``120 km / 1.5 h``) and the result must have the answer's unit
-  (only when every number of ``E`` is stated or a plain conversion factor such as 1000 or 3600);
+  given its unit (``120 / 1.5`` -> ``120 km / 1.5 h``) and the result must be the answer in the
+  answer's unit (only its dimension when ``E`` also holds a conversion factor such as 1000 or 3600;
+  no check when ``E`` holds a number of unknown origin);
 * **recompute around** (``boundary_test``): for each stated quantity ``q`` used in ``E``, ``E`` with
   ``q`` moved to ``q (1 +- d)`` (``d = 1%``) must stay within ``E(q) (1 +- L d)`` (``L = 10``): a
   formula whose answer moves more than ten times the relative change of an input is
@@ -123,14 +124,22 @@ def _uses(expr: str, record: ExperienceRecord, quantities: Sequence[ContextQuant
     return sorted(out, key=lambda u: u.start)
 
 
-def _all_accounted(expr: str, used: Sequence[_Use]) -> bool:
-    """Whether every number and name of ``expr`` has a known unit: a stated quantity, or a plain
-    conversion factor (:data:`CONVERSION_FACTORS`, dimensionless). A number of unknown origin
-    could carry any unit, so giving units to the others would make the dimension a guess."""
+def _all_accounted(expr: str, used: Sequence[_Use]) -> bool | None:
+    """Whether every number and name of ``expr`` has a known unit: ``True`` when all are stated
+    quantities, ``False`` when some are plain conversion factors (:data:`CONVERSION_FACTORS`,
+    dimensionless), ``None`` when one is of unknown origin: it could carry any unit, so giving
+    units to the others would make the dimension a guess."""
     at = {u.start for u in used}
-    numbers_ok = all(m.start() in at or float(m.group(0)) in CONVERSION_FACTORS for m in _LITERAL.finditer(expr))
-    names_ok = all(m.start() in at or m.group(0) in _FUNCTIONS for m in _NAME.finditer(expr))
-    return numbers_ok and names_ok
+    factors = False
+    for m in _LITERAL.finditer(expr):
+        if m.start() in at:
+            continue
+        if float(m.group(0)) not in CONVERSION_FACTORS:
+            return None
+        factors = True
+    if not all(m.start() in at or m.group(0) in _FUNCTIONS for m in _NAME.finditer(expr)):
+        return None
+    return not factors
 
 
 def _value_at(expr: str, record: ExperienceRecord) -> float | None:
@@ -170,12 +179,16 @@ def extracted_checks(record: ExperienceRecord) -> list[VerificationItem]:
     checks = [VerificationItem(type="recomputation", target=expr, expected=a, input=src)]
     m_unit = _UNIT_OF_ANSWER.match(answer)
     answer_unit = _known_unit(m_unit.group(1)) if m_unit and m_unit.group(1) else ""
-    if answer_unit and any(u.unit for u in used) and _all_accounted(expr, used):
+    accounted = _all_accounted(expr, used)
+    if answer_unit and any(u.unit for u in used) and accounted is not None:
         with_units = expr
         for u in reversed(used):  # NOTE: right to left, so earlier offsets stay valid
             if u.unit:
                 with_units = _replace(with_units, u, f"({u.value:.12g} {u.unit})")
-        checks.append(VerificationItem(type="unit_check", target=with_units, expected=answer_unit, input=src))
+        # NOTE: with a conversion factor in E (2000 W * 0.5 h / 1000 -> kWh) the units already
+        # convert, so only the dimension is compared; otherwise the magnitude in the answer's unit too.
+        expected = f"{a:.12g} {answer_unit}" if accounted else answer_unit
+        checks.append(VerificationItem(type="unit_check", target=with_units, expected=expected, input=src))
     centre = _value_at(expr, record)
     if centre is None:
         return checks  # NOTE: E does not evaluate: the recompute-at check fails and says why

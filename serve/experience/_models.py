@@ -146,6 +146,9 @@ class ProduceResult(StrictModel):
     report: ParseReport = Field(description="What the parser found and could not read.")
     injected: list[str] = Field(default_factory=list, description="Ids of the experiences put into the prompt.")
     required_checks: list[str] = Field(default_factory=list, description="Check types the answer had to include.")
+    archival: list[str] = Field(default_factory=list, description="Ids of the archival lessons put into the prompt.")
+    error_tags: list[str] = Field(default_factory=list,
+                                  description="Error tags the archive was searched by (the problem's possible mistakes).")
     raw_text: str = Field(description="The reasoner's reply.")
     prompt_tokens: int = Field(ge=0, description="Prompt tokens.")
     completion_tokens: int = Field(ge=0, description="Generated tokens.")

@@ -36,11 +36,13 @@ from serve.experience._models import (
     SearchResult,
 )
 from serve.experience._parser import parse_segmented
-from serve.experience._prompt import SYSTEM_PROMPT, SYSTEM_PROMPT_JSON, build_messages
+from serve.experience._clean import clean_context
+from serve.experience._extract import problem_check_types
+from serve.experience._prompt import SYSTEM_PROMPT, SYSTEM_PROMPT_JSON, build_messages, required_checks
 from serve.experience._rules import RuleTable
 from serve.experience._schema import ExperienceMetadata, ExperienceRecord, Tier
 from serve.experience._store import ExperienceStore, StoredRow
-from serve.experience._verify import verify_record
+from serve.experience._verify import exposure_tags, verify_record
 from serve.memory import MemoryBackend, MemoryWrite
 from serve.pii import PiiMode, apply_pii, for_write_back
 
@@ -183,7 +185,7 @@ class ExperienceService:
         if (tier == "active" and verified.evaluation.human_label is None
                 and audit_pick(tenant, md.id, self.config.audit_share)):
             verified = verified.model_copy(update={"evaluation": verified.evaluation.model_copy(update={"audit": True})})
-        emb = await self._embed_one(verified.search_text())
+        emb = await self._embed_one(clean_context(verified.search_text()))
         await self.store.put(tenant, verified, tier=tier, family=self._family_of(md.source_model), embedding=emb,
                        last_used_at=min(md.timestamp, now))
         if tier == "active":
@@ -230,7 +232,7 @@ class ExperienceService:
         """
         now = self._clock()
         family = self._family_of(req.source_model)
-        query = await self._embed_one(req.query) if req.query.strip() else None
+        query = await self._embed_one(clean_context(req.query)) if req.query.strip() else None
         domains = [req.domain] if req.domain else sorted({r.record.metadata.task_domain for r in await self.store.query(
             tenant, tiers=("active",), family=family)})
         for d in domains:
@@ -297,6 +299,25 @@ class ExperienceService:
             scored = [(r, 0.0) for r in rows]
         return [ExperienceHit(experience=self._view(r, now), score=s, similarity=s, recency=0.0)
                 for r, s in scored[: req.archival_k]]
+
+    async def _lessons(self, tenant: str, question: str, model: str, domain: str, topic: str,
+                       tags: Sequence[str]) -> list[ExperienceRecord]:
+        """At most ``archival_k`` archival records of the topic for the prompt: those carrying one of
+        ``tags`` first (by similarity), then the topic's other records (by similarity)."""
+        k = self.config.archival_k
+        if k == 0:
+            return []
+        base = SearchRequest(query=question, source_model=model, domain=domain, topic_prefix=topic, archival_k=k)
+        family = self._family_of(model)
+        query = await self._embed_one(clean_context(question)) if question.strip() else None
+        now = self._clock()
+        hits = await self._search_archival(tenant, base.model_copy(update={"error_tags": list(tags)}), family,
+                                           query, now) if tags else []
+        if len(hits) < k:
+            seen = {h.experience.record.metadata.id for h in hits}
+            hits += [h for h in await self._search_archival(tenant, base, family, query, now)
+                     if h.experience.record.metadata.id not in seen][: k - len(hits)]
+        return [h.experience.record for h in hits[:k]]
 
     # ------------------------------------------------------------------ review
 
@@ -365,9 +386,13 @@ class ExperienceService:
     ) -> ProduceResult:
         """Ask the reasoner for the four segments, parse, verify by code and store the trace.
 
-        With ``inject``, the best active experiences of the same model family and domain and
-        the archival lessons of the topic go into the prompt, and the check types they imply
-        are required in the new answer (a missing one makes the trace at most ``medium``).
+        With ``inject``, the best active experiences of the same model family and domain and at
+        most ``archival_k`` archival lessons of the topic go into the prompt, and the check types
+        they imply are required in the new answer (a missing one makes the trace at most
+        ``medium``). The lessons are searched by topic path and by the error tags of the mistakes
+        the problem exposes (:func:`~._extract.problem_check_types` -> :func:`~._verify.exposure_tags`):
+        tagged lessons first, the topic's others after. The new trace's failed checks become its
+        own error tags (:func:`~._verify.error_tags_for`).
         ``prompt(head, problem)`` renders the engine prompt from the segmented format (system) and
         the problem text with its injected experiences (the chat turn passes its renderer, so the
         client's system prompt, the context block, history and memories reach the model too);
@@ -375,12 +400,16 @@ class ExperienceService:
         """
         experiences: list[ExperienceRecord] = []
         archival: list[ExperienceRecord] = []
+        tags: list[str] = []
         if inject:
             found = await self.search(tenant, SearchRequest(
-                query=question, source_model=engine.model_name, domain=domain, k=self.config.top_k,
-                topic_prefix=topic, archival_k=self.config.archival_k))
+                query=question, source_model=engine.model_name, domain=domain, k=self.config.top_k))
             experiences = [h.experience.record for h in found.hits]
-            archival = [h.experience.record for h in found.archival]
+            # NOTE: the mistakes this problem can make (the check types it will be held to) are
+            # the error tags the archive is asked about; the topic's other lessons fill the rest.
+            tags = exposure_tags(problem_check_types(question, rule_domain=bool(self.rules.rules(domain)),
+                                                     required=required_checks(experiences)))
+            archival = await self._lessons(tenant, question, engine.model_name, domain, topic, tags)
         messages, required = build_messages(question, experiences=experiences, archival=archival,
                                             rules=self.rules.rules(domain), json_mode=self.config.constrain_json)
         if prompt is not None:
@@ -404,6 +433,7 @@ class ExperienceService:
         return ProduceResult(
             answer=parsed.answer, experience=view, report=parsed.report,
             injected=[r.metadata.id for r in experiences], required_checks=required, raw_text=result.text,
+            archival=[r.metadata.id for r in archival], error_tags=tags,
             prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
         )
 

@@ -81,15 +81,23 @@ _MAX_TAGS = 16
 def error_tags_for(items: Iterable[VerificationItem]) -> list[str]:
     """Error tags of the failed checks, in order of first failure (no duplicates).
 
-    ``fail`` with notes ``dimension ...`` -> ``unit_mismatch``; ``not run`` / ``cannot execute`` ->
+    ``fail`` with notes ``dimension ...`` -> ``unit_mismatch``; a unit check of the right dimension
+    but the wrong magnitude -> ``arithmetic_error`` when a recomputation failed too, else
+    ``unit_mismatch``; ``not run`` / ``cannot execute`` ->
     :data:`UNCHECKABLE_TAG`; else :data:`ERROR_TAGS` of the check type. Passing, doubtful and
     unrun checks give no tag (they are not evidence of a mistake).
     """
+    items = list(items)
+    arithmetic = any(v.type == "recomputation" and v.status == "fail" for v in items)
     out: list[str] = []
     for v in items:
         if v.status != "fail":
             continue
-        if v.notes.startswith("dimension"):
+        if v.type == "unit_check" and v.notes.startswith("dimensions match"):
+            # NOTE: the right dimension, the wrong magnitude: an arithmetic slip when a
+            # recomputation failed too, else a number right in another unit (a conversion).
+            tag = ERROR_TAGS["recomputation"] if arithmetic else ERROR_TAGS["unit_check"]
+        elif v.notes.startswith("dimension"):
             tag = ERROR_TAGS["unit_check"]
         elif v.notes.startswith(("not run", "cannot execute")):
             tag = UNCHECKABLE_TAG

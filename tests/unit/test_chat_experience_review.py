@@ -92,3 +92,44 @@ def test_verified_high_confidence_trace_is_reused_without_review(rig: Any) -> No
     assert c.get("/v1/experiences/review", headers=H).json() == []
     second, prompt = _turn(c, engine, Q2, VERIFIED)
     assert second["injected"] == [first["id"]] and "Past solved problems" in prompt
+
+
+WRONG = """Context: 120 km in 1.5 h
+Reasoning:
+1. speed = 120 / 1.5 = 90 [principle: speed is distance over time]
+Verification:
+- recomputation: 120 / 1.5 = 90
+Outcome: 90 km/h
+Confidence: high"""
+
+
+def _noise(c: TestClient, text: str) -> str:
+    """An archival lesson of the same topic without the arithmetic tag (labelled wrong for another reason)."""
+    rec = {"metadata": {"source_model": "scripted", "task_domain": "units", "topic": "physics/speed"},
+           "context": {"raw_text": text}, "reasoning": [{"step_id": 1, "text": "read the question", "principle": "p"}],
+           "verification": [{"type": "recomputation", "target": "90 / 1.5", "expected": 60}],
+           "outcome": {"answer": "60 km/h"}}
+    exp_id = c.post("/v1/experiences", headers=H, json=rec).json()["record"]["metadata"]["id"]
+    r = c.post(f"/v1/experiences/{exp_id}/label", headers=H, json={"label": "wrong", "error_tags": ["misread_question"]})
+    assert r.json()["tier"] == "archival" and r.json()["record"]["evaluation"]["error_tags"] == ["misread_question"]
+    return exp_id
+
+
+def test_failed_checks_become_error_tags_that_pick_the_next_prompts_lessons(rig: Any) -> None:
+    c, engine = rig
+    first, _ = _turn(c, engine, Q1, WRONG)
+    assert first["confidence"] == "low" and first["tier"] == "review"
+    stored = c.get(f"/v1/experiences/{first['id']}", headers=H).json()["record"]
+    assert stored["evaluation"]["error_tags"] == ["arithmetic_error"]
+    r = c.post(f"/v1/experiences/{first['id']}/label", headers=H, json={"label": "wrong", "note": "120/1.5 is 80"})
+    assert r.json()["tier"] == "archival" and r.json()["record"]["evaluation"]["error_tags"] == ["arithmetic_error"]
+    # Two lessons of the topic closer to the next question than the tagged one, but on another mistake.
+    noise = [_noise(c, Q2), _noise(c, Q2 + " Give km/h.")]
+    by_topic = c.post("/v1/experiences/search", headers=H, json={
+        "query": Q2, "source_model": "scripted", "topic_prefix": "physics/speed", "archival_k": 2}).json()["archival"]
+    assert sorted(h["experience"]["record"]["metadata"]["id"] for h in by_topic) == sorted(noise)
+    second, prompt = _turn(c, engine, Q2, VERIFIED)
+    assert {"arithmetic_error", "unit_mismatch"} <= set(second["error_tags"])  # Q2 states numbers with units
+    assert len(second["archival"]) == 2 and second["archival"][0] == first["id"]
+    assert "Avoid (arithmetic_error)" in prompt and "120/1.5 is 80" in prompt
+    assert prompt.count("- Avoid (") == 2  # at most 2 archival lessons
