@@ -59,6 +59,14 @@ def new_experience_id() -> str:
     return "exp_" + uuid.uuid4().hex[:24]
 
 
+def check_topic(v: str) -> str:
+    """A topic path, normalised (trimmed, lower case); ValueError unless like 'math/percent'."""
+    v = v.strip().strip("/").lower()
+    if not _TOPIC.match(v):
+        raise ValueError(f"topic {v!r} must be a path like 'math/percent' (a-z 0-9 _ . - separated by /)")
+    return v
+
+
 def _check_tags(tags: list[str]) -> list[str]:
     out: list[str] = []
     for t in tags:
@@ -153,10 +161,7 @@ class ExperienceMetadata(StrictModel):
     @field_validator("topic")
     @classmethod
     def _check_topic(cls, v: str) -> str:
-        v = v.strip().strip("/").lower()
-        if not _TOPIC.match(v):
-            raise ValueError(f"topic {v!r} must be a path like 'math/percent' (a-z 0-9 _ . - separated by /)")
-        return v
+        return check_topic(v)
 
 
 class ExperienceEvaluation(StrictModel):
