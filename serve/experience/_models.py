@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
@@ -50,6 +50,11 @@ class ExperienceConfig(StrictModel):
         default=False, description="Constrain the reasoner's reply with a JSON schema (when the engine supports it)."
     )
     rules: list[Rule] = Field(default_factory=list, description="Rule table for regulatory_check items.")
+    domains: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=list, max_length=64,
+        description="Task domains (request metadata.task_domain) answered with segmented reasoning by default, "
+                    "without metadata.reasoning; metadata.reasoning=default still opts a request out.",
+    )
     extracted_checks: bool = Field(
         default=True, description="Also verify each trace by checks derived from the quantities of its cleaned context.",
     )

@@ -133,3 +133,29 @@ def test_failed_checks_become_error_tags_that_pick_the_next_prompts_lessons(rig:
     assert len(second["archival"]) == 2 and second["archival"][0] == first["id"]
     assert "Avoid (arithmetic_error)" in prompt and "120/1.5 is 80" in prompt
     assert prompt.count("- Avoid (") == 2  # at most 2 archival lessons
+
+
+def test_listed_domains_reason_segmented_without_a_request_flag(tmp_path: Path) -> None:
+    emb = HashingEmbedder(384)
+    engine = ScriptedEngine([VERIFIED, "Plain answer.", "Plain answer."])
+    experiences = ExperienceService(ExperienceConfig(data_dir=tmp_path / "exp", domains=["units"], audit_share=0.0),
+                                    emb.embed)
+    pipeline = ChatPipeline(engine, PipelineSettings(write_back=False), experiences=experiences)
+    auth = Authenticator(KEYS)
+
+    def ask(meta: dict[str, str]) -> dict[str, Any]:
+        r = c.post("/v1/chat/completions", headers=H, json={
+            "model": "recallserve", "max_tokens": 96, "messages": [{"role": "user", "content": Q1}], "metadata": meta})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    with TestClient(create_app(pipeline, auth, routers=[build_router(experiences, auth)])) as c:
+        listed = ask({"task_domain": "units", "topic": "physics/speed"})
+        assert listed["recallserve"]["experience"]["tier"] == "active"
+        assert engine.calls[0][0][0].content.startswith("Solve the problem")  # the segmented format's prompt
+        other = ask({"task_domain": "chat"})
+        opted_out = ask({"task_domain": "units", "reasoning": "default"})
+        for body, n in ((other, 1), (opted_out, 2)):
+            assert "experience" not in body["recallserve"]
+            assert not engine.calls[n][0][0].content.startswith("Solve the problem")
+    experiences.close()
