@@ -40,6 +40,9 @@ class ExperienceConfig(StrictModel):
     min_similarity: float = Field(
         default=0.35, ge=0.0, le=1.0, description="Cosine below which an active record is not a candidate."
     )
+    hybrid: bool = Field(
+        default=True, description="Find active experiences by keyword (BM25) and vector, fused by reciprocal rank.",
+    )
     top_k: int = Field(default=2, ge=1, le=20, description="Experiences injected into one prompt.")
     archival_k: int = Field(default=2, ge=0, le=20, description="Archival lessons injected into one prompt.")
     default_ttl_days: float | None = Field(

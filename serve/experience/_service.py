@@ -43,6 +43,7 @@ from serve.experience._rules import RuleTable
 from serve.experience._schema import ExperienceMetadata, ExperienceRecord, Tier
 from serve.experience._store import ExperienceStore, StoredRow
 from serve.experience._verify import exposure_tags, verify_record
+from memory_shards.retrieval import LexicalIndex
 from serve.memory import MemoryBackend, MemoryWrite
 from serve.pii import PiiMode, apply_pii, for_write_back
 
@@ -240,7 +241,9 @@ class ExperienceService:
         active = await self.store.query(tenant, tiers=("active",), domain=req.domain, family=family, now=now)
         if query is not None:
             ranked = rank_active(active, query, now=now, k=req.k, recency_weight=self.config.recency_weight,
-                                 min_similarity=self.config.min_similarity, decay_rate=self.config.decay_rate)
+                                 min_similarity=self.config.min_similarity, decay_rate=self.config.decay_rate,
+                                 keyword_ranking=_keyword_ranking(tenant, active, req.query)
+                                 if self.config.hybrid else None)
         else:
             ranked = rank_active(active, np.zeros_like(active[0].embedding) if active else np.zeros(1, np.float32),
                                  now=now, k=req.k, recency_weight=1.0, decay_rate=self.config.decay_rate)
@@ -436,6 +439,20 @@ class ExperienceService:
             archival=[r.metadata.id for r in archival], error_tags=tags,
             prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
         )
+
+
+def _keyword_ranking(tenant: str, rows: Sequence[StoredRow], query: str) -> list[str]:
+    """Ids of ``rows`` ranked by BM25 of their cleaned search text against the cleaned query.
+
+    The memory tier's lexical index (same analysis: stems, stop words, numbers kept), built per
+    search over the candidate rows: they are one tenant's active records of one model family,
+    at most ``active_capacity`` per domain, so the index is small and never stale.
+    """
+    if not rows:
+        return []
+    index = LexicalIndex()
+    index.add_many((tenant, r.id, clean_context(r.record.search_text())) for r in rows)
+    return [i for i, _ in index.search(tenant, clean_context(query), len(rows))]
 
 
 # NOTE: identity fields (id, schema version, model, domain, topic, timestamps) are patterned or

@@ -140,3 +140,19 @@ def test_the_embedder_gets_cleaned_texts(tmp_path, clock) -> None:
     assert seen[-1] == "tax of 10% on a revenue of 1100000 usd"
     assert [h.experience.record.metadata.id for h in hits] == [view.record.metadata.id]
     svc.close()
+
+
+@pytest.mark.parametrize("hybrid", [True, False])
+def test_hybrid_search_finds_by_keyword_what_the_vector_misses(make_service, clock, hybrid) -> None:
+    # NOTE: the test embedder sees letters only, so the order number is invisible to the vector side.
+    # NOTE: recency weight 0 isolates the similarity term (both records are equally recent).
+    svc = make_service(min_similarity=0.95, hybrid=hybrid, audit_share=0.0, recency_weight=0.0)
+    ids = []
+    for text in ("Shipping fee of order 77123 under SHIP-1?", "Shipping fee of a heavy parcel under SHIP-1?"):
+        rec = _record(text, [{"type": "recomputation", "target": "4 + 1 = 5"}], "5", timestamp=clock.t)
+        ids.append(asyncio.run(svc.create("acme", rec)).record.metadata.id)
+    hits = asyncio.run(svc.search("acme", SearchRequest(query="What fee for order 77,123?", source_model=QWEN))).hits
+    # Without keywords nothing passes the vector threshold; with them the order number decides.
+    assert [h.experience.record.metadata.id for h in hits] == (ids if hybrid else [])
+    if hybrid:
+        assert hits[0].score > hits[1].score and all(h.similarity < 0.95 for h in hits)
