@@ -129,7 +129,7 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
     experiences = ExperienceService(config.experience.model_copy(update={"data_dir": config.state_dir / "experiences"}),
                                     _sync_embed(memory["embedder"]), memory=backend,
                                     store=cast(ExperienceStore, RemoteStore(state, "experiences")),
-                                    pii_for=auth.pii_for)
+                                    pii_for=auth.pii_for, rewriter=engines["router"])
     pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=config.chat, memory=backend, context=context,
                             agent=agent, experiences=experiences)
 

@@ -207,7 +207,7 @@ class ChatPipeline:
             "confidence": exp.record.outcome.confidence if exp is not None else None,
             "injected": result.injected, "required_checks": result.required_checks,
             "archival": result.archival, "error_tags": result.error_tags,
-            "parsed": result.answer is not None,
+            "parsed": result.answer is not None, "rewritten": result.first_report is not None,
         }
         return result
 

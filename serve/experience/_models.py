@@ -40,6 +40,9 @@ class ExperienceConfig(StrictModel):
     min_similarity: float = Field(
         default=0.35, ge=0.0, le=1.0, description="Cosine below which an active record is not a candidate."
     )
+    parse_fallback: bool = Field(
+        default=True, description="When a segmented reply does not parse, ask the router model once to rewrite it.",
+    )
     hybrid: bool = Field(
         default=True, description="Find active experiences by keyword (BM25) and vector, fused by reciprocal rank.",
     )
@@ -152,6 +155,8 @@ class ProduceResult(StrictModel):
     answer: str | None = Field(description="The parsed answer, None when none was found.")
     experience: ExperienceView | None = Field(description="The stored record, None when parsing failed.")
     report: ParseReport = Field(description="What the parser found and could not read.")
+    first_report: ParseReport | None = Field(
+        default=None, description="The reasoner's own reply's report when the router model was asked to rewrite it.")
     injected: list[str] = Field(default_factory=list, description="Ids of the experiences put into the prompt.")
     required_checks: list[str] = Field(default_factory=list, description="Check types the answer had to include.")
     archival: list[str] = Field(default_factory=list, description="Ids of the archival lessons put into the prompt.")

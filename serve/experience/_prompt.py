@@ -15,7 +15,7 @@ from serve.experience._rules import Rule
 from serve.experience._extract import SOURCE
 from serve.experience._schema import ExperienceRecord, VerificationItem
 
-__all__ = ["SYSTEM_PROMPT", "SYSTEM_PROMPT_JSON", "build_messages", "required_checks"]
+__all__ = ["SYSTEM_PROMPT", "SYSTEM_PROMPT_JSON", "build_messages", "required_checks", "rewrite_messages"]
 
 SYSTEM_PROMPT = """Solve the problem. Reply in exactly this format:
 Context: <facts only>
@@ -123,3 +123,17 @@ def build_messages(
     parts.append(f"Problem: {question}")
     system = SYSTEM_PROMPT_JSON if json_mode else SYSTEM_PROMPT
     return [ChatMessage(role="system", content=system), ChatMessage(role="user", content="\n\n".join(parts))], required
+
+
+# NOTE: the rewrite keeps the reasoner's content; the router model only reformats it.
+_REWRITE = ("Rewrite the reply below into the format. Keep its facts, steps, numbers and answer exactly; "
+            "add nothing. Reply with the rewritten text only.\n\nReply:\n")
+_MAX_REWRITE_CHARS = 6000
+
+
+def rewrite_messages(reply: str, json_mode: bool = False) -> list[ChatMessage]:
+    """Messages asking a light model to put an unparsable ``reply`` into the segmented format
+    (the reply is cut at 6000 characters: the reasoner's budget is a few hundred tokens)."""
+    system = SYSTEM_PROMPT_JSON if json_mode else SYSTEM_PROMPT
+    return [ChatMessage(role="system", content=system),
+            ChatMessage(role="user", content=_REWRITE + reply[:_MAX_REWRITE_CHARS])]

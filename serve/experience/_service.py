@@ -35,12 +35,25 @@ from serve.experience._models import (
     SearchRequest,
     SearchResult,
 )
-from serve.experience._parser import parse_segmented
+from serve.experience._parser import ParseReport, parse_segmented
 from serve.experience._clean import clean_context
 from serve.experience._extract import problem_check_types
-from serve.experience._prompt import SYSTEM_PROMPT, SYSTEM_PROMPT_JSON, build_messages, required_checks
+from serve.experience._prompt import (
+    SYSTEM_PROMPT,
+    SYSTEM_PROMPT_JSON,
+    build_messages,
+    required_checks,
+    rewrite_messages,
+)
 from serve.experience._rules import RuleTable
-from serve.experience._schema import ExperienceMetadata, ExperienceRecord, Tier
+from serve.experience._schema import (
+    ExperienceContext,
+    ExperienceEvaluation,
+    ExperienceMetadata,
+    ExperienceOutcome,
+    ExperienceRecord,
+    Tier,
+)
 from serve.experience._store import ExperienceStore, StoredRow
 from serve.experience._verify import exposure_tags, verify_record
 from memory_shards.retrieval import LexicalIndex
@@ -101,11 +114,14 @@ class ExperienceService:
             passes a proxy with the same async methods (one store shared by every ingress replica).
         pii_for: tenant -> PII policy of its records (``Authenticator.pii_for``); default: mask.
             Applied to every text of a record before it is verified, stored or written to memory.
+        rewriter: the light (router) model; when a segmented reply does not parse, it is asked
+            once to rewrite the reply into the format (``parse_fallback``). None = no rewrite.
     """
 
     def __init__(self, config: ExperienceConfig, embed: Embedder, *, memory: MemoryBackend | None = None,
                  clock: Callable[[], float] = time.time, family_of: Callable[[str], str] = model_family,
-                 store: ExperienceStore | None = None, pii_for: Callable[[str], PiiMode] | None = None) -> None:
+                 store: ExperienceStore | None = None, pii_for: Callable[[str], PiiMode] | None = None,
+                 rewriter: LLMEngine | None = None) -> None:
         self.config = config
         self.rules = RuleTable(config.rules)
         self.store = ExperienceStore(config.data_dir) if store is None else store
@@ -114,6 +130,7 @@ class ExperienceService:
         self._clock = clock
         self._family_of = family_of
         self._pii_for: Callable[[str], PiiMode] = pii_for or (lambda _tenant: "mask")
+        self._rewriter = rewriter
 
     def close(self) -> None:
         """Close the database."""
@@ -421,7 +438,24 @@ class ExperienceService:
                                          json_schema=_JSON_SCHEMA if self.config.constrain_json else None)
         result = await engine.chat(messages, gen)
         parsed = parse_segmented(result.text)
+        first_report: ParseReport | None = None
+        prompt_tokens, completion_tokens = result.prompt_tokens, result.completion_tokens
+        if not parsed.report.ok and self._rewriter is not None and self.config.parse_fallback:
+            # NOTE: one rewrite by the light router model, never more: a reply it cannot put into
+            # the format either is kept unparsed for a person (below).
+            first_report = parsed.report
+            rewrite = await self._rewriter.chat(rewrite_messages(result.text, self.config.constrain_json),
+                                                gen.model_copy(update={"temperature": 0.0}))
+            prompt_tokens += rewrite.prompt_tokens
+            completion_tokens += rewrite.completion_tokens
+            rewritten = parse_segmented(rewrite.text)
+            if rewritten.report.ok or (rewritten.answer and not parsed.answer):
+                parsed = rewritten
         view: ExperienceView | None = None
+        if not parsed.answer and store and result.text.strip():
+            view = await self.create(tenant, _unparsed(question, result.text, ExperienceMetadata(
+                source_model=engine.model_name, task_domain=domain, topic=topic, timestamp=self._clock())),
+                pii=for_write_back(self._pii_for(tenant)))
         if parsed.answer:
             record = parsed.to_record(question, ExperienceMetadata(
                 source_model=engine.model_name, task_domain=domain, topic=topic, timestamp=self._clock()))
@@ -434,10 +468,10 @@ class ExperienceService:
                 view = ExperienceView(record=verified, tier=_tier_of(verified), last_used_at=now, use_count=0,
                                       decay=1.0)
         return ProduceResult(
-            answer=parsed.answer, experience=view, report=parsed.report,
+            answer=parsed.answer, experience=view, report=parsed.report, first_report=first_report,
             injected=[r.metadata.id for r in experiences], required_checks=required, raw_text=result.text,
             archival=[r.metadata.id for r in archival], error_tags=tags,
-            prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
         )
 
 
@@ -453,6 +487,20 @@ def _keyword_ranking(tenant: str, rows: Sequence[StoredRow], query: str) -> list
     index = LexicalIndex()
     index.add_many((tenant, r.id, clean_context(r.record.search_text())) for r in rows)
     return [i for i, _ in index.search(tenant, clean_context(query), len(rows))]
+
+
+UNPARSED_TAG = "unparsed"
+
+
+def _unparsed(question: str, reply: str, metadata: ExperienceMetadata) -> ExperienceRecord:
+    """A reply that neither the parser nor the rewrite could read, kept for review: no segments,
+    the reply itself as the outcome's explanation, tagged ``unparsed`` (confidence medium: no
+    checks, so it is filed in review, never reused)."""
+    return ExperienceRecord(
+        metadata=metadata, context=ExperienceContext(raw_text=question[:8000]),
+        outcome=ExperienceOutcome(answer=UNPARSED_TAG, explanation=reply[:2000]),
+        evaluation=ExperienceEvaluation(error_tags=[UNPARSED_TAG]),
+    )
 
 
 # NOTE: identity fields (id, schema version, model, domain, topic, timestamps) are patterned or

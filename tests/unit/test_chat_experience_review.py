@@ -159,3 +159,31 @@ def test_listed_domains_reason_segmented_without_a_request_flag(tmp_path: Path) 
             assert "experience" not in body["recallserve"]
             assert not engine.calls[n][0][0].content.startswith("Solve the problem")
     experiences.close()
+
+
+@pytest.mark.parametrize("rewrite_ok", [True, False])
+def test_unparsable_reply_is_rewritten_once_by_the_router_else_kept_for_review(tmp_path: Path, rewrite_ok: bool) -> None:
+    emb = HashingEmbedder(384)
+    engine = ScriptedEngine(["The speed is eighty, I think, since 120 over 1.5 is 80."])
+    router = ScriptedEngine([VERIFIED if rewrite_ok else "Sorry, I cannot."])
+    experiences = ExperienceService(ExperienceConfig(data_dir=tmp_path / "exp", audit_share=0.0), emb.embed,
+                                    rewriter=router)
+    pipeline = ChatPipeline(engine, PipelineSettings(write_back=False), experiences=experiences)
+    auth = Authenticator(KEYS)
+    with TestClient(create_app(pipeline, auth, routers=[build_router(experiences, auth)])) as c:
+        r = c.post("/v1/chat/completions", headers=H, json={
+            "model": "recallserve", "max_tokens": 96, "messages": [{"role": "user", "content": Q1}],
+            "metadata": {"reasoning": "segmented", "task_domain": "units"}})
+        assert r.status_code == 200, r.text
+        meta = r.json()["recallserve"]["experience"]
+        assert len(router.calls) == 1 and "120 over 1.5 is 80" in router.calls[0][0][-1].content
+        assert meta["rewritten"] is True and meta["parsed"] is rewrite_ok
+        stored = c.get(f"/v1/experiences/{meta['id']}", headers=H).json()
+        if rewrite_ok:
+            assert stored["tier"] == "active" and stored["record"]["outcome"]["answer"] == "80 km/h"
+        else:
+            assert stored["tier"] == "review" and stored["record"]["evaluation"]["error_tags"] == ["unparsed"]
+            assert "120 over 1.5 is 80" in stored["record"]["outcome"]["explanation"]
+            assert [q["record"]["metadata"]["id"] for q in c.get("/v1/experiences/review", headers=H).json()] == [
+                meta["id"]]
+    experiences.close()

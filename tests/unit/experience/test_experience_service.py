@@ -258,5 +258,7 @@ def test_produce_stores_and_injects_with_required_checks(tmp_path, clock):
         ("recomputation", "pass"), ("unit_check", "doubtful")]
     assert second.experience.record.outcome.confidence == "medium"
     third = run(svc.produce("acme", engine, "Speed?", inject=False))
-    assert third.answer is None and third.experience is None and not third.report.ok
+    assert third.answer is None and not third.report.ok and third.first_report is None  # no rewriter here
+    assert third.experience is not None and third.experience.tier == "review"
+    assert third.experience.record.evaluation.error_tags == ["unparsed"]
     svc.close()
