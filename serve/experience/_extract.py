@@ -96,7 +96,7 @@ class _Use:
 def _known_unit(unit: str) -> str:
     try:
         parse_unit(unit)
-    except CalcError:
+    except (CalcError, TypeError, ValueError, ArithmeticError, RecursionError):
         return ""
     return unit
 
@@ -149,7 +149,8 @@ def _value_at(expr: str, record: ExperienceRecord) -> float | None:
     env = {q.name: q.value for q in record.context.quantities if q.name.isidentifier()}
     try:
         v = evaluate(expr, env)
-    except CalcError:
+    except (CalcError, TypeError, ValueError, ArithmeticError, RecursionError):
+        # NOTE: the same failures run_check turns into a failed check; here: no centre, no around checks.
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         return None
