@@ -2,15 +2,22 @@
 
 Issue 14: one record whose check computed ``round(5, -10**7)`` held the ingress event loop for
 6 s, and ``/healthz`` on that replica waited 5.5 s. Verification is now capped per step and per
-record and runs in a worker thread. This builds the real ingress app in process (``create_app``
+record and runs in a worker process (``verify_workers``). This builds the real ingress app in process (``create_app``
 with the experience router; the engine is never called, nothing listens on a port), and in one
 run times ordinary requests (``GET /healthz`` and the authenticated ``GET /v1/models``),
 sequentially, three ways:
 
 * alone;
+* while one client posts hostile records back to back (one record in verification at any time:
+  the issue's "while a hostile verification record is processed");
 * while ``--posters`` clients post hostile records (every cap hit, plus legal checks sized to
   spend the whole per-record budget) to ``POST /v1/experiences`` without pause, as shipped;
-* the same, with verification run on the event loop (the ablation: what the worker thread buys).
+* the same, with verification in a thread of the replica (``verify_workers: 0``, the pool's
+  fallback): off the loop but sharing its GIL;
+* the same, with verification run on the event loop (the ablation: what moving it off buys).
+
+The worker process is started (and the first record verified) before timing, so its one-off
+spawn is not charged to the probes.
 
 Prints a table with the p50 / p95 of each and their ratio to "alone", and writes it to ``--out``
 (Markdown + JSON).
@@ -52,7 +59,7 @@ def hostile_record() -> dict[str, Any]:
     }
 
 
-def _app(data_dir: Path, on_loop: bool) -> Any:
+def _app(data_dir: Path, mode: str) -> Any:
     from deployments.engines import RemoteConfig, build_engine
     from memory_shards import HashingEmbedder
     from serve.api.app import create_app
@@ -69,7 +76,8 @@ def _app(data_dir: Path, on_loop: bool) -> Any:
     # NOTE: never called: the routes timed here do not reach the engine (nothing listens on port 9).
     engine = build_engine(RemoteConfig(base_url="http://127.0.0.1:9/v1", model="bench"))
     emb = HashingEmbedder(384)
-    service = (OnLoop if on_loop else ExperienceService)(ExperienceConfig(data_dir=data_dir), emb.embed)
+    config = ExperienceConfig(data_dir=data_dir, verify_workers=1 if mode == "process" else 0)
+    service = (OnLoop if mode == "loop" else ExperienceService)(config, emb.embed)
     auth = Authenticator({"sk-bench": "bench"})
     return create_app(ChatPipeline(engine), auth, routers=[build_router(service, auth)]), service
 
@@ -91,6 +99,8 @@ async def _measure(app: Any, probes: int, posters: int) -> dict[str, float]:
                     raise RuntimeError(f"hostile record answered {r.status_code}: {r.text[:200]}")
                 posted.append(time.perf_counter() - start)
 
+        if posters:  # NOTE: warm-up: starts the verification worker outside the timed window
+            await client.post("/v1/experiences", json=record, headers=headers)
         tasks = [asyncio.create_task(poster()) for _ in range(posters)]
         await asyncio.sleep(0.2 if posters else 0)  # NOTE: let the posters reach steady state
         latencies = []
@@ -104,7 +114,8 @@ async def _measure(app: Any, probes: int, posters: int) -> dict[str, float]:
         stop.set()
         await asyncio.gather(*tasks)
     q = statistics.quantiles(latencies, n=20)
-    out = {"p50_ms": 1e3 * statistics.median(latencies), "p95_ms": 1e3 * q[18], "hostile_posts": len(posted)}
+    out = {"posters": posters, "p50_ms": 1e3 * statistics.median(latencies), "p95_ms": 1e3 * q[18],
+           "hostile_posts": len(posted)}
     if posted:
         out["hostile_post_p50_ms"] = 1e3 * statistics.median(posted)
     return out
@@ -112,10 +123,12 @@ async def _measure(app: Any, probes: int, posters: int) -> dict[str, float]:
 
 def _run(probes: int, posters: int) -> dict[str, dict[str, float]]:
     results = {}
-    for name, on_loop, n in [("alone", False, 0), ("hostile posts, worker thread", False, posters),
-                             ("hostile posts, on the loop (ablation)", True, posters)]:
+    for name, mode, n in [("alone", "process", 0), ("one hostile record at a time, worker process", "process", 1),
+                          ("hostile posts, worker process", "process", posters),
+                          ("hostile posts, worker thread", "thread", posters),
+                          ("hostile posts, on the loop (ablation)", "loop", posters)]:
         with tempfile.TemporaryDirectory(prefix="rs-verify-bench-") as tmp:
-            app, service = _app(Path(tmp), on_loop)
+            app, service = _app(Path(tmp), mode)
             try:
                 results[name] = asyncio.run(_measure(app, probes, n))
             finally:
@@ -134,12 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     base = results["alone"]
     lines = [f"# Ordinary requests while hostile verification records are posted "
              f"({time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())})", "",
-             f"{args.probes} sequential GET /healthz and /v1/models; {args.posters} clients posting a 32-check "
+             f"{args.probes} sequential GET /healthz and /v1/models; clients (`posters`) posting a 32-check "
              "hostile record without pause; one in-process app (one event loop, as one ingress replica).", "",
-             "| run | p50 | p95 | p50 / alone | hostile posts | hostile post p50 |", "|---|---:|---:|---:|---:|---:|"]
+             "| run | posters | p50 | p95 | p50 / alone | hostile posts | hostile post p50 |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
         post = f"{r['hostile_post_p50_ms']:.1f} ms" if "hostile_post_p50_ms" in r else "-"
-        lines.append(f"| {name} | {r['p50_ms']:.2f} ms | {r['p95_ms']:.2f} ms | {r['p50_ms'] / base['p50_ms']:.2f}x "
+        lines.append(f"| {name} | {r['posters']:.0f} | {r['p50_ms']:.2f} ms | {r['p95_ms']:.2f} ms "
+                     f"| {r['p50_ms'] / base['p50_ms']:.2f}x "
                      f"| {r['hostile_posts']:.0f} | {post} |")
     write_report(args.out, "\n".join(lines) + "\n", {"probes": args.probes, "posters": args.posters, **results})
     return 0

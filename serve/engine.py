@@ -56,6 +56,15 @@ class ChatResult(StrictModel):
     completion_tokens: int = Field(ge=0, description="Tokens generated.")
     finish_reason: Literal["stop", "length"] = Field(description="Why generation ended.")
     model: str = Field(description="Model name that produced it.")
+    cached_tokens: int = Field(
+        default=0, ge=0,
+        description="Prompt tokens reused from the engine's prefix cache (not evaluated again); "
+                    "``prompt_tokens - cached_tokens`` were evaluated for this call.",
+    )
+    engine_ms: float = Field(
+        default=0.0, ge=0, description="Milliseconds the engine worked on this call (its own queue wait excluded "
+                                       "where the engine can tell), for the pipeline's overhead: wall - engine.",
+    )
 
 
 class ChatDelta(StrictModel):
@@ -65,6 +74,8 @@ class ChatDelta(StrictModel):
     finish_reason: Literal["stop", "length"] | None = Field(default=None, description="Set on the last delta.")
     prompt_tokens: int | None = Field(default=None, description="Set on the last delta.")
     completion_tokens: int | None = Field(default=None, description="Set on the last delta.")
+    cached_tokens: int | None = Field(default=None, description="Set on the last delta (see ChatResult).")
+    engine_ms: float | None = Field(default=None, description="Set on the last delta (see ChatResult).")
 
 
 @runtime_checkable

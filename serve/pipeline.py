@@ -36,6 +36,7 @@ from serve.api.chat_protocol import (
     Choice,
     ChunkChoice,
     DeltaMessage,
+    PromptTokensDetails,
     ResponseMessage,
     Usage,
     new_completion_id,
@@ -119,6 +120,7 @@ class Answer:
     prompt_tokens: int
     completion_tokens: int
     agent_result: AgentResult | None = None
+    cached_tokens: int = 0  # of prompt_tokens, reused from the engines' prefix caches
 
 
 class ChatPipeline:
@@ -351,12 +353,14 @@ class ChatPipeline:
         answer = await self.answer(req, ctx, turn, params)
         TOKENS.labels("reasoner", "prompt").inc(answer.prompt_tokens)
         TOKENS.labels("reasoner", "completion").inc(answer.completion_tokens)
+        TOKENS.labels("reasoner", "prompt_cached").inc(answer.cached_tokens)
         await self._finish_turn(req, ctx, turn, answer.text, answer.agent_result)
         return ChatCompletionResponse(
             model=req.model,
             choices=[Choice(message=ResponseMessage(content=answer.text), finish_reason=answer.finish)],  # type: ignore[arg-type]
             usage=Usage(prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
-                        total_tokens=answer.prompt_tokens + answer.completion_tokens),
+                        total_tokens=answer.prompt_tokens + answer.completion_tokens,
+                        prompt_tokens_details=PromptTokensDetails(cached_tokens=answer.cached_tokens)),
             recallserve={"request_id": ctx.request_id, **turn.meta},
         )
 
@@ -392,10 +396,11 @@ class ChatPipeline:
                     result = await self.agent.run(self._agent_request(req, ctx, turn), turn)
                     self._agent_meta(turn, result)
                     return Answer(result.answer, "stop", result.usage.prompt_tokens, result.usage.completion_tokens,
-                                  result)
+                                  result, result.usage.cached_tokens)
                 out = await self.reasoner.chat(self._render(turn, self.settings.system_prompt), params)
                 turn.meta["engine_model"] = out.model
-                return Answer(out.text, out.finish_reason, out.prompt_tokens, out.completion_tokens)
+                return Answer(out.text, out.finish_reason, out.prompt_tokens, out.completion_tokens,
+                              cached_tokens=out.cached_tokens)
         except TimeoutError as exc:
             raise TimeoutError(f"no answer within {deadline:.0f} s") from exc
 

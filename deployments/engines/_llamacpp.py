@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,7 +31,9 @@ class _Job:
 
     cancel: threading.Event = field(default_factory=threading.Event)
     prompt_tokens: int = 0
+    cached_tokens: int = 0
     completion_tokens: int = 0
+    started: float = 0.0  # perf_counter when the worker thread took the job
 
 
 class LlamaCppEngine:
@@ -101,6 +104,7 @@ class LlamaCppEngine:
         job = self._job
         if job is not None:
             job.prompt_tokens = len(tokens)
+            job.cached_tokens = self._reused_prefix(tokens)
         vocab = self._llm._model.vocab  # noqa: SLF001 - needed for the end-of-generation test
         for token in self._generate(tokens, *args, **kwargs):
             if job is not None:
@@ -109,6 +113,20 @@ class LlamaCppEngine:
                 if not self._llama_cpp.llama_vocab_is_eog(vocab, token):
                     job.completion_tokens += 1
             yield token
+
+    def _reused_prefix(self, tokens: Sequence[int]) -> int:
+        """Prompt tokens ``Llama.generate`` will take from its KV cache instead of evaluating.
+
+        llama-cpp-python keeps the last call's tokens and, on the next call, skips the longest
+        common prefix of those and ``tokens[:-1]`` (the last prompt token is always evaluated, to
+        get its logits); this is the same count, taken before it runs.
+        """
+        n = 0
+        for a, b in zip(self._llm._input_ids, tokens[:-1]):  # noqa: SLF001 - the cache's tokens
+            if a != b:
+                break
+            n += 1
+        return n
 
     def _request(self, messages: Sequence[ChatMessage], params: GenerationParams, stream: bool) -> dict[str, Any]:
         kwargs = sampling_kwargs(params)
@@ -130,6 +148,7 @@ class LlamaCppEngine:
         def work() -> dict[str, Any] | None:
             if job.cancel.is_set():  # abandoned while queued
                 return None
+            job.started = time.perf_counter()
             self._job = job
             try:
                 return self._llm.create_chat_completion(**request)  # type: ignore[return-value]
@@ -154,6 +173,8 @@ class LlamaCppEngine:
             completion_tokens=usage["completion_tokens"],
             finish_reason=finish_reason(choice["finish_reason"]),
             model=self._name,
+            cached_tokens=min(job.cached_tokens, usage["prompt_tokens"]),
+            engine_ms=1e3 * (time.perf_counter() - job.started),
         )
 
     async def stream(self, messages: Sequence[ChatMessage], params: GenerationParams) -> AsyncIterator[ChatDelta]:
@@ -165,7 +186,7 @@ class LlamaCppEngine:
         request = self._request(messages, params, stream=True)
 
         def produce(cancel: threading.Event) -> Iterator[ChatDelta]:
-            job = _Job(cancel=cancel)
+            job = _Job(cancel=cancel, started=time.perf_counter())
             self._job = job
             try:
                 reason: str | None = None
@@ -179,6 +200,8 @@ class LlamaCppEngine:
                     finish_reason=finish_reason(reason),
                     prompt_tokens=job.prompt_tokens,
                     completion_tokens=job.completion_tokens,
+                    cached_tokens=job.cached_tokens,
+                    engine_ms=1e3 * (time.perf_counter() - job.started),
                 )
             finally:
                 self._job = None

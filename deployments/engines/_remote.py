@@ -8,6 +8,7 @@ HTTP and transport failures become :class:`serve.engine.EngineError` naming the 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -25,6 +26,14 @@ __all__ = ["RemoteOpenAIEngine"]
 # flood either.
 _BODY_LIMIT = 500
 
+
+
+def _cached(usage: dict[str, Any], prompt_tokens: int) -> int:
+    """``usage.prompt_tokens_details.cached_tokens`` of an OpenAI-style reply (0 when absent or
+    malformed), never more than the prompt."""
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return max(0, min(int(cached), prompt_tokens)) if isinstance(cached, int) else 0
 
 class RemoteOpenAIEngine:
     """:class:`serve.engine.LLMEngine` over an OpenAI-compatible HTTP endpoint.
@@ -96,6 +105,7 @@ class RemoteOpenAIEngine:
 
     async def chat(self, messages: Sequence[ChatMessage], params: GenerationParams) -> ChatResult:
         """POST one chat completion and return its first choice."""
+        start = time.perf_counter()
         try:
             response = await self._client.post("chat/completions", json=self._body(messages, params, stream=False))
         except httpx.HTTPError as exc:
@@ -121,6 +131,8 @@ class RemoteOpenAIEngine:
             completion_tokens=completion_tokens,
             finish_reason=finish_reason(choice.get("finish_reason")),
             model=self._config.model,
+            cached_tokens=_cached(usage, prompt_tokens),
+            engine_ms=1e3 * (time.perf_counter() - start),
         )
 
     async def stream(self, messages: Sequence[ChatMessage], params: GenerationParams) -> AsyncIterator[ChatDelta]:
@@ -129,6 +141,7 @@ class RemoteOpenAIEngine:
         Counts come from the usage chunk when the server sends one; otherwise they are counted
         with :meth:`count_tokens` on the prompt text and the generated text.
         """
+        start = time.perf_counter()
         body = self._body(messages, params, stream=True)
         pieces: list[str] = []
         reason: str | None = None
@@ -165,9 +178,9 @@ class RemoteOpenAIEngine:
             prompt_tokens = await self.count_tokens("\n".join(m.content for m in messages))
         if completion_tokens is None:
             completion_tokens = await self.count_tokens("".join(pieces))
-        yield ChatDelta(
-            finish_reason=finish_reason(reason), prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
-        )
+        yield ChatDelta(finish_reason=finish_reason(reason), prompt_tokens=prompt_tokens,
+                        completion_tokens=completion_tokens, cached_tokens=_cached(usage, prompt_tokens),
+                        engine_ms=1e3 * (time.perf_counter() - start))
 
     async def _tokenize_route(self, kind: str, text: str) -> int | None:
         if kind == "vllm":

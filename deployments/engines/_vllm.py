@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,7 @@ class VLLMEngine:
 
     async def chat(self, messages: Sequence[ChatMessage], params: GenerationParams) -> ChatResult:
         """Generate one reply; cancelling the caller aborts the request inside vLLM."""
+        start = time.perf_counter()
         final = None
         async for output in self._generate(messages, params, stream=False):
             final = output
@@ -155,24 +157,29 @@ class VLLMEngine:
             completion_tokens=len(choice.token_ids),
             finish_reason=finish_reason(choice.finish_reason),
             model=self._name,
+            cached_tokens=int(getattr(final, "num_cached_tokens", None) or 0),
+            engine_ms=1e3 * (time.perf_counter() - start),
         )
 
     async def stream(self, messages: Sequence[ChatMessage], params: GenerationParams) -> AsyncIterator[ChatDelta]:
         """Yield vLLM's text deltas; the last delta carries the finish reason and token counts."""
+        start = time.perf_counter()
         prompt_tokens = 0
         completion_tokens = 0
+        cached_tokens = 0
         reason: str | None = None
         async for output in self._generate(messages, params, stream=True):
             if output.prompt_token_ids:
                 prompt_tokens = len(output.prompt_token_ids)
+            cached_tokens = int(getattr(output, "num_cached_tokens", None) or cached_tokens)
             for choice in output.outputs[:1]:
                 completion_tokens += len(choice.token_ids)
                 reason = choice.finish_reason or reason
                 if choice.text:
                     yield ChatDelta(text=choice.text)
-        yield ChatDelta(
-            finish_reason=finish_reason(reason), prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
-        )
+        yield ChatDelta(finish_reason=finish_reason(reason), prompt_tokens=prompt_tokens,
+                        completion_tokens=completion_tokens, cached_tokens=cached_tokens,
+                        engine_ms=1e3 * (time.perf_counter() - start))
 
     async def count_tokens(self, text: str) -> int:
         """Tokens in ``text`` by the model's tokenizer (no special tokens added)."""

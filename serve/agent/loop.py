@@ -191,6 +191,8 @@ class _Run:
         except TimeoutError:
             raise _Deadline() from None
         self.usage.prompt_tokens += res.prompt_tokens
+        self.usage.cached_tokens += res.cached_tokens
+        self.usage.engine_ms += res.engine_ms
         self.usage.completion_tokens += res.completion_tokens
         self.usage.engine_calls += 1
         return res.text
@@ -211,6 +213,10 @@ class _Run:
                     raise _Deadline() from None
                 if delta.prompt_tokens is not None:
                     self.usage.prompt_tokens += delta.prompt_tokens
+                if delta.cached_tokens is not None:
+                    self.usage.cached_tokens += delta.cached_tokens
+                if delta.engine_ms is not None:
+                    self.usage.engine_ms += delta.engine_ms
                 if delta.completion_tokens is not None:
                     self.usage.completion_tokens += delta.completion_tokens
                 if delta.text:

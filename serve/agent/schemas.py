@@ -155,8 +155,12 @@ class AgentUsage(StrictModel):
     """Tokens over every engine call of the run."""
 
     prompt_tokens: int = Field(default=0, ge=0, description="Prompt tokens, summed over engine calls.")
+    cached_tokens: int = Field(
+        default=0, ge=0, description="Of those, tokens the engines reused from their prefix caches (not evaluated)."
+    )
     completion_tokens: int = Field(default=0, ge=0, description="Generated tokens, summed over engine calls.")
     engine_calls: int = Field(default=0, ge=0, description="Engine calls made (router, steps, retries).")
+    engine_ms: float = Field(default=0.0, ge=0, description="Milliseconds the engines worked on those calls.")
 
 
 class AgentResult(StrictModel):

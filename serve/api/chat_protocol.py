@@ -212,10 +212,17 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class PromptTokensDetails(_Open):
+    """OpenAI's ``usage.prompt_tokens_details``: prompt tokens the engine reused from its prefix cache."""
+
+    cached_tokens: int = 0
+
+
 class Usage(_Open):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class ResponseMessage(_Open):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from kernels import StrictModel
 from serve.experience._calculator import DEFAULT_MAX_STEPS, DEFAULT_SECONDS
@@ -77,6 +77,29 @@ class ExperienceConfig(StrictModel):
         default=DEFAULT_SECONDS * 1e3, gt=0, le=10_000,
         description="Wall-clock milliseconds allowed for verifying one record; checks past it fail unrun.",
     )
+    # NOTE: processes, not threads: the calculator is pure Python and a thread shares the ingress's
+    # GIL, so hostile records would still slow every other request (serve.experience._pool).
+    verify_workers: int = Field(
+        default=1, ge=0, le=16,
+        description="Verification worker processes per ingress replica (started on first use); 0 = a thread.",
+    )
+    verify_queue: int = Field(
+        default=64, ge=1, le=4096,
+        description="Records allowed to wait for a verification worker; past it a record's checks fail unrun.",
+    )
+    verify_timeout_ms: float = Field(
+        default=2_000, gt=0, le=60_000,
+        description="Milliseconds a worker may take for one record before it is killed and replaced (checks fail).",
+    )
+
+    @model_validator(mode="after")
+    def _timeout_covers_budget(self) -> "ExperienceConfig":
+        # NOTE: the worker stops itself at the budget; the timeout is the backstop for a step the
+        # caps do not interrupt, so one shorter than the budget would kill honest records.
+        if self.verify_timeout_ms <= self.verify_budget_ms:
+            raise ValueError(f"verify_timeout_ms ({self.verify_timeout_ms}) must exceed verify_budget_ms "
+                             f"({self.verify_budget_ms})")
+        return self
 
 
 class ExperienceView(StrictModel):

@@ -21,9 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from memory_shards.retrieval import LexicalIndex
 from serve.engine import ChatMessage, GenerationParams, LLMEngine
 from serve.experience import _metrics
 from serve.experience._caches import decay_factor, demotions, find_conflicts, model_family, rank_active
+from serve.experience._clean import clean_context
+from serve.experience._extract import problem_check_types
 from serve.experience._models import (
     ConflictAlert,
     ExperienceConfig,
@@ -36,8 +39,7 @@ from serve.experience._models import (
     SearchResult,
 )
 from serve.experience._parser import ParseReport, parse_segmented
-from serve.experience._clean import clean_context
-from serve.experience._extract import problem_check_types
+from serve.experience._pool import VerifyPool
 from serve.experience._prompt import (
     SYSTEM_PROMPT,
     SYSTEM_PROMPT_JSON,
@@ -55,8 +57,7 @@ from serve.experience._schema import (
     Tier,
 )
 from serve.experience._store import ExperienceStore, StoredRow
-from serve.experience._verify import exposure_tags, verify_record
-from memory_shards.retrieval import LexicalIndex
+from serve.experience._verify import exposure_tags, verify_record, with_extracted_checks
 from serve.memory import MemoryBackend, MemoryWrite
 from serve.pii import PiiMode, apply_pii, for_write_back
 
@@ -131,9 +132,13 @@ class ExperienceService:
         self._family_of = family_of
         self._pii_for: Callable[[str], PiiMode] = pii_for or (lambda _tenant: "mask")
         self._rewriter = rewriter
+        self._pool = (VerifyPool(config.verify_workers, config.verify_queue, config.verify_timeout_ms / 1e3)
+                      if config.verify_workers else None)
 
     def close(self) -> None:
-        """Close the database."""
+        """Close the database and stop the verification workers."""
+        if self._pool is not None:
+            self._pool.close()
         self.store.close()
 
     # ------------------------------------------------------------------ helpers
@@ -167,15 +172,22 @@ class ExperienceService:
     # ------------------------------------------------------------------ records
 
     async def _verify(self, record: ExperienceRecord, required: Sequence[str]) -> ExperienceRecord:
-        """Verify by code in a worker thread, within the configured budget, and count the results.
+        """Verify by code in a worker process (or thread), within the configured budget; count the results.
 
         NOTE: off the event loop because verification is CPU work on client input: even bounded
-        to milliseconds, many records at once would stall every other request of the replica.
+        to milliseconds, many records at once would stall every other request of the replica; and
+        off the interpreter (a process, ``verify_workers``) because a thread still takes its GIL.
         """
-        verified = await asyncio.to_thread(
-            verify_record, record, self.rules, required=required, max_steps=self.config.verify_max_steps,
-            seconds=self.config.verify_budget_ms / 1e3, extract=self.config.extracted_checks,
-        )
+        if self.config.extracted_checks:
+            # NOTE: the checks of the context's quantities are derived here (cleaning and a regex
+            # pass, milliseconds, off the loop) and executed with the model's in the same budget.
+            record = await asyncio.to_thread(with_extracted_checks, record)
+        kwargs = {"required": required, "max_steps": self.config.verify_max_steps,
+                  "seconds": self.config.verify_budget_ms / 1e3}
+        if self._pool is None:
+            verified = await asyncio.to_thread(verify_record, record, self.rules, **kwargs)
+        else:
+            verified = await self._pool.verify(record, self.rules, **kwargs)
         _metrics.record_verification(v.status for v in verified.verification)
         return verified
 

@@ -18,7 +18,8 @@ container sizes, number magnitudes), each calculator step is capped (see
 :mod:`serve.experience._calculator`), and one :class:`WorkBudget` of steps and time covers the
 whole record. A check that hits a cap fails with the cap as its ``notes``; once the budget is
 spent the remaining checks fail unrun. Verification is synchronous and CPU-bound: async callers
-run it in a worker thread (:func:`asyncio.to_thread`) so the event loop keeps serving.
+run it in a worker process (:mod:`serve.experience._pool`) so the event loop keeps serving and
+keeps its GIL.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ from serve.experience._rules import RuleError, RuleTable
 from serve.experience._schema import Confidence, ExperienceRecord, VerificationItem, VerificationStatus
 from serve.experience._units import DimensionError, Quantity, format_dims, parse_quantity, parse_unit, to_unit
 
-__all__ = ["run_check", "verify_record", "derive_confidence", "compare_values", "error_tags_for", "exposure_tags",
-           "ERROR_TAGS", "UNCHECKABLE_TAG"]
+__all__ = ["run_check", "verify_record", "finish_record", "with_extracted_checks", "derive_confidence",
+           "compare_values", "error_tags_for", "exposure_tags", "ERROR_TAGS", "UNCHECKABLE_TAG"]
 
 # NOTE: 1e-6 relative is "the same number"; up to 1% is what rounding an answer to 2-3
 # significant digits produces (33.3 for 33.33...), so it is doubtful rather than wrong.
@@ -444,15 +445,38 @@ def verify_record(
             (:func:`serve.experience._extract.extracted_checks`), on the same budget, appended
             after the record's own checks (those of an earlier verification are replaced).
     """
+    if extract:
+        record = with_extracted_checks(record)
+    env = {q.name: q.value for q in record.context.quantities if q.name.isidentifier()}
+    with budget_scope(WorkBudget(max_steps, seconds)) as budget:
+        checked = [_run_within(budget, v, rules, env, record.outcome.answer)
+                   for v in record.verification[:_MAX_ENTRIES]]
+    return finish_record(record, checked, required)
+
+
+def with_extracted_checks(record: ExperienceRecord) -> ExperienceRecord:
+    """``record`` with the checks derived from its cleaned context's quantities appended after its
+    own (:func:`serve.experience._extract.extracted_checks`; those of an earlier verification are
+    replaced), at most 32 in all. Not yet run: :func:`verify_record` runs them with the others."""
     from serve.experience._extract import SOURCE, extracted_checks
 
-    env = {q.name: q.value for q in record.context.quantities if q.name.isidentifier()}
     own = [v for v in record.verification if v.input.get("source") != SOURCE]
-    extra = extracted_checks(record.model_copy(update={"verification": own})) if extract else []
+    extra = extracted_checks(record.model_copy(update={"verification": own}))
     # NOTE: the schema holds 32 checks; the record's own come first, then the extracted ones.
-    items = (own + extra)[:_MAX_ENTRIES]
-    with budget_scope(WorkBudget(max_steps, seconds)) as budget:
-        checked = [_run_within(budget, v, rules, env, record.outcome.answer) for v in items]
+    return record.model_copy(update={"verification": (own + extra)[:_MAX_ENTRIES]})
+
+
+def finish_record(record: ExperienceRecord, checked: list[VerificationItem],
+                  required: Sequence[str] = ()) -> ExperienceRecord:
+    """``record`` with ``checked`` as its checks, the missing ``required`` types added, its confidence
+    and the error tags of its failures.
+
+    Shared by :func:`verify_record` and the worker pool's failure path, so a record that could not
+    be verified is shaped exactly like one that was.
+    """
+    from serve.experience._extract import SOURCE
+
+    # NOTE: a required type must be among the model's own checks; an extracted one does not count.
     present = {v.type for v in checked if v.input.get("source") != SOURCE}
     for typ in required:
         if typ not in present and len(checked) < _MAX_ENTRIES:

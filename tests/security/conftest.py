@@ -6,11 +6,11 @@ two hybrid shards, experience service, session store and context manager; the ha
 and a recording engine are the only doubles), so the routers are those ``deployments/ingress.py``
 binds, and a route added there shows up in the OpenAPI document these tests enumerate.
 
-The kill -9 durability checks live beside the code they kill, not here:
-``tests/unit/memory/test_memory_durability.py::test_kill_9_loses_no_acknowledged_write`` (SIGKILL
-of a real shard process mid-writes, every acknowledged write read back after replay) and
-``tests/integration/test_memory_deployments.py`` (a shard replica killed under a writer, acknowledged
-writes read back after the restart and a redeploy; another tenant's reads during a shard's SIGKILL).
+The kill -9 durability check through HTTP is ``test_kill9.py`` (8 writers, SIGKILL of the server
+process holding the shards, every acknowledged id read back after the WAL replay). Beside the code
+they kill: ``tests/unit/memory/test_memory_durability.py::test_kill_9_loses_no_acknowledged_write``
+(one shard process) and ``tests/integration/test_memory_deployments.py`` (a shard replica killed
+under a writer in Ray, and another tenant's reads during a shard's SIGKILL).
 """
 
 from __future__ import annotations

@@ -90,6 +90,7 @@ def test_completion_has_openai_shape(client: TestClient) -> None:
     assert data["choices"][0]["finish_reason"] in ("stop", "length")
     assert data["usage"]["completion_tokens"] >= 1
     assert data["usage"]["total_tokens"] == data["usage"]["prompt_tokens"] + data["usage"]["completion_tokens"]
+    assert 0 <= data["usage"]["prompt_tokens_details"]["cached_tokens"] <= data["usage"]["prompt_tokens"]
     assert r.headers["x-request-id"]
 
 

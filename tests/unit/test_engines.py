@@ -129,6 +129,21 @@ def test_chat_returns_text_and_counts(engine: LlamaCppEngine) -> None:
     assert result.finish_reason in ("stop", "length")
 
 
+def test_cached_tokens_count_the_reused_prefix(engine: LlamaCppEngine) -> None:
+    """A second call sharing the first one's system prompt evaluates only what differs: the count
+    is the prefix llama.cpp kept in its KV cache, never the whole prompt, and 0 after a change at
+    the start."""
+    system = ChatMessage(role="system", content="You are a terse assistant for a coffee machine maker. " * 4)
+    first = asyncio.run(engine.chat([ChatMessage(role="system", content="Other."), *HELLO], GREEDY))
+    a = asyncio.run(engine.chat([system, ChatMessage(role="user", content="Name one colour.")], GREEDY))
+    b = asyncio.run(engine.chat([system, ChatMessage(role="user", content="Name one fruit.")], GREEDY))
+    assert first.cached_tokens < 5  # only the chat template's opening tokens can match the previous call
+    assert a.cached_tokens < 10
+    assert 40 < b.cached_tokens < b.prompt_tokens  # the system prompt, not the question
+    deltas = asyncio.run(_collect(engine, [system, ChatMessage(role="user", content="Name one tree.")], GREEDY))
+    assert 40 < (deltas[-1].cached_tokens or 0) < (deltas[-1].prompt_tokens or 0)
+
+
 def test_stream_matches_chat_token_for_token(engine: LlamaCppEngine) -> None:
     full = asyncio.run(engine.chat(HELLO, GREEDY))
     deltas = asyncio.run(_collect(engine, HELLO, GREEDY))

@@ -115,3 +115,32 @@ def test_reembed_check_summary_counts_errors_and_percentiles() -> None:
               "checks": {"acked": 1, "missing": 0, "deleted": 0, "resurrected": 0, "records_v2": 1, "wrong_model": 0, "errors": 1}}
     text = render_markdown(report)
     assert "| v2 only | search | 1 | 1 |" in text and "**FAIL**" in text
+
+
+def test_chaos_run_arguments_are_bounded(capsys: pytest.CaptureFixture[str]) -> None:
+    from loadtests.chaos_run import parse_args
+
+    assert parse_args([]).kills == 20
+    for bad in (["--kills", "0"], ["--kills", "201"], ["--every", "0.5"], ["--clients", "33"], ["--clients", "1"], ["--port", "80"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
+    assert "--kills must be within [1, 200], got 0" in capsys.readouterr().err
+
+
+def test_chaos_run_report_maths() -> None:
+    from loadtests.chaos_run import kill_windows, lost_turns, render_markdown
+
+    kills = [{"t": 10.0, "target": "shard", "deployment": "memory_shard_0", "pid": 1, "recovery_s": 1.5},
+             {"t": 20.0, "target": "state", "deployment": "state", "pid": 2, "recovery_s": None}]
+    records = [(5.0, "write", -1), (11.0, "write", 503), (12.0, "read", 200), (19.9, "turn", -1),
+               (20.0, "search", 500), (30.0, "write", 503)]
+    assert kill_windows(kills, records, end=30.0) == [2, 1]  # NOTE: before the first kill and at `end` are outside
+    # NOTE: 3 turns acked, 5 messages stored -> 2 whole turns: 1 lost; a session never stored loses all
+    assert lost_turns({"a": 3, "b": 2, "c": 1}, {"a": 5, "b": 4}) == 2
+    for k, f in zip(kills, [2, 1]):
+        k["failed"] = f
+    md = render_markdown({"meta": {"started_utc": "t", "profile": "cpu-local", "model": "m", "clients": 3, "every": 5},
+                          "kills": kills, "ok": True,
+                          "checks": {"requests": 6, "failed": 5, "acked_writes": 4, "writes_lost": 0, "acked_turns": 6,
+                                     "sessions": 3, "turns_lost": 0}})
+    assert "| 2 | state | state | 2 | 1 | not recovered |" in md and "median 1.50 s" in md and "**PASS**" in md

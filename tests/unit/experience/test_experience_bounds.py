@@ -125,8 +125,12 @@ def test_oversized_operands_fail_unread(field: str, value: Any, reason: str) -> 
 
 
 def test_verification_runs_off_the_event_loop(make_service, monkeypatch: pytest.MonkeyPatch) -> None:
-    """While one record is verified, the loop keeps serving (a slow verifier stands in for work)."""
-    svc = make_service()
+    """While one record is verified, the loop keeps serving (a slow verifier stands in for work).
+
+    The thread path (``verify_workers=0``, also the pool's fallback); the process path is in
+    test_experience_pool.py.
+    """
+    svc = make_service(verify_workers=0)
     real = _service.verify_record
 
     def slow(*args: Any, **kwargs: Any) -> ExperienceRecord:
@@ -164,6 +168,8 @@ def test_hostile_records_through_http_are_answered_never_500(make_service) -> No
     bodies = [_record_json(checks[:32]), _record_json([{"type": "recomputation", "target": "1", "input": {"x": 10 ** 4000}}]),
               _record_json([{"type": "regulatory_check", "target": "R-1", "input": {"hours": "9" * 999}}])]
     with TestClient(app, raise_server_exceptions=False) as c:
+        # NOTE: spawns the verification worker (a second or two) before the timed posts
+        assert c.post("/v1/experiences", json=speed_record()).status_code == 201
         for body in bodies:
             start = time.perf_counter()
             r = c.post("/v1/experiences", json=body)
