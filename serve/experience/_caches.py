@@ -4,7 +4,7 @@ Pure functions over :class:`~._store.StoredRow` lists, so every rule is unit-tes
 without a database:
 
 * **Active ranking**: ``score = w_r x recency + w_s x similarity`` with ``w_r = 0.7``,
-  ``w_s = 0.3``; ``recency = 1 - rank / (n - 1)`` where rank 0 is the most recently used of
+  ``w_s = 0.3`` (hybrid: the similarity term is the keyword + vector fusion, see :func:`rank_active`); ``recency = 1 - rank / (n - 1)`` where rank 0 is the most recently used of
   the ``n`` candidates (``recency = 1`` when ``n = 1``); similarity is the cosine of the
   L2-normalised embeddings, clipped at 0.
 * **Soft decay**: ``decay = 1 / (1 + 0.1 x days since last use)``; an active record whose
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from memory_shards.retrieval import RRF_K, rrf_fuse
 from serve.experience._store import StoredRow
 
 __all__ = ["decay_factor", "rank_active", "demotions", "find_conflicts", "model_family", "Ranked", "Conflict"]
@@ -77,21 +78,36 @@ class Ranked:
 
 def rank_active(
     rows: Sequence[StoredRow], query: np.ndarray, *, now: float, k: int, recency_weight: float = 0.7,
-    min_similarity: float = 0.0, decay_rate: float = 0.1,
+    min_similarity: float = 0.0, decay_rate: float = 0.1, keyword_ranking: Sequence[str] | None = None,
 ) -> list[Ranked]:
     """Top-``k`` active rows by ``w_r x recency rank + (1 - w_r) x similarity``.
 
     Rows below ``min_similarity`` are not candidates (so an unrelated but recent record is
     never injected); the recency rank is taken among the remaining candidates. Ties break by
     the more recent use, then by id.
+
+    Hybrid (``keyword_ranking``: row ids best first by BM25 over the same rows): a row is a
+    candidate when it passes ``min_similarity`` or the keyword search found it, and its
+    similarity term is the reciprocal rank fusion of the two rankings, as in the memory tier
+    (:func:`memory_shards.retrieval.rrf_fuse`, ``c = 60``), scaled to [0, 1] by the best possible
+    fused score (first in both lists): ``rel = rrf / (2 / (c + 1))``. ``Ranked.similarity``
+    stays the cosine.
     """
     if not rows or k <= 0:
         return []
     emb = np.stack([r.embedding for r in rows]).astype(np.float32)
     sims = np.clip(emb @ np.asarray(query, dtype=np.float32).reshape(-1), 0.0, 1.0)
-    cands = [(r, float(s)) for r, s in zip(rows, sims, strict=True) if s >= min_similarity]
+    keyword = set(keyword_ranking or ())
+    cands = [(r, float(s)) for r, s in zip(rows, sims, strict=True) if s >= min_similarity or r.id in keyword]
     if not cands:
         return []
+    relevance = {r.id: s for r, s in cands}
+    if keyword_ranking is not None:
+        dense = [r.id for r, s in sorted(cands, key=lambda c: (-c[1], c[0].id)) if s >= min_similarity]
+        lexical = [i for i in keyword_ranking if i in relevance]
+        best = 2.0 / (RRF_K + 1.0)
+        fused = dict(rrf_fuse([dense, lexical]))
+        relevance = {i: fused.get(i, 0.0) / best for i in relevance}
     # NOTE: recency rank over candidates, most recent first; ids break equal timestamps so the
     # ranking is deterministic.
     order = sorted(range(len(cands)), key=lambda i: (-cands[i][0].last_used_at, cands[i][0].id))
@@ -101,7 +117,7 @@ def rank_active(
         recency[i] = 1.0 if n == 1 else 1.0 - rank / (n - 1)
     out = [
         Ranked(row=r, similarity=s, recency=float(recency[i]), decay=decay_factor(now, r.last_used_at, decay_rate),
-               score=recency_weight * float(recency[i]) + (1.0 - recency_weight) * s)
+               score=recency_weight * float(recency[i]) + (1.0 - recency_weight) * relevance[r.id])
         for i, (r, s) in enumerate(cands)
     ]
     out.sort(key=lambda x: (-x.score, -x.row.last_used_at, x.row.id))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -40,6 +40,12 @@ class ExperienceConfig(StrictModel):
     min_similarity: float = Field(
         default=0.35, ge=0.0, le=1.0, description="Cosine below which an active record is not a candidate."
     )
+    parse_fallback: bool = Field(
+        default=True, description="When a segmented reply does not parse, ask the router model once to rewrite it.",
+    )
+    hybrid: bool = Field(
+        default=True, description="Find active experiences by keyword (BM25) and vector, fused by reciprocal rank.",
+    )
     top_k: int = Field(default=2, ge=1, le=20, description="Experiences injected into one prompt.")
     archival_k: int = Field(default=2, ge=0, le=20, description="Archival lessons injected into one prompt.")
     default_ttl_days: float | None = Field(
@@ -50,6 +56,18 @@ class ExperienceConfig(StrictModel):
         default=False, description="Constrain the reasoner's reply with a JSON schema (when the engine supports it)."
     )
     rules: list[Rule] = Field(default_factory=list, description="Rule table for regulatory_check items.")
+    domains: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=list, max_length=64,
+        description="Task domains (request metadata.task_domain) answered with segmented reasoning by default, "
+                    "without metadata.reasoning; metadata.reasoning=default still opts a request out.",
+    )
+    extracted_checks: bool = Field(
+        default=True, description="Also verify each trace by checks derived from the quantities of its cleaned context.",
+    )
+    audit_share: float = Field(
+        default=0.05, ge=0.0, le=1.0,
+        description="Share of auto-accepted traces (verified, confidence high) also put in the review queue as audit.",
+    )
     # NOTE: the defaults leave ~100x headroom over an honest record; see serve.experience._calculator.
     verify_max_steps: int = Field(
         default=DEFAULT_MAX_STEPS, ge=100, le=1_000_000,
@@ -160,8 +178,13 @@ class ProduceResult(StrictModel):
     answer: str | None = Field(description="The parsed answer, None when none was found.")
     experience: ExperienceView | None = Field(description="The stored record, None when parsing failed.")
     report: ParseReport = Field(description="What the parser found and could not read.")
+    first_report: ParseReport | None = Field(
+        default=None, description="The reasoner's own reply's report when the router model was asked to rewrite it.")
     injected: list[str] = Field(default_factory=list, description="Ids of the experiences put into the prompt.")
     required_checks: list[str] = Field(default_factory=list, description="Check types the answer had to include.")
+    archival: list[str] = Field(default_factory=list, description="Ids of the archival lessons put into the prompt.")
+    error_tags: list[str] = Field(default_factory=list,
+                                  description="Error tags the archive was searched by (the problem's possible mistakes).")
     raw_text: str = Field(description="The reasoner's reply.")
     prompt_tokens: int = Field(ge=0, description="Prompt tokens.")
     completion_tokens: int = Field(ge=0, description="Generated tokens.")

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 
 from serve.engine import ChatMessage
 from serve.experience._rules import Rule
-from serve.experience._schema import ExperienceRecord
+from serve.experience._extract import SOURCE
+from serve.experience._schema import ExperienceRecord, VerificationItem
 
-__all__ = ["SYSTEM_PROMPT", "SYSTEM_PROMPT_JSON", "build_messages", "required_checks"]
+__all__ = ["SYSTEM_PROMPT", "SYSTEM_PROMPT_JSON", "build_messages", "required_checks", "rewrite_messages"]
 
 SYSTEM_PROMPT = """Solve the problem. Reply in exactly this format:
 Context: <facts only>
@@ -54,11 +55,16 @@ SYSTEM_PROMPT_JSON = """Solve the problem. Reply with one JSON object with keys 
 "outcome": {"answer": "number and unit", "confidence": "high|medium|low", "explanation": ".."}"""
 
 
+def _own(rec: ExperienceRecord) -> list[VerificationItem]:
+    """The checks the model wrote (not those derived from the context, which code adds itself)."""
+    return [v for v in rec.verification if v.input.get("source") != SOURCE]
+
+
 def required_checks(experiences: Sequence[ExperienceRecord]) -> list[str]:
-    """Check types the injected experiences imply: every type that passed in one of them."""
+    """Check types the injected experiences imply: every type the model wrote that passed in one of them."""
     out: list[str] = []
     for rec in experiences:
-        for v in rec.verification:
+        for v in _own(rec):
             if v.status == "pass" and v.type not in out:
                 out.append(v.type)
     return out
@@ -68,7 +74,7 @@ def _experience_block(rec: ExperienceRecord) -> str:
     steps = "; ".join(
         (f"{s.text} ({s.principle})" if s.principle else s.text) for s in rec.reasoning[:4]
     )
-    checks = "; ".join(f"{v.type}: {v.target}" for v in rec.verification if v.status == "pass")[:300]
+    checks = "; ".join(f"{v.type}: {v.target}" for v in _own(rec) if v.status == "pass")[:300]
     return f"- Problem: {rec.context.raw_text[:200]}\n  Key reasoning: {steps[:300]}\n  Checks: {checks}\n  Answer: {rec.outcome.answer}"
 
 
@@ -117,3 +123,17 @@ def build_messages(
     parts.append(f"Problem: {question}")
     system = SYSTEM_PROMPT_JSON if json_mode else SYSTEM_PROMPT
     return [ChatMessage(role="system", content=system), ChatMessage(role="user", content="\n\n".join(parts))], required
+
+
+# NOTE: the rewrite keeps the reasoner's content; the router model only reformats it.
+_REWRITE = ("Rewrite the reply below into the format. Keep its facts, steps, numbers and answer exactly; "
+            "add nothing. Reply with the rewritten text only.\n\nReply:\n")
+_MAX_REWRITE_CHARS = 6000
+
+
+def rewrite_messages(reply: str, json_mode: bool = False) -> list[ChatMessage]:
+    """Messages asking a light model to put an unparsable ``reply`` into the segmented format
+    (the reply is cut at 6000 characters: the reasoner's budget is a few hundred tokens)."""
+    system = SYSTEM_PROMPT_JSON if json_mode else SYSTEM_PROMPT
+    return [ChatMessage(role="system", content=system),
+            ChatMessage(role="user", content=_REWRITE + reply[:_MAX_REWRITE_CHARS])]

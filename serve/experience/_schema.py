@@ -59,6 +59,14 @@ def new_experience_id() -> str:
     return "exp_" + uuid.uuid4().hex[:24]
 
 
+def check_topic(v: str) -> str:
+    """A topic path, normalised (trimmed, lower case); ValueError unless like 'math/percent'."""
+    v = v.strip().strip("/").lower()
+    if not _TOPIC.match(v):
+        raise ValueError(f"topic {v!r} must be a path like 'math/percent' (a-z 0-9 _ . - separated by /)")
+    return v
+
+
 def _check_tags(tags: list[str]) -> list[str]:
     out: list[str] = []
     for t in tags:
@@ -153,10 +161,7 @@ class ExperienceMetadata(StrictModel):
     @field_validator("topic")
     @classmethod
     def _check_topic(cls, v: str) -> str:
-        v = v.strip().strip("/").lower()
-        if not _TOPIC.match(v):
-            raise ValueError(f"topic {v!r} must be a path like 'math/percent' (a-z 0-9 _ . - separated by /)")
-        return v
+        return check_topic(v)
 
 
 class ExperienceEvaluation(StrictModel):
@@ -166,6 +171,8 @@ class ExperienceEvaluation(StrictModel):
     error_tags: list[str] = Field(default_factory=list, max_length=16, description="Error pattern tags.")
     review_note: str = Field(default="", max_length=2000, description="Reviewer's note.")
     retrieval_score: float | None = Field(default=None, description="Score of the last retrieval that used it.")
+    audit: bool = Field(default=False, description="Drawn for the audit sample: auto-accepted into the active cache "
+                                                   "and also listed in the review queue until a reviewer labels it.")
 
     @field_validator("error_tags")
     @classmethod

@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -20,9 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from memory_shards.retrieval import LexicalIndex
 from serve.engine import ChatMessage, GenerationParams, LLMEngine
 from serve.experience import _metrics
 from serve.experience._caches import decay_factor, demotions, find_conflicts, model_family, rank_active
+from serve.experience._clean import clean_context
+from serve.experience._extract import problem_check_types
 from serve.experience._models import (
     ConflictAlert,
     ExperienceConfig,
@@ -34,13 +38,26 @@ from serve.experience._models import (
     SearchRequest,
     SearchResult,
 )
-from serve.experience._parser import parse_segmented
+from serve.experience._parser import ParseReport, parse_segmented
 from serve.experience._pool import VerifyPool
-from serve.experience._prompt import SYSTEM_PROMPT, SYSTEM_PROMPT_JSON, build_messages
+from serve.experience._prompt import (
+    SYSTEM_PROMPT,
+    SYSTEM_PROMPT_JSON,
+    build_messages,
+    required_checks,
+    rewrite_messages,
+)
 from serve.experience._rules import RuleTable
-from serve.experience._schema import ExperienceMetadata, ExperienceRecord, Tier
+from serve.experience._schema import (
+    ExperienceContext,
+    ExperienceEvaluation,
+    ExperienceMetadata,
+    ExperienceOutcome,
+    ExperienceRecord,
+    Tier,
+)
 from serve.experience._store import ExperienceStore, StoredRow
-from serve.experience._verify import verify_record
+from serve.experience._verify import exposure_tags, verify_record, with_extracted_checks
 from serve.memory import MemoryBackend, MemoryWrite
 from serve.pii import PiiMode, apply_pii, for_write_back
 
@@ -52,9 +69,30 @@ _DAY = 86400.0
 
 
 def _tier_of(record: ExperienceRecord) -> Tier:
-    """Where a new record goes: labelled wrong or unlabelled low confidence -> review, else active."""
+    """Review before reuse: where a new record goes.
+
+    ``active`` only when a reviewer labelled it ``correct``, or when it is unlabelled and its
+    verification passed with confidence ``high`` (every check executed by code passed, and there
+    was at least one: :func:`~._verify.derive_confidence`). Everything else (labelled ``wrong``,
+    ``medium`` or ``low`` confidence) waits in ``review``: a trace nobody verified is never reused.
+    """
     label = record.evaluation.human_label
-    return "review" if label == "wrong" or (label is None and record.outcome.confidence == "low") else "active"
+    if label == "correct" or (label is None and record.outcome.confidence == "high"):
+        return "active"
+    return "review"
+
+
+def audit_pick(tenant: str, exp_id: str, share: float) -> bool:
+    """Whether an auto-accepted record is drawn for the audit sample.
+
+    ``u = first 8 bytes of sha256(tenant + id) / 2^64``; drawn when ``u < share``. A hash rather
+    than a random draw: the same record is drawn on every replica and after a restart (re-posting
+    a record cannot dodge the audit), and over many ids the drawn share converges to ``share``.
+    """
+    if share <= 0.0:
+        return False
+    u = int.from_bytes(hashlib.sha256(f"{tenant}\x00{exp_id}".encode()).digest()[:8], "big") / 2.0**64
+    return u < share
 
 
 class ExperienceNotFound(KeyError):
@@ -77,11 +115,14 @@ class ExperienceService:
             passes a proxy with the same async methods (one store shared by every ingress replica).
         pii_for: tenant -> PII policy of its records (``Authenticator.pii_for``); default: mask.
             Applied to every text of a record before it is verified, stored or written to memory.
+        rewriter: the light (router) model; when a segmented reply does not parse, it is asked
+            once to rewrite the reply into the format (``parse_fallback``). None = no rewrite.
     """
 
     def __init__(self, config: ExperienceConfig, embed: Embedder, *, memory: MemoryBackend | None = None,
                  clock: Callable[[], float] = time.time, family_of: Callable[[str], str] = model_family,
-                 store: ExperienceStore | None = None, pii_for: Callable[[str], PiiMode] | None = None) -> None:
+                 store: ExperienceStore | None = None, pii_for: Callable[[str], PiiMode] | None = None,
+                 rewriter: LLMEngine | None = None) -> None:
         self.config = config
         self.rules = RuleTable(config.rules)
         self.store = ExperienceStore(config.data_dir) if store is None else store
@@ -90,6 +131,7 @@ class ExperienceService:
         self._clock = clock
         self._family_of = family_of
         self._pii_for: Callable[[str], PiiMode] = pii_for or (lambda _tenant: "mask")
+        self._rewriter = rewriter
         self._pool = (VerifyPool(config.verify_workers, config.verify_queue, config.verify_timeout_ms / 1e3)
                       if config.verify_workers else None)
 
@@ -136,6 +178,10 @@ class ExperienceService:
         to milliseconds, many records at once would stall every other request of the replica; and
         off the interpreter (a process, ``verify_workers``) because a thread still takes its GIL.
         """
+        if self.config.extracted_checks:
+            # NOTE: the checks of the context's quantities are derived here (cleaning and a regex
+            # pass, milliseconds, off the loop) and executed with the model's in the same budget.
+            record = await asyncio.to_thread(with_extracted_checks, record)
         kwargs = {"required": required, "max_steps": self.config.verify_max_steps,
                   "seconds": self.config.verify_budget_ms / 1e3}
         if self._pool is None:
@@ -149,8 +195,10 @@ class ExperienceService:
                      pii: PiiMode | None = None) -> ExperienceView:
         """Verify a record by code, derive its confidence and file it in a tier.
 
-        Tier: labelled ``wrong`` or ``low`` confidence -> ``review``; labelled ``correct`` or
-        otherwise -> ``active``. The same (tenant, id) overwrites. ``pii``: the policy applied to
+        Tier (review before reuse): labelled ``correct``, or unlabelled with confidence ``high``
+        -> ``active``; everything else -> ``review``. A share ``audit_share`` of the unlabelled
+        active records is also marked ``evaluation.audit`` and listed in the review queue. The same
+        (tenant, id) overwrites. ``pii``: the policy applied to
         the record's texts (default: the tenant's).
 
         Raises:
@@ -164,7 +212,10 @@ class ExperienceService:
             md = md.model_copy(update={"expires_at": md.timestamp + self.config.default_ttl_days * _DAY})
             verified = verified.model_copy(update={"metadata": md})
         tier = _tier_of(verified)
-        emb = await self._embed_one(verified.search_text())
+        if (tier == "active" and verified.evaluation.human_label is None
+                and audit_pick(tenant, md.id, self.config.audit_share)):
+            verified = verified.model_copy(update={"evaluation": verified.evaluation.model_copy(update={"audit": True})})
+        emb = await self._embed_one(clean_context(verified.search_text()))
         await self.store.put(tenant, verified, tier=tier, family=self._family_of(md.source_model), embedding=emb,
                        last_used_at=min(md.timestamp, now))
         if tier == "active":
@@ -211,7 +262,7 @@ class ExperienceService:
         """
         now = self._clock()
         family = self._family_of(req.source_model)
-        query = await self._embed_one(req.query) if req.query.strip() else None
+        query = await self._embed_one(clean_context(req.query)) if req.query.strip() else None
         domains = [req.domain] if req.domain else sorted({r.record.metadata.task_domain for r in await self.store.query(
             tenant, tiers=("active",), family=family)})
         for d in domains:
@@ -219,7 +270,9 @@ class ExperienceService:
         active = await self.store.query(tenant, tiers=("active",), domain=req.domain, family=family, now=now)
         if query is not None:
             ranked = rank_active(active, query, now=now, k=req.k, recency_weight=self.config.recency_weight,
-                                 min_similarity=self.config.min_similarity, decay_rate=self.config.decay_rate)
+                                 min_similarity=self.config.min_similarity, decay_rate=self.config.decay_rate,
+                                 keyword_ranking=_keyword_ranking(tenant, active, req.query)
+                                 if self.config.hybrid else None)
         else:
             ranked = rank_active(active, np.zeros_like(active[0].embedding) if active else np.zeros(1, np.float32),
                                  now=now, k=req.k, recency_weight=1.0, decay_rate=self.config.decay_rate)
@@ -279,13 +332,40 @@ class ExperienceService:
         return [ExperienceHit(experience=self._view(r, now), score=s, similarity=s, recency=0.0)
                 for r, s in scored[: req.archival_k]]
 
+    async def _lessons(self, tenant: str, question: str, model: str, domain: str, topic: str,
+                       tags: Sequence[str]) -> list[ExperienceRecord]:
+        """At most ``archival_k`` archival records of the topic for the prompt: those carrying one of
+        ``tags`` first (by similarity), then the topic's other records (by similarity)."""
+        k = self.config.archival_k
+        if k == 0:
+            return []
+        base = SearchRequest(query=question, source_model=model, domain=domain, topic_prefix=topic, archival_k=k)
+        family = self._family_of(model)
+        query = await self._embed_one(clean_context(question)) if question.strip() else None
+        now = self._clock()
+        hits = await self._search_archival(tenant, base.model_copy(update={"error_tags": list(tags)}), family,
+                                           query, now) if tags else []
+        if len(hits) < k:
+            seen = {h.experience.record.metadata.id for h in hits}
+            hits += [h for h in await self._search_archival(tenant, base, family, query, now)
+                     if h.experience.record.metadata.id not in seen][: k - len(hits)]
+        return [h.experience.record for h in hits[:k]]
+
     # ------------------------------------------------------------------ review
 
     async def review_queue(self, tenant: str, limit: int = 50) -> list[ExperienceView]:
-        """Records waiting for a person (labelled wrong or low confidence), oldest first."""
+        """Records waiting for a person, oldest first: the ``review`` tier (labelled wrong, or not
+        verified with high confidence) and the audit sample (active, ``evaluation.audit``, unlabelled).
+
+        NOTE: audit rows are read from the active tier, which is bounded by ``active_capacity`` per
+        domain, so the scan is bounded too.
+        """
         now = self._clock()
-        rows = await self.store.query(tenant, tiers=("review",), now=now, limit=limit, order="created_at ASC")
-        return [self._view(r, now) for r in rows]
+        review = await self.store.query(tenant, tiers=("review",), now=now, limit=limit, order="created_at ASC")
+        audit = [r for r in await self.store.query(tenant, tiers=("active",), now=now, order="created_at ASC")
+                 if r.record.evaluation.audit and r.record.evaluation.human_label is None]
+        waiting = sorted(review + audit, key=lambda r: (r.record.metadata.timestamp, r.id))
+        return [self._view(r, now) for r in waiting[:limit]]
 
     async def label(self, tenant: str, exp_id: str, req: LabelRequest) -> ExperienceView:
         """Apply a reviewer's label: ``correct`` -> active cache, ``wrong`` -> archival with its tags."""
@@ -296,7 +376,8 @@ class ExperienceService:
         rec = view.record
         mode = self._pii_for(tenant)
         evaluation = rec.evaluation.model_copy(update={
-            "human_label": req.label, "error_tags": req.error_tags or rec.evaluation.error_tags,
+            "human_label": req.label,
+            "error_tags": (req.error_tags + [t for t in rec.evaluation.error_tags if t not in req.error_tags])[:16],
             "review_note": apply_pii(req.note, mode, "note"),
         })
         md = rec.metadata.model_copy(update={"reviewer": apply_pii(req.reviewer, mode, "reviewer") or tenant})
@@ -337,9 +418,13 @@ class ExperienceService:
     ) -> ProduceResult:
         """Ask the reasoner for the four segments, parse, verify by code and store the trace.
 
-        With ``inject``, the best active experiences of the same model family and domain and
-        the archival lessons of the topic go into the prompt, and the check types they imply
-        are required in the new answer (a missing one makes the trace at most ``medium``).
+        With ``inject``, the best active experiences of the same model family and domain and at
+        most ``archival_k`` archival lessons of the topic go into the prompt, and the check types
+        they imply are required in the new answer (a missing one makes the trace at most
+        ``medium``). The lessons are searched by topic path and by the error tags of the mistakes
+        the problem exposes (:func:`~._extract.problem_check_types` -> :func:`~._verify.exposure_tags`):
+        tagged lessons first, the topic's others after. The new trace's failed checks become its
+        own error tags (:func:`~._verify.error_tags_for`).
         ``prompt(head, problem)`` renders the engine prompt from the segmented format (system) and
         the problem text with its injected experiences (the chat turn passes its renderer, so the
         client's system prompt, the context block, history and memories reach the model too);
@@ -347,12 +432,16 @@ class ExperienceService:
         """
         experiences: list[ExperienceRecord] = []
         archival: list[ExperienceRecord] = []
+        tags: list[str] = []
         if inject:
             found = await self.search(tenant, SearchRequest(
-                query=question, source_model=engine.model_name, domain=domain, k=self.config.top_k,
-                topic_prefix=topic, archival_k=self.config.archival_k))
+                query=question, source_model=engine.model_name, domain=domain, k=self.config.top_k))
             experiences = [h.experience.record for h in found.hits]
-            archival = [h.experience.record for h in found.archival]
+            # NOTE: the mistakes this problem can make (the check types it will be held to) are
+            # the error tags the archive is asked about; the topic's other lessons fill the rest.
+            tags = exposure_tags(problem_check_types(question, rule_domain=bool(self.rules.rules(domain)),
+                                                     required=required_checks(experiences)))
+            archival = await self._lessons(tenant, question, engine.model_name, domain, topic, tags)
         messages, required = build_messages(question, experiences=experiences, archival=archival,
                                             rules=self.rules.rules(domain), json_mode=self.config.constrain_json)
         if prompt is not None:
@@ -361,7 +450,24 @@ class ExperienceService:
                                          json_schema=_JSON_SCHEMA if self.config.constrain_json else None)
         result = await engine.chat(messages, gen)
         parsed = parse_segmented(result.text)
+        first_report: ParseReport | None = None
+        prompt_tokens, completion_tokens = result.prompt_tokens, result.completion_tokens
+        if not parsed.report.ok and self._rewriter is not None and self.config.parse_fallback:
+            # NOTE: one rewrite by the light router model, never more: a reply it cannot put into
+            # the format either is kept unparsed for a person (below).
+            first_report = parsed.report
+            rewrite = await self._rewriter.chat(rewrite_messages(result.text, self.config.constrain_json),
+                                                gen.model_copy(update={"temperature": 0.0}))
+            prompt_tokens += rewrite.prompt_tokens
+            completion_tokens += rewrite.completion_tokens
+            rewritten = parse_segmented(rewrite.text)
+            if rewritten.report.ok or (rewritten.answer and not parsed.answer):
+                parsed = rewritten
         view: ExperienceView | None = None
+        if not parsed.answer and store and result.text.strip():
+            view = await self.create(tenant, _unparsed(question, result.text, ExperienceMetadata(
+                source_model=engine.model_name, task_domain=domain, topic=topic, timestamp=self._clock())),
+                pii=for_write_back(self._pii_for(tenant)))
         if parsed.answer:
             record = parsed.to_record(question, ExperienceMetadata(
                 source_model=engine.model_name, task_domain=domain, topic=topic, timestamp=self._clock()))
@@ -374,10 +480,39 @@ class ExperienceService:
                 view = ExperienceView(record=verified, tier=_tier_of(verified), last_used_at=now, use_count=0,
                                       decay=1.0)
         return ProduceResult(
-            answer=parsed.answer, experience=view, report=parsed.report,
+            answer=parsed.answer, experience=view, report=parsed.report, first_report=first_report,
             injected=[r.metadata.id for r in experiences], required_checks=required, raw_text=result.text,
-            prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
+            archival=[r.metadata.id for r in archival], error_tags=tags,
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
         )
+
+
+def _keyword_ranking(tenant: str, rows: Sequence[StoredRow], query: str) -> list[str]:
+    """Ids of ``rows`` ranked by BM25 of their cleaned search text against the cleaned query.
+
+    The memory tier's lexical index (same analysis: stems, stop words, numbers kept), built per
+    search over the candidate rows: they are one tenant's active records of one model family,
+    at most ``active_capacity`` per domain, so the index is small and never stale.
+    """
+    if not rows:
+        return []
+    index = LexicalIndex()
+    index.add_many((tenant, r.id, clean_context(r.record.search_text())) for r in rows)
+    return [i for i, _ in index.search(tenant, clean_context(query), len(rows))]
+
+
+UNPARSED_TAG = "unparsed"
+
+
+def _unparsed(question: str, reply: str, metadata: ExperienceMetadata) -> ExperienceRecord:
+    """A reply that neither the parser nor the rewrite could read, kept for review: no segments,
+    the reply itself as the outcome's explanation, tagged ``unparsed`` (confidence medium: no
+    checks, so it is filed in review, never reused)."""
+    return ExperienceRecord(
+        metadata=metadata, context=ExperienceContext(raw_text=question[:8000]),
+        outcome=ExperienceOutcome(answer=UNPARSED_TAG, explanation=reply[:2000]),
+        evaluation=ExperienceEvaluation(error_tags=[UNPARSED_TAG]),
+    )
 
 
 # NOTE: identity fields (id, schema version, model, domain, topic, timestamps) are patterned or

@@ -9,7 +9,8 @@ calculator, unit table, registered rule table) and sets ``status``:
 * ``fail``: it disagrees, a dimension mismatches, a bound is violated or the item is malformed.
 
 Confidence (:func:`derive_confidence`): any fail -> ``low``; any doubtful, or no checks at
-all -> ``medium``; every check passing -> ``high``.
+all -> ``medium``; every check passing -> ``high``. Each failure also gives an error tag
+(:func:`error_tags_for`), added to ``evaluation.error_tags``: the archive is searched by them.
 
 Bounded work: a record comes from a client (``POST /v1/experiences``) or a model, so its checks
 are untrusted code-like input. Each operand is size-checked before it is read (text length,
@@ -43,7 +44,8 @@ from serve.experience._rules import RuleError, RuleTable
 from serve.experience._schema import Confidence, ExperienceRecord, VerificationItem, VerificationStatus
 from serve.experience._units import DimensionError, Quantity, format_dims, parse_quantity, parse_unit, to_unit
 
-__all__ = ["run_check", "verify_record", "finish_record", "derive_confidence", "compare_values"]
+__all__ = ["run_check", "verify_record", "finish_record", "with_extracted_checks", "derive_confidence",
+           "compare_values", "error_tags_for", "exposure_tags", "ERROR_TAGS", "UNCHECKABLE_TAG"]
 
 # NOTE: 1e-6 relative is "the same number"; up to 1% is what rounding an answer to 2-3
 # significant digits produces (33.3 for 33.33...), so it is doubtful rather than wrong.
@@ -61,6 +63,63 @@ _MAX_OPERAND_CHARS = 2 * MAX_EXPR_CHARS
 _MAX_ENTRIES = 32
 _MAX_DEPTH = 2
 _MAX_NUMBER = 1e300
+
+
+# NOTE: the error tag of a failed check, by check type: what a reviewer's label keeps and what the
+# archival cache is searched by (``SearchRequest.error_tags``). A dimension error is a unit mistake
+# whatever check found it; a check that could not be executed says nothing about the answer.
+ERROR_TAGS: dict[str, str] = {
+    "recomputation": "arithmetic_error",
+    "unit_check": "unit_mismatch",
+    "back_substitution": "equation_unsatisfied",
+    "boundary_test": "out_of_bounds",
+    "regulatory_check": "rule_violation",
+}
+UNCHECKABLE_TAG = "check_not_executable"
+_MAX_TAGS = 16
+
+
+def error_tags_for(items: Iterable[VerificationItem]) -> list[str]:
+    """Error tags of the failed checks, in order of first failure (no duplicates).
+
+    ``fail`` with notes ``dimension ...`` -> ``unit_mismatch``; a unit check of the right dimension
+    but the wrong magnitude -> ``arithmetic_error`` when a recomputation failed too, else
+    ``unit_mismatch``; ``not run`` / ``cannot execute`` ->
+    :data:`UNCHECKABLE_TAG`; else :data:`ERROR_TAGS` of the check type. Passing, doubtful and
+    unrun checks give no tag (they are not evidence of a mistake).
+    """
+    items = list(items)
+    arithmetic = any(v.type == "recomputation" and v.status == "fail" for v in items)
+    out: list[str] = []
+    for v in items:
+        if v.status != "fail":
+            continue
+        if v.type == "unit_check" and v.notes.startswith("dimensions match"):
+            # NOTE: the right dimension, the wrong magnitude: an arithmetic slip when a
+            # recomputation failed too, else a number right in another unit (a conversion).
+            tag = ERROR_TAGS["recomputation"] if arithmetic else ERROR_TAGS["unit_check"]
+        elif v.notes.startswith("dimension"):
+            tag = ERROR_TAGS["unit_check"]
+        elif v.notes.startswith(("not run", "cannot execute")):
+            tag = UNCHECKABLE_TAG
+        else:
+            tag = ERROR_TAGS[v.type]
+        if tag not in out:
+            out.append(tag)
+    return out
+
+
+def exposure_tags(check_types: Iterable[str]) -> list[str]:
+    """The error tags a trace held to ``check_types`` can earn: the mistakes its problem exposes.
+
+    Used before generation to ask the archive for lessons on exactly those mistakes.
+    """
+    out: list[str] = []
+    for t in check_types:
+        tag = ERROR_TAGS.get(t)
+        if tag is not None and tag not in out:
+            out.append(tag)
+    return out
 
 
 def derive_confidence(statuses: Iterable[VerificationStatus]) -> Confidence:
@@ -262,7 +321,8 @@ def _bounds(item: VerificationItem) -> tuple[float | None, float | None, bool]:
 
 def _boundary_test(item: VerificationItem, env: Mapping[str, Any], answer: str | None) -> VerificationItem:
     raw = item.input.get("value", item.target) or answer
-    v = _value(raw, env, loose=True)
+    # NOTE: "strict" (the extracted checks): the value must evaluate; never its first number.
+    v = _value(raw, env, loose=not item.input.get("strict"))
     if isinstance(v, Quantity):
         v = v.value  # NOTE: bounds of a dimensioned value are given in SI units.
     if isinstance(v, bool):
@@ -369,7 +429,7 @@ def _run_within(budget: WorkBudget, item: VerificationItem, rules: RuleTable, en
 
 def verify_record(
     record: ExperienceRecord, rules: RuleTable, *, required: Sequence[str] = (),
-    max_steps: int = DEFAULT_MAX_STEPS, seconds: float = DEFAULT_SECONDS,
+    max_steps: int = DEFAULT_MAX_STEPS, seconds: float = DEFAULT_SECONDS, extract: bool = False,
 ) -> ExperienceRecord:
     """Run every check of ``record`` within one work budget and derive its confidence.
 
@@ -381,23 +441,45 @@ def verify_record(
         max_steps: calculator steps for the whole record (see :class:`WorkBudget`).
         seconds: wall-clock budget for the whole record, counted from this call (so time spent
             queueing for a worker thread is not charged to the record).
+        extract: also run the checks derived from the cleaned context's quantities
+            (:func:`serve.experience._extract.extracted_checks`), on the same budget, appended
+            after the record's own checks (those of an earlier verification are replaced).
     """
+    if extract:
+        record = with_extracted_checks(record)
     env = {q.name: q.value for q in record.context.quantities if q.name.isidentifier()}
     with budget_scope(WorkBudget(max_steps, seconds)) as budget:
-        checked = [_run_within(budget, v, rules, env, record.outcome.answer) for v in record.verification]
+        checked = [_run_within(budget, v, rules, env, record.outcome.answer)
+                   for v in record.verification[:_MAX_ENTRIES]]
     return finish_record(record, checked, required)
+
+
+def with_extracted_checks(record: ExperienceRecord) -> ExperienceRecord:
+    """``record`` with the checks derived from its cleaned context's quantities appended after its
+    own (:func:`serve.experience._extract.extracted_checks`; those of an earlier verification are
+    replaced), at most 32 in all. Not yet run: :func:`verify_record` runs them with the others."""
+    from serve.experience._extract import SOURCE, extracted_checks
+
+    own = [v for v in record.verification if v.input.get("source") != SOURCE]
+    extra = extracted_checks(record.model_copy(update={"verification": own}))
+    # NOTE: the schema holds 32 checks; the record's own come first, then the extracted ones.
+    return record.model_copy(update={"verification": (own + extra)[:_MAX_ENTRIES]})
 
 
 def finish_record(record: ExperienceRecord, checked: list[VerificationItem],
                   required: Sequence[str] = ()) -> ExperienceRecord:
-    """``record`` with ``checked`` as its checks, the missing ``required`` types added, and its confidence.
+    """``record`` with ``checked`` as its checks, the missing ``required`` types added, its confidence
+    and the error tags of its failures.
 
     Shared by :func:`verify_record` and the worker pool's failure path, so a record that could not
     be verified is shaped exactly like one that was.
     """
-    present = {v.type for v in checked}
+    from serve.experience._extract import SOURCE
+
+    # NOTE: a required type must be among the model's own checks; an extracted one does not count.
+    present = {v.type for v in checked if v.input.get("source") != SOURCE}
     for typ in required:
-        if typ not in present:
+        if typ not in present and len(checked) < _MAX_ENTRIES:
             checked.append(VerificationItem(
                 type=typ, status="doubtful", notes="required by the injected experiences but missing",  # type: ignore[arg-type]
             ))
@@ -408,4 +490,8 @@ def finish_record(record: ExperienceRecord, checked: list[VerificationItem],
     outcome = record.outcome.model_copy(update={
         "confidence": derive_confidence(v.status for v in checked), "stated_confidence": stated,
     })
-    return record.model_copy(update={"verification": checked, "outcome": outcome})
+    # NOTE: the failures' tags join the tags already on the record (a client's or a reviewer's).
+    tags = list(record.evaluation.error_tags)
+    tags += [t for t in error_tags_for(checked) if t not in tags]
+    evaluation = record.evaluation.model_copy(update={"error_tags": tags[:_MAX_TAGS]})
+    return record.model_copy(update={"verification": checked, "outcome": outcome, "evaluation": evaluation})

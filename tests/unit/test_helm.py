@@ -45,7 +45,7 @@ def test_chart_lints_renders_and_validates(helm: Path, name: str) -> None:
     kinds = {d["kind"] for d in report.docs}
     assert {"RayService", "Secret", "PersistentVolumeClaim", "Service", "ConfigMap"} <= kinds
     if name == "gpu":
-        assert {"Ingress", "ServiceMonitor"} <= kinds
+        assert {"Ingress", "ServiceMonitor", "PrometheusRule"} <= kinds
         (rs,) = [d for d in report.docs if d["kind"] == "RayService"]
         groups = {g["groupName"]: g for g in rs["spec"]["rayClusterConfig"]["workerGroupSpecs"]}
         assert set(groups) == {"cpu", "gpu"}
@@ -54,7 +54,7 @@ def test_chart_lints_renders_and_validates(helm: Path, name: str) -> None:
         serve = yaml.safe_load(rs["spec"]["serveConfigV2"])
         assert serve["applications"][0]["args"]["profile"] == "gpu-cluster"
     # Only the custom kinds may lack a Kubernetes schema.
-    assert report.skipped_kinds <= {"RayService", "ServiceMonitor"}
+    assert report.skipped_kinds <= {"RayService", "ServiceMonitor", "PrometheusRule"}
 
 
 def test_serve_config_is_embedded_verbatim(helm: Path) -> None:
@@ -273,3 +273,41 @@ def test_dockerfile_passes_hadolint() -> None:
     out = subprocess.run([binary, "--no-color", "--config", str(docker / ".hadolint.yaml"), str(docker / "Dockerfile")],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _rules(helm: Path, *args: str) -> dict[str, dict]:
+    proc = _template(helm, "--set", "alerts.enabled=true", *args)
+    assert proc.returncode == 0, proc.stderr
+    (rule,) = [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "PrometheusRule"]
+    from scripts.validate_chart import check_prometheus_rule
+
+    assert check_prometheus_rule(rule) == []
+    return {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+
+
+def test_experience_alert_rules_render_with_their_thresholds(helm: Path) -> None:
+    pytest.importorskip("promql_parser", reason="promql-parser is not installed (pip install -e .[test])")
+    rules = _rules(helm)
+    assert set(rules) == {"RecallserveExperienceVerificationPassRateLow", "RecallserveExperienceCacheHitRateLow",
+                          "RecallserveExperienceCacheStale"}
+    assert all(r["expr"].endswith("< 0.4") and r["for"] == "15m" for r in rules.values())
+    exported = _exported_metric_names()
+    for r in rules.values():
+        for metric in re.findall(r"\b(recallserve_[a-z0-9_]+)", r["expr"]):
+            base = re.sub(r"_(bucket|sum|count|total)$", "", metric)
+            assert metric in exported or base in exported, f"alert uses {metric}, which no module exports"
+    changed = _rules(helm, "--set-json", "alerts.cacheHitRateBelow=0.25", "--set", "alerts.window=1h")
+    assert changed["RecallserveExperienceCacheHitRateLow"]["expr"].endswith("< 0.25")
+    assert "[1h]" in changed["RecallserveExperienceCacheHitRateLow"]["expr"]
+    off = _template(helm)
+    assert "PrometheusRule" not in off.stdout
+
+
+def test_rule_check_catches_bad_promql_and_fields() -> None:
+    pytest.importorskip("promql_parser", reason="promql-parser is not installed (pip install -e .[test])")
+    from scripts.validate_chart import check_prometheus_rule
+
+    doc = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "metadata": {"name": "r"},
+           "spec": {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "sum(rate(x[5m]) <", "for": "soon"}]}]}}
+    errors = check_prometheus_rule(doc)
+    assert any("expr is not PromQL" in e for e in errors) and any("for" in e for e in errors)

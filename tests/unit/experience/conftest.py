@@ -52,7 +52,7 @@ def make_service(tmp_path, clock):
     made: list[ExperienceService] = []
 
     def make(**overrides) -> ExperienceService:
-        cfg = ExperienceConfig(data_dir=tmp_path / "exp", min_similarity=0.1, **overrides)
+        cfg = ExperienceConfig(**{"data_dir": tmp_path / "exp", "min_similarity": 0.1, **overrides})
         svc = ExperienceService(cfg, embed=bag_of_words_embed, clock=clock)
         made.append(svc)
         return svc

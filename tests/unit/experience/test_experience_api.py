@@ -106,3 +106,42 @@ def test_metrics_exposed_in_default_registry(client):
     for name in ("recallserve_experience_cache_hit_rate", "recallserve_experience_verification_pass_rate",
                  "recallserve_experience_active_cache_freshness"):
         assert f"\n{name} " in text
+
+
+def test_unverified_record_waits_in_review_and_is_not_found(client):
+    """Review before reuse: a record without a failing check but not fully verified (medium) is
+    not reusable until a reviewer labels it correct."""
+    rec = speed_record(timestamp=client.clock.t)
+    rec["verification"] = [{"type": "boundary_test", "target": "80"}]  # no bounds -> doubtful
+    r = client.post("/v1/experiences", json=rec, headers=A)
+    assert r.status_code == 201 and r.json()["record"]["outcome"]["confidence"] == "medium"
+    assert r.json()["tier"] == "review"
+    exp_id = r.json()["record"]["metadata"]["id"]
+    search = {"query": "car speed km", "source_model": QWEN}
+    assert client.post("/v1/experiences/search", json=search, headers=A).json()["hits"] == []
+    assert client.post(f"/v1/experiences/{exp_id}/label", json={"label": "correct"}, headers=A).json()["tier"] == "active"
+    hits = client.post("/v1/experiences/search", json=search, headers=A).json()["hits"]
+    assert [h["experience"]["record"]["metadata"]["id"] for h in hits] == [exp_id]
+
+
+def test_audit_sample_is_active_and_queued_until_labelled(make_service, clock):
+    svc = make_service(audit_share=1.0)
+    app = FastAPI()
+    app.include_router(build_router(svc, get_tenant))
+    with TestClient(app) as c:
+        body = c.post("/v1/experiences", json=speed_record(timestamp=clock.t), headers=A).json()
+        assert body["tier"] == "active" and body["record"]["evaluation"]["audit"] is True
+        exp_id = body["record"]["metadata"]["id"]
+        queue = c.get("/v1/experiences/review", headers=A).json()
+        assert [(q["record"]["metadata"]["id"], q["tier"]) for q in queue] == [(exp_id, "active")]
+        assert c.get("/v1/experiences/review", headers=B).json() == []
+        assert c.post(f"/v1/experiences/{exp_id}/label", json={"label": "correct"}, headers=A).json()["tier"] == "active"
+        assert c.get("/v1/experiences/review", headers=A).json() == []
+
+
+def test_audit_share_draws_about_the_configured_share():
+    from serve.experience._service import audit_pick
+
+    drawn = sum(audit_pick("acme", f"exp_{i:06d}", 0.05) for i in range(4000))
+    assert 140 <= drawn <= 260  # 5% of 4000 = 200, binomial sd ~14: +-4 sd
+    assert not any(audit_pick("acme", f"exp_{i}", 0.0) for i in range(100))

@@ -85,3 +85,23 @@ def test_run_condition_with_scripted_engine():
     s = _summary(rows)
     assert s["parse_success_rate"] == 0.5 and s["verification_pass_rate"] == 0.5 and s["accuracy"] == 0.5
     assert s["all_checks_pass_rate"] == 0.0 and s["confidence"] == {"low": 1, "none": 1}
+
+
+def test_report_counts_unreviewed_wrong_traces_and_the_fallback():
+    # a1 (17 pens at 3 = 51): a wrong answer whose only check states no bounds (doubtful, medium):
+    # the old rule filed it active, review-before-reuse keeps it in review.
+    wrong_medium = json.dumps({"context": {"facts": ["f"]}, "reasoning": ["17 * 3 = 41"],
+                               "verification": [{"type": "boundary_test", "target": "41"}],
+                               "outcome": {"answer": "41", "confidence": "high"}})
+    # a2 (15% of 240 = 36): unparsable, then rewritten by the model into the format.
+    rewritten = json.dumps({"context": {"facts": ["f"]}, "reasoning": ["0.15 * 240 = 36"],
+                            "verification": [{"type": "recomputation", "target": "0.15 * 240", "expected": 36}],
+                            "outcome": {"answer": "36", "confidence": "high"}})
+    engine = ScriptedEngine([wrong_medium, "thirty-six, roughly", rewritten])
+    rows = asyncio.run(_run_condition(engine, bag_of_words_embed, PROBLEMS[0:2], inject=False, max_tokens=64,
+                                      constrained=False, progress=_Bar(), fallback=True))
+    assert [(r["tier_before"], r["tier_after"], r["correct"]) for r in rows] == [
+        ("active", "review", False), ("active", "active", True)]
+    s = _summary(rows)
+    assert s["unreviewed_wrong_before"] == 0.5 and s["unreviewed_wrong_after"] == 0.0
+    assert s["parse_rate_without_fallback"] == 0.5 and s["parse_success_rate"] == 1.0 and s["rewritten"] == 1

@@ -1,0 +1,218 @@
+"""Checks derived from the problem itself: the quantities of the cleaned context, recomputed at
+and around their stated values, with their units.
+
+The model's own checks can be beside the point (a recomputation of a number it invented), so
+the numbers the problem states are turned into checks too (:func:`extracted_checks`). They are
+ordinary :class:`VerificationItem` s, marked ``input.source = "context"``, and run by the same
+bounded verifier as the model's (:func:`serve.experience._verify.verify_record`). From the
+trace's formula ``E`` (its first recomputation that claims the answer) and answer ``a``:
+
+* **recompute at** (``recomputation``): ``E`` evaluated as written must give ``a``;
+* **with units** (``unit_check``): every literal of ``E`` that is a stated quantity with a unit is
+  given its unit (``120 / 1.5`` -> ``120 km / 1.5 h``) and the result must be the answer in the
+  answer's unit (only its dimension when ``E`` also holds a conversion factor such as 1000 or 3600;
+  no check when ``E`` holds a number of unknown origin);
+* **recompute around** (``boundary_test``): for each stated quantity ``q`` used in ``E``, ``E`` with
+  ``q`` moved to ``q (1 +- d)`` (``d = 1%``) must stay within ``E(q) (1 +- L d)`` (``L = 10``): a
+  formula whose answer moves more than ten times the relative change of an input is
+  ill-conditioned at the problem's numbers (a difference of near-equal terms, a division by a
+  near-zero), and one that fails to evaluate next to a stated value has a boundary there.
+
+:func:`problem_check_types` names the check types a problem exposes before any answer exists,
+which is what the archive is asked about (error tags) when a trace is produced.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from serve.experience._calculator import MAX_EXPR_CHARS, CalcError, evaluate, extract_number
+from serve.experience._clean import ContextQuantity, clean_context, extract_quantities
+from serve.experience._schema import ExperienceRecord, VerificationItem
+from serve.experience._units import parse_unit
+
+__all__ = ["extracted_checks", "problem_check_types", "SOURCE", "DELTA", "LIPSCHITZ", "MAX_AROUND", "CONVERSION_FACTORS"]
+
+SOURCE = "context"
+DELTA = 0.01
+LIPSCHITZ = 10.0
+# NOTE: at most 4 quantities are moved (2 items each): with the two other items, 10 items, well
+# inside the schema's 32 and the calculator budget (each item is one small expression).
+MAX_AROUND = 4
+_LITERAL = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
+# NOTE: dimensionless factors of unit conversions and percentages, which a formula may use unstated.
+CONVERSION_FACTORS = frozenset({1.0, 2.0, 7.0, 10.0, 12.0, 24.0, 60.0, 100.0, 365.0, 1000.0, 3600.0, 86400.0, 1e6})
+_FUNCTIONS = frozenset({"sqrt", "abs", "min", "max", "round", "log", "log10", "exp", "floor", "ceil", "pi", "e"})
+_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?![\w(])")
+_EQ = re.compile(r"(?<![<>=!])=(?!=)|==")
+_UNIT_OF_ANSWER = re.compile(r"^\s*[-+]?\$?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?\s*(.*?)\s*$")
+
+
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+
+
+def _formula(record: ExperienceRecord, answer: float) -> str | None:
+    """The left side of the first recomputation that claims the answer (its stated result, or no
+    result, which compares with the answer), if it is a usable expression. A recomputation of an
+    intermediate value (``20 * 40 = 800`` on the way to 950) is not the formula of the answer."""
+    for v in record.verification:
+        if v.type != "recomputation":
+            continue
+        expr = v.input.get("expression") if isinstance(v.input.get("expression"), str) else v.target
+        if not isinstance(expr, str) or not expr.strip():
+            continue
+        sides = _EQ.split(expr)
+        claimed = v.expected if v.expected is not None else (sides[-1] if len(sides) > 1 else None)
+        if claimed is not None:
+            value = extract_number(claimed)
+            if value is None or not _close(value, answer):
+                continue
+        expr = sides[0].strip()
+        if 0 < len(expr) <= MAX_EXPR_CHARS:
+            return expr
+    return None
+
+
+def _close(a: float, b: float) -> bool:
+    """Equal up to rounding (1%, what ``_verify`` calls doubtful rather than wrong)."""
+    return abs(a - b) <= max(1e-9, 0.01 * max(abs(a), abs(b)))
+
+
+@dataclass(frozen=True)
+class _Use:
+    """A place in the formula where a stated quantity is used: a literal or a quantity's name."""
+
+    start: int
+    end: int
+    text: str
+    value: float
+    unit: str
+
+
+def _known_unit(unit: str) -> str:
+    try:
+        parse_unit(unit)
+    except (CalcError, TypeError, ValueError, ArithmeticError, RecursionError):
+        return ""
+    return unit
+
+
+def _uses(expr: str, record: ExperienceRecord, quantities: Sequence[ContextQuantity]) -> list[_Use]:
+    """Literals of ``expr`` equal to a stated quantity, and names of the record's quantities, in order.
+
+    The unit is the one written in the problem after that number, else the one the record gives
+    the named quantity (when the unit table knows it).
+    """
+    out = []
+    for m in _LITERAL.finditer(expr):
+        value = float(m.group(0))
+        q = next((q for q in quantities if _same(q.value, value)), None)
+        if q is not None:
+            out.append(_Use(m.start(), m.end(), m.group(0), value, q.unit))
+    named = {q.name: q for q in record.context.quantities if q.name.isidentifier()}
+    for m in _NAME.finditer(expr):
+        nq = named.get(m.group(0))
+        if nq is None:
+            continue
+        stated = next((q for q in quantities if _same(q.value, nq.value)), None)
+        unit = stated.unit if stated is not None and stated.unit else _known_unit(nq.unit)
+        out.append(_Use(m.start(), m.end(), m.group(0), nq.value, unit))
+    return sorted(out, key=lambda u: u.start)
+
+
+def _all_accounted(expr: str, used: Sequence[_Use]) -> bool | None:
+    """Whether every number and name of ``expr`` has a known unit: ``True`` when all are stated
+    quantities, ``False`` when some are plain conversion factors (:data:`CONVERSION_FACTORS`,
+    dimensionless), ``None`` when one is of unknown origin: it could carry any unit, so giving
+    units to the others would make the dimension a guess."""
+    at = {u.start for u in used}
+    factors = False
+    for m in _LITERAL.finditer(expr):
+        if m.start() in at:
+            continue
+        if float(m.group(0)) not in CONVERSION_FACTORS:
+            return None
+        factors = True
+    if not all(m.start() in at or m.group(0) in _FUNCTIONS for m in _NAME.finditer(expr)):
+        return None
+    return not factors
+
+
+def _value_at(expr: str, record: ExperienceRecord) -> float | None:
+    """``E`` at the stated values (the centre of the around checks), or None when it does not
+    evaluate to a finite number. One expression of at most MAX_EXPR_CHARS, under the
+    calculator's own step and size caps."""
+    env = {q.name: q.value for q in record.context.quantities if q.name.isidentifier()}
+    try:
+        v = evaluate(expr, env)
+    except (CalcError, TypeError, ValueError, ArithmeticError, RecursionError):
+        # NOTE: the same failures run_check turns into a failed check; here: no centre, no around checks.
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def _replace(expr: str, u: _Use, text: str) -> str:
+    return f"{expr[: u.start]}{text}{expr[u.end:]}"
+
+
+def extracted_checks(record: ExperienceRecord) -> list[VerificationItem]:
+    """Checks derived from the record's cleaned context and its formula (see the module docstring).
+
+    Empty when the trace gives no recomputation, its formula uses none of the stated quantities,
+    or its answer has no number: then there is nothing of the problem's to recompute.
+    """
+    answer = record.outcome.answer
+    a = extract_number(answer)
+    expr = _formula(record, a) if a is not None else None
+    if expr is None or a is None:
+        return []
+    quantities = extract_quantities(clean_context(record.context.raw_text, fold_case=False))
+    used = _uses(expr, record, quantities)
+    if not used:
+        return []
+    src: dict[str, object] = {"source": SOURCE}
+    checks = [VerificationItem(type="recomputation", target=expr, expected=a, input=src)]
+    m_unit = _UNIT_OF_ANSWER.match(answer)
+    answer_unit = _known_unit(m_unit.group(1)) if m_unit and m_unit.group(1) else ""
+    accounted = _all_accounted(expr, used)
+    if answer_unit and any(u.unit for u in used) and accounted is not None:
+        with_units = expr
+        for u in reversed(used):  # NOTE: right to left, so earlier offsets stay valid
+            if u.unit:
+                with_units = _replace(with_units, u, f"({u.value:.12g} {u.unit})")
+        # NOTE: with a conversion factor in E (2000 W * 0.5 h / 1000 -> kWh) the units already
+        # convert, so only the dimension is compared; otherwise the magnitude in the answer's unit too.
+        expected = f"{a:.12g} {answer_unit}" if accounted else answer_unit
+        checks.append(VerificationItem(type="unit_check", target=with_units, expected=expected, input=src))
+    centre = _value_at(expr, record)
+    if centre is None:
+        return checks  # NOTE: E does not evaluate: the recompute-at check fails and says why
+    lo, hi = sorted((centre * (1 - LIPSCHITZ * DELTA), centre * (1 + LIPSCHITZ * DELTA)))
+    for u in used[:MAX_AROUND]:
+        for sign in (-1, 1):
+            moved = _replace(expr, u, f"({u.value * (1 + sign * DELTA):.12g})")
+            checks.append(VerificationItem(type="boundary_test", target=moved,
+                                           input={**src, "strict": True, "min": lo, "max": hi}))
+    return checks
+
+
+def problem_check_types(question: str, *, rule_domain: bool = False, required: Sequence[str] = ()) -> list[str]:
+    """Check types a problem exposes before it is answered: ``required`` (from injected experiences),
+    ``recomputation`` and ``boundary_test`` when it states a number, ``unit_check`` when a number has
+    a unit, ``regulatory_check`` when its domain has rules."""
+    quantities = extract_quantities(clean_context(question, fold_case=False))
+    out = list(required)
+    wanted = []
+    if quantities:
+        wanted += ["recomputation", "boundary_test"]
+    if any(q.unit for q in quantities):
+        wanted.append("unit_check")
+    if rule_domain:
+        wanted.append("regulatory_check")
+    return out + [t for t in wanted if t not in out]

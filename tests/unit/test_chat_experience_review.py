@@ -1,0 +1,189 @@
+"""Review before reuse, seen where it matters: the prompt of a later chat turn.
+
+A scripted engine stands in for the reasoner (its replies are fixed segmented traces; what is
+asserted is what the pipeline stores and what it injects into the next prompt). A trace whose
+checks do not all pass waits in review and is never injected; once a reviewer labels it correct
+through the HTTP API, the next turn's prompt carries it. A trace verified with high confidence is
+reused without review.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from memory_shards import HashingEmbedder
+from serve.api.app import create_app
+from serve.api.auth import Authenticator
+from serve.experience import ExperienceConfig, ExperienceService, build_router
+from serve.pipeline import ChatPipeline, PipelineSettings
+from tests.unit.agent.conftest import ScriptedEngine
+
+KEYS = {"sk-acme": "acme"}
+H = {"Authorization": "Bearer sk-acme"}
+# NOTE: the boundary test states no bounds, so code marks it doubtful: confidence medium.
+UNVERIFIED = """Context: 120 km in 1.5 h
+Reasoning:
+1. speed = 120 / 1.5 = 80 [principle: speed is distance over time]
+Verification:
+- boundary_test: 80
+Outcome: 80 km/h
+Confidence: high"""
+VERIFIED = """Context: 120 km in 1.5 h
+Reasoning:
+1. speed = 120 / 1.5 = 80 [principle: speed is distance over time]
+Verification:
+- recomputation: 120 / 1.5 = 80
+- unit_check: 120 km / 1.5 h -> km/h
+Outcome: 80 km/h
+Confidence: high"""
+Q1 = "A car drives 120 km in 1.5 h. What is its speed?"
+Q2 = "A car drives 90 km in 1.5 h. What is its speed?"
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[tuple[TestClient, ScriptedEngine]]:
+    emb = HashingEmbedder(384)
+    engine = ScriptedEngine([])
+    # NOTE: audit_share 0 so the sampled audit (a hash of the random id) cannot change the tier here.
+    experiences = ExperienceService(ExperienceConfig(data_dir=tmp_path / "exp", min_similarity=0.1, audit_share=0.0),
+                                    emb.embed)
+    pipeline = ChatPipeline(engine, PipelineSettings(write_back=False), experiences=experiences)
+    auth = Authenticator(KEYS)
+    with TestClient(create_app(pipeline, auth, routers=[build_router(experiences, auth)])) as c:
+        yield c, engine
+    experiences.close()
+
+
+def _turn(c: TestClient, engine: ScriptedEngine, question: str, reply: str) -> tuple[dict[str, Any], str]:
+    engine.replies.append(reply)
+    n = len(engine.calls)
+    r = c.post("/v1/chat/completions", headers=H, json={
+        "model": "recallserve", "max_tokens": 96, "messages": [{"role": "user", "content": question}],
+        "metadata": {"reasoning": "segmented", "task_domain": "units", "topic": "physics/speed"}})
+    assert r.status_code == 200, r.text
+    assert len(engine.calls) == n + 1
+    prompt = "\n".join(m.content for m in engine.calls[-1][0])
+    return r.json()["recallserve"]["experience"], prompt
+
+
+def test_unverified_trace_waits_in_review_until_labelled_correct(rig: Any) -> None:
+    c, engine = rig
+    first, _ = _turn(c, engine, Q1, UNVERIFIED)
+    assert first["confidence"] == "medium" and first["tier"] == "review"
+    assert [q["record"]["metadata"]["id"] for q in c.get("/v1/experiences/review", headers=H).json()] == [first["id"]]
+    second, prompt = _turn(c, engine, Q2, UNVERIFIED)
+    assert second["injected"] == [] and "Past solved problems" not in prompt
+    r = c.post(f"/v1/experiences/{first['id']}/label", headers=H, json={"label": "correct"})
+    assert r.status_code == 200 and r.json()["tier"] == "active"
+    third, prompt = _turn(c, engine, Q2, VERIFIED)
+    assert third["injected"] == [first["id"]]
+    assert "Past solved problems" in prompt and "speed is distance over time" in prompt
+
+
+def test_verified_high_confidence_trace_is_reused_without_review(rig: Any) -> None:
+    c, engine = rig
+    first, _ = _turn(c, engine, Q1, VERIFIED)
+    assert first["confidence"] == "high" and first["tier"] == "active"
+    assert c.get("/v1/experiences/review", headers=H).json() == []
+    second, prompt = _turn(c, engine, Q2, VERIFIED)
+    assert second["injected"] == [first["id"]] and "Past solved problems" in prompt
+
+
+WRONG = """Context: 120 km in 1.5 h
+Reasoning:
+1. speed = 120 / 1.5 = 90 [principle: speed is distance over time]
+Verification:
+- recomputation: 120 / 1.5 = 90
+Outcome: 90 km/h
+Confidence: high"""
+
+
+def _noise(c: TestClient, text: str) -> str:
+    """An archival lesson of the same topic without the arithmetic tag (labelled wrong for another reason)."""
+    rec = {"metadata": {"source_model": "scripted", "task_domain": "units", "topic": "physics/speed"},
+           "context": {"raw_text": text}, "reasoning": [{"step_id": 1, "text": "read the question", "principle": "p"}],
+           "verification": [{"type": "recomputation", "target": "90 / 1.5", "expected": 60}],
+           "outcome": {"answer": "60 km/h"}}
+    exp_id = c.post("/v1/experiences", headers=H, json=rec).json()["record"]["metadata"]["id"]
+    r = c.post(f"/v1/experiences/{exp_id}/label", headers=H, json={"label": "wrong", "error_tags": ["misread_question"]})
+    assert r.json()["tier"] == "archival" and r.json()["record"]["evaluation"]["error_tags"] == ["misread_question"]
+    return exp_id
+
+
+def test_failed_checks_become_error_tags_that_pick_the_next_prompts_lessons(rig: Any) -> None:
+    c, engine = rig
+    first, _ = _turn(c, engine, Q1, WRONG)
+    assert first["confidence"] == "low" and first["tier"] == "review"
+    stored = c.get(f"/v1/experiences/{first['id']}", headers=H).json()["record"]
+    assert stored["evaluation"]["error_tags"] == ["arithmetic_error"]
+    r = c.post(f"/v1/experiences/{first['id']}/label", headers=H, json={"label": "wrong", "note": "120/1.5 is 80"})
+    assert r.json()["tier"] == "archival" and r.json()["record"]["evaluation"]["error_tags"] == ["arithmetic_error"]
+    # Two lessons of the topic closer to the next question than the tagged one, but on another mistake.
+    noise = [_noise(c, Q2), _noise(c, Q2 + " Give km/h.")]
+    by_topic = c.post("/v1/experiences/search", headers=H, json={
+        "query": Q2, "source_model": "scripted", "topic_prefix": "physics/speed", "archival_k": 2}).json()["archival"]
+    assert sorted(h["experience"]["record"]["metadata"]["id"] for h in by_topic) == sorted(noise)
+    second, prompt = _turn(c, engine, Q2, VERIFIED)
+    assert {"arithmetic_error", "unit_mismatch"} <= set(second["error_tags"])  # Q2 states numbers with units
+    assert len(second["archival"]) == 2 and second["archival"][0] == first["id"]
+    assert "Avoid (arithmetic_error)" in prompt and "120/1.5 is 80" in prompt
+    assert prompt.count("- Avoid (") == 2  # at most 2 archival lessons
+
+
+def test_listed_domains_reason_segmented_without_a_request_flag(tmp_path: Path) -> None:
+    emb = HashingEmbedder(384)
+    engine = ScriptedEngine([VERIFIED, "Plain answer.", "Plain answer."])
+    experiences = ExperienceService(ExperienceConfig(data_dir=tmp_path / "exp", domains=["units"], audit_share=0.0),
+                                    emb.embed)
+    pipeline = ChatPipeline(engine, PipelineSettings(write_back=False), experiences=experiences)
+    auth = Authenticator(KEYS)
+
+    def ask(meta: dict[str, str]) -> dict[str, Any]:
+        r = c.post("/v1/chat/completions", headers=H, json={
+            "model": "recallserve", "max_tokens": 96, "messages": [{"role": "user", "content": Q1}], "metadata": meta})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    with TestClient(create_app(pipeline, auth, routers=[build_router(experiences, auth)])) as c:
+        listed = ask({"task_domain": "units", "topic": "physics/speed"})
+        assert listed["recallserve"]["experience"]["tier"] == "active"
+        assert engine.calls[0][0][0].content.startswith("Solve the problem")  # the segmented format's prompt
+        other = ask({"task_domain": "chat"})
+        opted_out = ask({"task_domain": "units", "reasoning": "default"})
+        for body, n in ((other, 1), (opted_out, 2)):
+            assert "experience" not in body["recallserve"]
+            assert not engine.calls[n][0][0].content.startswith("Solve the problem")
+    experiences.close()
+
+
+@pytest.mark.parametrize("rewrite_ok", [True, False])
+def test_unparsable_reply_is_rewritten_once_by_the_router_else_kept_for_review(tmp_path: Path, rewrite_ok: bool) -> None:
+    emb = HashingEmbedder(384)
+    engine = ScriptedEngine(["The speed is eighty, I think, since 120 over 1.5 is 80."])
+    router = ScriptedEngine([VERIFIED if rewrite_ok else "Sorry, I cannot."])
+    experiences = ExperienceService(ExperienceConfig(data_dir=tmp_path / "exp", audit_share=0.0), emb.embed,
+                                    rewriter=router)
+    pipeline = ChatPipeline(engine, PipelineSettings(write_back=False), experiences=experiences)
+    auth = Authenticator(KEYS)
+    with TestClient(create_app(pipeline, auth, routers=[build_router(experiences, auth)])) as c:
+        r = c.post("/v1/chat/completions", headers=H, json={
+            "model": "recallserve", "max_tokens": 96, "messages": [{"role": "user", "content": Q1}],
+            "metadata": {"reasoning": "segmented", "task_domain": "units"}})
+        assert r.status_code == 200, r.text
+        meta = r.json()["recallserve"]["experience"]
+        assert len(router.calls) == 1 and "120 over 1.5 is 80" in router.calls[0][0][-1].content
+        assert meta["rewritten"] is True and meta["parsed"] is rewrite_ok
+        stored = c.get(f"/v1/experiences/{meta['id']}", headers=H).json()
+        if rewrite_ok:
+            assert stored["tier"] == "active" and stored["record"]["outcome"]["answer"] == "80 km/h"
+        else:
+            assert stored["tier"] == "review" and stored["record"]["evaluation"]["error_tags"] == ["unparsed"]
+            assert "120 over 1.5 is 80" in stored["record"]["outcome"]["explanation"]
+            assert [q["record"]["metadata"]["id"] for q in c.get("/v1/experiences/review", headers=H).json()] == [
+                meta["id"]]
+    experiences.close()
