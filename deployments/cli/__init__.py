@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "demo": "deployments.cli._demo",
     "bench memory": "deployments.cli._bench_memory",
     "bench restart": "deployments.cli._bench_restart",
+    "bench ingest": "deployments.cli._bench_ingest",
     "eval agent": "deployments.cli._eval_agent",
     "eval retention": "deployments.cli._eval_retention",
     "eval experiences": "deployments.cli._eval_experiences",
