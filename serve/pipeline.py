@@ -49,6 +49,7 @@ from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
 from serve.experience import ExperienceService, ProduceResult
 from serve.memory import MemoryBackend, MemoryWrite
 from serve.pii import PiiMode, apply_pii, for_write_back
+from serve.write_filter import WriteFilterConfig, worth_storing
 from serve.turn import RecallConfig, Turn, analyse_images, memory_meta, recall_memories, render_prompt
 
 __all__ = ["RequestContext", "PipelineSettings", "ChatPipeline", "Answer"]
@@ -92,7 +93,12 @@ class PipelineSettings(StrictModel):
         "the engines' prompt caches.",
     )
     recall: RecallConfig = Field(default_factory=RecallConfig, description="The turn's memory recall.")
-    write_back: bool = Field(default=True, description="Store each exchange as a memory, off the request path.")
+    write_back: bool = Field(default=True, description="Store exchanges as memories, off the request path.")
+    write_filter: WriteFilterConfig = Field(
+        default_factory=WriteFilterConfig,
+        description="Which exchanges the write-back stores (default: facts, decisions and outcomes; not greetings "
+                    "or questions).",
+    )
     agent_overhead_tokens: int = Field(
         default=1200, ge=0, le=32768,
         description="Tokens kept free for the agent's system prompt, tool list and steps when fitting the history.",
@@ -331,7 +337,10 @@ class ChatPipeline:
             self._background_task(self.agent.write_back(ctx.tenant, agent_result), "memory write-back", ctx)
             return
         session = (req.metadata or {}).get("session_id", "")
-        text = apply_pii(f"user: {turn.question}\nassistant: {answer}", for_write_back(ctx.pii))
+        kept = worth_storing(turn.question, answer, self.settings.write_filter)
+        if kept is None:
+            return
+        text = apply_pii(kept, for_write_back(ctx.pii))
         item = MemoryWrite(text=text, kind="message",
                            source_id=f"chat:{ctx.user}:{ctx.request_id}",
                            metadata={"user": ctx.user, "session_id": session})
