@@ -333,11 +333,15 @@ class ChatPipeline:
             self.context.start_summary(turn.session)
         if not self.settings.write_back or self.memory is None or not answer.strip():
             return
+        kept = worth_storing(turn.question, answer, self.settings.write_filter)
         if agent_result is not None and self.agent is not None:
+            if kept is None:
+                # NOTE: the agent's exchange write is its one "message"; image units stay (their own kind).
+                writes = [w for w in agent_result.memory_writes if w.kind != "message"]
+                agent_result = agent_result.model_copy(update={"memory_writes": writes})
             self._background_task(self.agent.write_back(ctx.tenant, agent_result), "memory write-back", ctx)
             return
         session = (req.metadata or {}).get("session_id", "")
-        kept = worth_storing(turn.question, answer, self.settings.write_filter)
         if kept is None:
             return
         text = apply_pii(kept, for_write_back(ctx.pii))

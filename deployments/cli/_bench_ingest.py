@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         row = ingest_bench(configs, rounds=args.rounds, batch=args.batch, locomo=args.locomo)
     except (ValueError, OSError) as exc:
         raise UserError(str(exc)) from None
-    row["command"] = "recallserve " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("recallserve") else None
+    row["command"] = " ".join(["recallserve", *sys.argv[1:]])
     for r in row["rows"]:
         print(f"{r['config']:>12}  median {r['median_batch_s']:.3f} s/batch  {r['memories_per_s']:7.1f} mem/s  "
               f"(best {r['best_memories_per_s']:.1f})  x{r['ratio_vs_baseline']:.2f}")

@@ -36,6 +36,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="hybrid (default), dense only (fused kernel) or lexical only (BM25)")
     p.add_argument("--context", type=int, default=2,
                    help="neighbouring turns each side stored as a context part of each memory (default: 2; 0 = none)")
+    p.add_argument("--only", default=None,
+                   help="comma-separated indexes of the conversations to evaluate (default: all), e.g. to time one first")
+    p.add_argument("--write-filter", choices=["all", "facts"], default="all",
+                   help="store only the turns the chat write filter keeps (serve.write_filter, each turn read as a "
+                        "user message; 'all' = every turn, the default): its effect on stored count and recall")
     p.add_argument("--durable", action="store_true",
                    help="write the shards to a temporary folder with WAL fsync (default: in memory; same ranking)")
     p.set_defaults(func=run)
@@ -66,6 +71,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     if not conversations:
         raise UserError(f"{args.file}: no conversations")
+    if args.only:
+        try:
+            picked = sorted({int(x) for x in args.only.split(",") if x.strip()})
+        except ValueError:
+            raise UserError(f"--only: expected comma-separated indexes, got {args.only!r}") from None
+        if not picked or picked[0] < 0 or picked[-1] >= len(conversations):
+            raise UserError(f"--only: indexes must be in 0..{len(conversations) - 1}, got {args.only!r}")
+        conversations = [conversations[i] for i in picked]
     doc = asyncio.run(_evaluate(args, conversations, ks))
     if args.json:
         print(json.dumps(doc, indent=2))
@@ -108,10 +121,22 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
     # would only reorder sessions by age; threshold -1 keeps a full ranking to k_max.
     no_decay = {"decay": "none"}
 
+    latencies: list[float] = []
+
     async def search(tenant: str, question: str, k: int) -> list[str]:
         req = SearchRequest(query=question, k=k, threshold=-1.0, decay=no_decay, hybrid=args.mode != "dense")
+        t0 = time.perf_counter()
         hits = await service.search_request(tenant, req)
+        latencies.append(time.perf_counter() - t0)
         return [h.record.source_id for h in hits]
+
+    all_turns = sum(len(c.turns) for c in conversations)
+    if args.write_filter != "all":
+        from serve.write_filter import WriteFilterConfig, worth_storing
+
+        cfg = WriteFilterConfig(mode=args.write_filter)
+        conversations = [c.model_copy(update={"turns": [t for t in c.turns if worth_storing(t.text, "", cfg) is not None]})
+                         for c in conversations]
 
     console = Console(stderr=True)
     started = time.perf_counter()
@@ -129,10 +154,18 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
         for client in coord.shards:
             client.shard.close()
         tmp.cleanup()
+    import numpy as np
+
     return {
+        "command": " ".join(["recallserve", *sys.argv[1:]]),
         "file": args.file,
         "conversations": len(conversations),
-        "turns": total_turns,
+        "only": args.only,
+        "write_filter": args.write_filter,
+        "turns": all_turns,
+        "stored_memories": total_turns,
+        "search_p50_ms": round(float(np.percentile(latencies, 50)) * 1000, 1) if latencies else None,
+        "search_p95_ms": round(float(np.percentile(latencies, 95)) * 1000, 1) if latencies else None,
         "k": ks,
         "mode": args.mode,
         "context_window": args.context,
@@ -146,6 +179,8 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
 def _print_table(doc: dict[str, Any], ks: list[int]) -> None:
     print(f"LoCoMo evidence recall@k  file={doc['file']}  conversations={doc['conversations']}  turns={doc['turns']}  "
           f"mode={doc['mode']}  context={doc['context_window']}  ({doc['seconds']} s)")
+    print(f"stored {doc['stored_memories']} of {doc['turns']} turns (write filter: {doc['write_filter']}); "
+          f"search p50 {doc['search_p50_ms']} ms, p95 {doc['search_p95_ms']} ms")
     header = f"{'category':<12} {'n':>4}  " + "  ".join(f"{'R@' + str(k):>6}" for k in ks)
     print(header)
     print("-" * len(header))
