@@ -41,6 +41,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--write-filter", choices=["all", "facts"], default="all",
                    help="store only the turns the chat write filter keeps (serve.write_filter, each turn read as a "
                         "user message; 'all' = every turn, the default): its effect on stored count and recall")
+    p.add_argument("--fusion", default=None,
+                   help="comma-separated RRF settings C/W_DENSE/W_LEX to compare on the same index (e.g. 20/1/1.5,60/1/1); "
+                        "with several, each conversation is scored per setting and leave-one-conversation-out picks, "
+                        "for each held-out conversation, the setting best on the others (default: the configured one)")
     p.add_argument("--durable", action="store_true",
                    help="write the shards to a temporary folder with WAL fsync (default: in memory; same ranking)")
     p.set_defaults(func=run)
@@ -56,9 +60,48 @@ def _parse_ks(text: str) -> list[int]:
     return ks
 
 
+def _parse_fusion(text: str | None) -> list[tuple[float, float, float]] | None:
+    if not text:
+        return None
+    out = []
+    for item in text.split(","):
+        try:
+            c, wd, wl = (float(x) for x in item.split("/"))
+        except ValueError:
+            raise UserError(f"--fusion: {item!r} is not C/W_DENSE/W_LEX (e.g. 20/1/1.5)") from None
+        if c < 0 or wd < 0 or wl < 0 or wd + wl == 0:
+            raise UserError(f"--fusion: {item!r} needs C >= 0 and non-negative weights, not both 0")
+        out.append((c, wd, wl))
+    return out
+
+
+def leave_one_out(per_conv: dict[str, dict[str, dict[str, dict[str, float]]]], metric: str = "recall@10") -> dict[str, Any]:
+    """Leave-one-conversation-out selection among fusion settings.
+
+    For each held-out conversation ``h``, the setting with the best mean ``overall`` ``metric``
+    over the other conversations is chosen, and its figures on ``h`` are reported; nothing is
+    chosen on the conversation it is reported on. Returns the folds, the mean of the held-out
+    figures (overall and per category, macro over folds) and their spread (min, max).
+    """
+    convs = sorted(per_conv)
+    settings = sorted(next(iter(per_conv.values())))
+    folds = []
+    for held in convs:
+        others = [c for c in convs if c != held]
+        best = max(settings, key=lambda s: (sum(per_conv[c][s]["overall"][metric] for c in others) / len(others), s))
+        folds.append({"held_out": held, "chosen": best, "results": per_conv[held][best]})
+    cats = sorted({name for f in folds for name in f["results"]})
+    summary = {}
+    for name in cats:
+        vals = [f["results"][name][metric] for f in folds if name in f["results"]]
+        summary[name] = {"mean": round(sum(vals) / len(vals), 4), "min": round(min(vals), 4), "max": round(max(vals), 4)}
+    return {"metric": metric, "folds": folds, "held_out": summary}
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the evaluation; print a table or JSON."""
     ks = _parse_ks(args.k)
+    fusion = _parse_fusion(args.fusion)
     if not 1 <= args.shards <= 64:
         raise UserError(f"--shards: must be in 1..64, got {args.shards}")
     if not 0 <= args.context <= 8:
@@ -79,8 +122,8 @@ def run(args: argparse.Namespace) -> int:
         if not picked or picked[0] < 0 or picked[-1] >= len(conversations):
             raise UserError(f"--only: indexes must be in 0..{len(conversations) - 1}, got {args.only!r}")
         conversations = [conversations[i] for i in picked]
-    doc = asyncio.run(_evaluate(args, conversations, ks))
-    if args.json:
+    doc = asyncio.run(_evaluate(args, conversations, ks) if fusion is None else _compare(args, conversations, ks, fusion))
+    if args.json or fusion is not None:
         print(json.dumps(doc, indent=2))
     else:
         _print_table(doc, ks)
@@ -174,6 +217,78 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
         "seconds": round(elapsed, 1),
         "results": results,
     }
+
+
+async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[int],
+                   fusion: list[tuple[float, float, float]]) -> dict[str, Any]:
+    """Index each conversation once, score it under every fusion setting; leave-one-out over conversations."""
+    import numpy as np
+
+    from memory_shards.embedders import build_embedder
+    from memory_shards.retrieval import RetrievalParams, local_hybrid_coordinator
+    from memory_shards.retrieval.locomo import IndexOptions, evaluate_locomo
+    from serve.memory_api import MemoryService, SearchRequest
+
+    emb = build_embedder(args.embedder)
+    coord = local_hybrid_coordinator(args.shards, emb.model_id, emb.dim, data_root=None, fsync=False)
+    cache: dict[str, np.ndarray] = {}
+
+    async def embed(texts: list[str]):
+        # NOTE: every setting asks the same questions; a question is embedded once.
+        if len(texts) == 1 and texts[0] in cache:
+            return cache[texts[0]][None, :]
+        out = await asyncio.to_thread(emb.embed, texts)
+        if len(texts) == 1:
+            cache[texts[0]] = out[0]
+        return out
+
+    k_max = max(ks)
+    base = RetrievalParams()
+    service = MemoryService(coord, embed, top_k=min(k_max, 200), threshold=-1.0)
+    names = [f"c={c:g},dense={wd:g},lexical={wl:g}" for c, wd, wl in fusion]
+    latencies: dict[str, list[float]] = {n: [] for n in names}
+    current = names[0]
+
+    async def search(tenant: str, question: str, k: int) -> list[str]:
+        req = SearchRequest(query=question, k=k, threshold=-1.0, decay={"decay": "none"})
+        t0 = time.perf_counter()
+        hits = await service.search_request(tenant, req)
+        latencies[current].append(time.perf_counter() - t0)
+        return [h.record.source_id for h in hits]
+
+    async def no_write(records: list[Any]) -> None:
+        return None
+
+    if args.write_filter != "all":
+        from serve.write_filter import WriteFilterConfig, worth_storing
+
+        cfg = WriteFilterConfig(mode=args.write_filter)
+        conversations = [c.model_copy(update={"turns": [t for t in c.turns if worth_storing(t.text, "", cfg) is not None]})
+                         for c in conversations]
+    started = time.perf_counter()
+    per_conv: dict[str, dict[str, Any]] = {}
+    for conv in conversations:
+        per_conv[conv.sample_id] = {}
+        for i, (name, (c, wd, wl)) in enumerate(zip(names, fusion)):
+            current = name
+            service.retriever.params = base.model_copy(update={
+                "rrf_k": c, "dense_weight": wd, "lexical_weight": wl, "lexical_min_ratio": 0.0,
+                "dense_candidates": max(base.dense_candidates, k_max),
+                "lexical_candidates": max(base.lexical_candidates, k_max)})
+            per_conv[conv.sample_id][name] = await evaluate_locomo(
+                [conv], service.add_records if i == 0 else no_write, search, ks, IndexOptions(context_window=args.context))
+    doc: dict[str, Any] = {
+        "command": " ".join(["recallserve", *sys.argv[1:]]), "file": args.file, "only": args.only,
+        "conversations": len(conversations), "write_filter": args.write_filter,
+        "stored_memories": sum(len(c.turns) for c in conversations), "k": ks, "context_window": args.context,
+        "embedder": emb.model_id, "seconds": round(time.perf_counter() - started, 1),
+        "settings": {n: {"search_p50_ms": round(float(np.percentile(latencies[n], 50)) * 1000, 1),
+                         "search_p95_ms": round(float(np.percentile(latencies[n], 95)) * 1000, 1)} for n in names},
+        "per_conversation": per_conv,
+    }
+    if len(per_conv) > 1 and len(names) > 1:
+        doc["leave_one_out"] = leave_one_out(per_conv)
+    return doc
 
 
 def _print_table(doc: dict[str, Any], ks: list[int]) -> None:
