@@ -130,6 +130,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _filtered(conversations: list[Any], mode: str) -> list[Any]:
+    """The conversations with only the turns the chat write filter stores (each turn read as a user message)."""
+    if mode == "all":
+        return conversations
+    from serve.write_filter import WriteFilterConfig, worth_storing
+
+    cfg = WriteFilterConfig(mode=mode)
+    return [c.model_copy(update={"turns": [t for t in c.turns if worth_storing(t.text, "", cfg) is not None]})
+            for c in conversations]
+
+
 async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list[int]) -> dict[str, Any]:
     from rich.console import Console
     from rich.progress import Progress
@@ -174,12 +185,7 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
         return [h.record.source_id for h in hits]
 
     all_turns = sum(len(c.turns) for c in conversations)
-    if args.write_filter != "all":
-        from serve.write_filter import WriteFilterConfig, worth_storing
-
-        cfg = WriteFilterConfig(mode=args.write_filter)
-        conversations = [c.model_copy(update={"turns": [t for t in c.turns if worth_storing(t.text, "", cfg) is not None]})
-                         for c in conversations]
+    conversations = _filtered(conversations, args.write_filter)
 
     console = Console(stderr=True)
     started = time.perf_counter()
@@ -259,12 +265,7 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
     async def no_write(records: list[Any]) -> None:
         return None
 
-    if args.write_filter != "all":
-        from serve.write_filter import WriteFilterConfig, worth_storing
-
-        cfg = WriteFilterConfig(mode=args.write_filter)
-        conversations = [c.model_copy(update={"turns": [t for t in c.turns if worth_storing(t.text, "", cfg) is not None]})
-                         for c in conversations]
+    conversations = _filtered(conversations, args.write_filter)
     started = time.perf_counter()
     per_conv: dict[str, dict[str, Any]] = {}
     for conv in conversations:
