@@ -11,22 +11,26 @@ from deployments.cli import UserError
 NAME = "ingest"
 
 
-def _config(text: str) -> tuple[str, int, int]:
+def _config(text: str) -> tuple[str, int, int, bool]:
+    parts = text.strip().split("x")
+    quantized = parts[-1] == "int8"
+    if quantized:
+        parts = parts[:-1]
     try:
-        fwd, threads = (int(x) for x in text.split("x"))
+        fwd, threads = (int(x) for x in parts)
     except ValueError:
-        raise UserError(f"--configs: {text!r} is not FORWARDxTHREADS (e.g. 16x1)") from None
+        raise UserError(f"--configs: {text!r} is not FORWARDxTHREADS[xint8] (e.g. 16x1 or 16x1xint8)") from None
     if fwd < 1 or threads < 1:
         raise UserError(f"--configs: {text!r} needs positive numbers")
-    return (f"fwd{fwd}-t{threads}", fwd, threads)
+    return (f"fwd{fwd}-t{threads}" + ("-int8" if quantized else ""), fwd, threads, quantized)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``bench ingest``."""
     p = subparsers.add_parser(NAME, help="memories/s of POST /v1/memories (in-process app, MiniLM, fsync'ed WAL)")
     p.add_argument("--configs", default="64x1,16x1,16x2",
-                   help="FORWARDxTHREADS per configuration, the first is the baseline (default: 64x1,16x1,16x2; "
-                        "64x1 was the default before)")
+                   help="FORWARDxTHREADS[xint8] per configuration, the first is the baseline (default: 64x1,16x1,16x2; "
+                        "64x1 was the default before; xint8 = the all-MiniLM-L6-v2-int8 embedder)")
     p.add_argument("--rounds", type=int, default=8, help="timed batches per configuration (default: 8)")
     p.add_argument("--batch", type=int, default=50, help="memories per request (default: 50)")
     p.add_argument("--locomo", default="../shared/eval/locomo_dev.json", help="source of the texts")

@@ -139,11 +139,11 @@ if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
 
 
-def ingest_bench(configs: list[tuple[str, int, int]], rounds: int = 8, batch: int = 50,
+def ingest_bench(configs: list[tuple[str, int, int, bool]], rounds: int = 8, batch: int = 50,
                  locomo: str = "../shared/eval/locomo_dev.json") -> dict:
     """Memories/s of ``POST /v1/memories`` (batches of ``batch``) per embedder configuration, interleaved.
 
-    Each configuration ``(label, texts per forward pass, torch threads)`` gets its own in-process
+    Each configuration ``(label, texts per forward pass, torch threads, int8)`` gets its own in-process
     app (the real router, service, hybrid shards on disk with fsync'ed WAL, MiniLM); the rounds
     alternate between configurations so that load from other processes hits them alike. Texts
     are distinct LoCoMo turns (never the same text twice). The first configuration is the
@@ -166,8 +166,8 @@ def ingest_bench(configs: list[tuple[str, int, int]], rounds: int = 8, batch: in
         raise ValueError(f"rounds: {rounds} rounds x {len(configs)} configs x {batch} need {need} turns, the file has {len(turns)}")
     tmp = tempfile.TemporaryDirectory(prefix="ingest-bench-")
     apps = []
-    for i, (label, fwd, threads) in enumerate(configs):
-        emb = MiniLMEmbedder(batch_size=fwd, torch_threads=None)
+    for i, (label, fwd, threads, quantized) in enumerate(configs):
+        emb = MiniLMEmbedder(batch_size=fwd, torch_threads=None, quantized=quantized)
         emb.embed(["warm up"])
         coord = local_hybrid_coordinator(2, emb.model_id, emb.dim, data_root=f"{tmp.name}/{i}")
 
@@ -203,9 +203,10 @@ def ingest_bench(configs: list[tuple[str, int, int]], rounds: int = 8, batch: in
         tmp.cleanup()
     base = float(np.median(times[configs[0][0]]))
     rows = []
-    for label, fwd, threads in configs:
+    for label, fwd, threads, quantized in configs:
         med = float(np.median(times[label]))
-        rows.append({"config": label, "forward_batch_size": fwd, "torch_threads": threads, "batches": len(times[label]),
+        rows.append({"config": label, "forward_batch_size": fwd, "torch_threads": threads, "int8": quantized,
+                     "batches": len(times[label]),
                      "median_batch_s": round(med, 3), "best_batch_s": round(min(times[label]), 3),
                      "memories_per_s": round(batch / med, 1), "best_memories_per_s": round(batch / min(times[label]), 1),
                      "ratio_vs_baseline": round(base / med, 2)})
