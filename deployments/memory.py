@@ -76,7 +76,7 @@ class EmbedderDeployment(PlacementInfo):
 
     def __init__(self, embedder: dict[str, Any]) -> None:
         cfg = EmbedderConfig.model_validate(embedder)
-        self._embedder = build_embedder(cfg.model, device=cfg.device, batch_size=max(cfg.max_batch_size, 1),
+        self._embedder = build_embedder(cfg.model, device=cfg.device, batch_size=cfg.forward_batch_size,
                                         torch_threads=cfg.threads)
         self._embedder.embed(["warm up"])  # load the weights before the replica reports healthy
         self._embed_batch.set_max_batch_size(cfg.max_batch_size)

@@ -159,8 +159,8 @@ class SearchHit(StrictModel):
 
     @property
     def text(self) -> str:
-        """The text recalled: every embedded text of the unit (text, image description, OCR, parts), one a line."""
-        return "\n".join(self.record.embedding_texts())
+        """The text recalled: every text of the unit (the whole text, image description, OCR, parts), one a line."""
+        return "\n".join(self.record.searchable_texts())
 
     @property
     def created_at(self) -> float:

@@ -74,7 +74,9 @@ class MiniLMEmbedder:
 
     Args:
         device: torch device string ("cpu", "cuda").
-        batch_size: texts per forward pass.
+        batch_size: texts per forward pass. NOTE: sentence-transformers sorts the texts by length
+            and pads each pass to its longest text; on the CPU 16 pads far less than 64 (50 LoCoMo
+            turns of 31 tokens median, 100 max: ~3x faster), on a GPU larger passes pay off.
         torch_threads: torch intra-op threads to set when loading on CPU (None leaves it).
 
     Example:
@@ -86,7 +88,7 @@ class MiniLMEmbedder:
     model_id = MINILM_MODEL_ID
     dim = 384
 
-    def __init__(self, device: str = "cpu", batch_size: int = 64, torch_threads: int | None = 1,
+    def __init__(self, device: str = "cpu", batch_size: int = 16, torch_threads: int | None = 1,
                  quantized: bool = False) -> None:
         if batch_size <= 0:
             raise ValueError(f"batch_size: must be > 0, got {batch_size}")
@@ -167,7 +169,7 @@ def embedder_identity(model: str) -> tuple[str, int]:
         raise ValueError(f"embedder.model: unknown embedder {model!r}; known: {', '.join(EMBEDDER_MODELS)}") from None
 
 
-def build_embedder(model: str, device: str = "cpu", batch_size: int = 64, torch_threads: int | None = 1) -> MiniLMEmbedder:
+def build_embedder(model: str, device: str = "cpu", batch_size: int = 16, torch_threads: int | None = 1) -> MiniLMEmbedder:
     """The embedder a configured name stands for (weights load on first use).
 
     Raises:

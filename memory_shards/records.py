@@ -30,6 +30,8 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from kernels import StrictModel
 
+from .chunking import MAX_CHUNKS
+
 __all__ = [
     "KINDS",
     "SHARED_TENANT_NAME",
@@ -170,8 +172,9 @@ class MemoryRecord(StrictModel):
     """One unit of memory.
 
     Times are Unix epoch seconds (float). ``expires_at=None`` means never expires. The searchable
-    texts (:meth:`embedding_texts`) are ``text``, ``image_description``, ``ocr_text`` and each
-    part's text, in that order; each becomes one vector row.
+    texts (:meth:`embedding_texts`) are ``text`` (or its chunks, :attr:`text_chunks`, when it is
+    longer than the embedder reads), ``image_description``, ``ocr_text`` and each part's text, in
+    that order; each becomes one vector row.
 
     Frozen: a shard hands out its stored objects (no copy on the search path), so a change goes
     through ``record.model_copy(update=...)`` and an upsert, never an in-place edit.
@@ -196,6 +199,21 @@ class MemoryRecord(StrictModel):
     topic_path: str = Field(default="", max_length=512, description="Slash-separated topic, e.g. 'billing/refunds'.")
     error_tags: list[str] = Field(default_factory=list, max_length=32, description="Error tags (experience memory).")
     embedding_model: str = Field(default="", max_length=256, description="Model id of the vectors stored for this record.")
+    text_chunks: list[tuple[int, int]] = Field(
+        default_factory=list, max_length=MAX_CHUNKS,
+        description="Character spans of ``text`` embedded as one row each (memory_shards.chunking); empty = the "
+                    "whole text is one row.",
+    )
+
+    @field_validator("text_chunks")
+    @classmethod
+    def _check_chunks(cls, value: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        prev = -1
+        for i, (start, end) in enumerate(value):
+            if not 0 <= start < end or start <= prev:
+                raise ValueError(f"text_chunks[{i}]: ({start}, {end}) must be non-empty and start after the previous chunk's start")
+            prev = start
+        return value
 
     @field_validator("metadata")
     @classmethod
@@ -216,11 +234,27 @@ class MemoryRecord(StrictModel):
             object.__setattr__(self, "last_access_at", self.created_at)
         if self.expires_at is not None and self.expires_at < self.created_at:
             raise ValueError(f"expires_at: {self.expires_at} is before created_at {self.created_at}")
+        if self.text_chunks and max(end for _, end in self.text_chunks) > len(self.text):
+            raise ValueError(f"text_chunks: a span runs past the text ({len(self.text)} characters)")
         return self
 
+    def chunks(self) -> list[str]:
+        """The main text as embedded: its chunks (:attr:`text_chunks`), or the whole text as one."""
+        if not self.text_chunks:
+            return [self.text]
+        return [self.text[start:end] for start, end in self.text_chunks]
+
     def embedding_texts(self) -> list[str]:
-        """The texts to embed, one vector row each: text, image description, OCR text, parts."""
-        texts = [self.text]
+        """The texts to embed, one vector row each: text chunks, image description, OCR text, parts."""
+        return self.chunks() + self.extra_texts()
+
+    def searchable_texts(self) -> list[str]:
+        """Every text of the unit once (the whole main text, then the others): what BM25 reads and a recall shows."""
+        return [self.text] + self.extra_texts()
+
+    def extra_texts(self) -> list[str]:
+        """The embedded texts besides the main text: image description, OCR text, parts."""
+        texts: list[str] = []
         if self.image_description:
             texts.append(self.image_description)
         if self.ocr_text:

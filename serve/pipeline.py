@@ -51,6 +51,7 @@ from serve.experience import ExperienceService, ProduceResult
 from serve.memory import MemoryBackend, MemoryWrite
 from serve.pii import PiiMode, apply_pii, for_write_back
 from serve.traces import TraceRecorder
+from serve.write_filter import WriteFilterConfig, worth_storing
 from serve.turn import RecallConfig, Turn, analyse_images, memory_meta, recall_memories, render_prompt
 
 __all__ = ["RequestContext", "PipelineSettings", "ChatPipeline", "Answer"]
@@ -94,7 +95,12 @@ class PipelineSettings(StrictModel):
         "the engines' prompt caches.",
     )
     recall: RecallConfig = Field(default_factory=RecallConfig, description="The turn's memory recall.")
-    write_back: bool = Field(default=True, description="Store each exchange as a memory, off the request path.")
+    write_back: bool = Field(default=True, description="Store exchanges as memories, off the request path.")
+    write_filter: WriteFilterConfig = Field(
+        default_factory=WriteFilterConfig,
+        description="Which exchanges the write-back stores (default: facts, decisions and outcomes; not greetings "
+                    "or questions).",
+    )
     agent_overhead_tokens: int = Field(
         default=1200, ge=0, le=32768,
         description="Tokens kept free for the agent's system prompt, tool list and steps when fitting the history.",
@@ -340,11 +346,18 @@ class ChatPipeline:
             self.context.start_summary(turn.session)
         if not self.settings.write_back or self.memory is None or not answer.strip():
             return
+        kept = worth_storing(turn.question, answer, self.settings.write_filter)
         if agent_result is not None and self.agent is not None:
+            if kept is None:
+                # NOTE: the agent's exchange write is its one "message"; image units stay (their own kind).
+                writes = [w for w in agent_result.memory_writes if w.kind != "message"]
+                agent_result = agent_result.model_copy(update={"memory_writes": writes})
             self._background_task(self.agent.write_back(ctx.tenant, agent_result), "memory write-back", ctx)
             return
         session = (req.metadata or {}).get("session_id", "")
-        text = apply_pii(f"user: {turn.question}\nassistant: {answer}", for_write_back(ctx.pii))
+        if kept is None:
+            return
+        text = apply_pii(kept, for_write_back(ctx.pii))
         item = MemoryWrite(text=text, kind="message",
                            source_id=f"chat:{ctx.user}:{ctx.request_id}",
                            metadata={"user": ctx.user, "session_id": session})

@@ -36,6 +36,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="hybrid (default), dense only (fused kernel) or lexical only (BM25)")
     p.add_argument("--context", type=int, default=2,
                    help="neighbouring turns each side stored as a context part of each memory (default: 2; 0 = none)")
+    p.add_argument("--only", default=None,
+                   help="comma-separated indexes of the conversations to evaluate (default: all), e.g. to time one first")
+    p.add_argument("--write-filter", choices=["all", "facts"], default="all",
+                   help="store only the turns the chat write filter keeps (serve.write_filter, each turn read as a "
+                        "user message; 'all' = every turn, the default): its effect on stored count and recall")
+    p.add_argument("--fusion", default=None,
+                   help="comma-separated RRF settings C/W_DENSE/W_LEX to compare on the same index (e.g. 20/1/1.5,60/1/1); "
+                        "with several, each conversation is scored per setting and leave-one-conversation-out picks, "
+                        "for each held-out conversation, the setting best on the others (default: the configured one)")
     p.add_argument("--durable", action="store_true",
                    help="write the shards to a temporary folder with WAL fsync (default: in memory; same ranking)")
     p.set_defaults(func=run)
@@ -51,9 +60,48 @@ def _parse_ks(text: str) -> list[int]:
     return ks
 
 
+def _parse_fusion(text: str | None) -> list[tuple[float, float, float]] | None:
+    if not text:
+        return None
+    out = []
+    for item in text.split(","):
+        try:
+            c, wd, wl = (float(x) for x in item.split("/"))
+        except ValueError:
+            raise UserError(f"--fusion: {item!r} is not C/W_DENSE/W_LEX (e.g. 20/1/1.5)") from None
+        if c < 0 or wd < 0 or wl < 0 or wd + wl == 0:
+            raise UserError(f"--fusion: {item!r} needs C >= 0 and non-negative weights, not both 0")
+        out.append((c, wd, wl))
+    return out
+
+
+def leave_one_out(per_conv: dict[str, dict[str, dict[str, dict[str, float]]]], metric: str = "recall@10") -> dict[str, Any]:
+    """Leave-one-conversation-out selection among fusion settings.
+
+    For each held-out conversation ``h``, the setting with the best mean ``overall`` ``metric``
+    over the other conversations is chosen, and its figures on ``h`` are reported; nothing is
+    chosen on the conversation it is reported on. Returns the folds, the mean of the held-out
+    figures (overall and per category, macro over folds) and their spread (min, max).
+    """
+    convs = sorted(per_conv)
+    settings = sorted(next(iter(per_conv.values())))
+    folds = []
+    for held in convs:
+        others = [c for c in convs if c != held]
+        best = max(settings, key=lambda s: (sum(per_conv[c][s]["overall"][metric] for c in others) / len(others), s))
+        folds.append({"held_out": held, "chosen": best, "results": per_conv[held][best]})
+    cats = sorted({name for f in folds for name in f["results"]})
+    summary = {}
+    for name in cats:
+        vals = [f["results"][name][metric] for f in folds if name in f["results"]]
+        summary[name] = {"mean": round(sum(vals) / len(vals), 4), "min": round(min(vals), 4), "max": round(max(vals), 4)}
+    return {"metric": metric, "folds": folds, "held_out": summary}
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the evaluation; print a table or JSON."""
     ks = _parse_ks(args.k)
+    fusion = _parse_fusion(args.fusion)
     if not 1 <= args.shards <= 64:
         raise UserError(f"--shards: must be in 1..64, got {args.shards}")
     if not 0 <= args.context <= 8:
@@ -66,12 +114,31 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     if not conversations:
         raise UserError(f"{args.file}: no conversations")
-    doc = asyncio.run(_evaluate(args, conversations, ks))
-    if args.json:
+    if args.only:
+        try:
+            picked = sorted({int(x) for x in args.only.split(",") if x.strip()})
+        except ValueError:
+            raise UserError(f"--only: expected comma-separated indexes, got {args.only!r}") from None
+        if not picked or picked[0] < 0 or picked[-1] >= len(conversations):
+            raise UserError(f"--only: indexes must be in 0..{len(conversations) - 1}, got {args.only!r}")
+        conversations = [conversations[i] for i in picked]
+    doc = asyncio.run(_evaluate(args, conversations, ks) if fusion is None else _compare(args, conversations, ks, fusion))
+    if args.json or fusion is not None:
         print(json.dumps(doc, indent=2))
     else:
         _print_table(doc, ks)
     return 0
+
+
+def _filtered(conversations: list[Any], mode: str) -> list[Any]:
+    """The conversations with only the turns the chat write filter stores (each turn read as a user message)."""
+    if mode == "all":
+        return conversations
+    from serve.write_filter import WriteFilterConfig, worth_storing
+
+    cfg = WriteFilterConfig(mode=mode)
+    return [c.model_copy(update={"turns": [t for t in c.turns if worth_storing(t.text, "", cfg) is not None]})
+            for c in conversations]
 
 
 async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list[int]) -> dict[str, Any]:
@@ -108,10 +175,17 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
     # would only reorder sessions by age; threshold -1 keeps a full ranking to k_max.
     no_decay = {"decay": "none"}
 
+    latencies: list[float] = []
+
     async def search(tenant: str, question: str, k: int) -> list[str]:
         req = SearchRequest(query=question, k=k, threshold=-1.0, decay=no_decay, hybrid=args.mode != "dense")
+        t0 = time.perf_counter()
         hits = await service.search_request(tenant, req)
+        latencies.append(time.perf_counter() - t0)
         return [h.record.source_id for h in hits]
+
+    all_turns = sum(len(c.turns) for c in conversations)
+    conversations = _filtered(conversations, args.write_filter)
 
     console = Console(stderr=True)
     started = time.perf_counter()
@@ -129,10 +203,18 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
         for client in coord.shards:
             client.shard.close()
         tmp.cleanup()
+    import numpy as np
+
     return {
+        "command": " ".join(["recallserve", *sys.argv[1:]]),
         "file": args.file,
         "conversations": len(conversations),
-        "turns": total_turns,
+        "only": args.only,
+        "write_filter": args.write_filter,
+        "turns": all_turns,
+        "stored_memories": total_turns,
+        "search_p50_ms": round(float(np.percentile(latencies, 50)) * 1000, 1) if latencies else None,
+        "search_p95_ms": round(float(np.percentile(latencies, 95)) * 1000, 1) if latencies else None,
         "k": ks,
         "mode": args.mode,
         "context_window": args.context,
@@ -143,9 +225,81 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
     }
 
 
+async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[int],
+                   fusion: list[tuple[float, float, float]]) -> dict[str, Any]:
+    """Index each conversation once, score it under every fusion setting; leave-one-out over conversations."""
+    import numpy as np
+
+    from memory_shards.embedders import build_embedder
+    from memory_shards.retrieval import RetrievalParams, local_hybrid_coordinator
+    from memory_shards.retrieval.locomo import IndexOptions, evaluate_locomo
+    from serve.memory_api import MemoryService, SearchRequest
+
+    emb = build_embedder(args.embedder)
+    coord = local_hybrid_coordinator(args.shards, emb.model_id, emb.dim, data_root=None, fsync=False)
+    cache: dict[str, np.ndarray] = {}
+
+    async def embed(texts: list[str]):
+        # NOTE: every setting asks the same questions; a question is embedded once.
+        if len(texts) == 1 and texts[0] in cache:
+            return cache[texts[0]][None, :]
+        out = await asyncio.to_thread(emb.embed, texts)
+        if len(texts) == 1:
+            cache[texts[0]] = out[0]
+        return out
+
+    k_max = max(ks)
+    base = RetrievalParams()
+    service = MemoryService(coord, embed, top_k=min(k_max, 200), threshold=-1.0)
+    names = [f"c={c:g},dense={wd:g},lexical={wl:g}" for c, wd, wl in fusion]
+    latencies: dict[str, list[float]] = {n: [] for n in names}
+    current = names[0]
+
+    async def search(tenant: str, question: str, k: int) -> list[str]:
+        req = SearchRequest(query=question, k=k, threshold=-1.0, decay={"decay": "none"})
+        t0 = time.perf_counter()
+        hits = await service.search_request(tenant, req)
+        latencies[current].append(time.perf_counter() - t0)
+        return [h.record.source_id for h in hits]
+
+    async def no_write(records: list[Any]) -> None:
+        return None
+
+    conversations = _filtered(conversations, args.write_filter)
+    started = time.perf_counter()
+    per_conv: dict[str, dict[str, Any]] = {}
+    for conv in conversations:
+        per_conv[conv.sample_id] = {}
+        for i, (name, (c, wd, wl)) in enumerate(zip(names, fusion)):
+            current = name
+            service.retriever.params = base.model_copy(update={
+                "rrf_k": c, "dense_weight": wd, "lexical_weight": wl, "lexical_min_ratio": 0.0,
+                "dense_candidates": max(base.dense_candidates, k_max),
+                "lexical_candidates": max(base.lexical_candidates, k_max)})
+            per_conv[conv.sample_id][name] = await evaluate_locomo(
+                [conv], service.add_records if i == 0 else no_write, search, ks, IndexOptions(context_window=args.context))
+    doc: dict[str, Any] = {
+        "command": " ".join(["recallserve", *sys.argv[1:]]), "file": args.file, "only": args.only,
+        "conversations": len(conversations), "write_filter": args.write_filter,
+        "stored_memories": sum(len(c.turns) for c in conversations), "k": ks, "context_window": args.context,
+        "embedder": emb.model_id, "seconds": round(time.perf_counter() - started, 1),
+        # NOTE: only the first setting embeds the questions (the others reuse the vectors), so only
+        # its latency is a search as the API runs it; the others show the fusion path alone.
+        "settings": {n: {"search_p50_ms": round(float(np.percentile(latencies[n], 50)) * 1000, 1),
+                         "search_p95_ms": round(float(np.percentile(latencies[n], 95)) * 1000, 1),
+                         "query_embedding_timed": i == 0} for i, n in enumerate(names)},
+        "per_conversation": per_conv,
+    }
+    if len(per_conv) > 1 and len(names) > 1:
+        doc["leave_one_out"] = leave_one_out(per_conv)
+    return doc
+
+
 def _print_table(doc: dict[str, Any], ks: list[int]) -> None:
     print(f"LoCoMo evidence recall@k  file={doc['file']}  conversations={doc['conversations']}  turns={doc['turns']}  "
           f"mode={doc['mode']}  context={doc['context_window']}  ({doc['seconds']} s)")
+    print(f"stored {doc['stored_memories']} of {doc['turns']} turns (write filter: {doc['write_filter']}); "
+          f"search p50 {doc['search_p50_ms']} ms, p95 {doc['search_p95_ms']} ms")
     header = f"{'category':<12} {'n':>4}  " + "  ".join(f"{'R@' + str(k):>6}" for k in ks)
     print(header)
     print("-" * len(header))

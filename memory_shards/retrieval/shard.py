@@ -45,12 +45,12 @@ class Feedback(NamedTuple):
 
 
 def lexical_text(record: MemoryRecord) -> str:
-    """What BM25 indexes for a record: its embedding texts, topic path and string metadata values.
+    """What BM25 indexes for a record: its texts (the main text whole, not chunked), topic path and string metadata values.
 
     Metadata strings (a speaker, an order id, a date as written) are exact-match evidence that an
     embedder reads poorly, so they are searchable words here but not part of the vectors.
     """
-    texts = record.embedding_texts()
+    texts = record.searchable_texts()
     if record.topic_path:
         texts.append(record.topic_path.replace("/", " "))
     texts.extend(v for v in record.metadata.values() if isinstance(v, str))

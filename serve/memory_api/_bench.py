@@ -1,4 +1,4 @@
-"""Search latency of the memory API through HTTP at a given size of one tenant.
+"""Search latency (``main``) and ingestion rate (:func:`ingest_bench`, ``recallserve bench ingest``) of the memory API.
 
 ``python -m serve.memory_api._bench --memories 100000 --queries 200``
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import socket
 import tempfile
@@ -28,7 +29,7 @@ import time
 
 import numpy as np
 
-__all__ = ["main"]
+__all__ = ["main", "ingest_bench"]
 
 
 def _free_port() -> int:
@@ -136,3 +137,79 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
+
+
+def ingest_bench(configs: list[tuple[str, int, int, bool]], rounds: int = 8, batch: int = 50,
+                 locomo: str = "../shared/eval/locomo_dev.json") -> dict:
+    """Memories/s of ``POST /v1/memories`` (batches of ``batch``) per embedder configuration, interleaved.
+
+    Each configuration ``(label, texts per forward pass, torch threads, int8)`` gets its own in-process
+    app (the real router, service, hybrid shards on disk with fsync'ed WAL, MiniLM); the rounds
+    alternate between configurations so that load from other processes hits them alike. Texts
+    are distinct LoCoMo turns (never the same text twice). The first configuration is the
+    baseline of the ``ratio`` column. Median and best batch times are reported.
+    """
+    import torch
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from memory_shards.embedders import MiniLMEmbedder
+    from memory_shards.retrieval import local_hybrid_coordinator
+    from memory_shards.retrieval.locomo import load_locomo
+    from serve.api.auth import Authenticator
+    from serve.api.errors import install_error_handlers
+    from serve.memory_api import MemoryService, build_router
+
+    turns = list(dict.fromkeys(t.text for c in load_locomo(locomo) for t in c.turns if t.text.strip()))
+    need = batch * rounds * len(configs)
+    if len(turns) < need:
+        raise ValueError(f"rounds: {rounds} rounds x {len(configs)} configs x {batch} need {need} turns, the file has {len(turns)}")
+    tmp = tempfile.TemporaryDirectory(prefix="ingest-bench-")
+    apps = []
+    for i, (label, fwd, threads, quantized) in enumerate(configs):
+        emb = MiniLMEmbedder(batch_size=fwd, torch_threads=None, quantized=quantized)
+        emb.embed(["warm up"])
+        coord = local_hybrid_coordinator(2, emb.model_id, emb.dim, data_root=f"{tmp.name}/{i}")
+
+        async def embed(texts: list[str], emb=emb):
+            return await asyncio.to_thread(emb.embed, texts)
+
+        app = FastAPI()
+        install_error_handlers(app)
+        app.include_router(build_router(MemoryService(coord, embed), Authenticator({"sk-bench": "bench"})))
+        apps.append((label, threads, TestClient(app), coord))
+    times: dict[str, list[float]] = {label: [] for label, *_ in configs}
+    cursor = 0
+    try:
+        for clients in [[a[2].__enter__() for a in apps]]:
+            for client, (label, threads, *_) in zip(clients, apps):  # one untimed batch each (first-call costs)
+                torch.set_num_threads(threads)
+                client.post("/v1/memories", json={"memories": [{"text": "warm up"}]}, headers={"Authorization": "Bearer sk-bench"})
+            for _ in range(rounds):
+                for client, (label, threads, *_) in zip(clients, apps):
+                    torch.set_num_threads(threads)
+                    body = {"memories": [{"text": t, "kind": "message"} for t in turns[cursor : cursor + batch]]}
+                    cursor += batch
+                    t0 = time.perf_counter()
+                    r = client.post("/v1/memories", json=body, headers={"Authorization": "Bearer sk-bench"})
+                    times[label].append(time.perf_counter() - t0)
+                    if r.status_code != 200 or len(r.json()["ids"]) != batch:
+                        raise RuntimeError(f"{label}: POST /v1/memories answered {r.status_code}: {r.text[:200]}")
+    finally:
+        for _, _, client, coord in apps:
+            client.__exit__(None, None, None)
+            for shard in coord.shards:
+                shard.shard.close()
+        tmp.cleanup()
+    base = float(np.median(times[configs[0][0]]))
+    rows = []
+    for label, fwd, threads, quantized in configs:
+        med = float(np.median(times[label]))
+        rows.append({"config": label, "forward_batch_size": fwd, "torch_threads": threads, "int8": quantized,
+                     "batches": len(times[label]),
+                     "median_batch_s": round(med, 3), "best_batch_s": round(min(times[label]), 3),
+                     "memories_per_s": round(batch / med, 1), "best_memories_per_s": round(batch / min(times[label]), 1),
+                     "ratio_vs_baseline": round(base / med, 2)})
+    return {"bench": "memory_api_ingest", "server": "in-process FastAPI app (TestClient), 2 hybrid shards, WAL fsync on",
+            "machine": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "batch": batch, "rounds": rounds, "rows": rows}

@@ -179,6 +179,8 @@ class MemoryOut(StrictModel):
     image_description: str | None = Field(default=None, description="Image description.")
     ocr_text: str | None = Field(default=None, description="OCR text.")
     parts: list[MemoryPart] = Field(default_factory=list, description="Further parts.")
+    text_chunks: list[tuple[int, int]] = Field(
+        default_factory=list, description="Character spans of text embedded as one row each (a long text); empty = one row.")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Metadata.")
     topic: str = Field(default="", description="Topic path.")
     shared: bool = Field(description="True for a memory of the shared collection.")
@@ -193,6 +195,8 @@ class SearchResult(MemoryOut):
     score: float = Field(description="Fused score (reciprocal rank fusion of the dense and BM25 ranks).")
     similarity: float = Field(description="Cosine similarity of the best-matching part.")
     time_factor: float = Field(description="Time decay factor in (0, 1].")
+    part_index: int = Field(description="Row that matched best: chunks of text first (see text_chunks), then image "
+                                        "description, OCR text, parts.")
     dense_score: float = Field(description="Kernel score: similarity x time factor (or the weighted mix).")
     dense_rank: int | None = Field(default=None, description="Rank in the dense list (1-based).")
     lexical_score: float | None = Field(default=None, description="BM25 score.")

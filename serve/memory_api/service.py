@@ -31,6 +31,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from kernels import ScoreParams
+from memory_shards.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_spans
 from memory_shards.config import SearchFilters
 from memory_shards.coordinator import MemoryCoordinator, ShardUnavailable
 from memory_shards.records import (
@@ -79,6 +80,7 @@ def _record_fields(rec: MemoryRecord) -> dict:
     return {
         "id": rec.id, "source_id": rec.source_id, "kind": rec.kind, "text": rec.text,
         "image_description": rec.image_description, "ocr_text": rec.ocr_text, "parts": rec.parts,
+        "text_chunks": rec.text_chunks,
         "metadata": dict(rec.metadata), "topic": rec.topic_path, "shared": rec.is_shared,
         "created_at": rec.created_at, "last_access_at": rec.last_access_at, "expires_at": rec.expires_at,
     }
@@ -87,7 +89,7 @@ def _record_fields(rec: MemoryRecord) -> dict:
 def hit_out(hit: HybridHit) -> SearchResult:
     """API view of a ranked hit with its score parts."""
     return SearchResult(
-        **_record_fields(hit.record), score=hit.score, similarity=hit.similarity, time_factor=hit.time_factor,
+        **_record_fields(hit.record), score=hit.score, similarity=hit.similarity, time_factor=hit.time_factor, part_index=hit.part_index,
         dense_score=hit.dense_score, dense_rank=hit.dense_rank, lexical_score=hit.lexical_score,
         lexical_rank=hit.lexical_rank,
     )
@@ -129,6 +131,8 @@ class MemoryService:
         rewriter: optional query rewriting hook.
         max_batch: most memories per add.
         pii_for: tenant -> PII policy of its writes (``Authenticator.pii_for``); default: mask.
+        chunk_tokens: a text longer than this many (estimated) tokens is embedded as chunks of at
+            most this size, one row each, all of one record (None: one row per text).
 
     Example:
         >>> svc = MemoryService(coord, embed)
@@ -139,9 +143,13 @@ class MemoryService:
 
     def __init__(self, coordinator: MemoryCoordinator, embed: AsyncEmbed, *, top_k: int = 16, threshold: float = 0.35,
                  retrieval: RetrievalParams | None = None, rewriter: QueryRewriter | None = None,
-                 max_batch: int = MAX_BATCH, pii_for: Callable[[str], PiiMode] | None = None) -> None:
+                 max_batch: int = MAX_BATCH, pii_for: Callable[[str], PiiMode] | None = None,
+                 chunk_tokens: int | None = DEFAULT_CHUNK_TOKENS) -> None:
         if not 1 <= top_k <= MAX_K:
             raise ValueError(f"top_k: must be in 1..{MAX_K}, got {top_k}")
+        if chunk_tokens is not None and not 16 <= chunk_tokens <= 1024:
+            raise ValueError(f"chunk_tokens: must be in 16..1024 or None, got {chunk_tokens}")
+        self.chunk_tokens = chunk_tokens
         self.coordinator = coordinator
         self.embed = embed
         self.top_k = top_k
@@ -190,6 +198,7 @@ class MemoryService:
             return []
         if len(records) > self.max_batch:
             raise APIError(400, f"memories: at most {self.max_batch} per request, got {len(records)}", param="memories")
+        records = [self._chunked(r) for r in records]
         texts = [r.embedding_texts() for r in records]
         flat = [t for group in texts for t in group]
         vectors = np.asarray(await self.embed(flat), dtype=np.float32)
@@ -201,6 +210,14 @@ class MemoryService:
             start += len(group)
         with _shards_up():
             return await self.coordinator.upsert(items)
+
+    def _chunked(self, record: MemoryRecord) -> MemoryRecord:
+        """``record`` with its text's chunk spans set when the text is longer than one chunk (see memory_shards.chunking)."""
+        if record.text_chunks or self.chunk_tokens is None:
+            return record
+        spans = chunk_spans(record.text, self.chunk_tokens, min(DEFAULT_OVERLAP_TOKENS, self.chunk_tokens // 4))
+        # NOTE: model_validate (not model_copy) so the spans pass the record's own checks.
+        return MemoryRecord.model_validate({**record.model_dump(), "text_chunks": spans}) if spans else record
 
     async def delete(self, tenant: str, memory_id: str) -> None:
         """Delete one of ``tenant``'s memories (durable on return).

@@ -62,13 +62,17 @@ def test_chat_recalls_only_own_tenant_and_writes_back(client: tuple[TestClient, 
     globex = _chat(c, "sk-globex", "Printer P-200 shows error E31, how was it fixed before?")
     assert "ticket-31" not in [m["source_id"] for m in globex["recallserve"]["memories"]]
 
-    # The exchange is written back off the request path: poll until it is searchable.
+    # The write filter (chat.write_filter, default "facts"): the question above and a greeting are
+    # not stored, a statement is, off the request path: poll until it is searchable.
+    _chat(c, "sk-acme", "Hi! Thanks a lot.")
+    _chat(c, "sk-acme", "Printer P-200 on floor 3 showed error E31 again this morning.")
     deadline = time.monotonic() + 20
     found = []
     while time.monotonic() < deadline and not found:
         s = c.post("/v1/memories/search", headers={"Authorization": "Bearer sk-acme"},
-                   json={"query": "Printer P-200 error E31 fixed before", "k": 10, "threshold": 0.0})
+                   json={"query": "Printer P-200 error E31 fixed before floor 3 thanks", "k": 10, "threshold": -1})
         found = [h for h in s.json()["data"] if h["kind"] == "message"]
         time.sleep(0.2)
     assert found, "write-back never became searchable"
     assert found[0]["metadata"]["user"] == "u1"
+    assert len(found) == 1 and found[0]["text"].startswith("user: Printer P-200 on floor 3 showed error E31 again")

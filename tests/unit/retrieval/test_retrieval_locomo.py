@@ -89,3 +89,29 @@ def test_eval_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "--k" in capsys.readouterr().err
     assert main(["eval", "locomo", str(tmp_path / "missing.json")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_leave_one_out_never_picks_on_the_held_out_conversation() -> None:
+    from deployments.cli._eval_locomo import leave_one_out
+
+    def res(r10: float) -> dict:
+        return {"overall": {"n": 1.0, "recall@10": r10}, "multi-hop": {"n": 1.0, "recall@10": r10 / 2}}
+
+    # setting "b" is best on conversation x only; "a" on y and z
+    per_conv = {"x": {"a": res(0.5), "b": res(0.9)}, "y": {"a": res(0.92), "b": res(0.5)}, "z": {"a": res(0.95), "b": res(0.5)}}
+    loo = leave_one_out(per_conv)
+    chosen = {f["held_out"]: f["chosen"] for f in loo["folds"]}
+    assert chosen == {"x": "a", "y": "a", "z": "a"}  # x's own best ("b") is never chosen for x
+    assert loo["held_out"]["overall"] == {"mean": round((0.5 + 0.92 + 0.95) / 3, 4), "min": 0.5, "max": 0.95}
+
+
+def test_eval_cli_fusion_comparison_and_write_filter(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "locomo", str(TINY), "--k", "1,10", "--fusion", "20/1/1.5,60/1/1", "--write-filter", "facts"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["command"].startswith("recallserve ") and doc["write_filter"] == "facts"
+    assert 0 < doc["stored_memories"] <= 11
+    assert len(doc["per_conversation"]) == 2 and len(doc["leave_one_out"]["folds"]) == 2
+    for setting in doc["settings"].values():
+        assert 0 < setting["search_p50_ms"] <= setting["search_p95_ms"]
+    assert main(["eval", "locomo", str(TINY), "--fusion", "20/1"]) == 2
+    assert "--fusion" in capsys.readouterr().err
