@@ -140,6 +140,8 @@ class FiltersIn(StrictModel):
         a, b = to_epoch(self.created_after), to_epoch(self.created_before)
         if a is not None and a < 0:
             raise ValueError("created_after: must not be before 1970")
+        if b is not None and b < 0:
+            raise ValueError("created_before: must not be before 1970")
         if a is not None and b is not None and b <= a:
             raise ValueError("created_before: must be after created_after")
         return self

@@ -135,6 +135,11 @@ def test_bad_input_names_the_field(client: TestClient) -> None:
     assert _error(find({"query": "x", "filters": {"created_after": "2025-13-45"}})) == (400, "filters.created_after")
     r = find({"query": "x", "filters": {"created_after": "2025-02-01", "created_before": "2025-01-01"}})
     assert r.status_code == 400 and "created_before" in r.json()["error"]["message"]
+    # NOTE: found by the fuzz pass: a created_before before 1970 passed the API model and failed
+    # the shard's filter model (ge=0) inside the handler, a 500.
+    for bad in (-5, "1969-12-31T00:00:00Z"):
+        r = find({"query": "x", "filters": {"created_before": bad}})
+        assert r.status_code == 400 and "created_before: must not be before 1970" in r.json()["error"]["message"], r.text
     assert _error(find({"query": "x", "filters": {"kinds": ["video"]}})) == (400, "filters.kinds.0")
     assert _error(find({"query": "x", "threshold": 2})) == (400, "threshold")
     assert _error(client.get("/v1/memories", headers=A)) == (400, "source_id")
