@@ -14,8 +14,11 @@ from fastapi import Request
 from serve.api.errors import APIError
 from serve.pii import PiiMode, PiiPolicy
 
-__all__ = ["Authenticator", "READ_ONLY_SCOPES"]
+__all__ = ["Authenticator", "READ_ONLY_SCOPES", "RESERVED_TENANT_PREFIX"]
 
+#: Tenant names the server keeps for itself (the ingress's start-up recall runs as ``__warm_up__``);
+#: no API key may map to one, so no client can read or write them.
+RESERVED_TENANT_PREFIX = "__"
 #: Tool scopes a tenant gets when the auth config names none for it: read-only (least privilege).
 READ_ONLY_SCOPES: tuple[str, ...] = ("basic", "memory:read", "orders:read", "tickets:read", "inventory:read")
 
@@ -41,6 +44,10 @@ class Authenticator:
                  default_pii: PiiMode = "mask") -> None:
         if not keys:
             raise ValueError("auth: no API keys configured (set auth.keys or RECALLSERVE_API_KEYS)")
+        reserved = sorted({t for t in keys.values() if t.startswith(RESERVED_TENANT_PREFIX)})
+        if reserved:
+            raise ValueError(f"auth.keys: tenant names starting with {RESERVED_TENANT_PREFIX!r} are reserved for the "
+                             f"server's own use (e.g. the start-up warm-up): {reserved}")
         self._keys = dict(keys)
         self._scopes = {t: list(s) for t, s in (scopes or {}).items()}
         self._default_scopes = list(default_scopes)

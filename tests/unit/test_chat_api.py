@@ -114,3 +114,14 @@ def test_metrics_count_requests_and_tokens(client: TestClient) -> None:
     text = client.get("/metrics").text
     assert 'recallserve_http_requests_total{method="POST",route="/v1/chat/completions",status="200"}' in text
     assert 'recallserve_tokens_total{direction="completion",role="reasoner"}' in text
+
+
+def test_reserved_tenant_names_are_refused() -> None:
+    """No key may map to a ``__`` tenant: the ingress's start-up recall runs as ``__warm_up__``."""
+    from deployments.ingress import WARM_UP_TENANT
+    from serve.api.auth import RESERVED_TENANT_PREFIX, Authenticator
+
+    assert WARM_UP_TENANT.startswith(RESERVED_TENANT_PREFIX)
+    with pytest.raises(ValueError, match="reserved for the server's own use"):
+        Authenticator({"sk-a": "acme", "sk-w": WARM_UP_TENANT})
+    assert Authenticator({"sk-a": "acme_corp"}).tenant_for("sk-a") == "acme_corp"
