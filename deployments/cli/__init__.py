@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "bench restart": "deployments.cli._bench_restart",
     "bench gather": "deployments.cli._bench_gather",
     "bench chat": "deployments.cli._bench_chat",
+    "bench search": "deployments.cli._bench_search",
     "bench ingest": "deployments.cli._bench_ingest",
     "eval agent": "deployments.cli._eval_agent",
     "eval retention": "deployments.cli._eval_retention",

@@ -1,4 +1,4 @@
-"""``recallserve bench chat``: its refusals and its report maths (the timed run needs a cluster)."""
+"""``recallserve bench chat`` and ``bench search``: refusals and report maths (the timed runs need a cluster)."""
 
 from __future__ import annotations
 
@@ -26,3 +26,13 @@ def test_summary_takes_medians_of_successful_turns() -> None:
     assert s["overhead"] == pytest.approx(1.0)  # (1.0, 0.5, 1.0) and s["evaluated_tokens"] == 40
     table = render([s])
     assert "| cluster | direct | 4 (1) | 3.00 s | 0.50 s | 2.00 s | 100% | 1 | 100 | 60 | 40 | 9 |" in table
+
+
+def test_bench_search_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "search", "--url", "http://10.0.0.1:8000"]) == 2
+    assert "this machine only" in capsys.readouterr().err
+    assert main(["bench", "search", "--clients", "1,x"]) == 2
+    assert main(["bench", "search", "--clients", "0"]) == 2
+    assert main(["bench", "search", "--memories", "10"]) == 2
+    assert main(["bench", "search", "--url", "http://127.0.0.1:9", "--seconds", "1"]) == 2
+    assert "no cluster answering" in capsys.readouterr().err
