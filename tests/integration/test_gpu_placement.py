@@ -37,7 +37,9 @@ def test_gpu_profile_placement(profile: str, gpus: int, work_dir: Path, port: in
         "ray": {"address": None, "temp_dir": str(work_dir / "ray"), "num_cpus": 64, "num_gpus": gpus},
         "auth": {"keys": {"sk-test": "test"}},
         "embedder": {**base.embedder.model_dump(mode="json"), "device": "cpu"},
-        "memory": {**base.memory.model_dump(mode="json"), "data_dir": str(work_dir / f"mem-{profile}")},
+        # NOTE: shards keep their GPU share (what is checked) but run their scan on the CPU (no CUDA here).
+        "memory": {**base.memory.model_dump(mode="json"), "data_dir": str(work_dir / f"mem-{profile}"),
+                   "placement": {**base.memory.placement.model_dump(mode="json"), "device": "cpu"}},
         "state_dir": str(work_dir / f"state-{profile}"),
     }
     for role in ROLES:
