@@ -76,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # NOTE: the command as typed, for reports that record how they were made (not sys.argv: a
+    # test or another program may call main() with its own list).
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         code = args.func(args)
     except UserError as exc:

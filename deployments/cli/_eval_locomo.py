@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import sys
 import tempfile
 import time
@@ -206,7 +207,7 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
     import numpy as np
 
     return {
-        "command": " ".join(["recallserve", *sys.argv[1:]]),
+        "command": shlex.join(["recallserve", *args.argv]),
         "file": args.file,
         "conversations": len(conversations),
         "only": args.only,
@@ -279,7 +280,7 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
             per_conv[conv.sample_id][name] = await evaluate_locomo(
                 [conv], service.add_records if i == 0 else no_write, search, ks, IndexOptions(context_window=args.context))
     doc: dict[str, Any] = {
-        "command": " ".join(["recallserve", *sys.argv[1:]]), "file": args.file, "only": args.only,
+        "command": shlex.join(["recallserve", *args.argv]), "file": args.file, "only": args.only,
         "conversations": len(conversations), "write_filter": args.write_filter,
         "stored_memories": sum(len(c.turns) for c in conversations), "k": ks, "context_window": args.context,
         "embedder": emb.model_id, "seconds": round(time.perf_counter() - started, 1),
