@@ -146,10 +146,12 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
         return {"profile": config.profile, "roles": {r: engines[r].model_name for r in ROLES}}
 
     async def warm_up() -> None:
-        # NOTE: the first chat turn after start paid ~13 s outside the engine (`recallserve bench
-        # chat`: 16.8 s wall, 3.9 s in the engine; the second turn 0.1 s): the first call of each
-        # handle (embedder, every shard, state) and the embedder's first forward pass. One recall
-        # for a tenant no key maps to, and one state call, take that before the replica is ready.
+        # NOTE: the first call of each handle (embedder, every shard, state) and the embedder's first
+        # forward pass are slow; one recall for a tenant no key maps to, and one state call, pay them
+        # here (first turn's memory step: 506 ms -> 125 ms). This hook is started, not awaited, by
+        # create_app, so it runs after the replica reports ready: the first user turn still queues
+        # behind the reasoner warm-up below (25-35 s for "Name one colour." after `recallserve up`,
+        # 2.5 s of it in the engine). Awaiting it before ready is the next step (issue 17).
         start = time.perf_counter()
         try:
             await backend.search_request(WARM_UP_TENANT, SearchRequest(query="warm up the recall path", k=1),
