@@ -107,7 +107,7 @@ def _cluster_turn(http: Any, model: str, name: str, question: str, max_tokens: i
 
 async def _raw_turns(config: Any, repeats: int) -> list[TurnRow]:
     from deployments.engines import build_engine
-    from serve.engine import ChatMessage, GenerationParams
+    from serve.engine import ChatDelta, ChatMessage, GenerationParams
 
     if config.reasoner.engine.kind != "llama_cpp":
         raise UserError("--raw: the profile's reasoner is not a llama.cpp model")
@@ -125,11 +125,11 @@ async def _raw_turns(config: Any, repeats: int) -> list[TurnRow]:
                         pieces.append(delta.text)
                     last = delta
                 wall = time.perf_counter() - start
+                final = last or ChatDelta()  # NOTE: an engine's stream always ends with the counting delta
                 row = TurnRow("raw engine", name, repeat, 200, wall, ttft, engine_calls=1,
-                              prompt_tokens=last.prompt_tokens or 0 if last else 0,
-                              cached_tokens=last.cached_tokens or 0 if last else 0,
-                              completion_tokens=last.completion_tokens or 0 if last else 0,
-                              engine_s=(last.engine_ms or 0.0) / 1e3 if last else 0.0, answer="".join(pieces)[:200])
+                              prompt_tokens=final.prompt_tokens or 0, cached_tokens=final.cached_tokens or 0,
+                              completion_tokens=final.completion_tokens or 0,
+                              engine_s=(final.engine_ms or 0.0) / 1e3, answer="".join(pieces)[:200])
                 row.evaluated_tokens = row.prompt_tokens - row.cached_tokens
                 rows.append(row)
     finally:
