@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from deployments.cli import UserError, add_profile_arguments
+from deployments.cli._cluster_client import add_cluster_arguments, cluster_base, write_json
 
 NAME = "chat"
-LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 #: (name, question, max_tokens): a direct answer, a one-tool question and the demo question
 #: (its photo left out: the request would need the demo image's bytes).
@@ -178,8 +178,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     """Register ``bench chat``."""
     p = subparsers.add_parser(NAME, help="chat turns through the running cluster (and the raw engine), timed")
     add_profile_arguments(p)
-    p.add_argument("--url", default="http://127.0.0.1:8000", help="the running cluster (loopback only)")
-    p.add_argument("--key", default="sk-local", help="API key (default: the cpu-local profile's sk-local)")
+    add_cluster_arguments(p)
     p.add_argument("--repeats", type=int, default=3, help="turns per prompt (1-20, default 3)")
     p.add_argument("--raw", action="store_true", help="also time the raw reasoner engine in this process")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds one turn may take (default 600)")
@@ -193,22 +192,14 @@ def run(args: argparse.Namespace) -> int:
 
     import httpx
 
-    from urllib.parse import urlsplit
-
     from deployments.config import load_config
 
     if not 1 <= args.repeats <= 20:
         raise UserError(f"--repeats must be within [1, 20], got {args.repeats}")
-    base = args.url.rstrip("/")
-    if urlsplit(base).scheme not in ("http", "https") or urlsplit(base).hostname not in LOOPBACK:
-        raise UserError(f"--url: expected http://127.0.0.1:PORT (this machine only), got {args.url!r}")
+    base = cluster_base(args.url)
     config = load_config(str(args.config) if args.config else (args.profile or "cpu-local"))
     rows: list[TurnRow] = []
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {args.key}"}, timeout=args.timeout) as http:
-        try:
-            http.get("/healthz").raise_for_status()
-        except httpx.HTTPError as exc:
-            raise UserError(f"--url: no cluster answering at {base} ({exc}); start one with `recallserve up`") from None
         for repeat in range(args.repeats):
             for name, question, max_tokens in PROMPTS:
                 row = _cluster_turn(http, config.chat.model_name, name, question, max_tokens, repeat)
@@ -219,9 +210,6 @@ def run(args: argparse.Namespace) -> int:
         rows += asyncio.run(_raw_turns(config, args.repeats))
     summary = summarise(rows)
     print(render(summary))
-    out = args.out or Path("bench-results") / time.strftime("chat-%Y%m%dT%H%M%S.json", time.gmtime())
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"url": base, "profile": config.name, "repeats": args.repeats,
-                               "summary": summary, "turns": [asdict(r) for r in rows]}, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_json(args.out, "chat", {"url": base, "profile": config.name, "repeats": args.repeats,
+                                  "summary": summary, "turns": [asdict(r) for r in rows]})
     return 0 if all(r.status == 200 for r in rows) else 1

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from deployments.cli import UserError
-from deployments.cli._bench_chat import LOOPBACK
+from deployments.cli._cluster_client import add_cluster_arguments, cluster_base, write_json
 
 NAME = "search"
 _WORDS = ("printer jam tray roller toner drum fuser paper error code cartridge scanner wifi driver firmware "
@@ -96,10 +95,6 @@ async def _main(args: argparse.Namespace, base: str) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=max(args.clients) + 4)
     async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {args.key}"}, timeout=60.0,
                                  limits=limits) as http:
-        try:
-            (await http.get("/healthz")).raise_for_status()
-        except httpx.HTTPError as exc:
-            raise UserError(f"--url: no cluster answering at {base} ({exc}); start one with `recallserve up`") from None
         seeded = await _seed(http, args.memories, args.tag, rng)
         if seeded:
             print(f"seeded {args.memories} memories in {seeded:.1f} s ({args.memories / seeded:.1f}/s)", flush=True)
@@ -116,8 +111,7 @@ async def _main(args: argparse.Namespace, base: str) -> dict[str, Any]:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register ``bench search``."""
     p = subparsers.add_parser(NAME, help="memory search latency and throughput through the running cluster")
-    p.add_argument("--url", default="http://127.0.0.1:8000", help="the running cluster (loopback only)")
-    p.add_argument("--key", default="sk-local", help="API key (default: the cpu-local profile's sk-local)")
+    add_cluster_arguments(p)
     p.add_argument("--memories", type=int, default=2000, help="memories in the tenant (50-1000000, default 2000)")
     p.add_argument("--clients", default="1,4,16,64", help="comma-separated concurrency levels (default 1,4,16,64)")
     p.add_argument("--seconds", type=float, default=10.0, help="seconds per level (1-600, default 10)")
@@ -129,11 +123,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 
 def run(args: argparse.Namespace) -> int:
     """Seed, time each level, print, write JSON."""
-    from urllib.parse import urlsplit
-
-    base = args.url.rstrip("/")
-    if urlsplit(base).scheme not in ("http", "https") or urlsplit(base).hostname not in LOOPBACK:
-        raise UserError(f"--url: expected http://127.0.0.1:PORT (this machine only), got {args.url!r}")
     try:
         args.clients = [int(c) for c in args.clients.split(",") if c.strip()]
     except ValueError:
@@ -142,9 +131,6 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--clients: each level must be within [1, 256]")
     if not 50 <= args.memories <= 1_000_000 or not 1 <= args.seconds <= 600:
         raise UserError("--memories must be within [50, 1000000] and --seconds within [1, 600]")
-    report = asyncio.run(_main(args, base))
-    out = args.out or Path("bench-results") / time.strftime("search-%Y%m%dT%H%M%S.json", time.gmtime())
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {out}")
+    report = asyncio.run(_main(args, cluster_base(args.url)))
+    write_json(args.out, "search", report)
     return 0
