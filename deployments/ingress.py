@@ -148,10 +148,10 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
     async def warm_up() -> None:
         # NOTE: the first call of each handle (embedder, every shard, state) and the embedder's first
         # forward pass are slow; one recall for a tenant no key maps to, and one state call, pay them
-        # here (first turn's memory step: 506 ms -> 125 ms). This hook is started, not awaited, by
-        # create_app, so it runs after the replica reports ready: the first user turn still queues
-        # behind the reasoner warm-up below (25-35 s for "Name one colour." after `recallserve up`,
-        # 2.5 s of it in the engine). Awaiting it before ready is the next step (issue 17).
+        # here (first turn's memory step: 506 ms -> 125 ms). create_app waits for this hook (up to
+        # chat.warm_up_wait_s) before the replica reports ready: started but not awaited, the first
+        # user turn queued behind the reasoner warm-up below (25-35 s for "Name one colour." after
+        # `recallserve up`, 2.5 s of it in the engine).
         start = time.perf_counter()
         try:
             await backend.search_request(WARM_UP_TENANT, SearchRequest(query="warm up the recall path", k=1),
@@ -166,7 +166,7 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
             seconds = await agent.warm_up(config.auth.default_scopes)
             log.info("agent prompt prefix warmed in %.1f s", seconds)
 
-    app = create_app(pipeline, auth, health=health, on_startup=[warm_up],
+    app = create_app(pipeline, auth, health=health, on_startup=[warm_up], startup_wait_s=config.chat.warm_up_wait_s,
                      routers=[build_memory_router(backend, auth), build_experience_router(experiences, auth),
                               build_session_router(context, auth), build_turn_router(traces.store, auth),
                               build_console_router(auth, backend.coordinator.stats)])

@@ -95,6 +95,11 @@ class PipelineSettings(StrictModel):
         "the engines' prompt caches.",
     )
     recall: RecallConfig = Field(default_factory=RecallConfig, description="The turn's memory recall.")
+    warm_up_wait_s: float = Field(
+        default=300.0, ge=0.0, le=3600.0,
+        description="Seconds a starting ingress waits for its warm-up (recall path, the agent's prompt prefix in the "
+        "reasoner) before it reports ready; past it the warm-up finishes in the background. 0 = do not wait.",
+    )
     write_back: bool = Field(default=True, description="Store exchanges as memories, off the request path.")
     write_filter: WriteFilterConfig = Field(
         default_factory=WriteFilterConfig,

@@ -40,6 +40,18 @@ class LlamaCppConfig(StrictModel):
         description="llama-cpp-python chat format name; None uses the chat template stored in the GGUF.",
     )
     seed: int = Field(default=0, ge=0, description="Seed of llama.cpp's sampler RNG (requests may pass their own `seed`).")
+    prefix_states: int = Field(
+        default=4, ge=0, le=64,
+        description="Saved KV states of long system prompts (agent tool prompts) restored when a later prompt "
+        "shares them, so another request in between does not cost their prefill again; 0 turns it off.",
+    )
+    prefix_state_max_mb: int = Field(
+        default=512, ge=1, le=65536, description="Memory the saved prompt states may take, MiB (36 MiB per 1.3k tokens "
+        "of a 1.5B model).",
+    )
+    prefix_state_min_tokens: int = Field(
+        default=256, ge=1, le=131072, description="Shortest system prompt, in tokens, whose state is saved.",
+    )
     verbose: bool = Field(default=False, description="Let llama.cpp print its load and timing logs.")
 
 

@@ -3,7 +3,9 @@
 A ``llama_cpp.Llama`` holds one KV cache and is not thread-safe, so every generation runs on
 one dedicated worker thread (a single-thread executor): calls are served one at a time in
 arrival order, the event loop never blocks, and llama.cpp's prefix reuse keeps a stable
-system prompt warm between calls. Tokenising only reads the vocabulary and runs beside it.
+system prompt warm between calls. A long system prompt's KV state is also saved and put back
+after other prompts ran in between (:mod:`deployments.engines._prefix_states`). Tokenising only
+reads the vocabulary and runs beside it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from deployments.engines._common import finish_reason, iterate_in_thread, sampling_kwargs, to_openai_messages
 from deployments.engines._config import LlamaCppConfig
+from deployments.engines._prefix_states import PrefixStates
 from deployments.models import ModelError, resolve_model_path
 from serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams
 
@@ -34,6 +37,8 @@ class _Job:
     cached_tokens: int = 0
     completion_tokens: int = 0
     started: float = 0.0  # perf_counter when the worker thread took the job
+    system_tokens: int = 0  # tokens of the prompt's system message (what a saved state must cover)
+    restored_tokens: int = 0  # prompt tokens put back from a saved state
 
 
 class LlamaCppEngine:
@@ -89,6 +94,8 @@ class LlamaCppEngine:
         self._llm.generate = self._hooked_generate  # type: ignore[method-assign]
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"llama-{self._name}")
         self._closed = False
+        self.prefix_states = PrefixStates(config.prefix_states, config.prefix_state_max_mb << 20,
+                                          config.prefix_state_min_tokens, min_gain=32)
 
     @property
     def model_name(self) -> str:
@@ -103,10 +110,17 @@ class LlamaCppEngine:
     def _hooked_generate(self, tokens: Sequence[int], *args: Any, **kwargs: Any) -> Iterator[int]:
         job = self._job
         if job is not None:
+            job.restored_tokens = self.prefix_states.restore(self._llm, self._llama_cpp, tokens)
             job.prompt_tokens = len(tokens)
             job.cached_tokens = self._reused_prefix(tokens)
         vocab = self._llm._model.vocab  # noqa: SLF001 - needed for the end-of-generation test
+        first = True
         for token in self._generate(tokens, *args, **kwargs):
+            if first and job is not None:
+                # NOTE: before the first sampled token is evaluated the cache holds exactly the
+                # prompt: the state worth keeping for the next request with this system prompt.
+                self.prefix_states.maybe_save(self._llm, self._llama_cpp, job.system_tokens)
+            first = False
             if job is not None:
                 if job.cancel.is_set():
                     return
@@ -127,6 +141,12 @@ class LlamaCppEngine:
                 break
             n += 1
         return n
+
+    def _system_tokens(self, messages: Sequence[ChatMessage]) -> int:
+        """Tokens of the leading system message (0 without one, or when states are off)."""
+        if not self.prefix_states.enabled or not messages or messages[0].role != "system":
+            return 0
+        return len(self._llm.tokenize(messages[0].content.encode("utf-8"), False, True))
 
     def _request(self, messages: Sequence[ChatMessage], params: GenerationParams, stream: bool) -> dict[str, Any]:
         kwargs = sampling_kwargs(params)
@@ -149,6 +169,7 @@ class LlamaCppEngine:
             if job.cancel.is_set():  # abandoned while queued
                 return None
             job.started = time.perf_counter()
+            job.system_tokens = self._system_tokens(messages)
             self._job = job
             try:
                 return self._llm.create_chat_completion(**request)  # type: ignore[return-value]
@@ -186,7 +207,7 @@ class LlamaCppEngine:
         request = self._request(messages, params, stream=True)
 
         def produce(cancel: threading.Event) -> Iterator[ChatDelta]:
-            job = _Job(cancel=cancel, started=time.perf_counter())
+            job = _Job(cancel=cancel, started=time.perf_counter(), system_tokens=self._system_tokens(messages))
             self._job = job
             try:
                 reason: str | None = None

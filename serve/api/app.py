@@ -56,6 +56,34 @@ async def _logged(hook: Callable[[], Awaitable[None]]) -> None:
         log.warning("startup hook %s failed: %s", getattr(hook, "__name__", hook), exc)
 
 
+async def _start_hooks(hooks: Sequence[Callable[[], Awaitable[None]]], wait_s: float,
+                       background: set[asyncio.Task[None]], warm: asyncio.Event) -> None:
+    """Start ``hooks`` together and wait for them up to ``wait_s``; ``warm`` is set once all are done.
+
+    Awaited in the app's lifespan, so under Ray Serve (which runs the ASGI lifespan startup during
+    replica initialisation) the replica reports ready only after its warm-up or the bound.
+    """
+    tasks = [asyncio.get_running_loop().create_task(_logged(h)) for h in hooks]
+    for task in tasks:
+        background.add(task)
+        task.add_done_callback(background.discard)
+
+    async def mark() -> None:
+        await asyncio.gather(*tasks)
+        warm.set()
+
+    marker = asyncio.get_running_loop().create_task(mark())
+    background.add(marker)
+    marker.add_done_callback(background.discard)
+    if wait_s > 0 and tasks:
+        start = time.perf_counter()
+        done, pending = await asyncio.wait(tasks, timeout=wait_s)
+        if pending:
+            log.warning("warm-up still running after %.0f s: ready now, it finishes in the background", wait_s)
+        else:
+            log.info("warm-up done in %.1f s before ready", time.perf_counter() - start)
+
+
 def create_app(
     pipeline: ChatPipeline,
     auth: Authenticator,
@@ -63,6 +91,7 @@ def create_app(
     routers: Sequence[APIRouter] = (),
     health: Callable[[], Awaitable[dict[str, Any]]] | None = None,
     on_startup: Sequence[Callable[[], Awaitable[None]]] = (),
+    startup_wait_s: float = 0.0,
     title: str = "recallserve",
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> FastAPI:
@@ -73,19 +102,19 @@ def create_app(
         auth: maps API keys to tenants (every /v1 route requires a key).
         routers: extra routers, already carrying their own auth dependency.
         health: optional coroutine adding details to /healthz.
-        on_startup: coroutines started (not awaited) when the app starts, e.g. a prompt-cache
-            warm-up; a failure is logged, never fatal.
+        on_startup: coroutines started when the app starts, e.g. a prompt-cache warm-up; a failure
+            is logged, never fatal. ``/healthz`` says ``"warm": true`` once all have finished.
+        startup_wait_s: how long the app's startup waits for them (0 = not at all); past it they
+            go on in the background.
         max_body_bytes: largest request body (413 above; see ``serve.api.limits.MAX_BODY_BYTES``).
     """
     install_log_masking()
     background: set[asyncio.Task[None]] = set()
+    warm = asyncio.Event()
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        for hook in on_startup:
-            task = asyncio.get_running_loop().create_task(_logged(hook))
-            background.add(task)
-            task.add_done_callback(background.discard)
+        await _start_hooks(on_startup, startup_wait_s, background, warm)
         yield
 
     app = FastAPI(title=title, version="0.1.0", lifespan=lifespan)
@@ -131,7 +160,7 @@ def create_app(
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
-        body: dict[str, Any] = {"status": "ok", "models": pipeline.models()}
+        body: dict[str, Any] = {"status": "ok", "models": pipeline.models(), "warm": warm.is_set()}
         if health is not None:
             body.update(await health())
         return body

@@ -144,6 +144,35 @@ def test_cached_tokens_count_the_reused_prefix(engine: LlamaCppEngine) -> None:
     assert 40 < (deltas[-1].cached_tokens or 0) < (deltas[-1].prompt_tokens or 0)
 
 
+def test_a_long_system_prompt_survives_other_requests_in_between(model_path: Path, engine: LlamaCppEngine) -> None:
+    """The agent's tool prompt is not evaluated again after a direct answer ran in between: its
+    saved KV state is put back (cached_tokens covers it) and the answer is the cold run's, token
+    for token, through chat and stream."""
+    system = ChatMessage(role="system", content="You are a terse assistant for a coffee machine maker. " * 6)
+    other = [ChatMessage(role="system", content="Other."), *HELLO]
+    question = [system, ChatMessage(role="user", content="Name one fruit.")]
+    kept = LlamaCppEngine(LlamaCppConfig(model=ModelSpec(path=model_path), n_ctx=1024, n_threads=1,
+                                         prefix_state_min_tokens=40))
+    try:
+        asyncio.run(kept.chat([system, ChatMessage(role="user", content="Name one colour.")], GREEDY))
+        assert kept.prefix_states.saves == 1
+        asyncio.run(kept.chat(other, GREEDY))
+        warm = asyncio.run(kept.chat(question, GREEDY))
+        assert kept.prefix_states.restores == 1
+        assert 60 < warm.cached_tokens < warm.prompt_tokens
+        asyncio.run(kept.chat(other, GREEDY))
+        streamed = asyncio.run(_collect(kept, question, GREEDY))
+        assert kept.prefix_states.restores == 2 and kept.prefix_states.saves == 1
+        assert 60 < (streamed[-1].cached_tokens or 0)
+    finally:
+        asyncio.run(kept.close())
+    # the module engine keeps no state for so short a system prompt (256 tokens by default): cold
+    asyncio.run(engine.chat(other, GREEDY))
+    cold = asyncio.run(engine.chat(question, GREEDY))
+    assert cold.cached_tokens < 10
+    assert warm.text == cold.text == "".join(d.text for d in streamed)
+
+
 def test_stream_matches_chat_token_for_token(engine: LlamaCppEngine) -> None:
     full = asyncio.run(engine.chat(HELLO, GREEDY))
     deltas = asyncio.run(_collect(engine, HELLO, GREEDY))
