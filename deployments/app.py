@@ -32,9 +32,14 @@ def build_app(config: AppConfig) -> Application:
     opts = config.deployment_options()
     roles: dict[str, Application] = {}
     for role in ROLES:
-        engine = getattr(config, role).engine
-        dep = serve.deployment(ModelRole, name=role).options(**opts[role].to_ray_options())
-        roles[role] = pin_version(dep, role, role, engine.model_dump(mode="json")).bind(role, engine)
+        rc = getattr(config, role)
+        if rc.own_deployment:
+            dep = serve.deployment(ModelRole, name=role).options(**opts[role].to_ray_options())
+            roles[role] = pin_version(dep, role, role, rc.engine.model_dump(mode="json")).bind(role, rc.engine)
+    for role in ROLES:
+        # NOTE: a shared role's calls go to its host's replicas: one engine process, one queue.
+        if (host := getattr(config, role).shared_with) is not None:
+            roles[role] = roles[host]
     # NOTE: serve.ingress() with no app defers the ASGI app to Ingress.__serve_build_asgi_app__,
     # which runs on the replica after __init__ received the resolved handles.
     embedder, generations = bind_memory(config)

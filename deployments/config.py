@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, PrivateAttr, SerializerFunctionWrapHandler, ValidationError, model_serializer, model_validator
 
 from deployments.engines import EngineConfig
 from deployments.options import DeploymentOptions
@@ -119,10 +119,48 @@ class AuthConfig(StrictModel):
 
 
 class RoleConfig(StrictModel):
-    """One model role (router, reasoner or summariser): its engine and its deployment."""
+    """One model role (router, reasoner or summariser): its engine and its deployment.
 
-    engine: EngineConfig = Field(description="Which engine and model serve this role.")
+    A role may instead be served by the reasoner's replicas (``shared_with: reasoner``): one
+    engine process for both, so on a small CPU machine the roles queue on one KV cache (whose
+    long prompts :mod:`deployments.engines._prefix_states` keeps) instead of running two
+    llama.cpp processes that compete for the same cores.
+    """
+
+    engine: EngineConfig | None = Field(
+        default=None, description="Which engine and model serve this role (the reasoner's when shared_with is set).",
+    )
+    shared_with: Literal["reasoner"] | None = Field(
+        default=None, description="Serve this role on that role's deployment (its engine, replicas and resources); "
+        "then engine and deployment must be left out.",
+    )
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions, description="Resources and scaling.")
+    _engine_from_share: bool = PrivateAttr(default=False)
+
+    @model_validator(mode="after")
+    def _engine_or_shared(self) -> RoleConfig:
+        if self.shared_with is None and self.engine is None:
+            raise ValueError("engine: required unless shared_with names the role whose deployment serves this one")
+        given_engine = self.engine is not None and not self._engine_from_share
+        if self.shared_with is not None and (given_engine or "deployment" in self.model_fields_set):
+            raise ValueError(f"shared_with: a role served by the {self.shared_with}'s deployment takes neither an "
+                             "engine nor deployment options of its own")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # NOTE: a shared role is written as it was given ({shared_with: reasoner}), so a dumped
+        # config (the serve config, the ingress's copy) validates again.
+        data: dict[str, Any] = handler(self)
+        if self.shared_with is not None:
+            data.pop("engine", None)
+            data.pop("deployment", None)
+        return data
+
+    @property
+    def own_deployment(self) -> bool:
+        """Whether the role runs a deployment of its own."""
+        return self.shared_with is None
 
 
 class EmbedderConfig(StrictModel):
@@ -339,6 +377,19 @@ class AppConfig(StrictModel):
         return self.chat.deadline_s(self.agent if self.agent_enabled else None) + self.chat.recall.timeout_s
 
     @model_validator(mode="after")
+    def _shared_roles(self) -> AppConfig:
+        # NOTE: first of the validators: a shared role takes the reasoner's engine, so every later
+        # check and every reader of `<role>.engine` sees the engine that really serves it.
+        if self.reasoner.shared_with is not None:
+            raise ValueError("reasoner.shared_with: the reasoner serves itself (router and summariser may share it)")
+        for role in ROLES:
+            rc = getattr(self, role)
+            if rc.shared_with is not None:
+                rc._engine_from_share = True
+                rc.engine = getattr(self, rc.shared_with).engine
+        return self
+
+    @model_validator(mode="after")
     def _timeouts_nest(self) -> AppConfig:
         # NOTE: the agent's deadline returns a partial answer; the pipeline's (agent + grace) and
         # then the HTTP proxy's must fire after it, or the user gets a 504 instead of that answer.
@@ -380,6 +431,8 @@ class AppConfig(StrictModel):
             if o.num_gpus > 1 and o.num_gpus != int(o.num_gpus):
                 raise ValueError(f"{name}.num_gpus: {o.num_gpus} is neither a fraction of one GPU nor a whole number of GPUs")
         for role in ROLES:
+            if not getattr(self, role).own_deployment:
+                continue  # NOTE: checked on its host's deployment
             eng, dep = getattr(self, role).engine, getattr(self, role).deployment
             tp = getattr(eng, "tensor_parallel_size", 1)
             if tp > 1 and dep.num_gpus < tp:
@@ -424,7 +477,8 @@ class AppConfig(StrictModel):
         """Every deployment's options by deployment name."""
         opts = {"ingress": self.ingress, "state": self.state_store, "embedder": self.embedder.deployment}
         for role in ROLES:
-            opts[role] = getattr(self, role).deployment
+            if getattr(self, role).own_deployment:
+                opts[role] = getattr(self, role).deployment
         for gen in self.memory.generations(self.embedder):
             if gen.own_embedder:
                 opts[gen.embedder_deployment] = gen.embedder.deployment

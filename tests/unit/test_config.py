@@ -174,3 +174,37 @@ def test_chat_settings_and_tenant_scopes_come_from_the_config() -> None:
     assert auth.scopes_for("local") == list(READ_ONLY_SCOPES)
     with pytest.raises(ConfigError, match="chat.recall.top_k"):
         load_config("cpu-local", overrides={"chat": {"recall": {"top_k": 5}}})
+
+
+def test_cpu_local_roles_share_the_reasoner_deployment() -> None:
+    """One llama.cpp process on 2 cores: router and summariser are served by the reasoner's
+    replicas, with its engine; the dumped config (what the ingress and the serve config get)
+    validates again as written."""
+    cfg = load_config("cpu-local")
+    names = list(cfg.deployment_options())
+    assert "reasoner" in names and "router" not in names and "summariser" not in names
+    assert cfg.router.engine == cfg.summariser.engine == cfg.reasoner.engine
+    data = cfg.model_dump(mode="json")
+    assert data["router"] == data["summariser"] == {"shared_with": "reasoner"}
+    assert AppConfig.model_validate(data).summariser.engine == cfg.reasoner.engine
+    assert list(load_config("gpu-cluster").deployment_options())[3:6] == ["router", "reasoner", "summariser"]
+
+
+@pytest.mark.parametrize(
+    ("role", "message"),
+    [
+        ({"shared_with": "reasoner", "engine": {"kind": "llama_cpp"}}, r"router\n.*shared_with: .* neither an engine"),
+        ({"shared_with": "reasoner", "deployment": {"num_cpus": 1}}, r"router\n.*shared_with: .* neither an engine"),
+        ({}, r"router\n.*engine: required unless shared_with"),
+        ({"shared_with": "summariser"}, r"router\.shared_with"),
+    ],
+)
+def test_shared_role_errors_name_the_field(role: dict, message: str) -> None:
+    data = load_config("cpu-local").model_dump(mode="json")
+    data["router"] = role
+    with pytest.raises(ValueError, match=message):
+        AppConfig.model_validate(data)
+    data["router"] = {"shared_with": "reasoner"}
+    data["reasoner"] = {"shared_with": "reasoner"}
+    with pytest.raises(ValueError, match=r"reasoner"):
+        AppConfig.model_validate(data)
