@@ -12,7 +12,7 @@ from ray.exceptions import RayError
 from ray.serve.exceptions import BackPressureError, RayServeException
 from ray.serve.handle import DeploymentHandle
 
-from serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams
+from serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams, engine_affinity
 
 __all__ = ["HandleEngine"]
 
@@ -38,14 +38,15 @@ class HandleEngine:
 
     async def chat(self, messages: Sequence[ChatMessage], params: GenerationParams) -> ChatResult:
         try:
-            return await self._handle.chat.remote(list(messages), params)
+            # NOTE: affinity is read by the role's request router (deployments/affinity.py) only.
+            return await self._handle.chat.remote(list(messages), params, affinity=engine_affinity.get())
         except EngineError:
             raise
         except _FAILURES as exc:
             raise EngineError(f"{self._role} deployment failed: {type(exc).__name__}: {exc}") from exc
 
     async def stream(self, messages: Sequence[ChatMessage], params: GenerationParams) -> AsyncIterator[ChatDelta]:
-        gen = self._handle.options(stream=True).stream.remote(list(messages), params)
+        gen = self._handle.options(stream=True).stream.remote(list(messages), params, affinity=engine_affinity.get())
         try:
             async for delta in gen:
                 yield delta

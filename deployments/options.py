@@ -6,13 +6,13 @@ Kept free of Ray imports: :meth:`DeploymentOptions.to_ray_options` returns the p
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from kernels import StrictModel
 
-__all__ = ["AutoscalingOptions", "DeploymentOptions"]
+__all__ = ["AutoscalingOptions", "DeploymentOptions", "REQUEST_ROUTERS"]
 
 
 class AutoscalingOptions(StrictModel):
@@ -37,6 +37,10 @@ class AutoscalingOptions(StrictModel):
         return self
 
 
+REQUEST_ROUTERS = {"session_affinity": "deployments.affinity.SessionAffinityRouter"}
+"""``DeploymentOptions.request_router`` -> the class Ray Serve's ``request_router_config`` imports."""
+
+
 class DeploymentOptions(StrictModel):
     """Resources and scaling of one Ray Serve deployment."""
 
@@ -53,6 +57,13 @@ class DeploymentOptions(StrictModel):
     graceful_shutdown_timeout_s: float = Field(
         default=300.0, ge=0, le=3600,
         description="How long a replica being stopped may finish its in-flight requests before it is killed.",
+    )
+
+    request_router: Literal["default", "session_affinity"] = Field(
+        default="default",
+        description="How calls pick a replica: Ray's default (power of two choices), or session_affinity (a "
+                    "conversation's calls go to the replica holding its prompt prefix; for model roles with several "
+                    "replicas, see deployments/affinity.py).",
     )
 
     # NOTE: Ray's default 0 stops an old replica before its successor starts, so a one-replica
@@ -81,6 +92,8 @@ class DeploymentOptions(StrictModel):
             "graceful_shutdown_timeout_s": self.graceful_shutdown_timeout_s,
             "max_surge_percent": self.max_surge_percent,
         }
+        if self.request_router != "default":
+            opts["request_router_config"] = {"request_router_class": REQUEST_ROUTERS[self.request_router]}
         if self.autoscaling is not None:
             a = self.autoscaling
             opts["autoscaling_config"] = {

@@ -32,12 +32,14 @@ class ModelRole(PlacementInfo):
         """Model name and context window of this role."""
         return {"role": self.role, "model": self.engine.model_name, "context_window": self.engine.context_window}
 
-    async def chat(self, messages: list[ChatMessage], params: GenerationParams) -> ChatResult:
-        """One full generation."""
+    async def chat(self, messages: list[ChatMessage], params: GenerationParams,
+                   affinity: str | None = None) -> ChatResult:
+        """One full generation (``affinity`` only steers the request router, see deployments/affinity.py)."""
         return await self.engine.chat(messages, params)
 
-    async def stream(self, messages: list[ChatMessage], params: GenerationParams) -> AsyncIterator[ChatDelta]:
-        """A streamed generation (called with ``handle.options(stream=True)``)."""
+    async def stream(self, messages: list[ChatMessage], params: GenerationParams,
+                     affinity: str | None = None) -> AsyncIterator[ChatDelta]:
+        """A streamed generation (called with ``handle.options(stream=True)``; ``affinity`` as for chat)."""
         async for delta in self.engine.stream(messages, params):
             yield delta
 

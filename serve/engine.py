@@ -6,7 +6,9 @@ request pipeline in ``serve/`` only ever sees :class:`LLMEngine`.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator, Sequence
+from contextvars import ContextVar
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import Field
@@ -20,7 +22,26 @@ __all__ = [
     "ChatDelta",
     "LLMEngine",
     "EngineError",
+    "engine_affinity",
+    "set_engine_affinity",
 ]
+
+engine_affinity: ContextVar[str | None] = ContextVar("recallserve_engine_affinity", default=None)
+"""The conversation the current request's engine calls belong to (a hash; None = none).
+
+Engines with several replicas (Ray Serve deployments) route calls with the same value to the same
+replica, whose prefix cache holds that conversation's earlier prompt (the system prompt, the tool
+list and the turns so far); see ``deployments/affinity.py``. Plain engines ignore it.
+"""
+
+
+def set_engine_affinity(tenant: str, conversation: str | None) -> None:
+    """Mark the current request's engine calls as ``tenant``'s ``conversation`` (session id or user).
+
+    The value is a hash, so no tenant, user or session id travels to the routing layer.
+    """
+    engine_affinity.set(
+        hashlib.sha256(f"{tenant}\x1f{conversation}".encode()).hexdigest()[:16] if conversation else None)
 
 
 class EngineError(RuntimeError):

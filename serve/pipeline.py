@@ -46,7 +46,7 @@ from serve.api.metrics import TIME_TO_FIRST_TOKEN, TOKENS
 from serve.agent import Agent, AgentConfig, AgentRequest, AgentResult
 from serve.api.auth import READ_ONLY_SCOPES
 from serve.context import ContextBudgetError, ContextError, ContextManager, MessageIn, SessionNotFoundError
-from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
+from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine, set_engine_affinity
 from serve.experience import ExperienceService, ProduceResult
 from serve.memory import MemoryBackend, MemoryWrite
 from serve.pii import PiiMode, apply_pii, for_write_back
@@ -406,6 +406,7 @@ class ChatPipeline:
         """Check the request and build its turn (nothing is stored): step 1 of :meth:`complete`."""
         self._check_model(req)
         params = self._params(req)
+        set_engine_affinity(ctx.tenant, (req.metadata or {}).get("session_id") or req.user)
         return await self._build_turn(req, ctx, params), params
 
     def first_prompt(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn) -> list[ChatMessage]:
