@@ -38,7 +38,6 @@ class _Job:
     completion_tokens: int = 0
     started: float = 0.0  # perf_counter when the worker thread took the job
     system_tokens: int = 0  # tokens of the prompt's system message (what a saved state must cover)
-    restored_tokens: int = 0  # prompt tokens put back from a saved state
 
 
 class LlamaCppEngine:
@@ -110,7 +109,9 @@ class LlamaCppEngine:
     def _hooked_generate(self, tokens: Sequence[int], *args: Any, **kwargs: Any) -> Iterator[int]:
         job = self._job
         if job is not None:
-            job.restored_tokens = self.prefix_states.restore(self._llm, self._llama_cpp, tokens)
+            # NOTE: a saved state sharing more of this prompt than the live cache is put back first,
+            # so the count below includes what it restored.
+            self.prefix_states.restore(self._llm, self._llama_cpp, tokens)
             job.prompt_tokens = len(tokens)
             job.cached_tokens = self._reused_prefix(tokens)
         vocab = self._llm._model.vocab  # noqa: SLF001 - needed for the end-of-generation test

@@ -39,7 +39,7 @@ def cluster(work_dir: Path, port: int) -> Iterator[AppConfig]:
     start = time.perf_counter()
     runner.start_ray(config)
     try:
-        runner.deploy(config, timeout_s=600)
+        runner.deploy(config, timeout_s=900)  # NOTE: ready after the warm-up (the tool prompt's prefill)
         print(f"\ncpu-local cluster up in {time.perf_counter() - start:.1f} s")
         yield config
     finally:
