@@ -72,6 +72,10 @@ _RULES: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(p, re.IGNORECASE)
 ]]
 
 
+# NOTE: one pass that every rule needs a hit of: most queries name no time and stop here.
+_GATE = re.compile(r"\d|\b(?:" + "|".join(sorted({*_MONTHS, *_SEASONS, "today", "tonight", "yesterday", "this", "last",
+                                                      "past", "ago"}, key=len, reverse=True)) + r")\b", re.IGNORECASE)
+
 _RELATIVE = frozenset({"day_word", "ago", "this_last", "season_rel", "month_alone"})
 """Rules read relative to a reference time (``now``, or the first full date the query names)."""
 
@@ -174,6 +178,8 @@ def query_time_window(query: str, now: float, max_chars: int = 2048) -> TimeWind
         ('2023-12-01', 'December 2023')
     """
     text = query[:max_chars]
+    if _GATE.search(text) is None:
+        return None
     when = _utc(now)
     taken: list[tuple[int, int]] = []
     found: list[tuple[datetime, datetime, str]] = []
