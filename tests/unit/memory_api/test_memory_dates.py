@@ -48,8 +48,9 @@ def test_yesterday_is_read_against_the_time_of_the_search(client: TestClient, se
         {"text": "What was lunch yesterday? Ramen, as always", "created_at": now - 20 * 86_400},
     )
     query = "What was lunch yesterday, ramen?"
-    # NOTE: no decay, so only the words and the named day rank them; the older memory shares
-    # every word of the question, the one written yesterday only "lunch".
-    assert _top(client, query, decay={"decay": "none"}) == yesterday
+    # NOTE: no decay and no cosine threshold, so only the words and the named day rank them; the
+    # older memory shares every word of the question, the one written yesterday only "lunch".
+    body = {"decay": {"decay": "none"}, "threshold": 0.0}
+    assert _top(client, query, **body) == yesterday
     service.retriever.params = service.retriever.params.model_copy(update={"date_weight": 0.0})
-    assert _top(client, query, decay={"decay": "none"}) == older
+    assert _top(client, query, **body) == older
