@@ -106,9 +106,8 @@ def _season(year: int, first_month: int) -> tuple[datetime, datetime]:
     return start, _month(y, m)[0]
 
 
-def _last_begun(now: datetime, first_month: int, months: int) -> int:
-    """Year of the latest period starting at ``first_month`` that has begun by ``now``."""
-    del months
+def _last_begun(now: datetime, first_month: int) -> int:
+    """Year of the latest period starting on the 1st of ``first_month`` that has begun by ``now``."""
     return now.year if (now.month, now.day) >= (first_month, 1) else now.year - 1
 
 
@@ -154,14 +153,14 @@ def _window(name: str, m: re.Match[str], now: datetime) -> tuple[datetime, datet
         return datetime(now.year - back, 1, 1, tzinfo=timezone.utc), datetime(now.year - back + 1, 1, 1, tzinfo=timezone.utc)
     if name == "season_rel":
         first = _SEASONS[g["season"]]
-        year = _last_begun(now, first, 3)
+        year = _last_begun(now, first)
         start, end = _season(year, first)
         if g["which"] in ("last", "past") and end > now:
             start, end = _season(year - 1, first)
         return start, end
     if name == "month_alone":
         month = _MONTHS[g["month"]]
-        start, end = _month(_last_begun(now, month, 1), month)
+        start, end = _month(_last_begun(now, month), month)
         return (start, now) if g["prep"] == "since" and now > start else (start, end)
     return None
 
