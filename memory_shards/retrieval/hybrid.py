@@ -93,7 +93,7 @@ class RetrievalParams(StrictModel):
     feedback_weight: float = Field(default=0.3, ge=0, le=1, description="Weight of an expansion term (query terms weigh 1).")
     # NOTE: 0.5 and 30 days: chosen by leave-one-conversation-out on the LoCoMo dev file among
     # weights 0 / 0.5 / 1 and slack 7 / 30 (2 of 3 folds pick the window on; on all three
-    # conversations 0.5/30 ties "off" at R@10 0.804 and is ahead at R@5, 0.713 vs 0.708;
+    # conversations 0.5/30 ties "off" at R@10 0.804 and is ahead at R@5, 0.712 vs 0.708;
     # loadtests/results/locomo-dev-dates-loo.json).
     date_weight: float = Field(
         default=0.5, ge=0, le=100,
