@@ -18,6 +18,7 @@ from deployments.engines import EngineConfig
 from deployments.options import DeploymentOptions
 from kernels import StrictModel
 from memory_shards.config import ShardCallConfig, ShardPlacement
+from memory_shards.retrieval.hybrid import RetrievalParams
 from serve.agent import AgentConfig
 from serve.api.auth import READ_ONLY_SCOPES
 from serve.pipeline import PipelineSettings
@@ -255,6 +256,11 @@ class MemoryConfig(StrictModel):
     data_dir: Path = Field(default=Path(".recallserve/memory"), description="Root folder; shard i uses data_dir/shard-i.")
     top_k: int = Field(default=16, ge=1, le=1000, description="Memories recalled per chat turn (CoT 3.0: 15-20).")
     threshold: float = Field(default=0.35, ge=-1, le=1, description="Cosine threshold for recall.")
+    retrieval: RetrievalParams = Field(
+        default_factory=RetrievalParams,
+        description="Hybrid search of every recall (chat, agent, POST /v1/memories/search): candidates, RRF fusion, "
+                    "date-aware scoring of the time the query names, BM25 feedback.",
+    )
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions, description="Resources per shard.")
     placement: ShardPlacement = Field(
         default_factory=ShardPlacement,

@@ -288,7 +288,7 @@ class HandleMemoryBackend(MemoryService):
                                code="embedder_unavailable") from exc
 
         coordinator = MemoryCoordinator([HandleShardClient(h, i) for i, h in enumerate(shards)], calls=memory.calls)
-        super().__init__(coordinator, embed, top_k=memory.top_k, threshold=memory.threshold)
+        super().__init__(coordinator, embed, top_k=memory.top_k, threshold=memory.threshold, retrieval=memory.retrieval)
 
 
 def memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig,

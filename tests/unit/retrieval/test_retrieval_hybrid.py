@@ -141,3 +141,43 @@ async def _search_and_drain(r, q):
     hits = await r.search("acme", q, 5, ScoreParams(decay="none"), now=2e9)
     await r.drain()
     return hits
+
+
+def test_the_time_window_narrows_the_request_filters_and_never_widens_them() -> None:
+    from datetime import datetime, timezone
+
+    from memory_shards.config import SearchFilters
+
+    now = datetime(2023, 8, 20, tzinfo=timezone.utc).timestamp()
+    may, june = (datetime(2023, m, 1, tzinfo=timezone.utc).timestamp() for m in (5, 6))
+    p = RetrievalParams(date_weight=1.0, date_slack_days=0)
+    window = HybridRetriever._window_filters
+    f = window("what happened in May 2023?", SearchFilters(kinds=["text"]), now, p)
+    assert f is not None and (f.created_after, f.created_before, f.kinds) == (may, june, ["text"])
+    # the request's own range wins where it is narrower; an empty intersection asks nothing more
+    assert window("in May 2023", SearchFilters(created_after=may + 86_400), now, p).created_after == may + 86_400
+    assert window("in May 2023", SearchFilters(created_before=may), now, p) is None
+    assert window("in May 2023", None, now, p.model_copy(update={"date_slack_days": 30})).created_before == june + 30 * 86_400
+    assert window("in May 2023", None, now, p.model_copy(update={"date_weight": 0.0})) is None
+    assert window("no time named here", None, now, p) is None
+
+
+def test_a_memory_inside_the_named_window_moves_up() -> None:
+    from datetime import datetime, timezone
+
+    t = lambda m: datetime(2023, m, 10, tzinfo=timezone.utc).timestamp()  # noqa: E731
+    coord = local_hybrid_coordinator(2, "designed", DIM)
+    q = "dinner at the harbour in March 2023"
+    items = [EmbeddedRecord(MemoryRecord(tenant="acme", source_id=s, text=x, created_at=c), v[None, :])
+             for s, x, c, v in [("june", "dinner at the harbour", t(6), _unit(0)),
+                                ("march", "dinner with Anna", t(3), _unit(0, 1, 0.5))]]
+    asyncio.run(coord.upsert(items))
+    retriever = HybridRetriever(coord, _Designed({q: _unit(0)}))
+    now = t(8)
+    on = asyncio.run(retriever.search("acme", q, 2, ScoreParams(decay="none"), now=now, touch=False))
+    off = asyncio.run(retriever.search("acme", q, 2, ScoreParams(decay="none"), now=now, touch=False,
+                                       params=RetrievalParams(date_weight=0.0)))
+    assert [h.record.source_id for h in off] == ["june", "march"]
+    assert [h.record.source_id for h in on] == ["march", "june"]
+    # the hit keeps the ranks of the main lists (the window lists only add to its score)
+    assert on[0].dense_rank == 2 and on[0].score > off[0].score

@@ -102,7 +102,8 @@ def test_leave_one_out_never_picks_on_the_held_out_conversation() -> None:
     loo = leave_one_out(per_conv)
     chosen = {f["held_out"]: f["chosen"] for f in loo["folds"]}
     assert chosen == {"x": "a", "y": "a", "z": "a"}  # x's own best ("b") is never chosen for x
-    assert loo["held_out"]["overall"] == {"mean": round((0.5 + 0.92 + 0.95) / 3, 4), "min": 0.5, "max": 0.95}
+    spread = {"mean": round((0.5 + 0.92 + 0.95) / 3, 4), "min": 0.5, "max": 0.95}
+    assert loo["held_out"]["overall"] == {**spread, "recall@10": spread}
 
 
 def test_eval_cli_fusion_comparison_and_write_filter(capsys: pytest.CaptureFixture[str]) -> None:
@@ -115,3 +116,18 @@ def test_eval_cli_fusion_comparison_and_write_filter(capsys: pytest.CaptureFixtu
         assert 0 < setting["search_p50_ms"] <= setting["search_p95_ms"]
     assert main(["eval", "locomo", str(TINY), "--fusion", "20/1"]) == 2
     assert "--fusion" in capsys.readouterr().err
+
+
+def test_eval_cli_set_crosses_knobs_and_picks_leave_one_out(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "locomo", str(TINY), "--k", "1,10", "--set", "date_weight=0,1", "--set", "date_slack_days=7"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    names = list(doc["settings"])
+    assert names == ["c=20,dense=1,lexical=1.5,date_weight=0,date_slack_days=7",
+                     "c=20,dense=1,lexical=1.5,date_weight=1,date_slack_days=7"]
+    assert doc["settings"][names[1]]["retrieval"]["date_weight"] == 1.0
+    loo = doc["leave_one_out"]
+    assert loo["metric"] == "recall@10" and set(loo["held_out"]["overall"]) >= {"mean", "recall@1", "recall@10"}
+    assert all(f["chosen"] in names for f in loo["folds"])
+    for bad in (["--set", "no_such_knob=1"], ["--set", "date_weight=-1"], ["--set", "date_weight"]):
+        assert main(["eval", "locomo", str(TINY), *bad]) == 2
+        assert "--set" in capsys.readouterr().err
