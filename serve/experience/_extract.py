@@ -20,7 +20,10 @@ trace's formula ``E`` (its first recomputation that claims the answer) and answe
   correct formula is ``E(q)`` and always passes, however sensitive the problem is (a difference
   of near-equal terms, a ``ceil`` at a step, a rule at its threshold); an answer the problem's
   numbers do not give, even moved by their rounding, fails. The bounds are the answer's, the
-  values are computed by the verifier.
+  values are computed by the verifier. Such a failure always comes with a failed recompute-at
+  (the answer is off ``E(q)`` by more than 1%), so it adds no error tag of its own
+  (:func:`serve.experience._verify.error_tags_for`); a pass of it next to a failed recompute-at
+  says the answer is within what the inputs' rounding can give.
 
 Only what can be recomputed is: no checks when ``E`` does not evaluate at the stated values (the
 model's own check already fails and says why); a literal that equals two stated quantities of

@@ -95,8 +95,8 @@ def test_a_sensitive_formula_passes_with_the_right_answer_and_fails_with_a_wrong
     # An answer the formula gives nowhere near the stated values fails at and around them.
     wrong = _verify(_record("Two readings: 100.5 and 100. Inverse of their gap?",
                             [{"type": "recomputation", "target": "1 / (100.5 - 100)"}], "2.5"))
-    assert wrong.evaluation.error_tags == ["arithmetic_error", "out_of_bounds"]
     assert [v.status for v in wrong.verification if v.type == "boundary_test"] == ["pass", "fail", "pass", "fail"]
+    assert wrong.evaluation.error_tags == ["arithmetic_error"]  # one mistake, one tag
 
 
 def test_no_extraction_without_a_formula_of_the_answer() -> None:
@@ -241,7 +241,8 @@ def test_a_wrong_answer_at_a_step_still_fails() -> None:
     # ceil(96 / 12) = 8: 9 is what 97 bottles would need, not 96 (nor 96 +- 1%, which gives 8 or 9).
     out = _verify(_record("How many boxes are needed for 96 bottles if a box holds 12?",
                           [{"type": "recomputation", "target": "ceil(96 / 12)"}], "10"))
-    assert out.evaluation.error_tags == ["arithmetic_error", "out_of_bounds"]
+    assert "fail" in {v.status for v in out.verification if v.type == "boundary_test"}
+    assert out.outcome.confidence == "low" and out.evaluation.error_tags == ["arithmetic_error"]
 
 
 def test_units_only_where_the_problem_gives_them() -> None:
