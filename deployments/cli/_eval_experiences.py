@@ -1,15 +1,26 @@
-"""``recallserve eval experiences``: segmented reasoning with and without injected experiences.
+"""``recallserve eval experiences``: segmented reasoning with and without injected experiences,
+under the E-CoT rules before and after issue 19.
 
 Runs the written problem set (:mod:`serve.experience._eval_problems`: arithmetic, unit and rule
-questions) through the reasoner in the segmented mode twice: once with an empty cache, once
-with worked seed experiences in the active cache (injected with the checks they imply). Per
-condition it reports the parse success rate (all four segments and an answer), the
-verification pass rate (model-written checks executed by code that pass), the share of traces
-whose checks all pass, the answer accuracy against the expected answers, the confidence mix
-and the latency; the parse rate without and with the one-rewrite fallback; the share of traces
-that would reach the active cache unreviewed and wrong under the old filing rule (only low
-confidence reviewed) and under review-before-reuse (target 0); the pass rate of the checks
-extracted from the context. Rows are written as JSON with ``--out``.
+questions) through the reasoner in the segmented mode, per **mode** and **condition**:
+
+* conditions (the design's A/B): ``without`` (E-CoT off: an empty cache, nothing injected) and
+  ``with`` (E-CoT on: worked seed experiences in the active cache, injected with the checks
+  they imply);
+* modes: ``after`` (the defaults: review before reuse, checks extracted from the context,
+  hybrid search, the one-rewrite parser fallback) and ``before`` (the behaviour before issue 19
+  as far as config reaches it: ``extracted_checks``, ``hybrid`` and ``parse_fallback`` off, and
+  the old filing rule :func:`tier_before`, under which only a low-confidence trace waited in
+  review). Context cleaning and the archive's error-tag search have no switch: both modes
+  have them (the archive is empty in this eval, so the second changes no prompt).
+
+Per mode and condition it reports the share of traces that reach the active cache unreviewed and
+wrong (target 0), the verification pass rate (all checks run, and the model's own only), the
+parse rate without and with the fallback, the answer accuracy, the confidence mix and the
+latency. A prompt the model has already answered in this run is answered from memory
+(:class:`_Memo`: temperature 0, seed 0, so the model would write the same reply): the modes'
+``without`` runs share their generations, and the modes differ only where their rules do.
+Rows are written as JSON with ``--out`` (and row by row to ``<out>.rows.jsonl``).
 """
 
 from __future__ import annotations
@@ -39,14 +50,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
                    help="JSON lines of {id, domain, topic, question, expected} (default: the shipped set)")
     p.add_argument("--limit", type=int, default=None, help="run only the first N problems")
     p.add_argument("--ids", default=None, help="comma-separated problem ids to run (default: all)")
-    p.add_argument("--condition", choices=("both", "without", "with"), default="both", help="which runs to do")
+    p.add_argument("--condition", choices=("both", "without", "with"), default="both",
+                   help="E-CoT off (without injected experiences), on (with) or both (the A/B; default)")
+    p.add_argument("--mode", choices=("both", "before", "after"), default="both",
+                   help="the rules before issue 19 (extracted checks, hybrid search, fallback off; old filing "
+                        "rule), after (the defaults) or both (default)")
     p.add_argument("--max-tokens", type=int, default=220, help="generation budget per answer (default 220)")
     # NOTE: 1 thread by default: on a shared 2-core machine llama.cpp's OpenMP threads spin at
     # barriers while descheduled, measured 0.3 tok/s with 2 threads vs 2 tok/s with 1 under load.
     p.add_argument("--threads", type=int, default=1, help="llama.cpp threads (default 1)")
     p.add_argument("--constrained", action="store_true", help="constrain replies with a JSON schema")
     p.add_argument("--no-fallback", action="store_true",
-                   help="no rewrite of unparsable replies (default: the model rewrites its own once)")
+                   help="no rewrite of unparsable replies in the after mode (default: the model rewrites its own once)")
     p.add_argument("--out", type=Path, default=None, help="write per-problem rows and the summary as JSON")
     p.set_defaults(func=run)
 
@@ -105,6 +120,8 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     n = len(rows)
     items = sum(r["model_checks"] for r in rows)
     passed = sum(r["model_checks_passed"] for r in rows)
+    ext = sum(r.get("extracted_checks", 0) for r in rows)
+    ext_passed = sum(r.get("extracted_passed", 0) for r in rows)
     conf: dict[str, int] = {}
     for r in rows:
         conf[r["confidence"] or "none"] = conf.get(r["confidence"] or "none", 0) + 1
@@ -112,23 +129,59 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "problems": n,
         "parse_success_rate": sum(r["parse_ok"] for r in rows) / n,
         "answer_found_rate": sum(r["answer"] is not None for r in rows) / n,
-        "verification_pass_rate": passed / items if items else 0.0,
-        "verification_items": items,
+        # NOTE: every check run on the traces (the model's and, after, the extracted ones).
+        "verification_pass_rate": (passed + ext_passed) / (items + ext) if items + ext else 0.0,
+        "verification_items": items + ext,
+        "model_check_pass_rate": passed / items if items else 0.0,
+        "model_check_items": items,
         "all_checks_pass_rate": sum(r["model_checks"] > 0 and r["model_checks"] == r["model_checks_passed"]
                                     for r in rows) / n,
         "accuracy": sum(r["correct"] for r in rows) / n,
         "injected_rate": sum(r["injected"] > 0 for r in rows) / n,
         "parse_rate_without_fallback": sum(r.get("first_parse_ok", r["parse_ok"]) for r in rows) / n,
         "rewritten": sum(r.get("rewritten", False) for r in rows),
-        # Share of traces filed active without review although their answer is wrong (target 0).
+        # Share of traces filed active without review although their answer is wrong (target 0),
+        # under the row's own filing rule, and under the old rule applied to the same traces.
+        "unreviewed_wrong": sum(r.get("tier") == "active" and not r["correct"] for r in rows) / n,
         "unreviewed_wrong_before": sum(r.get("tier_before") == "active" and not r["correct"] for r in rows) / n,
         "unreviewed_wrong_after": sum(r.get("tier_after") == "active" and not r["correct"] for r in rows) / n,
-        "extracted_pass_rate": (sum(r.get("extracted_passed", 0) for r in rows) / ext
-                                if (ext := sum(r.get("extracted_checks", 0) for r in rows)) else 0.0),
+        "active_share": sum(r.get("tier") == "active" for r in rows) / n,
+        "extracted_pass_rate": ext_passed / ext if ext else 0.0,
+        "extracted_items": ext,
         "confidence": conf,
+        "generations": sum(not r.get("replayed", False) for r in rows),
         "mean_latency_s": sum(r["latency_s"] for r in rows) / n,
         "mean_completion_tokens": sum(r["completion_tokens"] for r in rows) / n,
     }
+
+
+# NOTE: the config of each mode; "before" also files by tier_before (see the module docstring).
+MODES: dict[str, dict[str, Any]] = {
+    "before": {"extracted_checks": False, "hybrid": False, "parse_fallback": False},
+    "after": {},
+}
+
+
+class _Memo:
+    """An engine that answers a prompt it has answered before (same messages, same parameters)
+    from memory. Every generation here is at temperature 0 with a fixed seed, so the model would
+    write the same reply again; the memo only saves the minutes. ``replayed`` counts the reuses."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+        self._seen: dict[str, Any] = {}
+        self.replayed = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    async def chat(self, messages: Any, params: Any) -> Any:
+        key = json.dumps([[m.role, m.content] for m in messages]) + params.model_dump_json()
+        if key in self._seen:
+            self.replayed += 1
+            return self._seen[key]
+        out = self._seen[key] = await self._engine.chat(messages, params)
+        return out
 
 
 def tier_before(confidence: str | None, label: str | None = None) -> str:
@@ -139,13 +192,15 @@ def tier_before(confidence: str | None, label: str | None = None) -> str:
 
 async def _run_condition(engine: Any, embed: Any, problems: list[dict[str, Any]], *, inject: bool,
                          max_tokens: int, constrained: bool, progress: Any,
-                         rows_file: Path | None = None, fallback: bool = False) -> list[dict[str, Any]]:
+                         rows_file: Path | None = None, fallback: bool = False,
+                         mode: str = "after") -> list[dict[str, Any]]:
     from serve.experience import ExperienceConfig, ExperienceRecord, ExperienceService
     from serve.experience._eval_problems import RULES, SEEDS
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="recallserve-eval-exp-") as tmp:
-        cfg = ExperienceConfig(data_dir=Path(tmp), rules=RULES, max_tokens=max_tokens, constrain_json=constrained)
+        cfg = ExperienceConfig(data_dir=Path(tmp), rules=RULES, max_tokens=max_tokens, constrain_json=constrained,
+                               **MODES[mode])
         # NOTE: the eval has one model: with the fallback it is also the rewriter (in a cluster
         # the router model is).
         service = ExperienceService(cfg, embed=embed, rewriter=engine if fallback else None)
@@ -159,6 +214,7 @@ async def _run_condition(engine: Any, embed: Any, problems: list[dict[str, Any]]
                         raise UserError(f"seed {rec.context.raw_text!r} does not verify: fix the fixture")
             for prob in problems:
                 t0 = time.perf_counter()
+                replayed_before = getattr(engine, "replayed", 0)
                 out = await service.produce("eval", engine, prob["question"], domain=prob["domain"],
                                             topic=prob["topic"], inject=inject, store=False)
                 latency = time.perf_counter() - t0
@@ -169,13 +225,16 @@ async def _run_condition(engine: Any, embed: Any, problems: list[dict[str, Any]]
                 correct = is_correct(out.answer, prob["expected"])
                 conf = out.experience.record.outcome.confidence if out.experience and out.answer else None
                 tier_after = out.experience.tier if out.experience and out.answer else None
+                old = tier_before(conf) if out.answer else None
                 rows.append({
-                    "condition": "with" if inject else "without", "id": prob["id"], "domain": prob["domain"],
-                    "expected": prob["expected"], "answer": out.answer, "correct": correct,
+                    "mode": mode, "condition": "with" if inject else "without", "id": prob["id"],
+                    "domain": prob["domain"], "expected": prob["expected"], "answer": out.answer, "correct": correct,
                     "parse_ok": out.report.ok, "format": out.report.format, "problems": out.report.problems,
                     "first_parse_ok": out.first_report.ok if out.first_report is not None else out.report.ok,
                     "rewritten": out.first_report is not None,
-                    "tier_before": tier_before(conf) if out.answer else None, "tier_after": tier_after,
+                    "tier": old if mode == "before" else tier_after,
+                    "tier_before": old, "tier_after": tier_after,
+                    "error_tags": out.experience.record.evaluation.error_tags if out.experience else [],
                     "extracted_checks": len(extracted), "extracted_passed": sum(c.status == "pass" for c in extracted),
                     "model_checks": len(model_checks),
                     "model_checks_passed": sum(c.status == "pass" for c in model_checks),
@@ -183,6 +242,7 @@ async def _run_condition(engine: Any, embed: Any, problems: list[dict[str, Any]]
                                for c in checks],
                     "confidence": conf,
                     "injected": len(out.injected), "required_checks": out.required_checks,
+                    "replayed": getattr(engine, "replayed", 0) > replayed_before,
                     "latency_s": round(latency, 2), "prompt_tokens": out.prompt_tokens,
                     "completion_tokens": out.completion_tokens, "raw_text": out.raw_text,
                 })
@@ -218,39 +278,45 @@ def run(args: argparse.Namespace) -> int:
     except EngineError as exc:
         raise UserError(f"--model: {exc}") from None
     embedder = MiniLMEmbedder()
+    memo = _Memo(engine)
     conditions = {"both": [False, True], "without": [False], "with": [True]}[args.condition]
+    modes = {"both": ["after", "before"], "before": ["before"], "after": ["after"]}[args.mode]
     rows: list[dict[str, Any]] = []
     summaries: dict[str, Any] = {}
     rows_file = None if args.out is None else args.out.with_suffix(".rows.jsonl")
     if rows_file is not None:
         rows_file.parent.mkdir(parents=True, exist_ok=True)
         rows_file.write_text("")
-    with tqdm(total=len(problems) * len(conditions), desc="eval experiences", unit="problem") as bar:
+    started = time.perf_counter()
+    with tqdm(total=len(problems) * len(conditions) * len(modes), desc="eval experiences", unit="problem") as bar:
         for inject in conditions:
-            cond_rows = asyncio.run(_run_condition(engine, embedder.embed, problems, inject=inject,
-                                                   max_tokens=args.max_tokens, constrained=args.constrained,
-                                                   progress=bar, rows_file=rows_file,
-                                                   fallback=not args.no_fallback))
-            rows += cond_rows
-            summaries["with" if inject else "without"] = _summary(cond_rows)
+            for mode in modes:
+                cond_rows = asyncio.run(_run_condition(memo, embedder.embed, problems, inject=inject,
+                                                       max_tokens=args.max_tokens, constrained=args.constrained,
+                                                       progress=bar, rows_file=rows_file,
+                                                       fallback=mode == "after" and not args.no_fallback, mode=mode))
+                rows += cond_rows
+                summaries[f"{mode}/{'with' if inject else 'without'}"] = _summary(cond_rows)
     asyncio.run(engine.close())
     print(f"model: {engine.model_name}  problems: {len(problems)}  max_tokens: {args.max_tokens}"
-          f"  constrained: {args.constrained}")
-    cols = ("parse_success_rate", "verification_pass_rate", "all_checks_pass_rate", "accuracy",
-            "injected_rate", "mean_latency_s")
-    print(f"{'condition':<10}" + "".join(f"{c.removesuffix('_rate'):>20}" for c in cols))
+          f"  constrained: {args.constrained}  generations reused: {memo.replayed}")
+    cols = ("unreviewed_wrong", "verification_pass_rate", "model_check_pass_rate", "parse_rate_without_fallback",
+            "parse_success_rate", "accuracy", "mean_latency_s")
+    heads = ("unrev.wrong", "verif.pass", "model.pass", "parse(no fb)", "parse", "accuracy", "latency_s")
+    print(f"{'mode/condition':<16}" + "".join(f"{h:>14}" for h in heads))
     for name, s in summaries.items():
-        print(f"{name:<10}" + "".join(f"{s[c]:>20.3f}" for c in cols))
+        print(f"{name:<16}" + "".join(f"{s[c]:>14.3f}" for c in cols))
     for name, s in summaries.items():
-        print(f"{name}: verification items {s['verification_items']}, confidence {s['confidence']}")
-        print(f"{name}: parse rate without / with the fallback {s['parse_rate_without_fallback']:.3f} / "
-              f"{s['parse_success_rate']:.3f} ({s['rewritten']} rewritten); unreviewed and wrong in the active "
-              f"cache before / after review-before-reuse {s['unreviewed_wrong_before']:.3f} / "
-              f"{s['unreviewed_wrong_after']:.3f}; extracted checks pass rate {s['extracted_pass_rate']:.3f}")
+        print(f"{name}: verification items {s['verification_items']} (extracted {s['extracted_items']}, pass "
+              f"{s['extracted_pass_rate']:.3f}), confidence {s['confidence']}, {s['rewritten']} rewritten, "
+              f"active {s['active_share']:.3f}")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"model": engine.model_name, "max_tokens": args.max_tokens,
-                                        "constrained": args.constrained, "summary": summaries, "rows": rows},
-                                       indent=1))
+                                        "constrained": args.constrained, "threads": args.threads,
+                                        "problem_ids": [p["id"] for p in problems], "modes": MODES,
+                                        "generations_reused": memo.replayed,
+                                        "wall_s": round(time.perf_counter() - started, 1),
+                                        "summary": summaries, "rows": rows}, indent=1))
         print(f"wrote {args.out}")
     return 0

@@ -11,12 +11,23 @@ trace's formula ``E`` (its first recomputation that claims the answer) and answe
 * **with units** (``unit_check``): every literal of ``E`` that is a stated quantity with a unit is
   given its unit (``120 / 1.5`` -> ``120 km / 1.5 h``) and the result must be the answer in the
   answer's unit (only its dimension when ``E`` also holds a conversion factor such as 1000 or 3600;
-  no check when ``E`` holds a number of unknown origin);
-* **recompute around** (``boundary_test``): for each stated quantity ``q`` used in ``E``, ``E`` with
-  ``q`` moved to ``q (1 +- d)`` (``d = 1%``) must stay within ``E(q) (1 +- L d)`` (``L = 10``): a
-  formula whose answer moves more than ten times the relative change of an input is
-  ill-conditioned at the problem's numbers (a difference of near-equal terms, a division by a
-  near-zero), and one that fails to evaluate next to a stated value has a boundary there.
+  no check when ``E`` holds a number of unknown origin or a stated number without a unit, which
+  may be a count or carry its unit unsaid);
+* **recompute around** (``boundary_test``, two per stated quantity ``q`` used in ``E``): the
+  answer must lie within the values ``E`` takes with ``q`` at ``q (1 - d)``, ``q`` and
+  ``q (1 + d)`` (``d = 1%``), widened by the verifier's rounding tolerance (1% of the answer):
+  ``min(E(q-), E(q), E(q+)) <= a (1 + 1%)`` and ``max(...) >= a (1 - 1%)``. The answer of a
+  correct formula is ``E(q)`` and always passes, however sensitive the problem is (a difference
+  of near-equal terms, a ``ceil`` at a step, a rule at its threshold); an answer the problem's
+  numbers do not give, even moved by their rounding, fails. The bounds are the answer's, the
+  values are computed by the verifier. Such a failure always comes with a failed recompute-at
+  (the answer is off ``E(q)`` by more than 1%), so it adds no error tag of its own
+  (:func:`serve.experience._verify.error_tags_for`); a pass of it next to a failed recompute-at
+  says the answer is within what the inputs' rounding can give.
+
+Only what can be recomputed is: no checks when ``E`` does not evaluate at the stated values (the
+model's own check already fails and says why); a literal that equals two stated quantities of
+different units gets no unit (which one is meant is a guess), so no unit check then.
 
 :func:`problem_check_types` names the check types a problem exposes before any answer exists,
 which is what the archive is asked about (error tags) when a trace is produced.
@@ -34,13 +45,16 @@ from serve.experience._clean import ContextQuantity, clean_context, extract_quan
 from serve.experience._schema import ExperienceRecord, VerificationItem
 from serve.experience._units import parse_unit
 
-__all__ = ["extracted_checks", "problem_check_types", "SOURCE", "DELTA", "LIPSCHITZ", "MAX_AROUND", "CONVERSION_FACTORS"]
+__all__ = ["extracted_checks", "problem_check_types", "SOURCE", "DELTA", "ROUNDING", "MAX_AROUND", "CONVERSION_FACTORS"]
 
 SOURCE = "context"
 DELTA = 0.01
-LIPSCHITZ = 10.0
+# NOTE: the verifier's rounding tolerance (_verify._REL_DOUBT): an answer rounded to 2-3
+# significant digits is doubtful at recompute-at, so it must not be out of bounds around.
+ROUNDING = 0.01
 # NOTE: at most 4 quantities are moved (2 items each): with the two other items, 10 items, well
-# inside the schema's 32 and the calculator budget (each item is one small expression).
+# inside the schema's 32 and the calculator budget (each item is one expression of at most
+# MAX_EXPR_CHARS; a formula too long to appear three times in one gets no around checks).
 MAX_AROUND = 4
 _LITERAL = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
 # NOTE: dimensionless factors of unit conversions and percentages, which a formula may use unstated.
@@ -110,25 +124,40 @@ def _uses(expr: str, record: ExperienceRecord, quantities: Sequence[ContextQuant
     out = []
     for m in _LITERAL.finditer(expr):
         value = float(m.group(0))
-        q = next((q for q in quantities if _same(q.value, value)), None)
-        if q is not None:
-            out.append(_Use(m.start(), m.end(), m.group(0), value, q.unit))
+        units = _units_of(value, quantities)
+        if units is not None:
+            out.append(_Use(m.start(), m.end(), m.group(0), value, _one(units)))
     named = {q.name: q for q in record.context.quantities if q.name.isidentifier()}
     for m in _NAME.finditer(expr):
         nq = named.get(m.group(0))
         if nq is None:
             continue
-        stated = next((q for q in quantities if _same(q.value, nq.value)), None)
-        unit = stated.unit if stated is not None and stated.unit else _known_unit(nq.unit)
+        units = _units_of(nq.value, quantities) or set()
+        stated = _one(units)
+        unit = stated if stated else "" if len(units) > 1 else _known_unit(nq.unit)
         out.append(_Use(m.start(), m.end(), m.group(0), nq.value, unit))
     return sorted(out, key=lambda u: u.start)
 
 
+def _units_of(value: float, quantities: Sequence[ContextQuantity]) -> set[str] | None:
+    """The units the problem writes after ``value`` (None when it does not state the value)."""
+    units = {q.unit for q in quantities if _same(q.value, value)}
+    return units or None
+
+
+def _one(units: set[str]) -> str:
+    """The unit of a stated value when the problem gives it one unit only, else '' ("2 h ... 2 km": a guess)."""
+    return next(iter(units)) if len(units) == 1 else ""
+
+
 def _all_accounted(expr: str, used: Sequence[_Use]) -> bool | None:
     """Whether every number and name of ``expr`` has a known unit: ``True`` when all are stated
-    quantities, ``False`` when some are plain conversion factors (:data:`CONVERSION_FACTORS`,
-    dimensionless), ``None`` when one is of unknown origin: it could carry any unit, so giving
-    units to the others would make the dimension a guess."""
+    quantities with a unit, ``False`` when some are plain conversion factors
+    (:data:`CONVERSION_FACTORS`, dimensionless), ``None`` when one is of unknown origin or a stated
+    quantity without a unit: it could carry any unit ("Alice is 42 years old, Bob is 40": 40 is in
+    years; "12 bottles": a count), so giving units to the others would make the dimension a guess."""
+    if any(not u.unit for u in used):
+        return None
     at = {u.start for u in used}
     factors = False
     for m in _LITERAL.finditer(expr):
@@ -143,14 +172,14 @@ def _all_accounted(expr: str, used: Sequence[_Use]) -> bool | None:
 
 
 def _value_at(expr: str, record: ExperienceRecord) -> float | None:
-    """``E`` at the stated values (the centre of the around checks), or None when it does not
-    evaluate to a finite number. One expression of at most MAX_EXPR_CHARS, under the
+    """``E`` at the stated values, or None when it does not evaluate to a finite number (then
+    there is nothing to recompute). One expression of at most MAX_EXPR_CHARS, under the
     calculator's own step and size caps."""
     env = {q.name: q.value for q in record.context.quantities if q.name.isidentifier()}
     try:
         v = evaluate(expr, env)
     except (CalcError, TypeError, ValueError, ArithmeticError, RecursionError):
-        # NOTE: the same failures run_check turns into a failed check; here: no centre, no around checks.
+        # NOTE: the same failures run_check turns into a failed check; here: no extracted checks.
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         return None
@@ -174,7 +203,9 @@ def extracted_checks(record: ExperienceRecord) -> list[VerificationItem]:
         return []
     quantities = extract_quantities(clean_context(record.context.raw_text, fold_case=False))
     used = _uses(expr, record, quantities)
-    if not used:
+    if not used or _value_at(expr, record) is None:
+        # NOTE: a formula that does not evaluate at the stated values cannot be recomputed; the
+        # model's own recomputation of it already fails and says why (no second, extracted failure).
         return []
     src: dict[str, object] = {"source": SOURCE}
     checks = [VerificationItem(type="recomputation", target=expr, expected=a, input=src)]
@@ -190,15 +221,16 @@ def extracted_checks(record: ExperienceRecord) -> list[VerificationItem]:
         # convert, so only the dimension is compared; otherwise the magnitude in the answer's unit too.
         expected = f"{a:.12g} {answer_unit}" if accounted else answer_unit
         checks.append(VerificationItem(type="unit_check", target=with_units, expected=expected, input=src))
-    centre = _value_at(expr, record)
-    if centre is None:
-        return checks  # NOTE: E does not evaluate: the recompute-at check fails and says why
-    lo, hi = sorted((centre * (1 - LIPSCHITZ * DELTA), centre * (1 + LIPSCHITZ * DELTA)))
+    tol = max(1e-9, ROUNDING * abs(a))
     for u in used[:MAX_AROUND]:
-        for sign in (-1, 1):
-            moved = _replace(expr, u, f"({u.value * (1 + sign * DELTA):.12g})")
-            checks.append(VerificationItem(type="boundary_test", target=moved,
-                                           input={**src, "strict": True, "min": lo, "max": hi}))
+        values = ", ".join(_replace(expr, u, f"({u.value * (1 + sign * DELTA):.12g})") if sign else expr
+                           for sign in (-1, 0, 1))
+        if len(values) + 5 > MAX_EXPR_CHARS:
+            continue  # NOTE: too long for one calculator expression: no around check of this quantity
+        checks.append(VerificationItem(type="boundary_test", target=f"min({values})",
+                                       input={**src, "strict": True, "max": a + tol}))
+        checks.append(VerificationItem(type="boundary_test", target=f"max({values})",
+                                       input={**src, "strict": True, "min": a - tol}))
     return checks
 
 

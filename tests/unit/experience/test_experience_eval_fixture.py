@@ -83,7 +83,10 @@ def test_run_condition_with_scripted_engine():
     assert bar.n == 2 and [r["correct"] for r in rows] == [True, False]
     assert "Past solved problems" in engine.prompts[0][1].content  # the 20%-of-150 seed was injected
     s = _summary(rows)
-    assert s["parse_success_rate"] == 0.5 and s["verification_pass_rate"] == 0.5 and s["accuracy"] == 0.5
+    assert s["parse_success_rate"] == 0.5 and s["model_check_pass_rate"] == 0.5 and s["accuracy"] == 0.5
+    # The extracted checks of 0.15 * 240 (recompute at, two around 240) pass and join the rate.
+    assert (s["extracted_items"], s["extracted_pass_rate"]) == (3, 1.0)
+    assert s["verification_pass_rate"] == (1 + 3) / (2 + 3)
     assert s["all_checks_pass_rate"] == 0.0 and s["confidence"] == {"low": 1, "none": 1}
 
 
@@ -105,3 +108,28 @@ def test_report_counts_unreviewed_wrong_traces_and_the_fallback():
     s = _summary(rows)
     assert s["unreviewed_wrong_before"] == 0.5 and s["unreviewed_wrong_after"] == 0.0
     assert s["parse_rate_without_fallback"] == 0.5 and s["parse_success_rate"] == 1.0 and s["rewritten"] == 1
+
+
+def test_modes_share_the_generation_and_differ_by_their_rules():
+    from deployments.cli._eval_experiences import _Memo
+
+    # u1 (150 km in 2.5 h): the right number in the wrong unit. Before issue 19 only the model's
+    # own recomputation ran (it passes: high, filed active); after, the extracted unit check fails it.
+    reply = ("Context: 150 km in 2.5 h\nReasoning:\n1. 150 / 2.5 = 60 [principle: v = d / t]\n"
+             "Verification:\n- recomputation: 150 / 2.5 = 60\nOutcome: 60 m/s\nConfidence: high")
+    engine = ScriptedEngine([reply])
+    memo = _Memo(engine)
+    u1 = [p for p in PROBLEMS if p["id"] == "u1"]
+    after = asyncio.run(_run_condition(memo, bag_of_words_embed, u1, inject=False, max_tokens=64,
+                                       constrained=False, progress=_Bar(), mode="after"))
+    before = asyncio.run(_run_condition(memo, bag_of_words_embed, u1, inject=False, max_tokens=64,
+                                        constrained=False, progress=_Bar(), mode="before"))
+    assert len(engine.prompts) == 1 and memo.replayed == 1  # one generation, read twice
+    assert (after[0]["replayed"], before[0]["replayed"]) == (False, True)
+    assert (before[0]["extracted_checks"], before[0]["confidence"], before[0]["tier"]) == (0, "high", "active")
+    assert after[0]["extracted_checks"] > 0 and after[0]["confidence"] == "low" and after[0]["tier"] == "review"
+    assert "unit_mismatch" in after[0]["error_tags"]
+    sa, sb = _summary(after), _summary(before)
+    assert (sa["generations"], sb["generations"]) == (1, 0)
+    assert sb["verification_pass_rate"] == 1.0 and sa["verification_pass_rate"] < 1.0
+    assert sa["active_share"] == 0.0 and sb["active_share"] == 1.0
