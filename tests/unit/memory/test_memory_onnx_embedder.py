@@ -118,3 +118,40 @@ def test_bench_ingest_configs_name_model_and_runtime() -> None:
     for bad, why in [("16x1xfp16", "MODEL must be one of"), ("ax1", "is not FORWARDxTHREADS"), ("0x1", "positive")]:
         with pytest.raises(UserError, match=why):
             _config(bad)
+
+
+def test_memories_api_on_the_onnx_embedder_scores_as_torch(onnx_cache: Path) -> None:
+    """Where a user meets it: POST /v1/memories then a search; the similarity is the torch cosine."""
+    import asyncio
+
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from memory_shards.retrieval import local_hybrid_coordinator
+    from serve.api.auth import Authenticator
+    from serve.api.errors import install_error_handlers
+    from serve.memory_api import MemoryService, build_router
+
+    emb = build_embedder("all-MiniLM-L6-v2", runtime="auto", cache_dir=onnx_cache)
+
+    async def embed(texts: list[str]) -> np.ndarray:
+        return await asyncio.to_thread(emb.embed, texts)
+
+    app = FastAPI()
+    install_error_handlers(app)
+    app.include_router(build_router(MemoryService(local_hybrid_coordinator(2, emb.model_id, emb.dim), embed),
+                                    Authenticator({"sk-t": "acme"})))
+    docs = TEXTS[:3]
+    auth = {"Authorization": "Bearer sk-t"}
+    with TestClient(app) as client:
+        r = client.post("/v1/memories", json={"memories": [{"text": t} for t in docs]}, headers=auth)
+        assert r.status_code == 200 and len(r.json()["ids"]) == 3
+        r = client.post("/v1/memories/search", json={"query": "refund please", "k": 3, "hybrid": False, "threshold": 0},
+                        headers=auth)
+    assert r.status_code == 200
+    hits = r.json()["data"]
+    assert hits[0]["text"] in docs[:2]
+    ref = MiniLMEmbedder().embed(["refund please", *docs])
+    want = {t: float(ref[0] @ ref[i + 1]) for i, t in enumerate(docs)}
+    for h in hits:
+        assert abs(h["similarity"] - want[h["text"]]) < 1e-3
