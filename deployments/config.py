@@ -167,14 +167,21 @@ class RoleConfig(StrictModel):
 class EmbedderConfig(StrictModel):
     """The text embedder deployment (Ray Serve dynamic batching)."""
 
-    model: Literal["all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8"] = Field(
+    model: Literal["all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8", "all-MiniLM-L6-v2-onnx-int8"] = Field(
         default="all-MiniLM-L6-v2",
-        description="Embedding model (384-d); '-int8' is MiniLM with int8 dynamic quantization (CPU only, ~1.7x faster "
-                    "to embed, LoCoMo hybrid R@10 0.803 vs 0.800 but R@1 0.299 vs 0.367; another vector space: switching "
-                    "needs a re-embed).",
+        description="Embedding model (384-d); '-int8' is MiniLM with torch int8 dynamic quantization (CPU only, ~1.7x faster "
+                    "to embed, LoCoMo hybrid R@10 0.803 vs 0.800 but R@1 0.299 vs 0.367); '-onnx-int8' the ONNX Runtime "
+                    "int8 file (CPU only, ~2.3x faster than torch fp32; see loadtests/results/memory-ingest-cpu-local.md). "
+                    "Each is another vector space: switching needs a re-embed.",
+    )
+    runtime: Literal["auto", "torch", "onnx"] = Field(
+        default="auto",
+        description="Inference runtime: 'onnx' = ONNX Runtime with fused kernels (CPU; fp32 MiniLM gives the same vectors "
+                    "as torch, ~1.5x faster), 'torch' = sentence-transformers; 'auto' = onnx on the CPU where the model "
+                    "has an ONNX file, else torch.",
     )
     device: Literal["cpu", "cuda"] = Field(default="cpu", description="Torch device.")
-    threads: int = Field(default=1, ge=1, le=64, description="Torch threads per replica (1 is fastest on 2 shared cores).")
+    threads: int = Field(default=1, ge=1, le=64, description="Intra-op threads per replica, torch or ONNX Runtime (1 is fastest on 2 shared cores).")
     max_batch_size: int = Field(default=32, ge=1, le=1024, description="Most embed calls (requests) grouped into one batch.")
     # NOTE: texts are sorted by length and padded per forward pass; on the CPU, 16 texts per pass
     # pad far less than 64 (50 LoCoMo turns: ~3x faster, see `recallserve bench ingest`); a GPU
@@ -184,9 +191,12 @@ class EmbedderConfig(StrictModel):
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions, description="Resources and scaling.")
 
     @model_validator(mode="after")
-    def _int8_on_cpu(self) -> EmbedderConfig:
+    def _runtime_fits(self) -> EmbedderConfig:
+        from memory_shards.embedders import resolve_runtime
+
         if self.model.endswith("-int8") and self.device != "cpu":
             raise ValueError(f"model: {self.model} runs on the CPU only; set device: cpu or the fp32 model")
+        resolve_runtime(self.model, self.device, self.runtime)
         return self
 
 

@@ -43,6 +43,7 @@ from memory_shards.embedders import MiniLMEmbedder, build_embedder, embedder_ide
 from memory_shards.records import EmbeddedRecord, MemoryRecord
 from memory_shards.retrieval import Feedback, HybridShard, ShardHybridResult
 from memory_shards.shard import MemoryShard
+from serve import envs
 from serve.api.errors import APIError
 from serve.memory_api import MemoryService, MigratingMemoryService
 from serve.pii import PiiMode
@@ -77,7 +78,8 @@ class EmbedderDeployment(PlacementInfo):
     def __init__(self, embedder: dict[str, Any]) -> None:
         cfg = EmbedderConfig.model_validate(embedder)
         self._embedder = build_embedder(cfg.model, device=cfg.device, batch_size=cfg.forward_batch_size,
-                                        torch_threads=cfg.threads)
+                                        torch_threads=cfg.threads, runtime=cfg.runtime,
+                                        cache_dir=envs.recallserve_home() / "onnx")
         self._embedder.embed(["warm up"])  # load the weights before the replica reports healthy
         self._embed_batch.set_max_batch_size(cfg.max_batch_size)
         self._embed_batch.set_batch_wait_timeout_s(cfg.batch_wait_timeout_s)

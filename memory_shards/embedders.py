@@ -11,12 +11,15 @@ import hashlib
 import re
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from memory_shards.onnx_embedder import MINILM_ONNX_INT8_MODEL_ID, OnnxMiniLMEmbedder
+
 __all__ = ["Embedder", "MiniLMEmbedder", "HashingEmbedder", "EMBEDDER_MODELS", "embedder_identity", "build_embedder",
-           "l2_normalise"]
+           "l2_normalise", "EMBEDDER_RUNTIMES", "resolve_runtime", "OnnxMiniLMEmbedder"]
 
 MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 #: model id of MiniLM with int8 dynamic quantization of its Linear layers (another vector space:
@@ -28,6 +31,14 @@ MINILM_INT8_MODEL_ID = MINILM_MODEL_ID + "-int8-dynamic"
 EMBEDDER_MODELS: dict[str, tuple[str, int]] = {
     "all-MiniLM-L6-v2": (MINILM_MODEL_ID, 384),
     "all-MiniLM-L6-v2-int8": (MINILM_INT8_MODEL_ID, 384),
+    "all-MiniLM-L6-v2-onnx-int8": (MINILM_ONNX_INT8_MODEL_ID, 384),
+}
+#: config name -> the runtimes that can serve it ("torch" runs sentence-transformers, "onnx" ONNX
+#: Runtime on the CPU; fp32 MiniLM gives the same vectors on both, cosine >= 0.9999).
+EMBEDDER_RUNTIMES: dict[str, tuple[str, ...]] = {
+    "all-MiniLM-L6-v2": ("torch", "onnx"),
+    "all-MiniLM-L6-v2-int8": ("torch",),
+    "all-MiniLM-L6-v2-onnx-int8": ("onnx",),
 }
 
 
@@ -169,13 +180,37 @@ def embedder_identity(model: str) -> tuple[str, int]:
         raise ValueError(f"embedder.model: unknown embedder {model!r}; known: {', '.join(EMBEDDER_MODELS)}") from None
 
 
-def build_embedder(model: str, device: str = "cpu", batch_size: int = 16, torch_threads: int | None = 1) -> MiniLMEmbedder:
-    """The embedder a configured name stands for (weights load on first use).
+def resolve_runtime(model: str, device: str, runtime: str) -> str:
+    """The runtime that serves ``model`` on ``device``: ``auto`` = ONNX Runtime on the CPU where the model allows it, else torch.
 
     Raises:
-        ValueError: an unknown name, or the int8 model on a GPU.
+        ValueError: a runtime the model has no file for, or ONNX Runtime on a GPU.
     """
     embedder_identity(model)
+    allowed = EMBEDDER_RUNTIMES[model]
+    if runtime == "auto":
+        return "onnx" if device == "cpu" and "onnx" in allowed else allowed[0]
+    if runtime not in allowed:
+        raise ValueError(f"embedder.runtime: {model} runs on {' or '.join(allowed)}, not {runtime!r}")
+    if runtime == "onnx" and device != "cpu":
+        raise ValueError(f"embedder.runtime: onnx runs on the CPU only, not on {device!r}")
+    return runtime
+
+
+def build_embedder(model: str, device: str = "cpu", batch_size: int = 16, torch_threads: int | None = 1,
+                   runtime: str = "torch", cache_dir: Path | None = None) -> MiniLMEmbedder | OnnxMiniLMEmbedder:
+    """The embedder a configured name and runtime stand for (weights load on first use).
+
+    Args:
+        runtime: "torch", "onnx" or "auto" (see :func:`resolve_runtime`).
+        cache_dir: folder of the exported ONNX files (onnx only; None = a temporary folder).
+
+    Raises:
+        ValueError: an unknown name, a runtime the model cannot run on, or a CPU-only model on a GPU.
+    """
+    if resolve_runtime(model, device, runtime) == "onnx":
+        return OnnxMiniLMEmbedder(quantized=model.endswith("-int8"), batch_size=batch_size,
+                                  threads=torch_threads or 1, cache_dir=cache_dir)
     return MiniLMEmbedder(device=device, batch_size=batch_size, torch_threads=torch_threads,
                           quantized=model.endswith("-int8"))
 

@@ -11,26 +11,37 @@ from deployments.cli import UserError
 NAME = "ingest"
 
 
-def _config(text: str) -> tuple[str, int, int, bool]:
-    parts = text.strip().split("x")
-    quantized = parts[-1] == "int8"
-    if quantized:
-        parts = parts[:-1]
+#: the last ``x`` part of a configuration -> (embedder model name, runtime); none = torch fp32.
+_MODELS = {
+    "fp32": ("all-MiniLM-L6-v2", "torch"),
+    "int8": ("all-MiniLM-L6-v2-int8", "torch"),
+    "onnx": ("all-MiniLM-L6-v2", "onnx"),
+    "onnx-int8": ("all-MiniLM-L6-v2-onnx-int8", "onnx"),
+}
+
+
+def _config(text: str) -> tuple[str, int, int, str, str]:
+    """``FORWARDxTHREADS[xMODEL]`` -> (label, texts per pass, threads, embedder model name, runtime)."""
+    parts = text.strip().split("x", 2)
+    kind = parts[2] if len(parts) == 3 else "fp32"
+    if kind not in _MODELS:
+        raise UserError(f"--configs: {text!r}: MODEL must be one of {', '.join(_MODELS)}")
     try:
-        fwd, threads = (int(x) for x in parts)
+        fwd, threads = (int(x) for x in parts[:2])
     except ValueError:
-        raise UserError(f"--configs: {text!r} is not FORWARDxTHREADS[xint8] (e.g. 16x1 or 16x1xint8)") from None
+        raise UserError(f"--configs: {text!r} is not FORWARDxTHREADS[xMODEL] (e.g. 16x1 or 16x1xonnx)") from None
     if fwd < 1 or threads < 1:
         raise UserError(f"--configs: {text!r} needs positive numbers")
-    return (f"fwd{fwd}-t{threads}" + ("-int8" if quantized else ""), fwd, threads, quantized)
+    return (f"fwd{fwd}-t{threads}" + ("" if kind == "fp32" else f"-{kind}"), fwd, threads, *_MODELS[kind])
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``bench ingest``."""
     p = subparsers.add_parser(NAME, help="memories/s of POST /v1/memories (in-process app, MiniLM, fsync'ed WAL)")
-    p.add_argument("--configs", default="64x1,16x1,16x2",
-                   help="FORWARDxTHREADS[xint8] per configuration, the first is the baseline (default: 64x1,16x1,16x2; "
-                        "64x1 was the default before; xint8 = the all-MiniLM-L6-v2-int8 embedder)")
+    p.add_argument("--configs", default="16x1,16x1xonnx,16x2xonnx,16x1xonnx-int8,16x2xonnx-int8",
+                   help="FORWARDxTHREADS[xMODEL] per configuration, the first is the baseline; MODEL: fp32 (torch, the "
+                        "default), int8 (torch int8), onnx (ONNX Runtime fp32, same vectors), onnx-int8 "
+                        "(default: 16x1,16x1xonnx,16x2xonnx,16x1xonnx-int8,16x2xonnx-int8)")
     p.add_argument("--rounds", type=int, default=8, help="timed batches per configuration (default: 8)")
     p.add_argument("--batch", type=int, default=50, help="memories per request (default: 50)")
     p.add_argument("--locomo", default="../shared/eval/locomo_dev.json", help="source of the texts")
@@ -52,10 +63,22 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         raise UserError(str(exc)) from None
     row["command"] = " ".join(["recallserve", *sys.argv[1:]])
-    for r in row["rows"]:
-        print(f"{r['config']:>12}  median {r['median_batch_s']:.3f} s/batch  {r['memories_per_s']:7.1f} mem/s  "
-              f"(best {r['best_memories_per_s']:.1f})  x{r['ratio_vs_baseline']:.2f}")
+    table = markdown_table(row)
+    print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(row, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    md = args.out.with_suffix(".md")
+    md.write_text(f"# bench ingest\n\n`{row['command']}`\n\n{row['server']}; batch {row['batch']}, {row['rounds']} rounds; "
+                  f"load average (1 min) before/after {row['load_avg_1m_before_after']} on {row['cpus']} CPUs.\n\n{table}\n")
+    print(f"wrote {args.out} and {md}")
     return 0
+
+
+def markdown_table(row: dict) -> str:
+    """The rows of an ``ingest_bench`` result as a markdown table (ratio vs the first configuration)."""
+    lines = ["| config | model | runtime | median s/batch | memories/s | best memories/s | ratio | query embed p50 ms |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in row["rows"]:
+        lines.append(f"| {r['config']} | {r['model']} | {r['runtime']} | {r['median_batch_s']:.3f} | {r['memories_per_s']:.1f} | "
+                     f"{r['best_memories_per_s']:.1f} | x{r['ratio_vs_baseline']:.2f} | {r['query_embed_p50_ms']} |")
+    return "\n".join(lines)

@@ -26,13 +26,18 @@ _DEFAULT_K = "1,5,10,20,50"
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``eval locomo``."""
+    from memory_shards.embedders import EMBEDDER_MODELS
+
     p = subparsers.add_parser(NAME, help="LoCoMo evidence recall@k of the hybrid memory retrieval")
     p.add_argument("file", help="LoCoMo-format JSON (e.g. ../shared/eval/locomo_dev.json)")
     p.add_argument("--k", default=_DEFAULT_K, help=f"comma-separated cut-offs (default: {_DEFAULT_K})")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     p.add_argument("--shards", type=int, default=2, help="in-process shards (default: 2, as cpu-local)")
-    p.add_argument("--embedder", choices=["all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8"], default="all-MiniLM-L6-v2",
+    p.add_argument("--embedder", choices=list(EMBEDDER_MODELS), default="all-MiniLM-L6-v2",
                    help="embedding model (default: the fp32 MiniLM every profile uses)")
+    p.add_argument("--runtime", choices=["auto", "torch", "onnx"], default="auto",
+                   help="embedder runtime (default: auto = ONNX Runtime on the CPU, as the cpu-local embedder; fp32 "
+                        "gives the same vectors on both)")
     p.add_argument("--mode", choices=["hybrid", "dense", "lexical"], default="hybrid",
                    help="hybrid (default), dense only (fused kernel) or lexical only (BM25)")
     p.add_argument("--context", type=int, default=2,
@@ -202,11 +207,12 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
     from rich.progress import Progress
 
     from memory_shards.embedders import build_embedder
+    from serve import envs
     from memory_shards.retrieval import RetrievalParams, local_hybrid_coordinator
     from memory_shards.retrieval.locomo import IndexOptions, evaluate_locomo
     from serve.memory_api import MemoryService, SearchRequest
 
-    emb = build_embedder(args.embedder)
+    emb = build_embedder(args.embedder, runtime=args.runtime, cache_dir=envs.recallserve_home() / "onnx")
     tmp = tempfile.TemporaryDirectory(prefix="locomo-") if args.durable else None
     coord = local_hybrid_coordinator(args.shards, emb.model_id, emb.dim, data_root=tmp.name if tmp else None,
                                      fsync=bool(tmp))
@@ -297,12 +303,13 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
     import numpy as np
 
     from memory_shards.embedders import build_embedder
+    from serve import envs
     from memory_shards.retrieval import RetrievalParams, local_hybrid_coordinator
     from memory_shards.retrieval.locomo import IndexOptions, evaluate_locomo
     from memory_shards.retrieval.when import query_time_window
     from serve.memory_api import MemoryService, SearchRequest
 
-    emb = build_embedder(args.embedder)
+    emb = build_embedder(args.embedder, runtime=args.runtime, cache_dir=envs.recallserve_home() / "onnx")
     coord = local_hybrid_coordinator(args.shards, emb.model_id, emb.dim, data_root=None, fsync=False)
     cache: dict[str, np.ndarray] = {}
 

@@ -139,23 +139,30 @@ if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
 
 
-def ingest_bench(configs: list[tuple[str, int, int, bool]], rounds: int = 8, batch: int = 50,
+#: single-text query embeddings timed per configuration after the ingest rounds.
+_QUERY_SAMPLES = 30
+
+
+def ingest_bench(configs: list[tuple[str, int, int, str, str]], rounds: int = 8, batch: int = 50,
                  locomo: str = "../shared/eval/locomo_dev.json") -> dict:
     """Memories/s of ``POST /v1/memories`` (batches of ``batch``) per embedder configuration, interleaved.
 
-    Each configuration ``(label, texts per forward pass, torch threads, int8)`` gets its own in-process
-    app (the real router, service, hybrid shards on disk with fsync'ed WAL, MiniLM); the rounds
+    Each configuration ``(label, texts per forward pass, threads, embedder model name, runtime)`` gets
+    its own in-process app (the real router, service, hybrid shards on disk with fsync'ed WAL, the
+    embedder as ``build_embedder`` makes it for the deployment); the rounds
     alternate between configurations so that load from other processes hits them alike. Texts
     are distinct LoCoMo turns (never the same text twice). The first configuration is the
-    baseline of the ``ratio`` column. Median and best batch times are reported.
+    baseline of the ``ratio`` column. Median and best batch times are reported. ONNX files are
+    exported into ``$RECALLSERVE_HOME/onnx`` (as the deployment does) before timing starts.
     """
     import torch
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
-    from memory_shards.embedders import MiniLMEmbedder
+    from memory_shards.embedders import build_embedder
     from memory_shards.retrieval import local_hybrid_coordinator
     from memory_shards.retrieval.locomo import load_locomo
+    from serve import envs
     from serve.api.auth import Authenticator
     from serve.api.errors import install_error_handlers
     from serve.memory_api import MemoryService, build_router
@@ -166,8 +173,11 @@ def ingest_bench(configs: list[tuple[str, int, int, bool]], rounds: int = 8, bat
         raise ValueError(f"rounds: {rounds} rounds x {len(configs)} configs x {batch} need {need} turns, the file has {len(turns)}")
     tmp = tempfile.TemporaryDirectory(prefix="ingest-bench-")
     apps = []
-    for i, (label, fwd, threads, quantized) in enumerate(configs):
-        emb = MiniLMEmbedder(batch_size=fwd, torch_threads=None, quantized=quantized)
+    for i, (label, fwd, threads, model, runtime) in enumerate(configs):
+        # NOTE: torch threads are process-wide (set before each timed batch below); an ONNX session
+        # has its own thread pool, fixed here.
+        emb = build_embedder(model, batch_size=fwd, torch_threads=threads if runtime == "onnx" else None,
+                             runtime=runtime, cache_dir=envs.recallserve_home() / "onnx")
         emb.embed(["warm up"])
         coord = local_hybrid_coordinator(2, emb.model_id, emb.dim, data_root=f"{tmp.name}/{i}")
 
@@ -177,8 +187,11 @@ def ingest_bench(configs: list[tuple[str, int, int, bool]], rounds: int = 8, bat
         app = FastAPI()
         install_error_handlers(app)
         app.include_router(build_router(MemoryService(coord, embed), Authenticator({"sk-bench": "bench"})))
-        apps.append((label, threads, TestClient(app), coord))
+        apps.append((label, threads, TestClient(app), coord, emb))
+    questions = [q.question for c in load_locomo(locomo) for q in c.questions][:_QUERY_SAMPLES]
     times: dict[str, list[float]] = {label: [] for label, *_ in configs}
+    query_ms: dict[str, list[float]] = {label: [] for label, *_ in configs}
+    load_before = os.getloadavg()
     cursor = 0
     try:
         for clients in [[a[2].__enter__() for a in apps]]:
@@ -195,21 +208,30 @@ def ingest_bench(configs: list[tuple[str, int, int, bool]], rounds: int = 8, bat
                     times[label].append(time.perf_counter() - t0)
                     if r.status_code != 200 or len(r.json()["ids"]) != batch:
                         raise RuntimeError(f"{label}: POST /v1/memories answered {r.status_code}: {r.text[:200]}")
+            # NOTE: the search path embeds one query at a time; a change that helps batches must not slow it.
+            for q in questions:
+                for label, threads, *_, emb in apps:
+                    torch.set_num_threads(threads)
+                    t0 = time.perf_counter()
+                    emb.embed([q])
+                    query_ms[label].append((time.perf_counter() - t0) * 1000)
     finally:
-        for _, _, client, coord in apps:
+        for _, _, client, coord, _ in apps:
             client.__exit__(None, None, None)
             for shard in coord.shards:
                 shard.shard.close()
         tmp.cleanup()
     base = float(np.median(times[configs[0][0]]))
     rows = []
-    for label, fwd, threads, quantized in configs:
+    for label, fwd, threads, model, runtime in configs:
         med = float(np.median(times[label]))
-        rows.append({"config": label, "forward_batch_size": fwd, "torch_threads": threads, "int8": quantized,
+        rows.append({"config": label, "forward_batch_size": fwd, "threads": threads, "model": model, "runtime": runtime,
                      "batches": len(times[label]),
                      "median_batch_s": round(med, 3), "best_batch_s": round(min(times[label]), 3),
                      "memories_per_s": round(batch / med, 1), "best_memories_per_s": round(batch / min(times[label]), 1),
-                     "ratio_vs_baseline": round(base / med, 2)})
+                     "ratio_vs_baseline": round(base / med, 2),
+                     "query_embed_p50_ms": round(float(np.median(query_ms[label])), 1) if query_ms[label] else None})
     return {"bench": "memory_api_ingest", "server": "in-process FastAPI app (TestClient), 2 hybrid shards, WAL fsync on",
             "machine": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "batch": batch, "rounds": rounds, "rows": rows}
+            "batch": batch, "rounds": rounds, "query_samples": len(questions),
+            "load_avg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)], "rows": rows}

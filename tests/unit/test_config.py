@@ -145,6 +145,22 @@ def test_memory_migration_is_validated(tmp_path) -> None:
         load_config("cpu-local", overrides={"embedder": {"model": "all-MiniLM-L6-v2-int8", "device": "cuda"}})
 
 
+def test_embedder_runtime_is_checked_against_model_and_device() -> None:
+    """runtime auto: ONNX Runtime on the CPU profiles, torch on the GPU ones; impossible pairs are a config error."""
+    from memory_shards.embedders import resolve_runtime
+
+    cpu = load_config("cpu-local").embedder
+    assert cpu.runtime == "auto" and resolve_runtime(cpu.model, cpu.device, cpu.runtime) == "onnx"
+    gpu = load_config("gpu-cluster").embedder
+    assert resolve_runtime(gpu.model, gpu.device, gpu.runtime) == "torch"
+    with pytest.raises(ConfigError, match="embedder: .*runtime: onnx runs on the CPU only"):
+        load_config("gpu-cluster", overrides={"embedder": {"runtime": "onnx"}})
+    with pytest.raises(ConfigError, match="embedder: .*all-MiniLM-L6-v2-int8 runs on torch, not 'onnx'"):
+        load_config("cpu-local", overrides={"embedder": {"model": "all-MiniLM-L6-v2-int8", "runtime": "onnx"}})
+    with pytest.raises(ConfigError, match="embedder.runtime: Input should be 'auto', 'torch' or 'onnx'"):
+        load_config("cpu-local", overrides={"embedder": {"runtime": "tensorrt"}})
+
+
 def test_timeouts_nest_agent_then_pipeline_then_http() -> None:
     """The agent's deadline returns its partial answer; the pipeline's and the HTTP proxy's fire after it."""
     from serve.pipeline import ChatPipeline

