@@ -39,9 +39,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -73,10 +71,12 @@ def _chat_body(model: str, s: int, turn: int, turns: int, agent: bool) -> dict[s
 
 
 def _seed(url: str, key: str, model: str, *, memories: int, sessions: int, turns: int, reviews: int,
-          agent: bool, clients: int) -> dict[str, Any]:
+          agent: bool, clients: int, first_session: int = 0, seed_seconds: float | None = None) -> dict[str, Any]:
     """Write one tenant's data through the API; returns the seconds each part took and the counts.
 
-    ``clients`` sessions are chatted at once (each session's turns in order); every answer must be 200.
+    ``clients`` sessions are chatted at once (each session's turns in order); every answer must be
+    200. Sessions are numbered from ``first_session``; none starts after ``seed_seconds`` (the
+    report gives the counts the tenant holds).
     """
     from tests.unit.experience._records import speed_record
 
@@ -94,6 +94,8 @@ def _seed(url: str, key: str, model: str, *, memories: int, sessions: int, turns
         print(f"console_pages: {memories} memories written in {took['memories_s']:.0f} s", flush=True)
 
         def session(s: int) -> None:
+            if seed_seconds is not None and time.perf_counter() - t > seed_seconds:
+                return
             for turn in range(turns):
                 r = c.post("/v1/chat/completions", json=_chat_body(model, s, turn, turns, agent))
                 if r.status_code != 200:
@@ -103,7 +105,7 @@ def _seed(url: str, key: str, model: str, *, memories: int, sessions: int, turns
 
         t = time.perf_counter()
         with ThreadPoolExecutor(max_workers=max(1, clients)) as pool:
-            list(pool.map(session, range(sessions)))
+            list(pool.map(session, range(first_session, first_session + sessions)))
         took["sessions_s"] = time.perf_counter() - t
         for _ in range(reviews):
             c.post("/v1/experiences", json=speed_record(answer="95 km/h", model="qwen2.5-7b")).raise_for_status()
@@ -111,12 +113,13 @@ def _seed(url: str, key: str, model: str, *, memories: int, sessions: int, turns
         while True:  # NOTE: traces are written off the request path
             listed = c.get("/v1/turns/sessions", params={"limit": 500}).json()["data"]
             stored = sum(x["turns"] for x in listed)
-            if stored >= sessions * turns:
+            if stored >= sessions * turns or seed_seconds is not None:
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{stored} of {sessions * turns} turn traces stored after 120 s")
             time.sleep(0.5)
-        took["stored"] = {"sessions": len(listed), "turns": stored,
+        took["stored"] = {"memories": c.get("/v1/console/health").json()["memory_records"],
+                          "sessions": len(listed), "turns": stored,
                           "review": len(c.get("/v1/experiences/review", params={"limit": 500}).json())}
     return took
 
@@ -214,8 +217,10 @@ def _in_process() -> Iterator[tuple[str, dict[str, str]]]:
 @contextmanager
 def _cluster(profile: str, port: int, model: str, recall_k: int) -> Iterator[tuple[str, dict[str, str]]]:
     """``profile`` started as ``recallserve up`` starts it (scratch folders, ``model`` for the chat
-    roles, the two bench keys, no agent, ``recall_k`` memories per turn), shut down on exit (also
-    on SIGTERM, e.g. from ``timeout``)."""
+    roles, the two bench keys, no agent, ``recall_k`` memories per turn), shut down on exit.
+
+    NOTE: Ray's own SIGTERM handler aborts the driver (no ``finally``): stop a run with Ctrl-C.
+    """
     from deployments import runner
     from loadtests._cluster import scratch_config
 
@@ -224,7 +229,6 @@ def _cluster(profile: str, port: int, model: str, recall_k: int) -> Iterator[tup
     config = scratch_config(profile, port, scratch, model, auth={"keys": KEYS}, agent_enabled=False)
     config.memory.top_k = recall_k
     runner.prepare_models(config, progress=False)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # NOTE: so the finally below stops Ray
     try:
         t = time.perf_counter()
         runner.start_ray(config)
@@ -244,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reviews", type=int, default=50, help="experiences in the review queue (default 50)")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per page (default 5)")
     p.add_argument("--clients", type=int, default=4, help="sessions chatted at once while seeding (default 4)")
+    p.add_argument("--first-session", type=int, default=0, help="number of the first seeded session (default 0)")
+    p.add_argument("--seed-seconds", type=float, default=None,
+                   help="start no session after this many seconds of session seeding (default: no limit)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--start-cluster", action="store_true",
                        help="start the profile's cluster (embedded Ray, scratch folders) and stop it at the end")
@@ -285,13 +292,14 @@ def main(argv: list[str] | None = None) -> int:
     with target as (url, keys):
         seeded = _seed(url, keys["loaded"], model, memories=args.memories, sessions=args.sessions, turns=args.turns,
                        reviews=args.reviews, agent=not in_cluster,
-                       clients=args.clients if in_cluster else 1)
+                       clients=args.clients if in_cluster else 1, first_session=args.first_session,
+                       seed_seconds=args.seed_seconds)
         loaded = _measure(url, keys["loaded"], args.repeats, loaded=True)
         empty = _measure(url, keys["empty"], args.repeats, loaded=False)
     load = os.getloadavg()[0]
     stored = seeded["stored"]
     lines = [f"# Console pages: time to usable ({time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())})", "",
-             f"Headless Chromium against {where_text}. Tenant with {args.memories} memories, "
+             f"Headless Chromium against {where_text}. {stored['memories']} memory records (the tenant's), "
              f"{stored['sessions']} sessions ({stored['turns']} traced turns), {stored['review']} experiences in "
              f"review; baseline: the same page for a tenant with no data. {args.repeats} runs per page after a "
              f"warm-up. Seeding through the API took {seeded['memories_s']:.0f} s (memories) and "
