@@ -1,10 +1,25 @@
 """How fast each console page is usable with 10k memories and 100 sessions, in a real browser.
 
-Seeds one tenant (``acme``) through the HTTP API of the in-process app
-(:mod:`loadtests._console_app`, served by uvicorn on 127.0.0.1): ``--memories`` memories, and
-``--sessions`` sessions of two agent turns each (so as many traces), plus ``--reviews``
-experiences in the review queue. Then headless Chromium signs in and, ``--repeats`` times per
-page, times from the click to the page being usable (its data on screen):
+Three ways to reach an app, one seeding and one measurement:
+
+* in process (default): the app of :mod:`loadtests._console_app` (a stand-in model that follows
+  the agent protocol, the hashing embedder) served by uvicorn on 127.0.0.1;
+* ``--start-cluster``: the ``cpu-local`` profile started as ``recallserve up`` starts it
+  (:mod:`deployments.runner`: embedded Ray, Serve proxy, the memory shards, the MiniLM embedder, the
+  ``state`` deployment owning the session / trace / experience SQLite files), its folders under a
+  scratch ``.recallserve/console-<time>``, on 127.0.0.1:``--port``, the chat roles on ``--model``
+  (default the tiny SmolLM2: the run measures the console, not generation), stopped at the end;
+* ``--url``: a cluster that is already running (loopback only), with ``--key`` / ``--empty-key``.
+
+Seeding goes through the HTTP API only: ``--memories`` memories (``POST /v1/memories``, batches of
+256), ``--sessions`` sessions of ``--turns`` chat turns each, so as many traced turns, plus
+``--reviews`` experiences in the review queue. In process every turn goes through the agent (the
+stand-in model answers at once); in a cluster each turn is a real model call with ``agent: off``
+and ``max_tokens`` 8, and ``--start-cluster`` turns the agent off and recalls ``--recall-k``
+memories per turn (a 1k-token agent prompt per turn costs tens of seconds on 2 shared cores; the
+pages read the same stores either way).
+Then headless Chromium signs in and, ``--repeats`` times per page, times from the click to the
+page being usable (its data on screen):
 
 * Memories: a search submitted -> the result rows shown;
 * Sessions: the list shown, then a session opened (summary, entities, last context) shown;
@@ -12,25 +27,31 @@ page, times from the click to the page being usable (its data on screen):
 * Review queue: the queue shown;
 * Health: the figure cards shown.
 
-The baseline, measured in the same run, is the same page for a tenant with no data (``globex``),
-so ``ratio`` is what the data volume costs. Target: every page usable in under 1 s.
+The baseline, measured in the same run, is the same page for a tenant with no data, so ``ratio``
+is what the data volume costs. Target: every page usable in under 1 s.
 
     python -m loadtests.console_pages --memories 10000 --sessions 100
+    flock /tmp/recallserve-ray.lock python -m loadtests.console_pages --start-cluster \
+        --out loadtests/results/console-pages-cluster
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from loadtests._console_app import CHROMIUM_ARGS, build_console_app, chromium_path, serve_in_thread
+from loadtests._guard import HostRefused, check_host
 from loadtests._report import bench_parser, write_report
 
 __all__ = ["main"]
@@ -39,13 +60,29 @@ KEYS = {"sk-acme": "acme", "sk-globex": "globex"}
 TOPICS = ["printers/jams", "printers/ink", "orders/delivery", "orders/returns", "billing/refunds"]
 
 
-def _seed(url: str, memories: int, sessions: int, reviews: int) -> dict[str, float]:
-    """Write acme's data through the API; returns the seconds each part took."""
+def _chat_body(model: str, s: int, turn: int, turns: int, agent: bool) -> dict[str, Any]:
+    """Turn ``turn`` of session ``s``: through the agent (route, steps, tool calls) when ``agent``,
+    else ``agent: off`` and 8 tokens (one short model call)."""
+    text = (f"My order is 104208 and my unit is U-{s}." if turn == 0 else
+            "Where is order 104208?" if turn == turns - 1 else f"Note {turn}: the printer on floor {s % 7} jams.")
+    body: dict[str, Any] = {"model": model, "user": f"user{s % 10}", "messages": [{"role": "user", "content": text}],
+                            "metadata": {"session_id": f"s-{s}"} | ({} if agent else {"agent": "off"})}
+    return body if agent else body | {"max_tokens": 8}
+
+
+def _seed(url: str, key: str, model: str, *, memories: int, sessions: int, turns: int, reviews: int,
+          agent: bool, clients: int, first_session: int = 0, seed_seconds: float | None = None) -> dict[str, Any]:
+    """Write one tenant's data through the API; returns the seconds each part took and the counts.
+
+    ``clients`` sessions are chatted at once (each session's turns in order); every answer must be
+    200. Sessions are numbered from ``first_session``; none starts after ``seed_seconds`` (the
+    report gives the counts the tenant holds).
+    """
     from tests.unit.experience._records import speed_record
 
-    auth = {"Authorization": "Bearer sk-acme"}
-    took: dict[str, float] = {}
-    with httpx.Client(base_url=url, headers=auth, timeout=120) as c:
+    auth = {"Authorization": f"Bearer {key}"}
+    took: dict[str, Any] = {}
+    with httpx.Client(base_url=url, headers=auth, timeout=600) as c:
         t = time.perf_counter()
         for start in range(0, memories, 256):
             batch = [{"text": f"Note {i}: customer {i % 997} reported {TOPICS[i % 5].split('/')[1]} on unit U-{i}; "
@@ -54,21 +91,36 @@ def _seed(url: str, memories: int, sessions: int, reviews: int) -> dict[str, flo
             r = c.post("/v1/memories", json={"memories": batch})
             r.raise_for_status()
         took["memories_s"] = time.perf_counter() - t
+        print(f"console_pages: {memories} memories written in {took['memories_s']:.0f} s", flush=True)
+
+        def session(s: int) -> None:
+            if seed_seconds is not None and time.perf_counter() - t > seed_seconds:
+                return
+            for turn in range(turns):
+                r = c.post("/v1/chat/completions", json=_chat_body(model, s, turn, turns, agent))
+                if r.status_code != 200:
+                    raise RuntimeError(f"session s-{s} turn {turn}: {r.status_code} {r.text[:300]}")
+            if s % 10 == 9:
+                print(f"console_pages: session s-{s} done at {time.perf_counter() - t:.0f} s", flush=True)
+
         t = time.perf_counter()
-        for s in range(sessions):
-            for text in (f"My order is 104208 and my unit is U-{s}.", "Where is order 104208?"):
-                r = c.post("/v1/chat/completions", json={"model": "recallserve", "user": f"user{s % 10}",
-                                                         "metadata": {"session_id": f"s-{s}"},
-                                                         "messages": [{"role": "user", "content": text}]})
-                r.raise_for_status()
+        with ThreadPoolExecutor(max_workers=max(1, clients)) as pool:
+            list(pool.map(session, range(first_session, first_session + sessions)))
         took["sessions_s"] = time.perf_counter() - t
         for _ in range(reviews):
             c.post("/v1/experiences", json=speed_record(answer="95 km/h", model="qwen2.5-7b")).raise_for_status()
         deadline = time.monotonic() + 120
-        while len(c.get("/v1/turns", params={"limit": 500}).json()["data"]) < 2 * sessions:  # traces: off the request path
+        while True:  # NOTE: traces are written off the request path
+            listed = c.get("/v1/turns/sessions", params={"limit": 500}).json()["data"]
+            stored = sum(x["turns"] for x in listed)
+            if stored >= sessions * turns or seed_seconds is not None:
+                break
             if time.monotonic() > deadline:
-                raise RuntimeError("the turn traces were not all stored within 120 s")
-            time.sleep(0.2)
+                raise RuntimeError(f"{stored} of {sessions * turns} turn traces stored after 120 s")
+            time.sleep(0.5)
+        took["stored"] = {"memories": c.get("/v1/console/health").json()["memory_records"],
+                          "sessions": len(listed), "turns": stored,
+                          "review": len(c.get("/v1/experiences/review", params={"limit": 500}).json())}
     return took
 
 
@@ -127,7 +179,7 @@ def _timed(prepare: Step, act: Step) -> float:
     return time.perf_counter() - start
 
 
-def _measure(url: str, key: str, repeats: int) -> dict[str, dict[str, float]]:
+def _measure(url: str, key: str, repeats: int, *, loaded: bool) -> dict[str, dict[str, float]]:
     from playwright.sync_api import sync_playwright
 
     out: dict[str, dict[str, float]] = {}
@@ -140,9 +192,8 @@ def _measure(url: str, key: str, repeats: int) -> dict[str, dict[str, float]]:
         page.click("#signin button[type=submit]")
         page.wait_for_selector("#memory-search")
         for name, (prepare, act) in _pages(page).items():
-            if name.endswith("open one") or name.endswith("open a trace"):
-                if not key.endswith("acme"):
-                    continue  # NOTE: nothing to open for the empty tenant
+            if not loaded and (name.endswith("open one") or name.endswith("open a trace")):
+                continue  # NOTE: nothing to open for the empty tenant
             _timed(prepare, act)  # NOTE: warm-up (first render, first SQLite pages)
             times = [_timed(prepare, act) for _ in range(repeats)]
             out[name] = {"median_s": statistics.median(times), "max_s": max(times)}
@@ -150,31 +201,109 @@ def _measure(url: str, key: str, repeats: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = bench_parser("console_pages", __doc__ or "", "console-pages")
-    p.add_argument("--memories", type=int, default=10_000, help="acme's memories (default 10000)")
-    p.add_argument("--sessions", type=int, default=100, help="acme's sessions, two traced turns each (default 100)")
-    p.add_argument("--reviews", type=int, default=50, help="experiences in acme's review queue (default 50)")
-    p.add_argument("--repeats", type=int, default=5, help="timed runs per page (default 5)")
-    args = p.parse_args(argv)
-    if chromium_path() is None:
-        p.error("Debian's chromium is not installed (apt-get install -y chromium)")
+@contextmanager
+def _in_process() -> Iterator[tuple[str, dict[str, str]]]:
+    """The console rig served on 127.0.0.1: (its URL, {"loaded": key, "empty": key})."""
     with tempfile.TemporaryDirectory(prefix="rs-console-bench-") as tmp:
         app, coord, _engine = build_console_app(Path(tmp), KEYS)
         try:
             with serve_in_thread(app) as url:
-                seeded = _seed(url, args.memories, args.sessions, args.reviews)
-                loaded = _measure(url, "sk-acme", args.repeats)
-                empty = _measure(url, "sk-globex", args.repeats)
+                yield url, {"loaded": "sk-acme", "empty": "sk-globex"}
         finally:
             for shard_client in coord.shards:
                 shard_client.shard.close()
+
+
+@contextmanager
+def _cluster(profile: str, port: int, model: str, recall_k: int) -> Iterator[tuple[str, dict[str, str]]]:
+    """``profile`` started as ``recallserve up`` starts it (scratch folders, ``model`` for the chat
+    roles, the two bench keys, no agent, ``recall_k`` memories per turn), shut down on exit.
+
+    NOTE: Ray's own SIGTERM handler aborts the driver (no ``finally``): stop a run with Ctrl-C.
+    """
+    from deployments import runner
+    from loadtests._cluster import scratch_config
+
+    root = Path(__file__).resolve().parents[1]
+    scratch = root / ".recallserve" / time.strftime("console-%Y%m%dT%H%M%S", time.gmtime())
+    config = scratch_config(profile, port, scratch, model, auth={"keys": KEYS}, agent_enabled=False)
+    config.memory.top_k = recall_k
+    runner.prepare_models(config, progress=False)
+    try:
+        t = time.perf_counter()
+        runner.start_ray(config)
+        runner.deploy(config)
+        print(f"console_pages: {profile} up on 127.0.0.1:{port} in {time.perf_counter() - t:.0f} s", flush=True)
+        yield f"http://127.0.0.1:{port}", {"loaded": "sk-acme", "empty": "sk-globex"}
+    finally:
+        runner.shutdown()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = bench_parser("console_pages", __doc__ or "", "console-pages")
+    p.add_argument("--memories", type=int, default=10_000, help="the tenant's memories (default 10000)")
+    p.add_argument("--sessions", type=int, default=100, help="the tenant's sessions (default 100)")
+    p.add_argument("--turns", type=int, default=2, help="chat turns per session, each traced (default 2)")
+    p.add_argument("--reviews", type=int, default=50, help="experiences in the review queue (default 50)")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per page (default 5)")
+    p.add_argument("--clients", type=int, default=4, help="sessions chatted at once while seeding (default 4)")
+    p.add_argument("--first-session", type=int, default=0, help="number of the first seeded session (default 0)")
+    p.add_argument("--seed-seconds", type=float, default=None,
+                   help="start no session after this many seconds of session seeding (default: no limit)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--start-cluster", action="store_true",
+                       help="start the profile's cluster (embedded Ray, scratch folders) and stop it at the end")
+    where.add_argument("--url", default=None, help="a running cluster (loopback only)")
+    p.add_argument("--key", default="sk-local", help="with --url: the key of the tenant to seed (default sk-local)")
+    p.add_argument("--empty-key", default=None, help="with --url: a key of a tenant with no data (the baseline)")
+    p.add_argument("--profile", default="cpu-local", help="with --start-cluster: the profile (default cpu-local)")
+    p.add_argument("--model", default="smollm2-135m-instruct-q4_1",
+                   help="with --start-cluster: the chat roles' model (default the tiny SmolLM2)")
+    p.add_argument("--port", type=int, default=8019, help="with --start-cluster: HTTP port (default 8019)")
+    p.add_argument("--recall-k", type=int, default=4, help="with --start-cluster: memories a turn recalls (default 4)")
+    args = p.parse_args(argv)
+    for name, lo, hi in [("memories", 0, 100_000), ("sessions", 1, 500), ("turns", 1, 10), ("reviews", 0, 500),
+                         ("repeats", 1, 50), ("clients", 1, 32), ("port", 1024, 65535),
+                         ("recall_k", 1, 64)]:
+        if not lo <= getattr(args, name) <= hi:
+            p.error(f"--{name}: must be within [{lo}, {hi}], got {getattr(args, name)}")
+    if chromium_path() is None:
+        p.error("Debian's chromium is not installed (apt-get install -y chromium)")
+    if args.url is not None:
+        if args.empty_key is None:
+            p.error("--url needs --empty-key (a tenant with no data, the baseline)")
+        try:
+            base = check_host(args.url)
+        except HostRefused as exc:
+            p.error(f"--url: {exc}")
+        target: Any = nullcontext((base, {"loaded": args.key, "empty": args.empty_key}))
+        where_text, model = f"a running cluster at {args.url}", "recallserve"
+    elif args.start_cluster:
+        target = _cluster(args.profile, args.port, args.model, args.recall_k)
+        where_text = (f"the {args.profile} cluster (embedded Ray, Serve proxy on 127.0.0.1, MiniLM embedder, "
+                      f"sharded memory, state deployment; chat roles on {args.model}, agent off, "
+                      f"{args.recall_k} memories recalled per turn)")
+        model = "recallserve"
+    else:
+        target = _in_process()
+        where_text, model = "app in process on 127.0.0.1 (uvicorn, one process, stand-in model)", "recallserve"
+    in_cluster = args.url is not None or args.start_cluster
+    with target as (url, keys):
+        seeded = _seed(url, keys["loaded"], model, memories=args.memories, sessions=args.sessions, turns=args.turns,
+                       reviews=args.reviews, agent=not in_cluster,
+                       clients=args.clients if in_cluster else 1, first_session=args.first_session,
+                       seed_seconds=args.seed_seconds)
+        loaded = _measure(url, keys["loaded"], args.repeats, loaded=True)
+        empty = _measure(url, keys["empty"], args.repeats, loaded=False)
     load = os.getloadavg()[0]
+    stored = seeded["stored"]
     lines = [f"# Console pages: time to usable ({time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())})", "",
-             f"Headless Chromium, app on 127.0.0.1 (uvicorn, one process). Tenant with {args.memories} memories, "
-             f"{args.sessions} sessions ({2 * args.sessions} traced turns), {args.reviews} experiences in review; "
-             f"baseline: the same page for a tenant with no data. {args.repeats} runs per page after a warm-up. "
-             f"Seeding took {seeded['memories_s']:.0f} s (memories) and {seeded['sessions_s']:.0f} s (sessions). "
+             f"Headless Chromium against {where_text}. {stored['memories']} memory records (the tenant's), "
+             f"{stored['sessions']} sessions ({stored['turns']} traced turns), {stored['review']} experiences in "
+             f"review; baseline: the same page for a tenant with no data. {args.repeats} runs per page after a "
+             f"warm-up. Seeding through the API took {seeded['memories_s']:.0f} s (memories) and "
+             f"{seeded['sessions_s']:.0f} s (sessions). "
              f"Machine: {os.cpu_count()} CPUs, load average {load:.1f} at the end (other work shares them).", "",
              "| page | median | max | empty tenant (median) | ratio | under 1 s |", "|---|---:|---:|---:|---:|---|"]
     for name, r in loaded.items():
@@ -183,8 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {name} | {1e3 * r['median_s']:.0f} ms | {1e3 * r['max_s']:.0f} ms | {vs} | "
                      f"{'yes' if r['max_s'] < 1 else 'NO'} |")
     write_report(args.out, "\n".join(lines) + "\n", {"args": vars(args) | {"out": str(args.out)}, "load_average": load,
-                                                       "seeded_s": seeded,
-                                                       "loaded": loaded, "empty": empty})
+                                                       "seeded": seeded, "loaded": loaded, "empty": empty})
     return 0
 
 

@@ -6,10 +6,16 @@ safe calculator, unit table, rule table), its confidence derived from the result
 filed in the active cache, the archival cache or the human review queue
 (:class:`ExperienceService`). Retrieved experiences are injected into the reasoner's prompt
 together with the checks they imply. :func:`build_router` exposes it over HTTP.
+
+The service, its store, caches, prompt and router load on first use (:func:`kernels.lazy_exports`):
+they pull in torch (through ``memory_shards``) and FastAPI, and the verification worker process
+(:mod:`serve.experience._pool`) imports this package only for the checks: importing those stays
+light, so a worker starts in about a second instead of tens of seconds on a busy host.
 """
 
-from serve.experience._api import build_router
-from serve.experience._caches import decay_factor, model_family, rank_active
+from typing import TYPE_CHECKING
+
+from kernels import lazy_exports
 from serve.experience._calculator import CalcError, evaluate
 from serve.experience._models import (
     ConflictAlert,
@@ -23,7 +29,6 @@ from serve.experience._models import (
     SearchResult,
 )
 from serve.experience._parser import ParseReport, ParsedTrace, parse_segmented
-from serve.experience._prompt import SYSTEM_PROMPT, build_messages
 from serve.experience._rules import Rule, RuleError, RuleTable
 from serve.experience._schema import (
     SCHEMA_VERSION,
@@ -36,10 +41,24 @@ from serve.experience._schema import (
     ReasoningStep,
     VerificationItem,
 )
-from serve.experience._service import Embedder, ExperienceNotFound, ExperienceService
-from serve.experience._store import ExperienceStore, StoredRow
 from serve.experience._units import DimensionError, parse_quantity, to_unit
 from serve.experience._verify import derive_confidence, run_check, verify_record
+
+if TYPE_CHECKING:
+    from serve.experience._api import build_router
+    from serve.experience._caches import decay_factor, model_family, rank_active
+    from serve.experience._prompt import SYSTEM_PROMPT, build_messages
+    from serve.experience._service import Embedder, ExperienceNotFound, ExperienceService
+    from serve.experience._store import ExperienceStore, StoredRow
+
+_LAZY = {
+    "build_router": "serve.experience._api",
+    **dict.fromkeys(("decay_factor", "model_family", "rank_active"), "serve.experience._caches"),
+    **dict.fromkeys(("SYSTEM_PROMPT", "build_messages"), "serve.experience._prompt"),
+    **dict.fromkeys(("Embedder", "ExperienceNotFound", "ExperienceService"), "serve.experience._service"),
+    **dict.fromkeys(("ExperienceStore", "StoredRow"), "serve.experience._store"),
+}
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "SCHEMA_VERSION",

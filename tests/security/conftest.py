@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,15 +46,32 @@ class Rig:
         return ["\n".join(m.content for m in messages) for messages, _ in self.engine.calls]
 
 
+@contextmanager
+def serving(root: Path) -> Iterator[Rig]:
+    """The rig with its stores under ``root``, its shards closed on exit."""
+    engine = FixedEngine()
+    app, memory = build_app(root, engine=engine)
+    try:
+        # NOTE: raise_server_exceptions=False: a bug must show as the 500 a real client gets.
+        with TestClient(app, raise_server_exceptions=False) as c:
+            yield Rig(c, app, engine)
+    finally:
+        for shard_client in memory.coordinator.shards:
+            shard_client.shard.close()
+
+
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
-    engine = FixedEngine()
-    app, memory = build_app(tmp_path, engine=engine)
-    # NOTE: raise_server_exceptions=False: a bug must show as the 500 a real client gets.
-    with TestClient(app, raise_server_exceptions=False) as c:
-        yield Rig(c, app, engine)
-    for shard_client in memory.coordinator.shards:
-        shard_client.shard.close()
+    """A fresh rig per test (the tests that count what a tenant holds)."""
+    with serving(tmp_path) as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def shared_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    """One rig for a module whose tests hold whatever state the others left (as a server does)."""
+    with serving(tmp_path_factory.mktemp("rig")) as r:
+        yield r
 
 
 def routes(app: FastAPI) -> set[tuple[str, str]]:

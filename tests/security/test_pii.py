@@ -7,6 +7,8 @@ are the positive control: a read-back that found nothing would fail on them.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.security.conftest import A, Rig
@@ -74,8 +76,22 @@ def _experience(rig: Rig) -> str:
     return record + label.text + str(segments)
 
 
+def _turn_trace(rig: Rig) -> str:
+    """The turn's trace as the console reads it: the list line, the whole trace (question, the
+    prompt the model received, memories, context) and the session's line."""
+    _chat(rig, TEXT, "req-4")
+    deadline = time.monotonic() + 30
+    while (trace := rig.client.get("/v1/turns/req-4", headers=headers(A))).status_code != 200:
+        assert time.monotonic() < deadline, "the turn's trace was not stored"
+        time.sleep(0.05)
+    assert "104208" in trace.json()["prompt"][-1]["content"], trace.text[:500]  # the prompt is there, masked
+    listed = rig.client.get("/v1/turns", headers=headers(A)).text
+    return trace.text + listed + rig.client.get("/v1/turns/sessions", headers=headers(A)).text
+
+
 WRITE_PATHS = {"direct memory write": _direct_memory, "chat write-back": _chat_write_back,
-               "session messages, entities, summary": _session, "experience record, label, its memories": _experience}
+               "session messages, entities, summary": _session, "experience record, label, its memories": _experience,
+               "turn trace (console)": _turn_trace}
 
 
 @pytest.mark.parametrize("path", WRITE_PATHS)
