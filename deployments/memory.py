@@ -44,6 +44,7 @@ from memory_shards.records import EmbeddedRecord, MemoryRecord
 from memory_shards.retrieval import Feedback, HybridShard, ShardHybridResult
 from memory_shards.shard import MemoryShard
 from serve.api.errors import APIError
+from serve.api.metrics import MEMORY_HOP
 from serve.memory_api import MemoryService, MigratingMemoryService
 from serve.pii import PiiMode
 
@@ -86,7 +87,8 @@ class EmbedderDeployment(PlacementInfo):
     async def _embed_batch(self, requests: list[list[str]]) -> list[np.ndarray]:
         # NOTE: the decorator's sizes are placeholders; __init__ sets the configured ones.
         flat = [t for texts in requests for t in texts]
-        vectors = await asyncio.to_thread(self._embedder.embed, flat)
+        with MEMORY_HOP.labels("embed_forward").time():
+            vectors = await asyncio.to_thread(self._embedder.embed, flat)
         out, start = [], 0
         for texts in requests:
             out.append(vectors[start : start + len(texts)])
@@ -157,8 +159,9 @@ class MemoryShardDeployment(PlacementInfo):
 
     async def hybrid_search(self, query_vector, lexical_query, tenant, dense_k, lexical_k, params, filters, now,
                             feedback=Feedback()):
-        return await self._run(self._shard.hybrid_search, query_vector, lexical_query, tenant, dense_k, lexical_k,
-                               params, filters, now, feedback)
+        with MEMORY_HOP.labels("shard_search").time():
+            return await self._run(self._shard.hybrid_search, query_vector, lexical_query, tenant, dense_k, lexical_k,
+                                   params, filters, now, feedback)
 
     async def touch(self, ids: Sequence[str], at: Sequence[float]) -> None:
         await self._run(self._shard.touch, list(ids), list(at))
@@ -248,8 +251,9 @@ class HandleShardClient:
 
     async def hybrid_search(self, query_vector, lexical_query, tenant, dense_k, lexical_k, params, filters,
                             now, feedback=Feedback()) -> ShardHybridResult:
-        return await self._call("hybrid_search", query_vector, lexical_query, tenant, dense_k, lexical_k, params,
-                                filters, now, tuple(feedback))
+        with MEMORY_HOP.labels("shard_call").time():
+            return await self._call("hybrid_search", query_vector, lexical_query, tenant, dense_k, lexical_k, params,
+                                    filters, now, tuple(feedback))
 
     async def touch(self, ids: Sequence[str], at: Sequence[float]) -> None:
         await self._call("touch", list(ids), list(at))
@@ -282,7 +286,8 @@ class HandleMemoryBackend(MemoryService):
 
         async def embed(texts: list[str]) -> np.ndarray:
             try:
-                return await embedder.embed.remote(list(texts))
+                with MEMORY_HOP.labels("embed_call").time():
+                    return await embedder.embed.remote(list(texts))
             except _FAILURES as exc:
                 raise APIError(503, f"embedder unavailable: {type(exc).__name__}", type="service_unavailable",
                                code="embedder_unavailable") from exc
