@@ -45,7 +45,7 @@ from memory_shards.retrieval import Feedback, HybridShard, ShardHybridResult
 from memory_shards.shard import MemoryShard
 from serve.api.errors import APIError
 from serve.api.metrics import MEMORY_HOP
-from serve.memory_api import MemoryService, MigratingMemoryService
+from serve.memory_api import MemoryService, MigratingMemoryService, SearchAdmission
 from serve.pii import PiiMode
 
 __all__ = [
@@ -293,7 +293,8 @@ class HandleMemoryBackend(MemoryService):
                                code="embedder_unavailable") from exc
 
         coordinator = MemoryCoordinator([HandleShardClient(h, i) for i, h in enumerate(shards)], calls=memory.calls)
-        super().__init__(coordinator, embed, top_k=memory.top_k, threshold=memory.threshold)
+        super().__init__(coordinator, embed, top_k=memory.top_k, threshold=memory.threshold,
+                         admission=SearchAdmission(memory.search_admission))
 
 
 def memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig,
