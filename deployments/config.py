@@ -21,6 +21,7 @@ from memory_shards.config import ShardCallConfig, ShardPlacement
 from memory_shards.retrieval.hybrid import RetrievalParams
 from serve.agent import AgentConfig
 from serve.api.auth import READ_ONLY_SCOPES
+from serve.memory_api.admission import SearchAdmissionConfig
 from serve.pipeline import PipelineSettings
 from serve.context import ContextConfig
 from serve.experience import ExperienceConfig
@@ -280,6 +281,11 @@ class MemoryConfig(StrictModel):
     calls: ShardCallConfig = Field(
         default_factory=ShardCallConfig,
         description="Deadlines of the ingress's shard calls and the Retry-After given while a needed shard is down.",
+    )
+    search_admission: SearchAdmissionConfig = Field(
+        default_factory=SearchAdmissionConfig,
+        description="Per ingress replica: API searches run at once, how many may wait and how long, and the Retry-After "
+                    "of the fast 503 for the rest (max_in_flight 0 = every search is accepted and queues).",
     )
     generation: str = Field(
         default="", pattern=_GENERATION,

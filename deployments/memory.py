@@ -45,7 +45,8 @@ from memory_shards.retrieval import Feedback, HybridShard, ShardHybridResult
 from memory_shards.shard import MemoryShard
 from serve import envs
 from serve.api.errors import APIError
-from serve.memory_api import MemoryService, MigratingMemoryService
+from serve.api.metrics import MEMORY_HOP
+from serve.memory_api import MemoryService, MigratingMemoryService, SearchAdmission
 from serve.pii import PiiMode
 
 __all__ = [
@@ -88,7 +89,8 @@ class EmbedderDeployment(PlacementInfo):
     async def _embed_batch(self, requests: list[list[str]]) -> list[np.ndarray]:
         # NOTE: the decorator's sizes are placeholders; __init__ sets the configured ones.
         flat = [t for texts in requests for t in texts]
-        vectors = await asyncio.to_thread(self._embedder.embed, flat)
+        with MEMORY_HOP.labels("embed_forward").time():
+            vectors = await asyncio.to_thread(self._embedder.embed, flat)
         out, start = [], 0
         for texts in requests:
             out.append(vectors[start : start + len(texts)])
@@ -159,8 +161,9 @@ class MemoryShardDeployment(PlacementInfo):
 
     async def hybrid_search(self, query_vector, lexical_query, tenant, dense_k, lexical_k, params, filters, now,
                             feedback=Feedback()):
-        return await self._run(self._shard.hybrid_search, query_vector, lexical_query, tenant, dense_k, lexical_k,
-                               params, filters, now, feedback)
+        with MEMORY_HOP.labels("shard_search").time():
+            return await self._run(self._shard.hybrid_search, query_vector, lexical_query, tenant, dense_k, lexical_k,
+                                   params, filters, now, feedback)
 
     async def touch(self, ids: Sequence[str], at: Sequence[float]) -> None:
         await self._run(self._shard.touch, list(ids), list(at))
@@ -250,8 +253,9 @@ class HandleShardClient:
 
     async def hybrid_search(self, query_vector, lexical_query, tenant, dense_k, lexical_k, params, filters,
                             now, feedback=Feedback()) -> ShardHybridResult:
-        return await self._call("hybrid_search", query_vector, lexical_query, tenant, dense_k, lexical_k, params,
-                                filters, now, tuple(feedback))
+        with MEMORY_HOP.labels("shard_call").time():
+            return await self._call("hybrid_search", query_vector, lexical_query, tenant, dense_k, lexical_k, params,
+                                    filters, now, tuple(feedback))
 
     async def touch(self, ids: Sequence[str], at: Sequence[float]) -> None:
         await self._call("touch", list(ids), list(at))
@@ -284,13 +288,15 @@ class HandleMemoryBackend(MemoryService):
 
         async def embed(texts: list[str]) -> np.ndarray:
             try:
-                return await embedder.embed.remote(list(texts))
+                with MEMORY_HOP.labels("embed_call").time():
+                    return await embedder.embed.remote(list(texts))
             except _FAILURES as exc:
                 raise APIError(503, f"embedder unavailable: {type(exc).__name__}", type="service_unavailable",
                                code="embedder_unavailable") from exc
 
         coordinator = MemoryCoordinator([HandleShardClient(h, i) for i, h in enumerate(shards)], calls=memory.calls)
-        super().__init__(coordinator, embed, top_k=memory.top_k, threshold=memory.threshold, retrieval=memory.retrieval)
+        super().__init__(coordinator, embed, top_k=memory.top_k, threshold=memory.threshold, retrieval=memory.retrieval,
+                         admission=SearchAdmission(memory.search_admission))
 
 
 def memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig,

@@ -58,6 +58,7 @@ class ShardUnavailable(RuntimeError):
 class _State:
     down_reason: str | None = None
     shared_rows: int | None = None
+    learned_at: float = float("-inf")
     last_probe: float = float("-inf")
     probe: asyncio.Task | None = None
 
@@ -88,7 +89,15 @@ class ShardCalls:
     def learn_shared(self, shard: int, rows: int | None) -> None:
         """Record the shard's shared row count (None: the answer did not say)."""
         if rows is not None:
-            self._state[shard].shared_rows = int(rows)
+            st = self._state[shard]
+            st.shared_rows = int(rows)
+            st.learned_at = time.monotonic()
+
+    def knows_no_shared(self, shard: int) -> bool:
+        """Whether ``shard`` reported no shared rows within ``config.shared_refresh_s`` (never, when that is 0)."""
+        st = self._state[shard]
+        refresh = self.config.shared_refresh_s
+        return refresh > 0 and st.shared_rows == 0 and time.monotonic() - st.learned_at < refresh
 
     def note_shared_write(self, shard: int) -> None:
         """A shared record was written to ``shard``: it holds shared rows from now on."""

@@ -21,7 +21,10 @@ Which shards a read needs (so that an outage stays confined to what lives on the
 The one gap, documented rather than hidden: a shared record written through *another*
 coordinator (another ingress replica) to a shard this coordinator last saw without shared rows,
 in the moments between this coordinator's last answer from that shard and the shard's death, is
-missing from this coordinator's answers until the shard is back.
+missing from this coordinator's answers until the shard is back. With
+``ShardCallConfig.shared_refresh_s`` > 0 a search also skips a healthy shard that reported no
+shared rows less than that long ago (and is not the tenant's home), so such a record may be
+missing from searches for up to that long; writes through this coordinator are seen at once.
 
 Each shard returns its deduplicated top-k and the coordinator merges them with ``heapq.merge``
 on ``(-score, shard, rank in shard)``, keeping the first hit per source id, until k. Because a
@@ -165,18 +168,22 @@ class MemoryCoordinator:
             return self.shard_of_source(record.source_id)
         return self.shard_of_tenant(record.tenant)
 
-    def read_plan(self, tenant: str, include_shared: bool = True) -> tuple[list[int], set[int]]:
+    def read_plan(self, tenant: str, include_shared: bool = True, search: bool = False) -> tuple[list[int], set[int]]:
         """The shards a read of ``tenant``'s data asks, and those whose answer it needs.
 
         Needed: the tenant's home shard, plus (with shared records) every shard that may hold
         shared rows. Asked: the needed ones, plus (with shared records) every other shard not
-        marked down, so a shard that gained shared rows through another coordinator is seen.
+        marked down, so a shard that gained shared rows through another coordinator is seen;
+        a ``search`` leaves out a shard that reported no shared rows within
+        ``ShardCallConfig.shared_refresh_s`` (0, the default: none is left out).
         """
         n = len(self.shards)
         needed = set() if tenant == SHARED_TENANT_NAME else {self.shard_of_tenant(tenant)}
         if not include_shared and tenant != SHARED_TENANT_NAME:
             return sorted(needed), needed
         needed |= {s for s in range(n) if self.calls.may_hold_shared(s)}
+        if search:
+            return [s for s in range(n) if s in needed or not self.calls.knows_no_shared(s)], needed
         return list(range(n)), needed
 
     # ---- writes -------------------------------------------------------------------------
@@ -276,7 +283,7 @@ class MemoryCoordinator:
         """
         params = params or ScoreParams()
         now = time.time() if now is None else float(now)
-        targets, needed = self.read_plan(tenant, include_shared)
+        targets, needed = self.read_plan(tenant, include_shared, search=True)
         got = await self.calls.gather(
             {s: partial(self.shards[s].search, queries, tenant, k, params, filters, now, False) for s in targets}, needed
         )

@@ -4,7 +4,21 @@ Writes ``--memories`` memories for one tenant through ``POST /v1/memories`` (bat
 when the tenant already holds that many from an earlier run with the same ``--tag``), then for each
 ``--clients`` level runs that many closed-loop clients sending ``POST /v1/memories/search`` for
 ``--seconds`` and reports answers/s, p50 / p95 / p99 latency and the status counts (a 503 with
-``Retry-After`` is the memory tier refusing load, not an error of the benchmark).
+``Retry-After`` is the memory tier refusing load, not an error of the benchmark: the client waits
+as told, at most until the level ends, as a well-behaved client would, and the 503s' own latency
+is reported as ``p95_503_ms``).
+
+Where the time goes: the cluster's ``/metrics`` is read before and after each level, and the
+change of each histogram's sum / count gives the level's mean server-side times (``split``):
+``ingress`` (the search route inside the ingress), ``search`` (embed + shard fan-out + fusion),
+``embed_call`` / ``shard_call`` (a hop as the ingress waits for it) and ``embed_forward`` /
+``shard_search`` (the work inside the replica); ``embed_batch`` is embed calls per forward pass.
+Client latency minus ``ingress`` is the Ray proxy's share (HTTP, routing to the ingress).
+
+On shared cores wall times say more about the neighbours than about the cluster, so each level
+also reports CPU ms per answer (``cpu_ms``) of every Ray process on this machine (by its title:
+``ray::ServeReplica:<app>:embedder``, ``ray::ProxyActor`` ...) and of the benchmark client itself,
+from the change of their CPU times (user + system) over the level.
 
 Everything goes through the Ray Serve proxy, so the figures include what a client pays: HTTP,
 the ingress, the embedder deployment (query embedding), the shards and the fusion.
@@ -19,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import time
@@ -27,6 +42,8 @@ from typing import Any
 
 from deployments.cli import UserError
 from deployments.cli._cluster_client import add_cluster_arguments, cluster_base, write_json
+
+__all__ = ["SPLIT", "add_parser", "cpu_per_answer", "render", "run", "split_means"]
 
 NAME = "search"
 _WORDS = ("printer jam tray roller toner drum fuser paper error code cartridge scanner wifi driver firmware "
@@ -37,6 +54,102 @@ _WORDS = ("printer jam tray roller toner drum fuser paper error code cartridge s
 def _text(rng: random.Random, i: int) -> str:
     words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(12, 40)))
     return f"Ticket T-{10_000 + i}: {words}."
+
+
+#: split name -> (histogram family, its labels) read from ``/metrics`` (see the module docstring).
+SPLIT: dict[str, tuple[str, dict[str, str]]] = {
+    "ingress": ("recallserve_http_request_seconds", {"route": "/v1/memories/search", "method": "POST"}),
+    "search": ("recallserve_memory_search_seconds", {"caller": "api"}),
+    **{hop: ("recallserve_memory_hop_seconds", {"hop": hop})
+       for hop in ("embed_call", "embed_forward", "shard_call", "shard_search")},
+}
+
+
+def _sums(text: str) -> dict[str, tuple[float, float]]:
+    """``{split name: (sum, count)}`` of the :data:`SPLIT` histograms in a Prometheus text page."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, tuple[float, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            for name, (metric, labels) in SPLIT.items():
+                if sample.name in (f"{metric}_sum", f"{metric}_count") and labels.items() <= sample.labels.items():
+                    total, count = out.get(name, (0.0, 0.0))
+                    out[name] = (total + sample.value, count) if sample.name.endswith("_sum") else (total, count + sample.value)
+    return out
+
+
+def split_means(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> dict[str, float | None]:
+    """Mean ms per :data:`SPLIT` name between two scrapes (None where nothing was observed), and ``embed_batch``.
+
+    mean = (sum_after - sum_before) / (count_after - count_before) * 1000;
+    embed_batch = embed_call calls / embed_forward passes in the same interval.
+    """
+    out: dict[str, float | None] = {}
+    counts: dict[str, float] = {}
+    for name in SPLIT:
+        s0, c0 = before.get(name, (0.0, 0.0))
+        s1, c1 = after.get(name, (0.0, 0.0))
+        counts[name] = c1 - c0
+        out[f"{name}_ms"] = 1e3 * (s1 - s0) / (c1 - c0) if c1 > c0 else None
+    forwards = counts["embed_forward"]
+    out["embed_batch"] = counts["embed_call"] / forwards if forwards > 0 else None
+    return out
+
+
+def _ray_processes() -> dict[int, str]:
+    """pid -> title of this machine's Ray processes (``ray::...``, raylet, gcs_server) and of this benchmark."""
+    import psutil
+
+    out = {os.getpid(): "bench client"}
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info.get("cmdline") or []
+        if cmd and cmd[0].startswith("ray::"):
+            out[proc.pid] = cmd[0].split()[0].split(".")[0]  # NOTE: an actor's title ends with its current method
+        elif cmd and os.path.basename(cmd[0]) in ("raylet", "gcs_server"):
+            out[proc.pid] = os.path.basename(cmd[0])
+    return out
+
+
+def _cpu_seconds(pids: dict[int, str]) -> dict[int, float]:
+    import psutil
+
+    out = {}
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            out[pid] = t.user + t.system
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return out
+
+
+def cpu_per_answer(pids: dict[int, str], before: dict[int, float], after: dict[int, float],
+                   answers: int) -> dict[str, float]:
+    """CPU ms per answer by process title (processes of one title summed), largest first; {} with no answers.
+
+    cpu_ms[title] = 1000 * sum over its pids of (cpu_after - cpu_before) / answers.
+    """
+    if answers <= 0:
+        return {}
+    by_title: dict[str, float] = {}
+    for pid, title in pids.items():
+        if pid in before and pid in after:
+            by_title[title] = by_title.get(title, 0.0) + 1e3 * (after[pid] - before[pid]) / answers
+    return dict(sorted(((t, round(v, 2)) for t, v in by_title.items() if v >= 0.005), key=lambda kv: -kv[1]))
+
+
+async def _scrape(http: Any) -> dict[str, tuple[float, float]]:
+    r = await http.get("/metrics")
+    return _sums(r.text) if r.status_code == 200 else {}
+
+
+def _retry_after(value: str | None) -> float:
+    """Seconds of a ``Retry-After`` header (delta-seconds form), 1 when absent or not a number."""
+    try:
+        return max(0.0, float(value)) if value is not None else 1.0
+    except ValueError:
+        return 1.0
 
 
 def _quantile(values: list[float], q: float) -> float | None:
@@ -63,6 +176,7 @@ async def _seed(http: Any, n: int, tag: str, rng: random.Random) -> float:
 
 async def _level(http: Any, clients: int, seconds: float, rng: random.Random) -> dict[str, Any]:
     latencies: list[float] = []
+    refused: list[float] = []
     statuses: dict[str, int] = {}
     stop = time.perf_counter() + seconds
 
@@ -70,22 +184,67 @@ async def _level(http: Any, clients: int, seconds: float, rng: random.Random) ->
         while time.perf_counter() < stop:
             query = " ".join(rng.choice(_WORDS) for _ in range(4))
             t0 = time.perf_counter()
+            wait = 0.0
             try:
                 r = await http.post("/v1/memories/search", json={"query": query, "k": 10})
                 status = str(r.status_code)
+                if r.status_code == 503:
+                    wait = _retry_after(r.headers.get("retry-after"))
             except Exception as exc:  # noqa: BLE001 - a transport failure is counted, not raised
                 status = type(exc).__name__
+            elapsed = time.perf_counter() - t0
             if status == "200":
-                latencies.append(time.perf_counter() - t0)
+                latencies.append(elapsed)
+            elif status == "503":
+                refused.append(elapsed)
             statuses[status] = statuses.get(status, 0) + 1
+            if wait:
+                await asyncio.sleep(min(wait, max(0.0, stop - time.perf_counter())))
 
+    before = await _scrape(http)
+    pids = _ray_processes()
+    cpu0 = _cpu_seconds(pids)
     start = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(clients)))
     wall = time.perf_counter() - start
+    cpu1 = _cpu_seconds(pids)
+    after = await _scrape(http)
+    cpu_ms = cpu_per_answer(pids, cpu0, cpu1, len(latencies))
     ms = [1e3 * x for x in latencies]
     return {"clients": clients, "answers_per_s": len(ms) / wall, "p50_ms": _quantile(ms, 0.5),
             "p95_ms": _quantile(ms, 0.95), "p99_ms": _quantile(ms, 0.99), "statuses": statuses,
-            "mean_ms": statistics.fmean(ms) if ms else None}
+            "mean_ms": statistics.fmean(ms) if ms else None,
+            "p95_503_ms": _quantile([1e3 * x for x in refused], 0.95), "split": split_means(before, after),
+            "cpu_ms": cpu_ms, "cpu_ms_total": round(sum(cpu_ms.values()), 2)}
+
+
+def _num(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def render(report: dict[str, Any], title: str | None = None) -> str:
+    """A Markdown table of one report: a row per level, then the level's server-side split."""
+    head = title or f"`recallserve bench search`, {report['memories']} memories"
+    lines = [f"# {head}", "", f"Command: `{report.get('command', '')}` ({report.get('time', '')}); "
+             f"load average {report.get('load_average', '-')}.", "",
+             "| clients | answers/s | p50 ms | p95 ms | p99 ms | 503 p95 ms | statuses | ingress | search | embed call "
+             "| embed fwd | embed batch | shard call | shard search |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in report["levels"]:
+        sp = row.get("split") or {}
+        statuses = " ".join(f"{k}:{v}" for k, v in sorted(row["statuses"].items()))
+        lines.append(f"| {row['clients']} | {_num(row['answers_per_s'])} | {_num(row['p50_ms'])} | {_num(row['p95_ms'])} "
+                     f"| {_num(row['p99_ms'])} | {_num(row.get('p95_503_ms'))} | {statuses} | {_num(sp.get('ingress_ms'))} "
+                     f"| {_num(sp.get('search_ms'))} | {_num(sp.get('embed_call_ms'))} | {_num(sp.get('embed_forward_ms'))} "
+                     f"| {_num(sp.get('embed_batch'))} | {_num(sp.get('shard_call_ms'))} | {_num(sp.get('shard_search_ms'))} |")
+    lines += ["", "CPU ms per answer (all Ray processes of the machine and the benchmark client):", "",
+              "| clients | total | by process |", "|---|---|---|"]
+    for row in report["levels"]:
+        top = ", ".join(f"{t.removeprefix('ray::')} {v:.1f}" for t, v in list((row.get("cpu_ms") or {}).items())[:8])
+        lines.append(f"| {row['clients']} | {_num(row.get('cpu_ms_total'))} | {top} |")
+    lines += ["", "Server-side columns are means in ms from the cluster's /metrics over the level (see "
+              "deployments/cli/_bench_search.py); '-' where the cluster did not export them."]
+    return "\n".join(lines) + "\n"
 
 
 async def _main(args: argparse.Namespace, base: str) -> dict[str, Any]:
@@ -105,7 +264,10 @@ async def _main(args: argparse.Namespace, base: str) -> dict[str, Any]:
             print(f"{clients:>3} clients: {row['answers_per_s']:.1f} answers/s, p50 {row['p50_ms'] or 0:.0f} ms, "
                   f"p95 {row['p95_ms'] or 0:.0f} ms, statuses {row['statuses']}", flush=True)
             levels.append(row)
-    return {"url": base, "memories": args.memories, "seconds": args.seconds, "seeding_s": seeded, "levels": levels}
+    return {"url": base, "memories": args.memories, "seconds": args.seconds, "seeding_s": seeded, "levels": levels,
+            "command": "recallserve " + " ".join(getattr(args, "argv", [])),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -117,7 +279,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--seconds", type=float, default=10.0, help="seconds per level (1-600, default 10)")
     p.add_argument("--tag", default="v1", help="names the seeded set, so a rerun reuses it (default v1)")
     p.add_argument("--seed", type=int, default=0, help="random seed of texts and queries")
-    p.add_argument("--out", type=Path, default=None, help="JSON output (default: bench-results/search-<time>.json)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="JSON output (default: bench-results/search-<time>.json); a Markdown table goes beside it (.md)")
     p.set_defaults(func=run)
 
 
@@ -132,5 +295,6 @@ def run(args: argparse.Namespace) -> int:
     if not 50 <= args.memories <= 1_000_000 or not 1 <= args.seconds <= 600:
         raise UserError("--memories must be within [50, 1000000] and --seconds within [1, 600]")
     report = asyncio.run(_main(args, cluster_base(args.url)))
-    write_json(args.out, "search", report)
+    path = write_json(args.out, "search", report)
+    path.with_suffix(".md").write_text(render(report))
     return 0

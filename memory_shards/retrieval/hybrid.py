@@ -237,7 +237,7 @@ class HybridRetriever:
         # NOTE: only the shards the tenant's answer needs must answer (its home shard and those
         # that may hold shared rows); see memory_shards.coordinator for what "complete" means.
         coord = self.coordinator
-        targets, needed = coord.read_plan(tenant)
+        targets, needed = coord.read_plan(tenant, search=True)
         got: dict[int, ShardHybridResult] = await coord.calls.gather(
             {s: partial(coord.shards[s].hybrid_search, qvec, lexical_query, tenant, dense_k, lex_k, decay, filters, now,
                         feedback) for s in targets},

@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["REQUESTS", "LATENCY", "TOKENS", "TIME_TO_FIRST_TOKEN", "MEMORY_SEARCH", "MEMORY_ROUTING",
+__all__ = ["REQUESTS", "LATENCY", "TOKENS", "TIME_TO_FIRST_TOKEN", "MEMORY_SEARCH", "MEMORY_HOP", "MEMORY_ROUTING",
            "MEMORY_MIGRATION_WRITES", "STATE_CALL", "MULTIPROC_ENV", "GAUGE_MODE", "render_metrics", "CONTENT_TYPE_LATEST"]
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -45,6 +45,15 @@ TIME_TO_FIRST_TOKEN = Histogram(
 MEMORY_SEARCH = Histogram(
     "recallserve_memory_search_seconds", "Memory search latency (embed + shard fan-out + fusion), by caller.",
     ["caller"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+
+# NOTE: where a search's time goes (issue 15): each hop as the ingress waits for it ("embed_call",
+# "shard_call": queueing, transport, pickling and the work) and the work inside the replica
+# ("embed_forward" per batch of embed calls, "shard_search" per call, thread wait included);
+# call minus work is the hop's overhead, and embed_call count / embed_forward count the batch size.
+MEMORY_HOP = Histogram(
+    "recallserve_memory_hop_seconds", "Memory tier hops: a call as the ingress sees it, and the work inside the replica.",
+    ["hop"], buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
 )
 
 # NOTE: during a re-embed (memory.migration) every write goes to two generations; a write that

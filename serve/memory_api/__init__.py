@@ -19,7 +19,8 @@ from serve.memory_api.schemas import (
     SearchResult,
 )
 from serve.memory_api.migration import MigratingMemoryService
-from serve.memory_api.service import MemoryService, MemoryUnavailable
+from serve.memory_api.admission import SearchAdmission, SearchAdmissionConfig
+from serve.memory_api.service import MemoryOverloaded, MemoryService, MemoryUnavailable
 
 __all__ = [
     "MAX_BATCH",
@@ -30,9 +31,12 @@ __all__ = [
     "FiltersIn",
     "MemoryIn",
     "MemoryOut",
+    "MemoryOverloaded",
     "MemoryService",
     "MemoryUnavailable",
     "MigratingMemoryService",
+    "SearchAdmission",
+    "SearchAdmissionConfig",
     "SearchRequest",
     "SearchResponse",
     "SearchResult",

@@ -8,7 +8,9 @@ tenant is always an argument from the caller's API key; no request field can nam
 Outages: a shard the answer needs that is down surfaces as :class:`MemoryUnavailable` (an
 ``APIError`` 503, type ``service_unavailable``, with ``retry_after_s``), which the router sends
 with a ``Retry-After`` header and the chat recall reports in its metadata; a shard the answer
-does not need is not waited for (see ``memory_shards.coordinator``).
+does not need is not waited for (see ``memory_shards.coordinator``). An API search the replica
+does not admit (``serve.memory_api.admission``: too many running and waiting) is
+:class:`MemoryOverloaded`, the same 503 with its own retry hint, answered at once.
 
 Isolation rules (enforced by the shards, checked again here):
   * search, get and list see the tenant's own memories plus the shared collection;
@@ -40,11 +42,12 @@ from memory_shards.records import (
 from memory_shards.retrieval import AsyncEmbed, HybridHit, HybridRetriever, QueryRewriter, RetrievalParams
 from serve.api.metrics import MEMORY_SEARCH
 from serve.api.errors import APIError
+from serve.memory_api.admission import AdmissionRefused, SearchAdmission
 from serve.memory import MemoryHit, MemoryWrite
 from serve.pii import PiiMode, apply_pii, for_write_back
 from serve.memory_api.schemas import MAX_BATCH, MAX_K, FiltersIn, MemoryIn, MemoryOut, SearchRequest, SearchResult, to_epoch
 
-__all__ = ["MemoryService", "MemoryUnavailable", "record_out", "hit_out"]
+__all__ = ["MemoryService", "MemoryUnavailable", "MemoryOverloaded", "record_out", "hit_out"]
 
 
 class MemoryUnavailable(APIError):
@@ -60,6 +63,16 @@ class MemoryUnavailable(APIError):
                          code="memory_unavailable")
         self.retry_after_s = exc.retry_after_s
         self.shard = exc.shard
+
+
+class MemoryOverloaded(MemoryUnavailable):
+    """An API search this replica did not admit (see ``serve.memory_api.admission``): a 503 with a retry hint."""
+
+    def __init__(self, exc: AdmissionRefused) -> None:
+        APIError.__init__(self, 503, f"{exc}; retry after {exc.retry_after_s:g} s", type="service_unavailable",
+                          code="memory_overloaded")
+        self.retry_after_s = exc.retry_after_s
+        self.shard = None
 
 
 @contextmanager
@@ -133,6 +146,8 @@ class MemoryService:
         pii_for: tenant -> PII policy of its writes (``Authenticator.pii_for``); default: mask.
         chunk_tokens: a text longer than this many (estimated) tokens is embedded as chunks of at
             most this size, one row each, all of one record (None: one row per text).
+        admission: bound on concurrent API searches (``caller="api"``; the chat recall and the
+            warm-up are not refused); None admits every search.
 
     Example:
         >>> svc = MemoryService(coord, embed)
@@ -144,7 +159,7 @@ class MemoryService:
     def __init__(self, coordinator: MemoryCoordinator, embed: AsyncEmbed, *, top_k: int = 16, threshold: float = 0.35,
                  retrieval: RetrievalParams | None = None, rewriter: QueryRewriter | None = None,
                  max_batch: int = MAX_BATCH, pii_for: Callable[[str], PiiMode] | None = None,
-                 chunk_tokens: int | None = DEFAULT_CHUNK_TOKENS) -> None:
+                 chunk_tokens: int | None = DEFAULT_CHUNK_TOKENS, admission: SearchAdmission | None = None) -> None:
         if not 1 <= top_k <= MAX_K:
             raise ValueError(f"top_k: must be in 1..{MAX_K}, got {top_k}")
         if chunk_tokens is not None and not 16 <= chunk_tokens <= 1024:
@@ -157,6 +172,7 @@ class MemoryService:
         self.max_batch = max_batch
         self.pii_for: Callable[[str], PiiMode] = pii_for or (lambda _tenant: "mask")
         self.retriever = HybridRetriever(coordinator, embed, retrieval, rewriter)
+        self.admission = admission
 
     # ---- writes -------------------------------------------------------------------------
     async def add(self, tenant: str, items: Sequence[MemoryIn], *, pii: PiiMode | None = None) -> list[str]:
@@ -252,9 +268,20 @@ class MemoryService:
 
     async def search_request(self, tenant: str, req: SearchRequest, now: float | None = None,
                              caller: str = "api") -> list[HybridHit]:
-        """Run an API search for ``tenant`` (timed into ``recallserve_memory_search_seconds``)."""
-        with MEMORY_SEARCH.labels(caller).time():
-            return await self._search_request(tenant, req, now)
+        """Run an API search for ``tenant`` (timed into ``recallserve_memory_search_seconds``).
+
+        Raises:
+            MemoryOverloaded: an ``api`` search the replica did not admit (``admission``).
+        """
+        if self.admission is None or caller != "api":
+            with MEMORY_SEARCH.labels(caller).time():
+                return await self._search_request(tenant, req, now)
+        try:
+            async with self.admission.slot():
+                with MEMORY_SEARCH.labels(caller).time():
+                    return await self._search_request(tenant, req, now)
+        except AdmissionRefused as exc:
+            raise MemoryOverloaded(exc) from None
 
     async def _search_request(self, tenant: str, req: SearchRequest, now: float | None) -> list[HybridHit]:
         req.check_query()

@@ -36,3 +36,37 @@ def test_bench_search_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) 
     assert main(["bench", "search", "--memories", "10"]) == 2
     assert main(["bench", "search", "--url", "http://127.0.0.1:9", "--seconds", "1"]) == 2
     assert "no cluster answering" in capsys.readouterr().err
+
+
+def test_bench_search_split_reads_histogram_changes_from_metrics_text() -> None:
+    from deployments.cli._bench_search import _sums, split_means
+
+    def page(search_sum: float, search_n: int, calls: int, forwards: int) -> str:
+        return (
+            "# TYPE recallserve_memory_search_seconds histogram\n"
+            f'recallserve_memory_search_seconds_sum{{caller="api"}} {search_sum}\n'
+            f'recallserve_memory_search_seconds_count{{caller="api"}} {search_n}\n'
+            f'recallserve_memory_search_seconds_sum{{caller="chat"}} 99\n'
+            f'recallserve_memory_search_seconds_count{{caller="chat"}} 99\n'
+            "# TYPE recallserve_memory_hop_seconds histogram\n"
+            f'recallserve_memory_hop_seconds_sum{{hop="embed_call"}} {0.01 * calls}\n'
+            f'recallserve_memory_hop_seconds_count{{hop="embed_call"}} {calls}\n'
+            f'recallserve_memory_hop_seconds_sum{{hop="embed_forward"}} {0.02 * forwards}\n'
+            f'recallserve_memory_hop_seconds_count{{hop="embed_forward"}} {forwards}\n'
+        )
+
+    out = split_means(_sums(page(1.0, 10, 10, 10)), _sums(page(1.5, 20, 30, 15)))
+    assert out["search_ms"] == pytest.approx(50.0)  # 0.5 s over 10 searches; the chat caller is not counted
+    assert out["embed_call_ms"] == pytest.approx(10.0) and out["embed_forward_ms"] == pytest.approx(20.0)
+    assert out["embed_batch"] == pytest.approx(4.0)  # 20 calls in 5 forward passes
+    assert out["ingress_ms"] is None and out["shard_call_ms"] is None
+
+
+def test_bench_search_cpu_per_answer_sums_processes_of_one_title() -> None:
+    from deployments.cli._bench_search import _retry_after, cpu_per_answer
+
+    pids = {1: "ray::ServeReplica:app:embedder", 2: "ray::ProxyActor", 3: "ray::ProxyActor", 4: "gone"}
+    got = cpu_per_answer(pids, {1: 1.0, 2: 0.0, 3: 5.0, 4: 1.0}, {1: 1.4, 2: 0.1, 3: 5.1}, 100)
+    assert got == {"ray::ServeReplica:app:embedder": 4.0, "ray::ProxyActor": 2.0}
+    assert cpu_per_answer(pids, {}, {}, 0) == {}
+    assert (_retry_after("2"), _retry_after(None), _retry_after("soon")) == (2.0, 1.0, 1.0)

@@ -122,3 +122,57 @@ def test_list_records_for_lexical_indexes(rng) -> None:
     assert {r.id for r in got} == {it.record.id for it in items if it.record.tenant in ("a", "shared")}
     own = _run(coord.list_records("a", include_shared=False))
     assert own and all(r.tenant == "a" for r in own)
+
+
+class _Counting(LocalShardClient):
+    """A local shard client that counts its searches."""
+
+    def __init__(self, shard: MemoryShard) -> None:
+        super().__init__(shard)
+        self.searches = 0
+
+    async def search(self, *args):
+        self.searches += 1
+        return await super().search(*args)
+
+
+def _counting_pair(refresh_s: float) -> tuple[MemoryCoordinator, list[_Counting]]:
+    from memory_shards.config import ShardCallConfig
+
+    clients = [_Counting(MemoryShard(ShardConfig(shard_id=i, model_id=MODEL, dim=DIM))) for i in range(2)]
+    return MemoryCoordinator(clients, calls=ShardCallConfig(shared_refresh_s=refresh_s)), clients
+
+
+def test_a_search_skips_a_shard_known_to_hold_nothing_for_it_only_while_that_knowledge_is_fresh(rng) -> None:
+    coord, clients = _counting_pair(refresh_s=60.0)
+    home = coord.shard_of_tenant("a")
+    other = 1 - home
+    _run(coord.upsert(make_items(rng, 20, ["a"])))
+    q = unit(rng, 1)
+    _run(coord.stats())  # every shard reports its shared rows: none
+    before = [c.searches for c in clients]
+    for _ in range(3):
+        assert _run(coord.search("a", q, k=5, params=ScoreParams(threshold=-1), now=NOW))[0]
+    assert clients[home].searches - before[home] == 3 and clients[other].searches == before[other]
+
+    # a shared record written by ANOTHER coordinator to the skipped shard is missed while the knowledge is fresh ...
+    writer = MemoryCoordinator(clients)
+    source = next(f"x{i}" for i in range(1000) if writer.shard_of_source(f"x{i}") == other)
+    shared = EmbeddedRecord(MemoryRecord(tenant="shared", source_id=source, text="shared", created_at=NOW), q[0])
+    _run(writer.upsert([shared]))
+    hits = _run(coord.search("a", q, k=5, params=ScoreParams(threshold=-1), now=NOW))[0]
+    assert source not in {h.record.source_id for h in hits}
+    # ... and found once it is older than shared_refresh_s (the shard is asked again)
+    coord.calls._state[other].learned_at -= 61.0
+    hits = _run(coord.search("a", q, k=5, params=ScoreParams(threshold=-1), now=NOW))[0]
+    assert hits[0].record.source_id == source
+
+
+def test_by_default_every_search_asks_every_healthy_shard(rng) -> None:
+    coord, clients = _counting_pair(refresh_s=0.0)
+    _run(coord.upsert(make_items(rng, 20, ["a"])))
+    _run(coord.stats())
+    q = unit(rng, 1)
+    for _ in range(2):
+        _run(coord.search("a", q, k=5, params=ScoreParams(threshold=-1), now=NOW))
+    assert [c.searches for c in clients] == [2, 2]
