@@ -194,6 +194,7 @@ async def _amain(a: argparse.Namespace) -> int:
     from serve.agent.demo import DEMO_SCOPES
     from serve.agent.demo._memory import LocalMemory
     from serve.agent.demo.scenario import load_demo_memories
+    from serve.turn import RecallConfig
 
     if a.rescore:
         report = rescore(json.loads(Path(a.rescore).read_text()))
@@ -212,8 +213,9 @@ async def _amain(a: argparse.Namespace) -> int:
                           model_partial_answer=False)
     else:
         cfg = AgentConfig(use_router=not a.no_router, routing_rules=not a.no_rules, max_steps=a.max_steps)
-    agent = Agent(engine, default_registry(), memory=memory, config=cfg)
-    ttft = await _engine_ttft(agent, DEMO_SCOPES)
+    recall = RecallConfig() if a.relative_cut is None else RecallConfig(relative_cut=a.relative_cut)
+    agent = Agent(engine, default_registry(), memory=memory, config=cfg, recall=recall)
+    ttft = float("nan") if a.no_ttft else await _engine_ttft(agent, DEMO_SCOPES)
     t0 = time.perf_counter()
     report: dict[str, Any] = {
         "model": a.model, "questions_set": a.questions, "only": a.only, "limit": a.limit, "rules": not a.no_rules,
@@ -244,6 +246,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--no-rules", action="store_true", help="ablation: no routing rules (router model or loop decide alone)")
     p.add_argument("--tool-choice-only", action="store_true",
                    help="one loop step per question, no answer generation: scores the first tool choice only")
+    p.add_argument("--no-ttft", action="store_true",
+                   help="skip the warm engine time-to-first-token measurement (three engine calls) before the questions")
+    p.add_argument("--relative-cut", type=float, default=None, metavar="C",
+                   help="recall's relevance cut (RecallConfig.relative_cut; default: the schema's; 0 = whole top-k)")
     p.add_argument("--no-memory", action="store_true", help="run without the demo memories")
     p.add_argument("--out", default="", help="write the JSON report (per set: shares, per-question rows) here")
     p.add_argument("--rescore", default="", metavar="FILE",
