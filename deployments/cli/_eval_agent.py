@@ -23,7 +23,7 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -99,8 +99,10 @@ def fact_row(q: dict[str, Any], answer: str) -> dict[str, Any]:
 
 
 async def evaluate(agent: Any, questions: list[tuple[int, dict[str, Any]]], scopes: list[str], *,
-                   verbose: bool = True) -> dict[str, Any]:
-    """Run every ``(number, question)`` through ``agent``; returns the summary and per-question rows."""
+                   verbose: bool = True, on_row: Callable[[list[dict[str, Any]]], None] | None = None,
+                   ) -> dict[str, Any]:
+    """Run every ``(number, question)`` through ``agent``; returns the summary and per-question rows
+    (``on_row`` gets the rows so far after each question)."""
     rows = []
     for n, q in questions:
         req = AgentRequest.from_messages("eval-user", [{"role": "user", "content": q["q"]}], scopes=scopes)
@@ -113,6 +115,8 @@ async def evaluate(agent: Any, questions: list[tuple[int, dict[str, Any]]], scop
                "first_token_ms": result.first_token_ms, "finish_reason": result.finish_reason,
                "usage": result.usage.model_dump()}
         rows.append(row)
+        if on_row is not None:
+            on_row(rows)
         if verbose:
             facts = "facts ok" if row["facts_pass"] else f"facts FAIL missing={row['missing']} forbidden={row['forbidden']}"
             print(f"{n:2d} {'PASS' if ok else 'FAIL'} {facts} {result.elapsed_ms / 1e3:6.1f}s route={result.route.route}"
@@ -208,21 +212,31 @@ async def _amain(a: argparse.Namespace) -> int:
     if not a.no_memory:
         memory = LocalMemory()
         await load_demo_memories(memory)
+    timeouts = {"engine_timeout_s": a.timeout, "request_timeout_s": a.timeout * 2}
     if a.tool_choice_only:  # NOTE: score the first step's choice; skip the answer generation (CPU time)
         cfg = AgentConfig(use_router=not a.no_router, routing_rules=not a.no_rules, max_steps=1,
-                          model_partial_answer=False)
+                          model_partial_answer=False, **timeouts)
     else:
-        cfg = AgentConfig(use_router=not a.no_router, routing_rules=not a.no_rules, max_steps=a.max_steps)
+        cfg = AgentConfig(use_router=not a.no_router, routing_rules=not a.no_rules, max_steps=a.max_steps, **timeouts)
     recall = RecallConfig() if a.relative_cut is None else RecallConfig(relative_cut=a.relative_cut)
     agent = Agent(engine, default_registry(), memory=memory, config=cfg, recall=recall)
-    ttft = float("nan") if a.no_ttft else await _engine_ttft(agent, DEMO_SCOPES)
+    if a.no_ttft:  # NOTE: still load the model and fill the prompt cache once, outside the first question's time
+        await agent.warm_up(DEMO_SCOPES)
+        ttft = float("nan")
+    else:
+        ttft = await _engine_ttft(agent, DEMO_SCOPES)
     t0 = time.perf_counter()
     report: dict[str, Any] = {
         "model": a.model, "questions_set": a.questions, "only": a.only, "limit": a.limit, "rules": not a.no_rules,
         "router": not a.no_router, "tool_choice_only": a.tool_choice_only, "memory": not a.no_memory,
         "recall": agent.recall.model_dump(), "engine_ttft_warm_ms": ttft, "sets": {}}
     for name, questions in selected.items():
-        report["sets"][name] = await evaluate(agent, questions, DEMO_SCOPES)
+        def partial(rows: list[dict[str, Any]], name: str = name) -> None:
+            if a.out:  # NOTE: after each question: a run stopped early keeps what it measured
+                Path(a.out).write_text(json.dumps({**report, "sets": {**report["sets"], name: summarise(rows)}},
+                                                  indent=1, default=str))
+
+        report["sets"][name] = await evaluate(agent, questions, DEMO_SCOPES, on_row=partial)
         if a.out:  # NOTE: written after each set: a long run that is stopped keeps what it measured
             Path(a.out).write_text(json.dumps(report, indent=1, default=str))
     report["wall_s"] = time.perf_counter() - t0
@@ -246,6 +260,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--no-rules", action="store_true", help="ablation: no routing rules (router model or loop decide alone)")
     p.add_argument("--tool-choice-only", action="store_true",
                    help="one loop step per question, no answer generation: scores the first tool choice only")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds one engine call may take (the loop's deadline: twice that); raise it on a busy machine")
     p.add_argument("--no-ttft", action="store_true",
                    help="skip the warm engine time-to-first-token measurement (three engine calls) before the questions")
     p.add_argument("--relative-cut", type=float, default=None, metavar="C",
