@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # NOTE: typing only; serve.agent imports this module.
     from serve.agent.images import ImageDescriber, ImageUnit
     from serve.context import MessageIn, Session
 
-__all__ = ["RecallConfig", "Turn", "recall_memories", "analyse_images", "format_memories", "memory_line", "render_prompt", "memory_meta",
+__all__ = ["RecallConfig", "Turn", "recall_memories", "relevance_cut", "analyse_images", "format_memories", "memory_line", "render_prompt", "memory_meta",
            "RECALL_KINDS", "CLIENT_HEADER"]
 
 log = logging.getLogger("recallserve.turn")
@@ -61,6 +61,12 @@ class RecallConfig(StrictModel):
         default=False,
         description="Also recall the agent's own earlier exchanges (kind 'message'). Off by default: an old answer "
         "is stale next to live tools, and a wrong one recalled for the same question repeats itself.",
+    )
+    relative_cut: float = Field(
+        default=0.85, ge=0.0, le=1.0,
+        description="Relevance cut: keep a recalled memory only when its score is at least this share of the best "
+        "one's (0 = keep the memory tier's whole top-k). 0.85 is the largest cut that keeps every memory the tuned "
+        "demo questions need (scripts/recall_cut.py); a memory far below the best is usually another fault.",
     )
     item_chars: int = Field(default=400, ge=40, le=8000, description="Most characters of one memory in the prompt.")
     prompt_chars: int = Field(
@@ -175,9 +181,26 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
     except Exception as exc:  # noqa: BLE001 - any memory failure must not fail the chat
         log.warning("memory recall failed: %s", exc)
         return [], f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    hits = relevance_cut(hits, config.relative_cut)
     if cache is not None:
         cache.put(key, hits)
     return list(hits), ""
+
+
+def relevance_cut(hits: Sequence[MemoryHit], relative: float) -> list[MemoryHit]:
+    """The hits scoring at least ``relative * best`` (``hits`` sorted best first), in order.
+
+    Relative, not absolute: a score is cosine times a time factor, and how high the best cosine
+    gets depends on the query's length and wording; what marks a memory as another topic is its
+    distance below the best match. Measured on the demo: "display flickers and goes blank" recalled
+    T-1121 (the display fault) at 0.75 and four thermal-fuse tickets at 0.48-0.54, whose fix the
+    1.5B model then reported; at 0.85 only T-1121 remains.
+    """
+    if not hits or relative <= 0:
+        return list(hits)
+    best = max(h.score for h in hits)
+    floor = relative * best if best > 0 else best
+    return [h for h in hits if h.score >= floor]
 
 
 async def analyse_images(turn: Turn, describer: ImageDescriber | None = None) -> None:

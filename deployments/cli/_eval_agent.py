@@ -1,12 +1,19 @@
-"""``recallserve eval agent``: tool-choice accuracy and loop latency of the agent with a real model.
+"""``recallserve eval agent``: tool choice, answer key facts and loop latency of the agent with a real model.
 
 For each question of a shipped set (``--questions tuned|holdout|all``, see
 :mod:`serve.agent.demo.questions`) the full agent runs (memory recall over the demo world, router,
-loop). A question passes when the trace holds the expected call with arguments that passed
-validation and match the expected values (calculator: the computed result within 0.01), or, when
-no tool is expected, when the trace holds no tool call at all. Reported: the pass share, loop
-latency p50/p95, the time to the first answer character, and the engine's time to first token with
-a warm prompt cache (the stable system prefix already evaluated).
+loop). Two verdicts per question:
+
+* **tool choice**: the trace holds the expected call with arguments that passed validation and
+  match the expected values (calculator: the computed result within 0.01), or, when no tool is
+  expected, no tool call at all;
+* **key facts**: the answer states every fact of the question and none of its ``must_not``
+  strings (:func:`serve.agent.demo.facts.score_answer`); a failing row lists what was missing.
+
+Reported per set: both shares, loop latency p50/p95, the time to the first answer character, and
+the engine's time to first token with a warm prompt cache (the stable system prefix already
+evaluated). ``--rescore FILE`` scores the answers of an earlier run's JSON by the current facts
+(no model).
 """
 
 from __future__ import annotations
@@ -16,14 +23,16 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from serve.agent.demo.facts import score_answer
 from serve.agent.demo.questions import QUESTION_SETS, load_questions
 from serve.agent.schemas import AgentRequest, AgentResult, ToolCallRecord
 
-__all__ = ["add_model_arguments", "add_parser", "build_llama_engine", "evaluate", "run", "run_with_model", "score_result"]
+__all__ = ["add_model_arguments", "add_parser", "build_llama_engine", "evaluate", "fact_row", "rescore", "run",
+           "run_with_model", "score_result", "summarise"]
 
 _VALIDATED = ("ok", "cached", "error", "timeout")
 
@@ -83,37 +92,105 @@ async def _engine_ttft(agent: Any, scopes: list[str]) -> float:
     return statistics.median(times[1:])
 
 
-async def evaluate(agent: Any, questions: list[dict[str, Any]], scopes: list[str], *, verbose: bool = True,
+def fact_row(q: dict[str, Any], answer: str) -> dict[str, Any]:
+    """The key-fact verdict of ``answer`` to ``q`` as row fields: ``facts_pass``, ``missing``, ``forbidden``."""
+    verdict = score_answer(answer, q["facts"], q.get("must_not", ()))
+    return {"facts_pass": verdict.passed, "missing": verdict.missing, "forbidden": verdict.forbidden}
+
+
+async def evaluate(agent: Any, questions: list[tuple[int, dict[str, Any]]], scopes: list[str], *,
+                   verbose: bool = True, on_row: Callable[[list[dict[str, Any]]], None] | None = None,
                    ) -> dict[str, Any]:
-    """Run every question through ``agent``; returns the summary and per-question rows."""
+    """Run every ``(number, question)`` through ``agent``; returns the summary and per-question rows
+    (``on_row`` gets the rows so far after each question)."""
     rows = []
-    for i, q in enumerate(questions):
+    for n, q in questions:
         req = AgentRequest.from_messages("eval-user", [{"role": "user", "content": q["q"]}], scopes=scopes)
         result = await agent.run(req)
         ok = score_result(q, result)
         calls = [(c.name, c.args, c.status) for c in result.tool_calls]
-        rows.append({"q": q["q"], "expected": q["tool"], "pass": ok, "route": result.route.model_dump(),
-                     "calls": calls, "answer": result.answer, "elapsed_ms": result.elapsed_ms,
-                     "first_token_ms": result.first_token_ms, "finish_reason": result.finish_reason,
-                     "usage": result.usage.model_dump()})
+        row = {"n": n, "q": q["q"], "expected": q["tool"], "pass": ok, **fact_row(q, result.answer),
+               "route": result.route.model_dump(), "calls": calls, "answer": result.answer,
+               "memories": [h["source_id"] for h in result.memory_hits], "elapsed_ms": result.elapsed_ms,
+               "first_token_ms": result.first_token_ms, "finish_reason": result.finish_reason,
+               "usage": result.usage.model_dump()}
+        rows.append(row)
+        if on_row is not None:
+            on_row(rows)
         if verbose:
-            print(f"{i + 1:2d} {'PASS' if ok else 'FAIL'} {result.elapsed_ms / 1e3:6.1f}s route={result.route.route}"
+            facts = "facts ok" if row["facts_pass"] else f"facts FAIL missing={row['missing']} forbidden={row['forbidden']}"
+            print(f"{n:2d} {'PASS' if ok else 'FAIL'} {facts} {result.elapsed_ms / 1e3:6.1f}s route={result.route.route}"
                   f"{result.route.tools} calls={calls} | {q['q'][:60]}", flush=True)
+    return summarise(rows)
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Shares and latencies of scored rows (``pass``: tool choice, ``facts_pass``: key facts)."""
     lat = [r["elapsed_ms"] for r in rows]
-    ftt = [r["first_token_ms"] for r in rows if r["first_token_ms"] is not None]
+    ftt = [r["first_token_ms"] for r in rows if r.get("first_token_ms") is not None]
     return {
         "questions": len(rows), "passed": sum(r["pass"] for r in rows),
-        "score": sum(r["pass"] for r in rows) / max(1, len(rows)),
+        "score": _share(rows),
         "with_tool_score": _share([r for r in rows if r["expected"]]),
         "no_tool_score": _share([r for r in rows if not r["expected"]]),
+        "facts_passed": sum(r["facts_pass"] for r in rows), "facts_score": _share(rows, "facts_pass"),
+        "both_score": sum(r["pass"] and r["facts_pass"] for r in rows) / max(1, len(rows)),
+        "facts_failed": [{"n": r["n"], "q": r["q"], "missing": r["missing"], "forbidden": r["forbidden"]}
+                         for r in rows if not r["facts_pass"]],
         "latency_ms_p50": _pct(lat, 50), "latency_ms_p95": _pct(lat, 95),
         "first_answer_char_ms_p50": _pct(ftt, 50), "first_answer_char_ms_p95": _pct(ftt, 95),
         "rows": rows,
     }
 
 
-def _share(rows: list[dict[str, Any]]) -> float:
-    return sum(r["pass"] for r in rows) / max(1, len(rows))
+def _share(rows: list[dict[str, Any]], key: str = "pass") -> float:
+    return sum(bool(r[key]) for r in rows) / max(1, len(rows))
+
+
+def _selected(which: str, only: str, limit: int) -> list[tuple[int, dict[str, Any]]]:
+    """The questions of one set to run, numbered from 1 within the set (``--only``, ``--limit``)."""
+    questions = list(enumerate(load_questions(which), 1))
+    if only:
+        wanted = [int(i) for i in only.split(",") if i.strip()]
+        bad = [i for i in wanted if not 1 <= i <= len(questions)]
+        if bad:
+            from deployments.cli import UserError
+
+            raise UserError(f"--only: {bad} outside 1..{len(questions)} of set {which!r}")
+        questions = [questions[i - 1] for i in wanted]
+    return questions[:limit] if limit else questions
+
+
+def _sets(which: str) -> list[str]:
+    return ["tuned", "holdout"] if which == "all" else [which]
+
+
+def rescore(report: dict[str, Any]) -> dict[str, Any]:
+    """An earlier run's report with every answer scored again by the current facts (no model).
+
+    Rows are matched to questions by their text; a row whose question is no longer shipped is dropped.
+    A report of one set without ``sets`` (older runs) is read as that set.
+    """
+    out = {k: v for k, v in report.items() if k not in ("rows", "sets")}
+    sets = report["sets"] if "sets" in report else {report["questions_set"]: report}
+    out["sets"] = {}
+    for name, summary in sets.items():
+        by_text = {q["q"]: (n, q) for n, q in enumerate(load_questions(name), 1)}
+        rows = [{**r, "n": by_text[r["q"]][0], **fact_row(by_text[r["q"]][1], r["answer"])}
+                for r in summary["rows"] if r["q"] in by_text]
+        out["sets"][name] = {**{k: v for k, v in summary.items() if k not in ("rows",)}, **summarise(rows)}
+    return out
+
+
+def _print_summary(report: dict[str, Any]) -> None:
+    head = {k: v for k, v in report.items() if k != "sets"}
+    sets = {name: {k: v for k, v in s.items() if k not in ("rows", "facts_failed")} for name, s in report["sets"].items()}
+    print(json.dumps({**head, "sets": sets}, indent=1))
+    for name, s in report["sets"].items():
+        print(f"{name}: tool choice {s['passed']}/{s['questions']} = {s['score']:.3f}; key facts "
+              f"{s['facts_passed']}/{s['questions']} = {s['facts_score']:.3f}")
+        for f in s["facts_failed"]:
+            print(f"  {name} #{f['n']} facts FAIL missing={f['missing']} forbidden={f['forbidden']} | {f['q'][:70]}")
 
 
 async def _amain(a: argparse.Namespace) -> int:
@@ -121,49 +198,78 @@ async def _amain(a: argparse.Namespace) -> int:
     from serve.agent.demo import DEMO_SCOPES
     from serve.agent.demo._memory import LocalMemory
     from serve.agent.demo.scenario import load_demo_memories
+    from serve.turn import RecallConfig
 
-    questions = load_questions(a.questions)
-    if a.only:
-        questions = [questions[int(i) - 1] for i in a.only.split(",")]
-    questions = questions[: a.limit] if a.limit else questions
+    if a.rescore:
+        report = rescore(json.loads(Path(a.rescore).read_text()))
+        _print_summary(report)
+        if a.out:
+            Path(a.out).write_text(json.dumps(report, indent=1, default=str))
+        return 0
+    selected = {name: _selected(name, a.only, a.limit) for name in _sets(a.questions)}
     engine = build_llama_engine(a.model, a.threads)
     memory = None
     if not a.no_memory:
         memory = LocalMemory()
         await load_demo_memories(memory)
+    timeouts = {"engine_timeout_s": a.timeout, "request_timeout_s": a.timeout * 2}
     if a.tool_choice_only:  # NOTE: score the first step's choice; skip the answer generation (CPU time)
         cfg = AgentConfig(use_router=not a.no_router, routing_rules=not a.no_rules, max_steps=1,
-                          model_partial_answer=False)
+                          model_partial_answer=False, **timeouts)
     else:
-        cfg = AgentConfig(use_router=not a.no_router, routing_rules=not a.no_rules, max_steps=a.max_steps)
-    agent = Agent(engine, default_registry(), memory=memory, config=cfg)
-    ttft = await _engine_ttft(agent, DEMO_SCOPES)
+        cfg = AgentConfig(use_router=not a.no_router, routing_rules=not a.no_rules, max_steps=a.max_steps, **timeouts)
+    recall = RecallConfig() if a.relative_cut is None else RecallConfig(relative_cut=a.relative_cut)
+    agent = Agent(engine, default_registry(), memory=memory, config=cfg, recall=recall)
+    if a.no_ttft:  # NOTE: still load the model and fill the prompt cache once, outside the first question's time
+        await agent.warm_up(DEMO_SCOPES)
+        ttft = float("nan")
+    else:
+        ttft = await _engine_ttft(agent, DEMO_SCOPES)
     t0 = time.perf_counter()
-    summary = await evaluate(agent, questions, DEMO_SCOPES)
-    summary.update({"model": a.model, "questions_set": a.questions, "rules": not a.no_rules, "router": not a.no_router, "tool_choice_only": a.tool_choice_only, "memory": not a.no_memory,
-                    "engine_ttft_warm_ms": ttft, "wall_s": time.perf_counter() - t0})
-    print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=1))
+    report: dict[str, Any] = {
+        "model": a.model, "questions_set": a.questions, "only": a.only, "limit": a.limit, "rules": not a.no_rules,
+        "router": not a.no_router, "tool_choice_only": a.tool_choice_only, "memory": not a.no_memory,
+        "recall": agent.recall.model_dump(), "engine_ttft_warm_ms": ttft, "sets": {}}
+    for name, questions in selected.items():
+        def partial(rows: list[dict[str, Any]], name: str = name) -> None:
+            if a.out:  # NOTE: after each question: a run stopped early keeps what it measured
+                Path(a.out).write_text(json.dumps({**report, "sets": {**report["sets"], name: summarise(rows)}},
+                                                  indent=1, default=str))
+
+        report["sets"][name] = await evaluate(agent, questions, DEMO_SCOPES, on_row=partial)
+        if a.out:  # NOTE: written after each set: a long run that is stopped keeps what it measured
+            Path(a.out).write_text(json.dumps(report, indent=1, default=str))
+    report["wall_s"] = time.perf_counter() - t0
+    _print_summary(report)
     if a.out:
-        Path(a.out).write_text(json.dumps(summary, indent=1, default=str))
+        Path(a.out).write_text(json.dumps(report, indent=1, default=str))
     await engine.close()
     return 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register ``eval agent``."""
-    p = subparsers.add_parser("agent", help="tool-choice accuracy of the agent on the demo questions")
+    p = subparsers.add_parser("agent", help="tool choice and answer key facts of the agent on the demo questions")
     add_model_arguments(p)
     p.add_argument("--questions", default="tuned", choices=sorted(QUESTION_SETS),
                    help="question set: tuned (developed against), holdout (written blind), all")
-    p.add_argument("--limit", type=int, default=0, help="only the first N questions")
-    p.add_argument("--only", default="", help="comma-separated 1-based question numbers")
+    p.add_argument("--limit", type=int, default=0, help="only the first N questions (of each set)")
+    p.add_argument("--only", default="", help="comma-separated 1-based question numbers (within each set)")
     p.add_argument("--max-steps", type=int, default=5, help="loop steps")
     p.add_argument("--no-router", action="store_true", help="skip the router model (loop with all tools when the rules are undecided)")
     p.add_argument("--no-rules", action="store_true", help="ablation: no routing rules (router model or loop decide alone)")
     p.add_argument("--tool-choice-only", action="store_true",
                    help="one loop step per question, no answer generation: scores the first tool choice only")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds one engine call may take (the loop's deadline: twice that); raise it on a busy machine")
+    p.add_argument("--no-ttft", action="store_true",
+                   help="skip the warm engine time-to-first-token measurement (three engine calls) before the questions")
+    p.add_argument("--relative-cut", type=float, default=None, metavar="C",
+                   help="recall's relevance cut (RecallConfig.relative_cut; default: the schema's; 0 = whole top-k)")
     p.add_argument("--no-memory", action="store_true", help="run without the demo memories")
-    p.add_argument("--out", default="", help="write the JSON summary with per-question rows here")
+    p.add_argument("--out", default="", help="write the JSON report (per set: shares, per-question rows) here")
+    p.add_argument("--rescore", default="", metavar="FILE",
+                   help="no model: score the answers of an earlier --out report by the current key facts")
     p.set_defaults(func=run)
 
 

@@ -1,9 +1,13 @@
-"""The shipped tool-choice question sets of the demo world (``recallserve eval agent``, load tests).
+"""The shipped question sets of the demo world (``recallserve eval agent``, load tests).
 
 ``tuned`` (``questions.json``): 40 questions the prompts, descriptions and routing hints were
 developed against, 30 expecting a tool call, 10 none; ``holdout`` (``questions_holdout.json``):
 40 more written without seeing the rules or the tuned set, 28 with a tool, 12 without; ``all``: both.
-Each question is ``{"q": text, "tool": name or null, "args"/"args_contain"/"result": expected}``.
+
+Each question is one :class:`Question` (validated on load): the text, the expected tool call
+(``tool``/``args``/``args_contain``/``result``) and the key facts its answer must state
+(``facts``) and must not state (``must_not``), scored by :func:`serve.agent.demo.facts.score_answer`.
+The facts of the look-up questions come from the world data (``scripts/question_facts.py``).
 """
 
 from __future__ import annotations
@@ -12,14 +16,50 @@ import json
 from importlib import resources
 from typing import Any
 
-__all__ = ["QUESTION_SETS", "load_questions"]
+from pydantic import Field, TypeAdapter, field_validator
+
+from kernels import StrictModel
+
+__all__ = ["QUESTION_SETS", "Question", "load_questions"]
 
 QUESTION_SETS = {"tuned": ("questions.json",), "holdout": ("questions_holdout.json",),
                  "all": ("questions.json", "questions_holdout.json")}
 
 
+class Question(StrictModel):
+    """One evaluation question and what a right answer to it looks like."""
+
+    q: str = Field(min_length=1, max_length=2000, description="The user's question.")
+    tool: str | None = Field(description="The tool the agent must call (null: none).")
+    args: dict[str, Any] | None = Field(default=None, description="Arguments the call must have (compared as strings).")
+    args_contain: dict[str, str] | None = Field(
+        default=None, description="Argument -> a substring its value must contain (case-insensitive)."
+    )
+    result: float | None = Field(default=None, description="calculator: the result within 0.01.")
+    note: str | None = Field(default=None, max_length=500, description="Why the expectation is what it is.")
+    facts: list[str | list[str]] = Field(
+        min_length=1, max_length=16,
+        description="Key facts the answer must state; an item is a string or acceptable alternatives "
+        "(see serve.agent.demo.facts).",
+    )
+    must_not: list[str] = Field(default_factory=list, max_length=16, description="Strings the answer must not contain.")
+
+    @field_validator("facts")
+    @classmethod
+    def _facts_nonempty(cls, v: list[str | list[str]]) -> list[str | list[str]]:
+        for i, f in enumerate(v):
+            alts = [f] if isinstance(f, str) else f
+            if not alts or not all(a.strip() for a in alts):
+                raise ValueError(f"facts[{i}]: empty fact or alternative")
+        return v
+
+
+_QUESTIONS = TypeAdapter(list[Question])
+
+
 def load_questions(which: str = "tuned") -> list[dict[str, Any]]:
-    """A shipped tool-choice question set.
+    """A shipped question set, each question validated by :class:`Question`, as dicts (the keys
+    the file sets).
 
     ``tuned``: the 40 questions the prompts, descriptions and routing hints were developed
     against; ``holdout``: 40 questions written afterwards by someone who saw neither (an honest
@@ -34,5 +74,5 @@ def load_questions(which: str = "tuned") -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for name in QUESTION_SETS[which]:
         text = resources.files("serve.agent.demo").joinpath(name).read_text(encoding="utf-8")
-        out.extend(json.loads(text))
+        out.extend(q.model_dump(exclude_unset=True) for q in _QUESTIONS.validate_json(text))
     return out

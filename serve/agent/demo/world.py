@@ -73,7 +73,11 @@ class DemoWorld:
         return sorted(self.models)
 
     def memories(self) -> list[MemoryWrite]:
-        """The manual sections and past tickets as memory units (tickets carry their photo descriptions)."""
+        """The manual sections and past tickets as memory units.
+
+        A ticket reads ``Ticket <id> (<model>, batch <b>, opened <date>). Fault: <problem> Fix:
+        <resolution> (customer <c>, order <o>) <photo description>``: each fault with its own fix.
+        """
         out: list[MemoryWrite] = []
         company = self.data["company"]
         for sec in self.data["manual"]:
@@ -85,9 +89,13 @@ class DemoWorld:
         for t in self.data["tickets"]:
             model = self.models.get(next((o["sku"] for o in self.data["orders"] if o["order_id"] == t["order_id"]), ""), "")
             photo = f" {t['photo_description']}" if t["photo_description"] else ""
+            # NOTE: fault and fix next to each other, the photo last: the prompt cuts a memory at
+            # RecallConfig.item_chars, and measured on the demo, the fix of a ticket whose photo came
+            # first was cut off (T-1042), so the 1.5B model took the fix from another ticket.
             out.append(MemoryWrite(
-                text=(f"Ticket {t['ticket_id']} ({t['opened']}, customer {t['customer_id']}, order {t['order_id']}, "
-                      f"{model}, batch {t['batch']}): {t['problem']}{photo} Resolution: {t['resolution']}"),
+                text=(f"Ticket {t['ticket_id']} ({model}, batch {t['batch']}, opened {t['opened']}). "
+                      f"Fault: {t['problem']} Fix: {t['resolution']} "
+                      f"(customer {t['customer_id']}, order {t['order_id']}){photo}"),
                 kind="text", source_id=f"ticket:{t['ticket_id']}", topic="tickets",
                 metadata={"ticket_id": t["ticket_id"], "customer_id": t["customer_id"], "batch": t["batch"],
                           "has_photo": bool(t["photo_description"])},

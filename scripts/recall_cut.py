@@ -1,0 +1,68 @@
+"""Choose ``RecallConfig.relative_cut`` on the tuned demo questions (no model, ~1 min on a CPU).
+
+    PYTHONPATH=$PWD python scripts/recall_cut.py [--questions tuned|holdout]
+
+Recalls (demo memories, MiniLM, the memory tier's top-k and threshold) for every question of the
+set and for the demo scenario (question + the OCR text of its photo), then prints for each cut
+``c``: how many of the memories the answers need survive ``score >= c * best``, and how many
+memories the prompts would show in all. The default is the largest cut that keeps every needed
+memory of the tuned set; run it with ``--questions holdout`` to report (not fit) the held-out set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from serve.agent.demo import DEMO_QUESTION, DEMO_TENANT, demo_photo_data_url, load_demo_memories, load_questions
+from serve.agent.demo._memory import LocalMemory
+from serve.turn import Turn, analyse_images, relevance_cut
+
+#: The memories a right answer needs, per question text (tuned and held-out sets, and the demo).
+NEEDED = {
+    "Search the knowledge base for anything about water leaking from the group head.": {"ticket:T-1080"},
+    "Search memory for past tickets about a weak steam wand.": {"ticket:T-1130"},
+    "How long is the warranty on the BrewMaster?": {"manual:7.1"},
+    "What does error E12 mean on my machine?": {"manual:2.1"},
+    DEMO_QUESTION: {"ticket:T-1042", "ticket:T-1057", "ticket:T-1063", "ticket:T-1110"},
+    # held out
+    "Have any other customers reported water leaking from the group head? Please search the old tickets.":
+        {"ticket:T-1080"},
+    "search the knowledge base for anything about a flickering display": {"ticket:T-1121"},
+    "did we ever see E12 pump problems on other units? look through past tickets for me": {"ticket:T-1071"},
+    "my BrewMaster shows E07, what does that mean?": {"manual:2.1"},
+    "How often am I supposed to descale the machine? We have hard water here.": {"manual:5.1"},
+    "how long is the warranty on your espresso machines?": {"manual:7.1"},
+}
+CUTS = (0.0, 0.7, 0.75, 0.8, 0.85, 0.88, 0.9, 0.95)
+
+
+async def _main(which: str) -> None:
+    memory = LocalMemory()
+    await load_demo_memories(memory)
+    queries = [q["q"] for q in load_questions(which)]
+    if which == "tuned":
+        turn = Turn(question=DEMO_QUESTION, image_urls=[demo_photo_data_url()])
+        await analyse_images(turn)
+        queries.append(turn.recall_query())
+    hits = {}
+    for q in queries:
+        key = DEMO_QUESTION if q.startswith(DEMO_QUESTION) else q
+        hits[key] = await memory.search(DEMO_TENANT, q)
+    need = sum(len(NEEDED[q]) for q in hits if q in NEEDED)
+    print(f"{which}: {len(hits)} queries, {need} needed memories")
+    for cut in CUTS:
+        kept = {q: {h.source_id for h in relevance_cut(hs, cut)} for q, hs in hits.items()}
+        found = sum(len(NEEDED[q] & kept[q]) for q in hits if q in NEEDED)
+        shown = sum(len(v) for v in kept.values())
+        print(f"relative_cut {cut:.2f}: needed kept {found}/{need}, memories shown {shown}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--questions", default="tuned", choices=("tuned", "holdout"))
+    asyncio.run(_main(p.parse_args().questions))
+
+
+if __name__ == "__main__":
+    main()

