@@ -12,7 +12,6 @@ The facts of the look-up questions come from the world data (``scripts/question_
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 from typing import Any
 
