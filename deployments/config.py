@@ -495,6 +495,10 @@ class AppConfig(StrictModel):
                 "max_surge_percent 0): its SQLite files have one writer")
         return self
 
+    def role_deployment(self, role: str) -> str:
+        """Name of the deployment that serves model ``role`` (its host's when the role is shared)."""
+        return getattr(self, role).shared_with or role
+
     def deployment_options(self) -> dict[str, DeploymentOptions]:
         """Every deployment's options by deployment name."""
         opts = {"ingress": self.ingress, "state": self.state_store, "embedder": self.embedder.deployment}

@@ -208,7 +208,8 @@ def _configure(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     if args.deployment == "ingress":
         config.ingress.autoscaling = auto
     elif args.deployment in ("router", "reasoner", "summariser"):
-        getattr(config, args.deployment).deployment.autoscaling = auto
+        # NOTE: a shared role (cpu-local's router and summariser) scales with its host's deployment.
+        getattr(config, config.role_deployment(args.deployment)).deployment.autoscaling = auto
     else:
         raise SystemExit(f"autoscale_check: --deployment must be ingress, router, reasoner or summariser, got {args.deployment!r}")
     return config

@@ -207,8 +207,10 @@ def _live_summariser(args: argparse.Namespace) -> Callable[[Any], Any] | None:
     from deployments.ingress import engine_facts
     from serve.context import LLMSummariser
 
-    engine = load_config(profile=args.profile, path=args.config).summariser.engine
-    return lambda cluster: LLMSummariser(HandleEngine(cluster.handle("summariser"), "summariser", *engine_facts(engine)))
+    config = load_config(profile=args.profile, path=args.config)
+    # NOTE: in cpu-local the summariser runs on the reasoner's deployment (summariser.shared_with).
+    name = config.role_deployment("summariser")
+    return lambda cluster: LLMSummariser(HandleEngine(cluster.handle(name), "summariser", *engine_facts(config.summariser.engine)))
 
 
 def run(args: argparse.Namespace) -> Any:

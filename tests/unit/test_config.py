@@ -204,6 +204,8 @@ def test_cpu_local_roles_share_the_reasoner_deployment() -> None:
     assert data["router"] == data["summariser"] == {"shared_with": "reasoner"}
     assert AppConfig.model_validate(data).summariser.engine == cfg.reasoner.engine
     assert list(load_config("gpu-cluster").deployment_options())[3:6] == ["router", "reasoner", "summariser"]
+    assert [cfg.role_deployment(r) for r in ("router", "reasoner", "summariser")] == ["reasoner"] * 3
+    assert load_config("gpu-cluster").role_deployment("summariser") == "summariser"
 
 
 @pytest.mark.parametrize(
