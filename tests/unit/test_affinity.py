@@ -66,3 +66,45 @@ def test_profiles_turn_it_on_for_the_reasoner() -> None:
     assert "request_router_config" not in DeploymentOptions().to_ray_options()
     module, _, name = REQUEST_ROUTERS["session_affinity"].rpartition(".")
     assert getattr(__import__(module, fromlist=[name]), name) is SessionAffinityRouter
+
+
+class _Seen:
+    """An engine that answers "ok" and keeps the affinity each call was made under."""
+
+    model_name = "seen"
+    context_window = 2048
+
+    def __init__(self) -> None:
+        self.affinities: list[str | None] = []
+
+    async def chat(self, messages, params):  # type: ignore[no-untyped-def]
+        from serve.engine import ChatResult
+
+        self.affinities.append(engine_affinity.get())
+        return ChatResult(text="ok", prompt_tokens=3, completion_tokens=1, finish_reason="stop", model="seen")
+
+    async def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+
+def test_an_http_turn_reaches_the_engine_marked_with_its_conversation() -> None:
+    """Where the router reads it: the engine call of a chat request carries the hash of (tenant,
+    session id or user); a request with neither carries none."""
+    from fastapi.testclient import TestClient
+
+    from serve.api.app import create_app
+    from serve.api.auth import Authenticator
+    from serve.pipeline import ChatPipeline, PipelineSettings
+
+    engine = _Seen()
+    app = create_app(ChatPipeline(engine, PipelineSettings(model_name="m")),  # type: ignore[arg-type]
+                     Authenticator({"sk-a": "acme", "sk-b": "globex"}))
+    body = {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+    with TestClient(app) as c:
+        for key, extra in [("sk-a", {"user": "u1"}), ("sk-a", {"user": "u1"}), ("sk-b", {"user": "u1"}),
+                           ("sk-a", {}), ("sk-a", {"user": "u2"})]:
+            r = c.post("/v1/chat/completions", headers={"Authorization": f"Bearer {key}"}, json={**body, **extra})
+            assert r.status_code == 200, r.text
+    a1, a1_again, b1, none, a2 = engine.affinities
+    set_engine_affinity("acme", "u1")
+    assert a1 == a1_again == engine_affinity.get() and len({a1, b1, a2}) == 3 and none is None
