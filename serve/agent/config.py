@@ -38,6 +38,12 @@ class AgentConfig(StrictModel):
         "scopes), reply with their fixed text instead of asking the model (which may contradict the rule); "
         "False = the model answers, advised by the rule.",
     )
+    rule_first_call: bool = Field(
+        default=True,
+        description="When the rules fix the first step's call completely (one tool, every argument given once in "
+        "the question), run it without a reasoner step; the model starts at the observation. False = the model "
+        "writes step 1 (a thought and the same call).",
+    )
     use_router: bool = Field(
         default=True,
         description="Ask the router model whether to answer directly or use tools (when the rules are off or "

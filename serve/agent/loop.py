@@ -34,8 +34,8 @@ from serve.agent._cache import TTLCache
 from serve.agent._executor import StepExecutor
 from serve.agent._prompts import PARTIAL_INSTRUCTION, RETRY_INSTRUCTION, ROUTER_INSTRUCTION, direct_prompt, \
     system_prompt
-from serve.agent._protocol import AnswerStream, ParsedStep, StepParseError, parse_json_object, parse_step, \
-    router_schema, step_schema
+from serve.agent._protocol import THOUGHT_MAX_CHARS, AnswerStream, ParsedCall, ParsedStep, StepParseError, parse_json_object, \
+    parse_step, router_schema, step_schema
 from serve.agent.config import AgentConfig
 from serve.agent.guards import mask_pii
 from serve.agent.images import ImageDescriber
@@ -51,6 +51,22 @@ from serve.turn import RecallConfig, Turn, analyse_images, recall_memories, rend
 __all__ = ["Agent"]
 
 log = logging.getLogger("serve.agent")
+
+
+def _determined_call(tools: ToolSet, bindings: dict[str, dict[str, list[str]]]) -> ParsedCall | None:
+    """The one call the rules fix completely, or None.
+
+    ``tools`` are the tools the first step must choose from; the call is determined when there is
+    exactly one of them and it has exactly one possible call (:func:`_single_call_tools`): every
+    argument bound to the one value the question gives, or optional and absent. The model's step
+    could then only add a thought, so the call runs without an engine step.
+    """
+    if len(tools) != 1 or not _single_call_tools(tools, bindings):
+        return None
+    name, tool = next(iter(tools.items()))
+    found = bindings.get(name, {})
+    args = {p: found[p][0] for p in tool.args_schema.get("properties", {}) if found.get(p)}
+    return ParsedCall(id="c1", name=name, args=args)
 
 
 def _single_call_tools(tools: ToolSet, bindings: dict[str, dict[str, list[str]]]) -> set[str]:
@@ -324,10 +340,13 @@ class _Run:
             first_schema = step_schema(first, allow_parallel=parallel, allow_final=False, bindings=bindings) \
                 if first else schema
             max_steps = self.req.max_steps or self.cfg.max_steps
+            fixed = _determined_call(first, bindings) if bindings is not None and self.cfg.rule_first_call else None
             try:
                 for step in range(1, max_steps + 1):
                     parsed: ParsedStep | None = None
-                    async for ev in self._step(step, messages, first_schema if step == 1 else schema):
+                    steps = self._rule_step(fixed, messages) if step == 1 and fixed is not None \
+                        else self._step(step, messages, first_schema if step == 1 else schema)
+                    async for ev in steps:
                         if isinstance(ev, ParsedStep):
                             parsed = ev
                         else:
@@ -455,6 +474,24 @@ class _Run:
         messages.append(ChatMessage(role="assistant", content=text[:2000] or "(empty)"))
         messages.append(ChatMessage(role="user", content=f"Observation(parser): error: {error}. "
                                     "Reply with exactly one JSON object as the protocol says."))
+
+    async def _rule_step(self, call: ParsedCall, messages: list[ChatMessage]) -> AsyncIterator[Any]:
+        """Step 1 when the rules determined its call: no engine call, the same events and history.
+
+        The call goes into the history as the JSON step the model would have written (thought
+        included), so the next step's prompt reads as if the model had made it. NOTE: measured on
+        cpu-local, the model's own step 1 here generated ~60 tokens (a thought plus the call the
+        grammar allowed) and re-evaluated the user turn: 4-8 s of a one-tool turn on 2 idle cores.
+        """
+        given = ", ".join(f"{k} {v}" for k, v in call.args.items()) or "no arguments"
+        thought = f"The question gives {given}: call {call.name}."[:THOUGHT_MAX_CHARS]
+        text = json.dumps({"thought": thought, "type": "tool_call", "name": call.name, "args": call.args},
+                          ensure_ascii=False)
+        yield self._add(1, "thought", thought, 0.0, source="rules")
+        yield self._add(1, "action", json.dumps([{"name": call.name, "args": call.args}]),
+                        calls=[{"id": call.id, "name": call.name, "args": call.args}], source="rules")
+        messages.append(ChatMessage(role="assistant", content=text))
+        yield ParsedStep(type="tool_call", thought=thought, calls=[call])
 
     async def _forced_final(self, messages: list[ChatMessage]) -> str:
         if not self.cfg.model_partial_answer:

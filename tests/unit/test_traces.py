@@ -87,8 +87,11 @@ def test_an_agent_turns_trace_holds_its_route_tool_call_and_step_prompt(tmp_path
         assert call["name"] == "order_status" and call["args"] == {"order_id": "104208"} and call["status"] == "ok"
         assert '"status": "delivered"' in call["observation"] and "result" not in call
         assert [s["kind"] for s in trace["steps"]][-1] == "final"
-        step = next(m for m, p in engine.calls if p.json_schema and "anyOf" in p.json_schema)  # loop step 1
-        assert trace["prompt"] == [{"role": m.role, "content": mask_pii(m.content)} for m in step]
+        # NOTE: the rules fixed step 1's call, so the loop's one engine call is the answer step: its
+        # prompt is the stored one, then the step and its observation
+        (step,) = [m for m, p in engine.calls if p.json_schema]
+        assert [m.role for m in step[len(trace["prompt"]):]] == ["assistant", "user"]
+        assert trace["prompt"] == [{"role": m.role, "content": mask_pii(m.content)} for m in step[:len(trace["prompt"])]]
         assert trace["prompt"][-1]["content"].endswith("Question: Where is order 104208? reach me at [EMAIL] or [PHONE]")
     for shard_client in coord.shards:
         shard_client.shard.close()

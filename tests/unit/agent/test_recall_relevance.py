@@ -20,7 +20,7 @@ from serve.agent.demo import DEMO_SCOPES
 from memory_shards.records import MemoryRecord
 from serve.memory import MemoryHit
 from serve.turn import RecallConfig, relevance_cut
-from tests.unit.agent.conftest import ScriptedEngine, call, final
+from tests.unit.agent.conftest import ScriptedEngine, final
 
 FLICKER = ("My BrewMaster from batch B-2320 has a display that flickers and sometimes goes blank. Has anyone had "
            "this before, what fixed it, and who supplied the display for that batch?")
@@ -52,16 +52,23 @@ def memory():
 
 
 def _run(memory, recall: RecallConfig) -> tuple[ScriptedEngine, object]:
-    engine = ScriptedEngine([call("batch_info", batch="B-2320"),
-                             final("T-1121: a loose LCD ribbon cable, reseated; display supplier S-04.")])
+    # NOTE: the rules fix step 1 (batch_info for B-2320), so the engine's one call is the answer step
+    engine = ScriptedEngine([final("T-1121: a loose LCD ribbon cable, reseated; display supplier S-04.")])
     agent = Agent(engine, default_registry(), memory=memory, config=AgentConfig(max_steps=3), recall=recall)
     req = AgentRequest.from_messages("demo-user", [{"role": "user", "content": FLICKER}], scopes=DEMO_SCOPES)
     return engine, asyncio.run(agent.run(req))
 
 
+def _user_turn(engine: ScriptedEngine) -> str:
+    """The user turn of the engine's first prompt (before the step and its observation)."""
+    messages = engine.calls[0][0]
+    first_step = next(i for i, m in enumerate(messages) if m.role == "assistant")
+    return messages[first_step - 1].content
+
+
 def test_flicker_question_prompt_shows_only_the_display_ticket_with_its_fix(memory) -> None:
     engine, result = _run(memory, RecallConfig())
-    first_prompt = engine.calls[0][0][-1].content
+    first_prompt = _user_turn(engine)
     memory_lines = [ln for ln in first_prompt.splitlines() if ln.startswith("[")]
     assert len(memory_lines) == 1 and "ticket:T-1121" in memory_lines[0]
     # NOTE: fault and fix on one line, in this order, the fix not cut off
@@ -80,5 +87,5 @@ def test_flicker_question_prompt_shows_only_the_display_ticket_with_its_fix(memo
 def test_without_the_cut_the_fuse_tickets_reach_the_prompt(memory) -> None:
     # NOTE: the control: the memory tier's whole top-k (relative_cut 0) brings the other faults back.
     engine, _ = _run(memory, RecallConfig(relative_cut=0.0))
-    first_prompt = engine.calls[0][0][-1].content
+    first_prompt = _user_turn(engine)
     assert "ticket:T-1121" in first_prompt and "TF-185" in first_prompt

@@ -109,7 +109,8 @@ def _alternatives(schema: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_loop_forces_the_first_call_and_binds_the_id() -> None:
     eng = ScriptedEngine([call("order_status", order_id="104208"), final("shipped")])
-    result = _run(Agent(eng, _registry(), config=AgentConfig(use_router=True)), "Where is order 104208?")
+    cfg = AgentConfig(use_router=True, rule_first_call=False)
+    result = _run(Agent(eng, _registry(), config=cfg), "Where is order 104208?")
     assert result.route.source == "rules" and result.route.first_step == ["order_status"]
     first = _alternatives(eng.calls[0][1].json_schema)
     assert all(alt["properties"]["type"].get("const") != "final" for alt in first)  # must call
@@ -183,10 +184,38 @@ def test_http_tool_config_takes_a_routing_hint() -> None:
 
 def test_a_single_possible_call_leaves_the_grammar_once_made() -> None:
     eng = ScriptedEngine([call("order_status", order_id="104208"), final("It shipped.")])
-    result = _run(Agent(eng, _registry(), config=AgentConfig()), "Where is order 104208?")
+    result = _run(Agent(eng, _registry(), config=AgentConfig(rule_first_call=False)), "Where is order 104208?")
     assert result.answer == "It shipped." and [c.status for c in result.tool_calls] == ["ok"]
     second = _alternatives(eng.calls[1][1].json_schema)
     assert [a["properties"]["type"].get("const") for a in second] == ["final"]
+
+
+def test_a_call_the_rules_determine_runs_without_an_engine_step() -> None:
+    eng = ScriptedEngine([final("Order 104208 was delivered.")])
+    result = _run(Agent(eng, _registry(), config=AgentConfig()), "Where is order 104208?")
+    assert len(eng.calls) == 1 and result.usage.engine_calls == 1  # the answer is the only engine call
+    assert [(c.name, c.args, c.status) for c in result.tool_calls] == [("order_status", {"order_id": "104208"}, "ok")]
+    assert result.answer == "Order 104208 was delivered." and result.finish_reason == "final"
+    prompt = eng.calls[0][0]
+    # the engine reads the step as if the model had written it, then the real observation
+    step = json.loads(prompt[-2].content)
+    assert prompt[-2].role == "assistant" and step["type"] == "tool_call" and step["name"] == "order_status"
+    assert step["args"] == {"order_id": "104208"} and "104208" in step["thought"]
+    assert prompt[-1].content.startswith("Observation(order_status): ") and '"order_id": "104208"' in prompt[-1].content
+    assert [a["properties"]["type"].get("const") for a in _alternatives(eng.calls[0][1].json_schema)] == ["final"]
+    ruled = [s for s in result.steps if s.step == 1 and s.data.get("source") == "rules"]
+    assert [s.kind for s in ruled] == ["thought", "action"]
+
+
+def test_a_choice_between_tools_or_values_stays_with_the_model() -> None:
+    # two ids: two possible calls, so the model writes step 1
+    eng = ScriptedEngine([call("order_status", order_id="104208"), final("Delivered.")])
+    result = _run(Agent(eng, _registry(), config=AgentConfig()), "Where are orders 104208 and 104333?")
+    assert len(eng.calls) == 2 and result.route.first_step == ["order_status"]
+    # the model is still asked when the determined call is switched off
+    eng = ScriptedEngine([call("order_status", order_id="104208"), final("Delivered.")])
+    result = _run(Agent(eng, _registry(), config=AgentConfig(rule_first_call=False)), "Where is order 104208?")
+    assert len(eng.calls) == 2 and result.answer == "Delivered."
 
 
 def test_tools_with_several_possible_calls_stay_available() -> None:
