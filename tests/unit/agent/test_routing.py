@@ -202,7 +202,9 @@ def test_a_call_the_rules_determine_runs_without_an_engine_step() -> None:
     assert prompt[-2].role == "assistant" and step["type"] == "tool_call" and step["name"] == "order_status"
     assert step["args"] == {"order_id": "104208"} and "104208" in step["thought"]
     assert prompt[-1].content.startswith("Observation(order_status): ") and '"order_id": "104208"' in prompt[-1].content
-    assert [a["properties"]["type"].get("const") for a in _alternatives(eng.calls[0][1].json_schema)] == ["final"]
+    (answer_step,) = _alternatives(eng.calls[0][1].json_schema)
+    # nothing left to choose: the answer comes first, no thought before it
+    assert answer_step["properties"]["type"] == {"const": "final"} and list(answer_step["properties"]) == ["type", "answer"]
     ruled = [s for s in result.steps if s.step == 1 and s.data.get("source") == "rules"]
     assert [s.kind for s in ruled] == ["thought", "action"]
 
