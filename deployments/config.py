@@ -342,6 +342,11 @@ class RayConfig(StrictModel):
     num_cpus: float | None = Field(default=None, gt=0, description="Logical CPUs of the embedded Ray; None = detect.")
     num_gpus: int = Field(default=0, ge=0, le=64, description="GPUs of the embedded Ray; 0 on CPU profiles.")
     auth_disabled: bool = Field(default=True, description="Set RAY_AUTH_MODE=disabled so no token is written to $HOME.")
+    worker_niceness: int | None = Field(
+        default=0, ge=0, le=19,
+        description="Niceness of the embedded Ray's worker processes (every replica: models, embedder, shards); "
+        "None = Ray's own default, 15, under which any other process on the machine preempts the models.",
+    )
 
 
 class AppConfig(StrictModel):

@@ -78,6 +78,18 @@ def test_openai_sdk_plain_and_streaming(cluster: AppConfig) -> None:
     assert "".join(pieces).strip()
 
 
+def test_workers_run_at_the_configured_niceness(cluster: AppConfig) -> None:
+    """Ray's default worker niceness (15) lets any other process preempt the models; the profile's is 0."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    def niceness() -> int:
+        return os.nice(0)
+
+    assert cluster.ray.worker_niceness == 0
+    assert ray.get(niceness.remote(), timeout=120) == 0
+
+
 def test_bad_key_and_bad_body_through_the_proxy(cluster: AppConfig) -> None:
     import httpx
 
