@@ -437,3 +437,18 @@ def test_own_exchanges_are_not_recalled_and_partial_answers_not_written_back() -
     result = _run(agent, _req("my grinder jams"))
     assert {h["source_id"] for h in result.memory_hits} == {"ticket:T-1", "exchange:x"}
     assert [w.source_id.startswith("exchange:") for w in result.memory_writes] == [True]
+
+
+def test_memory_search_returns_at_least_three_hits_when_the_model_asks_for_one() -> None:
+    from serve.agent.builtin import MEMORY_SEARCH_MIN_K
+
+    texts = {f"ticket:T-10{i}": f"group head leak case {i}" for i in range(5)}
+    memory = SubstringMemory(texts)
+    eng = ScriptedEngine([call("memory_search", query="group head leak", k=1), final("See T-100.")])
+    agent = Agent(eng, _registry(), memory=memory, config=AgentConfig(routing_rules=False, use_router=False))
+    result = _run(agent, _req("Search the knowledge base for a group head leak."))
+    (rec,) = result.tool_calls
+    assert rec.status == "ok" and rec.args == {"query": "group head leak", "k": 1}
+    assert len(rec.result) == MEMORY_SEARCH_MIN_K == 3
+    observation = eng.calls[1][0][-1].content  # what the model reads next: three tickets, not one
+    assert all(f"ticket:T-10{i}" in observation for i in range(3)) and "ticket:T-103" not in observation
