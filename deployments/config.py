@@ -183,12 +183,12 @@ class EmbedderConfig(StrictModel):
     )
     device: Literal["cpu", "cuda"] = Field(default="cpu", description="Torch device.")
     threads: int = Field(default=1, ge=1, le=64, description="Intra-op threads per replica, torch or ONNX Runtime (1 is fastest on 2 shared cores).")
-    max_batch_size: int = Field(default=32, ge=1, le=1024, description="Most embed calls (requests) grouped into one batch.")
+    max_batch_size: int = Field(default=32, ge=1, le=1024, description="Most embed calls (requests) answered by one forward: the calls that arrive while a forward runs share the next one.")
     # NOTE: texts are sorted by length and padded per forward pass; on the CPU, 16 texts per pass
     # pad far less than 64 (50 LoCoMo turns: ~3x faster, see `recallserve bench ingest`); a GPU
     # wants larger passes.
     forward_batch_size: int = Field(default=16, ge=1, le=1024, description="Texts per model forward pass (CPU: 16).")
-    batch_wait_timeout_s: float = Field(default=0.01, ge=0, le=5, description="Wait for a batch to fill.")
+    batch_wait_timeout_s: float = Field(default=0.01, ge=0, le=5, description="How long a call that finds the model idle waits for company before its forward (a busy model batches without waiting).")
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions, description="Resources and scaling.")
 
     @model_validator(mode="after")

@@ -36,6 +36,7 @@ from ray.serve.handle import DeploymentHandle
 from deployments._placement import PlacementInfo
 from deployments._versions import pin_version
 from deployments.config import AppConfig, EmbedderConfig, MemoryConfig, shard_deployment_name
+from memory_shards import CallGatherer
 from memory_shards.shard_access import SortedIds, hybrid_apply, hybrid_insert_absent, neighbour_records, page_records
 from memory_shards.config import SearchFilters, ShardConfig
 from memory_shards.coordinator import MemoryCoordinator, ShardUnavailable
@@ -70,7 +71,11 @@ _CALL_THREADS = 64
 
 
 class EmbedderDeployment(PlacementInfo):
-    """MiniLM with Ray Serve dynamic batching (batch size and wait from ``EmbedderConfig``).
+    """MiniLM; the embed calls that arrive while a forward pass runs share the next one.
+
+    Batching is :class:`memory_shards._gather.CallGatherer` (``max_batch_size`` calls per forward,
+    ``batch_wait_timeout_s`` of waiting only when a call finds the model idle), not ``@serve.batch``,
+    whose batches of one pile up behind a running forward (the gatherer's docstring says why).
 
     Args:
         embedder: ``EmbedderConfig`` as plain data.
@@ -82,12 +87,10 @@ class EmbedderDeployment(PlacementInfo):
                                         torch_threads=cfg.threads, runtime=cfg.runtime,
                                         cache_dir=envs.recallserve_home() / "onnx")
         self._embedder.embed(["warm up"])  # load the weights before the replica reports healthy
-        self._embed_batch.set_max_batch_size(cfg.max_batch_size)
-        self._embed_batch.set_batch_wait_timeout_s(cfg.batch_wait_timeout_s)
+        self._gather: CallGatherer[list[str], np.ndarray] = CallGatherer(
+            self._forward, max_items=cfg.max_batch_size, first_wait_s=cfg.batch_wait_timeout_s)
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)
-    async def _embed_batch(self, requests: list[list[str]]) -> list[np.ndarray]:
-        # NOTE: the decorator's sizes are placeholders; __init__ sets the configured ones.
+    async def _forward(self, requests: list[list[str]]) -> list[np.ndarray]:
         flat = [t for texts in requests for t in texts]
         with MEMORY_HOP.labels("embed_forward").time():
             vectors = await asyncio.to_thread(self._embedder.embed, flat)
@@ -101,7 +104,7 @@ class EmbedderDeployment(PlacementInfo):
         """Embed ``texts`` -> [n, dim] unit-norm float32 (batched with concurrent callers)."""
         if not texts:
             return np.zeros((0, self._embedder.dim), dtype=np.float32)
-        return await self._embed_batch(list(texts))
+        return await self._gather.submit(list(texts))
 
     def info(self) -> dict[str, Any]:
         """Model id and dimension."""

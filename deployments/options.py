@@ -49,6 +49,19 @@ class DeploymentOptions(StrictModel):
     num_gpus: float = Field(default=0.0, ge=0, le=64, description="GPUs per replica; must be 0 on CPU-only profiles.")
     memory_mb: int | None = Field(default=None, ge=1, description="Memory reserved per replica in MiB (scheduling hint).")
     max_ongoing_requests: int = Field(default=16, ge=1, le=100000, description="Requests one replica accepts at once.")
+    # NOTE: Ray Serve's own admission (issue 15): a caller (the HTTP proxy, or a handle) holds at
+    # most this many requests waiting for a free replica slot and answers the next one at once,
+    # before any replica code runs (HTTP: 503 with Retry-After). The limit is per caller, so the
+    # most requests one deployment holds is replicas * max_ongoing_requests + callers * this.
+    max_queued_requests: int | None = Field(
+        default=None, ge=1, le=100000,
+        description="Requests a caller (proxy or handle) queues for this deployment while every replica is at "
+                    "max_ongoing_requests; more are refused at once (HTTP 503 + Retry-After). None = no limit.",
+    )
+    queue_full_retry_after_s: float = Field(
+        default=1.0, ge=0, le=3600,
+        description="Retry-After (seconds, rounded up) of the HTTP 503 sent when max_queued_requests is reached.",
+    )
     autoscaling: AutoscalingOptions | None = Field(default=None, description="Autoscaling; None = fixed num_replicas.")
     health_check_period_s: float = Field(default=10.0, gt=0, le=600, description="Seconds between replica health checks.")
     # NOTE: 300 s matches server.request_timeout_s: a replica being replaced (a config roll-out,
@@ -92,6 +105,9 @@ class DeploymentOptions(StrictModel):
             "graceful_shutdown_timeout_s": self.graceful_shutdown_timeout_s,
             "max_surge_percent": self.max_surge_percent,
         }
+        if self.max_queued_requests is not None:
+            opts["max_queued_requests"] = self.max_queued_requests
+            opts["backpressure_config"] = {"status_code": 503, "retry_after_s": self.queue_full_retry_after_s}
         if self.request_router != "default":
             opts["request_router_config"] = {"request_router_class": REQUEST_ROUTERS[self.request_router]}
         if self.autoscaling is not None:

@@ -12,6 +12,7 @@ Quick use (in-process)::
 from kernels import lazy_exports
 
 __all__ = [
+    "CallGatherer",
     "KINDS",
     "SHARED_TENANT_NAME",
     "EmbeddedRecord",
@@ -49,6 +50,7 @@ __all__ = [
 # SearchHit in the request pipeline, ``records`` in the API schemas) does not import torch and
 # faiss through the shard and the coordinator.
 _LAZY = {
+    "CallGatherer": "memory_shards._gather",
     "KINDS": "memory_shards.records",
     "SHARED_TENANT_NAME": "memory_shards.records",
     "EmbeddedRecord": "memory_shards.records",

@@ -20,15 +20,20 @@ top-``K`` list are the top-``k`` (same order and dedup).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-__all__ = ["SearchGatherer"]
+__all__ = ["CallGatherer", "SearchGatherer"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: run(queries [Q, D], tenants [Q], k, group, now) -> one hit list per query.
 Runner = Callable[[np.ndarray, list[str], int, Any, float], list[list[Any]]]
@@ -147,3 +152,89 @@ class SearchGatherer:
             except BaseException as exc:  # noqa: BLE001 - handed to every caller of the group
                 for r in reqs:
                     r.error = exc
+
+
+class CallGatherer(Generic[T, R]):
+    """The same gathering for coroutine callers on one event loop (the embedder's forward pass).
+
+    ``submit(item)`` answers ``run([item, ...])[i]``. A call that finds nothing running starts a
+    batch at once (after ``first_wait_s``, 0 = none); the calls that arrive while a batch runs
+    wait, and when it ends the next batch takes all of them (up to ``max_items``). So with a forward
+    of F seconds and calls arriving at rate r, a batch holds about ``max(1, r * F)`` calls.
+
+    Why not Ray Serve's ``@serve.batch``: its loop takes a batch off the queue as soon as one call is
+    there and only then waits for the running batch to end, so calls that arrive one by one during a
+    forward each become a batch of one (measured: mean 1.05 with 16 staggered callers and a 100 ms
+    forward, ``max_concurrent_batches=1``, wait 0). Here the batch is formed when the forward is free.
+
+    Args:
+        run: answers a list of items in order (one result per item); it is awaited, one batch at a time.
+        max_items: most items in one batch (bounds one forward's memory and time).
+        first_wait_s: how long a batch started from idle waits for company (0: none).
+
+    Example:
+        >>> async def double(xs): return [2 * x for x in xs]
+        >>> asyncio.run(CallGatherer(double, max_items=8).submit(21))
+        42
+    """
+
+    def __init__(self, run: Callable[[list[T]], Awaitable[list[R]]], max_items: int = 32,
+                 first_wait_s: float = 0.0) -> None:
+        if max_items < 1:
+            raise ValueError(f"max_items: must be >= 1, got {max_items}")
+        if first_wait_s < 0:
+            raise ValueError(f"first_wait_s: must be >= 0, got {first_wait_s}")
+        self._run = run
+        self.max_items = max_items
+        self.first_wait_s = first_wait_s
+        self._pending: deque[tuple[T, asyncio.Future[R]]] = deque()
+        self._drainer: asyncio.Task[None] | None = None
+        #: batches run and items answered (mean batch = items / batches).
+        self.batches = 0
+        self.items = 0
+
+    async def submit(self, item: T) -> R:
+        """Answer ``item`` in the next batch (started now if none runs)."""
+        fut: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self._pending.append((item, fut))
+        if self._drainer is None:
+            self._drainer = asyncio.create_task(self._drain())
+        return await fut
+
+    async def _drain(self) -> None:
+        try:
+            if self.first_wait_s > 0:
+                await asyncio.sleep(self.first_wait_s)
+            while self._pending:
+                batch: list[tuple[T, asyncio.Future[R]]] = []
+                while self._pending and len(batch) < self.max_items:
+                    item, fut = self._pending.popleft()
+                    if not fut.done():  # NOTE: a caller that went away (cancelled) is skipped
+                        batch.append((item, fut))
+                if not batch:
+                    continue
+                try:
+                    results = await self._run([item for item, _ in batch])
+                    if len(results) != len(batch):
+                        raise RuntimeError(f"batch runner answered {len(results)} results for {len(batch)} items")
+                except BaseException as exc:  # noqa: BLE001 - handed to every caller of the batch
+                    cancelled = isinstance(exc, asyncio.CancelledError)
+                    for _, fut in batch:
+                        if not fut.done():
+                            fut.cancel() if cancelled else fut.set_exception(exc)
+                    if cancelled:
+                        raise
+                    continue
+                for (_, fut), result in zip(batch, results):
+                    if not fut.done():
+                        fut.set_result(result)
+                self.batches += 1
+                self.items += len(batch)
+        finally:
+            # NOTE: no await between the empty check above and here, so no call can be left behind
+            # unless the drainer itself was cancelled (loop shut down): those callers get an error.
+            self._drainer = None
+            while self._pending:
+                _, fut = self._pending.popleft()
+                if not fut.done():
+                    fut.set_exception(RuntimeError("the batch gatherer stopped"))

@@ -16,7 +16,7 @@ __all__ = ["ShardCallConfig", "ShardConfig", "ShardPlacement", "SearchFilters", 
 
 class ShardPlacement(StrictModel):
     """How a shard's scan runs: the device of its kernel columns, their storage dtype, the kernel,
-    and how many concurrent searches one scan may answer.
+    how many concurrent searches one scan may answer, and when it leaves the exact scan for IVF.
 
     The cluster config sets it once for every shard (``memory.placement``); a ``cuda`` shard needs
     its deployment to ask for GPUs (``memory.deployment.num_gpus``), or Ray hides them.
@@ -35,20 +35,22 @@ class ShardPlacement(StrictModel):
         default="float32",
         description="Storage of the device copy of the vectors; half precision halves the bytes a scan reads (products and sums stay float32).",
     )
-
-
-class ShardConfig(ShardPlacement):
-    """One shard: its placement, storage, index policy and durability knobs."""
-
-    shard_id: int = Field(default=0, ge=0, le=4096, description="Index of this shard in the coordinator.")
-    data_dir: str | None = Field(default=None, description="Folder for the WAL and snapshots; None keeps the shard in memory only.")
-    dim: int = Field(default=384, gt=0, le=8192, description="Vector dimension.")
-    model_id: str = Field(min_length=1, max_length=256, description="Embedding model id every stored vector must come from.")
+    # NOTE: the exact/IVF switch is placement, not storage: a profile sets it for every shard
+    # (memory.placement), e.g. a 100k-row CPU shard can serve from IVF (issue 15).
     exact_max_rows: int = Field(default=500_000, ge=0, description="Up to this many live rows, search is an exact fused scan; above, IVF candidates + fused re-scoring.")
     ivf_nlist: int = Field(default=1024, ge=1, le=1 << 20, description="IVF inverted lists (k-means centroids).")
     ivf_nprobe: int = Field(default=32, ge=1, le=1 << 20, description="IVF lists probed per query.")
     ivf_candidates: int = Field(default=512, ge=1, le=1 << 16, description="IVF candidates per query, re-scored by the fused kernel (at least k).")
     ivf_train_sample: int = Field(default=65_536, ge=1, description="Vectors sampled to train the IVF centroids.")
+
+
+class ShardConfig(ShardPlacement):
+    """One shard: its placement (device, kernel, exact/IVF policy), storage and durability knobs."""
+
+    shard_id: int = Field(default=0, ge=0, le=4096, description="Index of this shard in the coordinator.")
+    data_dir: str | None = Field(default=None, description="Folder for the WAL and snapshots; None keeps the shard in memory only.")
+    dim: int = Field(default=384, gt=0, le=8192, description="Vector dimension.")
+    model_id: str = Field(min_length=1, max_length=256, description="Embedding model id every stored vector must come from.")
     # NOTE: replay runs at ~7k upsert entries/s (384-d, 2 cores) and ~20 MB/s of WAL; both bounds
     # keep a restart's replay to a few seconds (``recallserve bench restart`` measures it).
     snapshot_every_ops: int = Field(default=20_000, ge=1, description="Write a snapshot after this many WAL entries since the last one (bounds restart replay).")

@@ -6,7 +6,10 @@ when the tenant already holds that many from an earlier run with the same ``--ta
 ``--seconds`` and reports answers/s, p50 / p95 / p99 latency and the status counts (a 503 with
 ``Retry-After`` is the memory tier refusing load, not an error of the benchmark: the client waits
 as told, at most until the level ends, as a well-behaved client would, and the 503s' own latency
-is reported as ``p95_503_ms``).
+is reported as ``p95_503_ms``). ``refused`` counts the 503s by who sent them: ``proxy`` (Ray
+Serve's ``max_queued_requests`` on the ingress: the request never reached it), ``memory_overloaded``
+(the ingress's own search admission) or ``other``, and ``no_retry_after`` those without the header;
+``refused_p95_ms`` gives each sender's 503 latency.
 
 Where the time goes: the cluster's ``/metrics`` is read before and after each level, and the
 change of each histogram's sum / count gives the level's mean server-side times (``split``):
@@ -152,6 +155,13 @@ def _retry_after(value: str | None) -> float:
         return 1.0
 
 
+def refusal_kind(body: str) -> str:
+    """Who answered a 503: ``proxy`` (Ray Serve's backpressure text), ``memory_overloaded`` or ``other``."""
+    if "Request dropped due to backpressure" in body:
+        return "proxy"
+    return "memory_overloaded" if "memory_overloaded" in body else "other"
+
+
 def _quantile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -178,6 +188,8 @@ async def _level(http: Any, clients: int, seconds: float, rng: random.Random) ->
     latencies: list[float] = []
     refused: list[float] = []
     statuses: dict[str, int] = {}
+    kinds: dict[str, int] = {}
+    kind_ms: dict[str, list[float]] = {}
     stop = time.perf_counter() + seconds
 
     async def client() -> None:
@@ -190,6 +202,11 @@ async def _level(http: Any, clients: int, seconds: float, rng: random.Random) ->
                 status = str(r.status_code)
                 if r.status_code == 503:
                     wait = _retry_after(r.headers.get("retry-after"))
+                    kind = refusal_kind(r.text[:500])
+                    kinds[kind] = kinds.get(kind, 0) + 1
+                    kind_ms.setdefault(kind, []).append(1e3 * (time.perf_counter() - t0))
+                    if r.headers.get("retry-after") is None:
+                        kinds["no_retry_after"] = kinds.get("no_retry_after", 0) + 1
             except Exception as exc:  # noqa: BLE001 - a transport failure is counted, not raised
                 status = type(exc).__name__
             elapsed = time.perf_counter() - t0
@@ -214,7 +231,9 @@ async def _level(http: Any, clients: int, seconds: float, rng: random.Random) ->
     return {"clients": clients, "answers_per_s": len(ms) / wall, "p50_ms": _quantile(ms, 0.5),
             "p95_ms": _quantile(ms, 0.95), "p99_ms": _quantile(ms, 0.99), "statuses": statuses,
             "mean_ms": statistics.fmean(ms) if ms else None,
-            "p95_503_ms": _quantile([1e3 * x for x in refused], 0.95), "split": split_means(before, after),
+            "p95_503_ms": _quantile([1e3 * x for x in refused], 0.95),
+            "p50_503_ms": _quantile([1e3 * x for x in refused], 0.5), "refused": kinds,
+            "refused_p95_ms": {k: _quantile(v, 0.95) for k, v in kind_ms.items()}, "split": split_means(before, after),
             "cpu_ms": cpu_ms, "cpu_ms_total": round(sum(cpu_ms.values()), 2)}
 
 
@@ -233,6 +252,11 @@ def render(report: dict[str, Any], title: str | None = None) -> str:
     for row in report["levels"]:
         sp = row.get("split") or {}
         statuses = " ".join(f"{k}:{v}" for k, v in sorted(row["statuses"].items()))
+        if row.get("refused"):
+            p95 = row.get("refused_p95_ms") or {}
+            statuses += " (503 from " + ", ".join(
+                f"{k} {v}" + (f" p95 {p95[k]:.0f} ms" if p95.get(k) is not None else "")
+                for k, v in sorted(row["refused"].items())) + ")"
         lines.append(f"| {row['clients']} | {_num(row['answers_per_s'])} | {_num(row['p50_ms'])} | {_num(row['p95_ms'])} "
                      f"| {_num(row['p99_ms'])} | {_num(row.get('p95_503_ms'))} | {statuses} | {_num(sp.get('ingress_ms'))} "
                      f"| {_num(sp.get('search_ms'))} | {_num(sp.get('embed_call_ms'))} | {_num(sp.get('embed_forward_ms'))} "

@@ -27,7 +27,7 @@ import pytest
 from loadtests._console_app import ANSWER, CHROMIUM_ARGS, build_console_app, chromium_path, serve_in_thread
 from tests.unit.experience._records import speed_record
 
-KEYS = {"sk-acme": "acme", "sk-globex": "globex"}
+KEYS = {"sk-acme": "acme", "sk-globex": "globex", "sk-initech": "initech"}
 SECRET = "The Zephyr-9 printer jams when the thermal fuse trips; replace fuse F2 (ticket T-1042)."
 QUESTION = "Where is order 104208? Mail me at jane.doe@example.com"
 ORDER_NOTE = "Order 104208: the customer asked for delivery to the back door; courier DPD."

@@ -70,3 +70,14 @@ def test_bench_search_cpu_per_answer_sums_processes_of_one_title() -> None:
     assert got == {"ray::ServeReplica:app:embedder": 4.0, "ray::ProxyActor": 2.0}
     assert cpu_per_answer(pids, {}, {}, 0) == {}
     assert (_retry_after("2"), _retry_after(None), _retry_after("soon")) == (2.0, 1.0, 1.0)
+
+
+def test_bench_search_tells_a_proxy_refusal_from_the_ingress_admission() -> None:
+    from ray.serve.exceptions import BackPressureError
+
+    from deployments.cli._bench_search import refusal_kind
+
+    proxy = BackPressureError(num_queued_requests=8, max_queued_requests=8).message
+    assert refusal_kind(proxy) == "proxy"
+    assert refusal_kind('{"error": {"code": "memory_overloaded", "message": "too many searches"}}') == "memory_overloaded"
+    assert refusal_kind("shard down") == "other"

@@ -226,3 +226,23 @@ def test_shared_role_errors_name_the_field(role: dict, message: str) -> None:
     data["reasoner"] = {"shared_with": "reasoner"}
     with pytest.raises(ValueError, match=r"reasoner"):
         AppConfig.model_validate(data)
+
+
+def test_max_queued_requests_renders_ray_backpressure() -> None:
+    """The ingress's proxy-side queue limit reaches Ray as max_queued_requests + a 503 with Retry-After."""
+    unset = DeploymentOptions().to_ray_options()
+    assert "max_queued_requests" not in unset and "backpressure_config" not in unset
+    opts = DeploymentOptions(max_queued_requests=8, queue_full_retry_after_s=2.5).to_ray_options()
+    assert opts["max_queued_requests"] == 8
+    assert opts["backpressure_config"] == {"status_code": 503, "retry_after_s": 2.5}
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="max_queued_requests"):
+            DeploymentOptions(max_queued_requests=bad)
+    cpu = load_config("cpu-local").deployment_options()["ingress"]
+    assert cpu.max_queued_requests == 4 and cpu.max_ongoing_requests == 16
+
+
+def test_max_queued_requests_passes_ray_schema() -> None:
+    schema = pytest.importorskip("ray.serve.schema", reason="Ray Serve is not installed")
+    dep = schema.DeploymentSchema(name="ingress", **DeploymentOptions(max_queued_requests=8).to_ray_options())
+    assert dep.max_queued_requests == 8 and dep.backpressure_config.retry_after_s == 1.0

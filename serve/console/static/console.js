@@ -344,7 +344,13 @@ async function reviewPage(root) {
     el("label", {}, "Topic prefix", el("input", { name: "topic", size: 16 })),
     el("label", {}, "Confidence", el("select", { name: "confidence" }, ["any", "low", "medium", "high"].map((c) => el("option", { value: c }, c)))),
     el("button", { type: "submit", class: "plain" }, "Filter"));
-  let queue = [];
+  // NOTE: the queue is read a page at a time (issue 18: 500 records per visit through the state
+  // store cost ~4x an empty queue); "Show more" asks for the next page, up to the API's 500.
+  const PAGE = 50, MOST = 500;
+  let queue = [], limit = PAGE;
+  const load = async () => { queue = await api("GET", `/v1/experiences/review?limit=${limit}`); render(); };
+  const more = () => el("button", { type: "button", class: "plain", id: "review-more",
+    onclick: () => guarded(async () => { limit = Math.min(limit + PAGE, MOST); await load(); }) }, `Show ${PAGE} more`);
   const render = () => {
     const f = filter.elements;
     const shown = queue.filter((v) => {
@@ -357,13 +363,15 @@ async function reviewPage(root) {
       el("td", {}, v.record.metadata.id), el("td", {}, v.record.metadata.task_domain), el("td", {}, v.record.metadata.topic),
       el("td", {}, v.record.outcome.confidence), el("td", {}, cut(v.record.context.raw_text, 80)), el("td", {}, v.record.outcome.answer),
       el("td", {}, when(v.record.metadata.timestamp))));
-    listBox.replaceChildren(el("p", { class: "note" }, `${shown.length} of ${queue.length} waiting for review.`),
-      rows.length ? table(["id", "domain", "topic", "confidence", "problem", "answer", "created"], rows) : el("p", {}, "Nothing to review."));
+    const full = queue.length >= limit;
+    listBox.replaceChildren(el("p", { class: "note" }, full ? `${shown.length} of the oldest ${queue.length} waiting for review (there are more).`
+      : `${shown.length} of ${queue.length} waiting for review.`),
+      rows.length ? table(["id", "domain", "topic", "confidence", "problem", "answer", "created"], rows) : el("p", {}, "Nothing to review."),
+      full && limit < MOST ? more() : null);
   };
   filter.addEventListener("submit", (ev) => { ev.preventDefault(); guarded(async () => render()); });
   root.append(el("h2", {}, "Review queue"), filter, listBox, detail);
-  queue = await api("GET", "/v1/experiences/review?limit=500");
-  render();
+  await load();
 }
 
 async function openExperience(view, detail, listBox) {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from memory_shards import MemoryShard, ScoreParams, ShardConfig
-from memory_shards._gather import SearchGatherer
+from memory_shards._gather import CallGatherer, SearchGatherer
 
 from .conftest import DIM, MODEL, NOW, make_items, unit
 
@@ -115,3 +116,72 @@ def test_gather_bench_cli_writes_rows(tmp_path, capsys) -> None:
     assert rows[0]["queries_per_scan"] == rows[2]["queries_per_scan"] == 1.0
     assert main(["bench", "gather", "--clients", "0"]) == 2
     assert "--clients" in capsys.readouterr().err
+
+
+# --- CallGatherer: the embedder's coroutine callers ---------------------------------------------
+
+def test_call_gatherer_batches_calls_that_arrive_during_a_forward() -> None:
+    """Staggered callers (one every 5 ms, 40 ms forward) share forwards; each gets its own answer;
+    an idle call runs alone at once."""
+    sizes: list[int] = []
+
+    async def forward(items: list[int]) -> list[int]:
+        sizes.append(len(items))
+        await asyncio.sleep(0.04)
+        return [x * 10 for x in items]
+
+    async def main() -> tuple[list[int], int]:
+        g = CallGatherer(forward, max_items=6)
+        alone = await g.submit(7)
+
+        async def call(i: int) -> int:
+            await asyncio.sleep(0.005 * i)
+            return await g.submit(i)
+
+        got = await asyncio.gather(*(call(i) for i in range(24)))
+        assert g.items == 25 and g.batches == len(sizes)
+        return list(got), alone
+
+    got, alone = asyncio.run(main())
+    assert alone == 70 and sizes[0] == 1
+    assert got == [i * 10 for i in range(24)]
+    assert max(sizes) == 6  # capped at max_items
+    assert len(sizes) - 1 <= 24 // 2  # gathered: far fewer forwards than calls (a batch of one each without)
+
+
+def test_call_gatherer_error_reaches_its_batch_only_and_cancelled_callers_are_skipped() -> None:
+    seen: list[list[int]] = []
+
+    async def forward(items: list[int]) -> list[int]:
+        seen.append(list(items))
+        await asyncio.sleep(0.03)
+        if -1 in items:
+            raise ValueError("bad item")
+        return items
+
+    async def main() -> None:
+        g = CallGatherer(forward, max_items=8)
+        first = asyncio.create_task(g.submit(-1))
+        await asyncio.sleep(0.005)
+        gone = asyncio.create_task(g.submit(99))
+        kept = asyncio.create_task(g.submit(5))
+        await asyncio.sleep(0.005)
+        gone.cancel()
+        with pytest.raises(ValueError, match="bad item"):
+            await first
+        assert await kept == 5
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+
+    asyncio.run(main())
+    assert seen == [[-1], [5]]  # the cancelled caller's item never reached a forward
+
+
+def test_call_gatherer_rejects_bad_sizes() -> None:
+    async def forward(items: list[int]) -> list[int]:
+        return items
+
+    with pytest.raises(ValueError, match="max_items"):
+        CallGatherer(forward, max_items=0)
+    with pytest.raises(ValueError, match="first_wait_s"):
+        CallGatherer(forward, first_wait_s=-1)

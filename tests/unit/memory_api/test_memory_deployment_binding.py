@@ -13,7 +13,7 @@ from deployments.memory import bind_memory
 def test_bind_memory_uses_config_options_and_absolute_folders() -> None:
     cfg = load_config("cpu-local", overrides={
         "memory": {"num_shards": 3, "data_dir": "rel/mem", "deployment": {"num_cpus": 0.2},
-                   "placement": {"vector_dtype": "float16"}},
+                   "placement": {"vector_dtype": "float16", "exact_max_rows": 50_000}},
         "embedder": {"max_batch_size": 8, "deployment": {"num_cpus": 0.3, "num_replicas": 2}},
     })
     embedder, generations = bind_memory(cfg)
@@ -29,8 +29,10 @@ def test_bind_memory_uses_config_options_and_absolute_folders() -> None:
         index, data_dir, model_id, dim, placement = dep.init_args
         assert index == i and Path(data_dir).is_absolute() and data_dir.endswith("rel/mem")
         assert (model_id, dim) == ("sentence-transformers/all-MiniLM-L6-v2", 384)
-        # The shard's placement reaches its ShardConfig (device, storage dtype, kernel backend).
-        assert placement == {"backend": "auto", "gather_max_queries": 256, "device": "cpu", "vector_dtype": "float16"}
+        # The shard's placement reaches its ShardConfig (device, storage dtype, kernel backend, exact/IVF switch).
+        assert placement == {"backend": "auto", "gather_max_queries": 256, "device": "cpu", "vector_dtype": "float16",
+                             "exact_max_rows": 50_000, "ivf_nlist": 1024, "ivf_nprobe": 32, "ivf_candidates": 512,
+                             "ivf_train_sample": 65_536}
 
 
 def test_a_migration_binds_a_second_generation_with_its_own_embedder(tmp_path: Path) -> None:
