@@ -74,11 +74,13 @@ def _worker_niceness(niceness: int | None) -> Iterator[None]:
     """Start the embedded Ray's workers at ``niceness`` (``RAY_worker_niceness``, read by the raylet).
 
     NOTE: Ray starts its workers at niceness 15 so that a desktop stays responsive; on a machine
-    that serves, the replicas are the job. Measured on the 2-core box with two nice-10 processes
-    beside it: the reasoner replica at 15 got a small share of the cores and a one-tool turn took
-    61 s while the same model in a nice-0 process generated 2-3x faster. The variable is set only
-    while Ray starts and is taken back afterwards, as for the metrics folder.
+    that serves, the replicas are the job, and at 15 they yield the cores to every normal-priority
+    process (Ray's own raylet and GCS included). Where the kernel groups processes by session
+    (``sched_autogroup``), niceness only orders processes of one session, so this does not shield
+    the replicas from another session's work. The variable is set only while Ray starts and is
+    taken back afterwards, as for the metrics folder.
     """
+"""
     if niceness is None or os.environ.get(_NICENESS_ENV) is not None:
         yield
         return
