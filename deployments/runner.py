@@ -80,7 +80,6 @@ def _worker_niceness(niceness: int | None) -> Iterator[None]:
     the replicas from another session's work. The variable is set only while Ray starts and is
     taken back afterwards, as for the metrics folder.
     """
-"""
     if niceness is None or os.environ.get(_NICENESS_ENV) is not None:
         yield
         return
