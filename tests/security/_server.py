@@ -3,7 +3,8 @@
 ``python -m tests.security._server DATA_DIR PORT`` serves :func:`tests.unit.edge.conftest.build_app`
 (real memory service on two hybrid shards with their WALs under ``DATA_DIR``, session store,
 experience service) on ``127.0.0.1:PORT`` until it is killed. A second start on the same folder
-replays the WALs, as a shard replica restarted by Ray does.
+replays the WALs, as a shard replica restarted by Ray does. ``test_kill9.py`` runs :func:`main` in
+processes forked from a ``forkserver`` that has imported this module (the imports paid once).
 """
 
 from __future__ import annotations
