@@ -182,12 +182,9 @@ def test_independent_calls_run_in_parallel() -> None:
         {"id": "c2", "name": "slow_b", "args": {"batch": "B-2208"}}]})
     eng = ScriptedEngine([step, final("both done")])
     agent = Agent(eng, _registry(extra=tools), config=AgentConfig(use_router=False, routing_rules=False))
-    t0 = time.perf_counter()
     result = _run(agent, _req("q"))
-    elapsed = time.perf_counter() - t0
     assert [c.status for c in result.tool_calls] == ["ok", "ok"]
-    # NOTE: 0.4 s each; sequential would take >= 0.8 s, parallel about 0.4 s plus overhead.
-    assert elapsed < 0.75
+    # NOTE: no wall-clock bound (the machine is shared): each call's own start and end show they overlapped
     (a, a0, a1), (b, b0, b1) = sorted(log)
     assert a0 < b1 and b0 < a1  # the two runs overlapped in time
 
@@ -319,14 +316,15 @@ def test_request_deadline_gives_partial_answer() -> None:
 
     async def slow_second(messages, params):  # the second step hangs past the deadline
         if len(eng.calls) >= 1:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(60.0)
         async for d in orig(messages, params):
             yield d
 
     eng.stream = slow_second  # type: ignore[method-assign]
     t0 = time.perf_counter()
     result = _run(agent, _req("q"))
-    assert time.perf_counter() - t0 < 0.9
+    # NOTE: a loose bound on a shared machine: without the 0.3 s deadline the hang alone is 60 s
+    assert time.perf_counter() - t0 < 20
     assert result.finish_reason == "timeout" and result.partial
     assert "5*5 = 25" in result.answer and "time limit" in result.answer
 
