@@ -229,3 +229,21 @@ def test_tools_with_several_possible_calls_stay_available() -> None:
     assert _single_call_tools(tools.subset(d.tools), d.bindings) == set()  # two dates -> several calls
     d = route_by_rules("Has customer C-1005 contacted support?", tools, reg.all())
     assert _single_call_tools(tools.subset(d.tools), d.bindings) == {"ticket_history"}
+
+
+def test_a_tool_leaves_the_grammar_once_its_calls_used_every_value_the_question_gives() -> None:
+    # two dates: several possible calls, so the model writes step 1; once a call used both, nothing is left
+    eng = ScriptedEngine([call("inventory_changes", start_date="2025-04-01", end_date="2025-04-30", sku="GR-200"),
+                          final("GR-200 went down by 3.")])
+    result = _run(Agent(eng, _registry(), config=AgentConfig()),
+                  "Show the stock movements of GR-200 between 2025-04-01 and 2025-04-30.")
+    assert [c.status for c in result.tool_calls] == ["ok"] and len(eng.calls) == 2
+    assert [a["properties"]["type"].get("const") for a in _alternatives(eng.calls[1][1].json_schema)] == ["final"]
+    # two order ids: after the first call the tool stays for the second id, then it leaves
+    eng = ScriptedEngine([call("order_status", order_id="104208"), call("order_status", order_id="104333"),
+                          final("Both delivered.")])
+    result = _run(Agent(eng, _registry(), config=AgentConfig()), "Where are orders 104208 and 104333?")
+    assert [c.args["order_id"] for c in result.tool_calls] == ["104208", "104333"]
+    second = _alternatives(eng.calls[1][1].json_schema)
+    assert any(a["properties"].get("name", {}).get("const") == "order_status" for a in second)
+    assert [a["properties"]["type"].get("const") for a in _alternatives(eng.calls[2][1].json_schema)] == ["final"]
