@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 from serve.experience._calculator import MAX_EXPR_CHARS, CalcError, evaluate, extract_number
 from serve.experience._clean import ContextQuantity, clean_context, extract_quantities
+from serve.experience._grounding import CHECK as GROUNDING_CHECK
+from serve.experience._grounding import CONVERSION_FACTORS, not_quantities
 from serve.experience._schema import ExperienceRecord, VerificationItem
 from serve.experience._units import parse_unit
 
@@ -57,8 +59,6 @@ ROUNDING = 0.01
 # MAX_EXPR_CHARS; a formula too long to appear three times in one gets no around checks).
 MAX_AROUND = 4
 _LITERAL = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
-# NOTE: dimensionless factors of unit conversions and percentages, which a formula may use unstated.
-CONVERSION_FACTORS = frozenset({1.0, 2.0, 7.0, 10.0, 12.0, 24.0, 60.0, 100.0, 365.0, 1000.0, 3600.0, 86400.0, 1e6})
 _FUNCTIONS = frozenset({"sqrt", "abs", "min", "max", "round", "log", "log10", "exp", "floor", "ceil", "pi", "e"})
 _NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?![\w(])")
 _EQ = re.compile(r"(?<![<>=!])=(?!=)|==")
@@ -208,7 +208,8 @@ def extracted_checks(record: ExperienceRecord) -> list[VerificationItem]:
         # model's own recomputation of it already fails and says why (no second, extracted failure).
         return []
     src: dict[str, object] = {"source": SOURCE}
-    checks = [VerificationItem(type="recomputation", target=expr, expected=a, input=src)]
+    checks = [VerificationItem(type="recomputation", target=expr, expected=a, input=src),
+              _grounding_item(expr, record, quantities)]
     m_unit = _UNIT_OF_ANSWER.match(answer)
     answer_unit = _known_unit(m_unit.group(1)) if m_unit and m_unit.group(1) else ""
     accounted = _all_accounted(expr, used)
@@ -232,6 +233,26 @@ def extracted_checks(record: ExperienceRecord) -> list[VerificationItem]:
         checks.append(VerificationItem(type="boundary_test", target=f"max({values})",
                                        input={**src, "strict": True, "min": a - tol}))
     return checks
+
+
+def _grounding_item(expr: str, record: ExperienceRecord, quantities: Sequence[ContextQuantity]) -> VerificationItem:
+    """The grounding check of ``expr`` (:mod:`serve.experience._grounding`): the stated quantities
+    that must be accounted for (not ids, indexes, years or dates; not a unitless 0 or 1) and the
+    intermediate steps that may account for them (reasoning steps, the record's other checks as
+    ``target inputs = expected``), at most 32 of each, each step cut to the schema's 1000 characters."""
+    skip = not_quantities(record.context.raw_text)
+    stated = [q for q in quantities if q.value not in skip and not (q.unit == "" and q.value in (0.0, 1.0))][:32]
+    steps = [s.text for s in record.reasoning]
+    for v in record.verification:
+        if v.input.get("source") == SOURCE:
+            continue
+        exp = v.input.get("expression") if isinstance(v.input.get("expression"), str) else v.target
+        inputs = " ".join(f"{k}={x}" for k, x in v.input.items() if isinstance(x, (int, float)) and not isinstance(x, bool))
+        step = f"{exp} {inputs}".strip()
+        steps.append(f"{step} = {v.expected}" if isinstance(v.expected, (int, float, str)) and v.expected != "" else step)
+    return VerificationItem(type=GROUNDING_CHECK, target=expr, input={
+        "source": SOURCE, "stated": [q.value for q in stated], "units": [q.unit for q in stated],
+        "steps": [s[:1000] for s in steps if s][:32]})
 
 
 def problem_check_types(question: str, *, rule_domain: bool = False, required: Sequence[str] = ()) -> list[str]:
