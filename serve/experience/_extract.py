@@ -61,6 +61,7 @@ MAX_AROUND = 4
 _LITERAL = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
 _FUNCTIONS = frozenset({"sqrt", "abs", "min", "max", "round", "log", "log10", "exp", "floor", "ceil", "pi", "e"})
 _NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?![\w(])")
+_RULE_ID = re.compile(r"(?<![\w-])[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+(?![\w-])")
 _EQ = re.compile(r"(?<![<>=!])=(?!=)|==")
 _UNIT_OF_ANSWER = re.compile(r"^\s*[-+]?\$?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?\s*(.*?)\s*$")
 
@@ -193,8 +194,9 @@ def _replace(expr: str, u: _Use, text: str) -> str:
 def extracted_checks(record: ExperienceRecord) -> list[VerificationItem]:
     """Checks derived from the record's cleaned context and its formula (see the module docstring).
 
-    Empty when the trace gives no recomputation, its formula uses none of the stated quantities,
-    or its answer has no number: then there is nothing of the problem's to recompute.
+    Empty when the trace gives no recomputation or its answer has no number: then there is
+    nothing of the problem's to recompute. A formula that uses none of the stated quantities
+    gets its grounding check only.
     """
     answer = record.outcome.answer
     a = extract_number(answer)
@@ -203,13 +205,17 @@ def extracted_checks(record: ExperienceRecord) -> list[VerificationItem]:
         return []
     quantities = extract_quantities(clean_context(record.context.raw_text, fold_case=False))
     used = _uses(expr, record, quantities)
-    if not used or _value_at(expr, record) is None:
+    if _value_at(expr, record) is None:
         # NOTE: a formula that does not evaluate at the stated values cannot be recomputed; the
         # model's own recomputation of it already fails and says why (no second, extracted failure).
         return []
+    grounding = _grounding_item(expr, record, quantities)
+    if not used:
+        # NOTE: a formula of none of the stated numbers: nothing to recompute around, but whether
+        # it leaves the problem's quantities out is exactly the question.
+        return [grounding] if grounding.input["stated"] else []
     src: dict[str, object] = {"source": SOURCE}
-    checks = [VerificationItem(type="recomputation", target=expr, expected=a, input=src),
-              _grounding_item(expr, record, quantities)]
+    checks = [VerificationItem(type="recomputation", target=expr, expected=a, input=src), grounding]
     m_unit = _UNIT_OF_ANSWER.match(answer)
     answer_unit = _known_unit(m_unit.group(1)) if m_unit and m_unit.group(1) else ""
     accounted = _all_accounted(expr, used)
@@ -252,7 +258,7 @@ def _grounding_item(expr: str, record: ExperienceRecord, quantities: Sequence[Co
         steps.append(f"{step} = {v.expected}" if isinstance(v.expected, (int, float, str)) and v.expected != "" else step)
     return VerificationItem(type=GROUNDING_CHECK, target=expr, input={
         "source": SOURCE, "stated": [q.value for q in stated], "units": [q.unit for q in stated],
-        "steps": [s[:1000] for s in steps if s][:32]})
+        "steps": [s[:1000] for s in steps if s][:32], "rules": _RULE_ID.findall(record.context.raw_text[:8000])[:8]})
 
 
 def problem_check_types(question: str, *, rule_domain: bool = False, required: Sequence[str] = ()) -> list[str]:

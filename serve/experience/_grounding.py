@@ -6,8 +6,8 @@ and leaves out the price. The grounding check (``grounding_check``, one of the e
 :mod:`serve.experience._extract`, run by the same bounded verifier) says *doubtful* when a stated
 quantity ``q`` is not accounted for; the trace then waits in review with the error tag
 ``ungrounded_quantity``. ``q`` is accounted for when, with ``F`` the numbers of the formula (its
-literals and the values of the record's named quantities it uses), ``U`` those of ``F`` that are
-neither stated nor a plain conversion factor (values the model derived), ``C`` the conversion
+literals and the values of the record's named quantities it uses), ``U`` those literals of ``F`` that
+are not stated (values the model derived, or a factor such as 12 = 92 - 80), ``C`` the conversion
 factors and ``tol`` the verifier's rounding tolerance (1%):
 
 * **used**: ``q`` is in ``G`` (up to ``tol``), where ``G`` starts as ``F`` and the answer, and grows
@@ -15,8 +15,11 @@ factors and ``tol`` the verifier's rounding tolerance (1%):
   ``20 * 40 = 800``, ``SHIP-1 total=40 weight=2 = 7``) one of whose results (the numbers right
   after an ``=``) is already in ``G``; at most as many rounds as there are steps;
 * **as a percent**: ``q %`` appears as ``q / 100`` or ``1 +- q / 100`` (``0.15 * 240``, ``1.15 * 80``);
+* **in a condition**: ``q`` is a number of a step that compares (``64 < 100 so not free``: the
+  branch the formula takes depends on it);
 * **derived**: some ``u`` in ``U`` is one operation of ``q`` with a number ``x`` of ``F``, of the
-  stated values or of ``C`` (``u = q + x, q - x, x - q, q x, q / x, x / q``: ``22*40 + 1.5*22*6``
+  stated values, of ``C`` or of a cited rule's expression (``500 * 0.06`` under
+  ``balance*min(0.02*months, 0.10)``) (``u = q + x, q - x, x - q, q x, q / x, x / q``: ``22*40 + 1.5*22*6``
   for 46 hours, ``6 = 46 - 40``), or a sum of 2 to 4 stated values that include ``q``
   (``1440 / 6 * 3`` for the ratio 1:2:3).
 
@@ -54,6 +57,7 @@ _MAX_CHARS = 2000
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\d])")
 _LITERAL = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
 _NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?![\w(])")
+_COMPARES = re.compile(r"[<>≤≥]|\b(?:less|more|greater|fewer|at least|at most|below|above|exceeds?|under|over)\b", re.I)
 _RESULT = re.compile(r"(?<![<>=!])=(?!=)\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)")
 _MONTHS = ("jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec|january|february|march|april|june|july|august|"
            "september|october|november|december")
@@ -112,7 +116,11 @@ def _grown(start: list[float], steps: Sequence[str]) -> list[float]:
     for s in steps[:_MAX_ITEMS]:
         results = [extract_number(m.group(1).replace(",", "")) for m in _RESULT.finditer(s[:_MAX_CHARS])]
         parsed.append(([r for r in results if r is not None], numbers_in(s)))
-    used = [False] * len(parsed)
+    # NOTE: a comparing step decides the branch the formula takes: its numbers are used.
+    used = [bool(_COMPARES.search(s[:_MAX_CHARS])) for s in steps[:_MAX_ITEMS]]
+    for flag, (_, numbers) in zip(used, parsed):
+        if flag:
+            known.extend(numbers)
     for _ in range(len(parsed)):
         grew = False
         for i, (results, numbers) in enumerate(parsed):
@@ -149,7 +157,7 @@ def _in_a_sum(i: int, q: float, stated: Sequence[float], unexplained: Sequence[f
 
 
 def ungrounded(formula: str, stated: Sequence[float], units: Sequence[str], steps: Sequence[str],
-               env: Mapping[str, float], answer: float | None = None,
+               env: Mapping[str, float], answer: float | None = None, rule_numbers: Sequence[float] = (),
                conversion_factors: Iterable[float] = CONVERSION_FACTORS) -> list[float]:
     """The stated values ``formula`` does not account for (see the module docstring), in order.
 
@@ -161,15 +169,16 @@ def ungrounded(formula: str, stated: Sequence[float], units: Sequence[str], step
         steps: texts of the intermediate steps (reasoning steps, the record's other checks).
         env: values of the record's named quantities.
         answer: the trace's answer (the formula's value): a step that also gives it uses its inputs.
+        rule_numbers: the numbers of the expressions of the rules the problem cites.
         conversion_factors: plain factors a formula may use unstated (1000, 3600, 100 ...).
     """
     stated, units = list(stated[:_MAX_ITEMS]), list(units[:_MAX_ITEMS])
     factors = list(conversion_factors)
     literals, names = _formula_numbers(formula[:_MAX_CHARS], env)
     in_formula = literals + names
-    unexplained = [v for v in literals if not _member(v, stated) and not _member(v, factors)]
+    unexplained = [v for v in literals if not _member(v, stated)]
     grounded = _grown(in_formula + ([answer] if answer is not None else []), steps)
-    others = in_formula + stated + factors
+    others = in_formula + stated + factors + list(rule_numbers[:_MAX_ITEMS])
     out = []
     for i, q in enumerate(stated):
         forms = [q]

@@ -42,7 +42,7 @@ from serve.experience._calculator import (
 )
 from serve.experience._grounding import CHECK as GROUNDING_CHECK
 from serve.experience._grounding import TAG as GROUNDING_TAG
-from serve.experience._grounding import ungrounded
+from serve.experience._grounding import numbers_in, ungrounded
 from serve.experience._rules import RuleError, RuleTable
 from serve.experience._schema import Confidence, ExperienceRecord, VerificationItem, VerificationStatus
 from serve.experience._units import DimensionError, Quantity, format_dims, parse_quantity, parse_unit, to_unit
@@ -373,8 +373,13 @@ def _regulatory_check(
     return item.model_copy(update={"actual": result, "status": status, "notes": f"rule {rule.id}: {note}"})
 
 
-def _grounding_check(item: VerificationItem, env: Mapping[str, Any], answer: str | None) -> VerificationItem:
+def _grounding_check(item: VerificationItem, env: Mapping[str, Any], answer: str | None,
+                     rules: RuleTable) -> VerificationItem:
     stated, units, steps = item.input.get("stated", []), item.input.get("units", []), item.input.get("steps", [])
+    cited = item.input.get("rules", [])
+    if not isinstance(cited, list):
+        raise CalcError("input.rules must be a list of rule ids")
+    rule_numbers = [n for r in cited if isinstance(r, str) and r in rules for n in numbers_in(rules.get(r).expression)]
     if not isinstance(stated, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in stated):
         raise CalcError("input.stated must be a list of numbers")
     if not isinstance(units, list) or not isinstance(steps, list):
@@ -382,7 +387,7 @@ def _grounding_check(item: VerificationItem, env: Mapping[str, Any], answer: str
     names = {k: float(v) for k, v in env.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     missing = ungrounded(item.target, [float(x) for x in stated], [str(u) for u in units],
                          [s for s in steps if isinstance(s, str)], names,
-                         extract_number(answer) if answer is not None else None)
+                         extract_number(answer) if answer is not None else None, rule_numbers)
     if missing:
         shown = ", ".join(f"{x:g}" for x in missing)
         return item.model_copy(update={"actual": missing, "status": "doubtful",
@@ -438,7 +443,7 @@ def run_check(
         if item.type == "boundary_test":
             return _boundary_test(item, env, answer)
         if item.type == GROUNDING_CHECK:
-            return _grounding_check(item, env, answer)
+            return _grounding_check(item, env, answer, rules)
         return _regulatory_check(item, env, answer, rules)
     except DimensionError as exc:
         return item.model_copy(update={"actual": None, "status": "fail", "notes": f"dimension error: {exc}"})
