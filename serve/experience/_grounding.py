@@ -7,7 +7,7 @@ and leaves out the price. The grounding check (``grounding_check``, one of the e
 quantity ``q`` is not accounted for; the trace then waits in review with the error tag
 ``ungrounded_quantity``. ``q`` is accounted for when, with ``F`` the numbers of the formula (its
 literals and the values of the record's named quantities it uses), ``U`` those literals of ``F`` that
-are not stated (values the model derived, or a factor such as 12 = 92 - 80), ``C`` the conversion
+are not stated (values the model derived, or a factor such as 12 = 92 - 80; not 0 or 1), ``C`` the conversion
 factors and ``tol`` the verifier's rounding tolerance (1%):
 
 * **used**: ``q`` is in ``G`` (up to ``tol``), where ``G`` starts as ``F`` and the answer, and grows
@@ -16,9 +16,10 @@ factors and ``tol`` the verifier's rounding tolerance (1%):
   after an ``=``) is already in ``G``; at most as many rounds as there are steps;
 * **as a percent**: ``q %`` appears as ``q / 100`` or ``1 +- q / 100`` (``0.15 * 240``, ``1.15 * 80``);
 * **in a condition**: ``q`` is a number of a step that compares (``64 < 100 so not free``: the
-  branch the formula takes depends on it);
+  branch the formula takes depends on it) or says why it does not matter (``the 8 kg weight does
+  not matter``);
 * **derived**: some ``u`` in ``U`` is one operation of ``q`` with a number ``x`` of ``F``, of the
-  stated values, of ``C`` or of a cited rule's expression (``500 * 0.06`` under
+  stated values, of the factors of ``C`` from 10 up or of a cited rule's expression (``500 * 0.06`` under
   ``balance*min(0.02*months, 0.10)``) (``u = q + x, q - x, x - q, q x, q / x, x / q``: ``22*40 + 1.5*22*6``
   for 46 hours, ``6 = 46 - 40``), or a sum of 2 to 4 stated values that include ``q``
   (``1440 / 6 * 3`` for the ratio 1:2:3).
@@ -57,7 +58,8 @@ _MAX_CHARS = 2000
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\d])")
 _LITERAL = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
 _NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?![\w(])")
-_COMPARES = re.compile(r"[<>≤≥]|\b(?:less|more|greater|fewer|at least|at most|below|above|exceeds?|under|over)\b", re.I)
+_COMPARES = re.compile(r"[<>≤≥]|\b(?:less|more|greater|fewer|at least|at most|below|above|exceeds?|under|over|"
+                       r"regardless|irrelevant|does not matter|doesn't matter|not needed)\b", re.I)
 _RESULT = re.compile(r"(?<![<>=!])=(?!=)\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)")
 _MONTHS = ("jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec|january|february|march|april|june|july|august|"
            "september|october|november|december")
@@ -116,7 +118,7 @@ def _grown(start: list[float], steps: Sequence[str]) -> list[float]:
     for s in steps[:_MAX_ITEMS]:
         results = [extract_number(m.group(1).replace(",", "")) for m in _RESULT.finditer(s[:_MAX_CHARS])]
         parsed.append(([r for r in results if r is not None], numbers_in(s)))
-    # NOTE: a comparing step decides the branch the formula takes: its numbers are used.
+    # NOTE: a comparing step decides the branch the formula takes (or dismisses a number): its numbers are used.
     used = [bool(_COMPARES.search(s[:_MAX_CHARS])) for s in steps[:_MAX_ITEMS]]
     for flag, (_, numbers) in zip(used, parsed):
         if flag:
@@ -134,6 +136,8 @@ def _grown(start: list[float], steps: Sequence[str]) -> list[float]:
 
 def _derived(q: float, unexplained: Sequence[float], others: Sequence[float]) -> bool:
     for u, x in itertools.product(unexplained, others):
+        if _close(x, u) or _close(x, q):
+            continue  # NOTE: u from itself (q - u = u) or q from itself (q / q = 1) grounds nothing
         forms = [q + x, q - x, x - q, q * x]
         if x != 0:
             forms.append(q / x)
@@ -176,7 +180,9 @@ def ungrounded(formula: str, stated: Sequence[float], units: Sequence[str], step
     factors = list(conversion_factors)
     literals, names = _formula_numbers(formula[:_MAX_CHARS], env)
     in_formula = literals + names
-    unexplained = [v for v in literals if not _member(v, stated)]
+    # NOTE: 0 and 1 are no derived values (q / q, q - q); small factors (2, 7) make any half or week.
+    unexplained = [v for v in literals if not _member(v, stated) and v not in (0.0, 1.0)]
+    factors = [f for f in factors if f >= 10]
     grounded = _grown(in_formula + ([answer] if answer is not None else []), steps)
     others = in_formula + stated + factors + list(rule_numbers[:_MAX_ITEMS])
     out = []
