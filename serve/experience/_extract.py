@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from serve.experience._calculator import MAX_EXPR_CHARS, CalcError, evaluate, extract_number
 from serve.experience._clean import ContextQuantity, clean_context, extract_quantities
 from serve.experience._grounding import CHECK as GROUNDING_CHECK
-from serve.experience._grounding import CONVERSION_FACTORS, not_quantities
+from serve.experience._grounding import CONVERSION_FACTORS, LITERAL, NAME, close, not_quantities
 from serve.experience._schema import ExperienceRecord, VerificationItem
 from serve.experience._units import parse_unit
 
@@ -58,9 +58,7 @@ ROUNDING = 0.01
 # inside the schema's 32 and the calculator budget (each item is one expression of at most
 # MAX_EXPR_CHARS; a formula too long to appear three times in one gets no around checks).
 MAX_AROUND = 4
-_LITERAL = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
 _FUNCTIONS = frozenset({"sqrt", "abs", "min", "max", "round", "log", "log10", "exp", "floor", "ceil", "pi", "e"})
-_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?![\w(])")
 _RULE_ID = re.compile(r"(?<![\w-])[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+(?![\w-])")
 _EQ = re.compile(r"(?<![<>=!])=(?!=)|==")
 _UNIT_OF_ANSWER = re.compile(r"^\s*[-+]?\$?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?\s*(.*?)\s*$")
@@ -84,17 +82,12 @@ def _formula(record: ExperienceRecord, answer: float) -> str | None:
         claimed = v.expected if v.expected is not None else (sides[-1] if len(sides) > 1 else None)
         if claimed is not None:
             value = extract_number(claimed)
-            if value is None or not _close(value, answer):
+            if value is None or not close(value, answer):
                 continue
         expr = sides[0].strip()
         if 0 < len(expr) <= MAX_EXPR_CHARS:
             return expr
     return None
-
-
-def _close(a: float, b: float) -> bool:
-    """Equal up to rounding (1%, what ``_verify`` calls doubtful rather than wrong)."""
-    return abs(a - b) <= max(1e-9, 0.01 * max(abs(a), abs(b)))
 
 
 @dataclass(frozen=True)
@@ -123,13 +116,13 @@ def _uses(expr: str, record: ExperienceRecord, quantities: Sequence[ContextQuant
     the named quantity (when the unit table knows it).
     """
     out = []
-    for m in _LITERAL.finditer(expr):
+    for m in LITERAL.finditer(expr):
         value = float(m.group(0))
         units = _units_of(value, quantities)
         if units is not None:
             out.append(_Use(m.start(), m.end(), m.group(0), value, _one(units)))
     named = {q.name: q for q in record.context.quantities if q.name.isidentifier()}
-    for m in _NAME.finditer(expr):
+    for m in NAME.finditer(expr):
         nq = named.get(m.group(0))
         if nq is None:
             continue
@@ -161,13 +154,13 @@ def _all_accounted(expr: str, used: Sequence[_Use]) -> bool | None:
         return None
     at = {u.start for u in used}
     factors = False
-    for m in _LITERAL.finditer(expr):
+    for m in LITERAL.finditer(expr):
         if m.start() in at:
             continue
         if float(m.group(0)) not in CONVERSION_FACTORS:
             return None
         factors = True
-    if not all(m.start() in at or m.group(0) in _FUNCTIONS for m in _NAME.finditer(expr)):
+    if not all(m.start() in at or m.group(0) in _FUNCTIONS for m in NAME.finditer(expr)):
         return None
     return not factors
 

@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from serve.experience._calculator import extract_number
 
 __all__ = ["ungrounded", "not_quantities", "numbers_in", "TAG", "CHECK", "MAX_SUM_TERMS", "TOLERANCE",
-           "CONVERSION_FACTORS"]
+           "CONVERSION_FACTORS", "LITERAL", "NAME", "close"]
 
 # NOTE: dimensionless factors of unit conversions and percentages, which a formula may use unstated.
 CONVERSION_FACTORS = frozenset({1.0, 2.0, 7.0, 10.0, 12.0, 24.0, 60.0, 100.0, 365.0, 1000.0, 3600.0, 86400.0, 1e6})
@@ -56,8 +56,9 @@ MAX_SUM_TERMS = 12
 _MAX_ITEMS = 32
 _MAX_CHARS = 2000
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\d])")
-_LITERAL = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
-_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?![\w(])")
+# NOTE: a formula's number literals and names, as the extracted checks read them (shared with _extract).
+LITERAL = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
+NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?![\w(])")
 _COMPARES = re.compile(r"[<>≤≥]|\b(?:less|more|greater|fewer|at least|at most|below|above|exceeds?|under|over|"
                        r"regardless|irrelevant|does not matter|doesn't matter|not needed)\b", re.I)
 _RESULT = re.compile(r"(?<![<>=!])=(?!=)\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)")
@@ -79,12 +80,13 @@ _NON_QUANTITY = [
 _DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b|\b(\d{1,2})/(\d{1,2})/(\d{2,4})\b")
 
 
-def _close(a: float, b: float) -> bool:
+def close(a: float, b: float) -> bool:
+    """Equal up to rounding (1%, what ``_verify`` calls doubtful rather than wrong)."""
     return abs(a - b) <= max(1e-9, TOLERANCE * max(abs(a), abs(b)))
 
 
 def _member(v: float, values: Iterable[float]) -> bool:
-    return any(_close(v, w) for w in values)
+    return any(close(v, w) for w in values)
 
 
 def not_quantities(text: str) -> set[float]:
@@ -106,8 +108,8 @@ def numbers_in(text: str) -> list[float]:
 
 def _formula_numbers(formula: str, env: Mapping[str, float]) -> tuple[list[float], list[float]]:
     """The formula's literal values, and the values of the named quantities it uses."""
-    literals = [float(m.group(0)) for m in _LITERAL.finditer(formula)]
-    names = [float(env[m.group(0)]) for m in _NAME.finditer(formula) if m.group(0) in env]
+    literals = [float(m.group(0)) for m in LITERAL.finditer(formula)]
+    names = [float(env[m.group(0)]) for m in NAME.finditer(formula) if m.group(0) in env]
     return literals, names
 
 
@@ -136,7 +138,7 @@ def _grown(start: list[float], steps: Sequence[str]) -> list[float]:
 
 def _derived(q: float, unexplained: Sequence[float], others: Sequence[float]) -> bool:
     for u, x in itertools.product(unexplained, others):
-        if _close(x, u) or _close(x, q):
+        if close(x, u) or close(x, q):
             continue  # NOTE: u from itself (q - u = u) or q from itself (q / q = 1) grounds nothing
         forms = [q + x, q - x, x - q, q * x]
         if x != 0:
