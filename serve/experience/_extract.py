@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 from serve.experience._calculator import MAX_EXPR_CHARS, CalcError, evaluate, extract_number
 from serve.experience._clean import ContextQuantity, clean_context, extract_quantities
+from serve.experience._grounding import CHECK as GROUNDING_CHECK
+from serve.experience._grounding import CONVERSION_FACTORS, LITERAL, NAME, close, not_quantities
 from serve.experience._schema import ExperienceRecord, VerificationItem
 from serve.experience._units import parse_unit
 
@@ -56,11 +58,8 @@ ROUNDING = 0.01
 # inside the schema's 32 and the calculator budget (each item is one expression of at most
 # MAX_EXPR_CHARS; a formula too long to appear three times in one gets no around checks).
 MAX_AROUND = 4
-_LITERAL = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
-# NOTE: dimensionless factors of unit conversions and percentages, which a formula may use unstated.
-CONVERSION_FACTORS = frozenset({1.0, 2.0, 7.0, 10.0, 12.0, 24.0, 60.0, 100.0, 365.0, 1000.0, 3600.0, 86400.0, 1e6})
 _FUNCTIONS = frozenset({"sqrt", "abs", "min", "max", "round", "log", "log10", "exp", "floor", "ceil", "pi", "e"})
-_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?![\w(])")
+_RULE_ID = re.compile(r"(?<![\w-])[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+(?![\w-])")
 _EQ = re.compile(r"(?<![<>=!])=(?!=)|==")
 _UNIT_OF_ANSWER = re.compile(r"^\s*[-+]?\$?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?\s*(.*?)\s*$")
 
@@ -83,17 +82,12 @@ def _formula(record: ExperienceRecord, answer: float) -> str | None:
         claimed = v.expected if v.expected is not None else (sides[-1] if len(sides) > 1 else None)
         if claimed is not None:
             value = extract_number(claimed)
-            if value is None or not _close(value, answer):
+            if value is None or not close(value, answer):
                 continue
         expr = sides[0].strip()
         if 0 < len(expr) <= MAX_EXPR_CHARS:
             return expr
     return None
-
-
-def _close(a: float, b: float) -> bool:
-    """Equal up to rounding (1%, what ``_verify`` calls doubtful rather than wrong)."""
-    return abs(a - b) <= max(1e-9, 0.01 * max(abs(a), abs(b)))
 
 
 @dataclass(frozen=True)
@@ -122,13 +116,13 @@ def _uses(expr: str, record: ExperienceRecord, quantities: Sequence[ContextQuant
     the named quantity (when the unit table knows it).
     """
     out = []
-    for m in _LITERAL.finditer(expr):
+    for m in LITERAL.finditer(expr):
         value = float(m.group(0))
         units = _units_of(value, quantities)
         if units is not None:
             out.append(_Use(m.start(), m.end(), m.group(0), value, _one(units)))
     named = {q.name: q for q in record.context.quantities if q.name.isidentifier()}
-    for m in _NAME.finditer(expr):
+    for m in NAME.finditer(expr):
         nq = named.get(m.group(0))
         if nq is None:
             continue
@@ -160,13 +154,13 @@ def _all_accounted(expr: str, used: Sequence[_Use]) -> bool | None:
         return None
     at = {u.start for u in used}
     factors = False
-    for m in _LITERAL.finditer(expr):
+    for m in LITERAL.finditer(expr):
         if m.start() in at:
             continue
         if float(m.group(0)) not in CONVERSION_FACTORS:
             return None
         factors = True
-    if not all(m.start() in at or m.group(0) in _FUNCTIONS for m in _NAME.finditer(expr)):
+    if not all(m.start() in at or m.group(0) in _FUNCTIONS for m in NAME.finditer(expr)):
         return None
     return not factors
 
@@ -193,8 +187,9 @@ def _replace(expr: str, u: _Use, text: str) -> str:
 def extracted_checks(record: ExperienceRecord) -> list[VerificationItem]:
     """Checks derived from the record's cleaned context and its formula (see the module docstring).
 
-    Empty when the trace gives no recomputation, its formula uses none of the stated quantities,
-    or its answer has no number: then there is nothing of the problem's to recompute.
+    Empty when the trace gives no recomputation or its answer has no number: then there is
+    nothing of the problem's to recompute. A formula that uses none of the stated quantities
+    gets its grounding check only.
     """
     answer = record.outcome.answer
     a = extract_number(answer)
@@ -203,12 +198,17 @@ def extracted_checks(record: ExperienceRecord) -> list[VerificationItem]:
         return []
     quantities = extract_quantities(clean_context(record.context.raw_text, fold_case=False))
     used = _uses(expr, record, quantities)
-    if not used or _value_at(expr, record) is None:
+    if _value_at(expr, record) is None:
         # NOTE: a formula that does not evaluate at the stated values cannot be recomputed; the
         # model's own recomputation of it already fails and says why (no second, extracted failure).
         return []
+    grounding = _grounding_item(expr, record, quantities)
+    if not used:
+        # NOTE: a formula of none of the stated numbers: nothing to recompute around, but whether
+        # it leaves the problem's quantities out is exactly the question.
+        return [grounding] if grounding.input["stated"] else []
     src: dict[str, object] = {"source": SOURCE}
-    checks = [VerificationItem(type="recomputation", target=expr, expected=a, input=src)]
+    checks = [VerificationItem(type="recomputation", target=expr, expected=a, input=src), grounding]
     m_unit = _UNIT_OF_ANSWER.match(answer)
     answer_unit = _known_unit(m_unit.group(1)) if m_unit and m_unit.group(1) else ""
     accounted = _all_accounted(expr, used)
@@ -232,6 +232,26 @@ def extracted_checks(record: ExperienceRecord) -> list[VerificationItem]:
         checks.append(VerificationItem(type="boundary_test", target=f"max({values})",
                                        input={**src, "strict": True, "min": a - tol}))
     return checks
+
+
+def _grounding_item(expr: str, record: ExperienceRecord, quantities: Sequence[ContextQuantity]) -> VerificationItem:
+    """The grounding check of ``expr`` (:mod:`serve.experience._grounding`): the stated quantities
+    that must be accounted for (not ids, indexes, years or dates; not a unitless 0 or 1) and the
+    intermediate steps that may account for them (reasoning steps, the record's other checks as
+    ``target inputs = expected``), at most 32 of each, each step cut to the schema's 1000 characters."""
+    skip = not_quantities(record.context.raw_text)
+    stated = [q for q in quantities if q.value not in skip and not (q.unit == "" and q.value in (0.0, 1.0))][:32]
+    steps = [s.text for s in record.reasoning]
+    for v in record.verification:
+        if v.input.get("source") == SOURCE:
+            continue
+        exp = v.input.get("expression") if isinstance(v.input.get("expression"), str) else v.target
+        inputs = " ".join(f"{k}={x}" for k, x in v.input.items() if isinstance(x, (int, float)) and not isinstance(x, bool))
+        step = f"{exp} {inputs}".strip()
+        steps.append(f"{step} = {v.expected}" if isinstance(v.expected, (int, float, str)) and v.expected != "" else step)
+    return VerificationItem(type=GROUNDING_CHECK, target=expr, input={
+        "source": SOURCE, "stated": [q.value for q in stated], "units": [q.unit for q in stated],
+        "steps": [s[:1000] for s in steps if s][:32], "rules": _RULE_ID.findall(record.context.raw_text[:8000])[:8]})
 
 
 def problem_check_types(question: str, *, rule_domain: bool = False, required: Sequence[str] = ()) -> list[str]:

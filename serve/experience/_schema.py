@@ -41,7 +41,8 @@ __all__ = [
 
 SCHEMA_VERSION = "1.2"
 Confidence = Literal["high", "medium", "low"]
-VerificationType = Literal["boundary_test", "unit_check", "back_substitution", "recomputation", "regulatory_check"]
+VerificationType = Literal["boundary_test", "unit_check", "back_substitution", "recomputation", "regulatory_check",
+                           "grounding_check"]
 VerificationStatus = Literal["pass", "fail", "doubtful", "not_run"]
 # active: reusable now; archival: topic tree / error patterns; review: waits for a person.
 Tier = Literal["active", "archival", "review"]
@@ -118,6 +119,9 @@ class VerificationItem(StrictModel):
       expected = ``"0 <= v <= 100"``, ``">= 0"``, ``"[0, 100]"``).
     * ``regulatory_check``: target = rule id; input = the rule's inputs; expected = the value
       the rule gives, or ``true``/``false`` for a condition rule.
+    * ``grounding_check`` (derived from the context, :mod:`serve.experience._grounding`): target =
+      the answer's formula; input = ``{"stated": [..], "units": [..], "steps": [..]}``; doubtful
+      when a stated quantity is not accounted for.
     """
 
     type: VerificationType = Field(description="Check template.")

@@ -40,12 +40,16 @@ from serve.experience._calculator import (
     evaluate,
     extract_number,
 )
+from serve.experience._grounding import CHECK as GROUNDING_CHECK
+from serve.experience._grounding import TAG as GROUNDING_TAG
+from serve.experience._grounding import numbers_in, ungrounded
 from serve.experience._rules import RuleError, RuleTable
 from serve.experience._schema import Confidence, ExperienceRecord, VerificationItem, VerificationStatus
 from serve.experience._units import DimensionError, Quantity, format_dims, parse_quantity, parse_unit, to_unit
 
 __all__ = ["run_check", "verify_record", "finish_record", "with_extracted_checks", "derive_confidence",
-           "compare_values", "error_tags_for", "exposure_tags", "ERROR_TAGS", "UNCHECKABLE_TAG"]
+           "compare_values", "error_tags_for", "exposure_tags", "answer_computed", "ERROR_TAGS", "UNCHECKABLE_TAG",
+           "ANSWER_TAG"]
 
 # NOTE: 1e-6 relative is "the same number"; up to 1% is what rounding an answer to 2-3
 # significant digits produces (33.3 for 33.33...), so it is doubtful rather than wrong.
@@ -74,8 +78,11 @@ ERROR_TAGS: dict[str, str] = {
     "back_substitution": "equation_unsatisfied",
     "boundary_test": "out_of_bounds",
     "regulatory_check": "rule_violation",
+    GROUNDING_CHECK: GROUNDING_TAG,
 }
 UNCHECKABLE_TAG = "check_not_executable"
+# NOTE: every check passed, yet none computed the trace's answer (see answer_computed).
+ANSWER_TAG = "answer_not_computed"
 _MAX_TAGS = 16
 
 
@@ -87,12 +94,15 @@ def error_tags_for(items: Iterable[VerificationItem]) -> list[str]:
     ``unit_mismatch``; ``not run`` / ``cannot execute`` ->
     :data:`UNCHECKABLE_TAG`; else :data:`ERROR_TAGS` of the check type. Passing, doubtful and
     unrun checks give no tag (they are not evidence of a mistake), nor does a failed extracted
-    around check next to a failed recomputation (the same evidence).
+    around check next to a failed recomputation (the same evidence). The one doubtful check that
+    does is a ``grounding_check``: a formula that leaves out a stated quantity -> ``ungrounded_quantity``.
     """
     items = list(items)
     arithmetic = any(v.type == "recomputation" and v.status == "fail" for v in items)
     out: list[str] = []
     for v in items:
+        if v.type == GROUNDING_CHECK and v.status == "doubtful" and GROUNDING_TAG not in out:
+            out.append(GROUNDING_TAG)
         if v.status != "fail":
             continue
         if v.type == "boundary_test" and v.input.get("source") == "context" and arithmetic:
@@ -363,6 +373,28 @@ def _regulatory_check(
     return item.model_copy(update={"actual": result, "status": status, "notes": f"rule {rule.id}: {note}"})
 
 
+def _grounding_check(item: VerificationItem, env: Mapping[str, Any], answer: str | None,
+                     rules: RuleTable) -> VerificationItem:
+    stated, units, steps = item.input.get("stated", []), item.input.get("units", []), item.input.get("steps", [])
+    cited = item.input.get("rules", [])
+    if not isinstance(cited, list):
+        raise CalcError("input.rules must be a list of rule ids")
+    rule_numbers = [n for r in cited if isinstance(r, str) and r in rules for n in numbers_in(rules.get(r).expression)]
+    if not isinstance(stated, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in stated):
+        raise CalcError("input.stated must be a list of numbers")
+    if not isinstance(units, list) or not isinstance(steps, list):
+        raise CalcError("input.units and input.steps must be lists")
+    names = {k: float(v) for k, v in env.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    missing = ungrounded(item.target, [float(x) for x in stated], [str(u) for u in units],
+                         [s for s in steps if isinstance(s, str)], names,
+                         extract_number(answer) if answer is not None else None, rule_numbers)
+    if missing:
+        shown = ", ".join(f"{x:g}" for x in missing)
+        return item.model_copy(update={"actual": missing, "status": "doubtful",
+                                       "notes": f"stated but not used by the formula: {shown}"})
+    return item.model_copy(update={"actual": [], "status": "pass", "notes": "every stated quantity is used"})
+
+
 def _oversized(x: Any, where: str, depth: int = 0) -> str | None:
     """Why the operand ``x`` is too large to check, or None."""
     if isinstance(x, str):
@@ -410,6 +442,8 @@ def run_check(
             return _back_substitution(item, env, answer)
         if item.type == "boundary_test":
             return _boundary_test(item, env, answer)
+        if item.type == GROUNDING_CHECK:
+            return _grounding_check(item, env, answer, rules)
         return _regulatory_check(item, env, answer, rules)
     except DimensionError as exc:
         return item.model_copy(update={"actual": None, "status": "fail", "notes": f"dimension error: {exc}"})
@@ -471,13 +505,60 @@ def with_extracted_checks(record: ExperienceRecord) -> ExperienceRecord:
     return record.model_copy(update={"verification": (own + extra)[:_MAX_ENTRIES]})
 
 
+_WITH_VALUES = re.compile(r"^with (.*?):")
+
+
+def _computed(v: VerificationItem) -> list[float | bool]:
+    """The values a passing check computed from its own inputs: a recomputation's or a rule's
+    result, a unit check's magnitude, the unknowns a back-substitution put in. A boundary test
+    and a grounding check compute no answer (they test one)."""
+    if v.status != "pass":
+        return []
+    if v.type == "back_substitution":
+        m = _WITH_VALUES.match(v.notes)
+        return [float(x) for x in re.findall(r"=\s*([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)", m.group(1))] if m else []
+    if v.type not in ("recomputation", "unit_check", "regulatory_check"):
+        return []
+    if isinstance(v.actual, bool):
+        return [v.actual]
+    n = v.actual if isinstance(v.actual, (int, float)) else extract_number(v.actual) if isinstance(v.actual, str) else None
+    return [float(n)] if n is not None else []
+
+
+def answer_computed(checked: Sequence[VerificationItem], answer: str | None) -> bool | None:
+    """Whether a passing check (the model's or an extracted one) computed the trace's answer.
+
+    The answer's number ``a`` must be one computed value ``c`` up to rounding
+    (:func:`compare_values` not ``fail``: ``|c - a| <= 1% max(|c|, |a|)``); a yes/no answer must
+    be a rule's boolean result. ``None`` when the answer has neither (nothing to compare). Checks
+    can all pass and still be beside the answer (a recomputation of an intermediate value, a
+    bound): then the answer itself was never computed by code.
+    """
+    if answer is None:
+        return None
+    a = extract_number(answer)
+    b = _as_bool(answer) if a is None else None
+    if a is None and b is None:
+        return None
+    for v in checked:
+        for c in _computed(v):
+            if isinstance(c, bool):
+                if b is not None and c == b:
+                    return True
+            elif a is not None and compare_values(c, a) != "fail":
+                return True
+    return False
+
+
 def finish_record(record: ExperienceRecord, checked: list[VerificationItem],
                   required: Sequence[str] = ()) -> ExperienceRecord:
     """``record`` with ``checked`` as its checks, the missing ``required`` types added, its confidence
     and the error tags of its failures.
 
     Shared by :func:`verify_record` and the worker pool's failure path, so a record that could not
-    be verified is shaped exactly like one that was.
+    be verified is shaped exactly like one that was. ``high`` needs, besides every check passing,
+    a passing check that computed the answer (:func:`answer_computed`); else ``medium`` with the
+    tag :data:`ANSWER_TAG`.
     """
     from serve.experience._extract import SOURCE
 
@@ -492,11 +573,15 @@ def finish_record(record: ExperienceRecord, checked: list[VerificationItem],
     stated = record.outcome.stated_confidence
     if stated is None and "confidence" in record.outcome.model_fields_set:
         stated = record.outcome.confidence
-    outcome = record.outcome.model_copy(update={
-        "confidence": derive_confidence(v.status for v in checked), "stated_confidence": stated,
-    })
+    confidence = derive_confidence(v.status for v in checked)
+    new_tags = error_tags_for(checked)
+    if confidence == "high" and answer_computed(checked, record.outcome.answer) is False:
+        # NOTE: high confidence means the code computed the answer, not only that every check agreed.
+        confidence = "medium"
+        new_tags.append(ANSWER_TAG)
+    outcome = record.outcome.model_copy(update={"confidence": confidence, "stated_confidence": stated})
     # NOTE: the failures' tags join the tags already on the record (a client's or a reviewer's).
     tags = list(record.evaluation.error_tags)
-    tags += [t for t in error_tags_for(checked) if t not in tags]
+    tags += [t for t in new_tags if t not in tags]
     evaluation = record.evaluation.model_copy(update={"error_tags": tags[:_MAX_TAGS]})
     return record.model_copy(update={"verification": checked, "outcome": outcome, "evaluation": evaluation})

@@ -187,3 +187,91 @@ def test_unparsable_reply_is_rewritten_once_by_the_router_else_kept_for_review(t
             assert [q["record"]["metadata"]["id"] for q in c.get("/v1/experiences/review", headers=H).json()] == [
                 meta["id"]]
     experiences.close()
+
+
+# Issue 19: the a1 trace of the eval run (E-CoT on), "17 / 17 = 1" for 17 pens at 3 each. Every
+# check agrees with the formula, which leaves out the price: it must wait in review, not be reused.
+A1 = "Pens cost 3 each. How much do 17 pens cost?"
+A1_WRONG = """Context: 3 pens cost 17
+
+Reasoning:
+1. cost per pen = 17 / 17 = 1 [principle: cost per item = total cost / number of items]
+Verification:
+- recomputation: 17 / 17 = 1
+- boundary_test: 1 in [0, 17]
+
+Outcome: 1
+
+Confidence: high"""
+A1_RIGHT = """Context: 17 pens at 3 each
+Reasoning:
+1. cost = 17 * 3 = 51 [principle: total cost = count * price]
+Verification:
+- recomputation: 17 * 3 = 51
+- boundary_test: 51 in [17, 100]
+Outcome: 51
+Confidence: high"""
+
+
+def _posted(c: TestClient, question: str, reply: str) -> dict[str, Any]:
+    from serve.experience import ExperienceMetadata
+    from serve.experience._parser import parse_segmented
+
+    rec = parse_segmented(reply).to_record(question, ExperienceMetadata(source_model="scripted", task_domain="arithmetic",
+                                                                        topic="math/arithmetic"))
+    r = c.post("/v1/experiences", headers=H, json=rec.model_dump(mode="json"))
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def _active_ids(c: TestClient, query: str) -> list[str]:
+    r = c.post("/v1/experiences/search", headers=H, json={"query": query, "source_model": "scripted"})
+    assert r.status_code == 200, r.text
+    return [h["experience"]["record"]["metadata"]["id"] for h in r.json()["hits"]]
+
+
+def test_a_posted_trace_that_ignores_a_stated_quantity_waits_in_review(rig: Any) -> None:
+    c, _ = rig
+    wrong = _posted(c, A1, A1_WRONG)
+    wrong_id = wrong["record"]["metadata"]["id"]
+    assert wrong["tier"] == "review" and wrong["record"]["outcome"]["confidence"] == "medium"
+    assert wrong["record"]["evaluation"]["error_tags"] == ["ungrounded_quantity"]
+    grounding = [v for v in wrong["record"]["verification"] if v["type"] == "grounding_check"]
+    assert [(v["status"], v["actual"]) for v in grounding] == [("doubtful", [3.0])]
+    assert [q["record"]["metadata"]["id"] for q in c.get("/v1/experiences/review", headers=H).json()] == [wrong_id]
+    assert wrong_id not in _active_ids(c, A1)
+    right = _posted(c, A1, A1_RIGHT)
+    assert right["tier"] == "active" and right["record"]["outcome"]["confidence"] == "high"
+    assert right["record"]["evaluation"]["error_tags"] == []
+    assert _active_ids(c, A1) == [right["record"]["metadata"]["id"]]
+    assert [q["record"]["metadata"]["id"] for q in c.get("/v1/experiences/review", headers=H).json()] == [wrong_id]
+
+
+def test_a_posted_trace_whose_checks_never_compute_the_answer_waits_in_review(rig: Any) -> None:
+    c, _ = rig
+    rec = {"metadata": {"source_model": "scripted", "task_domain": "arithmetic", "topic": "math/arithmetic"},
+           "context": {"raw_text": "A box holds 12 bottles. How many bottles are in 7 boxes?"},
+           "reasoning": [{"step_id": 1, "text": "bottles per box = 12"}],
+           "verification": [{"type": "recomputation", "target": "12 * 1", "expected": 12},
+                            {"type": "boundary_test", "target": "84", "input": {"min": 12, "max": 1000}}],
+           "outcome": {"answer": "84"}}
+    r = c.post("/v1/experiences", headers=H, json=rec)
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert {v["status"] for v in body["record"]["verification"]} == {"pass"}  # every check passes ...
+    assert body["tier"] == "review" and body["record"]["outcome"]["confidence"] == "medium"  # ... none gives 84
+    assert body["record"]["evaluation"]["error_tags"] == ["answer_not_computed"]
+    rec["verification"] = [{"type": "recomputation", "target": "12 * 7", "expected": 84}]
+    rec["metadata"]["id"] = "exp_fixed"
+    fixed = c.post("/v1/experiences", headers=H, json=rec).json()
+    assert fixed["tier"] == "active", fixed
+
+
+def test_the_a1_chat_turn_is_kept_from_the_next_prompt(rig: Any) -> None:
+    c, engine = rig
+    first, _ = _turn(c, engine, A1, A1_WRONG)
+    stored = c.get(f"/v1/experiences/{first['id']}", headers=H).json()
+    assert first["tier"] == stored["tier"] == "review" and stored["record"]["evaluation"]["error_tags"] == [
+        "ungrounded_quantity"]
+    second, prompt = _turn(c, engine, "Pens cost 3 each. How much do 12 pens cost?", A1_RIGHT)
+    assert second["injected"] == [] and "17 / 17" not in prompt

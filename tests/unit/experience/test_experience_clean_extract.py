@@ -65,7 +65,8 @@ def test_extracted_checks_recompute_at_and_around_with_units() -> None:
     out = _verify(rec)
     extracted = [(v.type, v.target, v.status) for v in out.verification if v.input.get("source") == SOURCE]
     assert extracted == [
-        ("recomputation", "120 / 1.5", "pass"), ("unit_check", "(120 km) / (1.5 h)", "pass"),  # 80 km/h
+        ("recomputation", "120 / 1.5", "pass"), ("grounding_check", "120 / 1.5", "pass"),
+        ("unit_check", "(120 km) / (1.5 h)", "pass"),  # 80 km/h
         ("boundary_test", "min((118.8) / 1.5, 120 / 1.5, (121.2) / 1.5)", "pass"),
         ("boundary_test", "max((118.8) / 1.5, 120 / 1.5, (121.2) / 1.5)", "pass"),
         ("boundary_test", "min(120 / (1.485), 120 / 1.5, 120 / (1.515))", "pass"),
@@ -107,7 +108,7 @@ def test_no_extraction_without_a_formula_of_the_answer() -> None:
     # A number of unknown origin (9.5) could carry any unit: no unit check, the others stay.
     rec = _record("A car drives 120 km in 1.5 h.", [{"type": "recomputation", "target": "120 / 1.5 * 9.5 / 9.5"}],
                   "80 km/h")
-    assert {v.type for v in extracted_checks(rec)} == {"recomputation", "boundary_test"}
+    assert {v.type for v in extracted_checks(rec)} == {"recomputation", "grounding_check", "boundary_test"}
 
 
 def test_a_conversion_factor_leaves_the_dimension_to_check() -> None:
@@ -192,7 +193,7 @@ def test_the_84_bottles_trace_fails_only_its_own_unreadable_unit_check() -> None
     rec = parsed.to_record(BOTTLES, ExperienceMetadata(source_model=QWEN, task_domain="arithmetic"))
     out = _verify(rec)
     extracted = [(v.target, v.status) for v in out.verification if v.input.get("source") == SOURCE]
-    assert extracted == [("12 * 7", "pass"),
+    assert extracted == [("12 * 7", "pass"), ("12 * 7", "pass"),
                          ("min((11.88) * 7, 12 * 7, (12.12) * 7)", "pass"), ("max((11.88) * 7, 12 * 7, (12.12) * 7)", "pass"),
                          ("min(12 * (6.93), 12 * 7, 12 * (7.07))", "pass"), ("max(12 * (6.93), 12 * 7, 12 * (7.07))", "pass")]
     # "12 bottles in 1 box" is no expression: the model's check cannot run, which is not a wrong answer.
@@ -233,7 +234,7 @@ def test_a_rounded_answer_is_doubtful_at_and_inside_around() -> None:
     out = _verify(_record("100 g split in 3 equal parts. Weight of a part?",
                           [{"type": "recomputation", "target": "100 / 3 = 33.3"}], "33.3"))
     statuses = {(v.type, v.status) for v in out.verification if v.input.get("source") == SOURCE}
-    assert statuses == {("recomputation", "doubtful"), ("boundary_test", "pass")}
+    assert statuses == {("recomputation", "doubtful"), ("grounding_check", "pass"), ("boundary_test", "pass")}
     assert out.outcome.confidence == "medium" and out.evaluation.error_tags == []
 
 
@@ -270,4 +271,4 @@ def test_only_what_evaluates_is_recomputed() -> None:
     # A formula too long to appear three times in one expression keeps recompute-at, not around.
     long_formula = "12 * 7 * 1." + "0" * 200
     rec = _record(BOTTLES, [{"type": "recomputation", "target": f"{long_formula} = 84"}], "84")
-    assert [v.type for v in extracted_checks(rec)] == ["recomputation"]
+    assert [v.type for v in extracted_checks(rec)] == ["recomputation", "grounding_check"]

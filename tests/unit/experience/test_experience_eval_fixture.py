@@ -84,9 +84,9 @@ def test_run_condition_with_scripted_engine():
     assert "Past solved problems" in engine.prompts[0][1].content  # the 20%-of-150 seed was injected
     s = _summary(rows)
     assert s["parse_success_rate"] == 0.5 and s["model_check_pass_rate"] == 0.5 and s["accuracy"] == 0.5
-    # The extracted checks of 0.15 * 240 (recompute at, two around 240) pass and join the rate.
-    assert (s["extracted_items"], s["extracted_pass_rate"]) == (3, 1.0)
-    assert s["verification_pass_rate"] == (1 + 3) / (2 + 3)
+    # The extracted checks of 0.15 * 240 (recompute at, grounding: 15% is 0.15, two around 240) pass and join the rate.
+    assert (s["extracted_items"], s["extracted_pass_rate"]) == (4, 1.0)
+    assert s["verification_pass_rate"] == (1 + 4) / (2 + 4)
     assert s["all_checks_pass_rate"] == 0.0 and s["confidence"] == {"low": 1, "none": 1}
 
 
