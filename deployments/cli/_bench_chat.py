@@ -39,14 +39,26 @@ from deployments.cli._cluster_client import add_cluster_arguments, cluster_base,
 
 NAME = "chat"
 
-#: (name, question, max_tokens): a direct answer, a one-tool question and the demo question
-#: (its photo left out: the request would need the demo image's bytes).
+#: (name, question, max_tokens): a direct answer, a one-tool question, the demo's flicker question
+#: (text only) and the demo question with its photo (``demo-photo``: the question text is
+#: :data:`serve.agent.demo.DEMO_QUESTION`, sent with the demo photo; through the cluster only).
 PROMPTS: list[tuple[str, str, int]] = [
     ("direct", "Name one colour.", 40),
     ("one-tool", "What is the status of order 104333?", 120),
     ("demo", "My BrewMaster from batch B-2320 has a display that flickers and sometimes goes blank. Has anyone "
              "had this before, what fixed it, and who supplied the display for that batch?", 200),
+    ("demo-photo", "", 256),
 ]
+PHOTO_PROMPT = "demo-photo"
+
+
+def _user_content(name: str, question: str) -> Any:
+    """The user message's content: the question, or the demo question and photo for ``demo-photo``."""
+    if name != PHOTO_PROMPT:
+        return question
+    from serve.agent.demo import DEMO_QUESTION, demo_photo_data_url
+
+    return [{"type": "text", "text": DEMO_QUESTION}, {"type": "image_url", "image_url": {"url": demo_photo_data_url()}}]
 
 
 @dataclass
@@ -72,7 +84,7 @@ class TurnRow:
 
 def _cluster_turn(http: Any, model: str, name: str, question: str, max_tokens: int, repeat: int) -> TurnRow:
     body = {"model": model, "stream": True, "stream_options": {"include_usage": True}, "max_tokens": max_tokens,
-            "temperature": 0, "messages": [{"role": "user", "content": question}]}
+            "temperature": 0, "messages": [{"role": "user", "content": _user_content(name, question)}]}
     start = time.perf_counter()
     ttft, meta, pieces, status = None, {}, [], 0
     with http.stream("POST", "/v1/chat/completions", json=body) as r:
@@ -116,6 +128,8 @@ async def _raw_turns(config: Any, repeats: int) -> list[TurnRow]:
     try:
         for repeat in range(repeats):
             for name, question, max_tokens in PROMPTS:
+                if name == PHOTO_PROMPT:
+                    continue  # NOTE: the raw engine is text only
                 messages = [ChatMessage(role="system", content=config.chat.system_prompt),
                             ChatMessage(role="user", content=question)]
                 start, ttft, pieces, last = time.perf_counter(), None, [], None

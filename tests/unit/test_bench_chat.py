@@ -81,3 +81,14 @@ def test_bench_search_tells_a_proxy_refusal_from_the_ingress_admission() -> None
     assert refusal_kind(proxy) == "proxy"
     assert refusal_kind('{"error": {"code": "memory_overloaded", "message": "too many searches"}}') == "memory_overloaded"
     assert refusal_kind("shard down") == "other"
+
+
+def test_the_demo_photo_prompt_sends_the_demo_question_with_its_photo() -> None:
+    from deployments.cli._bench_chat import PHOTO_PROMPT, PROMPTS, _user_content
+    from serve.agent.demo import DEMO_QUESTION
+
+    assert PHOTO_PROMPT in [name for name, _q, _m in PROMPTS]
+    text, image = _user_content(PHOTO_PROMPT, "")
+    assert text == {"type": "text", "text": DEMO_QUESTION}
+    assert image["type"] == "image_url" and image["image_url"]["url"].startswith("data:image/png;base64,")
+    assert _user_content("one-tool", "What is the status of order 104333?") == "What is the status of order 104333?"
