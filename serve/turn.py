@@ -64,8 +64,8 @@ class RecallConfig(StrictModel):
     )
     relative_cut: float = Field(
         default=0.85, ge=0.0, le=1.0,
-        description="Relevance cut: keep a recalled memory only when its score is at least this share of the best "
-        "one's (0 = keep the memory tier's whole top-k). 0.85 is the largest cut that keeps every memory the tuned "
+        description="Relevance cut: keep a recalled memory only when its similarity (cosine) is at least this share "
+        "of the best one's (0 = keep the memory tier's whole top-k). 0.85 is the largest cut that keeps every memory the tuned "
         "demo questions need (scripts/recall_cut.py); a memory far below the best is usually another fault.",
     )
     item_chars: int = Field(default=400, ge=40, le=8000, description="Most characters of one memory in the prompt.")
@@ -188,19 +188,24 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
 
 
 def relevance_cut(hits: Sequence[MemoryHit], relative: float) -> list[MemoryHit]:
-    """The hits scoring at least ``relative * best`` (``hits`` sorted best first), in order.
+    """The hits whose similarity is at least ``relative`` times the best hit's, in the given order.
 
-    Relative, not absolute: a score is cosine times a time factor, and how high the best cosine
-    gets depends on the query's length and wording; what marks a memory as another topic is its
-    distance below the best match. Measured on the demo: "display flickers and goes blank" recalled
-    T-1121 (the display fault) at 0.75 and four thermal-fuse tickets at 0.48-0.54, whose fix the
-    1.5B model then reported; at 0.85 only T-1121 remains.
+    Relative, not absolute: how high the best cosine gets depends on the query's length and
+    wording; what marks a memory as another topic is its distance below the best match. Measured
+    on the demo: "display flickers and goes blank" recalled T-1121 (the display fault) at cosine
+    0.75 and four thermal-fuse tickets at 0.48-0.54, whose fix the 1.5B model then reported; at
+    0.85 only T-1121 remains.
+
+    NOTE: on the hit's ``similarity`` (the query-record cosine), not its ``score``: through the
+    memory tier the score is the hybrid retriever's reciprocal-rank fusion, which compresses any
+    top 4 into a narrow band (measured through the cluster on the same question: 0.12, 0.11, 0.11,
+    0.10), so a cut on it kept all four tickets and the answer gave the fuse's fix for the display.
     """
     if not hits or relative <= 0:
         return list(hits)
-    best = max(h.score for h in hits)
+    best = max(h.similarity for h in hits)
     floor = relative * best if best > 0 else best
-    return [h for h in hits if h.score >= floor]
+    return [h for h in hits if h.similarity >= floor]
 
 
 async def analyse_images(turn: Turn, describer: ImageDescriber | None = None) -> None:

@@ -26,9 +26,18 @@ FLICKER = ("My BrewMaster from batch B-2320 has a display that flickers and some
            "this before, what fixed it, and who supplied the display for that batch?")
 
 
-def _hit(source_id: str, score: float) -> MemoryHit:
+def _hit(source_id: str, score: float, similarity: float | None = None) -> MemoryHit:
     record = MemoryRecord(id=source_id, tenant="t", source_id=source_id, kind="text", text=source_id, created_at=0.0)
-    return MemoryHit(record=record, score=score, similarity=score, time_factor=1.0, part_index=0, shard=0)
+    sim = score if similarity is None else similarity
+    return MemoryHit(record=record, score=score, similarity=sim, time_factor=1.0, part_index=0, shard=0)
+
+
+def test_the_cut_reads_the_similarity_not_the_fused_rank_score() -> None:
+    # NOTE: the cluster's hybrid retriever scores by reciprocal-rank fusion (a narrow band); measured
+    # on the flicker question: T-1121 at 0.12 and three other faults' tickets at 0.11-0.10
+    hits = [_hit("T-1121", 0.12, 0.75), _hit("T-1080", 0.11, 0.52), _hit("T-1063", 0.11, 0.54),
+            _hit("T-1042", 0.10, 0.48)]
+    assert [h.source_id for h in relevance_cut(hits, 0.85)] == ["T-1121"]
 
 
 def test_relevance_cut_keeps_hits_near_the_best_score() -> None:
