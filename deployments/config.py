@@ -344,8 +344,10 @@ class RayConfig(StrictModel):
     auth_disabled: bool = Field(default=True, description="Set RAY_AUTH_MODE=disabled so no token is written to $HOME.")
     worker_niceness: int | None = Field(
         default=0, ge=0, le=19,
-        description="Niceness of the embedded Ray's worker processes (every replica: models, embedder, shards); "
-        "None = Ray's own default, 15, under which any other process on the machine preempts the models.",
+        description="Niceness the embedded Ray adds to its worker processes (every replica: models, embedder, "
+        "shards) over that of the process that starts it; 0 = the same priority as `recallserve up`. None = Ray's "
+        "own default, 15, under which the replicas yield the cores to every normal-priority process of the session "
+        "(a RAY_worker_niceness already in the environment wins).",
     )
 
 

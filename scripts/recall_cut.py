@@ -4,7 +4,8 @@
 
 Recalls (demo memories, MiniLM, the memory tier's top-k and threshold) for every question of the
 set and for the demo scenario (question + the OCR text of its photo), then prints for each cut
-``c``: how many of the memories the answers need survive ``score >= c * best``, and how many
+``c``: how many of the memories the answers need survive :func:`serve.turn.relevance_cut`
+(``similarity >= c * best``), and how many
 memories the prompts would show in all. The default is the largest cut that keeps every needed
 memory of the tuned set; run it with ``--questions holdout`` to report (not fit) the held-out set.
 """

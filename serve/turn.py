@@ -200,12 +200,16 @@ def relevance_cut(hits: Sequence[MemoryHit], relative: float) -> list[MemoryHit]
     memory tier the score is the hybrid retriever's reciprocal-rank fusion, which compresses any
     top 4 into a narrow band (measured through the cluster on the same question: 0.12, 0.11, 0.11,
     0.10), so a cut on it kept all four tickets and the answer gave the fuse's fix for the display.
+
+    The hybrid retriever's best lexical match (BM25 rank 1) is kept whatever its cosine: an exact
+    id or error code ("E12") is what BM25 finds and a small embedder may not (MiniLM put an E42
+    ticket first for an E12 question).
     """
     if not hits or relative <= 0:
         return list(hits)
     best = max(h.similarity for h in hits)
     floor = relative * best if best > 0 else best
-    return [h for h in hits if h.similarity >= floor]
+    return [h for h in hits if h.similarity >= floor or getattr(h, "lexical_rank", None) == 1]
 
 
 async def analyse_images(turn: Turn, describer: ImageDescriber | None = None) -> None:

@@ -202,7 +202,7 @@ class MemorySearchArgs(StrictModel):
     """Arguments of the memory search."""
 
     query: str = Field(min_length=2, max_length=300, description="what to look for")
-    k: int = Field(default=5, ge=1, le=10, description=f"how many results (at least {MEMORY_SEARCH_MIN_K} are returned)")
+    k: int = Field(default=5, ge=1, le=10, description=f"how many results (at least {MEMORY_SEARCH_MIN_K} are asked for)")
 
 
 async def _search(args: MemorySearchArgs, ctx: ToolContext) -> list[dict[str, Any]]:

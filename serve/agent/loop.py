@@ -39,10 +39,10 @@ from serve.agent._protocol import THOUGHT_MAX_CHARS, AnswerStream, ParsedCall, P
 from serve.agent.config import AgentConfig
 from serve.agent.guards import mask_pii
 from serve.agent.images import ImageDescriber
-from serve.agent.routing import route_by_rules
+from serve.agent.routing import bind_schema, route_by_rules
 from serve.agent.schemas import AgentEvent, AgentRequest, AgentResult, AgentUsage, RouteDecision, ToolCallRecord, \
     TraceStep
-from serve.agent.tools import ToolContext, ToolRegistry, ToolSet
+from serve.agent.tools import Tool, ToolContext, ToolRegistry, ToolSet
 from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
 from serve.memory import MemoryBackend, MemoryWrite
 from serve.pii import apply_pii, for_write_back
@@ -53,30 +53,43 @@ __all__ = ["Agent"]
 log = logging.getLogger("serve.agent")
 
 
+def _bound_values(tool: Tool, found: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Argument -> the values the decoding grammar allows for ``tool`` (``bind_schema``'s enums:
+    the values found in the question, upper-cased where only that fits the parameter's pattern)."""
+    assert tool.routing is not None
+    props = bind_schema(tool.args_schema, tool.routing.bind, found).get("properties", {})
+    return {p: [str(v) for v in spec["enum"]] for p, spec in props.items() if "enum" in spec}
+
+
 def _determined_call(tools: ToolSet, bindings: dict[str, dict[str, list[str]]]) -> ParsedCall | None:
     """The one call the rules fix completely, or None.
 
     ``tools`` are the tools the first step must choose from; the call is determined when there is
-    exactly one of them and it has exactly one possible call (:func:`_single_call_tools`): every
-    argument bound to the one value the question gives, or optional and absent. The model's step
-    could then only add a thought, so the call runs without an engine step.
+    exactly one of them, it changes nothing (a destructive call always goes through the model's
+    own step), and it has exactly one possible call (:func:`_single_call_tools`): every argument
+    bound to the one value the question gives, or optional and absent. Its arguments are the
+    grammar's values, so the call is the one the model's step would have been held to; that step
+    could only have added a thought, so the call runs without an engine step.
     """
     if len(tools) != 1 or not _single_call_tools(tools, bindings):
         return None
     name, tool = next(iter(tools.items()))
-    found = bindings.get(name, {})
-    args = {p: found[p][0] for p in tool.args_schema.get("properties", {}) if found.get(p)}
+    if tool.destructive:
+        return None
+    args = {p: values[0] for p, values in _bound_values(tool, bindings.get(name, {})).items()}
     return ParsedCall(id="c1", name=name, args=args)
 
 
 def _spent_tools(tools: ToolSet, bindings: dict[str, dict[str, list[str]]], calls: list[ToolCallRecord]) -> set[str]:
-    """Tools of ``tools`` that have nothing left to call under the routing bindings.
+    """Tools of ``tools`` that have nothing new left to call under the routing bindings.
 
-    A tool whose every argument is bound by the rules is spent once its successful calls have used
-    every value the question gives for it: any further call could only repeat one (a single-call
-    tool after its call; ``inventory_changes`` of "between 2025-04-01 and 2025-04-30" once a call
-    used both dates). NOTE: measured on the eval's inventory questions, the 1.5B model repeated such
-    a call once before answering (refused as a repeat: one more step, ~60 generated tokens).
+    A tool whose every argument is bound by the rules is spent once its attempted calls (any
+    outcome but refused or invalid: the executor refuses a repeat of those arguments whatever
+    their result was) have used every value the grammar allows for it: a single-call tool after
+    its call, ``inventory_changes`` of "between 2025-04-01 and 2025-04-30" once a call used both
+    dates. A further call could only repeat one or recombine the same values. NOTE: measured on
+    the eval's inventory questions, the 1.5B model repeated such a call once before answering
+    (refused as a repeat: one more step, ~60 generated tokens).
     """
     out: set[str] = set()
     for name, tool in tools.items():
@@ -85,9 +98,10 @@ def _spent_tools(tools: ToolSet, bindings: dict[str, dict[str, list[str]]], call
             continue
         if not all(p in tool.routing.bind for p in tool.args_schema.get("properties", {})):
             continue  # NOTE: a free argument (a query, an expression) can always make a new call
-        done = [c for c in calls if c.name == name and c.status in ("ok", "cached")]
+        done = [c for c in calls if c.name == name and c.status not in ("refused", "invalid")]
         used = {str(v) for c in done for v in c.args.values() if v is not None}
-        if done and all(v in used for values in found.values() for v in values):
+        allowed = _bound_values(tool, found)
+        if done and all(v in used for values in allowed.values() for v in values):
             out.add(name)
     return out
 
@@ -391,9 +405,9 @@ class _Run:
                     elif bindings is not None:
                         spent = _spent_tools(allowed, bindings, self.calls)
                         if spent:
-                            # NOTE: a tool whose every argument the question fixes has exactly one
-                            # possible call; once made, it leaves the grammar (measured: the 1.5B
-                            # model repeated a successful call once before answering, ~14 s).
+                            # NOTE: a tool whose calls used every value the question gives for it
+                            # leaves the grammar (measured: the 1.5B model repeated a successful
+                            # call once before answering, ~14 s).
                             left = ToolSet(t for n, t in allowed.items() if n not in spent)
                             schema = step_schema(left, allow_parallel=parallel and len(left) > 0, bindings=bindings)
                     obs_lines = []

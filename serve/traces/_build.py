@@ -61,7 +61,8 @@ def build_trace(turn: Turn, *, request_id: str, user: str, path: str, stream: bo
                 agent_meta: dict[str, Any] | None, started: float, config: TraceConfig) -> TurnTrace:
     """The trace of ``turn``: its question and answer, the agent's route, steps and tool calls
     (``agent_meta`` = ``AgentResult.metadata()``, raw tool results already left out), the recalled
-    memories, the context-mode figures, the first prompt the reasoner received and the timings.
+    memories, the context-mode figures, the prompt the turn rendered for its reasoner (every loop
+    call extends it) and the timings.
 
     Every string is cut to ``config.text_chars`` (the prompt to ``config.prompt_chars`` in all)
     and then masked by :func:`serve.pii.apply_pii` (``mask``, whatever the tenant's policy: the

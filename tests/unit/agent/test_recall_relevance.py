@@ -40,6 +40,21 @@ def test_the_cut_reads_the_similarity_not_the_fused_rank_score() -> None:
     assert [h.source_id for h in relevance_cut(hits, 0.85)] == ["T-1121"]
 
 
+def test_the_best_lexical_match_survives_the_cut() -> None:
+    from memory_shards.retrieval import HybridHit
+
+    def hybrid(source_id: str, similarity: float, lexical_rank: int | None) -> HybridHit:
+        record = MemoryRecord(id=source_id, tenant="t", source_id=source_id, kind="text", text=source_id,
+                              created_at=0.0)
+        return HybridHit(record=record, score=0.1, similarity=similarity, time_factor=1.0, dense_score=similarity,
+                         dense_rank=None, lexical_score=3.0 if lexical_rank else None, lexical_rank=lexical_rank,
+                         part_index=0, shard=0)
+
+    # an E12 question: the embedder prefers an E42 ticket; BM25 finds the E12 one by its code
+    hits = [hybrid("T-1042 (E42)", 0.70, None), hybrid("T-1071 (E12)", 0.50, 1), hybrid("T-1063 (E42)", 0.45, 2)]
+    assert [h.source_id for h in relevance_cut(hits, 0.85)] == ["T-1042 (E42)", "T-1071 (E12)"]
+
+
 def test_relevance_cut_keeps_hits_near_the_best_score() -> None:
     hits = [_hit("a", 0.75), _hit("b", 0.66), _hit("c", 0.54), _hit("d", 0.40)]
     assert [h.source_id for h in relevance_cut(hits, 0.85)] == ["a", "b"]  # 0.85 * 0.75 = 0.6375

@@ -247,3 +247,31 @@ def test_a_tool_leaves_the_grammar_once_its_calls_used_every_value_the_question_
     second = _alternatives(eng.calls[1][1].json_schema)
     assert any(a["properties"].get("name", {}).get("const") == "order_status" for a in second)
     assert [a["properties"]["type"].get("const") for a in _alternatives(eng.calls[2][1].json_schema)] == ["final"]
+
+
+def test_the_rule_fixed_call_uses_the_grammars_value_for_a_lower_case_id() -> None:
+    eng = ScriptedEngine([final("Supplied by S-04.")])
+    result = _run(Agent(eng, _registry(), config=AgentConfig()), "who supplied the display for batch b-2320?")
+    assert len(eng.calls) == 1  # the call was fixed by the rules ...
+    (rec,) = result.tool_calls  # ... with the id as the grammar would have held the model to it
+    assert rec.name == "batch_info" and rec.args == {"batch": "B-2320"} and rec.status == "ok"
+
+
+def test_a_not_found_id_leaves_only_the_answer() -> None:
+    # the executor refuses a repeat whatever the first result was, so the tool leaves the grammar
+    eng = ScriptedEngine([final("Order 104999 was not found.")])
+    result = _run(Agent(eng, _registry(), config=AgentConfig()), "What is the status of order 104999?")
+    assert [c.status for c in result.tool_calls] == ["error"] and len(eng.calls) == 1
+    assert [a["properties"]["type"].get("const") for a in _alternatives(eng.calls[0][1].json_schema)] == ["final"]
+
+
+def test_a_destructive_call_is_never_run_without_the_models_step() -> None:
+    from serve.agent.loop import _determined_call
+
+    reg = _registry()
+    tools = reg.for_scopes([*DEMO_SCOPES, "orders:write"])
+    d = route_by_rules("Please cancel order 104261", tools, reg.all())
+    assert "cancel_order" in d.first_step and d.bindings["cancel_order"] == {"order_id": ["104261"]}
+    # one tool, one value: a lookup would be fixed, the cancellation is not
+    assert _determined_call(tools.subset(["order_status"]), {"order_status": {"order_id": ["104261"]}}) is not None
+    assert _determined_call(tools.subset(["cancel_order"]), d.bindings) is None
