@@ -18,6 +18,7 @@ import argparse
 import datetime as dt
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -99,12 +100,16 @@ _MANUAL = {"warranty": ("7.1", "Two years"), "E12": ("2.1", "air in the pump"), 
 
 
 def _num(x: float) -> list[str]:
-    """A number's acceptable spellings: as given, and rounded to cents both ways."""
-    out = [f"{x:.6f}".rstrip("0").rstrip(".")]
+    """A number's acceptable spellings: as given, rounded to cents both ways, and, for a value given
+    to 3 or more decimals (a rounded 67 / 3 = 22.333), any longer expansion of it (22.3333333333)."""
+    given = f"{x:.6f}".rstrip("0").rstrip(".")
+    out = [given]
     for v in (round(x, 2), math.floor(x * 100) / 100, math.ceil(x * 100) / 100):
         s = f"{v:.2f}".rstrip("0").rstrip(".")
         if s not in out:
             out.append(s)
+    if "." in given and len(given.split(".")[1]) >= 3:
+        out.append(r"re:\b" + re.escape(given) + r"\d*\b")
     return out
 
 

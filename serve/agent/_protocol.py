@@ -25,12 +25,15 @@ from serve.agent.routing import bind_schema
 from serve.agent.tools import ToolSet
 
 __all__ = ["ParsedCall", "ParsedStep", "StepParseError", "step_schema", "router_schema", "parse_step",
-           "parse_json_object", "AnswerStream"]
+           "parse_json_object", "AnswerStream", "is_final_only", "FINAL_WRAPPER_TOKENS"]
 
 # NOTE: the thought is a short rationale; 120 characters (~30 tokens) keeps a step around a second
 # of generation on the 2-core CPU while still letting the model name the tool and why.
 THOUGHT_MAX_CHARS = 120
 MAX_PARALLEL_CALLS = 4
+#: Tokens of ``{"type": "final", "answer": "`` and the closing ``"}`` around an answer (Qwen2.5's
+#: tokenizer: 10), added to a client's ``max_tokens`` when a step can only be the answer.
+FINAL_WRAPPER_TOKENS = 12
 
 
 class StepParseError(ValueError):
@@ -142,6 +145,11 @@ def step_schema(tools: ToolSet, *, allow_parallel: bool, allow_final: bool = Tru
         # load) before the first answer token, restating the observation the answer then repeats.
         alts.append(_obj({"type": {"const": "final"}, "answer": {"type": "string"}}))
     return alts[0] if len(alts) == 1 else {"anyOf": alts}
+
+
+def is_final_only(schema: dict[str, Any]) -> bool:
+    """Whether a :func:`step_schema` allows only the final answer (no call, no thought)."""
+    return all(alt.get("properties", {}).get("type") == {"const": "final"} for alt in schema.get("anyOf", [schema]))
 
 
 def router_schema(tools: ToolSet) -> dict[str, Any]:

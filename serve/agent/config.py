@@ -32,6 +32,11 @@ class AgentConfig(StrictModel):
         description="Decide first from the tools' routing hints (serve.agent.routing); the router model is asked "
         "only when the rules are undecided.",
     )
+    check_ids: bool = Field(
+        default=True,
+        description="Stop an answer at the first id (T-1071, B-2207, 104208) that neither the question, the "
+        "memories nor the observations hold, and keep it up to the sentence before (serve.agent.guards.IdCheck).",
+    )
     rule_replies: bool = Field(
         default=True,
         description="When the rules alone settle a direct answer (a malformed id, an action outside the tenant's "

@@ -28,16 +28,17 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from serve.agent._cache import TTLCache
 from serve.agent._executor import StepExecutor
 from serve.agent._prompts import PARTIAL_INSTRUCTION, RETRY_INSTRUCTION, ROUTER_INSTRUCTION, direct_prompt, \
     system_prompt
-from serve.agent._protocol import THOUGHT_MAX_CHARS, AnswerStream, ParsedCall, ParsedStep, StepParseError, parse_json_object, \
-    parse_step, router_schema, step_schema
+from serve.agent._protocol import FINAL_WRAPPER_TOKENS, THOUGHT_MAX_CHARS, AnswerStream, ParsedCall, ParsedStep, \
+    StepParseError, is_final_only, parse_json_object, parse_step, router_schema, step_schema
 from serve.agent.config import AgentConfig
-from serve.agent.guards import mask_pii
+from serve.agent.guards import IdCheck, mask_pii
 from serve.agent.images import ImageDescriber
 from serve.agent.routing import bind_schema, route_by_rules
 from serve.agent.schemas import AgentEvent, AgentRequest, AgentResult, AgentUsage, RouteDecision, ToolCallRecord, \
@@ -81,7 +82,8 @@ def _determined_call(tools: ToolSet, bindings: dict[str, dict[str, list[str]]]) 
 
 
 def _spent_tools(tools: ToolSet, bindings: dict[str, dict[str, list[str]]], calls: list[ToolCallRecord]) -> set[str]:
-    """Tools of ``tools`` that have nothing new left to call under the routing bindings.
+    """Tools of ``tools`` that have nothing new left to call: their ``max_calls`` are used, or,
+    under the routing bindings, every value the question gives.
 
     A tool whose every argument is bound by the rules is spent once its attempted calls (any
     outcome but refused or invalid: the executor refuses a repeat of those arguments whatever
@@ -93,12 +95,15 @@ def _spent_tools(tools: ToolSet, bindings: dict[str, dict[str, list[str]]], call
     """
     out: set[str] = set()
     for name, tool in tools.items():
+        done = [c for c in calls if c.name == name and c.status not in ("refused", "invalid")]
+        if tool.max_calls is not None and len(done) >= tool.max_calls:
+            out.add(name)  # NOTE: the tool's own budget (memory_search: one search a request)
+            continue
         found = bindings.get(name)
         if tool.routing is None or found is None:
             continue
         if not all(p in tool.routing.bind for p in tool.args_schema.get("properties", {})):
             continue  # NOTE: a free argument (a query, an expression) can always make a new call
-        done = [c for c in calls if c.name == name and c.status not in ("refused", "invalid")]
         used = {str(v) for c in done for v in c.args.values() if v is not None}
         allowed = _bound_values(tool, found)
         if done and all(v in used for values in allowed.values() for v in values):
@@ -185,8 +190,12 @@ class Agent:
         (~1.3k tokens, ~9 s for the 1.5B model on 2 idle cores). Returns the seconds it took.
         """
         t = time.perf_counter()
-        msgs = render_prompt(Turn(question="hello"), system_prompt(self.tools.for_scopes(scopes)), self.recall)
-        await self.reasoner.chat(msgs, GenerationParams(max_tokens=1, temperature=0.0))
+        tools = self.tools.for_scopes(scopes)
+        # NOTE: the direct prompt first, the tool prompt last: the live cache then holds the tool
+        # prefix and the engine's saved states (deployments.engines._prefix_states) hold both.
+        for system in (direct_prompt(tools), system_prompt(tools)):
+            msgs = render_prompt(Turn(question="hello"), system, self.recall)
+            await self.reasoner.chat(msgs, GenerationParams(max_tokens=1, temperature=0.0))
         return time.perf_counter() - t
 
     def step_prompt(self, turn: Turn, scopes: list[str]) -> list[ChatMessage]:
@@ -226,6 +235,23 @@ class _Run:
         return AgentEvent(type="trace", step=item)
 
     # -- engine calls ---------------------------------------------------------------------------
+    def _id_check(self, messages: list[ChatMessage]) -> IdCheck | None:
+        """An :class:`IdCheck` whose evidence is ``messages`` (the prompt), or None when off."""
+        if not self.cfg.check_ids:
+            return None
+        return IdCheck("\n".join(m.content for m in messages))
+
+    def _step_tokens(self, schema: dict[str, Any]) -> int:
+        """Most tokens a step may generate: ``agent.step_max_tokens``, and when the step can only be
+        the answer, the client's ``max_tokens`` plus the JSON around the answer.
+
+        NOTE: measured on cpu-local (bench chat "demo", max_tokens 200): the answer step ran to the
+        step cap of 320 tokens, ~25 s of generation the client had not asked for.
+        """
+        if self.req.max_answer_tokens and is_final_only(schema):
+            return min(self.cfg.step_max_tokens, self.req.max_answer_tokens + FINAL_WRAPPER_TOKENS)
+        return self.cfg.step_max_tokens
+
     def _params(self, schema: dict[str, Any], max_tokens: int) -> GenerationParams:
         return GenerationParams(max_tokens=max_tokens, temperature=self.cfg.temperature, seed=self.cfg.seed,
                                 json_schema=schema)
@@ -314,7 +340,8 @@ class _Run:
             if rules.route != "undecided":
                 return RouteDecision(route=rules.route, tools=rules.tools, source="rules", first_step=rules.first_step,
                                      bindings=rules.bindings, reason=rules.reason, advice=rules.advice,
-                                     reply=rules.reply if self.cfg.rule_replies else "", elapsed_ms=self._ms(t))
+                                     reply=rules.reply if self.cfg.rule_replies else "",
+                                     preface=rules.preface if self.cfg.rule_replies else "", elapsed_ms=self._ms(t))
         if not self.cfg.use_router:
             return RouteDecision(route="tools", tools=list(tools), source="mode")
         msgs = base[:-1] + [ChatMessage(role="user", content=base[-1].content + ROUTER_INSTRUCTION)]
@@ -378,6 +405,11 @@ class _Run:
                 if first else schema
             max_steps = self.req.max_steps or self.cfg.max_steps
             fixed = _determined_call(first, bindings) if bindings is not None and self.cfg.rule_first_call else None
+            if route.preface:
+                # NOTE: the decline of an action no tool does is the rules' own sentence, streamed
+                # first; the model then answers what the lookups found (measured: asked for a refund,
+                # the 1.5B model restated the request as if it were the customer).
+                yield self._delta(route.preface + " ")
             try:
                 for step in range(1, max_steps + 1):
                     parsed: ParsedStep | None = None
@@ -402,8 +434,8 @@ class _Run:
                         # progress by calling again; the next step may only answer (measured: the 1.5B
                         # model otherwise repeats a not-found lookup until the step limit).
                         schema = step_schema(ToolSet([]), allow_parallel=False)
-                    elif bindings is not None:
-                        spent = _spent_tools(allowed, bindings, self.calls)
+                    else:
+                        spent = _spent_tools(allowed, bindings or {}, self.calls)
                         if spent:
                             # NOTE: a tool whose calls used every value the question gives for it
                             # leaves the grammar (measured: the 1.5B model repeated a successful
@@ -415,7 +447,7 @@ class _Run:
                         obs_lines.append(f"Observation({rec.name}): {rec.observation}")
                         yield self._add(step, "observation", obs_lines[-1], rec.elapsed_ms, call_id=rec.id,
                                         status=rec.status)
-                    messages.append(ChatMessage(role="user", content="\n".join(obs_lines) + self._reminder()))
+                    messages.append(ChatMessage(role="user", content="\n".join(obs_lines) + self._reminder(route)))
                     log.info("step %d calls=%s in %.0f ms", step, [(r.name, r.status) for r in records], self._ms(t))
                 else:
                     finish = "max_steps"
@@ -427,6 +459,8 @@ class _Run:
         if finish == "final" and route.route == "direct":
             finish = "direct"
         assert answer is not None
+        if route.preface and not answer.startswith(route.preface):
+            answer = f"{route.preface} {answer}"
         if finish in ("timeout", "engine_error", "max_steps"):
             yield self._add(len(self.trace), "partial", answer, reason=finish)
         # NOTE: the streamed text can differ from the parsed answer by surrounding whitespace only.
@@ -454,17 +488,33 @@ class _Run:
             yield self._delta(route.reply)
             yield self._add(1, "final", route.reply, 0.0)
             return
-        msgs = render_prompt(self.turn, direct_prompt(route.advice), self.a.recall)
+        msgs = render_prompt(self.turn, direct_prompt(self.a.tools.for_scopes(self.req.scopes), route.advice),
+                             self.a.recall)
         params = GenerationParams(max_tokens=self.req.max_answer_tokens or self.cfg.step_max_tokens,
                                   temperature=self.cfg.temperature, seed=self.cfg.seed)
         t = time.perf_counter()
-        async for piece in self._stream_call(msgs, params):
-            if not self._streamed and not piece.strip():
-                continue  # NOTE: no leading whitespace in the answer
-            yield self._delta(piece.lstrip() if not self._streamed else piece)
+        check = self._id_check(msgs)
+        async with aclosing(self._stream_call(msgs, params)) as deltas:
+            async for piece in deltas:
+                if not self._streamed and not piece.strip():
+                    continue  # NOTE: no leading whitespace in the answer
+                piece = piece.lstrip() if not self._streamed else piece
+                safe = check.feed(piece) if check is not None else piece
+                if safe:
+                    yield self._delta(safe)
+                if check is not None and check.invented:
+                    break
+        if check is not None:
+            rest = check.flush()
+            if rest:
+                yield self._delta(rest)
+            if check.invented:
+                self._streamed = check.answer
+                yield self._add(1, "guard", f"answer cut before {check.invented}, an id no record holds",
+                                invented=check.invented)
         yield self._add(1, "final", self._streamed.strip(), self._ms(t))
 
-    def _reminder(self) -> str:
+    def _reminder(self, route: RouteDecision) -> str:
         """The question again after the observations.
 
         NOTE: measured on the demo: after one observation the 1.5B model answered only the last
@@ -472,7 +522,9 @@ class _Run:
         prompt); restating the question at the end, where small models attend most, fixes that.
         """
         memories = " and the recalled memories above" if self.turn.memories else ""
-        return f"\n\nUsing these observations{memories}, answer every part of: {self.question[:600]}"
+        advice = f" {route.advice}" if route.advice and not route.preface else ""
+        return (f"\n\nUsing these observations{memories}, answer every part of: {self.question[:600]}\n"
+                f"Cite the ticket, order or customer ids you use.{advice}")
 
     def _delta(self, text: str) -> AgentEvent:
         if self.first_token_ms is None:
@@ -487,10 +539,15 @@ class _Run:
         for attempt in (0, 1):
             t = time.perf_counter()
             extractor = AnswerStream()
-            async for piece in self._stream_call(attempt_msgs, self._params(schema, self.cfg.step_max_tokens)):
-                new = extractor.feed(piece)
-                if new:
-                    yield self._delta(new)
+            check = self._id_check(attempt_msgs)
+            async with aclosing(self._stream_call(attempt_msgs, self._params(schema, self._step_tokens(schema)))) as deltas:
+                async for piece in deltas:
+                    new = extractor.feed(piece)
+                    safe = check.feed(new) if check is not None and new else new
+                    if safe:
+                        yield self._delta(safe)
+                    if check is not None and check.invented:
+                        break  # NOTE: stops the generation: nothing after an invented id is kept
             text = extractor.buf
             try:
                 parsed = parse_step(text)
@@ -502,6 +559,14 @@ class _Run:
                 continue
             if parsed.thought:
                 yield self._add(step, "thought", parsed.thought, self._ms(t))
+            if parsed.type == "final" and check is not None:
+                rest = check.flush()
+                if rest:
+                    yield self._delta(rest)
+                if check.invented:
+                    parsed.answer = check.answer or self._partial_text("the answer named an id no record holds")
+                    yield self._add(step, "guard", f"answer cut before {check.invented}, an id no record holds",
+                                    invented=check.invented)
             if parsed.type != "final":
                 yield self._add(step, "action", json.dumps([{"name": c.name, "args": c.args} for c in parsed.calls]),
                                 calls=[{"id": c.id, "name": c.name, "args": c.args} for c in parsed.calls])
@@ -536,7 +601,7 @@ class _Run:
         msgs = messages + [ChatMessage(role="user", content=PARTIAL_INSTRUCTION)]
         schema = step_schema(ToolSet([]), allow_parallel=False)
         try:
-            text = await self._chat(self.a.reasoner, msgs, self._params(schema, self.cfg.step_max_tokens))
+            text = await self._chat(self.a.reasoner, msgs, self._params(schema, self._step_tokens(schema)))
             parsed = parse_step(text)
             if parsed.type == "final":
                 return parsed.answer

@@ -26,7 +26,11 @@ Direct answers (no loop) follow from the same hints:
 * no candidate, but a ``near_miss`` pattern matched (``order 10423``: 5 digits) -> answer
   directly and ask for the id;
 * no candidate and every allowed tool has a hint -> nothing to look up: answer from the recalled
-  memories and the model's knowledge.
+  memories and the model's knowledge;
+* the question asks for an action (:data:`ACTION_REQUESTS`: a refund, a replacement, compensation,
+  an address change) that no tool of the server performs (no destructive tool is a candidate)
+  -> the action is declined in a fixed sentence: the whole reply on a direct route, the answer's
+  first sentence (``preface``) before what the lookups found on a tools route.
 
 When an allowed tool has no hint (an HTTP tool from config without one) and nothing matched,
 the rules are ``undecided`` and the router model (or the loop with every tool) decides.
@@ -46,7 +50,23 @@ from kernels import StrictModel
 if TYPE_CHECKING:
     from serve.agent.tools import Tool
 
-__all__ = ["RoutingHint", "RuleDecision", "route_by_rules", "bind_schema"]
+__all__ = ["ACTION_REQUESTS", "RoutingHint", "RuleDecision", "route_by_rules", "bind_schema", "requested_action"]
+
+
+#: Requests for an action (label -> case-insensitive pattern of asking for it). When no tool of the
+#: server that changes state is a candidate for the question, the action is declined by the rules.
+#: NOTE: the patterns need a request form ("I want a refund", "refund me"), not the word alone: "how
+#: much refund do I get for 2 kettles?" is arithmetic, not a request.
+ACTION_REQUESTS: dict[str, str] = {
+    "issue a refund": r"\b(?:want|need|demand|get|give me|issue|process|request(?:ing)?|expect|like)\b[^.?!\n]{0,24}"
+                      r"\brefund\b(?! (?:policy|period|amount))|\brefund (?:me|my|the|this|it|order|us)\b",
+    "send a replacement": r"\b(?:send|ship|give|want|need|get)\b[^.?!\n]{0,24}\b(?:replacement|new (?:one|unit|machine)|exchange)\b"
+                          r"|\b(?:replace|exchange) (?:it|my|this|the (?:machine|unit|kettle|grinder|product))\b",
+    "pay compensation": r"\b(?:want|need|demand|give me|expect)\b[^.?!\n]{0,24}\b(?:compensation|a voucher|store credit|"
+                        r"my money back)\b|\b(?:reimburse|compensate) (?:me|us)\b",
+    "change an order's delivery": r"\bchange (?:my |the |our )?(?:delivery |shipping )?address\b|\breschedule\b"
+                                  r"|\bredirect (?:my|the) (?:order|parcel|package|delivery)\b",
+}
 
 
 @lru_cache(maxsize=512)
@@ -149,6 +169,23 @@ class RuleDecision(StrictModel):
         default="", description="For a direct answer the rules settle alone (a malformed id, an action outside the "
         "tenant's scopes): the reply itself, so no model can contradict the rule.",
     )
+    preface: str = Field(
+        default="", description="For a tools route: the answer's fixed first sentence (an action no tool can do, "
+        "declined before what the lookups found).",
+    )
+
+
+def requested_action(text: str) -> str | None:
+    """The label of the first :data:`ACTION_REQUESTS` entry ``text`` asks for, or None."""
+    return next((label for label, p in ACTION_REQUESTS.items() if _rx(p).search(text)), None)
+
+
+def _declined(action: str) -> tuple[str, str]:
+    """(advice, fixed sentence) declining ``action``, which no tool here performs."""
+    return (f"The user asks you to {action}, which you cannot do here. Say so, do not claim it was done, and offer "
+            "to pass the request to a colleague.",
+            f"I'm sorry, but I can't {action} from here, so nothing has been changed; I can pass your request on "
+            "to a colleague who can help with it.")
 
 
 def _hint(tool: Tool) -> RoutingHint:
@@ -177,6 +214,10 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
             if tool.name not in allowed:
                 outside[tool.name] = tool
     inside = {n: s for n, s in scores.items() if n in allowed}
+    every = {**{t.name: t for t in every_tool}, **allowed}
+    action = requested_action(text)
+    if action is not None and any(every[n].destructive for n in scores if n in every):
+        action = None  # NOTE: a tool that changes state answers the request (or its scope rule declines it)
     best_out = max((scores[n] for n in outside), default=None)
     best_in = max(inside.values(), default=None)
     if best_out is not None and (best_in is None or best_out >= best_in):
@@ -205,8 +246,13 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
             assert hint is not None
             if hint.bind:
                 bindings[n] = hint.bindings(text)
+        reason = f"matched {', '.join(f'{n}={inside[n]}' for n in ranked)}"
+        if action is not None:
+            advice, sentence = _declined(action)
+            return RuleDecision(route="tools", tools=ranked, first_step=first, bindings=bindings, scores=scores,
+                                reason=f"{reason}; asks to {action}, which no tool does", advice=advice, preface=sentence)
         return RuleDecision(route="tools", tools=ranked, first_step=first, bindings=bindings, scores=scores,
-                            reason=f"matched {', '.join(f'{n}={inside[n]}' for n in ranked)}")
+                            reason=reason)
     missed = [t.name for t in allowed.values() if t.routing is not None and t.routing.near_missed(text)]
     if missed:
         formats, wanted, seen = [], [], None
@@ -224,6 +270,10 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
                             f"{'; '.join(dict.fromkeys(formats)) or 'a valid id'}). Do not guess it: ask the user for the correct id.",
                             reply=f"I can't look that up yet: \u201c{seen}\u201d doesn't look like a valid id (expected "
                             f"{expected}). Could you check it and send it again?")
+    if action is not None:
+        advice, sentence = _declined(action)
+        return RuleDecision(route="direct", scores=scores, reason=f"asks to {action}, which no tool does",
+                            advice=advice, reply=sentence)
     unhinted = [t.name for t in allowed.values() if t.routing is None]
     if unhinted:
         return RuleDecision(route="undecided", tools=unhinted, scores=scores,

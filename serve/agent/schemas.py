@@ -118,8 +118,12 @@ class RouteDecision(StrictModel):
         default_factory=dict, description="Rules only: tool -> argument -> the values found in the question."
     )
     reason: str = Field(default="", description="Why the rules decided so (empty for the router model).")
-    advice: str = Field(default="", description="Rules only, direct route: what the answer must do.")
+    advice: str = Field(default="", description="Rules only: what the answer must do (ask for an id, decline).")
     reply: str = Field(default="", description="Rules only, direct route: the fixed reply (no model call).")
+    preface: str = Field(
+        default="", description="Rules only, tools route: the answer's fixed first sentence (an action no tool "
+        "can do, declined before what the lookups found)."
+    )
     elapsed_ms: float = Field(default=0.0, ge=0.0, description="Time the decision took.")
 
 
@@ -143,9 +147,8 @@ class TraceStep(StrictModel):
     """One entry of the reasoning trace."""
 
     step: int = Field(ge=0, description="Loop step (0 = before the loop: memory, router, images).")
-    kind: Literal["memory", "image", "route", "thought", "action", "observation", "parse_error", "final", "partial"] = (
-        Field(description="What happened.")
-    )
+    kind: Literal["memory", "image", "route", "thought", "action", "observation", "parse_error", "guard", "final",
+                  "partial"] = Field(description="What happened (guard: the answer was cut before an invented id).")
     content: str = Field(description="Human-readable content.")
     elapsed_ms: float = Field(default=0.0, ge=0.0, description="Time it took, where measured.")
     data: dict[str, Any] = Field(default_factory=dict, description="Structured details.")

@@ -90,6 +90,8 @@ class Tool:
         destructive: changes state; such tools must sit under a write scope.
         routing: when a question calls for the tool (:mod:`serve.agent.routing`); None = only
             the router model can pick it.
+        max_calls: calls per request after which the tool leaves the step grammar (None: no
+            limit beyond the loop's steps and the refusal of repeated arguments).
     """
 
     name: str
@@ -103,6 +105,7 @@ class Tool:
     cacheable: bool = True
     destructive: bool = False
     routing: RoutingHint | None = None
+    max_calls: int | None = None
     _schema: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -114,6 +117,8 @@ class Tool:
             raise ValueError(f"tool {self.name}: scope {self.scope!r} must be a lowercase scope like 'orders:read'")
         if self.timeout_s <= 0:
             raise ValueError(f"tool {self.name}: timeout_s must be > 0, got {self.timeout_s}")
+        if self.max_calls is not None and self.max_calls < 1:
+            raise ValueError(f"tool {self.name}: max_calls must be >= 1 or None, got {self.max_calls}")
         if self.destructive and not self.scope.endswith(":write"):
             raise ValueError(f"tool {self.name}: a destructive tool needs a ':write' scope, got {self.scope!r}")
         object.__setattr__(self, "_schema", _clean_schema(self.params.model_json_schema()))

@@ -225,3 +225,26 @@ def test_tool_scopes_come_from_the_auth_config(tmp_path: Path) -> None:
     # acme has only the basic tools; globex gets the read-only default, order lookups included.
     assert "order_status" not in acme_prompt and "calculator" in acme_prompt
     assert "order_status" in globex_prompt
+
+
+def test_a_refund_request_is_declined_in_the_http_answer_and_the_stream(rig) -> None:
+    """No tool issues refunds: the answer starts with the rules' decline, then what the order lookup
+    found (the model's part); the stream carries the same text."""
+    c, engine, _, _ = rig
+    body = _post(c, [{"role": "user", "content": "i want a refund for order #104478 right now"}])
+    answer = body["choices"][0]["message"]["content"]
+    assert answer.startswith("I'm sorry, but I can't issue a refund from here, so nothing has been changed")
+    assert answer.endswith("Noted.")
+    # the engine's only call is the answer step, after the real order lookup
+    assert len(engine.prompts) == 1 and engine.prompts[0][-1].content.startswith("Observation(order_status): ")
+    text, meta = _stream(c, [{"role": "user", "content": "i want a refund for order #104478 right now"}])
+    assert text == answer
+
+
+def test_the_direct_answer_prompt_says_who_the_assistant_is(rig) -> None:
+    c, engine, _, _ = rig
+    _post(c, [{"role": "user", "content": "who are you and what kind of things can you help me with?"}])
+    system = engine.prompts[-1][0].content
+    assert system.startswith("You are this company's customer-service assistant, not a general AI model. You help "
+                             "customers with: ")
+    assert "order status" in system and "ticket history" in system and '"type"' not in system

@@ -1,63 +1,35 @@
-"""In-process :class:`~serve.memory.MemoryBackend` over ``memory_shards`` for the demo and the eval.
+"""In-process :class:`~serve.memory.MemoryBackend` for the demo and the eval: the served memory service.
 
-The served cluster reaches its memory through the deployments' backend; the demo and
-``recallserve demo`` / ``recallserve eval agent`` run in one process, so they wrap a local coordinator and the
-MiniLM embedder the same way.
+The served cluster's memory is :class:`~serve.memory_api.service.MemoryService` over shard
+deployments (hybrid dense + BM25 retrieval, the 0.35 cosine threshold, chunking, PII masking of
+write-backs). ``recallserve demo`` and ``recallserve eval agent`` run in one process, so they use
+the same service over in-process hybrid shards: what the eval measures is what a user meets.
+
+NOTE: measured on the eval's holdout question "did we ever see E12 pump problems on other
+units?": the dense-only store this replaces answered the model's ``memory_search("E12")`` with
+one E42 ticket (the code "E12" alone embeds poorly), and the model reported that no E12 case
+existed; the served hybrid search finds T-1071 by its BM25 match.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import time
-from collections.abc import Sequence
 from typing import Any
 
-from serve.memory import MemoryHit, MemoryWrite
+from serve.memory_api.service import MemoryService
 
 __all__ = ["LocalMemory"]
 
 
-class LocalMemory:
-    """MemoryBackend over ``memory_shards.local_coordinator`` with an embedder."""
-
-    #: Results when the caller gives no k (the chat's recall uses the backend's default).
-    top_k = 16
+class LocalMemory(MemoryService):
+    """The served memory service (defaults of ``memory``: top-k 16, threshold 0.35) over in-process shards."""
 
     def __init__(self, embedder: Any | None = None, n_shards: int = 1) -> None:
-        from memory_shards.coordinator import local_coordinator
         from memory_shards.embedders import MiniLMEmbedder
+        from memory_shards.retrieval import local_hybrid_coordinator
 
+        # NOTE: the torch MiniLM gives the served ONNX embedder's vectors (same weights) without
+        # the one-off ONNX export, which would run again in every process with no cache folder.
         self.embedder = embedder or MiniLMEmbedder()
-        self.coordinator = local_coordinator(n_shards, self.embedder.model_id, self.embedder.dim)
-
-    async def search(
-        self, tenant: str, query: str, k: int | None = None, *, threshold: float | None = None,
-        kinds: Sequence[str] | None = None, topic_prefix: str | None = None,
-    ) -> list[MemoryHit]:
-        k = k or self.top_k
-        from kernels import ScoreParams
-        from memory_shards.config import SearchFilters
-
-        vec = await asyncio.to_thread(self.embedder.embed, [query])
-        params = ScoreParams(threshold=threshold) if threshold is not None else ScoreParams()
-        filters = SearchFilters(kinds=list(kinds) if kinds else None, topic_prefix=topic_prefix) \
-            if (kinds or topic_prefix) else None
-        hits = (await self.coordinator.search(tenant, vec, k, params=params, filters=filters))[0]
-        return list(hits)
-
-    async def write(self, tenant: str, items: Sequence[MemoryWrite]) -> list[str]:
-        from memory_shards.coordinator import embed_records
-        from memory_shards.records import MemoryRecord
-
-        now = time.time()
-        records = []
-        for it in items:
-            meta = {k: v for k, v in it.metadata.items() if isinstance(v, (str, int, float, bool))}
-            records.append(MemoryRecord(
-                tenant=tenant, source_id=it.source_id or "text:" + hashlib.sha256(it.text.encode()).hexdigest()[:24], kind=it.kind, text=it.text,
-                metadata=meta, topic_path=it.topic or "", created_at=it.created_at or now, expires_at=it.expires_at,
-                image_hash=str(it.metadata.get("image_sha256")) if it.metadata.get("image_sha256") else None,
-            ))
-        embedded = await asyncio.to_thread(embed_records, self.embedder, records)
-        return await self.coordinator.upsert(embedded)
+        coordinator = local_hybrid_coordinator(n_shards, self.embedder.model_id, self.embedder.dim)
+        super().__init__(coordinator, lambda texts: asyncio.to_thread(self.embedder.embed, list(texts)))

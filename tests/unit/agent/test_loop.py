@@ -387,12 +387,17 @@ def test_partial_answer_without_model_call() -> None:
     assert result.partial and len(eng.calls) == 1 and "2*3 = 6" in result.answer
 
 
-def test_warm_up_sends_the_stable_prefix() -> None:
-    eng = ScriptedEngine(["x", route("direct"), "y"])
+def test_warm_up_sends_the_stable_prefixes() -> None:
+    """The warm-up evaluates the direct prompt and then the tool prompt: a later router call and a
+    later direct answer start with exactly those system messages."""
+    eng = ScriptedEngine(["x", "x", route("direct"), "y"])
     agent = Agent(eng, _registry(), config=AgentConfig(routing_rules=False))
     asyncio.run(agent.warm_up(DEMO_SCOPES))
     _run(agent, _req("q"))
-    assert eng.calls[0][0][0] == eng.calls[1][0][0] and eng.calls[0][1].max_tokens == 1
+    assert [c[1].max_tokens for c in eng.calls[:2]] == [1, 1]
+    assert eng.calls[1][0][0] == eng.calls[2][0][0]  # the tool prompt: the router call's prefix
+    assert eng.calls[0][0][0] == eng.calls[3][0][0]  # the direct prompt: the answer's prefix
+    assert "order status" in eng.calls[0][0][0].content and "customer-service assistant" in eng.calls[0][0][0].content
 
 
 def test_a_call_repeated_within_one_step_runs_once() -> None:

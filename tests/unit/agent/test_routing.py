@@ -16,7 +16,7 @@ from serve.agent import Agent, AgentConfig, AgentRequest, Tool, ToolRegistry, bu
 from serve.agent.demo import DemoWorld, demo_tools
 from serve.agent.demo.tools import DEMO_SCOPES
 from serve.agent.routing import RoutingHint, bind_schema, route_by_rules
-from tests.unit.agent.conftest import ScriptedEngine, call, final, route
+from tests.unit.agent.conftest import ScriptedEngine, SubstringMemory, call, final, route
 
 
 def _questions(name: str) -> list[dict[str, Any]]:
@@ -275,3 +275,105 @@ def test_a_destructive_call_is_never_run_without_the_models_step() -> None:
     # one tool, one value: a lookup would be fixed, the cancellation is not
     assert _determined_call(tools.subset(["order_status"]), {"order_status": {"order_id": ["104261"]}}) is not None
     assert _determined_call(tools.subset(["cancel_order"]), d.bindings) is None
+
+
+@pytest.mark.parametrize(("question", "route", "action"), [
+    ("i want a refund for order #104478 right now", "tools", "issue a refund"),
+    ("Please refund me, the kettle broke.", "direct", "issue a refund"),
+    ("Can you send me a replacement machine?", "direct", "send a replacement"),
+    ("change my delivery address for order 104246 to 5 Main St", "tools", "change an order's delivery"),
+])
+def test_an_action_no_tool_does_is_declined_by_the_rules(question: str, route: str, action: str) -> None:
+    reg = default_registry()
+    d = route_by_rules(question, reg.for_scopes(DEMO_SCOPES), reg.all())
+    assert d.route == route and action in d.reason
+    sentence = d.preface if route == "tools" else d.reply
+    assert sentence.startswith("I'm sorry, but I can't") and "colleague" in sentence and action in sentence
+    if route == "tools":  # the lookups still run: the order id's tool comes first
+        assert d.first_step == ["order_status"] and d.reply == ""
+
+
+@pytest.mark.parametrize("question", [
+    "If I return 2 kettles at 39.90 each, how much refund do I get?",  # arithmetic, not a request
+    "What is your refund policy for espresso machines?",
+    "how do I replace the gasket?",
+    "Please cancel order 104246, the customer changed their mind.",  # a tool does it: its scope rule answers
+])
+def test_a_question_about_an_action_is_not_a_request_for_it(question: str) -> None:
+    reg = default_registry()
+    d = route_by_rules(question, reg.for_scopes(DEMO_SCOPES), reg.all())
+    assert "which no tool does" not in d.reason and not d.preface
+
+
+def test_a_refund_request_answer_starts_with_the_decline_then_the_lookup() -> None:
+    eng = ScriptedEngine([final("Order 104478 (a KT-17 kettle) was returned.")])
+    result = _run(Agent(eng, _registry(), config=AgentConfig()), "i want a refund for order #104478 right now")
+    assert result.answer.startswith("I'm sorry, but I can't issue a refund from here")
+    assert result.answer.endswith("Order 104478 (a KT-17 kettle) was returned.")
+    assert [c.name for c in result.tool_calls] == ["order_status"] and len(eng.calls) == 1
+    # off switch: the advice goes to the model instead of a fixed sentence
+    eng = ScriptedEngine([final("I cannot refund it; order 104478 was returned.")])
+    result = _run(Agent(eng, _registry(), config=AgentConfig(rule_replies=False)), "i want a refund for order #104478")
+    assert result.answer == "I cannot refund it; order 104478 was returned."
+    assert "issue a refund, which you cannot do here" in eng.calls[0][0][-1].content
+
+
+def test_one_memory_search_a_request_then_the_tool_leaves_the_grammar() -> None:
+    memory = SubstringMemory({"ticket:T-1071": "Ticket T-1071: pump error E12, air lock; primed the pump."})
+    eng = ScriptedEngine([call("memory_search", query="pump error E12", k=1), final("T-1071: prime the pump.")])
+    agent = Agent(eng, _registry(), memory=memory, config=AgentConfig(max_steps=3))
+    result = _run(agent, "Search the past tickets for pump problems")
+    assert [(c.name, c.status) for c in result.tool_calls] == [("memory_search", "ok")]
+    # the second step may only answer: memory_search is spent, so the answer comes first
+    (answer_step,) = _alternatives(eng.calls[1][1].json_schema)
+    assert answer_step["properties"]["type"] == {"const": "final"}
+    observation = eng.calls[1][0][-1].content
+    assert observation.startswith("Observation(memory_search): 1 matching memories found (cite their ids):")
+    assert "Cite the ticket, order or customer ids you use." in observation
+
+
+def test_the_answer_step_is_bounded_by_the_clients_max_tokens() -> None:
+    eng = ScriptedEngine([final("Order 104208 was delivered.")])
+    req = AgentRequest.from_messages("t1", [{"role": "user", "content": "Where is order 104208?"}], scopes=DEMO_SCOPES)
+    req = req.model_copy(update={"max_answer_tokens": 40})
+    asyncio.run(Agent(eng, _registry(), config=AgentConfig()).run(req))
+    (answer_step,) = _alternatives(eng.calls[0][1].json_schema)
+    assert answer_step["properties"]["type"] == {"const": "final"}
+    assert eng.calls[0][1].max_tokens == 40 + 12  # the answer plus its JSON wrapper, not step_max_tokens (320)
+    # a step that may still call a tool keeps the step cap
+    eng = ScriptedEngine([call("order_status", order_id="104208"), final("Delivered.")])
+    req = AgentRequest.from_messages("t1", [{"role": "user", "content": "Where are orders 104208 and 104333?"}],
+                                     scopes=DEMO_SCOPES).model_copy(update={"max_answer_tokens": 40})
+    asyncio.run(Agent(eng, _registry(), config=AgentConfig()).run(req))
+    assert eng.calls[0][1].max_tokens == 320
+
+
+def test_an_answer_stops_before_an_id_no_record_holds() -> None:
+    """The model cites the real T-1071, then invents T-1072: the answer ends at the sentence before
+    it, the invented id is never streamed, and the trace says why."""
+    memory = SubstringMemory({"ticket:T-1071": "Ticket T-1071: pump error E12, air lock; primed the pump."})
+    answer = "Yes: T-1071 had an air lock, fixed by priming. The second ticket is T-1072, also primed."
+    eng = ScriptedEngine([call("memory_search", query="pump error E12"), final(answer)], chunk=3)
+    agent = Agent(eng, _registry(), memory=memory, config=AgentConfig(max_steps=3))
+    req = AgentRequest.from_messages("t1", [{"role": "user", "content": "Search the past tickets for pump problems"}],
+                                     scopes=DEMO_SCOPES)
+
+    async def collect() -> tuple[str, Any]:
+        text, result = "", None
+        async for ev in agent.stream(req):
+            if ev.type == "answer_delta":
+                text += ev.text
+            elif ev.type == "done":
+                result = ev.result
+        return text, result
+
+    streamed, result = asyncio.run(collect())
+    assert result.answer == "Yes: T-1071 had an air lock, fixed by priming."
+    assert "T-1072" not in streamed and streamed.startswith(result.answer)
+    guard = [s for s in result.steps if s.kind == "guard"]
+    assert len(guard) == 1 and guard[0].data["invented"] == "T-1072"
+    # off switch: the answer is kept whole
+    eng = ScriptedEngine([call("memory_search", query="pump error E12"), final(answer)])
+    result = _run(Agent(eng, _registry(), memory=memory, config=AgentConfig(max_steps=3, check_ids=False)),
+                  "Search the past tickets for pump problems")
+    assert result.answer == answer
