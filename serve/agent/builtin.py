@@ -235,7 +235,7 @@ def memory_search_tool() -> Tool:
         description="Free-text search of the knowledge base (manual, all past tickets) by topic words such as an "
         "error code or a symptom, when the recalled memories are not enough. Not for one customer's history.",
         params=MemorySearchArgs, fn=_search, scope="memory:read", timeout_s=10.0, summarise=_summarise_hits,
-        routing=MEMORY_SEARCH_ROUTING, max_calls=MEMORY_SEARCH_MAX_CALLS,
+        routing=MEMORY_SEARCH_ROUTING, max_calls=MEMORY_SEARCH_MAX_CALLS, covered_by_recall=True,
     )
 
 

@@ -393,6 +393,12 @@ class _Run:
                 finish, answer = "engine_error", self._partial_text(f"the model failed ({exc})")
         if answer is None:
             allowed = toolset.subset(route.tools)
+            if self.turn.memories and route.source == "rules":
+                # NOTE: recall already searched the memories with the question (and the photo's
+                # text); a second search the model words itself is offered only when the user
+                # asked for one (the rules' first step). Measured on the demo with its photo: two
+                # memory_search steps (~25 s) recalled nothing the recalled E42 tickets lacked.
+                allowed = ToolSet(t for n, t in allowed.items() if not t.covered_by_recall or n in route.first_step)
             executor = StepExecutor(allowed, ToolContext(self.req.tenant, frozenset(self.req.scopes), self.a.memory),
                                     self.a.cache, self.cfg.observation_max_chars)
             parallel = self.cfg.allow_parallel_calls
@@ -522,7 +528,12 @@ class _Run:
         prompt); restating the question at the end, where small models attend most, fixes that.
         """
         memories = " and the recalled memories above" if self.turn.memories else ""
-        advice = f" {route.advice}" if route.advice and not route.preface else ""
+        advice = f" {route.advice}" if route.advice else ""
+        if route.preface:
+            # NOTE: measured on the eval's refund question: after the fixed decline the 1.5B model
+            # went on "The refund was given because the repair failed twice".
+            advice = (f" Your answer already begins: \"{route.preface}\" Go on with what the observations show, "
+                      "and never say that it was done.")
         return (f"\n\nUsing these observations{memories}, answer every part of: {self.question[:600]}\n"
                 f"Cite the ticket, order or customer ids you use.{advice}")
 

@@ -92,6 +92,9 @@ class Tool:
             the router model can pick it.
         max_calls: calls per request after which the tool leaves the step grammar (None: no
             limit beyond the loop's steps and the refusal of repeated arguments).
+        covered_by_recall: the turn's memory recall already does what the tool does (a memory
+            search): when recall found memories and the rules route the turn, the tool is offered
+            only as the rules' first step (the user asked to search).
     """
 
     name: str
@@ -106,6 +109,7 @@ class Tool:
     destructive: bool = False
     routing: RoutingHint | None = None
     max_calls: int | None = None
+    covered_by_recall: bool = False
     _schema: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:

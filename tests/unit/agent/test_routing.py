@@ -377,3 +377,21 @@ def test_an_answer_stops_before_an_id_no_record_holds() -> None:
     result = _run(Agent(eng, _registry(), memory=memory, config=AgentConfig(max_steps=3, check_ids=False)),
                   "Search the past tickets for pump problems")
     assert result.answer == answer
+
+
+def test_a_memory_search_is_offered_after_recall_only_when_the_user_asks_for_one() -> None:
+    """The demo with its photo: the rules fix orders_by_batch (B-2207 from the label) and add
+    memory_search for "happened before"; recall already found the E42 ticket, so the engine's
+    only call is the answer. Asked to search, the user still gets the search as step 1."""
+    memory = SubstringMemory({"ticket:T-1042": "Ticket T-1042: error E42 after descaling; TF-185 fuse replaced."})
+    eng = ScriptedEngine([final("Yes: T-1042, the TF-185 fuse was replaced. Other orders: 104208.")])
+    agent = Agent(eng, _registry(), memory=memory, config=AgentConfig(max_steps=3))
+    result = _run(agent, "My machine shows error E42. Has this fault happened before? Which other orders come from "
+                         "batch B-2207?")
+    assert result.route.tools == ["orders_by_batch", "memory_search"]
+    assert [c.name for c in result.tool_calls] == ["orders_by_batch"] and len(eng.calls) == 1
+    assert "ticket:T-1042" in eng.calls[0][0][-3].content  # the recalled ticket is in the answer's prompt
+    eng = ScriptedEngine([call("memory_search", query="error E42"), final("T-1042.")])
+    result = _run(Agent(eng, _registry(), memory=memory, config=AgentConfig(max_steps=3)),
+                  "Search the past tickets for error E42")
+    assert [c.name for c in result.tool_calls] == ["memory_search"]
