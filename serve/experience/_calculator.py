@@ -68,7 +68,10 @@ _MAX_NDIGITS = 100
 _PARSE_STEPS = 20
 # NOTE: an honest check takes 50-100 steps (the eval seeds: at most 97 per check), so 6000 covers
 # a full 32-check record with room to spare, and costs 10-40 ms of CPU at 2-6 us per step; 0.1 s
-# of wall clock is the backstop on a loaded machine.
+# of the verifying thread's CPU time is the backstop for steps that cost more than they count.
+# It is CPU time, not wall clock: measured at load 10-12, a wall-clock budget ran out while the
+# thread waited for a core, so the same record's verdict changed with the machine's load (the
+# worker pool's verify_timeout_ms is the wall-clock bound of the whole verification).
 DEFAULT_MAX_STEPS = 6_000
 DEFAULT_SECONDS = 0.1
 _CLOCK_EVERY = 64  # NOTE: steps between clock reads (a read ~50 ns, a step ~1 us)
@@ -79,7 +82,8 @@ class WorkBudget:
 
     Args:
         max_steps: evaluation steps in total (a syntax node is one, a parse :data:`_PARSE_STEPS`).
-        seconds: wall-clock limit from construction.
+        seconds: CPU time of the constructing thread (``time.thread_time``) from construction;
+            the budget is drawn on by that thread only (the verifier's).
     """
 
     def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, seconds: float = DEFAULT_SECONDS) -> None:
@@ -89,7 +93,7 @@ class WorkBudget:
             raise ValueError(f"seconds: must be > 0, got {seconds}")
         self.max_steps, self.seconds = max_steps, seconds
         self.used, self.spent = 0, False
-        self._deadline = time.monotonic() + seconds
+        self._deadline = time.thread_time() + seconds
         self._next_clock = _CLOCK_EVERY
 
     def take(self, steps: int = 1) -> None:
@@ -99,7 +103,7 @@ class WorkBudget:
             self.spent = True
         elif not self.spent and self.used >= self._next_clock:
             self._next_clock = self.used + _CLOCK_EVERY
-            self.spent = time.monotonic() > self._deadline
+            self.spent = time.thread_time() > self._deadline
         if self.spent:
             raise BudgetExceeded(self.reason())
 

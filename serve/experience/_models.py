@@ -75,7 +75,8 @@ class ExperienceConfig(StrictModel):
     )
     verify_budget_ms: float = Field(
         default=DEFAULT_SECONDS * 1e3, gt=0, le=10_000,
-        description="Wall-clock milliseconds allowed for verifying one record; checks past it fail unrun.",
+        description="CPU milliseconds (the verifying thread's) allowed for verifying one record; checks past it "
+        "fail unrun. verify_timeout_ms bounds the wall clock.",
     )
     # NOTE: processes, not threads: the calculator is pure Python and a thread shares the ingress's
     # GIL, so hostile records would still slow every other request (serve.experience._pool).

@@ -496,13 +496,17 @@ def verify_record(
 def with_extracted_checks(record: ExperienceRecord) -> ExperienceRecord:
     """``record`` with the checks derived from its cleaned context's quantities appended after its
     own (:func:`serve.experience._extract.extracted_checks`; those of an earlier verification are
-    replaced), at most 32 in all. Not yet run: :func:`verify_record` runs them with the others."""
+    replaced), at most 32 in all: the record's own are cut first, so the extracted checks always run.
+    Not yet run: :func:`verify_record` runs them with the others."""
     from serve.experience._extract import SOURCE, extracted_checks
 
     own = [v for v in record.verification if v.input.get("source") != SOURCE]
     extra = extracted_checks(record.model_copy(update={"verification": own}))
-    # NOTE: the schema holds 32 checks; the record's own come first, then the extracted ones.
-    return record.model_copy(update={"verification": (own + extra)[:_MAX_ENTRIES]})
+    # NOTE: the schema holds 32 checks; the record's own come first, then the extracted ones, and
+    # the extracted ones keep their room: a reply that fills all 32 slots with its own checks
+    # would otherwise skip the grounding and recompute checks code derives from the problem.
+    extra = extra[:_MAX_ENTRIES]
+    return record.model_copy(update={"verification": own[: _MAX_ENTRIES - len(extra)] + extra})
 
 
 _WITH_VALUES = re.compile(r"^with (.*?):")

@@ -187,3 +187,13 @@ def test_answer_computed(checks: list[dict], answer: str, want: bool | None) -> 
     checked = verify_record(_record("q", checks, answer), EVAL_RULES).verification
     assert [v.status for v in checked] == ["fail" if answer == "34" else "pass"], checked
     assert answer_computed(checked, answer) is want
+
+
+def test_a_reply_that_fills_every_check_slot_still_gets_the_grounding_check() -> None:
+    """32 checks of the model's own (all passing: the formula agrees with itself) leave no slot
+    free; the checks code derives from the problem still run, in the last slots."""
+    own = [{"type": "recomputation", "target": "17 / 17 = 1"}] * 32
+    out = _verify(_record(A1["question"], own, "1"))
+    assert len(out.verification) == 32
+    assert _grounding(out) == [("doubtful", [3.0])]
+    assert out.outcome.confidence == "medium" and TAG in out.evaluation.error_tags
