@@ -112,6 +112,7 @@ class StepExecutor:
         self.seen: set[str] = set()
         self._earlier: dict[str, str] = {}  # key -> the observation of its first call
         self.counter = 0
+        self.uses: dict[str, int] = {}  # tool -> calls run (for Tool.max_calls)
 
     def _cap(self, text: str) -> str:
         text = " ".join(text.split())
@@ -185,6 +186,12 @@ class StepExecutor:
             return self._record(step, call, clean, "refused",
                                 f"Refused: {tool.name} was already called with these arguments in this conversation."
                                 f"{tail} Answer from it now.")
+        if tool.max_calls is not None and self.uses.get(tool.name, 0) >= tool.max_calls:
+            # NOTE: also within one step: the 1.5B model asked for two memory searches in parallel.
+            return self._record(step, call, clean, "refused",
+                                f"Refused: {tool.name} may be called at most {tool.max_calls} time(s) per request. "
+                                "Answer from the results you have.")
+        self.uses[tool.name] = self.uses.get(tool.name, 0) + 1
         self.seen.add(key)
         tenant_key = cache_key(self.ctx.tenant, tool.name, clean)
         if tool.cacheable:

@@ -245,6 +245,5 @@ def test_the_direct_answer_prompt_says_who_the_assistant_is(rig) -> None:
     c, engine, _, _ = rig
     _post(c, [{"role": "user", "content": "who are you and what kind of things can you help me with?"}])
     system = engine.prompts[-1][0].content
-    assert system.startswith("You are this company's customer-service assistant, not a general AI model. You help "
-                             "customers with: ")
+    assert system.startswith("You are this company's customer-service assistant. You help customers with: ")
     assert "order status" in system and "ticket history" in system and '"type"' not in system

@@ -395,3 +395,15 @@ def test_a_memory_search_is_offered_after_recall_only_when_the_user_asks_for_one
     result = _run(Agent(eng, _registry(), memory=memory, config=AgentConfig(max_steps=3)),
                   "Search the past tickets for error E42")
     assert [c.name for c in result.tool_calls] == ["memory_search"]
+
+
+def test_two_searches_in_one_step_run_once() -> None:
+    memory = SubstringMemory({"ticket:T-1130": "Ticket T-1130: weak steam wand, milk residue; descaled the wand."})
+    both = json.dumps({"type": "tool_calls", "calls": [
+        {"id": "c1", "name": "memory_search", "args": {"query": "weak steam wand"}},
+        {"id": "c2", "name": "memory_search", "args": {"query": "steam wand milk"}}]})
+    eng = ScriptedEngine([both, final("T-1130: descale the wand.")])
+    agent = Agent(eng, _registry(), memory=memory, config=AgentConfig(max_steps=3, routing_rules=False, use_router=False))
+    result = _run(agent, "Search memory for past tickets about a weak steam wand.")
+    assert [(c.name, c.status) for c in result.tool_calls] == [("memory_search", "ok"), ("memory_search", "refused")]
+    assert "at most 1 time(s) per request" in result.tool_calls[1].observation
