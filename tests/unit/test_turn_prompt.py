@@ -243,7 +243,12 @@ def test_a_refund_request_is_declined_in_the_http_answer_and_the_stream(rig) -> 
 
 def test_the_direct_answer_prompt_says_who_the_assistant_is(rig) -> None:
     c, engine, _, _ = rig
-    _post(c, [{"role": "user", "content": "who are you and what kind of things can you help me with?"}])
+    body = _post(c, [{"role": "user", "content": "who are you and what kind of things can you help me with?"}])
+    # asked about itself, the rules answer from the tenant's tools, with no engine call
+    assert not engine.prompts
+    assert body["choices"][0]["message"]["content"].startswith(
+        "I'm this company's customer-service assistant. I can help you with: batch info, calculator, current time")
+    _post(c, [{"role": "user", "content": "Good morning! How are you today?"}])
     system = engine.prompts[-1][0].content
     assert system.startswith("You are this company's customer-service assistant. You help customers with: ")
     assert "order status" in system and "ticket history" in system and '"type"' not in system

@@ -407,3 +407,18 @@ def test_two_searches_in_one_step_run_once() -> None:
     result = _run(agent, "Search memory for past tickets about a weak steam wand.")
     assert [(c.name, c.status) for c in result.tool_calls] == [("memory_search", "ok"), ("memory_search", "refused")]
     assert "at most 1 time(s) per request" in result.tool_calls[1].observation
+
+
+@pytest.mark.parametrize(("question", "about_me"), [
+    ("who are you and what kind of things can you help me with?", True),
+    ("What can you do?", True),
+    ("Good morning! How are you today?", False),
+    ("what can you tell me about order 104208?", False),  # a lookup, not a question about the assistant
+])
+def test_a_question_about_the_assistant_gets_the_tool_sets_own_answer(question: str, about_me: bool) -> None:
+    reg = default_registry(demo=True)
+    d = route_by_rules(question, reg.for_scopes(["basic"]), reg.all())
+    assert (d.reason == "asks what the assistant is or can do") is about_me
+    if about_me:  # the tenant's own tools, not the server's
+        assert d.reply == ("I'm this company's customer-service assistant. I can help you with: calculator and current "
+                           "time. What can I do for you?")
