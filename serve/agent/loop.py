@@ -340,8 +340,7 @@ class _Run:
             if rules.route != "undecided":
                 return RouteDecision(route=rules.route, tools=rules.tools, source="rules", first_step=rules.first_step,
                                      bindings=rules.bindings, reason=rules.reason, advice=rules.advice,
-                                     reply=rules.reply if self.cfg.rule_replies else "",
-                                     preface=rules.preface if self.cfg.rule_replies else "", elapsed_ms=self._ms(t))
+                                     reply=rules.reply if self.cfg.rule_replies else "", elapsed_ms=self._ms(t))
         if not self.cfg.use_router:
             return RouteDecision(route="tools", tools=list(tools), source="mode")
         msgs = base[:-1] + [ChatMessage(role="user", content=base[-1].content + ROUTER_INSTRUCTION)]
@@ -411,11 +410,6 @@ class _Run:
                 if first else schema
             max_steps = self.req.max_steps or self.cfg.max_steps
             fixed = _determined_call(first, bindings) if bindings is not None and self.cfg.rule_first_call else None
-            if route.preface:
-                # NOTE: the decline of an action no tool does is the rules' own sentence, streamed
-                # first; the model then answers what the lookups found (measured: asked for a refund,
-                # the 1.5B model restated the request as if it were the customer).
-                yield self._delta(route.preface + " ")
             try:
                 for step in range(1, max_steps + 1):
                     parsed: ParsedStep | None = None
@@ -454,7 +448,7 @@ class _Run:
                         yield self._add(step, "observation", obs_lines[-1], rec.elapsed_ms, call_id=rec.id,
                                         status=rec.status)
                     observed = "\n".join(obs_lines)
-                    messages.append(ChatMessage(role="user", content=observed + self._reminder(route, observed)))
+                    messages.append(ChatMessage(role="user", content=observed + self._reminder(observed)))
                     log.info("step %d calls=%s in %.0f ms", step, [(r.name, r.status) for r in records], self._ms(t))
                 else:
                     finish = "max_steps"
@@ -466,8 +460,6 @@ class _Run:
         if finish == "final" and route.route == "direct":
             finish = "direct"
         assert answer is not None
-        if route.preface and not answer.startswith(route.preface):
-            answer = f"{route.preface} {answer}"
         if finish in ("timeout", "engine_error", "max_steps"):
             yield self._add(len(self.trace), "partial", answer, reason=finish)
         # NOTE: the streamed text can differ from the parsed answer by surrounding whitespace only.
@@ -521,7 +513,7 @@ class _Run:
                                 invented=check.invented)
         yield self._add(1, "final", self._streamed.strip(), self._ms(t))
 
-    def _reminder(self, route: RouteDecision, observations: str) -> str:
+    def _reminder(self, observations: str) -> str:
         """The question again after the observations.
 
         NOTE: measured on the demo: after one observation the 1.5B model answered only the last
@@ -535,13 +527,7 @@ class _Run:
         # listing, it listed the movements and dropped their net total.
         cite = "\nCite the ticket, order or customer ids you use." \
             if any(i not in self.question for i in ID_PATTERN.findall(observations)) else ""
-        advice = f" {route.advice}" if route.advice else ""
-        if route.preface:
-            # NOTE: measured on the eval's refund question: after the fixed decline the 1.5B model
-            # went on "The refund was given because the repair failed twice".
-            advice = (f" Your answer already begins: \"{route.preface}\" Go on with what the observations show, "
-                      "and never say that it was done.")
-        return f"\n\nUsing these observations{memories}, answer every part of: {self.question[:600]}{cite}{advice}"
+        return f"\n\nUsing these observations{memories}, answer every part of: {self.question[:600]}{cite}"
 
     def _delta(self, text: str) -> AgentEvent:
         if self.first_token_ms is None:

@@ -118,12 +118,8 @@ class RouteDecision(StrictModel):
         default_factory=dict, description="Rules only: tool -> argument -> the values found in the question."
     )
     reason: str = Field(default="", description="Why the rules decided so (empty for the router model).")
-    advice: str = Field(default="", description="Rules only: what the answer must do (ask for an id, decline).")
+    advice: str = Field(default="", description="Rules only, direct route: what the answer must do.")
     reply: str = Field(default="", description="Rules only, direct route: the fixed reply (no model call).")
-    preface: str = Field(
-        default="", description="Rules only, tools route: the answer's fixed first sentence (an action no tool "
-        "can do, declined before what the lookups found)."
-    )
     elapsed_ms: float = Field(default=0.0, ge=0.0, description="Time the decision took.")
 
 

@@ -228,16 +228,13 @@ def test_tool_scopes_come_from_the_auth_config(tmp_path: Path) -> None:
 
 
 def test_a_refund_request_is_declined_in_the_http_answer_and_the_stream(rig) -> None:
-    """No tool issues refunds: the answer starts with the rules' decline, then what the order lookup
-    found (the model's part); the stream carries the same text."""
+    """No tool issues refunds: the rules' reply declines it, with no lookup and no engine call."""
     c, engine, _, _ = rig
     body = _post(c, [{"role": "user", "content": "i want a refund for order #104478 right now"}])
     answer = body["choices"][0]["message"]["content"]
     assert answer.startswith("I'm sorry, but I can't issue a refund from here, so nothing has been changed")
-    assert answer.endswith("Noted.")
-    # the engine's only call is the answer step, after the real order lookup
-    assert len(engine.prompts) == 1 and engine.prompts[0][-1].content.startswith("Observation(order_status): ")
-    text, meta = _stream(c, [{"role": "user", "content": "i want a refund for order #104478 right now"}])
+    assert "colleague" in answer and not engine.prompts
+    text, _meta = _stream(c, [{"role": "user", "content": "i want a refund for order #104478 right now"}])
     assert text == answer
 
 

@@ -277,20 +277,17 @@ def test_a_destructive_call_is_never_run_without_the_models_step() -> None:
     assert _determined_call(tools.subset(["cancel_order"]), d.bindings) is None
 
 
-@pytest.mark.parametrize(("question", "route", "action"), [
-    ("i want a refund for order #104478 right now", "tools", "issue a refund"),
-    ("Please refund me, the kettle broke.", "direct", "issue a refund"),
-    ("Can you send me a replacement machine?", "direct", "send a replacement"),
-    ("change my delivery address for order 104246 to 5 Main St", "tools", "change an order's delivery"),
+@pytest.mark.parametrize(("question", "action"), [
+    ("i want a refund for order #104478 right now", "issue a refund"),
+    ("Please refund me, the kettle broke.", "issue a refund"),
+    ("Can you send me a replacement machine?", "send a replacement"),
+    ("change my delivery address for order 104246 to 5 Main St", "change an order's delivery"),
 ])
-def test_an_action_no_tool_does_is_declined_by_the_rules(question: str, route: str, action: str) -> None:
+def test_an_action_no_tool_does_is_declined_by_the_rules(question: str, action: str) -> None:
     reg = default_registry()
     d = route_by_rules(question, reg.for_scopes(DEMO_SCOPES), reg.all())
-    assert d.route == route and action in d.reason
-    sentence = d.preface if route == "tools" else d.reply
-    assert sentence.startswith("I'm sorry, but I can't") and "colleague" in sentence and action in sentence
-    if route == "tools":  # the lookups still run: the order id's tool comes first
-        assert d.first_step == ["order_status"] and d.reply == ""
+    assert d.route == "direct" and action in d.reason  # declined before any lookup, even with an order id
+    assert d.reply.startswith("I'm sorry, but I can't") and "colleague" in d.reply and action in d.reply
 
 
 @pytest.mark.parametrize("question", [
@@ -302,20 +299,19 @@ def test_an_action_no_tool_does_is_declined_by_the_rules(question: str, route: s
 def test_a_question_about_an_action_is_not_a_request_for_it(question: str) -> None:
     reg = default_registry()
     d = route_by_rules(question, reg.for_scopes(DEMO_SCOPES), reg.all())
-    assert "which no tool does" not in d.reason and not d.preface
+    assert "which no tool does" not in d.reason
 
 
-def test_a_refund_request_answer_starts_with_the_decline_then_the_lookup() -> None:
-    eng = ScriptedEngine([final("Order 104478 (a KT-17 kettle) was returned.")])
+def test_a_refund_request_is_declined_without_a_lookup_or_an_engine_call() -> None:
+    eng = ScriptedEngine([])
     result = _run(Agent(eng, _registry(), config=AgentConfig()), "i want a refund for order #104478 right now")
-    assert result.answer.startswith("I'm sorry, but I can't issue a refund from here")
-    assert result.answer.endswith("Order 104478 (a KT-17 kettle) was returned.")
-    assert [c.name for c in result.tool_calls] == ["order_status"] and len(eng.calls) == 1
-    # off switch: the advice goes to the model instead of a fixed sentence
-    eng = ScriptedEngine([final("I cannot refund it; order 104478 was returned.")])
+    assert result.answer.startswith("I'm sorry, but I can't issue a refund from here, so nothing has been changed")
+    assert not result.tool_calls and not eng.calls
+    # off switch: the model answers, advised by the rule
+    eng = ScriptedEngine(["I cannot refund it myself; a colleague can help."])
     result = _run(Agent(eng, _registry(), config=AgentConfig(rule_replies=False)), "i want a refund for order #104478")
-    assert result.answer == "I cannot refund it; order 104478 was returned."
-    assert "issue a refund, which you cannot do here" in eng.calls[0][0][-1].content
+    assert result.answer == "I cannot refund it myself; a colleague can help."
+    assert "issue a refund, which you cannot do here" in eng.calls[0][0][0].content
 
 
 def test_one_memory_search_a_request_then_the_tool_leaves_the_grammar() -> None:
