@@ -38,7 +38,7 @@ from serve.agent._prompts import PARTIAL_INSTRUCTION, RETRY_INSTRUCTION, ROUTER_
 from serve.agent._protocol import FINAL_WRAPPER_TOKENS, THOUGHT_MAX_CHARS, AnswerStream, ParsedCall, ParsedStep, \
     StepParseError, is_final_only, parse_json_object, parse_step, router_schema, step_schema
 from serve.agent.config import AgentConfig
-from serve.agent.guards import ID_PATTERN, IdCheck, mask_pii
+from serve.agent.guards import IdCheck, mask_pii
 from serve.agent.images import ImageDescriber
 from serve.agent.routing import bind_schema, route_by_rules
 from serve.agent.schemas import AgentEvent, AgentRequest, AgentResult, AgentUsage, RouteDecision, ToolCallRecord, \
@@ -448,7 +448,7 @@ class _Run:
                         yield self._add(step, "observation", obs_lines[-1], rec.elapsed_ms, call_id=rec.id,
                                         status=rec.status)
                     observed = "\n".join(obs_lines)
-                    messages.append(ChatMessage(role="user", content=observed + self._reminder(observed)))
+                    messages.append(ChatMessage(role="user", content=observed + self._reminder()))
                     log.info("step %d calls=%s in %.0f ms", step, [(r.name, r.status) for r in records], self._ms(t))
                 else:
                     finish = "max_steps"
@@ -513,7 +513,7 @@ class _Run:
                                 invented=check.invented)
         yield self._add(1, "final", self._streamed.strip(), self._ms(t))
 
-    def _reminder(self, observations: str) -> str:
+    def _reminder(self) -> str:
         """The question again after the observations.
 
         NOTE: measured on the demo: after one observation the 1.5B model answered only the last
@@ -521,13 +521,7 @@ class _Run:
         prompt); restating the question at the end, where small models attend most, fixes that.
         """
         memories = " and the recalled memories above" if self.turn.memories else ""
-        # NOTE: asked to cite ids only when the observations bring ids the question does not name
-        # (tickets of a customer's history, search hits). Measured on the eval: without it the model
-        # said "C-1010 contacted support before" without naming T-1063; with it after an inventory
-        # listing, it listed the movements and dropped their net total.
-        cite = "\nCite the ticket, order or customer ids you use." \
-            if any(i not in self.question for i in ID_PATTERN.findall(observations)) else ""
-        return f"\n\nUsing these observations{memories}, answer every part of: {self.question[:600]}{cite}"
+        return f"\n\nUsing these observations{memories}, answer every part of: {self.question[:600]}"
 
     def _delta(self, text: str) -> AgentEvent:
         if self.first_token_ms is None:
