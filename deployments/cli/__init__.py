@@ -13,7 +13,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["COMMANDS", "UserError", "add_profile_arguments", "main"]
+__all__ = ["COMMANDS", "UserError", "add_profile_arguments", "check_own_packages", "main"]
+
+#: the project's top-level packages (pyproject's ``packages.find``).
+_OWN_PACKAGES = ("deployments", "serve", "memory_shards", "kernels")
 
 
 class UserError(Exception):
@@ -72,8 +75,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_own_packages() -> None:
+    """Raise :class:`UserError` when another distribution's module shadows one of the project's packages.
+
+    NOTE: PyPI's ``kernels`` (Hugging Face's kernel downloader; a hard dependency of transformers
+    5.25+) installs a top-level ``kernels`` package. An editable install's finder comes after the
+    site-packages path, so that package, not ``kernels/`` here, is imported and every command
+    fails with an ImportError far from the cause. pyproject pins transformers below 5.25; a
+    machine that installed the newer one keeps the stray package until it is uninstalled.
+    """
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[2]
+    for name in _OWN_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
+        if origin is None or origin.parent.parent != root:
+            raise UserError(f"the module {name!r} is imported from {origin or 'nowhere'}, not {root / name}: "
+                            f"another package shadows recallserve's own (run `pip uninstall -y {name}` "
+                            f"if that is PyPI's {name!r}, then reinstall recallserve)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
+    try:
+        check_own_packages()
+    except UserError as exc:
+        print(f"recallserve: error: {exc}", file=sys.stderr)
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     # NOTE: the command as typed, for reports that record how they were made (not sys.argv: a

@@ -33,3 +33,27 @@ def test_ci_runs_the_readme_commands_and_nothing_else() -> None:
     commands = [c for c in commands if c and not c.startswith("#") and not c.startswith(plumbing)]
     assert commands, "no command found in .ci/run"
     assert [c for c in commands if c not in readme] == []
+
+
+def test_the_installed_packages_are_the_projects_own() -> None:
+    """No other distribution's top-level module (PyPI's ``kernels``) shadows one of ours."""
+    from deployments.cli import check_own_packages
+
+    check_own_packages()
+
+
+def test_a_shadowing_package_is_one_clear_error(tmp_path: Path, monkeypatch) -> None:
+    """A stray ``kernels`` ahead on the path makes the CLI say which module and what to run."""
+    import sys
+
+    from deployments.cli import main
+
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "kernels" or m.startswith("kernels.")]:
+        monkeypatch.delitem(sys.modules, name)
+    import importlib
+
+    importlib.invalidate_caches()
+    assert main(["models", "list"]) == 2
