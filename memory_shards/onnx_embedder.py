@@ -18,8 +18,10 @@ file ~2.3x faster but another vector space (cosine ~0.95 to fp32; its own model 
 Pipeline per call (one tokenisation, no second pass):
   1. tokenise all texts once (the model's own fast tokenizer, truncated at 256 tokens = the
      model's ``max_seq_length``);
-  2. sort by token length and cut passes of ``batch_size`` texts, each padded only to its own
-     longest text (length bucketing: padding per pass <= the spread of neighbouring lengths);
+  2. sort by token length and cut the sorted run into passes of at most ``batch_size`` texts,
+     each padded only to its own longest text, at the cut points that minimise padded tokens plus
+     a fixed cost per pass (:func:`length_buckets`; fixed runs of ``batch_size`` padded 21% of
+     the tokens of 50 LoCoMo turns, the cost-aware cuts ~5%, ~1.2x faster to embed);
   3. run the session; mean-pool the last hidden state over real tokens
      ``v = sum_t(h_t * m_t) / sum_t(m_t)``; L2-normalise; rows back in input order.
 """
@@ -39,7 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["OnnxMiniLMEmbedder", "SOURCE_SHA256", "ensure_onnx_model", "length_buckets", "MINILM_ONNX_INT8_MODEL_ID"]
+__all__ = ["OnnxMiniLMEmbedder", "SOURCE_SHA256", "ensure_onnx_model", "length_buckets", "MINILM_ONNX_INT8_MODEL_ID",
+           "PASS_OVERHEAD_TOKENS"]
 
 #: model id of the ONNX Runtime int8 file (another vector space than fp32 and than torch's int8).
 MINILM_ONNX_INT8_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2-int8-onnx-dynamic"
@@ -165,16 +168,50 @@ def ensure_onnx_model(cache_dir: Path, quantized: bool) -> Path:
     return path
 
 
-def length_buckets(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
-    """Indices of the texts per forward pass: sorted by token length, ``batch_size`` per pass.
+#: NOTE: the fixed cost of one forward pass in padded-token equivalents: fitted on the 2-core
+#: machine (fp32, 1 thread) as time(pass) ~ 2.4 ms + 0.144 ms x rows x width, i.e. a pass costs
+#: as much as ~17 tokens. The cut points are not sensitive to it (8-32 measured alike).
+PASS_OVERHEAD_TOKENS = 16
 
-    Each pass is padded to its own longest text, so sorting makes the padding of a pass at most
-    the gap between its shortest and longest text instead of the batch's global maximum.
+
+def length_buckets(lengths: Sequence[int], batch_size: int, pass_overhead: int = PASS_OVERHEAD_TOKENS) -> list[np.ndarray]:
+    """Indices of the texts per forward pass: sorted by token length, at most ``batch_size`` per pass.
+
+    Each pass is padded to its own longest text, so a pass of the sorted texts ``i..j-1`` costs
+    ``pass_overhead + (j - i) * length[j-1]`` padded tokens. The passes are the cuts of the sorted
+    run that minimise the total cost (dynamic programming over cut points, O(n x batch_size)):
+    a gap in the lengths starts a new pass, a run of similar lengths stays in one. Cutting fixed
+    runs of ``batch_size`` instead pads each pass to the longest of an arbitrary window (21% of
+    the tokens of 50 LoCoMo turns were padding, against ~5% here).
+
+    Ties in length keep input order (stable sort), so the passes of a given input are deterministic.
+
+    Example:
+        >>> [b.tolist() for b in length_buckets([30, 5, 31, 6], 4)]
+        [[1, 3], [0, 2]]
     """
     if batch_size <= 0:
         raise ValueError(f"batch_size: must be > 0, got {batch_size}")
+    if pass_overhead < 0:
+        raise ValueError(f"pass_overhead: must be >= 0, got {pass_overhead}")
     order = np.argsort(np.asarray(lengths, dtype=np.int64), kind="stable")
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    sorted_len = [int(x) for x in np.asarray(lengths, dtype=np.int64)[order]]
+    n = len(sorted_len)
+    # best[j]: least cost of the first j sorted texts; start[j]: where the last pass of that plan starts.
+    best = [0.0] + [float("inf")] * n
+    start = [0] * (n + 1)
+    for j in range(1, n + 1):
+        width = sorted_len[j - 1]
+        for i in range(max(0, j - batch_size), j):
+            cost = best[i] + pass_overhead + (j - i) * width
+            # NOTE: strict < keeps the longest pass among equal-cost plans (fewer calls into the runtime).
+            if cost < best[j]:
+                best[j], start[j] = cost, i
+    cuts, j = [], n
+    while j > 0:
+        cuts.append((start[j], j))
+        j = start[j]
+    return [order[i:j] for i, j in reversed(cuts)]
 
 
 class OnnxMiniLMEmbedder:

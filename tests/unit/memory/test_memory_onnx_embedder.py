@@ -22,20 +22,49 @@ TEXTS = [
 ]
 
 
+def _padded(lengths: list[int], buckets: list[np.ndarray]) -> int:
+    return sum(max(lengths[i] for i in b) * len(b) for b in buckets)
+
+
 def test_length_buckets_sort_by_length_and_cover_every_text_once() -> None:
     lengths = [9, 3, 7, 3, 12, 1, 5]
     buckets = length_buckets(lengths, 3)
-    assert [len(b) for b in buckets] == [3, 3, 1]
+    assert all(1 <= len(b) <= 3 for b in buckets)
     flat = np.concatenate(buckets)
     assert sorted(flat.tolist()) == list(range(len(lengths)))
     assert [lengths[i] for i in flat] == sorted(lengths)
     # padding of a pass = its longest minus each text: sorted passes pad less than input-order passes
-    pad = sum(max(lengths[i] for i in b) * len(b) - sum(lengths[i] for i in b) for b in buckets)
-    naive = sum(max(lengths[s : s + 3]) * len(lengths[s : s + 3]) - sum(lengths[s : s + 3]) for s in range(0, 7, 3))
-    assert pad < naive
+    naive = sum(max(lengths[s : s + 3]) * len(lengths[s : s + 3]) for s in range(0, 7, 3))
+    assert _padded(lengths, buckets) < naive
     assert length_buckets([], 4) == []
+    assert [b.tolist() for b in length_buckets([7], 16)] == [[0]]
     with pytest.raises(ValueError, match="batch_size"):
         length_buckets([1], 0)
+    with pytest.raises(ValueError, match="pass_overhead"):
+        length_buckets([1], 4, pass_overhead=-1)
+
+
+def test_length_buckets_cut_at_gaps_not_at_fixed_counts() -> None:
+    """Cost-aware cuts: a gap in the lengths starts a pass; never more padded tokens than fixed runs."""
+    # 3 short texts and 3 long ones, batch 4: fixed runs put a short one beside the long ones
+    lengths = [10, 11, 12, 90, 91, 92]
+    buckets = length_buckets(lengths, 4)
+    assert [b.tolist() for b in buckets] == [[0, 1, 2], [3, 4, 5]]
+    rng = np.random.default_rng(0)
+    for n, batch in [(50, 16), (7, 3), (33, 1), (100, 64)]:
+        lengths = rng.integers(5, 120, n).tolist()
+        buckets = length_buckets(lengths, batch)
+        assert all(len(b) <= batch for b in buckets)
+        assert sorted(np.concatenate(buckets).tolist()) == list(range(n))
+        order = np.argsort(lengths, kind="stable")
+        fixed = [order[i : i + batch] for i in range(0, n, batch)]
+        # the plan's cost (padded tokens + a fixed cost per pass) is at most the fixed runs' cost
+        cost = _padded(lengths, buckets) + 16 * len(buckets)
+        assert cost <= _padded(lengths, fixed) + 16 * len(fixed)
+    # no fixed cost per pass: every distinct length gets its own pass, nothing is padded
+    lengths = [4, 4, 9, 9, 9, 2]
+    buckets = length_buckets(lengths, 8, pass_overhead=0)
+    assert _padded(lengths, buckets) == sum(lengths)
 
 
 def test_runtime_choice_per_model_and_device() -> None:
