@@ -76,9 +76,12 @@ def run(args: argparse.Namespace) -> int:
 
 def markdown_table(row: dict) -> str:
     """The rows of an ``ingest_bench`` result as a markdown table (ratio vs the first configuration)."""
-    lines = ["| config | model | runtime | median s/batch | memories/s | best memories/s | ratio | query embed p50 ms |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| config | model | runtime | median s/batch | memories/s | best memories/s | ratio | CPU s/batch | memories/CPU-s "
+             "| query embed p50 ms |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in row["rows"]:
+        # NOTE: .get: JSON rows written before the CPU columns existed render with a dash.
         lines.append(f"| {r['config']} | {r['model']} | {r['runtime']} | {r['median_batch_s']:.3f} | {r['memories_per_s']:.1f} | "
-                     f"{r['best_memories_per_s']:.1f} | x{r['ratio_vs_baseline']:.2f} | {r['query_embed_p50_ms']} |")
+                     f"{r['best_memories_per_s']:.1f} | x{r['ratio_vs_baseline']:.2f} | {r.get('median_cpu_s_per_batch', '-')} | "
+                     f"{r.get('memories_per_cpu_s', '-')} | {r['query_embed_p50_ms']} |")
     return "\n".join(lines)
