@@ -182,7 +182,8 @@ class EmbedderConfig(StrictModel):
                     "has an ONNX file, else torch.",
     )
     device: Literal["cpu", "cuda"] = Field(default="cpu", description="Torch device.")
-    threads: int = Field(default=1, ge=1, le=64, description="Intra-op threads per replica, torch or ONNX Runtime (1 is fastest on 2 shared cores).")
+    threads: int = Field(default=1, ge=1, le=64, description="Threads per replica: torch intra-op threads; ONNX Runtime runs this many forward passes at once, "
+                         "one thread each (1 is fastest on 2 shared cores).")
     max_batch_size: int = Field(default=32, ge=1, le=1024, description="Most embed calls (requests) answered by one forward: the calls that arrive while a forward runs share the next one.")
     # NOTE: texts are sorted by length and padded per forward pass; on the CPU, 16 texts per pass
     # pad far less than 64 (50 LoCoMo turns: ~3x faster, see `recallserve bench ingest`); a GPU

@@ -37,6 +37,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -220,7 +221,8 @@ class OnnxMiniLMEmbedder:
     Args:
         quantized: the int8 file (another vector space, :data:`MINILM_ONNX_INT8_MODEL_ID`).
         batch_size: texts per forward pass (after sorting by length).
-        threads: ONNX Runtime intra-op threads (= the replica's cores).
+        threads: forward passes run at once, one thread each (= the replica's cores). ONNX Runtime's
+            session runs each pass on its caller's thread (intra-op 1), several passes concurrently.
         cache_dir: where the exported files live (the deployment passes ``$RECALLSERVE_HOME/onnx``);
             None exports into a fresh temporary folder of this process (~10 s on first use).
 
@@ -247,6 +249,7 @@ class OnnxMiniLMEmbedder:
         self.cache_dir = cache_dir
         self._session = None
         self._tokenizer = None
+        self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
     def _load(self):  # type: ignore[no-untyped-def]
@@ -263,7 +266,10 @@ class OnnxMiniLMEmbedder:
                 tok.no_padding()
                 tok.enable_truncation(MAX_TOKENS)
                 opts = ort.SessionOptions()
-                opts.intra_op_num_threads = self.threads
+                # NOTE: one thread per run, and ``threads`` runs at once (see ``threads`` above): a pass
+                # split over 2 intra-op threads waits at every op for the slower one, which on cores
+                # shared with other processes is often descheduled (measured: no faster than 1 thread).
+                opts.intra_op_num_threads = 1
                 opts.inter_op_num_threads = 1
                 opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
                 # NOTE: no busy-waiting between ops: on shared cores a spinning worker burns the CPU
@@ -274,7 +280,10 @@ class OnnxMiniLMEmbedder:
         return self._session, self._tokenizer
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed texts -> [n, 384] unit-norm float32, rows in input order."""
+        """Embed texts -> [n, 384] unit-norm float32, rows in input order.
+
+        With ``threads`` > 1 the passes run ``threads`` at a time, one thread each, longest first.
+        """
         from memory_shards.embedders import _check_texts, l2_normalise
 
         items = _check_texts(texts)
@@ -283,15 +292,33 @@ class OnnxMiniLMEmbedder:
             return out
         session, tok = self._load()
         encs = tok.encode_batch(items)
-        for idx in length_buckets([len(e.ids) for e in encs], self.batch_size):
-            width = max(len(encs[i].ids) for i in idx)
+        lengths = [len(e.ids) for e in encs]
+        passes = length_buckets(lengths, self.batch_size)
+
+        def run(idx: np.ndarray) -> None:
+            width = max(lengths[i] for i in idx)
             ids = np.zeros((len(idx), width), dtype=np.int64)
             mask = np.zeros_like(ids)
             for row, i in enumerate(idx):
-                n = len(encs[i].ids)
-                ids[row, :n] = encs[i].ids
-                mask[row, :n] = 1
+                ids[row, : lengths[i]] = encs[i].ids
+                mask[row, : lengths[i]] = 1
             hidden = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
             m = mask[..., None].astype(np.float32)
+            # NOTE: each pass writes its own rows of `out`, so concurrent passes never touch one row.
             out[idx] = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1.0)
+
+        if self.threads == 1 or len(passes) == 1:
+            for idx in passes:
+                run(idx)
+        else:
+            # NOTE: longest passes first, so the last pass to start is a short one (the workers end together).
+            passes.sort(key=lambda idx: -len(idx) * lengths[idx[-1]])
+            for future in [self._pool().submit(run, idx) for idx in passes]:
+                future.result()
         return l2_normalise(out)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="onnx-embed")
+            return self._executor

@@ -111,6 +111,19 @@ def test_onnx_fp32_gives_the_torch_vectors_in_input_order(onnx_cache: Path) -> N
         emb.embed("one string")
 
 
+def test_onnx_passes_run_concurrently_give_the_same_rows_in_order(onnx_cache: Path) -> None:
+    """threads=2 runs several passes at once; each text's vector is the one of a sequential run."""
+    texts = [f"memory {i}: " + "the printer on floor two jams when tray two is used " * (1 + i % 7) for i in range(40)]
+    one = build_embedder("all-MiniLM-L6-v2", runtime="onnx", batch_size=4, torch_threads=1, cache_dir=onnx_cache)
+    two = build_embedder("all-MiniLM-L6-v2", runtime="onnx", batch_size=4, torch_threads=2, cache_dir=onnx_cache)
+    assert two.threads == 2
+    want = one.embed(texts)
+    got = two.embed(texts)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    # a lone query is one pass, run on the caller's thread
+    np.testing.assert_allclose(two.embed(texts[3:4]), want[3:4], atol=1e-5)
+
+
 def test_onnx_int8_is_its_own_space_close_to_fp32(onnx_cache: Path) -> None:
     emb = build_embedder("all-MiniLM-L6-v2-onnx-int8", runtime="auto", cache_dir=onnx_cache)
     assert emb.model_id == MINILM_ONNX_INT8_MODEL_ID
