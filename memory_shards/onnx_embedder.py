@@ -9,10 +9,11 @@ SkipLayerNormalization) and, for the int8 variant, dynamically quantized (int8 w
 activations per batch); the files land in ``cache_dir`` with a marker holding their sha256,
 checked again on every load.
 
-Why: on the 2-core machine embedding is ~96% of ``POST /v1/memories`` (the session's run ~99% of that). ONNX Runtime's fused
-kernels run the fp32 model ~1.5x faster than torch with the *same* vectors (cosine >= 0.9999,
-so the vector space and model id stay ``sentence-transformers/all-MiniLM-L6-v2``); the int8
-file ~2.3x faster but another vector space (cosine ~0.95 to fp32; its own model id). See
+Why: on the 2-core machine embedding is ~96% of ``POST /v1/memories`` (the session's run ~99% of
+that). ONNX Runtime's fused kernels run the fp32 model ~1.2-1.3x faster than torch with the *same*
+vectors (cosine >= 0.9999, so the vector space and model id stay
+``sentence-transformers/all-MiniLM-L6-v2``); the int8 file ~2.4-2.7x faster but another vector
+space (cosine ~0.95 to fp32; its own model id). See
 ``recallserve bench ingest`` and loadtests/results/memory-ingest-cpu-local.md.
 
 Pipeline per call (one tokenisation, no second pass):
