@@ -68,6 +68,12 @@ class RecallConfig(StrictModel):
         "of the best one's (0 = keep the memory tier's whole top-k). 0.85 is the largest cut that keeps every memory the tuned "
         "demo questions need (scripts/recall_cut.py); a memory far below the best is usually another fault.",
     )
+    min_similarity: float = Field(
+        default=0.35, ge=-1.0, le=1.0,
+        description="Absolute floor: a recalled memory whose similarity (cosine) to the query is below this is not "
+        "shown, whatever found it (BM25's best match included). 0.35 is the design's cosine threshold; "
+        "scripts/recall_cut.py reports what each floor keeps on the tuned and held-out demo questions.",
+    )
     item_chars: int = Field(default=400, ge=40, le=8000, description="Most characters of one memory in the prompt.")
     prompt_chars: int = Field(
         default=3000, ge=0, le=100_000, description="Most characters of all recalled memories in the prompt."
@@ -181,14 +187,15 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
     except Exception as exc:  # noqa: BLE001 - any memory failure must not fail the chat
         log.warning("memory recall failed: %s", exc)
         return [], f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    hits = relevance_cut(hits, config.relative_cut)
+    hits = relevance_cut(hits, config.relative_cut, config.min_similarity)
     if cache is not None:
         cache.put(key, hits)
     return list(hits), ""
 
 
-def relevance_cut(hits: Sequence[MemoryHit], relative: float) -> list[MemoryHit]:
-    """The hits whose similarity is at least ``relative`` times the best hit's, in the given order.
+def relevance_cut(hits: Sequence[MemoryHit], relative: float, floor: float = -1.0) -> list[MemoryHit]:
+    """The hits whose similarity is at least ``relative`` times the best hit's and at least
+    ``floor``, in the given order.
 
     Relative, not absolute: how high the best cosine gets depends on the query's length and
     wording; what marks a memory as another topic is its distance below the best match. Measured
@@ -204,12 +211,19 @@ def relevance_cut(hits: Sequence[MemoryHit], relative: float) -> list[MemoryHit]
     The hybrid retriever's best lexical match (BM25 rank 1) is kept whatever its cosine: an exact
     id or error code ("E12") is what BM25 finds and a small embedder may not (MiniLM put an E42
     ticket first for an E12 question).
+
+    The absolute ``floor`` (``RecallConfig.min_similarity``) applies to every hit, that one too:
+    the hybrid retriever returns BM25 matches that the dense threshold never saw, so without it
+    every question brought its best lexical match. Measured on the demo: "What is the status of
+    order 104208?" showed ticket T-1042 at cosine 0.15 (it shares the word "order"), and the
+    1.5B model's one-tool answers went on about such tickets (110-131 tokens instead of ~20).
     """
+    hits = [h for h in hits if h.similarity >= floor]
     if not hits or relative <= 0:
-        return list(hits)
+        return hits
     best = max(h.similarity for h in hits)
-    floor = relative * best if best > 0 else best
-    return [h for h in hits if h.similarity >= floor or getattr(h, "lexical_rank", None) == 1]
+    cut = relative * best if best > 0 else best
+    return [h for h in hits if h.similarity >= cut or getattr(h, "lexical_rank", None) == 1]
 
 
 async def analyse_images(turn: Turn, describer: ImageDescriber | None = None) -> None:

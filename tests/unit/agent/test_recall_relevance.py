@@ -113,3 +113,39 @@ def test_without_the_cut_the_fuse_tickets_reach_the_prompt(memory) -> None:
     engine, _ = _run(memory, RecallConfig(relative_cut=0.0))
     first_prompt = _user_turn(engine)
     assert "ticket:T-1121" in first_prompt and "TF-185" in first_prompt
+
+
+def test_the_floor_holds_for_the_best_lexical_match_too() -> None:
+    from memory_shards.retrieval import HybridHit
+
+    record = MemoryRecord(id="T-1042", tenant="t", source_id="T-1042", kind="text", text="t", created_at=0.0)
+    lexical_only = HybridHit(record=record, score=0.1, similarity=0.15, time_factor=1.0, dense_score=0.15,
+                             dense_rank=None, lexical_score=3.0, lexical_rank=1, part_index=0, shard=0)
+    assert relevance_cut([lexical_only], 0.85) == [lexical_only]  # no floor: BM25's best is kept
+    assert relevance_cut([lexical_only], 0.85, 0.35) == []
+    hits = [_hit("a", 0.75), _hit("b", 0.66), _hit("c", 0.30)]
+    assert [h.source_id for h in relevance_cut(hits, 0.0, 0.35)] == ["a", "b"]
+    with pytest.raises(ValueError, match="min_similarity"):
+        RecallConfig(min_similarity=1.5)
+
+
+def test_an_order_question_prompt_shows_no_unrelated_ticket(memory) -> None:
+    """The engine's one prompt for a one-tool question: the observation, no ticket that merely shares a word.
+
+    NOTE: before the floor, "What is the status of order 104208?" showed ticket T-1042 (cosine
+    0.15, BM25's best match for the word "order"), and the answers described such tickets.
+    """
+    engine = ScriptedEngine([final("Order 104208 was delivered.")])
+    agent = Agent(engine, default_registry(), memory=memory, config=AgentConfig(max_steps=3), recall=RecallConfig())
+    req = AgentRequest.from_messages("demo-user", [{"role": "user", "content": "What is the status of order 104208?"}],
+                                     scopes=DEMO_SCOPES)
+    result = asyncio.run(agent.run(req))
+    prompt = "\n".join(m.content for m in engine.calls[0][0])
+    assert "ticket:" not in prompt and "manual:" not in prompt
+    assert "Observation(order_status)" in prompt and result.memory_hits == []
+    # the control: without the floor the lexical match reaches the prompt
+    engine = ScriptedEngine([final("Order 104208 was delivered.")])
+    agent = Agent(engine, default_registry(), memory=memory, config=AgentConfig(max_steps=3),
+                  recall=RecallConfig(min_similarity=-1.0))
+    asyncio.run(agent.run(req))
+    assert "ticket:T-1042" in "\n".join(m.content for m in engine.calls[0][0])
