@@ -36,6 +36,7 @@ from serve.api.chat_protocol import (
     Choice,
     ChunkChoice,
     DeltaMessage,
+    ImagePart,
     PromptTokensDetails,
     ResponseMessage,
     Usage,
@@ -59,6 +60,19 @@ __all__ = ["RequestContext", "PipelineSettings", "ChatPipeline", "Answer"]
 log = logging.getLogger("recallserve.pipeline")
 # The request field behind each field of a Session (for a 400 naming what the client sent).
 _SESSION_FIELDS = {"id": "metadata.session_id", "user": "user", "mode": "metadata.context_mode"}
+
+
+def _image_error(req: ChatCompletionRequest, error: str) -> APIError:
+    """The 400 of the question's first bad image (``turn.image_errors``' ``image N: why``), naming
+    the part as the client wrote it: ``messages.<m>.content.<p>.image_url.url``."""
+    head, _, why = error.partition(": ")
+    n = int(head.split()[-1]) if head.startswith("image ") and head.split()[-1].isdigit() else 0
+    m = max(i for i, msg in enumerate(req.messages) if msg.role == "user")
+    content = req.messages[m].content
+    parts = [j for j, part in enumerate(content) if isinstance(part, ImagePart)] if isinstance(content, list) else []
+    param = f"messages.{m}.content.{parts[n] if n < len(parts) else 0}.image_url.url"
+    why = why.removeprefix("image_url.url: ")
+    return APIError(400, f"{param}: {why}", param=param, code="invalid_image")
 
 
 class RequestContext(StrictModel):
@@ -253,6 +267,13 @@ class ChatPipeline:
         ask = max((i for i, m in enumerate(convo) if m.role == "user"), default=None)
         if ask is None:
             raise APIError(400, "messages: at least one message with role 'user' is required", param="messages")
+        # NOTE: the question's images first, before any session is opened or written: a bad one (a
+        # remote URL, not base64, not an image) is the client's error, a 400 naming its part, never
+        # dropped from the prompt in silence (the plain and streaming paths have no step to report it).
+        probe = Turn(question=convo[ask].text(), image_urls=convo[ask].images())
+        await analyse_images(probe, self.agent.describer if self.agent is not None else None)
+        if probe.image_errors:
+            raise _image_error(req, probe.image_errors[0])
         # NOTE: an echoed assistant turn that only carried tool calls has no text; it adds nothing
         # to the history, so it is skipped rather than stored empty.
         texts = [(i, m, m.text() or ("[image attached]" if m.images() else "")) for i, m in enumerate(convo)]
@@ -305,13 +326,12 @@ class ChatPipeline:
             raise APIError(400, f"{param}: {exc}", param=param) from None
         turn = Turn(question=convo[ask].text(), instructions=instructions, context=result.block,
                     history=[*result.window, *earlier], image_urls=convo[ask].images(), session=session,
-                    pending=pending, started=started)
+                    pending=pending, started=started, images=probe.images, timings_ms=probe.timings_ms)
         turn.meta["context"] = {
             "session_id": session.id if session is not None else None, "mode": result.mode,
             "requested_mode": result.requested_mode, "budget": result.budget,
             "breakdown": result.breakdown.model_dump(), "dropped_messages": result.dropped_messages,
             "latency_ms": round(result.latency_ms, 2)}
-        await analyse_images(turn, self.agent.describer if self.agent is not None else None)
         t = time.perf_counter()
         turn.memories, turn.memory_error = await recall_memories(
             self.memory, ctx.tenant, turn.recall_query(), self.settings.recall,
