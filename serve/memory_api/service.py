@@ -44,7 +44,7 @@ from serve.api.metrics import MEMORY_SEARCH
 from serve.api.errors import APIError
 from serve.memory_api.admission import AdmissionRefused, SearchAdmission
 from serve.memory import MemoryHit, MemoryWrite
-from serve.pii import PiiMode, apply_pii, for_write_back
+from serve.pii import PiiMode, apply_pii, apply_pii_id, for_write_back, mask_id
 from serve.memory_api.schemas import MAX_BATCH, MAX_K, FiltersIn, MemoryIn, MemoryOut, SearchRequest, SearchResult, to_epoch
 
 __all__ = ["MemoryService", "MemoryUnavailable", "MemoryOverloaded", "record_out", "hit_out"]
@@ -119,7 +119,10 @@ def _scrubbed(item: MemoryIn, mode: PiiMode, param: str) -> MemoryIn:
         return item
     fields = {name: getattr(item, name) for name in _PII_FIELDS}
     fields["parts"] = [p.model_dump() for p in item.parts]
-    out = {name: apply_pii(value, mode, f"{param}.{name}") for name, value in fields.items()}
+    # NOTE: the source id is a dedup key: masked to a distinct key (serve.pii.mask_id), never to a
+    # bare tag that two ids would share (the second write would replace the first).
+    out = {name: apply_pii_id(value, mode, f"{param}.{name}") if name == "source_id" and value is not None
+           else apply_pii(value, mode, f"{param}.{name}") for name, value in fields.items()}
     if out == fields:
         return item
     return MemoryIn.model_validate({**item.model_dump(), **out})
@@ -261,7 +264,10 @@ class MemoryService:
         return rec
 
     async def list_by_source(self, tenant: str, source_id: str) -> list[MemoryRecord]:
-        """Memories with ``source_id`` that ``tenant`` may see, oldest first."""
+        """Memories with ``source_id`` that ``tenant`` may see, oldest first (an id holding
+        personal data is looked up by the key its write stored, :func:`serve.pii.mask_id`)."""
+        if self.pii_for(tenant) != "allow":
+            source_id = mask_id(source_id)
         with _shards_up():
             recs = await self.coordinator.list_by_source(tenant, source_id)
         return [r for r in recs if r.tenant in (tenant, SHARED_TENANT_NAME)]

@@ -1,0 +1,61 @@
+"""Personal data inside a memory's ``source_id`` (the dedup key) under the default policy: masked
+before it is stored, yet two different ids stay two keys.
+
+The masker turned every e-mail into the same ``[EMAIL]``, so the memory of ``bob@example.com``
+replaced the acknowledged memory of ``alice@example.com`` (a 200 with an id, then a 404 for it),
+and ``GET /v1/memories?source_id=`` with the id the client sent found nothing. The chat write-back's
+key (``chat:<user>:<request id>``) did the same to two users with e-mail user ids.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.security.conftest import A, Rig
+from tests.unit.edge.conftest import RAW, headers, wait_for_source
+
+PAIRS = {
+    "e-mail": ("alice@example.com", "bob@example.com"),
+    "phone": ("crm:+1 415 555 0100", "crm:+1 415 555 0199"),
+    "card": ("card:4111 1111 1111 1111", "card:5555 5555 5555 4444"),
+    "ssn": ("ssn:123-45-6789", "ssn:987-65-4321"),
+}
+
+
+def _add(rig: Rig, text: str, source_id: str) -> str:
+    r = rig.client.post("/v1/memories", headers=headers(A), json={"memories": [{"text": text, "source_id": source_id}]})
+    assert r.status_code == 200, r.text
+    return r.json()["ids"][0]
+
+
+@pytest.mark.parametrize("kind", PAIRS)
+def test_two_ids_with_personal_data_stay_two_memories(rig: Rig, kind: str) -> None:
+    first, second = PAIRS[kind]
+    one, two = _add(rig, "first note", first), _add(rig, "second note", second)
+    for memory_id, text in ((one, "first note"), (two, "second note")):
+        got = rig.client.get(f"/v1/memories/{memory_id}", headers=headers(A))
+        assert got.status_code == 200 and got.json()["text"] == text, got.text  # acknowledged, not replaced
+        assert [r for r in RAW + [first, second] if r in got.text] == [], got.text
+    for source_id, memory_id in ((first, one), (second, two)):
+        listed = rig.client.get("/v1/memories", params={"source_id": source_id}, headers=headers(A)).json()["data"]
+        assert [m["id"] for m in listed] == [memory_id], listed
+
+
+def test_the_same_id_still_deduplicates(rig: Rig) -> None:
+    """The positive control: one raw id is one key, so a newer memory replaces the older."""
+    old, new = _add(rig, "old note", "alice@example.com"), _add(rig, "new note", "alice@example.com")
+    assert rig.client.get(f"/v1/memories/{old}", headers=headers(A)).status_code == 404
+    listed = rig.client.get("/v1/memories", params={"source_id": "alice@example.com"}, headers=headers(A)).json()["data"]
+    assert [m["id"] for m in listed] == [new]
+
+
+def test_chat_write_backs_of_two_users_with_e_mail_ids_both_kept(rig: Rig) -> None:
+    for user in ("alice@example.com", "bob@example.com"):
+        r = rig.client.post("/v1/chat/completions", headers=headers(A, **{"x-request-id": "req-same"}), json={
+            "model": "recallserve", "user": user, "metadata": {"agent": "off"},
+            "messages": [{"role": "user", "content": f"I decided to cancel order 104208, says {user.split('@')[0]}."}]})
+        assert r.status_code == 200, r.text
+    for user in ("alice", "bob"):
+        stored = wait_for_source(rig.client, A, f"chat:{user}@example.com:req-same")
+        assert len(stored) == 1 and f"says {user}" in stored[0]["text"], stored
+        assert "@example.com" not in str(stored), stored
