@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
+from pydantic import ValidationError
 
 from kernels import ScoreParams
 from memory_shards.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_spans
@@ -41,7 +42,7 @@ from memory_shards.records import (
 )
 from memory_shards.retrieval import AsyncEmbed, HybridHit, HybridRetriever, QueryRewriter, RetrievalParams
 from serve.api.metrics import MEMORY_SEARCH
-from serve.api.errors import APIError
+from serve.api.errors import APIError, describe_error
 from serve.memory_api.admission import AdmissionRefused, SearchAdmission
 from serve.memory import MemoryHit, MemoryWrite
 from serve.pii import PiiMode, apply_pii, apply_pii_id, for_write_back, mask_id
@@ -110,6 +111,8 @@ def hit_out(hit: HybridHit) -> SearchResult:
 
 # NOTE: what the policy reads: every free text and label a memory stores; times, kinds, weights and
 # the image hash (a digest) cannot hold personal data.
+# NOTE: MemoryRecord fields named differently in the request (MemoryIn).
+_REQUEST_NAMES = {"topic_path": "topic"}
 _PII_FIELDS = ("text", "source_id", "metadata", "topic", "image_description", "ocr_text", "parts", "error_tags")
 
 
@@ -207,6 +210,13 @@ class MemoryService:
                     created_at=to_epoch(item.created_at) or now, expires_at=to_epoch(item.expires_at),
                     retention_weight=item.retention_weight, error_tags=item.error_tags,
                 ))
+            except ValidationError as exc:
+                # NOTE: the record's own checks (an empty metadata key, an expiry before now): the
+                # field by its request name, and never pydantic's dump of the whole record.
+                err = dict(exc.errors()[0])
+                err["loc"] = tuple(_REQUEST_NAMES.get(str(p), p) for p in err.get("loc", ()))
+                param, message = describe_error(err, f"memories.{i}")
+                raise APIError(400, message, param=param) from None
             except ValueError as exc:
                 raise APIError(400, f"memories.{i}: {exc}", param=f"memories.{i}") from None
         return await self.add_records(records)

@@ -1,0 +1,52 @@
+"""A 400 from a rule that spans fields (a model's own check: at most 4 stop sequences, an expiry
+after the creation time, a known context mode) names the field in ``param`` as a field's type
+error does, and its message is one line about that field.
+
+Those answers had ``param: null`` (or ``memories.0``) and messages such as ``body: Value error,
+stop: ...``; a memory the record model refused came back as pydantic's multi-line dump of the
+whole record, input values included.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.security.conftest import Rig
+from tests.unit.edge.conftest import assert_envelope, headers
+
+_CHAT = {"model": "recallserve", "messages": [{"role": "user", "content": "hi"}]}
+_SECRET = "vault code PELICAN-77"
+CASES = {
+    "stop sequences": ("/v1/chat/completions", _CHAT | {"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    "client tools": ("/v1/chat/completions", _CHAT | {"tools": [{"type": "function"}]}, "tools"),
+    "logprobs": ("/v1/chat/completions", _CHAT | {"logprobs": True}, "logprobs"),
+    "no user message": ("/v1/chat/completions", _CHAT | {"messages": [{"role": "system", "content": "x"}]}, "messages"),
+    "context mode": ("/v1/chat/completions", _CHAT | {"metadata": {"context_mode": "psychic"}}, "metadata.context_mode"),
+    "agent mode": ("/v1/chat/completions", _CHAT | {"metadata": {"agent": "maybe"}}, "metadata.agent"),
+    "created before 1970": ("/v1/memories", {"memories": [{"text": _SECRET, "created_at": -5}]}, "memories.0.created_at"),
+    "expiry before creation": ("/v1/memories", {"memories": [{"text": _SECRET, "created_at": 2e9, "expires_at": 1e9}]},
+                               "memories.0.expires_at"),
+    "expiry before now": ("/v1/memories", {"memories": [{"text": "ok"}, {"text": _SECRET, "expires_at": 10}]},
+                          "memories.1.expires_at"),
+    "empty metadata key": ("/v1/memories", {"memories": [{"text": _SECRET, "metadata": {"": 1}}]}, "memories.0.metadata"),
+    "search window": ("/v1/memories/search", {"query": "x", "filters": {"created_after": 2e9, "created_before": 1e9}},
+                      "filters.created_before"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_cross_field_rule_names_its_field(shared_rig: Rig, case: str) -> None:
+    path, body, field = CASES[case]
+    error = assert_envelope(shared_rig.client.post(path, json=body, headers=headers("acme")), 400, field)
+    message = error["message"]
+    assert message.startswith(f"{field}: "), message
+    assert "Value error" not in message and "\n" not in message and "validation error" not in message, message
+    assert "PELICAN" not in message, message  # the refused record is not echoed back
+
+
+def test_a_field_validator_keeps_its_field(shared_rig: Rig) -> None:
+    """The positive control: a check inside one field names that field, the path within it in the message."""
+    body = {"memories": [{"text": "a", "metadata": {"a": {"b": 1}}}]}
+    error = assert_envelope(shared_rig.client.post("/v1/memories", json=body, headers=headers("acme")), 400,
+                            "memories.0.metadata")
+    assert "metadata.a" in error["message"], error
