@@ -140,8 +140,8 @@ class ChatCompletionRequest(StrictModel):
     n: int | None = Field(default=None, ge=1, le=1, description="Only 1 choice is supported.")
     stream: bool = Field(default=False, description="Stream the answer as server-sent events.")
     stream_options: StreamOptions | None = Field(default=None, description="Streaming options.")
-    stop: Annotated[str, Field(max_length=256)] | list[Annotated[str, Field(max_length=256)]] | None = Field(
-        default=None, description="Stop sequences (at most 4, 256 characters each).")
+    stop: Annotated[str, Field(min_length=1, max_length=256)] | list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
+        default=None, description="Stop sequences (at most 4, 1-256 characters each).")
     seed: int | None = Field(default=None, description="Sampling seed.")
     user: str | None = Field(default=None, max_length=256, description="End-user id; sessions and memories are per user.")
     metadata: dict[Annotated[str, Field(min_length=1, max_length=64)], Annotated[str, Field(max_length=256)]] | None = Field(
@@ -175,6 +175,13 @@ class ChatCompletionRequest(StrictModel):
             raise ValueError("logit_bias: not supported by this server")
         if self.tools:
             raise ValueError("tools: client-side tools are not supported; tools run server-side in the agent loop")
+        # NOTE: "required", "none"-like spellings and {"type": "function", ...} ask for client tools,
+        # which this server has none of: refused, not ignored (the answer would not be what was asked).
+        if self.tool_choice is not None and self.tool_choice not in ("none", "auto"):
+            raise ValueError(f"tool_choice: only 'none' or 'auto' are accepted (tools run server-side), "
+                             f"got {str(self.tool_choice)[:80]!r}")
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options: only allowed with stream: true")
         if isinstance(self.stop, list) and len(self.stop) > 4:
             raise ValueError("stop: at most 4 stop sequences")
         if not any(m.role == "user" for m in self.messages):

@@ -55,7 +55,7 @@ def _loc_to_param(loc: tuple[object, ...]) -> str:
     parts = [str(p) for p in loc]
     if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
         parts = parts[1:]
-    return ".".join(p for p in parts if not p.startswith(("function-", "tagged-union")) and not _UNION_MEMBER.match(p))
+    return ".".join(p for p in parts if not p.startswith(("function-", "tagged-union", "constrained-")) and not _UNION_MEMBER.match(p))
 
 
 _UNION_MEMBER = re.compile(r"^(?:str|int|float|bool|none|.*\[.*\]|[A-Z][A-Za-z0-9]*)$")

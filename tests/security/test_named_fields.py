@@ -50,3 +50,29 @@ def test_a_field_validator_keeps_its_field(shared_rig: Rig) -> None:
     error = assert_envelope(shared_rig.client.post("/v1/memories", json=body, headers=headers("acme")), 400,
                             "memories.0.metadata")
     assert "metadata.a" in error["message"], error
+
+
+OPTIONS = {
+    "tool_choice required": ({"tool_choice": "required"}, "tool_choice"),
+    "tool_choice unknown word": ({"tool_choice": "sometimes"}, "tool_choice"),
+    "tool_choice a function": ({"tool_choice": {"type": "function", "function": {"name": "lookup"}}}, "tool_choice"),
+    "an empty stop sequence": ({"stop": [""]}, "stop.0"),
+    "stop of the wrong type": ({"stop": 5}, "stop"),
+    "stream_options without stream": ({"stream_options": {"include_usage": True}}, "stream_options"),
+}
+
+
+@pytest.mark.parametrize("case", OPTIONS)
+def test_a_chat_option_the_server_cannot_honour_is_refused(shared_rig: Rig, case: str) -> None:
+    """These were answered 200 with the option ignored (a tool call never made, no usage chunk)."""
+    extra, field = OPTIONS[case]
+    r = shared_rig.client.post("/v1/chat/completions", json=_CHAT | extra, headers=headers("acme"))
+    assert assert_envelope(r, 400, field)["message"].startswith(f"{field}: ")
+
+
+@pytest.mark.parametrize("extra", [{"tool_choice": "none"}, {"tool_choice": "auto"}, {"stop": "\n\n"},
+                                   {"stream": True, "stream_options": {"include_usage": True}}], ids=str)
+def test_the_options_it_honours_are_accepted(shared_rig: Rig, extra: dict) -> None:
+    r = shared_rig.client.post("/v1/chat/completions", json=_CHAT | {"metadata": {"agent": "off"}} | extra,
+                               headers=headers("acme"))
+    assert r.status_code == 200, r.text
