@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from serve.api.auth import Authenticator
 from serve.api.chat_protocol import ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse
 from serve.api.errors import APIError, error_body, install_error_handlers
-from serve.api.limits import MAX_BODY_BYTES, BodyLimitMiddleware, check_unicode, valid_request_id
+from serve.api.limits import MAX_BODY_BYTES, BodyLimitMiddleware, check_query, check_unicode, valid_request_id
 from serve.api.metrics import CONTENT_TYPE_LATEST, LATENCY, REQUESTS, render_metrics
 from serve.engine import EngineError
 from serve.pii import apply_pii, install_log_masking
@@ -118,7 +118,7 @@ def create_app(
         yield
 
     # NOTE: app-wide, so every router's routes (memories, experiences, sessions, ...) check it too.
-    app = FastAPI(title=title, version="0.1.0", lifespan=lifespan, dependencies=[Depends(check_unicode)])
+    app = FastAPI(title=title, version="0.1.0", lifespan=lifespan, dependencies=[Depends(check_query), Depends(check_unicode)])
     install_error_handlers(app)
     # NOTE: added before the observer, so it runs inside it: a 413 gets the request id and metrics.
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)

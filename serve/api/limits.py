@@ -21,7 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve.api.errors import APIError, error_body
 
-__all__ = ["MAX_BODY_BYTES", "BodyLimitMiddleware", "check_unicode", "unpaired_surrogate", "valid_request_id"]
+__all__ = ["MAX_BODY_BYTES", "BodyLimitMiddleware", "check_query", "check_unicode", "unpaired_surrogate",
+           "valid_request_id"]
 
 MAX_BODY_BYTES = 32 * 2**20
 """NOTE: 32 MiB: the largest image the describer takes (12 MiB, 16 MiB as base64) plus a full
@@ -140,3 +141,43 @@ async def check_unicode(request: Request) -> None:
         name = where or "body"
         raise APIError(400, f"{name}: text holds an unpaired UTF-16 surrogate (a lone \\ud800-\\udfff escape); "
                             "send valid Unicode", param=name)
+
+
+def _declared_query(route: Any) -> set[str] | None:
+    """Names of the query parameters ``route`` (a FastAPI route) reads, None when unknown."""
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return None
+    names: set[str] = set()
+    # NOTE: the route's own parameters and those of its dependencies (FastAPI's Dependant tree).
+    stack = [dependant]
+    while stack:
+        node = stack.pop()
+        names.update(p.alias for p in node.query_params)
+        stack.extend(node.dependencies)
+    return names
+
+
+async def check_query(request: Request) -> None:
+    """App-wide dependency: a query parameter sent twice, or one a ``/v1`` route does not read, is
+    a 400 naming it.
+
+    Every parameter of the API is one value; a repeated one was answered with its last value, and
+    a misspelt one (``/v1/turns?sessionid=s1``) was dropped, so the answer looked filtered and was
+    not.
+    """
+    params = request.query_params
+    route = request.scope.get("route")
+    if not params or not getattr(route, "include_in_schema", False):
+        return  # NOTE: /v1's catch-all (a 404 of its own) and routes outside the API document
+    for name in params:
+        if len(params.getlist(name)) > 1:
+            raise APIError(400, f"{name}: given {len(params.getlist(name))} times; send it once", param=name)
+    if not request.url.path.startswith("/v1/"):
+        return
+    declared = _declared_query(route)
+    unknown = sorted(set(params) - declared) if declared is not None else []
+    if unknown:
+        known = ", ".join(sorted(declared or ())) or "none"
+        raise APIError(400, f"{unknown[0]}: unknown query parameter of {request.url.path} (it takes: {known})",
+                       param=unknown[0])
