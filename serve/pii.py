@@ -160,6 +160,9 @@ def mask_pii(text: str) -> str:
 
 
 _ID_DIGEST_CHARS = 16
+# NOTE: the digest in letters only (hex 0-f -> a-p): no run of digits in it can look like a phone
+# or card number to the masker, so a masked id masks to itself (a lookup by the stored key works).
+_LETTERS = str.maketrans("0123456789abcdef", "abcdefghijklmnop")
 
 
 def mask_id(value: str, max_chars: int = 256) -> str:
@@ -169,8 +172,8 @@ def mask_id(value: str, max_chars: int = 256) -> str:
     second write replace the first (an acknowledged memory lost) and a lookup by the id the
     client holds find nothing. So the masked form carries a digest of the whole raw id: one raw
     id always masks to the same key (dedup and ``GET /v1/memories?source_id=`` work on it), two
-    raw ids to two keys, and the raw personal data is not stored. An id without personal data is
-    returned as it is. The result is at most ``max_chars`` long.
+    raw ids to two keys, and the raw personal data is not stored. An id without personal data,
+    a masked one included, is returned as it is. The result is at most ``max_chars`` long.
 
     NOTE: the digest is unkeyed (stable across replicas and restarts without a shared secret):
     the id is pseudonymised, not anonymised; someone holding the store and a list of candidate
@@ -179,14 +182,15 @@ def mask_id(value: str, max_chars: int = 256) -> str:
     Example:
         >>> mask_id("order-104208"), mask_id("alice@example.com") != mask_id("bob@example.com")
         ('order-104208', True)
-        >>> mask_id("alice@example.com").startswith("[EMAIL]~")
-        True
+        >>> masked = mask_id("alice@example.com")
+        >>> masked.startswith("[EMAIL]~"), mask_id(masked) == masked
+        (True, True)
     """
     masked = mask_pii(value)
     if masked == value:
         return value
     digest = hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=_ID_DIGEST_CHARS // 2,
-                             person=b"recallserve.id").hexdigest()
+                             person=b"recallserve.id").hexdigest().translate(_LETTERS)
     return f"{masked[: max(0, max_chars - len(digest) - 1)]}~{digest}"
 
 
