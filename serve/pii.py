@@ -40,6 +40,7 @@ __all__ = [
     "PersonalDataError",
     "mask_pii",
     "mask_id",
+    "SESSION_KEY_CHARS",
     "apply_pii_id",
     "pii_kinds",
     "luhn_ok",
@@ -160,6 +161,8 @@ def mask_pii(text: str) -> str:
 
 
 _ID_DIGEST_CHARS = 16
+SESSION_KEY_CHARS = 128
+"""NOTE: the session store's longest session id and user (serve.context): a masked one fits."""
 # NOTE: the digest in letters only (hex 0-f -> a-p): no run of digits in it can look like a phone
 # or card number to the masker, so a masked id masks to itself (a lookup by the stored key works).
 _LETTERS = str.maketrans("0123456789abcdef", "abcdefghijklmnop")

@@ -30,7 +30,7 @@ from serve.api.errors import APIError, error_body, install_error_handlers
 from serve.api.limits import MAX_BODY_BYTES, BodyLimitMiddleware, check_query, check_unicode, valid_request_id
 from serve.api.metrics import CONTENT_TYPE_LATEST, LATENCY, REQUESTS, render_metrics
 from serve.engine import EngineError
-from serve.pii import apply_pii, install_log_masking
+from serve.pii import SESSION_KEY_CHARS, apply_pii, install_log_masking, mask_id
 from serve.pipeline import ChatPipeline, RequestContext
 
 __all__ = ["create_app"]
@@ -184,9 +184,18 @@ def create_app(
             # NOTE: checked at the edge, before anything is answered or stored; what the model and
             # tools add later is masked on write (serve.pii.for_write_back).
             apply_pii(body.user or "", pii, "user")
+            apply_pii(body.metadata or {}, pii, "metadata")
             for i, message in enumerate(body.messages):
                 apply_pii(message.text(), pii, f"messages.{i}.content")
-        ctx = RequestContext(tenant=tenant, user=body.user or "default", request_id=request.state.request_id,
+        user = body.user or "default"
+        if pii != "allow":
+            # NOTE: the user and session ids key the session store; an e-mail as the user id (what
+            # many clients send) is stored as its masked, still distinct key (serve.pii.mask_id),
+            # and the sessions routes look it up the same way.
+            user = mask_id(user, SESSION_KEY_CHARS)
+            if body.metadata and "session_id" in body.metadata:
+                body.metadata = {**body.metadata, "session_id": mask_id(body.metadata["session_id"], SESSION_KEY_CHARS)}
+        ctx = RequestContext(tenant=tenant, user=user, request_id=request.state.request_id,
                              scopes=auth.scopes_for(tenant), pii=pii)
         if body.stream:
             chunks = await pipeline.stream(body, ctx)
