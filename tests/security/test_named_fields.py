@@ -76,3 +76,35 @@ def test_the_options_it_honours_are_accepted(shared_rig: Rig, extra: dict) -> No
     r = shared_rig.client.post("/v1/chat/completions", json=_CHAT | {"metadata": {"agent": "off"}} | extra,
                                headers=headers("acme"))
     assert r.status_code == 200, r.text
+
+
+WRONG_TYPES = {
+    "max_tokens as text": ("/v1/chat/completions", _CHAT | {"max_tokens": "16"}, "max_tokens"),
+    "max_tokens as 16.0": ("/v1/chat/completions", _CHAT | {"max_tokens": 16.0}, "max_tokens"),
+    "temperature as text": ("/v1/chat/completions", _CHAT | {"temperature": "0.5"}, "temperature"),
+    "stream as 'yes'": ("/v1/chat/completions", _CHAT | {"stream": "yes"}, "stream"),
+    "stream as 1": ("/v1/chat/completions", _CHAT | {"stream": 1}, "stream"),
+    "seed beyond 64 bits": ("/v1/chat/completions", _CHAT | {"seed": 2**64}, "seed"),
+    "seed as text": ("/v1/chat/completions", _CHAT | {"seed": "7"}, "seed"),
+    "search k as text": ("/v1/memories/search", {"query": "x", "k": "5"}, "k"),
+    "search hybrid as 'no'": ("/v1/memories/search", {"query": "x", "hybrid": "no"}, "hybrid"),
+    "search threshold as text": ("/v1/memories/search", {"query": "x", "threshold": "0.2"}, "threshold"),
+    "retention_weight as text": ("/v1/memories", {"memories": [{"text": "x", "retention_weight": "2"}]},
+                                 "memories.0.retention_weight"),
+    "experience k as text": ("/v1/experiences/search", {"query": "x", "source_model": "m", "k": "2"}, "k"),
+}
+
+
+@pytest.mark.parametrize("case", WRONG_TYPES)
+def test_a_number_or_flag_of_the_wrong_json_type_is_400(shared_rig: Rig, case: str) -> None:
+    """These were coerced ("16" -> 16, "no" -> False), so a client's bug went unnoticed."""
+    path, body, field = WRONG_TYPES[case]
+    assert_envelope(shared_rig.client.post(path, json=body, headers=headers("acme")), 400, field)
+
+
+def test_an_integer_where_a_number_is_asked_is_fine(shared_rig: Rig) -> None:
+    r = shared_rig.client.post("/v1/chat/completions", headers=headers("acme"),
+                               json=_CHAT | {"metadata": {"agent": "off"}, "temperature": 1, "top_p": 1, "seed": -1})
+    assert r.status_code == 200, r.text
+    r = shared_rig.client.post("/v1/memories/search", json={"query": "x", "threshold": 0}, headers=headers("acme"))
+    assert r.status_code == 200, r.text
