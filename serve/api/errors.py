@@ -74,6 +74,12 @@ def describe_error(err: Mapping[str, Any], prefix: str = "") -> tuple[str, str]:
     validator's message naming a path inside its field (``metadata.a: nested too deeply`` at
     ``memories.0.metadata``) keeps the field as the param.
     """
+    if err.get("type") == "json_invalid":
+        # NOTE: FastAPI's location of a JSON syntax error is ("body", <character offset>): a
+        # position, not a field.
+        where = (err.get("loc") or ("body", "?"))[-1]
+        why = (err.get("ctx") or {}).get("error", "invalid JSON")
+        return prefix, f"body: invalid JSON at character {where}: {why}"
     loc = _loc_to_param(tuple(err.get("loc", ())))
     param = ".".join(p for p in (prefix, loc) if p)
     why = str(err.get("msg", "invalid")).removeprefix("Value error, ")

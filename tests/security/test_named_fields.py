@@ -108,3 +108,12 @@ def test_an_integer_where_a_number_is_asked_is_fine(shared_rig: Rig) -> None:
     assert r.status_code == 200, r.text
     r = shared_rig.client.post("/v1/memories/search", json={"query": "x", "threshold": 0}, headers=headers("acme"))
     assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("raw", [b"{'model': 'x'}", b'{"model": "recallserve",}', b'{"model": "recallserve"'])
+def test_a_json_syntax_error_names_the_body_not_a_field(shared_rig: Rig, raw: bytes) -> None:
+    """Its param was the character offset ("1"), read as a field called "1"."""
+    r = shared_rig.client.post("/v1/chat/completions", content=raw,
+                               headers={**headers("acme"), "content-type": "application/json"})
+    error = assert_envelope(r, 400)
+    assert error["param"] is None and error["message"].startswith("body: invalid JSON at character "), error
