@@ -48,7 +48,7 @@ from serve.agent import Agent, AgentConfig, AgentRequest, AgentResult
 from serve.api.auth import READ_ONLY_SCOPES
 from serve.context import ContextBudgetError, ContextError, ContextManager, MessageIn, SessionNotFoundError
 from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine, set_engine_affinity
-from serve.experience import ExperienceService, ProduceResult
+from serve.experience import ExperienceService, ProduceResult, check_topic
 from serve.memory import MemoryBackend, MemoryWrite
 from serve.pii import PiiMode, apply_pii, for_write_back
 from serve.traces import TraceRecorder
@@ -59,6 +59,8 @@ __all__ = ["RequestContext", "PipelineSettings", "ChatPipeline", "Answer"]
 
 log = logging.getLogger("recallserve.pipeline")
 # The request field behind each field of a Session (for a 400 naming what the client sent).
+# NOTE: ExperienceMetadata.task_domain's bound (serve/experience/_schema.py).
+MAX_DOMAIN_CHARS = 64
 _SESSION_FIELDS = {"id": "metadata.session_id", "user": "user", "mode": "metadata.context_mode"}
 
 
@@ -216,6 +218,23 @@ class ChatPipeline:
             raise APIError(400, "metadata.reasoning: segmented reasoning needs the experience memory, which this "
                            "server does not run", param="metadata.reasoning")
         return wanted
+
+    def _check_filing(self, req: ChatCompletionRequest, ctx: RequestContext) -> None:
+        """A segmented turn's ``metadata.topic`` and ``task_domain`` are checked before the turn, as
+        the experience record will hold them (after the tenant's masking): a bad one was a 500 from
+        the record's own validation after the model had answered."""
+        meta = req.metadata or {}
+        if not self._segmented(req):
+            return
+        topic, domain = meta.get("topic"), meta.get("task_domain")
+        if topic is not None:
+            try:
+                check_topic(apply_pii(topic, for_write_back(ctx.pii)))
+            except ValueError as exc:
+                held = " (it holds personal data)" if apply_pii(topic, "mask") != topic else ""
+                raise APIError(400, f"metadata.topic: {exc}{held}", param="metadata.topic") from None
+        if domain is not None and not 1 <= len(apply_pii(domain, for_write_back(ctx.pii))) <= MAX_DOMAIN_CHARS:
+            raise APIError(400, f"metadata.task_domain: 1-{MAX_DOMAIN_CHARS} characters", param="metadata.task_domain")
 
     def _render(self, turn: Turn, head: str, question: str | None = None) -> list[ChatMessage]:
         return render_prompt(turn, head, self.settings.recall, question=question)
@@ -426,6 +445,7 @@ class ChatPipeline:
         """Check the request and build its turn (nothing is stored): step 1 of :meth:`complete`."""
         self._check_model(req)
         params = self._params(req)
+        self._check_filing(req, ctx)
         set_engine_affinity(ctx.tenant, (req.metadata or {}).get("session_id") or req.user)
         return await self._build_turn(req, ctx, params), params
 

@@ -117,3 +117,26 @@ def test_a_json_syntax_error_names_the_body_not_a_field(shared_rig: Rig, raw: by
                                headers={**headers("acme"), "content-type": "application/json"})
     error = assert_envelope(r, 400)
     assert error["param"] is None and error["message"].startswith("body: invalid JSON at character "), error
+
+
+FILING = {
+    "topic not a path": ({"topic": "Physics Stuff!"}, "metadata.topic"),
+    "topic with an e-mail": ({"topic": "physics/jane.doe@example.com"}, "metadata.topic"),
+    "topic with an SSN (a path until masked)": ({"topic": "physics/123-45-6789"}, "metadata.topic"),
+    "task_domain too long": ({"task_domain": "d" * 65}, "metadata.task_domain"),
+}
+
+
+@pytest.mark.parametrize("case", FILING)
+def test_a_segmented_turn_with_a_bad_filing_is_400_before_the_model(rig: Rig, case: str) -> None:
+    """These were a 500 from the experience record's validation, after the model had answered."""
+    meta, field = FILING[case]
+    body = _CHAT | {"metadata": {"reasoning": "segmented", **meta}}
+    assert_envelope(rig.client.post("/v1/chat/completions", json=body, headers=headers("acme")), 400, field)
+    assert rig.engine.calls == []
+
+
+def test_a_segmented_turn_with_a_good_filing_is_answered(rig: Rig) -> None:
+    body = _CHAT | {"metadata": {"reasoning": "segmented", "topic": "physics/speed", "task_domain": "units"}}
+    r = rig.client.post("/v1/chat/completions", json=body, headers=headers("acme"))
+    assert r.status_code == 200, r.text
