@@ -28,6 +28,7 @@ sent). Logs are masked whatever the policy: they are the operator's, not the ten
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from collections.abc import Callable, Mapping
@@ -38,6 +39,9 @@ __all__ = [
     "PiiPolicy",
     "PersonalDataError",
     "mask_pii",
+    "mask_id",
+    "SESSION_KEY_CHARS",
+    "apply_pii_id",
     "pii_kinds",
     "luhn_ok",
     "apply_pii",
@@ -154,6 +158,52 @@ def mask_pii(text: str) -> str:
     for _, pattern, repl in _RULES:
         text = pattern.sub(repl, text)
     return text
+
+
+_ID_DIGEST_CHARS = 16
+SESSION_KEY_CHARS = 128
+"""NOTE: the session store's longest session id and user (serve.context): a masked one fits."""
+# NOTE: the digest in letters only (hex 0-f -> a-p): no run of digits in it can look like a phone
+# or card number to the masker, so a masked id masks to itself (a lookup by the stored key works).
+_LETTERS = str.maketrans("0123456789abcdef", "abcdefghijklmnop")
+
+
+def mask_id(value: str, max_chars: int = 256) -> str:
+    """An identifier (a memory's ``source_id``) with its personal data masked, kept distinct.
+
+    A dedup key is compared, not read: masking two ids to the same ``[EMAIL]`` would make the
+    second write replace the first (an acknowledged memory lost) and a lookup by the id the
+    client holds find nothing. So the masked form carries a digest of the whole raw id: one raw
+    id always masks to the same key (dedup and ``GET /v1/memories?source_id=`` work on it), two
+    raw ids to two keys, and the raw personal data is not stored. An id without personal data,
+    a masked one included, is returned as it is. The result is at most ``max_chars`` long.
+
+    NOTE: the digest is unkeyed (stable across replicas and restarts without a shared secret):
+    the id is pseudonymised, not anonymised; someone holding the store and a list of candidate
+    addresses can test them.
+
+    Example:
+        >>> mask_id("order-104208"), mask_id("alice@example.com") != mask_id("bob@example.com")
+        ('order-104208', True)
+        >>> masked = mask_id("alice@example.com")
+        >>> masked.startswith("[EMAIL]~"), mask_id(masked) == masked
+        (True, True)
+    """
+    masked = mask_pii(value)
+    if masked == value:
+        return value
+    digest = hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=_ID_DIGEST_CHARS // 2,
+                             person=b"recallserve.id").hexdigest().translate(_LETTERS)
+    return f"{masked[: max(0, max_chars - len(digest) - 1)]}~{digest}"
+
+
+def apply_pii_id(value: str, mode: PiiMode, param: str = "") -> str:
+    """The policy applied to an identifier: ``reject`` as :func:`apply_pii`, ``mask`` by :func:`mask_id`."""
+    if mode == "allow":
+        return value
+    if mode == "reject":
+        return apply_pii(value, mode, param)
+    return mask_id(value)
 
 
 def pii_kinds(text: str) -> list[str]:

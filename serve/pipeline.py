@@ -36,6 +36,7 @@ from serve.api.chat_protocol import (
     Choice,
     ChunkChoice,
     DeltaMessage,
+    ImagePart,
     PromptTokensDetails,
     ResponseMessage,
     Usage,
@@ -47,7 +48,7 @@ from serve.agent import Agent, AgentConfig, AgentRequest, AgentResult
 from serve.api.auth import READ_ONLY_SCOPES
 from serve.context import ContextBudgetError, ContextError, ContextManager, MessageIn, SessionNotFoundError
 from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine, set_engine_affinity
-from serve.experience import ExperienceService, ProduceResult
+from serve.experience import ExperienceService, ProduceResult, check_topic
 from serve.memory import MemoryBackend, MemoryWrite
 from serve.pii import PiiMode, apply_pii, for_write_back
 from serve.traces import TraceRecorder
@@ -58,7 +59,22 @@ __all__ = ["RequestContext", "PipelineSettings", "ChatPipeline", "Answer"]
 
 log = logging.getLogger("recallserve.pipeline")
 # The request field behind each field of a Session (for a 400 naming what the client sent).
+# NOTE: ExperienceMetadata.task_domain's bound (serve/experience/_schema.py).
+MAX_DOMAIN_CHARS = 64
 _SESSION_FIELDS = {"id": "metadata.session_id", "user": "user", "mode": "metadata.context_mode"}
+
+
+def _image_error(req: ChatCompletionRequest, error: str) -> APIError:
+    """The 400 of the question's first bad image (``turn.image_errors``' ``image N: why``), naming
+    the part as the client wrote it: ``messages.<m>.content.<p>.image_url.url``."""
+    head, _, why = error.partition(": ")
+    n = int(head.split()[-1]) if head.startswith("image ") and head.split()[-1].isdigit() else 0
+    m = max(i for i, msg in enumerate(req.messages) if msg.role == "user")
+    content = req.messages[m].content
+    parts = [j for j, part in enumerate(content) if isinstance(part, ImagePart)] if isinstance(content, list) else []
+    param = f"messages.{m}.content.{parts[n] if n < len(parts) else 0}.image_url.url"
+    why = why.removeprefix("image_url.url: ")
+    return APIError(400, f"{param}: {why}", param=param, code="invalid_image")
 
 
 class RequestContext(StrictModel):
@@ -203,6 +219,23 @@ class ChatPipeline:
                            "server does not run", param="metadata.reasoning")
         return wanted
 
+    def _check_filing(self, req: ChatCompletionRequest, ctx: RequestContext) -> None:
+        """A segmented turn's ``metadata.topic`` and ``task_domain`` are checked before the turn, as
+        the experience record will hold them (after the tenant's masking): a bad one was a 500 from
+        the record's own validation after the model had answered."""
+        meta = req.metadata or {}
+        if not self._segmented(req):
+            return
+        topic, domain = meta.get("topic"), meta.get("task_domain")
+        if topic is not None:
+            try:
+                check_topic(apply_pii(topic, for_write_back(ctx.pii)))
+            except ValueError as exc:
+                held = " (it holds personal data)" if apply_pii(topic, "mask") != topic else ""
+                raise APIError(400, f"metadata.topic: {exc}{held}", param="metadata.topic") from None
+        if domain is not None and not 1 <= len(apply_pii(domain, for_write_back(ctx.pii))) <= MAX_DOMAIN_CHARS:
+            raise APIError(400, f"metadata.task_domain: 1-{MAX_DOMAIN_CHARS} characters", param="metadata.task_domain")
+
     def _render(self, turn: Turn, head: str, question: str | None = None) -> list[ChatMessage]:
         return render_prompt(turn, head, self.settings.recall, question=question)
 
@@ -253,6 +286,13 @@ class ChatPipeline:
         ask = max((i for i, m in enumerate(convo) if m.role == "user"), default=None)
         if ask is None:
             raise APIError(400, "messages: at least one message with role 'user' is required", param="messages")
+        # NOTE: the question's images first, before any session is opened or written: a bad one (a
+        # remote URL, not base64, not an image) is the client's error, a 400 naming its part, never
+        # dropped from the prompt in silence (the plain and streaming paths have no step to report it).
+        probe = Turn(question=convo[ask].text(), image_urls=convo[ask].images())
+        await analyse_images(probe, self.agent.describer if self.agent is not None else None)
+        if probe.image_errors:
+            raise _image_error(req, probe.image_errors[0])
         # NOTE: an echoed assistant turn that only carried tool calls has no text; it adds nothing
         # to the history, so it is skipped rather than stored empty.
         texts = [(i, m, m.text() or ("[image attached]" if m.images() else "")) for i, m in enumerate(convo)]
@@ -305,13 +345,12 @@ class ChatPipeline:
             raise APIError(400, f"{param}: {exc}", param=param) from None
         turn = Turn(question=convo[ask].text(), instructions=instructions, context=result.block,
                     history=[*result.window, *earlier], image_urls=convo[ask].images(), session=session,
-                    pending=pending, started=started)
+                    pending=pending, started=started, images=probe.images, timings_ms=probe.timings_ms)
         turn.meta["context"] = {
             "session_id": session.id if session is not None else None, "mode": result.mode,
             "requested_mode": result.requested_mode, "budget": result.budget,
             "breakdown": result.breakdown.model_dump(), "dropped_messages": result.dropped_messages,
             "latency_ms": round(result.latency_ms, 2)}
-        await analyse_images(turn, self.agent.describer if self.agent is not None else None)
         t = time.perf_counter()
         turn.memories, turn.memory_error = await recall_memories(
             self.memory, ctx.tenant, turn.recall_query(), self.settings.recall,
@@ -406,6 +445,7 @@ class ChatPipeline:
         """Check the request and build its turn (nothing is stored): step 1 of :meth:`complete`."""
         self._check_model(req)
         params = self._params(req)
+        self._check_filing(req, ctx)
         set_engine_affinity(ctx.tenant, (req.metadata or {}).get("session_id") or req.user)
         return await self._build_turn(req, ctx, params), params
 

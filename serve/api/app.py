@@ -27,10 +27,10 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from serve.api.auth import Authenticator
 from serve.api.chat_protocol import ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse
 from serve.api.errors import APIError, error_body, install_error_handlers
-from serve.api.limits import MAX_BODY_BYTES, BodyLimitMiddleware, valid_request_id
+from serve.api.limits import MAX_BODY_BYTES, BodyLimitMiddleware, check_query, check_unicode, valid_request_id
 from serve.api.metrics import CONTENT_TYPE_LATEST, LATENCY, REQUESTS, render_metrics
 from serve.engine import EngineError
-from serve.pii import apply_pii, install_log_masking
+from serve.pii import SESSION_KEY_CHARS, apply_pii, install_log_masking, mask_id
 from serve.pipeline import ChatPipeline, RequestContext
 
 __all__ = ["create_app"]
@@ -117,7 +117,8 @@ def create_app(
         await _start_hooks(on_startup, startup_wait_s, background, warm)
         yield
 
-    app = FastAPI(title=title, version="0.1.0", lifespan=lifespan)
+    # NOTE: app-wide, so every router's routes (memories, experiences, sessions, ...) check it too.
+    app = FastAPI(title=title, version="0.1.0", lifespan=lifespan, dependencies=[Depends(check_query), Depends(check_unicode)])
     install_error_handlers(app)
     # NOTE: added before the observer, so it runs inside it: a 413 gets the request id and metrics.
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
@@ -183,9 +184,18 @@ def create_app(
             # NOTE: checked at the edge, before anything is answered or stored; what the model and
             # tools add later is masked on write (serve.pii.for_write_back).
             apply_pii(body.user or "", pii, "user")
+            apply_pii(body.metadata or {}, pii, "metadata")
             for i, message in enumerate(body.messages):
                 apply_pii(message.text(), pii, f"messages.{i}.content")
-        ctx = RequestContext(tenant=tenant, user=body.user or "default", request_id=request.state.request_id,
+        user = body.user or "default"
+        if pii != "allow":
+            # NOTE: the user and session ids key the session store; an e-mail as the user id (what
+            # many clients send) is stored as its masked, still distinct key (serve.pii.mask_id),
+            # and the sessions routes look it up the same way.
+            user = mask_id(user, SESSION_KEY_CHARS)
+            if body.metadata and "session_id" in body.metadata:
+                body.metadata = {**body.metadata, "session_id": mask_id(body.metadata["session_id"], SESSION_KEY_CHARS)}
+        ctx = RequestContext(tenant=tenant, user=user, request_id=request.state.request_id,
                              scopes=auth.scopes_for(tenant), pii=pii)
         if body.stream:
             chunks = await pipeline.stream(body, ctx)

@@ -71,6 +71,12 @@ class Authenticator:
 
     async def __call__(self, request: Request) -> str:
         """FastAPI dependency: the caller's tenant, or a 401."""
+        # NOTE: two credentials (two Authorization headers, or two api-key headers) are refused,
+        # not resolved by taking one: which one a proxy or server picks differs, so the tenant would.
+        for name in ("authorization", "api-key"):
+            if len(request.headers.getlist(name)) > 1:
+                raise APIError(401, f"{name}: sent {len(request.headers.getlist(name))} times; send one API key",
+                               type="authentication_error", param=name, code="ambiguous_api_key")
         header = request.headers.get("authorization", "")
         key = header[7:].strip() if header.lower().startswith("bearer ") else request.headers.get("api-key", "").strip()
         if not key:

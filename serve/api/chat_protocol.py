@@ -112,7 +112,7 @@ class ChatCompletionMessage(StrictModel):
 class StreamOptions(StrictModel):
     """OpenAI stream options."""
 
-    include_usage: bool = Field(default=False, description="Send a last chunk with token usage.")
+    include_usage: bool = Field(strict=True, default=False, description="Send a last chunk with token usage.")
 
 
 class ResponseFormat(StrictModel):
@@ -133,31 +133,31 @@ class ChatCompletionRequest(StrictModel):
 
     model: str = Field(min_length=1, max_length=256, description="Model name (see GET /v1/models).")
     messages: list[ChatCompletionMessage] = Field(min_length=1, max_length=MAX_MESSAGES, description="The conversation.")
-    max_tokens: int | None = Field(default=None, ge=1, description="Most tokens to generate.")
-    max_completion_tokens: int | None = Field(default=None, ge=1, description="Alias of max_tokens (newer SDKs).")
-    temperature: float | None = Field(default=None, ge=0, le=2, description="Sampling temperature.")
-    top_p: float | None = Field(default=None, gt=0, le=1, description="Nucleus sampling mass.")
-    n: int | None = Field(default=None, ge=1, le=1, description="Only 1 choice is supported.")
-    stream: bool = Field(default=False, description="Stream the answer as server-sent events.")
+    max_tokens: int | None = Field(strict=True, default=None, ge=1, description="Most tokens to generate.")
+    max_completion_tokens: int | None = Field(strict=True, default=None, ge=1, description="Alias of max_tokens (newer SDKs).")
+    temperature: float | None = Field(strict=True, default=None, ge=0, le=2, description="Sampling temperature.")
+    top_p: float | None = Field(strict=True, default=None, gt=0, le=1, description="Nucleus sampling mass.")
+    n: int | None = Field(strict=True, default=None, ge=1, le=1, description="Only 1 choice is supported.")
+    stream: bool = Field(strict=True, default=False, description="Stream the answer as server-sent events.")
     stream_options: StreamOptions | None = Field(default=None, description="Streaming options.")
-    stop: Annotated[str, Field(max_length=256)] | list[Annotated[str, Field(max_length=256)]] | None = Field(
-        default=None, description="Stop sequences (at most 4, 256 characters each).")
-    seed: int | None = Field(default=None, description="Sampling seed.")
+    stop: Annotated[str, Field(min_length=1, max_length=256)] | list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
+        default=None, description="Stop sequences (at most 4, 1-256 characters each).")
+    seed: int | None = Field(strict=True, default=None, ge=-(2**63), le=2**63 - 1, description="Sampling seed (64-bit).")
     user: str | None = Field(default=None, max_length=256, description="End-user id; sessions and memories are per user.")
     metadata: dict[Annotated[str, Field(min_length=1, max_length=64)], Annotated[str, Field(max_length=256)]] | None = Field(
         default=None, max_length=MAX_METADATA_KEYS,
         description="recallserve options: session_id, context_mode, agent (auto|on|off), reasoning.")
     response_format: ResponseFormat | None = Field(default=None, description="Constrain the output format.")
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2, description="Accepted; not applied by every engine.")
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2, description="Accepted; not applied by every engine.")
-    logprobs: bool | None = Field(default=None, description="Not supported: must be false or absent.")
-    top_logprobs: int | None = Field(default=None, description="Not supported.")
+    presence_penalty: float | None = Field(strict=True, default=None, ge=-2, le=2, description="Accepted; not applied by every engine.")
+    frequency_penalty: float | None = Field(strict=True, default=None, ge=-2, le=2, description="Accepted; not applied by every engine.")
+    logprobs: bool | None = Field(strict=True, default=None, description="Not supported: must be false or absent.")
+    top_logprobs: int | None = Field(strict=True, default=None, description="Not supported.")
     logit_bias: dict[str, float] | None = Field(default=None, max_length=1, description="Not supported.")
     tools: list[dict[str, Any]] | None = Field(default=None, max_length=1, description="Not supported: tools are server-side.")
     tool_choice: Annotated[str, Field(max_length=64)] | dict[str, Any] | None = Field(
         default=None, description="Accepted only as 'none' or 'auto'.")
-    parallel_tool_calls: bool | None = Field(default=None, description="Accepted for compatibility.")
-    store: bool | None = Field(default=None, description="Accepted for compatibility.")
+    parallel_tool_calls: bool | None = Field(strict=True, default=None, description="Accepted for compatibility.")
+    store: bool | None = Field(strict=True, default=None, description="Accepted for compatibility.")
     service_tier: str | None = Field(default=None, max_length=64, description="Accepted for compatibility.")
 
     @field_validator("tool_choice")
@@ -175,6 +175,13 @@ class ChatCompletionRequest(StrictModel):
             raise ValueError("logit_bias: not supported by this server")
         if self.tools:
             raise ValueError("tools: client-side tools are not supported; tools run server-side in the agent loop")
+        # NOTE: "required", "none"-like spellings and {"type": "function", ...} ask for client tools,
+        # which this server has none of: refused, not ignored (the answer would not be what was asked).
+        if self.tool_choice is not None and self.tool_choice not in ("none", "auto"):
+            raise ValueError(f"tool_choice: only 'none' or 'auto' are accepted (tools run server-side), "
+                             f"got {str(self.tool_choice)[:80]!r}")
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options: only allowed with stream: true")
         if isinstance(self.stop, list) and len(self.stop) > 4:
             raise ValueError("stop: at most 4 stop sequences")
         if not any(m.role == "user" for m in self.messages):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -20,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from serve.engine import EngineError
 from serve.pii import PersonalDataError
 
-__all__ = ["APIError", "install_error_handlers", "error_body"]
+__all__ = ["APIError", "install_error_handlers", "error_body", "describe_error"]
 
 log = logging.getLogger("recallserve.api")
 
@@ -53,10 +55,40 @@ def _loc_to_param(loc: tuple[object, ...]) -> str:
     parts = [str(p) for p in loc]
     if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
         parts = parts[1:]
-    return ".".join(p for p in parts if not p.startswith(("function-", "tagged-union")) and not _UNION_MEMBER.match(p))
+    return ".".join(p for p in parts if not p.startswith(("function-", "tagged-union", "constrained-")) and not _UNION_MEMBER.match(p))
 
 
 _UNION_MEMBER = re.compile(r"^(?:str|int|float|bool|none|.*\[.*\]|[A-Z][A-Za-z0-9]*)$")
+# NOTE: a validator's message that starts by naming a field ("created_at: must not be before
+# 1970", "stop: at most 4 stop sequences"): pydantic reports a model validator's error at the
+# model (the body, "memories.0"), so the name in the message is the field's.
+_NAMED = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*): ")
+
+
+def describe_error(err: Mapping[str, Any], prefix: str = "") -> tuple[str, str]:
+    """(param, message) of one pydantic error: the JSON path of the field (``prefix`` before it)
+    and ``"<param>: <why>"``, without pydantic's ``Value error,`` noise.
+
+    A model validator's error (at the model, naming a field in its message) gets that field as
+    its param: ``memories.0`` + ``created_at: ...`` -> ``memories.0.created_at``. A field
+    validator's message naming a path inside its field (``metadata.a: nested too deeply`` at
+    ``memories.0.metadata``) keeps the field as the param.
+    """
+    if err.get("type") == "json_invalid":
+        # NOTE: FastAPI's location of a JSON syntax error is ("body", <character offset>): a
+        # position, not a field.
+        where = (err.get("loc") or ("body", "?"))[-1]
+        why = (err.get("ctx") or {}).get("error", "invalid JSON")
+        return prefix, f"body: invalid JSON at character {where}: {why}"
+    loc = _loc_to_param(tuple(err.get("loc", ())))
+    param = ".".join(p for p in (prefix, loc) if p)
+    why = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    named = _NAMED.match(why) if err.get("type") == "value_error" else None
+    if named is not None:
+        name = named.group(1)
+        if param.rsplit(".", 1)[-1] != name.split(".", 1)[0]:
+            param, why = ".".join(p for p in (param, name) if p), why[named.end():]
+    return param, f"{param or 'body'}: {why}"
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -71,11 +103,9 @@ def install_error_handlers(app: FastAPI) -> None:
         # NOTE: the deepest location first: of a union's per-member errors, the one that got furthest
         # into the value names the field the client got wrong ("...image_url.url", not "content").
         errs = sorted(exc.errors(), key=lambda e: -len(e.get("loc", ())))
-        first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
-        param = _loc_to_param(tuple(first.get("loc", ())))
-        msg = "; ".join(
-            f"{_loc_to_param(tuple(e.get('loc', ()))) or 'body'}: {e.get('msg', 'invalid')}" for e in errs[:5]
-        )
+        described = [describe_error(e) for e in errs[:5]] or [("", "body: invalid request")]
+        param = described[0][0]
+        msg = "; ".join(m for _, m in described)
         return JSONResponse(error_body(msg, "invalid_request_error", param or None), status_code=400)
 
     @app.exception_handler(PersonalDataError)

@@ -1,22 +1,28 @@
-"""Edge limits of the ingress: the request-body cap (413) and the client's request id.
+"""Edge limits of the ingress: the request-body cap (413), the client's request id and the
+text of a JSON body (valid Unicode).
 
-Both run before any route: a body over the cap is refused while it streams in (its
+All run before any route's code: a body over the cap is refused while it streams in (its
 ``content-length`` alone is enough when sent), so an oversized upload never reaches the JSON
 parser or the ingress's memory; a request id that is not a short token is a 400 rather than a
-string copied into every log line and response header.
+string copied into every log line and response header; a JSON string holding an unpaired UTF-16
+surrogate (``"\\ud800"``, which JSON's escapes allow and UTF-8 cannot encode) is a 400 naming its
+field, not a 500 from the first store or log line that encodes it.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from serve.api.errors import error_body
+from serve.api.errors import APIError, error_body
 
-__all__ = ["MAX_BODY_BYTES", "BodyLimitMiddleware", "valid_request_id"]
+__all__ = ["MAX_BODY_BYTES", "BodyLimitMiddleware", "check_query", "check_unicode", "unpaired_surrogate",
+           "valid_request_id"]
 
 MAX_BODY_BYTES = 32 * 2**20
 """NOTE: 32 MiB: the largest image the describer takes (12 MiB, 16 MiB as base64) plus a full
@@ -77,3 +83,101 @@ class BodyLimitMiddleware:
             return message
 
         await self.app(scope, limited, send)
+
+
+# NOTE: a JSON escape of a UTF-16 surrogate (high or low half); only a body holding one is walked.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def unpaired_surrogate(value: Any) -> str | None:
+    """The JSON path (``messages.0.content``) of the first string or key in ``value`` that holds an
+    unpaired surrogate, ``""`` for the value itself, None when every string is valid Unicode.
+
+    Example:
+        >>> unpaired_surrogate({"memories": [{"text": "ok"}, {"text": "bad " + chr(0xD800)}]})
+        'memories.1.text'
+    """
+    # NOTE: iterative, so the depth a JSON parser accepted costs no recursion here.
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, str):
+            if not _encodable(node):
+                return path
+        elif isinstance(node, dict):
+            for key, item in node.items():
+                where = f"{path}.{key}" if path else str(key)
+                if not _encodable(str(key)):
+                    return path or "body"
+                stack.append((where, item))
+        elif isinstance(node, list):
+            stack.extend((f"{path}.{i}" if path else str(i), item) for i, item in enumerate(node))
+    return None
+
+
+async def check_unicode(request: Request) -> None:
+    """App-wide dependency: a JSON body with an unpaired surrogate in a string is a 400 naming it.
+
+    Runs after the route has read and parsed the body (``request.json()`` is cached then), so a
+    body without a surrogate escape costs one byte scan and nothing else.
+    """
+    body = await request.body()
+    if not body or not _SURROGATE_ESCAPE.search(body):
+        return
+    try:
+        value = await request.json()
+    except (ValueError, RecursionError):
+        return  # NOTE: not JSON: the route's own body validation answers it
+    where = unpaired_surrogate(value)
+    if where is not None:
+        name = where or "body"
+        raise APIError(400, f"{name}: text holds an unpaired UTF-16 surrogate (a lone \\ud800-\\udfff escape); "
+                            "send valid Unicode", param=name)
+
+
+def _declared_query(route: Any) -> set[str] | None:
+    """Names of the query parameters ``route`` (a FastAPI route) reads, None when unknown."""
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return None
+    names: set[str] = set()
+    # NOTE: the route's own parameters and those of its dependencies (FastAPI's Dependant tree).
+    stack = [dependant]
+    while stack:
+        node = stack.pop()
+        names.update(p.alias for p in node.query_params)
+        stack.extend(node.dependencies)
+    return names
+
+
+async def check_query(request: Request) -> None:
+    """App-wide dependency: a query parameter sent twice, or one a ``/v1`` route does not read, is
+    a 400 naming it.
+
+    Every parameter of the API is one value; a repeated one was answered with its last value, and
+    a misspelt one (``/v1/turns?sessionid=s1``) was dropped, so the answer looked filtered and was
+    not.
+    """
+    params = request.query_params
+    route = request.scope.get("route")
+    if not params or not getattr(route, "include_in_schema", False):
+        return  # NOTE: /v1's catch-all (a 404 of its own) and routes outside the API document
+    for name in params:
+        if len(params.getlist(name)) > 1:
+            raise APIError(400, f"{name}: given {len(params.getlist(name))} times; send it once", param=name)
+    if not request.url.path.startswith("/v1/"):
+        return
+    declared = _declared_query(route)
+    unknown = sorted(set(params) - declared) if declared is not None else []
+    if unknown:
+        known = ", ".join(sorted(declared or ())) or "none"
+        raise APIError(400, f"{unknown[0]}: unknown query parameter of {request.url.path} (it takes: {known})",
+                       param=unknown[0])

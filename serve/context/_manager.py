@@ -231,6 +231,10 @@ class ContextManager:
             dropped_messages=out.dropped, summary_covers_until=summary.until_seq, latency_ms=elapsed * 1000.0,
         )
 
+    def pii_for(self, tenant: str) -> PiiMode:
+        """The PII policy of ``tenant``'s writes (the sessions routes key their lookups by it)."""
+        return self._pii_for(tenant)
+
     def is_refreshing(self, session: Session) -> bool:
         """Whether a summary refresh of ``session`` is running in this process."""
         return (session.tenant, session.id) in self._running

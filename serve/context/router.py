@@ -23,6 +23,7 @@ from pydantic import Field
 from kernels import StrictModel
 from serve.context._manager import ContextManager
 from serve.context._types import ModeName, Session, SessionNotFoundError, SummaryState
+from serve.pii import SESSION_KEY_CHARS, mask_id
 
 __all__ = ["SessionOut", "EntityOut", "SummaryRefreshOut", "build_router"]
 
@@ -68,6 +69,9 @@ def build_router(manager: ContextManager, get_tenant: Callable[..., Awaitable[st
     tenant_dep = Depends(get_tenant)
 
     async def _session(tenant: str, user: str, session_id: str) -> Session:
+        if manager.pii_for(tenant) != "allow":
+            # NOTE: the keys a chat turn stored (serve.api.app: the user and session id masked).
+            user, session_id = mask_id(user, SESSION_KEY_CHARS), mask_id(session_id, SESSION_KEY_CHARS)
         try:
             return await manager.store.get(tenant, user, session_id)
         except SessionNotFoundError as exc:
@@ -76,7 +80,7 @@ def build_router(manager: ContextManager, get_tenant: Callable[..., Awaitable[st
     @router.get("/{session_id}", response_model=SessionOut, summary="A session's mode, summary and entity table")
     async def get_session(session_id: SessionId, user: UserQuery = "default", tenant: str = tenant_dep) -> SessionOut:
         s = await _session(tenant, user, session_id)
-        entities = await manager.store.entities(tenant, user, s.id)
+        entities = await manager.store.entities(tenant, s.user, s.id)
         return SessionOut(id=s.id, user=s.user, created_at=s.created_at, mode=s.mode, message_count=s.message_count,
                           summary=s.summary,
                           entities=[EntityOut(kind=e.kind, value=e.value, snippet=e.snippet) for e in entities])
@@ -95,7 +99,7 @@ def build_router(manager: ContextManager, get_tenant: Callable[..., Awaitable[st
         except Exception as exc:  # NOTE: the summariser deployment failed or timed out: the old summary stays.
             raise APIError(503, f"summariser failed: {exc}", type="server_error") from None
         elapsed = (time.perf_counter() - start) * 1e3
-        fresh = await _session(tenant, user, session_id)
+        fresh = await manager.store.get(tenant, s.user, s.id)
         return SummaryRefreshOut(refreshed=state is not None, elapsed_ms=round(elapsed, 2), summary=fresh.summary)
 
     return router

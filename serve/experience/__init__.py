@@ -40,6 +40,7 @@ from serve.experience._schema import (
     Quantity,
     ReasoningStep,
     VerificationItem,
+    check_topic,
 )
 from serve.experience._units import DimensionError, parse_quantity, to_unit
 from serve.experience._verify import derive_confidence, run_check, verify_record
@@ -62,6 +63,7 @@ __getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "SCHEMA_VERSION",
+    "check_topic",
     "ExperienceRecord",
     "ExperienceMetadata",
     "ExperienceContext",

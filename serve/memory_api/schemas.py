@@ -78,7 +78,7 @@ class MemoryIn(StrictModel):
     parts: list[MemoryPart] = Field(default_factory=list, max_length=MAX_PARTS, description="Further parts recalled with this memory.")
     created_at: datetime | None = Field(default=None, description="Creation time (ISO 8601 or epoch seconds); default now.")
     expires_at: datetime | None = Field(default=None, description="Hard expiry (ISO 8601 or epoch seconds); default never.")
-    retention_weight: float = Field(default=1.0, ge=0, le=10, description="Importance weight for retention policies.")
+    retention_weight: float = Field(strict=True, default=1.0, ge=0, le=10, description="Importance weight for retention policies.")
     error_tags: list[Tag] = Field(default_factory=list, max_length=32,
                                   description=f"Error tags (experience memory), 1-{MAX_TAG_CHARS} characters each.")
 
@@ -154,11 +154,11 @@ class SearchRequest(StrictModel):
     # strips a path element named "query" (it reads it as the query-string location), so a
     # validation error on this field would lose its name.
     query: str = Field(description="What to recall (1-8192 characters, not blank).")
-    k: int | None = Field(default=None, ge=1, le=MAX_K, description=f"Results (1-{MAX_K}); default: the configured top_k.")
-    threshold: float | None = Field(default=None, ge=-1, le=1, description="Minimum cosine; default: the configured threshold.")
+    k: int | None = Field(strict=True, default=None, ge=1, le=MAX_K, description=f"Results (1-{MAX_K}); default: the configured top_k.")
+    threshold: float | None = Field(strict=True, default=None, ge=-1, le=1, description="Minimum cosine; default: the configured threshold.")
     filters: FiltersIn | None = Field(default=None, description="Kind, topic prefix, metadata equality, time range.")
     decay: DecayIn | None = Field(default=None, description="Time decay parameters.")
-    hybrid: bool = Field(default=True, description="Fuse BM25 with the dense ranking (False = dense only).")
+    hybrid: bool = Field(strict=True, default=True, description="Fuse BM25 with the dense ranking (False = dense only).")
 
     def check_query(self) -> None:
         """Raise a 400 naming ``query`` when it is blank or longer than 8192 characters."""

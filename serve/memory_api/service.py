@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
+from pydantic import ValidationError
 
 from kernels import ScoreParams
 from memory_shards.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_spans
@@ -41,10 +42,10 @@ from memory_shards.records import (
 )
 from memory_shards.retrieval import AsyncEmbed, HybridHit, HybridRetriever, QueryRewriter, RetrievalParams
 from serve.api.metrics import MEMORY_SEARCH
-from serve.api.errors import APIError
+from serve.api.errors import APIError, describe_error
 from serve.memory_api.admission import AdmissionRefused, SearchAdmission
 from serve.memory import MemoryHit, MemoryWrite
-from serve.pii import PiiMode, apply_pii, for_write_back
+from serve.pii import PiiMode, apply_pii, apply_pii_id, for_write_back, mask_id
 from serve.memory_api.schemas import MAX_BATCH, MAX_K, FiltersIn, MemoryIn, MemoryOut, SearchRequest, SearchResult, to_epoch
 
 __all__ = ["MemoryService", "MemoryUnavailable", "MemoryOverloaded", "record_out", "hit_out"]
@@ -110,6 +111,8 @@ def hit_out(hit: HybridHit) -> SearchResult:
 
 # NOTE: what the policy reads: every free text and label a memory stores; times, kinds, weights and
 # the image hash (a digest) cannot hold personal data.
+# NOTE: MemoryRecord fields named differently in the request (MemoryIn).
+_REQUEST_NAMES = {"topic_path": "topic"}
 _PII_FIELDS = ("text", "source_id", "metadata", "topic", "image_description", "ocr_text", "parts", "error_tags")
 
 
@@ -119,7 +122,10 @@ def _scrubbed(item: MemoryIn, mode: PiiMode, param: str) -> MemoryIn:
         return item
     fields = {name: getattr(item, name) for name in _PII_FIELDS}
     fields["parts"] = [p.model_dump() for p in item.parts]
-    out = {name: apply_pii(value, mode, f"{param}.{name}") for name, value in fields.items()}
+    # NOTE: the source id is a dedup key: masked to a distinct key (serve.pii.mask_id), never to a
+    # bare tag that two ids would share (the second write would replace the first).
+    out = {name: apply_pii_id(value, mode, f"{param}.{name}") if name == "source_id" and value is not None
+           else apply_pii(value, mode, f"{param}.{name}") for name, value in fields.items()}
     if out == fields:
         return item
     return MemoryIn.model_validate({**item.model_dump(), **out})
@@ -204,6 +210,13 @@ class MemoryService:
                     created_at=to_epoch(item.created_at) or now, expires_at=to_epoch(item.expires_at),
                     retention_weight=item.retention_weight, error_tags=item.error_tags,
                 ))
+            except ValidationError as exc:
+                # NOTE: the record's own checks (an empty metadata key, an expiry before now): the
+                # field by its request name, and never pydantic's dump of the whole record.
+                err = dict(exc.errors()[0])
+                err["loc"] = tuple(_REQUEST_NAMES.get(str(p), p) for p in err.get("loc", ()))
+                param, message = describe_error(err, f"memories.{i}")
+                raise APIError(400, message, param=param) from None
             except ValueError as exc:
                 raise APIError(400, f"memories.{i}: {exc}", param=f"memories.{i}") from None
         return await self.add_records(records)
@@ -261,7 +274,10 @@ class MemoryService:
         return rec
 
     async def list_by_source(self, tenant: str, source_id: str) -> list[MemoryRecord]:
-        """Memories with ``source_id`` that ``tenant`` may see, oldest first."""
+        """Memories with ``source_id`` that ``tenant`` may see, oldest first (an id holding
+        personal data is looked up by the key its write stored, :func:`serve.pii.mask_id`)."""
+        if self.pii_for(tenant) != "allow":
+            source_id = mask_id(source_id)
         with _shards_up():
             recs = await self.coordinator.list_by_source(tenant, source_id)
         return [r for r in recs if r.tenant in (tenant, SHARED_TENANT_NAME)]

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from serve.engine import ChatMessage
-from serve.pii import apply_pii
+from serve.pii import apply_pii, mask_id
 from serve.traces._models import TraceConfig, TurnTrace
 from serve.turn import Turn
 
@@ -96,4 +96,8 @@ def build_trace(turn: Turn, *, request_id: str, user: str, path: str, stream: bo
     # (an IBAN's mod-97), and a masked id opens nothing.
     for item, hit in zip(masked["memories"], turn.memories or []):
         item["id"] = hit.id
+    # NOTE: the session id and user are keys (``GET /v1/turns?session_id=``): masked to distinct
+    # keys (a masked one, as a masking tenant's turn has, is unchanged), never to a shared [EMAIL].
+    masked["user"] = mask_id(user)
+    masked["session_id"] = mask_id(raw["session_id"]) if raw["session_id"] is not None else None
     return TurnTrace.model_validate(masked)

@@ -18,6 +18,7 @@ from pydantic import Field
 
 from kernels import StrictModel
 from serve.api.errors import APIError
+from serve.pii import mask_id
 from serve.traces._models import TraceNotFoundError, TraceSession, TraceSummary, TurnTrace
 from serve.traces._recorder import TraceBackend
 from serve.traces._store import MAX_LIST
@@ -52,7 +53,9 @@ def build_router(store: TraceBackend, get_tenant: Callable[..., Awaitable[str]])
         before: Annotated[float | None, Query(ge=0, le=1e11, allow_inf_nan=False,
                                               description="Only turns before this epoch time (next page).")] = None,
     ) -> TurnList:
-        return TurnList(data=await store.recent(tenant, limit, session_id=session_id, before=before))
+        # NOTE: a trace keeps its session id masked to a key (serve.traces._build): look it up so.
+        key = mask_id(session_id) if session_id is not None else None
+        return TurnList(data=await store.recent(tenant, limit, session_id=key, before=before))
 
     @router.get("/sessions", response_model=TraceSessionList, summary="Sessions with traced turns")
     async def list_sessions(tenant: Tenant, limit: Limit = 50) -> TraceSessionList:
