@@ -51,14 +51,15 @@ def test_first_turn_after_ready_reuses_the_warmed_agent_prefix() -> None:
     app = create_app(pipeline, Authenticator({"sk-acme": "acme"}, default_scopes=scopes), on_startup=[warm_up],
                      startup_wait_s=300)
     with TestClient(app) as c:
-        # NOTE: entering the client ran the lifespan: the warm-up is done before any request.
-        assert len(engine.results) == 1
+        # NOTE: entering the client ran the lifespan: the warm-up is done before any request. It
+        # evaluates the direct prompt, then the tool prompt (last, so the live cache holds it).
+        assert len(engine.results) == 2
         assert c.get("/healthz").json()["warm"] is True
         r = c.post("/v1/chat/completions", headers=AUTH, json={
             "model": "recallserve", "max_tokens": 16,
             "messages": [{"role": "user", "content": "What is the status of order 104333?"}]})
         assert r.status_code == 200, r.text
-    warm, first = engine.results[0], engine.results[1]
+    warm, first = engine.results[1], engine.results[2]
     prefix = warm.prompt_tokens - 20  # the warm-up's own question ("hello") and the template's tail
     assert first.cached_tokens >= prefix > 500
     assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] >= first.cached_tokens
