@@ -11,8 +11,8 @@ memory of the tuned set; run it with ``--questions holdout`` to report (not fit)
 
 Then, at the default cut, for each absolute floor ``f`` (``similarity >= f`` for every hit, BM25's
 best match included): the needed memories kept, and the memories shown to questions that need
-none (what a floor saves). ``min_similarity`` is the design's 0.35 cosine threshold, not a fit:
-the table shows that it keeps every needed memory of both sets.
+none (what a floor saves). The default floor is the memory tier's threshold (the design's 0.35
+cosine), not a fit: the table shows that it keeps every needed memory of both sets.
 """
 
 from __future__ import annotations

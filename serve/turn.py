@@ -68,11 +68,12 @@ class RecallConfig(StrictModel):
         "of the best one's (0 = keep the memory tier's whole top-k). 0.85 is the largest cut that keeps every memory the tuned "
         "demo questions need (scripts/recall_cut.py); a memory far below the best is usually another fault.",
     )
-    min_similarity: float = Field(
-        default=0.35, ge=-1.0, le=1.0,
+    min_similarity: float | None = Field(
+        default=None, ge=-1.0, le=1.0,
         description="Absolute floor: a recalled memory whose similarity (cosine) to the query is below this is not "
-        "shown, whatever found it (BM25's best match included). 0.35 is the design's cosine threshold; "
-        "scripts/recall_cut.py reports what each floor keeps on the tuned and held-out demo questions.",
+        "shown, whatever found it (BM25's best match included). None = the memory tier's own threshold "
+        "(memory.threshold, 0.35 cosine by design); scripts/recall_cut.py reports what each floor keeps on the "
+        "tuned and held-out demo questions.",
     )
     item_chars: int = Field(default=400, ge=40, le=8000, description="Most characters of one memory in the prompt.")
     prompt_chars: int = Field(
@@ -187,7 +188,9 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
     except Exception as exc:  # noqa: BLE001 - any memory failure must not fail the chat
         log.warning("memory recall failed: %s", exc)
         return [], f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    hits = relevance_cut(hits, config.relative_cut, config.min_similarity)
+    # NOTE: one threshold for the tier's dense cut and the prompt's floor unless the recall sets its own.
+    floor = config.min_similarity if config.min_similarity is not None else getattr(memory, "threshold", None)
+    hits = relevance_cut(hits, config.relative_cut, -1.0 if floor is None else float(floor))
     if cache is not None:
         cache.put(key, hits)
     return list(hits), ""
@@ -212,7 +215,8 @@ def relevance_cut(hits: Sequence[MemoryHit], relative: float, floor: float = -1.
     id or error code ("E12") is what BM25 finds and a small embedder may not (MiniLM put an E42
     ticket first for an E12 question).
 
-    The absolute ``floor`` (``RecallConfig.min_similarity``) applies to every hit, that one too:
+    The absolute ``floor`` (``RecallConfig.min_similarity``, by default the memory tier's
+    ``memory.threshold``) applies to every hit, that one too:
     the hybrid retriever returns BM25 matches that the dense threshold never saw, so without it
     every question brought its best lexical match. Measured on the demo: "What is the status of
     order 104208?" showed ticket T-1042 at cosine 0.15 (it shares the word "order"), and the
