@@ -70,10 +70,13 @@ def test_openai_sdk_plain_and_streaming(cluster: AppConfig) -> None:
 
     pieces = []
     for chunk in client.chat.completions.create(
-        model="recallserve", messages=[{"role": "user", "content": "Count from 1 to 5."}], max_tokens=24, stream=True,
+        model="recallserve", messages=[{"role": "user", "content": "Name three colours, separated by commas."}],
+        max_tokens=24, stream=True,
     ):
         if chunk.choices and chunk.choices[0].delta.content:
             pieces.append(chunk.choices[0].delta.content)
+    # NOTE: an answer of words, not "12345": the id check (agent.check_ids) holds back a digit run
+    # that may still grow into an order id, so a reply of bare digits arrives as one piece.
     assert len(pieces) > 1
     assert "".join(pieces).strip()
 
