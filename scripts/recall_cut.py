@@ -65,7 +65,7 @@ async def _main(which: str) -> None:
         print(f"relative_cut {cut:.2f}: needed kept {found}/{need}, memories shown {shown}")
     cut = RecallConfig().relative_cut
     for floor in FLOORS:
-        kept = {q: {h.source_id for h in relevance_cut(hs, cut, floor)} for q, hs in hits.items()}
+        kept = {q: {h.source_id for h in relevance_cut(hs, cut, floor, q)} for q, hs in hits.items()}
         found = sum(len(NEEDED[q] & kept[q]) for q in hits if q in NEEDED)
         idle = sum(len(v) for q, v in kept.items() if q not in NEEDED)
         print(f"relative_cut {cut:.2f}, min_similarity {floor:+.2f}: needed kept {found}/{need}, "

@@ -190,15 +190,15 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
         return [], f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     # NOTE: one threshold for the tier's dense cut and the prompt's floor unless the recall sets its own.
     floor = config.min_similarity if config.min_similarity is not None else getattr(memory, "threshold", None)
-    hits = relevance_cut(hits, config.relative_cut, -1.0 if floor is None else float(floor))
+    hits = relevance_cut(hits, config.relative_cut, -1.0 if floor is None else float(floor), query)
     if cache is not None:
         cache.put(key, hits)
     return list(hits), ""
 
 
-def relevance_cut(hits: Sequence[MemoryHit], relative: float, floor: float = -1.0) -> list[MemoryHit]:
+def relevance_cut(hits: Sequence[MemoryHit], relative: float, floor: float = -1.0, query: str = "") -> list[MemoryHit]:
     """The hits whose similarity is at least ``relative`` times the best hit's and at least
-    ``floor``, in the given order.
+    ``floor`` (or that name an id ``query`` names), in the given order.
 
     Relative, not absolute: how high the best cosine gets depends on the query's length and
     wording; what marks a memory as another topic is its distance below the best match. Measured
@@ -216,13 +216,25 @@ def relevance_cut(hits: Sequence[MemoryHit], relative: float, floor: float = -1.
     ticket first for an E12 question).
 
     The absolute ``floor`` (``RecallConfig.min_similarity``, by default the memory tier's
-    ``memory.threshold``) applies to every hit, that one too:
-    the hybrid retriever returns BM25 matches that the dense threshold never saw, so without it
-    every question brought its best lexical match. Measured on the demo: "What is the status of
-    order 104208?" showed ticket T-1042 at cosine 0.15 (it shares the word "order"), and the
-    1.5B model's one-tool answers went on about such tickets (110-131 tokens instead of ~20).
+    ``memory.threshold``) applies to every hit, that one too, except a memory that names an id the
+    query names (an order, ticket, batch or customer id: ``serve.agent.guards.ID_PATTERN``), which
+    is about the thing asked whatever its cosine (the relative cut still applies to it). The
+    hybrid retriever returns BM25 matches that the dense threshold never saw: measured on the demo,
+    "Where is my order 104255?" (an order with no ticket) showed four other orders' tickets at
+    cosine 0.12-0.21; "order 104208" must keep T-1042, that order's own ticket (cosine 0.15).
+    Without the id rule the floor cost key facts in `recallserve eval agent` (the C-1010 answer
+    lost its ticket T-1063).
     """
-    hits = [h for h in hits if h.similarity >= floor]
+    ids: set[str] = set()
+    if query:
+        from serve.agent.guards import ID_PATTERN  # NOTE: lazy: serve.agent imports this module
+
+        ids = set(ID_PATTERN.findall(query))
+
+    def names_an_id(h: MemoryHit) -> bool:
+        return bool(ids) and any(i in h.record.text for i in ids)
+
+    hits = [h for h in hits if h.similarity >= floor or names_an_id(h)]
     if not hits or relative <= 0:
         return hits
     best = max(h.similarity for h in hits)

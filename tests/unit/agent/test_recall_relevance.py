@@ -129,23 +129,28 @@ def test_the_floor_holds_for_the_best_lexical_match_too() -> None:
         RecallConfig(min_similarity=1.5)
 
 
-def test_an_order_question_prompt_shows_no_unrelated_ticket(memory) -> None:
-    """The engine's one prompt for a one-tool question: the observation, no ticket that merely shares a word.
-
-    NOTE: before the floor, "What is the status of order 104208?" showed ticket T-1042 (cosine
-    0.15, BM25's best match for the word "order"), and the answers described such tickets.
-    """
-    engine = ScriptedEngine([final("Order 104208 was delivered.")])
-    agent = Agent(engine, default_registry(), memory=memory, config=AgentConfig(max_steps=3), recall=RecallConfig())
-    req = AgentRequest.from_messages("demo-user", [{"role": "user", "content": "What is the status of order 104208?"}],
-                                     scopes=DEMO_SCOPES)
-    result = asyncio.run(agent.run(req))
-    prompt = "\n".join(m.content for m in engine.calls[0][0])
-    assert "ticket:" not in prompt and "manual:" not in prompt
-    assert "Observation(order_status)" in prompt and result.memory_hits == []
-    # the control: without the floor the lexical match reaches the prompt
-    engine = ScriptedEngine([final("Order 104208 was delivered.")])
-    agent = Agent(engine, default_registry(), memory=memory, config=AgentConfig(max_steps=3),
-                  recall=RecallConfig(min_similarity=-1.0))
+def _first_prompt(memory, question: str, recall: RecallConfig) -> str:
+    engine = ScriptedEngine([final("Done.")])
+    agent = Agent(engine, default_registry(), memory=memory, config=AgentConfig(max_steps=3), recall=recall)
+    req = AgentRequest.from_messages("demo-user", [{"role": "user", "content": question}], scopes=DEMO_SCOPES)
     asyncio.run(agent.run(req))
-    assert "ticket:T-1042" in "\n".join(m.content for m in engine.calls[0][0])
+    return "\n".join(m.content for m in engine.calls[0][0])
+
+
+def test_an_order_question_prompt_shows_no_ticket_of_another_order(memory) -> None:
+    """The engine's one prompt for a one-tool question: the observation, no ticket that only shares words.
+
+    NOTE: measured on the demo: before the floor, "Where is my order 104255?" (an order with no
+    ticket) showed four tickets of other orders at cosine 0.12-0.21, BM25's best among them.
+    """
+    prompt = _first_prompt(memory, "Where is my order 104255? Has it shipped yet?", RecallConfig())
+    assert "ticket:" not in prompt and "manual:" not in prompt
+    assert "Observation(order_status)" in prompt
+    # the control: without the floor the lexical match reaches the prompt
+    assert "ticket:" in _first_prompt(memory, "Where is my order 104255? Has it shipped yet?", RecallConfig(min_similarity=-1.0))
+
+
+def test_a_memory_naming_the_questions_id_passes_the_floor(memory) -> None:
+    # NOTE: T-1042 is order 104208's own ticket, at cosine 0.15: the id, not the wording, makes it relevant
+    assert "ticket:T-1042" in _first_prompt(memory, "What is the status of order 104208?", RecallConfig())
+    assert "ticket:T-1063" in _first_prompt(memory, "Has customer C-1010 contacted support before?", RecallConfig())
