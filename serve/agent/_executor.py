@@ -16,6 +16,7 @@ from typing import Any
 
 from serve.agent._cache import TTLCache, cache_key
 from serve.agent._protocol import ParsedCall
+from serve.agent.grounding import numbers_in, ungrounded
 from serve.agent.guards import wrap_untrusted
 from serve.agent.schemas import ToolCallRecord
 from serve.agent.tools import ToolArgsError, ToolContext, ToolError, ToolSet
@@ -102,10 +103,16 @@ def _resolve(value: Any, results: dict[str, Any]) -> Any:
 
 
 class StepExecutor:
-    """Runs tool calls for one request; remembers (name, args) pairs already called in it."""
+    """Runs tool calls for one request; remembers (name, args) pairs already called in it.
 
-    def __init__(self, tools: ToolSet, ctx: ToolContext, cache: TTLCache, observation_max_chars: int) -> None:
+    ``evidence`` is the text the turn's prompt gives (messages, memories, image notes); with the
+    observations of the calls run so far it grounds the numbers of a tool's ``grounded`` arguments.
+    """
+
+    def __init__(self, tools: ToolSet, ctx: ToolContext, cache: TTLCache, observation_max_chars: int,
+                 evidence: str = "") -> None:
         self.tools = tools
+        self.numbers = numbers_in(evidence)
         self.ctx = ctx
         self.cache = cache
         self.cap = observation_max_chars
@@ -147,6 +154,8 @@ class StepExecutor:
             done = await asyncio.gather(*(self._one(step, c, results) for c in ready))
             for c, rec in zip(ready, done, strict=True):
                 records[c.id] = rec
+                if rec.status in ("ok", "cached"):
+                    self.numbers |= numbers_in(rec.observation)
                 if rec.status in ("ok", "cached", "error", "timeout"):
                     self._earlier.setdefault(cache_key(rec.name, rec.args), rec.observation)
                 if rec.status in ("ok", "cached"):
@@ -177,6 +186,12 @@ class StepExecutor:
             return self._record(step, call, raw, "invalid",
                                 f"Invalid arguments for {tool.name}: {exc}. Fix them or answer without this tool.")
         clean = args.model_dump(mode="json")
+        for name in tool.grounded:
+            bad = ungrounded(str(clean.get(name, "")), self.numbers)
+            if bad:
+                return self._record(step, call, clean, "invalid",
+                                    f"Invalid arguments for {tool.name}: {name} uses {', '.join(bad)}, which neither "
+                                    "the question nor the results give. Use only the numbers given.")
         key = cache_key(tool.name, clean)
         if key in self.seen:
             # NOTE: the earlier result is repeated in the refusal: measured with the 1.5B model, a

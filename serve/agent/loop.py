@@ -399,7 +399,8 @@ class _Run:
                 # memory_search steps (~25 s) recalled nothing the recalled E42 tickets lacked.
                 allowed = ToolSet(t for n, t in allowed.items() if not t.covered_by_recall or n in route.first_step)
             executor = StepExecutor(allowed, ToolContext(self.req.tenant, frozenset(self.req.scopes), self.a.memory),
-                                    self.a.cache, self.cfg.observation_max_chars)
+                                    self.a.cache, self.cfg.observation_max_chars,
+                                    evidence="\n".join(m.content for m in messages))
             parallel = self.cfg.allow_parallel_calls
             bindings = route.bindings if route.source == "rules" else None
             schema = step_schema(allowed, allow_parallel=parallel and len(allowed) > 0, bindings=bindings)

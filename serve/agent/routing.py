@@ -14,8 +14,9 @@ model call, in microseconds, and deterministically:
   question names a batch and asks for its supplier: ``orders_by_batch`` is not offered);
 * the first loop step must call one of the top-scored candidates (no final answer yet), later
   steps may call any candidate or answer;
-* values found by a ``bind`` pattern become the argument's ``enum`` in the decoding grammar, so
-  the model copies ids from the text and cannot invent or pad them; an optional argument with
+* values found by a ``bind`` pattern (mapped through ``aliases``: a city to its time zone) become
+  the argument's ``enum`` in the decoding grammar, so the model copies ids from the text and
+  cannot invent or pad them; an optional argument with
   no value in the text is left out of the grammar (no invented SKU filter).
 
 Direct answers (no loop) follow from the same hints:
@@ -44,7 +45,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from kernels import StrictModel
 
@@ -110,6 +111,11 @@ class RoutingHint(StrictModel):
         description="Argument -> pattern; the values found become the argument's enum in the grammar "
         "(group 1 if the pattern has a group, else the whole match).",
     )
+    aliases: dict[str, dict[str, str]] = Field(
+        default_factory=dict, max_length=8,
+        description="Argument -> {found text, lower case -> value}: a bound value written another way "
+        "(a city for its time zone).",
+    )
     near_miss: list[str] = Field(
         default_factory=list, max_length=8,
         description="Patterns of a malformed version of the entity (e.g. a 5-digit order id): answer directly and ask.",
@@ -128,6 +134,18 @@ class RoutingHint(StrictModel):
             _check_patterns([p], f"bind.{arg}")
         return v
 
+    @field_validator("aliases")
+    @classmethod
+    def _lower_aliases(cls, v: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        return {arg: {k.lower(): value for k, value in table.items()} for arg, table in v.items()}
+
+    @model_validator(mode="after")
+    def _aliases_bound(self) -> RoutingHint:
+        for arg in self.aliases:
+            if arg not in self.bind:
+                raise ValueError(f"aliases.{arg}: the argument has no bind pattern")
+        return self
+
     def score(self, text: str) -> int | None:
         """The tool's score for ``text``, or None when it is not a candidate."""
         if not all(_rx(p).search(text) for p in self.requires):
@@ -143,7 +161,8 @@ class RoutingHint(StrictModel):
         for arg, p in self.bind.items():
             rx = _rx(p)
             found = [m.group(1) if rx.groups else m.group(0) for m in rx.finditer(text)]
-            values = list(dict.fromkeys(v for v in found if v))
+            alias = self.aliases.get(arg, {})
+            values = list(dict.fromkeys(alias.get(v.lower(), v) for v in found if v))
             if values:
                 out[arg] = values
         return out

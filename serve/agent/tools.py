@@ -95,6 +95,9 @@ class Tool:
         covered_by_recall: the turn's memory recall already does what the tool does (a memory
             search): when recall found memories and the rules route the turn, the tool is offered
             only as the rules' first step (the user asked to search).
+        grounded: arguments whose numbers must come from the conversation (the prompt and the
+            turn's observations; :mod:`serve.agent.grounding`): a call using another number is
+            rejected with a message naming it (the calculator's expression).
     """
 
     name: str
@@ -110,6 +113,7 @@ class Tool:
     routing: RoutingHint | None = None
     max_calls: int | None = None
     covered_by_recall: bool = False
+    grounded: tuple[str, ...] = ()
     _schema: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -230,8 +230,8 @@ def test_cache_is_per_tenant() -> None:
     cache = TTLCache(ttl_s=300, max_entries=100)
     eng = ScriptedEngine([call("calculator", expression="2*21"), final("42")] * 2)
     agent = Agent(eng, _registry(), config=AgentConfig(use_router=False, routing_rules=False), cache=cache)
-    assert _run(agent, _req("q")).tool_calls[0].status == "ok"
-    other = AgentRequest.from_messages("t2", [{"role": "user", "content": "q"}], scopes=DEMO_SCOPES)
+    assert _run(agent, _req("2 times 21?")).tool_calls[0].status == "ok"
+    other = AgentRequest.from_messages("t2", [{"role": "user", "content": "2 times 21?"}], scopes=DEMO_SCOPES)
     assert _run(agent, other).tool_calls[0].status == "ok"
 
 

