@@ -40,6 +40,12 @@ class LlamaCppConfig(StrictModel):
         description="llama-cpp-python chat format name; None uses the chat template stored in the GGUF.",
     )
     seed: int = Field(default=0, ge=0, description="Seed of llama.cpp's sampler RNG (requests may pass their own `seed`).")
+    lazy_grammar: bool = Field(
+        default=True,
+        description="Greedy requests under a JSON grammar check the grammar on the best token first and on the "
+        "whole vocabulary only when it is refused (same tokens, fewer grammar checks; "
+        "deployments.engines._lazy_grammar).",
+    )
     prefix_states: int = Field(
         default=8, ge=0, le=64,
         description="Saved KV states of long system prompts (agent tool prompts) restored when a later prompt "

@@ -21,6 +21,7 @@ from typing import Any
 
 from deployments.engines._common import finish_reason, iterate_in_thread, sampling_kwargs, to_openai_messages
 from deployments.engines._config import LlamaCppConfig
+from deployments.engines._lazy_grammar import install as install_lazy_grammar
 from deployments.engines._prefix_states import PrefixStates
 from deployments.models import ModelError, resolve_model_path
 from serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams
@@ -91,6 +92,8 @@ class LlamaCppEngine:
         # tokens (create_chat_completion takes no stopping criteria of its own).
         self._generate = self._llm.generate
         self._llm.generate = self._hooked_generate  # type: ignore[method-assign]
+        if config.lazy_grammar:
+            install_lazy_grammar(self._llm, llama_cpp)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"llama-{self._name}")
         self._closed = False
         self.prefix_states = PrefixStates(config.prefix_states, config.prefix_state_max_mb << 20,

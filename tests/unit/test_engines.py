@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import httpx
@@ -441,3 +442,34 @@ def test_tiktoken_estimate_works_offline() -> None:
             await eng.close()
 
     assert asyncio.run(run()) == 2
+
+
+def test_lazy_grammar_gives_the_stock_chains_tokens_with_fewer_grammar_checks(model_path: Path, engine: LlamaCppEngine) -> None:
+    from serve.agent._protocol import step_schema
+    from serve.agent.demo import DemoWorld, demo_tools
+    from serve.agent.tools import ToolSet
+
+    stock = LlamaCppEngine(LlamaCppConfig(model=ModelSpec(path=model_path), n_ctx=1024, n_threads=1, lazy_grammar=False))
+    seen: list[Any] = []
+    llm = engine._llm  # noqa: SLF001 - the sampler the adapter installed
+    init = llm._init_sampler  # noqa: SLF001
+
+    def spy(**kw: Any) -> Any:
+        seen.append(init(**kw))
+        return seen[-1]
+
+    llm._init_sampler = spy  # noqa: SLF001
+    try:
+        for schema in (step_schema(ToolSet(demo_tools(DemoWorld())), allow_parallel=True),
+                       step_schema(ToolSet([]), allow_parallel=False)):
+            msgs = [ChatMessage(role="user", content="Where is order 104208? Reply in JSON.")]
+            params = GenerationParams(max_tokens=40, temperature=0.0, json_schema=schema)
+            lazy, plain = asyncio.run(engine.chat(msgs, params)), asyncio.run(stock.chat(msgs, params))
+            assert lazy.text == plain.text and lazy.completion_tokens == plain.completion_tokens
+    finally:
+        llm._init_sampler = init  # noqa: SLF001
+        asyncio.run(stock.close())
+    from deployments.engines._lazy_grammar import LazyGrammarSampler
+
+    lazy_samplers = [s for s in seen if isinstance(s, LazyGrammarSampler)]
+    assert lazy_samplers and sum(s.fast for s in lazy_samplers) > 0
