@@ -12,7 +12,8 @@ memory of the tuned set; run it with ``--questions holdout`` to report (not fit)
 Then, at the default cut, for each absolute floor ``f`` (``similarity >= f`` for every hit, BM25's
 best match included): the needed memories kept, and the memories shown to questions that need
 none (what a floor saves). The default floor is the memory tier's threshold (the design's 0.35
-cosine), not a fit: the table shows that it keeps every needed memory of both sets.
+cosine), not a fit: the table shows that it keeps every needed memory of both sets. These rows pass
+the question as the query, so the id and fault-code rules of :func:`serve.turn.relevance_cut` apply.
 """
 
 from __future__ import annotations
@@ -68,8 +69,10 @@ async def _main(which: str) -> None:
         kept = {q: {h.source_id for h in relevance_cut(hs, cut, floor, q)} for q, hs in hits.items()}
         found = sum(len(NEEDED[q] & kept[q]) for q in hits if q in NEEDED)
         idle = sum(len(v) for q, v in kept.items() if q not in NEEDED)
+        busy = sum(len(v) for q, v in kept.items() if q in NEEDED)
         print(f"relative_cut {cut:.2f}, min_similarity {floor:+.2f}: needed kept {found}/{need}, "
-              f"memories shown to the {len(hits) - len(set(hits) & set(NEEDED))} questions that need none {idle}")
+              f"memories shown to the {len(hits) - len(set(hits) & set(NEEDED))} questions that need none {idle}, "
+              f"to the {len(set(hits) & set(NEEDED))} that need some {busy}")
 
 
 def main() -> None:

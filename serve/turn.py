@@ -224,17 +224,33 @@ def relevance_cut(hits: Sequence[MemoryHit], relative: float, floor: float = -1.
     cosine 0.12-0.21; "order 104208" must keep T-1042, that order's own ticket (cosine 0.15).
     Without the id rule the floor cost key facts in `recallserve eval agent` (the C-1010 answer
     lost its ticket T-1063).
+
+    Fault codes: when the query names a fault code (``E42``, ``E-31``:
+    ``serve.agent.guards.FAULT_CODE_PATTERN``) and some hit names one of the same codes, the hits
+    that name none of them are other faults and are dropped (before the relative cut, so the best
+    is taken among the rest), whatever their cosine or ids. A product photo's OCR line ("E42
+    BrewMaster 3000 BATCH B-2207 ...") puts the product's name in the query, which lifts every
+    ticket about that product into one band (measured on the demo photo: cosine 0.61-0.70 for five
+    E42 tickets, the E12 pump ticket, the display, steam-wand and leak tickets), so the relative cut
+    alone kept nine memories (1,056 of the answer step's 1,402 evaluated prompt tokens) and the
+    answer step saw an E12 fix beside the E42 ones. When no hit names the code (a fault described
+    only in words), nothing is dropped.
     """
     ids: set[str] = set()
+    codes: set[str] = set()
     if query:
-        from serve.agent.guards import ID_PATTERN  # NOTE: lazy: serve.agent imports this module
+        from serve.agent.guards import ID_PATTERN, fault_codes  # NOTE: lazy: serve.agent imports this module
 
         ids = set(ID_PATTERN.findall(query))
+        codes = fault_codes(query)
 
     def names_an_id(h: MemoryHit) -> bool:
         return bool(ids) and any(i in h.record.text for i in ids)
 
     hits = [h for h in hits if h.similarity >= floor or names_an_id(h)]
+    if codes:
+        same_fault = [h for h in hits if fault_codes(h.record.text) & codes]
+        hits = same_fault or hits
     if not hits or relative <= 0:
         return hits
     best = max(h.similarity for h in hits)
@@ -258,15 +274,21 @@ async def analyse_images(turn: Turn, describer: ImageDescriber | None = None) ->
     turn.timings_ms["images"] = round((time.perf_counter() - t) * 1e3, 2)
 
 
-def memory_line(n: int, kind: str, source_id: str, created_at: float, score: float, text: str,
-                item_chars: int) -> str:
-    """One recalled memory as a prompt line: ``[n] (kind source_id, date, score s) text``, the text
-    whitespace-folded and cut to ``item_chars`` (the turn's recall and the memory_search tool)."""
+def memory_line(n: int, kind: str, source_id: str, created_at: float, text: str, item_chars: int) -> str:
+    """One recalled memory as a prompt line: ``[n] (source_id, date) text`` (``(kind source_id,
+    date)`` for a kind other than ``text``), the text whitespace-folded and cut to ``item_chars``
+    (the turn's recall and the memory_search tool).
+
+    No score: through the memory tier it is the hybrid retriever's rank fusion (0.08-0.12 for any
+    top ten), which tells the model nothing the order does not, and it cost 6 prompt tokens a
+    memory (Qwen's tokenizer spends one token a digit).
+    """
     text = " ".join(text.split())
     if len(text) > item_chars:
         text = text[: item_chars - 3] + "..."
     when = time.strftime("%Y-%m-%d", time.gmtime(created_at))
-    return f"[{n}] ({kind} {source_id}, {when}, score {score:.2f}) {text}"
+    label = source_id if kind == "text" else f"{kind} {source_id}"
+    return f"[{n}] ({label}, {when}) {text}"
 
 
 def format_memories(hits: Sequence[MemoryHit], *, item_chars: int, total_chars: int) -> str:
@@ -277,7 +299,7 @@ def format_memories(hits: Sequence[MemoryHit], *, item_chars: int, total_chars: 
     lines: list[str] = []
     used = 0
     for i, h in enumerate(hits, 1):
-        line = memory_line(i, h.kind, h.source_id, h.created_at, h.score, h.text, item_chars)
+        line = memory_line(i, h.kind, h.source_id, h.created_at, h.text, item_chars)
         if used + len(line) > total_chars:
             break
         lines.append(line)

