@@ -6,13 +6,16 @@ notes) plus every observation of the turn so far. A number ``v`` of an argument 
 * ``v`` occurs in the evidence (compared as numbers: ``39.9`` matches ``39.90`` and ``1,299`` matches ``1299``),
 * or ``v`` is a percentage form of an evidence number ``e``: ``v = e / 100``, ``v = 1 - e / 100`` or
   ``v = 1 + e / 100`` (``15%`` off written as ``0.15`` or ``0.85``),
-* or ``v`` is one of :data:`FREE_NUMBERS`: counts and unit factors a question gives in words or
-  not at all ("two kettles", "an average of three", "per hour").
+* or ``v`` is one of :data:`FREE_NUMBERS` written as a whole number (``10``, not ``10.00``):
+  counts and unit factors a question gives in words or not at all ("two kettles", "an average
+  of three", "per hour"). A count has no decimals; ``10.00`` is an amount, and an amount must be given.
 
 NOTE: measured on the eval's tuned question 22 ("If I return 2 kettles at 39.90 each, how much
 refund do I get?"): the 1.5B model called the calculator with ``(2 * 39.90) - 2 * 19.90``, a
 number nobody gave, and answered 40.00. The grammar cannot know which numbers are real; this
-check refuses the call and says which number is not given, and the model calls again.
+check refuses the call and says which number is not given, and the model calls again. In a later
+run (stop 27) the same question came back as ``(2 * 39.90) - 10.00``: 10 was free as a count, so
+a free number now has to be written as one.
 """
 
 from __future__ import annotations
@@ -37,16 +40,22 @@ _WORDS = {
     "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90, "hundred": 100,
     "dozen": 12, "half": 2, "quarter": 4, "double": 2, "twice": 2, "triple": 3,
 }
+_FRACTIONS = {"half": 0.5, "quarter": 0.25}
 _WORD = re.compile(r"\b(" + "|".join(_WORDS) + r")\b", re.IGNORECASE)
 #: Evidence is read up to this many characters (prompts are capped long before).
 _MAX_CHARS = 200_000
 
 
 def numbers_in(text: str) -> set[float]:
-    """Every number written in ``text``, in digits or as a number word up to a hundred."""
+    """Every number written in ``text``, in digits or as a number word up to a hundred ("half" and
+    "quarter" give both the divisor and the fraction: 2 and 0.5, 4 and 0.25)."""
     text = text[:_MAX_CHARS]
     out = {float(m.group(0).replace(",", "")) for m in _NUM.finditer(text)}
-    out.update(float(_WORDS[m.group(1).lower()]) for m in _WORD.finditer(text))
+    for m in _WORD.finditer(text):
+        word = m.group(1).lower()
+        out.add(float(_WORDS[word]))
+        if word in _FRACTIONS:  # NOTE: "half an hour" is 0.5 as well as "halve" (/ 2)
+            out.add(_FRACTIONS[word])
     return out
 
 
@@ -60,7 +69,7 @@ def ungrounded(value: str, evidence: Iterable[float]) -> list[str]:
     bad: list[str] = []
     for m in _NUM.finditer(value[:_MAX_CHARS]):
         v = float(m.group(0).replace(",", ""))
-        if v in FREE_NUMBERS or v in known:
+        if (v in FREE_NUMBERS and "." not in m.group(0)) or v in known:
             continue
         if any(_close(v, e) or _close(v, e / 100) or _close(v, 1 - e / 100) or _close(v, 1 + e / 100) for e in known):
             continue

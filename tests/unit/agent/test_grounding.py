@@ -33,6 +33,10 @@ def _req(text: str) -> AgentRequest:
 
 @pytest.mark.parametrize(("expression", "evidence", "bad"), [
     ("(2 * 39.90) - 2 * 19.90", REFUND, ["19.90"]),  # the eval's tuned question 22
+    ("(2 * 39.90) - 10.00", REFUND, ["10.00"]),  # the same, a later run: 10.00 is an amount, not a count
+    ("(2 * 39.90) - 10", REFUND, []),  # written as a count, 10 stays free
+    ("2.0 * 39.90", REFUND, []),  # 2 is given
+    ("1450 * 0.5", "1450 watts for half an hour", []),  # a fraction word
     ("2 * 39.9", REFUND, []),  # 39.9 is 39.90
     ("1,299.00 * 3", "three at 1299 each", []),
     ("200 * 0.85", "200 with 15% off", []),  # 1 - 15/100
