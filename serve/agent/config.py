@@ -35,7 +35,12 @@ class AgentConfig(StrictModel):
     check_ids: bool = Field(
         default=True,
         description="Stop an answer at the first id (T-1071, B-2207, 104208) that neither the question, the "
-        "memories nor the observations hold, and keep it up to the sentence before (serve.agent.guards.IdCheck).",
+        "memories nor the observations hold, and keep it up to the sentence before (serve.agent.guards.AnswerCheck).",
+    )
+    stop_repeats: bool = Field(
+        default=True,
+        description="Stop an answer at the first sentence that repeats an earlier one word for word (greedy decoding "
+        "cannot leave such a loop) and keep it up to that sentence (serve.agent.guards.AnswerCheck).",
     )
     rule_replies: bool = Field(
         default=True,

@@ -11,7 +11,7 @@ import re
 from serve.pii import luhn_ok, mask_pii
 
 __all__ = ["mask_pii", "luhn_ok", "wrap_untrusted", "INJECTION_MARKERS", "ID_PATTERN", "FAULT_CODE_PATTERN", "fault_codes",
-           "IdCheck"]
+           "REPEAT_MIN_CHARS", "AnswerCheck"]
 
 #: What an id looks like in an answer: a prefix of capitals and a dash before 3+ digits (ticket
 #: T-1071, batch B-2207, customer C-1001) or 6+ digits (order 104208).
@@ -50,61 +50,132 @@ def wrap_untrusted(text: str) -> tuple[str, bool]:
     return text, flagged
 
 
-class IdCheck:
-    """Streams an answer while checking that every id in it occurs in the evidence (the prompt).
+#: A repeated sentence this short is allowed ("Yes." twice); longer ones stop the answer.
+REPEAT_MIN_CHARS = 24
+
+
+class AnswerCheck:
+    """Streams an answer while checking it: every id in it occurs in the evidence (the prompt), and
+    no sentence repeats an earlier one word for word.
 
     The model's answer is generated token by token; :meth:`feed` returns the part that is safe to
-    stream: a tail that may still grow into an id is held back until it is complete. At the first
-    complete id that the evidence does not contain, the check stops: :attr:`invented` names it and
-    :attr:`answer` ends at the last sentence end before it (the caller stops the generation).
+    stream: a tail that may still grow into an id is held back until it is complete, and so is a
+    sentence that so far reads like the start of an earlier one. The check stops (the caller stops
+    the generation) at
+
+    * the first complete id that the evidence does not contain: :attr:`invented` names it and
+      :attr:`answer` ends at the last sentence end before it;
+    * the first sentence of at least :data:`REPEAT_MIN_CHARS` characters that equals an earlier
+      one: :attr:`repeated` holds it and :attr:`answer` ends before it (it is never streamed).
 
     NOTE: measured on the eval's holdout question 28 ("did we ever see E12 pump problems on other
     units?"): after citing the real T-1071, the 1.5B model went on "The second ticket is T-1072
     ... The ninth ticket is T-1079", all invented, until the step's token cap. The prompt's rule
-    "never invent ids" is advice; this check is what holds it.
+    "never invent ids" is advice; this check is what holds it. Repeats: in three full runs of
+    ``recallserve eval agent`` (80 questions each) 3-4 answers looped on one sentence to the step's
+    token cap (320-423 tokens, 22-101 s; tuned #13 on stop 27's run said "The issue was escalated
+    to engineering ..." three times and never the ticket id). Greedy decoding cannot leave such a
+    loop; what follows the first copy is never new.
 
     Example:
-        >>> c = IdCheck("Observation: ticket T-1071 ...")
+        >>> c = AnswerCheck("Observation: ticket T-1071 ...")
         >>> c.feed("Seen in T-1071. Also T-10") + c.feed("72 and more")
         'Seen in T-1071. Also '
         >>> c.invented, c.answer
         ('T-1072', 'Seen in T-1071.')
+        >>> c = AnswerCheck("")
+        >>> c.feed("It was fixed by the fuse. It was fixed by the fuse. More")
+        'It was fixed by the fuse. '
+        >>> c.repeated, c.answer
+        ('It was fixed by the fuse.', 'It was fixed by the fuse.')
     """
 
-    def __init__(self, evidence: str) -> None:
+    def __init__(self, evidence: str, *, ids: bool = True, repeats: bool = True) -> None:
         self.known = set(ID_PATTERN.findall(evidence))
+        self.ids, self.repeats = ids, repeats
         self.text = ""
         self._sent = 0
         self.invented: str | None = None
+        self.repeated: str | None = None
         self._cut = 0
+        self._sentences: set[str] = set()
+        self._open = 0  # where the sentence now being written starts
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the check stopped the answer (an invented id or a repeat)."""
+        return self.invented is not None or self.repeated is not None
+
+    @property
+    def reason(self) -> str:
+        """Why the answer was cut, for the trace ("" when it was not)."""
+        if self.invented is not None:
+            return f"answer cut before {self.invented}, an id no record holds"
+        if self.repeated is not None:
+            return "answer cut before a sentence it had already given"
+        return ""
 
     @property
     def answer(self) -> str:
-        """The answer so far: everything fed, or, after an invented id, up to the sentence before it."""
-        return (self.text[: self._cut] if self.invented else self.text).strip()
+        """The answer so far: everything fed, or, after a stop, up to the sentence before it."""
+        return (self.text[: self._cut] if self.stopped else self.text).strip()
 
     def feed(self, new: str) -> str:
-        """Add answer text; return what may be streamed now ("" once an invented id was seen)."""
-        if self.invented is not None:
+        """Add answer text; return what may be streamed now ("" once the check stopped)."""
+        if self.stopped:
             return ""
         self.text += new
-        tail = _ID_TAIL.search(self.text)
-        return self._release(tail.start() if tail else len(self.text))
+        safe = len(self.text)
+        if self.ids:
+            tail = _ID_TAIL.search(self.text)
+            safe = tail.start() if tail else safe
+        if self.repeats:
+            safe = min(safe, self._repeat_safe())
+        return self._release(safe)
 
     def flush(self) -> str:
-        """The held-back tail once the answer is complete (its ids checked like the rest)."""
-        return "" if self.invented is not None else self._release(len(self.text))
+        """The held-back tail once the answer is complete (checked like the rest)."""
+        if self.stopped:
+            return ""
+        if self.repeats:
+            self._close_sentence(len(self.text))
+        return "" if self.stopped else self._release(len(self.text))
+
+    def _close_sentence(self, end: int) -> bool:
+        """Record the sentence ``text[_open:end]``; True (and stop) when it repeats an earlier one."""
+        sentence = self.text[self._open : end].strip()
+        if len(sentence) >= REPEAT_MIN_CHARS and sentence in self._sentences:
+            self.repeated, self._cut = sentence, self._open
+            return True
+        if sentence:
+            self._sentences.add(sentence)
+        self._open = end
+        return False
+
+    def _repeat_safe(self) -> int:
+        """Close the sentences completed since the last call; the offset up to which no repeat can
+        still start (the open sentence is held while it reads like the start of an earlier one)."""
+        for m in _SENTENCE_END.finditer(self.text, self._open):
+            if self._close_sentence(m.end()):
+                return self._cut
+        current = self.text[self._open :].strip()
+        if current and any(s.startswith(current) for s in self._sentences if len(s) >= REPEAT_MIN_CHARS):
+            return self._open
+        return len(self.text)
 
     def _release(self, safe: int) -> str:
         """Check the ids that end before ``safe`` and return the unsent text up to ``safe`` or
         up to an invented id."""
-        for m in ID_PATTERN.finditer(self.text, 0, safe):
-            if m.group(0) not in self.known:
-                self.invented = m.group(0)
-                ends = [e.end() for e in _SENTENCE_END.finditer(self.text, 0, m.start())]
-                self._cut = ends[-1] if ends else 0
-                safe = m.start()
-                break
+        if self.repeated is not None:
+            safe = min(safe, self._cut)
+        if self.ids:
+            for m in ID_PATTERN.finditer(self.text, 0, safe):
+                if m.group(0) not in self.known:
+                    self.invented, self.repeated = m.group(0), None
+                    ends = [e.end() for e in _SENTENCE_END.finditer(self.text, 0, m.start())]
+                    self._cut = ends[-1] if ends else 0
+                    safe = m.start()
+                    break
         out = self.text[self._sent : max(self._sent, safe)]
         self._sent = max(self._sent, safe)
         return out

@@ -38,7 +38,7 @@ from serve.agent._prompts import PARTIAL_INSTRUCTION, RETRY_INSTRUCTION, ROUTER_
 from serve.agent._protocol import FINAL_WRAPPER_TOKENS, THOUGHT_MAX_CHARS, AnswerStream, ParsedCall, ParsedStep, \
     StepParseError, is_final_only, parse_json_object, parse_step, router_schema, step_schema
 from serve.agent.config import AgentConfig
-from serve.agent.guards import IdCheck, mask_pii
+from serve.agent.guards import AnswerCheck, mask_pii
 from serve.agent.images import ImageDescriber
 from serve.agent.routing import bind_schema, route_by_rules
 from serve.agent.schemas import AgentEvent, AgentRequest, AgentResult, AgentUsage, RouteDecision, ToolCallRecord, \
@@ -229,17 +229,24 @@ class _Run:
     def _ms(self, since: float) -> float:
         return round((time.perf_counter() - since) * 1e3, 2)
 
+    def _guard(self, step: int, check: AnswerCheck) -> AgentEvent:
+        """The trace step of a stopped answer: why, and the invented id or the repeated sentence."""
+        data = {"invented": check.invented} if check.invented is not None else {"repeated": (check.repeated or "")[:200]}
+        return self._add(step, "guard", check.reason, **data)
+
     def _add(self, step: int, kind: str, content: str, elapsed_ms: float = 0.0, **data: Any) -> AgentEvent:
         item = TraceStep(step=step, kind=kind, content=content, elapsed_ms=elapsed_ms, data=data)
         self.trace.append(item)
         return AgentEvent(type="trace", step=item)
 
     # -- engine calls ---------------------------------------------------------------------------
-    def _id_check(self, messages: list[ChatMessage]) -> IdCheck | None:
-        """An :class:`IdCheck` whose evidence is ``messages`` (the prompt), or None when off."""
-        if not self.cfg.check_ids:
+    def _answer_check(self, messages: list[ChatMessage]) -> AnswerCheck | None:
+        """An :class:`AnswerCheck` whose evidence is ``messages`` (the prompt), or None when both
+        of its rules are off."""
+        if not (self.cfg.check_ids or self.cfg.stop_repeats):
             return None
-        return IdCheck("\n".join(m.content for m in messages))
+        return AnswerCheck("\n".join(m.content for m in messages), ids=self.cfg.check_ids,
+                           repeats=self.cfg.stop_repeats)
 
     def _step_tokens(self, schema: dict[str, Any]) -> int:
         """Most tokens a step may generate: ``agent.step_max_tokens``, and when the step can only be
@@ -493,7 +500,7 @@ class _Run:
         params = GenerationParams(max_tokens=self.req.max_answer_tokens or self.cfg.step_max_tokens,
                                   temperature=self.cfg.temperature, seed=self.cfg.seed)
         t = time.perf_counter()
-        check = self._id_check(msgs)
+        check = self._answer_check(msgs)
         async with aclosing(self._stream_call(msgs, params)) as deltas:
             async for piece in deltas:
                 if not self._streamed and not piece.strip():
@@ -502,16 +509,15 @@ class _Run:
                 safe = check.feed(piece) if check is not None else piece
                 if safe:
                     yield self._delta(safe)
-                if check is not None and check.invented:
+                if check is not None and check.stopped:
                     break
         if check is not None:
             rest = check.flush()
             if rest:
                 yield self._delta(rest)
-            if check.invented:
+            if check.stopped:
                 self._streamed = check.answer
-                yield self._add(1, "guard", f"answer cut before {check.invented}, an id no record holds",
-                                invented=check.invented)
+                yield self._guard(1, check)
         yield self._add(1, "final", self._streamed.strip(), self._ms(t))
 
     def _reminder(self) -> str:
@@ -537,15 +543,15 @@ class _Run:
         for attempt in (0, 1):
             t = time.perf_counter()
             extractor = AnswerStream()
-            check = self._id_check(attempt_msgs)
+            check = self._answer_check(attempt_msgs)
             async with aclosing(self._stream_call(attempt_msgs, self._params(schema, self._step_tokens(schema)))) as deltas:
                 async for piece in deltas:
                     new = extractor.feed(piece)
                     safe = check.feed(new) if check is not None and new else new
                     if safe:
                         yield self._delta(safe)
-                    if check is not None and check.invented:
-                        break  # NOTE: stops the generation: nothing after an invented id is kept
+                    if check is not None and check.stopped:
+                        break  # NOTE: stops the generation: nothing after an invented id or a repeat is kept
             text = extractor.buf
             try:
                 parsed = parse_step(text)
@@ -561,10 +567,9 @@ class _Run:
                 rest = check.flush()
                 if rest:
                     yield self._delta(rest)
-                if check.invented:
-                    parsed.answer = check.answer or self._partial_text("the answer named an id no record holds")
-                    yield self._add(step, "guard", f"answer cut before {check.invented}, an id no record holds",
-                                    invented=check.invented)
+                if check.stopped:
+                    parsed.answer = check.answer or self._partial_text(check.reason)
+                    yield self._guard(step, check)
             if parsed.type != "final":
                 yield self._add(step, "action", json.dumps([{"name": c.name, "args": c.args} for c in parsed.calls]),
                                 calls=[{"id": c.id, "name": c.name, "args": c.args} for c in parsed.calls])

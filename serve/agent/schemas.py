@@ -144,7 +144,7 @@ class TraceStep(StrictModel):
 
     step: int = Field(ge=0, description="Loop step (0 = before the loop: memory, router, images).")
     kind: Literal["memory", "image", "route", "thought", "action", "observation", "parse_error", "guard", "final",
-                  "partial"] = Field(description="What happened (guard: the answer was cut before an invented id).")
+                  "partial"] = Field(description="What happened (guard: the answer was cut before an invented id or a repeated sentence).")
     content: str = Field(description="Human-readable content.")
     elapsed_ms: float = Field(default=0.0, ge=0.0, description="Time it took, where measured.")
     data: dict[str, Any] = Field(default_factory=dict, description="Structured details.")

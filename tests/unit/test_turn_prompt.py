@@ -249,3 +249,37 @@ def test_the_direct_answer_prompt_says_who_the_assistant_is(rig) -> None:
     system = engine.prompts[-1][0].content
     assert system.startswith("You are this company's customer-service assistant. You help customers with: ")
     assert "order status" in system and "ticket history" in system and '"type"' not in system
+
+
+class LoopingEngine(RecordingEngine):
+    """A model caught in a greedy loop: its answer repeats one sentence to the token cap."""
+
+    LOOP = "The issue was escalated to engineering for further investigation."
+
+    def _next(self, messages: Sequence[ChatMessage], params: GenerationParams) -> str:
+        self.calls.append((list(messages), params))
+        answer = "Yes, C-1010 wrote in before. " + " ".join([self.LOOP] * 6)
+        if params.json_schema is None:
+            return answer
+        if "tools" in params.json_schema.get("properties", {}):
+            return json.dumps({"tools": []})
+        return json.dumps({"thought": "known", "type": "final", "answer": answer})
+
+
+@pytest.mark.parametrize("agent", ["on", "off"])
+def test_an_answer_that_loops_stops_at_its_first_repeat_in_the_http_answer_and_the_stream(agent: str) -> None:
+    """What the user gets from a looping model: the sentence once, in the answer and the stream
+    alike, and the trace says why (agent on: the JSON step; off: the direct answer)."""
+    engine = LoopingEngine()
+    loop_agent = Agent(engine, default_registry(demo=True), config=AgentConfig(max_steps=1, use_router=False))
+    pipeline = ChatPipeline(engine, PipelineSettings(write_back=False), agent=loop_agent)
+    msgs = [{"role": "user", "content": "Has customer C-1010 contacted support before?"}]
+    with TestClient(create_app(pipeline, Authenticator(KEYS))) as c:
+        body = _post(c, msgs, agent=agent)
+        text, _meta = _stream(c, msgs, agent=agent)
+    want = f"Yes, C-1010 wrote in before. {LoopingEngine.LOOP}"
+    assert body["choices"][0]["message"]["content"] == want
+    assert text.strip() == want and text.count(LoopingEngine.LOOP) == 1
+    if agent == "on":
+        guard = [s for s in body["recallserve"]["agent"]["steps"] if s["kind"] == "guard"]
+        assert guard and guard[0]["data"]["repeated"] == LoopingEngine.LOOP
