@@ -17,6 +17,7 @@ starts at S+1 and segments holding only entries <= S are deleted.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import zlib
@@ -24,7 +25,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["WriteAheadLog", "WalCorruptError", "fsync_dir"]
+import numpy as np
+
+__all__ = ["WriteAheadLog", "WalCorruptError", "decode_vectors", "encode_vectors", "fsync_dir"]
 
 _PREFIX = "wal-"
 _SUFFIX = ".log"
@@ -32,6 +35,16 @@ _SUFFIX = ".log"
 
 class WalCorruptError(RuntimeError):
     """A WAL line in the middle of the log failed its checksum (not a torn tail)."""
+
+
+def encode_vectors(vectors: np.ndarray) -> str:
+    """An entry's vectors as base64 of little-endian float32 rows (exact: no text rounding)."""
+    return base64.b64encode(np.ascontiguousarray(vectors, dtype="<f4").tobytes()).decode("ascii")
+
+
+def decode_vectors(text: str, rows: int, dim: int) -> np.ndarray:
+    """The ``rows x dim`` float32 array :func:`encode_vectors` wrote."""
+    return np.frombuffer(base64.b64decode(text), dtype="<f4").reshape(rows, dim).astype(np.float32)
 
 
 def _encode(entry: dict[str, Any]) -> bytes:

@@ -19,6 +19,7 @@ a snapshot mean the same after a restart.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 import time
@@ -46,6 +47,7 @@ __all__ = [
     "private_record_id",
     "shared_record_id",
     "id_route",
+    "record_version",
 ]
 
 SHARED_TENANT_NAME = "shared"
@@ -310,3 +312,14 @@ class EmbeddedRecord:
 
     def __reduce__(self):  # keep pickling (Ray transport) working with __slots__
         return (EmbeddedRecord, (self.record, self.vectors))
+
+
+def record_version(record: MemoryRecord) -> str:
+    """Version tag of a record's content: blake2b-128 of its canonical JSON without ``last_access_at``.
+
+    Every write of a record (a new text, metadata, expiry, a replacing record) changes the tag;
+    a recall's renewal of ``last_access_at`` does not, so a batch job that read a record can tell
+    whether a user wrote it since (see :meth:`MemoryShard.apply_if_unchanged`).
+    """
+    body = json.dumps(record.model_dump(mode="json", exclude={"last_access_at"}), sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(body.encode("utf-8"), digest_size=16).hexdigest()

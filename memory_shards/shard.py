@@ -22,10 +22,7 @@ return; snapshots bound replay time. Last-access renewals from searches are batc
 
 from __future__ import annotations
 
-import base64
 import fcntl
-import hashlib
-import json
 import os
 import threading
 import time
@@ -37,36 +34,19 @@ import numpy as np
 
 from ._device import DTYPES, resolve_device
 from ._gather import SearchGatherer
-from ._ivf import IvfCandidates
+from ._ivf_trainer import BackgroundIvf
 from ._scan import fused_scan
 from ._snapshot import load_latest_snapshot, write_snapshot
 from ._table import RowTable
-from ._wal import WriteAheadLog
+from ._wal import WriteAheadLog, decode_vectors, encode_vectors
 from kernels import ScoreParams
 from kernels._dispatch import chosen_backend
 
 from .config import SearchFilters, SearchHit, ShardConfig
-from .records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, kind_code, source_key, tenant_key
+from .records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, kind_code, record_version, source_key, \
+    tenant_key
 
 __all__ = ["MemoryShard", "record_version"]
-
-def record_version(record: MemoryRecord) -> str:
-    """Version tag of a record's content: blake2b-128 of its canonical JSON without ``last_access_at``.
-
-    Every write of a record (a new text, metadata, expiry, a replacing record) changes the tag;
-    a recall's renewal of ``last_access_at`` does not, so a batch job that read a record can tell
-    whether a user wrote it since (see :meth:`MemoryShard.apply_if_unchanged`).
-    """
-    body = json.dumps(record.model_dump(mode="json", exclude={"last_access_at"}), sort_keys=True, separators=(",", ":"))
-    return hashlib.blake2b(body.encode("utf-8"), digest_size=16).hexdigest()
-
-
-def _b64(vectors: np.ndarray) -> str:
-    return base64.b64encode(np.ascontiguousarray(vectors, dtype="<f4").tobytes()).decode("ascii")
-
-
-def _unb64(text: str, rows: int, dim: int) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(text), dtype="<f4").reshape(rows, dim).astype(np.float32)
 
 
 class MemoryShard:
@@ -86,9 +66,6 @@ class MemoryShard:
     def __init__(self, config: ShardConfig) -> None:
         self.config = config
         self._lock = threading.RLock()
-        self._ivf: IvfCandidates | None = None
-        self._ivf_thread: threading.Thread | None = None
-        self._ivf_error: BaseException | None = None
         self._gather = SearchGatherer(self._search_now, config.gather_max_queries) if config.gather_max_queries else None
         self._pending_touch: dict[str, float] = {}
         self._pending_since = 0.0
@@ -99,6 +76,7 @@ class MemoryShard:
         self._seq = 0
         self.device = resolve_device(config.device)
         self._dtype = DTYPES[config.vector_dtype]
+        self._ivf = BackgroundIvf(config, self.device, self._lock, lambda: self._table)
         if config.data_dir is None:
             self._table = RowTable(config.dim, device=self.device, dtype=self._dtype)
             return
@@ -143,8 +121,8 @@ class MemoryShard:
                 "rows": t.n,
                 "live_rows": t.live_rows,
                 "seq": self._seq,
-                "index": "ivf" if self._use_ivf(None) and self._ivf is not None else "exact",
-                "ivf_state": self._ivf_state(),
+                "index": "ivf" if self._use_ivf(None) and self._ivf.index is not None else "exact",
+                "ivf_state": self._ivf.state,
                 "device": str(self.device),
                 "kernel": chosen_backend(t.kernel_columns().vectors, self.config.backend),
                 "vector_dtype": self.config.vector_dtype,
@@ -194,7 +172,7 @@ class MemoryShard:
                 if owner != rec.tenant:
                     raise ValueError(f"items[{i}].record.id: {rec.id!r} belongs to another tenant")
             entries = [
-                {"seq": self._seq + 1 + i, "op": "upsert", "record": rec.model_dump(mode="json"), "rows": vec.shape[0], "vectors": _b64(vec)}
+                {"seq": self._seq + 1 + i, "op": "upsert", "record": rec.model_dump(mode="json"), "rows": vec.shape[0], "vectors": encode_vectors(vec)}
                 for i, (rec, vec) in enumerate(checked)
             ]
             self._log(entries)
@@ -333,11 +311,11 @@ class MemoryShard:
             if self._wal is None:
                 if self._table.dead_rows / max(self._table.n, 1) >= self.config.compact_dead_ratio:
                     self._table = self._table.compacted()
-                    self._ivf = None
+                    self._ivf.drop()
                 return
             if self._table.dead_rows / max(self._table.n, 1) >= self.config.compact_dead_ratio:
                 self._table = self._table.compacted()
-                self._ivf = None
+                self._ivf.drop()
             write_snapshot(Path(self.config.data_dir), self._table, self._seq, self.config.model_id)
             self._wal.open_segment(self._seq + 1)
             self._wal.drop_through(self._seq)
@@ -517,9 +495,9 @@ class MemoryShard:
         n = t.n
         valid = self._filter_mask(filters, qt)
         rows = None
-        ivf = self._trained_ivf() if self._use_ivf(exact) and n > 0 else None
+        ivf = self._ivf.current(t) if self._use_ivf(exact) and n > 0 else None
         if ivf is not None:
-            self._ivf.add(t.vectors[:n], self._ivf.ntotal)
+            ivf.add(t.vectors[:n], ivf.ntotal)
             live = valid & (t.col("expires") > now)
             tenant_col = t.col("tenant")
             per_query = max(self.config.ivf_candidates, k)
@@ -527,7 +505,7 @@ class MemoryShard:
             for key in np.unique(qt):
                 sel = qt == key
                 visible = live & ((tenant_col == key) | (tenant_col == 0))
-                parts.append(self._ivf.candidates(q[sel], visible, per_query))
+                parts.append(ivf.candidates(q[sel], visible, per_query))
             rows = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
         res = fused_scan(
             q, qt, t.kernel_columns(), now, k, params, backend=self.config.backend, rows=rows,
@@ -542,49 +520,7 @@ class MemoryShard:
         Raises:
             RuntimeError: the last training failed (the shard keeps serving exact scans).
         """
-        thread = self._ivf_thread
-        if thread is not None:
-            thread.join(timeout)
-        if self._ivf_error is not None:
-            raise RuntimeError(f"IVF training failed: {self._ivf_error}") from self._ivf_error
-        return self._ivf_thread is None or not self._ivf_thread.is_alive()
-
-    def _ivf_state(self) -> str:
-        if self._ivf_thread is not None and self._ivf_thread.is_alive():
-            return "training"
-        return "ready" if self._ivf is not None else "none"
-
-    def _trained_ivf(self) -> IvfCandidates | None:
-        """The trained index, or None while the first one trains (the caller scans exactly).
-
-        Starts a background training when there is no index, or when the live rows have doubled
-        since the centroids were trained (lists grow unbalanced; the old index serves meanwhile).
-        """
-        t = self._table
-        stale = self._ivf is not None and t.live_rows >= 2 * max(self._ivf.trained_rows, 1)
-        idle = self._ivf_thread is None or not self._ivf_thread.is_alive()
-        if (self._ivf is None or stale) and idle and self._ivf_error is None:
-            # NOTE: copies, taken under the shard lock: writes go on while the index trains.
-            vectors, live = t.vectors[: t.n].copy(), t.col("valid").copy()
-            cfg = self.config
-            gpu = (self.device.index or 0) if self.device.type == "cuda" else None
-            fresh = IvfCandidates(t.dim, cfg.ivf_nlist, cfg.ivf_nprobe, gpu_device=gpu)
-            self._ivf_thread = threading.Thread(
-                target=self._train_ivf, args=(fresh, t, vectors, live), name=f"ivf-train-{self.shard_id}", daemon=True
-            )
-            self._ivf_thread.start()
-        return self._ivf
-
-    def _train_ivf(self, fresh: IvfCandidates, table: RowTable, vectors: np.ndarray, live: np.ndarray) -> None:
-        try:
-            fresh.build(vectors, live, self.config.ivf_train_sample)
-        except BaseException as exc:  # noqa: BLE001 - reported by wait_index / stats, exact scans go on
-            self._ivf_error = exc
-            return
-        with self._lock:
-            # NOTE: a compaction since the copy renumbered the rows: drop this index, retrain later.
-            if self._table is table:
-                self._ivf = fresh
+        return self._ivf.wait(timeout)
 
     def _log(self, entries: list[dict[str, Any]]) -> None:
         if self._wal is not None:
@@ -630,7 +566,7 @@ class MemoryShard:
                 raise ValueError(
                     f"model_id: WAL entry seq {entry['seq']} holds vectors of {rec.embedding_model!r}, shard expects {self.config.model_id!r}"
                 )
-            self._apply_upsert(rec, _unb64(entry["vectors"], entry["rows"], self.config.dim))
+            self._apply_upsert(rec, decode_vectors(entry["vectors"], entry["rows"], self.config.dim))
         elif op == "delete":
             self._apply_delete(entry["ids"])
         elif op == "touch":

@@ -13,8 +13,11 @@ Per request:
    decide ``direct`` or ``tools``, which tools (a subset of the tenant's scopes) and which ones
    the first step must call;
 4. up to ``max_steps`` reasoner steps, each one JSON object constrained by a schema; bad JSON is
-   retried once, then reported back as an observation; calls run through :class:`StepExecutor`;
-5. out of steps or time -> a partial answer stating what is known and what is missing.
+   retried once, then reported back as an observation; calls run through :class:`StepExecutor`,
+   and the rules' bindings decide which calls are left (:mod:`serve.agent._calls`);
+5. out of steps or time -> a partial answer stating what is known and what is missing. Every
+   engine call runs under the request deadline and adds to its usage
+   (:class:`serve.agent._metered.MeteredCalls`).
 
 Every prompt is the turn rendered by :func:`serve.turn.render_prompt` under the call's head
 (protocol + tools, direct answer, router): the client's system prompt, the context-mode block and
@@ -32,7 +35,9 @@ from contextlib import aclosing
 from typing import Any
 
 from serve.agent._cache import TTLCache
+from serve.agent._calls import determined_call, spent_tools
 from serve.agent._executor import StepExecutor
+from serve.agent._metered import Deadline, MeteredCalls
 from serve.agent._prompts import PARTIAL_INSTRUCTION, RETRY_INSTRUCTION, ROUTER_INSTRUCTION, direct_prompt, \
     system_prompt
 from serve.agent._protocol import FINAL_WRAPPER_TOKENS, THOUGHT_MAX_CHARS, AnswerStream, ParsedCall, ParsedStep, \
@@ -40,10 +45,10 @@ from serve.agent._protocol import FINAL_WRAPPER_TOKENS, THOUGHT_MAX_CHARS, Answe
 from serve.agent.config import AgentConfig
 from serve.agent.guards import AnswerCheck, mask_pii
 from serve.agent.images import ImageDescriber
-from serve.agent.routing import bind_schema, route_by_rules
+from serve.agent.routing import route_by_rules
 from serve.agent.schemas import AgentEvent, AgentRequest, AgentResult, AgentUsage, RouteDecision, ToolCallRecord, \
     TraceStep
-from serve.agent.tools import Tool, ToolContext, ToolRegistry, ToolSet
+from serve.agent.tools import ToolContext, ToolRegistry, ToolSet
 from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
 from serve.memory import MemoryBackend, MemoryWrite
 from serve.pii import apply_pii, for_write_back
@@ -52,84 +57,6 @@ from serve.turn import RecallConfig, Turn, analyse_images, recall_memories, rend
 __all__ = ["Agent"]
 
 log = logging.getLogger("serve.agent")
-
-
-def _bound_values(tool: Tool, found: dict[str, list[str]]) -> dict[str, list[str]]:
-    """Argument -> the values the decoding grammar allows for ``tool`` (``bind_schema``'s enums:
-    the values found in the question, upper-cased where only that fits the parameter's pattern)."""
-    assert tool.routing is not None
-    props = bind_schema(tool.args_schema, tool.routing.bind, found).get("properties", {})
-    return {p: [str(v) for v in spec["enum"]] for p, spec in props.items() if "enum" in spec}
-
-
-def _determined_call(tools: ToolSet, bindings: dict[str, dict[str, list[str]]]) -> ParsedCall | None:
-    """The one call the rules fix completely, or None.
-
-    ``tools`` are the tools the first step must choose from; the call is determined when there is
-    exactly one of them, it changes nothing (a destructive call always goes through the model's
-    own step), and it has exactly one possible call (:func:`_single_call_tools`): every argument
-    bound to the one value the question gives, or optional and absent. Its arguments are the
-    grammar's values, so the call is the one the model's step would have been held to; that step
-    could only have added a thought, so the call runs without an engine step.
-    """
-    if len(tools) != 1 or not _single_call_tools(tools, bindings):
-        return None
-    name, tool = next(iter(tools.items()))
-    if tool.destructive:
-        return None
-    args = {p: values[0] for p, values in _bound_values(tool, bindings.get(name, {})).items()}
-    return ParsedCall(id="c1", name=name, args=args)
-
-
-def _spent_tools(tools: ToolSet, bindings: dict[str, dict[str, list[str]]], calls: list[ToolCallRecord]) -> set[str]:
-    """Tools of ``tools`` that have nothing new left to call: their ``max_calls`` are used, or,
-    under the routing bindings, every value the question gives.
-
-    A tool whose every argument is bound by the rules is spent once its attempted calls (any
-    outcome but refused or invalid: the executor refuses a repeat of those arguments whatever
-    their result was) have used every value the grammar allows for it: a single-call tool after
-    its call, ``inventory_changes`` of "between 2025-04-01 and 2025-04-30" once a call used both
-    dates. A further call could only repeat one or recombine the same values. NOTE: measured on
-    the eval's inventory questions, the 1.5B model repeated such a call once before answering
-    (refused as a repeat: one more step, ~60 generated tokens).
-    """
-    out: set[str] = set()
-    for name, tool in tools.items():
-        done = [c for c in calls if c.name == name and c.status not in ("refused", "invalid")]
-        if tool.max_calls is not None and len(done) >= tool.max_calls:
-            out.add(name)  # NOTE: the tool's own budget (memory_search: one search a request)
-            continue
-        found = bindings.get(name)
-        if tool.routing is None or found is None:
-            continue
-        if not all(p in tool.routing.bind for p in tool.args_schema.get("properties", {})):
-            continue  # NOTE: a free argument (a query, an expression) can always make a new call
-        used = {str(v) for c in done for v in c.args.values() if v is not None}
-        allowed = _bound_values(tool, found)
-        if done and all(v in used for values in allowed.values() for v in values):
-            out.add(name)
-    return out
-
-
-def _single_call_tools(tools: ToolSet, bindings: dict[str, dict[str, list[str]]]) -> set[str]:
-    """Tools of ``tools`` with exactly one possible call under the routing bindings: every
-    argument is bound to one value found in the question, or is optional and left out."""
-    out: set[str] = set()
-    for name, tool in tools.items():
-        found = bindings.get(name)
-        if tool.routing is None or found is None:
-            continue
-        required = set(tool.args_schema.get("required", []))
-        declared = set(tool.routing.bind)
-        props = tool.args_schema.get("properties", {})
-        if all(p in declared and (len(found.get(p, [])) == 1 or (not found.get(p) and p not in required))
-               for p in props):
-            out.add(name)
-    return out
-
-
-class _Deadline(Exception):
-    """The request deadline passed during an engine call."""
 
 
 class Agent:
@@ -222,6 +149,7 @@ class _Run:
         self.trace: list[TraceStep] = []
         self.calls: list[ToolCallRecord] = []
         self.usage = AgentUsage()
+        self.engine = MeteredCalls(self.deadline, self.cfg.engine_timeout_s, self.usage)
         self.first_token_ms: float | None = None
         self._streamed = ""
         self.question = self.turn.asked
@@ -263,55 +191,6 @@ class _Run:
         return GenerationParams(max_tokens=max_tokens, temperature=self.cfg.temperature, seed=self.cfg.seed,
                                 json_schema=schema)
 
-    def _remaining(self) -> float:
-        left = self.deadline - time.perf_counter()
-        if left <= 0:
-            raise _Deadline()
-        return min(left, self.cfg.engine_timeout_s)
-
-    async def _chat(self, engine: LLMEngine, messages: list[ChatMessage], params: GenerationParams) -> str:
-        import asyncio
-
-        try:
-            res = await asyncio.wait_for(engine.chat(messages, params), timeout=self._remaining())
-        except TimeoutError:
-            raise _Deadline() from None
-        self.usage.prompt_tokens += res.prompt_tokens
-        self.usage.cached_tokens += res.cached_tokens
-        self.usage.engine_ms += res.engine_ms
-        self.usage.completion_tokens += res.completion_tokens
-        self.usage.engine_calls += 1
-        return res.text
-
-    async def _stream_call(self, messages: list[ChatMessage], params: GenerationParams) -> AsyncIterator[str]:
-        """Yield raw text deltas of one reasoner call (usage recorded from the last delta)."""
-        import asyncio
-
-        self.usage.engine_calls += 1
-        it = self.a.reasoner.stream(messages, params).__aiter__()
-        try:
-            while True:
-                try:
-                    delta = await asyncio.wait_for(it.__anext__(), timeout=self._remaining())
-                except StopAsyncIteration:
-                    return
-                except TimeoutError:
-                    raise _Deadline() from None
-                if delta.prompt_tokens is not None:
-                    self.usage.prompt_tokens += delta.prompt_tokens
-                if delta.cached_tokens is not None:
-                    self.usage.cached_tokens += delta.cached_tokens
-                if delta.engine_ms is not None:
-                    self.usage.engine_ms += delta.engine_ms
-                if delta.completion_tokens is not None:
-                    self.usage.completion_tokens += delta.completion_tokens
-                if delta.text:
-                    yield delta.text
-        finally:
-            aclose = getattr(it, "aclose", None)
-            if aclose is not None:
-                await aclose()
-
     # -- phases ---------------------------------------------------------------------------------
     async def _images(self) -> AsyncIterator[AgentEvent]:
         if self.turn.images is None:
@@ -352,7 +231,7 @@ class _Run:
             return RouteDecision(route="tools", tools=list(tools), source="mode")
         msgs = base[:-1] + [ChatMessage(role="user", content=base[-1].content + ROUTER_INSTRUCTION)]
         try:
-            text = await self._chat(self.a.router, msgs, self._params(router_schema(tools), self.cfg.router_max_tokens))
+            text = await self.engine.chat(self.a.router, msgs, self._params(router_schema(tools), self.cfg.router_max_tokens))
             obj = parse_json_object(text)
             listed = obj.get("tools")
             if not isinstance(listed, list):
@@ -383,7 +262,7 @@ class _Run:
         finish = "final"
         try:
             route = await self._route(toolset, messages)
-        except _Deadline:
+        except Deadline:
             route = RouteDecision(route="direct", source="fallback")
             answer, finish = self._partial_text("the time limit was reached"), "timeout"
         yield self._add(0, "route", f"{route.route} {route.tools}", route.elapsed_ms, route=route.route,
@@ -393,7 +272,7 @@ class _Run:
                 async for ev in self._answer_directly(messages, route):
                     yield ev
                 answer = self._streamed.strip() or self._partial_text("the model returned an empty answer")
-            except _Deadline:
+            except Deadline:
                 finish, answer = "timeout", self._partial_text("the time limit was reached")
             except EngineError as exc:
                 finish, answer = "engine_error", self._partial_text(f"the model failed ({exc})")
@@ -417,7 +296,7 @@ class _Run:
             first_schema = step_schema(first, allow_parallel=parallel, allow_final=False, bindings=bindings) \
                 if first else schema
             max_steps = self.req.max_steps or self.cfg.max_steps
-            fixed = _determined_call(first, bindings) if bindings is not None and self.cfg.rule_first_call else None
+            fixed = determined_call(first, bindings) if bindings is not None and self.cfg.rule_first_call else None
             try:
                 for step in range(1, max_steps + 1):
                     parsed: ParsedStep | None = None
@@ -443,7 +322,7 @@ class _Run:
                         # model otherwise repeats a not-found lookup until the step limit).
                         schema = step_schema(ToolSet([]), allow_parallel=False)
                     else:
-                        spent = _spent_tools(allowed, bindings or {}, self.calls)
+                        spent = spent_tools(allowed, bindings or {}, self.calls)
                         if spent:
                             # NOTE: a tool whose calls used every value the question gives for it
                             # leaves the grammar (measured: the 1.5B model repeated a successful
@@ -461,7 +340,7 @@ class _Run:
                 else:
                     finish = "max_steps"
                     answer = await self._forced_final(messages)
-            except _Deadline:
+            except Deadline:
                 finish, answer = "timeout", self._partial_text("the time limit was reached")
             except EngineError as exc:
                 finish, answer = "engine_error", self._partial_text(f"the model failed ({exc})")
@@ -501,7 +380,7 @@ class _Run:
                                   temperature=self.cfg.temperature, seed=self.cfg.seed)
         t = time.perf_counter()
         check = self._answer_check(msgs)
-        async with aclosing(self._stream_call(msgs, params)) as deltas:
+        async with aclosing(self.engine.stream(self.a.reasoner, msgs, params)) as deltas:
             async for piece in deltas:
                 if not self._streamed and not piece.strip():
                     continue  # NOTE: no leading whitespace in the answer
@@ -544,7 +423,7 @@ class _Run:
             t = time.perf_counter()
             extractor = AnswerStream()
             check = self._answer_check(attempt_msgs)
-            async with aclosing(self._stream_call(attempt_msgs, self._params(schema, self._step_tokens(schema)))) as deltas:
+            async with aclosing(self.engine.stream(self.a.reasoner, attempt_msgs, self._params(schema, self._step_tokens(schema)))) as deltas:
                 async for piece in deltas:
                     new = extractor.feed(piece)
                     safe = check.feed(new) if check is not None and new else new
@@ -604,7 +483,7 @@ class _Run:
         msgs = messages + [ChatMessage(role="user", content=PARTIAL_INSTRUCTION)]
         schema = step_schema(ToolSet([]), allow_parallel=False)
         try:
-            text = await self._chat(self.a.reasoner, msgs, self._params(schema, self._step_tokens(schema)))
+            text = await self.engine.chat(self.a.reasoner, msgs, self._params(schema, self._step_tokens(schema)))
             parsed = parse_step(text)
             if parsed.type == "final":
                 return parsed.answer

@@ -221,7 +221,7 @@ def test_a_choice_between_tools_or_values_stays_with_the_model() -> None:
 
 
 def test_tools_with_several_possible_calls_stay_available() -> None:
-    from serve.agent.loop import _single_call_tools
+    from serve.agent._calls import single_call_tools as _single_call_tools
 
     reg = default_registry()
     tools = reg.for_scopes(DEMO_SCOPES)
@@ -266,7 +266,7 @@ def test_a_not_found_id_leaves_only_the_answer() -> None:
 
 
 def test_a_destructive_call_is_never_run_without_the_models_step() -> None:
-    from serve.agent.loop import _determined_call
+    from serve.agent._calls import determined_call as _determined_call
 
     reg = _registry()
     tools = reg.for_scopes([*DEMO_SCOPES, "orders:write"])
