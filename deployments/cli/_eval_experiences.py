@@ -21,6 +21,11 @@ latency. A prompt the model has already answered in this run is answered from me
 (:class:`_Memo`: temperature 0, seed 0, so the model would write the same reply): the modes'
 ``without`` runs share their generations, and the modes differ only where their rules do.
 Rows are written as JSON with ``--out`` (and row by row to ``<out>.rows.jsonl``).
+
+``--replay FILE,...`` verifies and files again the replies an earlier run stored (its ``--out``
+JSON files, merged), with the current rules and no model: each prompt gets the stored reply of its
+problem and condition. It re-scores what the model wrote; it says nothing of what the model would
+write under a changed prompt.
 """
 
 from __future__ import annotations
@@ -62,8 +67,64 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--constrained", action="store_true", help="constrain replies with a JSON schema")
     p.add_argument("--no-fallback", action="store_true",
                    help="no rewrite of unparsable replies in the after mode (default: the model rewrites its own once)")
+    p.add_argument("--replay", default=None,
+                   help="comma-separated --out JSON files of earlier runs: verify their stored replies again "
+                        "with the current rules, without a model")
     p.add_argument("--out", type=Path, default=None, help="write per-problem rows and the summary as JSON")
     p.set_defaults(func=run)
+
+
+class _Replay:
+    """An engine that answers each prompt with the reply an earlier run stored for its problem
+    under one mode and condition; :meth:`cell` picks which. The problem is found by its question
+    in the prompt's last message."""
+
+    def __init__(self, model_name: str, replies: dict[tuple[str, str], str]) -> None:
+        self.model_name = model_name
+        self._replies = replies
+        self._condition = "after/without"
+        self.replayed = 0
+
+    def cell(self, mode: str, inject: bool) -> _Replay:
+        self._condition = f"{mode}/{'with' if inject else 'without'}"
+        return self
+
+    async def chat(self, messages: Any, params: Any) -> Any:
+        from serve.engine import ChatResult, EngineError
+
+        last = messages[-1].content
+        for (question, cond), text in self._replies.items():
+            if cond == self._condition and question in last:
+                self.replayed += 1
+                return ChatResult(text=text, prompt_tokens=0, completion_tokens=0, finish_reason="stop",
+                                  model=self.model_name)
+        raise EngineError("replay: no stored reply for this prompt")
+
+    async def close(self) -> None:
+        return None
+
+
+def _load_replay(arg: str, problems: list[dict[str, Any]]) -> tuple[_Replay, list[dict[str, Any]]]:
+    """The replay engine of the stored replies in ``arg``'s files (by mode and condition), and the
+    problems that have a stored reply in every cell."""
+    questions = {p["id"]: p["question"] for p in problems}
+    replies: dict[tuple[str, str], str] = {}
+    model = ""
+    for name in (x for x in arg.split(",") if x.strip()):
+        path = Path(name.strip())
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UserError(f"--replay: {path}: {exc}") from None
+        model = model or str(data.get("model", ""))
+        for row in data.get("rows", []):
+            if row.get("id") in questions and isinstance(row.get("raw_text"), str):
+                replies[(questions[row["id"]], f"{row.get('mode')}/{row.get('condition')}")] = row["raw_text"]
+    cells = [f"{m}/{c}" for m in MODES for c in ("with", "without")]
+    kept = [p for p in problems if all((p["question"], c) in replies for c in cells)]
+    if not kept:
+        raise UserError("--replay: no stored replies of the chosen problems")
+    return _Replay(model or "replay", replies), kept
 
 
 def _load_problems(path: Path | None, limit: int | None, ids: str | None = None) -> list[dict[str, Any]]:
@@ -272,13 +333,18 @@ def run(args: argparse.Namespace) -> int:
     if args.threads < 1:
         raise UserError("--threads: must be >= 1")
     problems = _load_problems(args.problems, args.limit, args.ids)
-    spec = default_spec() if args.model is None else ModelSpec.model_validate(args.model)
-    try:
-        engine = build_engine(LlamaCppConfig(model=spec, n_threads=args.threads, n_ctx=4096))
-    except EngineError as exc:
-        raise UserError(f"--model: {exc}") from None
+    replay: _Replay | None = None
+    if args.replay:
+        replay, problems = _load_replay(args.replay, problems)
+        engine: Any = replay
+    else:
+        spec = default_spec() if args.model is None else ModelSpec.model_validate(args.model)
+        try:
+            engine = build_engine(LlamaCppConfig(model=spec, n_threads=args.threads, n_ctx=4096))
+        except EngineError as exc:
+            raise UserError(f"--model: {exc}") from None
     embedder = MiniLMEmbedder()
-    memo = _Memo(engine)
+    memo: Any = _Memo(engine) if replay is None else replay
     conditions = {"both": [False, True], "without": [False], "with": [True]}[args.condition]
     modes = {"both": ["after", "before"], "before": ["before"], "after": ["after"]}[args.mode]
     rows: list[dict[str, Any]] = []
@@ -291,6 +357,8 @@ def run(args: argparse.Namespace) -> int:
     with tqdm(total=len(problems) * len(conditions) * len(modes), desc="eval experiences", unit="problem") as bar:
         for inject in conditions:
             for mode in modes:
+                if replay is not None:
+                    replay.cell(mode, inject)
                 cond_rows = asyncio.run(_run_condition(memo, embedder.embed, problems, inject=inject,
                                                        max_tokens=args.max_tokens, constrained=args.constrained,
                                                        progress=bar, rows_file=rows_file,
@@ -314,6 +382,7 @@ def run(args: argparse.Namespace) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"model": engine.model_name, "max_tokens": args.max_tokens,
                                         "constrained": args.constrained, "threads": args.threads,
+                                        "replayed_from": args.replay,
                                         "problem_ids": [p["id"] for p in problems], "modes": MODES,
                                         "generations_reused": memo.replayed,
                                         "wall_s": round(time.perf_counter() - started, 1),

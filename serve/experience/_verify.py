@@ -500,8 +500,13 @@ def with_extracted_checks(record: ExperienceRecord) -> ExperienceRecord:
     Not yet run: :func:`verify_record` runs them with the others."""
     from serve.experience._extract import SOURCE, extracted_checks
 
+    from serve.experience._asked import asked_unit_check
+
     own = [v for v in record.verification if v.input.get("source") != SOURCE]
     extra = extracted_checks(record.model_copy(update={"verification": own}))
+    asked = asked_unit_check(record)
+    if asked is not None:
+        extra.insert(0, asked)  # NOTE: first, so the cut below never drops it
     # NOTE: the schema holds 32 checks; the record's own come first, then the extracted ones, and
     # the extracted ones keep their room: a reply that fills all 32 slots with its own checks
     # would otherwise skip the grounding and recompute checks code derives from the problem.
@@ -516,8 +521,10 @@ def _computed(v: VerificationItem) -> list[float | bool]:
     """The values a passing check computed from its own inputs: a recomputation's or a rule's
     result, a unit check's magnitude, the unknowns a back-substitution put in. A boundary test
     and a grounding check compute no answer (they test one)."""
-    if v.status != "pass":
-        return []
+    from serve.experience._asked import ASKED
+
+    if v.status != "pass" or v.input.get(ASKED):
+        return []  # NOTE: the asked-unit check restates the answer; it computes nothing
     if v.type == "back_substitution":
         m = _WITH_VALUES.match(v.notes)
         return [float(x) for x in re.findall(r"=\s*([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)", m.group(1))] if m else []
@@ -529,22 +536,30 @@ def _computed(v: VerificationItem) -> list[float | bool]:
     return [float(n)] if n is not None else []
 
 
-def answer_computed(checked: Sequence[VerificationItem], answer: str | None) -> bool | None:
+def answer_computed(checked: Sequence[VerificationItem], answer: str | None, question: str = "") -> bool | None:
     """Whether a passing check (the model's or an extracted one) computed the trace's answer.
 
     The answer's number ``a`` must be one computed value ``c`` up to rounding
     (:func:`compare_values` not ``fail``: ``|c - a| <= 1% max(|c|, |a|)``); a yes/no answer must
     be a rule's boolean result. ``None`` when the answer has neither (nothing to compare). Checks
     can all pass and still be beside the answer (a recomputation of an intermediate value, a
-    bound): then the answer itself was never computed by code.
+    bound): then the answer itself was never computed by code. A percentage (``question`` asks
+    for one, or the answer has ``%``) is computed only by a check whose expression can give a
+    ratio (:func:`serve.experience._asked.is_ratio_expression`): ``92 - 80 = 12`` does not compute "12%".
     """
+    from serve.experience._asked import is_percent, is_ratio_expression
+
     if answer is None:
         return None
+    percent = is_percent(answer, question)
     a = extract_number(answer)
     b = _as_bool(answer) if a is None else None
     if a is None and b is None:
         return None
     for v in checked:
+        expression = v.input.get("expression") if isinstance(v.input.get("expression"), str) else v.target
+        if percent and not is_ratio_expression(str(expression or "")):
+            continue
         for c in _computed(v):
             if isinstance(c, bool):
                 if b is not None and c == b:
@@ -579,7 +594,7 @@ def finish_record(record: ExperienceRecord, checked: list[VerificationItem],
         stated = record.outcome.confidence
     confidence = derive_confidence(v.status for v in checked)
     new_tags = error_tags_for(checked)
-    if confidence == "high" and answer_computed(checked, record.outcome.answer) is False:
+    if confidence == "high" and answer_computed(checked, record.outcome.answer, record.context.raw_text) is False:
         # NOTE: high confidence means the code computed the answer, not only that every check agreed.
         confidence = "medium"
         new_tags.append(ANSWER_TAG)

@@ -275,3 +275,79 @@ def test_the_a1_chat_turn_is_kept_from_the_next_prompt(rig: Any) -> None:
         "ungrounded_quantity"]
     second, prompt = _turn(c, engine, "Pens cost 3 each. How much do 12 pens cost?", A1_RIGHT)
     assert second["injected"] == [] and "17 / 17" not in prompt
+
+
+# Issue 19, the full 24-problem eval run (E-CoT on): three wrong traces reached the active cache
+# with every check passing. Their replies, as the model wrote them; the right forms beside them.
+U3 = "A runner covers 5 km in 25 minutes. What is the speed in km/h?"
+U3_WRONG = """Context: 5 km in 25 minutes
+
+Reasoning:
+1. speed = distance / time [principle: v = d / t]
+Verification:
+- recomputation: 5 km / 25 minutes = 0.2 km/min
+- unit_check: 5 km / 25 minutes -> km/min
+- boundary_test: 0.2 km/min in [0, 300]
+Outcome: 0.2 km/min
+Confidence: high"""
+U3_RIGHT = U3_WRONG.replace("= 0.2 km/min", "= 12 km/h").replace("-> km/min", "-> km/h").replace(
+    "0.2 km/min in", "12 km/h in").replace("Outcome: 0.2 km/min", "Outcome: 12 km/h")
+U8 = "A car uses 6 L of fuel per 100 km. How many liters does it use for 250 km?"
+U8_WRONG = """Context: 6 L of fuel per 100 km
+
+Reasoning:
+1. fuel_consumption = 6 L / 100 km = 0.06 L/km [principle: fuel = distance / fuel consumption]
+Verification:
+- recomputation: 6 L / 100 km = 0.06 L/km
+- unit_check: 6 L / 100 km -> L/km
+
+Answer: 0.06 L/km
+
+Confidence: high"""
+A3 = "A price rises from 80 to 92. By what percentage did it increase?"
+A3_WRONG = """Context: A price rises from 80 to 92.
+Reasoning:
+1. Increase in price = 92 - 80 = 12 [principle: change = final - initial]
+Verification:
+- recomputation: 92 - 80 = 12
+- boundary_test: 12 in [0, 100]
+Outcome: 12%
+Confidence: high"""
+A3_RIGHT = """Context: A price rises from 80 to 92.
+Reasoning:
+1. percent increase = (92 - 80) / 80 * 100 = 15 [principle: change / initial * 100]
+Verification:
+- recomputation: (92 - 80) / 80 * 100 = 15
+- boundary_test: 15 in [0, 100]
+Outcome: 15%
+Confidence: high"""
+
+
+@pytest.mark.parametrize(("question", "reply", "tag"), [(U3, U3_WRONG, "unit_mismatch"), (U8, U8_WRONG, "unit_mismatch")])
+def test_an_answer_not_in_the_form_asked_waits_in_review_and_is_never_injected(
+        rig: Any, question: str, reply: str, tag: str) -> None:
+    c, engine = rig
+    first, _ = _turn(c, engine, question, reply)
+    assert first["tier"] == "review" and first["confidence"] != "high"
+    assert tag in first["error_tags"]
+    second, prompt = _turn(c, engine, question, reply)
+    assert second["injected"] == [] and "Past solved problems" not in prompt
+
+
+def test_a_posted_percentage_computed_as_a_difference_waits_in_review(rig: Any) -> None:
+    c, _ = rig
+    wrong = _posted(c, A3, A3_WRONG)
+    assert wrong["tier"] == "review" and wrong["record"]["outcome"]["confidence"] == "medium"
+    assert wrong["record"]["evaluation"]["error_tags"] == ["answer_not_computed"]
+    right = _posted(c, A3, A3_RIGHT)
+    assert right["tier"] == "active" and right["record"]["outcome"]["confidence"] == "high"
+    assert _active_ids(c, A3) == [right["record"]["metadata"]["id"]]
+
+
+@pytest.mark.parametrize(("question", "reply"), [(U3, U3_RIGHT)])
+def test_the_same_problems_answered_in_the_form_asked_are_reused(rig: Any, question: str, reply: str) -> None:
+    c, engine = rig
+    first, _ = _turn(c, engine, question, reply)
+    assert first["tier"] == "active" and first["confidence"] == "high", first
+    second, prompt = _turn(c, engine, question, reply)
+    assert second["injected"] == [first["id"]] and "Past solved problems" in prompt

@@ -133,3 +133,26 @@ def test_modes_share_the_generation_and_differ_by_their_rules():
     assert (sa["generations"], sb["generations"]) == (1, 0)
     assert sb["verification_pass_rate"] == 1.0 and sa["verification_pass_rate"] < 1.0
     assert sa["active_share"] == 0.0 and sb["active_share"] == 1.0
+
+
+def test_replay_verifies_stored_replies_again_without_a_model(tmp_path) -> None:
+    """``--replay``: the stored replies of a run are filed again by the current rules (no model)."""
+    import json
+
+    from deployments.cli import main
+
+    reply = ("Context: 5 km in 25 minutes\nReasoning:\n1. speed = distance / time [principle: v = d / t]\n"
+             "Verification:\n- recomputation: 5 km / 25 minutes = 0.2 km/min\n- unit_check: 5 km / 25 minutes -> km/min\n"
+             "Outcome: 0.2 km/min\nConfidence: high")
+    rows = [{"id": "u3", "mode": m, "condition": c, "raw_text": reply}
+            for m in ("after", "before") for c in ("with", "without")]
+    stored = tmp_path / "run.json"
+    stored.write_text(json.dumps({"model": "m", "rows": rows}))
+    out = tmp_path / "replay.json"
+    assert main(["eval", "experiences", "--replay", str(stored), "--ids", "u3", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["replayed_from"] == str(stored) and data["generations_reused"] == 4
+    after = [r for r in data["rows"] if r["mode"] == "after"]
+    assert [r["tier"] for r in after] == ["review", "review"]
+    assert all("unit_mismatch" in r["error_tags"] and not r["correct"] for r in after)
+    assert data["summary"]["after/with"]["unreviewed_wrong"] == 0.0
