@@ -33,7 +33,8 @@ def check_json(value: Any, path: str, *, max_depth: int = 4, max_items: int = 64
 
     ``allow_inf_nan`` covers float fields only; a value typed ``Any`` (a verification's inputs, a
     metadata map) needs the same rules by hand: finite numbers, strings of at most ``max_chars``,
-    lists and maps of at most ``max_items`` entries, nesting of at most ``max_depth`` levels.
+    lists and maps of at most ``max_items`` entries, nesting of at most ``max_depth`` levels, integers
+    of 64 bits.
 
     Raises:
         ValueError: naming the offending path (``input.rate``), e.g. for a NaN or a 1 MB string.
@@ -44,6 +45,10 @@ def check_json(value: Any, path: str, *, max_depth: int = 4, max_items: int = 64
     """
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{path}: must be a finite number, got {value}")
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        # NOTE: past 64 bits no JSON reader but Python's keeps the value exact (JavaScript rounds past 2**53,
+        # SQLite and numpy overflow): stored, it would come back as another number or not at all.
+        raise ValueError(f"{path}: integers are 64-bit (-2**63 to 2**63-1), got one of {len(str(abs(value)))} digits")
     if isinstance(value, str) and len(value) > max_chars:
         raise ValueError(f"{path}: at most {max_chars} characters, got {len(value)}")
     if isinstance(value, (list, tuple, dict)):

@@ -186,8 +186,9 @@ class ChatPipeline:
     def _params(self, req: ChatCompletionRequest) -> GenerationParams:
         max_tokens = req.requested_max_tokens() or self.settings.default_max_tokens
         if max_tokens > self.settings.max_request_tokens:
-            raise APIError(400, f"max_tokens: {max_tokens} is above this server's limit of "
-                           f"{self.settings.max_request_tokens}", param="max_tokens")
+            name = req.max_tokens_param()
+            raise APIError(400, f"{name}: {max_tokens} is above this server's limit of "
+                           f"{self.settings.max_request_tokens}", param=name)
         schema = None
         if req.response_format is not None and req.response_format.type == "json_schema":
             spec = req.response_format.json_schema or {}
@@ -306,9 +307,10 @@ class ChatPipeline:
             (self.settings.agent_overhead_tokens if use_agent else 0)
         window = self.reasoner.context_window
         if reserved >= window:
-            raise APIError(400, f"max_tokens: {params.max_tokens} leaves no room in the {window}-token context "
+            name = req.max_tokens_param()
+            raise APIError(400, f"{name}: {params.max_tokens} leaves no room in the {window}-token context "
                            f"(with {reserved - params.max_tokens} tokens kept for the prompt's fixed parts)",
-                           param="max_tokens")
+                           param=name)
         meta = req.metadata or {}
         session_id, mode = meta.get("session_id"), meta.get("context_mode")
         session = None

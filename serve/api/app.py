@@ -23,14 +23,16 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.routing import compile_path
 
 from serve.api.auth import Authenticator
 from serve.api.chat_protocol import ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse
 from serve.api.errors import APIError, error_body, install_error_handlers
-from serve.api.limits import MAX_BODY_BYTES, BodyLimitMiddleware, check_query, check_unicode, valid_request_id
+from serve.api.limits import (MAX_BODY_BYTES, BodyLimitMiddleware, check_content_type, check_query, check_unicode,
+                              valid_request_id)
 from serve.api.metrics import CONTENT_TYPE_LATEST, LATENCY, REQUESTS, render_metrics
 from serve.engine import EngineError
-from serve.pii import SESSION_KEY_CHARS, apply_pii, install_log_masking, mask_id
+from serve.pii import SESSION_KEY_CHARS, PersonalDataError, apply_pii, install_log_masking, mask_id
 from serve.pipeline import ChatPipeline, RequestContext
 
 __all__ = ["create_app"]
@@ -38,14 +40,32 @@ __all__ = ["create_app"]
 log = logging.getLogger("recallserve.api")
 
 
+def _stream_error(exc: Exception, request_id: str) -> dict[str, object]:
+    """The error envelope of a failure after the stream's 200 went out (the status cannot change)."""
+    if isinstance(exc, (EngineError, TimeoutError)):
+        log.warning("stream %s failed: %s", request_id, exc)
+        return error_body(f"model engine failed mid-stream: {exc}", "engine_error")
+    if isinstance(exc, APIError):
+        # NOTE: e.g. the memory tier down during the turn's write-back: the same body a JSON answer gets.
+        log.warning("stream %s failed: %s", request_id, exc.message)
+        return error_body(exc.message, exc.type, exc.param, exc.code)
+    if isinstance(exc, PersonalDataError):
+        return error_body(str(exc), "invalid_request_error", exc.param, "personal_data")
+    log.exception("stream %s: unhandled error", request_id)
+    return error_body(f"internal server error (request id {request_id})", "server_error", None, "internal_error")
+
+
 async def _sse(chunks: AsyncIterator[ChatCompletionChunk], request_id: str) -> AsyncIterator[bytes]:
-    """Server-sent events; an engine failure mid-stream becomes an error event, then [DONE]."""
+    """Server-sent events; any failure mid-stream becomes an error event, then [DONE].
+
+    NOTE: every exception, not only the engine's: once the 200 is sent, an escaping exception cuts
+    the stream without ``[DONE]``, which an SDK reports as a network error, not the server's.
+    """
     try:
         async for chunk in chunks:
             yield f"data: {chunk.model_dump_json(exclude_none=True)}\n\n".encode()
-    except (EngineError, TimeoutError) as exc:
-        log.warning("stream %s failed: %s", request_id, exc)
-        yield f"data: {json.dumps(error_body(f'model engine failed mid-stream: {exc}', 'engine_error'))}\n\n".encode()
+    except Exception as exc:  # noqa: BLE001 - the stream's one error path (see the note)
+        yield f"data: {json.dumps(_stream_error(exc, request_id))}\n\n".encode()
     yield b"data: [DONE]\n\n"
 
 
@@ -84,6 +104,19 @@ async def _start_hooks(hooks: Sequence[Callable[[], Awaitable[None]]], wait_s: f
             log.info("warm-up done in %.1f s before ready", time.perf_counter() - start)
 
 
+def _allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """The methods the API document gives the paths matching ``path`` (none: an unknown path).
+
+    NOTE: the ``/v1`` catch-all matches every method, so without this a known path asked with a
+    method it does not take (``PUT /v1/chat/completions``) answered 404 instead of 405.
+    """
+    found: set[str] = set()
+    for template, operations in app.openapi()["paths"].items():
+        if compile_path(template)[0].match(path):
+            found.update(method.upper() for method in operations)
+    return sorted(found)
+
+
 def create_app(
     pipeline: ChatPipeline,
     auth: Authenticator,
@@ -118,7 +151,8 @@ def create_app(
         yield
 
     # NOTE: app-wide, so every router's routes (memories, experiences, sessions, ...) check it too.
-    app = FastAPI(title=title, version="0.1.0", lifespan=lifespan, dependencies=[Depends(check_query), Depends(check_unicode)])
+    edge_checks = [Depends(check_query), Depends(check_content_type), Depends(check_unicode)]
+    app = FastAPI(title=title, version="0.1.0", lifespan=lifespan, dependencies=edge_checks)
     install_error_handlers(app)
     # NOTE: added before the observer, so it runs inside it: a 413 gets the request id and metrics.
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
@@ -207,7 +241,13 @@ def create_app(
         app.include_router(router)
 
     @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False)
-    async def unknown(path: str) -> None:
+    async def unknown(path: str, request: Request) -> Response:
+        allowed = _allowed_methods(app, f"/v1/{path}")
+        if allowed:
+            return JSONResponse(error_body(f"method: {request.method} is not allowed on /v1/{path} (it takes "
+                                           f"{', '.join(allowed)})", "invalid_request_error", "method",
+                                           "method_not_allowed"),
+                                status_code=405, headers={"allow": ", ".join(allowed)})
         raise APIError(404, f"unknown route /v1/{path}", type="not_found_error")
 
     return app

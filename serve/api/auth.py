@@ -78,7 +78,14 @@ class Authenticator:
                 raise APIError(401, f"{name}: sent {len(request.headers.getlist(name))} times; send one API key",
                                type="authentication_error", param=name, code="ambiguous_api_key")
         header = request.headers.get("authorization", "")
-        key = header[7:].strip() if header.lower().startswith("bearer ") else request.headers.get("api-key", "").strip()
+        bearer = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        api_key = request.headers.get("api-key", "").strip()
+        if bearer and api_key and not hmac.compare_digest(bearer.encode(), api_key.encode()):
+            # NOTE: the same ambiguity as two Authorization headers: the key used must not depend
+            # on which header a proxy or the server reads first.
+            raise APIError(401, "authorization, api-key: two different API keys sent; send one",
+                           type="authentication_error", param="api-key", code="ambiguous_api_key")
+        key = bearer or api_key
         if not key:
             raise APIError(401, "missing API key: send 'Authorization: Bearer <key>'", type="authentication_error",
                            code="missing_api_key")

@@ -8,6 +8,7 @@ recallserve's own per-request options travel in the standard ``metadata`` object
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from typing import Annotated, Any, Literal
@@ -45,6 +46,9 @@ MAX_METADATA_KEYS = 16
 """NOTE: request metadata carries a few recallserve options (session_id, context_mode, agent, reasoning)."""
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 class ImageURL(StrictModel):
     """An image reference: a ``data:`` URL with base64 content (remote URLs are not fetched)."""
 
@@ -72,7 +76,7 @@ class ChatCompletionMessage(StrictModel):
     role: Literal["system", "developer", "user", "assistant", "tool"] = Field(description="Author role.")
     content: str | list[TextPart | ImagePart] | None = Field(
         default=None, description=f"Text or content parts (at most {MAX_PARTS} parts, {MAX_IMAGES} images).")
-    name: str | None = Field(default=None, max_length=64, description="Optional author name.")
+    name: str | None = Field(default=None, min_length=1, max_length=64, description="Optional author name.")
     tool_call_id: str | None = Field(default=None, max_length=256, description="For role=tool: the call answered.")
     tool_calls: list[dict[str, Any]] | None = Field(default=None, max_length=64, description="Assistant tool calls (echoed history).")
 
@@ -87,12 +91,30 @@ class ChatCompletionMessage(StrictModel):
         if isinstance(v, str) and len(v) > MAX_CONTENT_CHARS:
             raise ValueError(f"content is longer than {MAX_CONTENT_CHARS} characters")
         if isinstance(v, list):
+            if not v:
+                raise ValueError("content is an empty list of parts; send a string or at least one part")
             if len(v) > MAX_PARTS:
                 raise ValueError(f"content has {len(v)} parts; at most {MAX_PARTS} are accepted")
             images = sum(isinstance(p, ImagePart) for p in v)
             if images > MAX_IMAGES:
                 raise ValueError(f"content has {images} images; at most {MAX_IMAGES} per message are accepted")
         return v
+
+    @model_validator(mode="after")
+    def _fits_role(self) -> ChatCompletionMessage:
+        # NOTE: each of these was dropped or passed on silently: a null user message was an empty
+        # question, an image in an assistant or system message was never looked at.
+        if self.content is None and self.role != "assistant":
+            raise ValueError(f"content: required in a {self.role} message (null only in an assistant's)")
+        if self.role != "user" and self.images():
+            raise ValueError(f"content: image parts are accepted in user messages only, not in a {self.role} message")
+        if self.role == "tool" and self.tool_call_id is None:
+            raise ValueError("tool_call_id: required in a tool message (the id of the call it answers)")
+        if self.role != "tool" and self.tool_call_id is not None:
+            raise ValueError(f"tool_call_id: only a tool message answers a call, not a {self.role} message")
+        if self.role != "assistant" and self.tool_calls is not None:
+            raise ValueError(f"tool_calls: only an assistant message makes tool calls, not a {self.role} message")
+        return self
 
     def text(self) -> str:
         """The text of the message (text parts joined; images excluded)."""
@@ -127,6 +149,12 @@ class ResponseFormat(StrictModel):
         # NOTE: a schema is compiled into a grammar per request: deep or wide ones cost the engine.
         return None if v is None else check_json(v, "json_schema", max_depth=12, max_items=256, max_chars=8192)
 
+    @model_validator(mode="after")
+    def _schema_with_its_type(self) -> ResponseFormat:
+        if self.json_schema is not None and self.type != "json_schema":
+            raise ValueError(f"json_schema: only with type 'json_schema' (it would be ignored with {self.type!r})")
+        return self
+
 
 class ChatCompletionRequest(StrictModel):
     """``POST /v1/chat/completions`` body."""
@@ -143,7 +171,7 @@ class ChatCompletionRequest(StrictModel):
     stop: Annotated[str, Field(min_length=1, max_length=256)] | list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
         default=None, description="Stop sequences (at most 4, 1-256 characters each).")
     seed: int | None = Field(strict=True, default=None, ge=-(2**63), le=2**63 - 1, description="Sampling seed (64-bit).")
-    user: str | None = Field(default=None, max_length=256, description="End-user id; sessions and memories are per user.")
+    user: str | None = Field(default=None, min_length=1, max_length=256, description="End-user id; sessions and memories are per user.")
     metadata: dict[Annotated[str, Field(min_length=1, max_length=64)], Annotated[str, Field(max_length=256)]] | None = Field(
         default=None, max_length=MAX_METADATA_KEYS,
         description="recallserve options: session_id, context_mode, agent (auto|on|off), reasoning.")
@@ -158,7 +186,8 @@ class ChatCompletionRequest(StrictModel):
         default=None, description="Accepted only as 'none' or 'auto'.")
     parallel_tool_calls: bool | None = Field(strict=True, default=None, description="Accepted for compatibility.")
     store: bool | None = Field(strict=True, default=None, description="Accepted for compatibility.")
-    service_tier: str | None = Field(default=None, max_length=64, description="Accepted for compatibility.")
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = Field(
+        default=None, description="Accepted for compatibility (OpenAI's tiers).")
 
     @field_validator("tool_choice")
     @classmethod
@@ -180,6 +209,10 @@ class ChatCompletionRequest(StrictModel):
         if self.tool_choice is not None and self.tool_choice not in ("none", "auto"):
             raise ValueError(f"tool_choice: only 'none' or 'auto' are accepted (tools run server-side), "
                              f"got {str(self.tool_choice)[:80]!r}")
+        if (self.max_tokens is not None and self.max_completion_tokens is not None
+                and self.max_tokens != self.max_completion_tokens):
+            raise ValueError(f"max_completion_tokens: {self.max_completion_tokens} differs from max_tokens "
+                             f"{self.max_tokens} (the same budget); send one of them")
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options: only allowed with stream: true")
         if isinstance(self.stop, list) and len(self.stop) > 4:
@@ -191,6 +224,14 @@ class ChatCompletionRequest(StrictModel):
             raise ValueError(f"messages: {total} characters of text in all; at most {MAX_TOTAL_CHARS} are accepted "
                              "(send long histories as a session, metadata.session_id)")
         meta = self.metadata or {}
+        session_id = meta.get("session_id")
+        if session_id is not None and not session_id.strip():
+            raise ValueError("metadata.session_id: must not be empty (leave it out for a sessionless turn)")
+        for name, value in (("user", self.user), ("metadata.session_id", session_id)):
+            if value is not None and _CONTROL.search(value):
+                # NOTE: ids key the session store and are written to logs and traces: a newline
+                # or NUL in one forges a log line or splits a key.
+                raise ValueError(f"{name}: must not hold control characters (U+0000-U+001F, U+007F)")
         mode = meta.get("context_mode")
         if mode is not None and mode not in {"auto", "full", "sliding", "summary", "retrieval", "hybrid"}:
             raise ValueError(f"metadata.context_mode: unknown mode {mode!r}")
@@ -211,6 +252,10 @@ class ChatCompletionRequest(StrictModel):
     def requested_max_tokens(self) -> int | None:
         """max_completion_tokens, else max_tokens."""
         return self.max_completion_tokens or self.max_tokens
+
+    def max_tokens_param(self) -> str:
+        """The field the client set the token budget with (the one an error about it names)."""
+        return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
 
 
 class _Open(BaseModel):

@@ -91,6 +91,13 @@ def describe_error(err: Mapping[str, Any], prefix: str = "") -> tuple[str, str]:
     return param, f"{param or 'body'}: {why}"
 
 
+# NOTE: FastAPI's answer to a body its JSON parser gave up on with something other than a syntax
+# error: bytes that are not UTF-8, nesting deeper than Python's recursion limit, an integer of over
+# 4300 digits.
+_FASTAPI_UNPARSABLE = "There was an error parsing the body"
+_UNPARSABLE = "body: could not be parsed as JSON (not UTF-8 text, nested too deeply, or a number too long)"
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register handlers turning every failure into an OpenAI-style JSON error."""
 
@@ -116,8 +123,12 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         code = "request_too_large" if exc.status_code == 413 else None
-        return JSONResponse(error_body(str(exc.detail), kind, None, code), status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+        message = _UNPARSABLE if exc.status_code == 400 and exc.detail == _FASTAPI_UNPARSABLE else str(exc.detail)
+        # NOTE: a router that raises HTTPException (so it also runs in a bare app) names the field
+        # by starting its message with it ("exp_id: experience 'x' not found").
+        named = _NAMED.match(message)
+        return JSONResponse(error_body(message, kind, named.group(1) if named else None, code),
+                            status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(EngineError)
     async def _engine(_: Request, exc: EngineError) -> JSONResponse:

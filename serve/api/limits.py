@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
@@ -21,8 +22,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve.api.errors import APIError, error_body
 
-__all__ = ["MAX_BODY_BYTES", "BodyLimitMiddleware", "check_query", "check_unicode", "unpaired_surrogate",
-           "valid_request_id"]
+__all__ = ["MAX_BODY_BYTES", "BodyLimitMiddleware", "check_content_type", "check_query", "check_unicode", "undecodable_query",
+           "unpaired_surrogate", "valid_request_id"]
 
 MAX_BODY_BYTES = 32 * 2**20
 """NOTE: 32 MiB: the largest image the describer takes (12 MiB, 16 MiB as base64) plus a full
@@ -143,6 +144,28 @@ async def check_unicode(request: Request) -> None:
                             "send valid Unicode", param=name)
 
 
+def _is_json(content_type: str) -> bool:
+    kind = content_type.split(";", 1)[0].strip().lower()
+    return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
+
+
+async def check_content_type(request: Request) -> None:
+    """App-wide dependency: a body sent to a route that reads JSON, under another (or no)
+    ``content-type``, is a 415 naming the header.
+
+    NOTE: FastAPI does not parse such a body as JSON and validates its bytes instead, so the
+    answer read "body: Input should be a valid dictionary" however well-formed the JSON was.
+    """
+    if getattr(request.scope.get("route"), "body_field", None) is None:
+        return
+    content_type = request.headers.get("content-type", "")
+    if _is_json(content_type) or not await request.body():
+        return
+    got = f"got {content_type[:80]!r}" if content_type else "none was sent"
+    raise APIError(415, f"content-type: the body must be JSON sent as application/json ({got})",
+                   param="content-type", code="unsupported_media_type")
+
+
 def _declared_query(route: Any) -> set[str] | None:
     """Names of the query parameters ``route`` (a FastAPI route) reads, None when unknown."""
     dependant = getattr(route, "dependant", None)
@@ -158,6 +181,26 @@ def _declared_query(route: Any) -> set[str] | None:
     return names
 
 
+def undecodable_query(raw: bytes) -> str | None:
+    """The name of the first query parameter whose value's %-escapes are not UTF-8, else None.
+
+    NOTE: Starlette decodes them with U+FFFD for each bad byte, so ``?source_id=%FF`` looked up
+    ``"\ufffd"`` and answered an empty list instead of an error.
+
+    Example:
+        >>> undecodable_query(b"limit=5&source_id=%FF")
+        'source_id'
+    """
+    for pair in raw.split(b"&"):
+        name, _, value = pair.partition(b"=")
+        for part in (name, value):
+            try:
+                unquote_to_bytes(part.replace(b"+", b" ")).decode("utf-8")
+            except UnicodeDecodeError:
+                return unquote_to_bytes(name).decode("utf-8", "replace")[:64] or "query"
+    return None
+
+
 async def check_query(request: Request) -> None:
     """App-wide dependency: a query parameter sent twice, or one a ``/v1`` route does not read, is
     a 400 naming it.
@@ -170,6 +213,9 @@ async def check_query(request: Request) -> None:
     route = request.scope.get("route")
     if not params or not getattr(route, "include_in_schema", False):
         return  # NOTE: /v1's catch-all (a 404 of its own) and routes outside the API document
+    bad = undecodable_query(request.scope.get("query_string", b""))
+    if bad is not None:
+        raise APIError(400, f"{bad}: its %-escapes are not UTF-8 text", param=bad)
     for name in params:
         if len(params.getlist(name)) > 1:
             raise APIError(400, f"{name}: given {len(params.getlist(name))} times; send it once", param=name)

@@ -42,6 +42,15 @@ _Body = Annotated[
 _ID = Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$", description="Experience id.")
 
 
+def _not_found(exc: ExperienceNotFound) -> HTTPException:
+    """The 404 of an id the tenant does not hold, naming the path parameter (as /v1/turns does).
+
+    NOTE: an HTTPException, not the ingress's APIError, so the router also answers in an app
+    without the ingress's error handlers; those read the field's name off the message.
+    """
+    return HTTPException(status_code=404, detail=f"exp_id: {exc}")
+
+
 def build_router(
     service: ExperienceService, get_tenant: Callable[..., Awaitable[str]] | Callable[..., str]
 ) -> APIRouter:
@@ -81,7 +90,7 @@ def build_router(
         try:
             view = await service.get(tenant, exp_id)
         except ExperienceNotFound as exc:
-            raise HTTPException(status_code=404, detail=str(exc)) from None
+            raise _not_found(exc) from None
         return to_v12(view.record) if format == "v1.2" else view
 
     @router.post("/{exp_id}/label", response_model=ExperienceView)
@@ -89,6 +98,6 @@ def build_router(
         try:
             return await service.label(tenant, exp_id, req)
         except ExperienceNotFound as exc:
-            raise HTTPException(status_code=404, detail=str(exc)) from None
+            raise _not_found(exc) from None
 
     return router

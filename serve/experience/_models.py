@@ -139,7 +139,7 @@ class SearchRequest(StrictModel):
 
     query: str = Field(default="", max_length=8000, description="Problem text to match; '' to list by recency.")
     source_model: str = Field(min_length=1, max_length=200, description="Only experiences of this model's family.")
-    domain: str | None = Field(default=None, max_length=64, description="Task domain filter.")
+    domain: str | None = Field(default=None, min_length=1, max_length=64, description="Task domain filter.")
     k: int = Field(strict=True, default=3, ge=1, le=50, description="Active hits to return.")
     topic_prefix: str | None = Field(default=None, max_length=200, description="Archival: topic subtree, e.g. 'math'.")
     error_tags: list[str] = Field(default_factory=list, max_length=16, description="Archival: any of these tags.")

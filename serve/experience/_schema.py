@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from kernels import StrictModel, check_json
 
@@ -37,6 +37,7 @@ __all__ = [
     "ExperienceEvaluation",
     "ExperienceRecord",
     "new_experience_id",
+    "check_expiry",
 ]
 
 SCHEMA_VERSION = "1.2"
@@ -68,6 +69,16 @@ def check_topic(v: str) -> str:
     return v
 
 
+def check_expiry(timestamp: float, expires_at: float | None) -> None:
+    """ValueError naming ``expires_at`` when a record would expire before it was created.
+
+    NOTE: its segments go to the memory tier, which refuses such a memory: the record was stored
+    and acknowledged while its memories were dropped (a warning in the log).
+    """
+    if expires_at is not None and expires_at < timestamp:
+        raise ValueError("expires_at: must not be before the record's timestamp")
+
+
 def _check_tags(tags: list[str]) -> list[str]:
     out: list[str] = []
     for t in tags:
@@ -83,7 +94,7 @@ class Quantity(StrictModel):
     """A named quantity stated in the problem."""
 
     name: str = Field(min_length=1, max_length=64, description="Quantity name, e.g. 'distance'.")
-    value: float = Field(description="Numeric value.")
+    value: float = Field(strict=True, description="Numeric value.")
     unit: str = Field(default="", max_length=32, description="Unit as written, e.g. 'km'; '' when none.")
 
 
@@ -99,7 +110,7 @@ class ExperienceContext(StrictModel):
 class ReasoningStep(StrictModel):
     """One step of the reasoning."""
 
-    step_id: int = Field(ge=1, le=64, description="1-based step number.")
+    step_id: int = Field(strict=True, ge=1, le=64, description="1-based step number.")
     text: str = Field(min_length=1, max_length=2000, description="What was done in this step.")
     principle: str = Field(default="", max_length=500, description="Rule, law or formula applied.")
     evidence: str = Field(default="", max_length=1000, description="Facts the step relies on.")
@@ -155,17 +166,22 @@ class ExperienceMetadata(StrictModel):
     id: str = Field(default_factory=new_experience_id, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$",
                     description="Record id (letters, digits and _.:-; usable in URLs).")
     schema_version: Literal["1.2"] = Field(default=SCHEMA_VERSION, description="Schema version of the record.")
-    timestamp: float = Field(default_factory=time.time, ge=0, le=MAX_EPOCH, description="Creation time, epoch seconds.")
+    timestamp: float = Field(strict=True, default_factory=time.time, ge=0, le=MAX_EPOCH, description="Creation time, epoch seconds.")
     source_model: str = Field(min_length=1, max_length=200, description="Model that produced the trace.")
     task_domain: str = Field(default="general", min_length=1, max_length=64, description="Task domain, e.g. 'units'.")
     topic: str = Field(default="general", max_length=200, description="Topic tree path, e.g. 'physics/speed'.")
     reviewer: str | None = Field(default=None, max_length=200, description="Who reviewed the trace, if anyone.")
-    expires_at: float | None = Field(default=None, ge=0, le=MAX_EPOCH, description="Hard expiry, epoch seconds; None = never.")
+    expires_at: float | None = Field(strict=True, default=None, ge=0, le=MAX_EPOCH, description="Hard expiry, epoch seconds; None = never.")
 
     @field_validator("topic")
     @classmethod
     def _check_topic(cls, v: str) -> str:
         return check_topic(v)
+
+    @model_validator(mode="after")
+    def _expiry(self) -> ExperienceMetadata:
+        check_expiry(self.timestamp, self.expires_at)
+        return self
 
 
 class ExperienceEvaluation(StrictModel):
@@ -174,8 +190,8 @@ class ExperienceEvaluation(StrictModel):
     human_label: Literal["correct", "wrong"] | None = Field(default=None, description="Reviewer's verdict.")
     error_tags: list[str] = Field(default_factory=list, max_length=16, description="Error pattern tags.")
     review_note: str = Field(default="", max_length=2000, description="Reviewer's note.")
-    retrieval_score: float | None = Field(default=None, description="Score of the last retrieval that used it.")
-    audit: bool = Field(default=False, description="Drawn for the audit sample: auto-accepted into the active cache "
+    retrieval_score: float | None = Field(strict=True, default=None, description="Score of the last retrieval that used it.")
+    audit: bool = Field(strict=True, default=False, description="Drawn for the audit sample: auto-accepted into the active cache "
                                                    "and also listed in the review queue until a reviewer labels it.")
 
     @field_validator("error_tags")

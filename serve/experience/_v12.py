@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from kernels import StrictModel
 from serve.experience._schema import (
@@ -34,6 +34,7 @@ from serve.experience._schema import (
     ExperienceRecord,
     ReasoningStep,
     VerificationItem,
+    check_expiry,
     check_topic,
     new_experience_id,
 )
@@ -74,6 +75,20 @@ class MetadataV12(StrictModel):
     @classmethod
     def _topic(cls, v: str) -> str:
         return check_topic(v)
+
+    @field_validator("timestamp", "expires_at", mode="before")
+    @classmethod
+    def _iso_only(cls, v: Any, info: Any) -> Any:
+        # NOTE: pydantic reads a number as epoch seconds (and true as 1970-01-01T00:00:01): the v1.2
+        # form writes ISO 8601, and a number here is the stored form's field in the wrong envelope.
+        if isinstance(v, (bool, int, float)):
+            raise ValueError(f"must be an ISO 8601 time string (e.g. 2026-12-03T12:00:00Z), got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _expiry(self) -> MetadataV12:
+        check_expiry(self.timestamp.timestamp(), None if self.expires_at is None else self.expires_at.timestamp())
+        return self
 
     @field_validator("timestamp", "expires_at")
     @classmethod

@@ -74,7 +74,7 @@ class MemoryIn(StrictModel):
     topic: str = Field(default="", max_length=512, description="Slash-separated topic path, e.g. 'billing/refunds'.")
     image_description: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT_CHARS, description="Description of an attached image.")
     ocr_text: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT_CHARS, description="OCR text of an attached image.")
-    image_hash: str | None = Field(default=None, max_length=128, description="Content hash of the attached image.")
+    image_hash: str | None = Field(default=None, min_length=1, max_length=128, description="Content hash of the attached image.")
     parts: list[MemoryPart] = Field(default_factory=list, max_length=MAX_PARTS, description="Further parts recalled with this memory.")
     created_at: datetime | None = Field(default=None, description="Creation time (ISO 8601 or epoch seconds); default now.")
     expires_at: datetime | None = Field(default=None, description="Hard expiry (ISO 8601 or epoch seconds); default never.")
@@ -104,7 +104,22 @@ class MemoryIn(StrictModel):
 class AddMemoriesRequest(StrictModel):
     """``POST /v1/memories``: a batch of memories."""
 
-    memories: list[MemoryIn] = Field(min_length=1, max_length=MAX_BATCH, description=f"1 to {MAX_BATCH} memories.")
+    memories: list[MemoryIn] = Field(min_length=1, max_length=MAX_BATCH,
+                                     description=f"1 to {MAX_BATCH} memories, each source id at most once.")
+
+    @model_validator(mode="after")
+    def _distinct_sources(self) -> AddMemoriesRequest:
+        # NOTE: a later memory with the same source id replaces the earlier: in one batch, the
+        # earlier's id would be acknowledged and gone (a 404) before the answer reached the client.
+        first: dict[str, int] = {}
+        for i, memory in enumerate(self.memories):
+            if memory.source_id is None:
+                continue
+            if memory.source_id in first:
+                raise ValueError(f"memories.{i}.source_id: the same as memories.{first[memory.source_id]}.source_id; "
+                                 "a batch holds each source id once")
+            first[memory.source_id] = i
+        return self
 
 
 class AddMemoriesResponse(StrictModel):
@@ -118,10 +133,10 @@ class DecayIn(StrictModel):
     """Time decay of the score (defaults: 1 / (1 + 0.1 x days since last use), product)."""
 
     decay: Literal["none", "hyperbolic", "exponential"] = Field(default="hyperbolic", description="Decay law.")
-    decay_lambda: float = Field(default=0.1, ge=0, le=100, description="lambda of 1 / (1 + lambda x days).")
-    half_life_days: float = Field(default=30.0, gt=0, le=1e6, description="Half-life of the exponential decay, days.")
+    decay_lambda: float = Field(strict=True, default=0.1, ge=0, le=100, description="lambda of 1 / (1 + lambda x days).")
+    half_life_days: float = Field(strict=True, default=30.0, gt=0, le=1e6, description="Half-life of the exponential decay, days.")
     combine: Literal["product", "weighted"] = Field(default="product", description="cos x time, or w x cos + (1 - w) x time.")
-    similarity_weight: float = Field(default=0.7, ge=0, le=1, description="w of the weighted combination.")
+    similarity_weight: float = Field(strict=True, default=0.7, ge=0, le=1, description="w of the weighted combination.")
 
 
 class FiltersIn(StrictModel):
