@@ -11,7 +11,7 @@ percentage with a difference ("92 - 80 = 12" -> "12%"), which every check recomp
   must be that quantity in the asked unit ``w``: a ``unit_check`` of ``a u`` against ``a w``
   (another dimension, or the same dimension with another magnitude, fails: ``unit_mismatch``).
   Answers without a unit, dimensionless units and words that are no unit are not checked.
-* **a percent is a ratio** (:func:`is_percent`, used by ``answer_computed``): when the answer is a
+* **a percent is a ratio** (:func:`is_percent`, used by :func:`serve.experience._computed.answer_computed`): when the answer is a
   percentage (``%``, or the question asks "what percent(age)"), a check computes it only when its
   expression has a division, a ``%`` or a factor 100.
 """

@@ -48,7 +48,7 @@ from serve.experience._schema import Confidence, ExperienceRecord, VerificationI
 from serve.experience._units import DimensionError, Quantity, format_dims, parse_quantity, parse_unit, to_unit
 
 __all__ = ["run_check", "verify_record", "finish_record", "with_extracted_checks", "derive_confidence",
-           "compare_values", "error_tags_for", "exposure_tags", "answer_computed", "ERROR_TAGS", "UNCHECKABLE_TAG",
+           "compare_values", "error_tags_for", "exposure_tags", "ERROR_TAGS", "UNCHECKABLE_TAG",
            "ANSWER_TAG"]
 
 # NOTE: 1e-6 relative is "the same number"; up to 1% is what rounding an answer to 2-3
@@ -514,61 +514,6 @@ def with_extracted_checks(record: ExperienceRecord) -> ExperienceRecord:
     return record.model_copy(update={"verification": own[: _MAX_ENTRIES - len(extra)] + extra})
 
 
-_WITH_VALUES = re.compile(r"^with (.*?):")
-
-
-def _computed(v: VerificationItem) -> list[float | bool]:
-    """The values a passing check computed from its own inputs: a recomputation's or a rule's
-    result, a unit check's magnitude, the unknowns a back-substitution put in. A boundary test
-    and a grounding check compute no answer (they test one)."""
-    from serve.experience._asked import ASKED
-
-    if v.status != "pass" or v.input.get(ASKED):
-        return []  # NOTE: the asked-unit check restates the answer; it computes nothing
-    if v.type == "back_substitution":
-        m = _WITH_VALUES.match(v.notes)
-        return [float(x) for x in re.findall(r"=\s*([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)", m.group(1))] if m else []
-    if v.type not in ("recomputation", "unit_check", "regulatory_check"):
-        return []
-    if isinstance(v.actual, bool):
-        return [v.actual]
-    n = v.actual if isinstance(v.actual, (int, float)) else extract_number(v.actual) if isinstance(v.actual, str) else None
-    return [float(n)] if n is not None else []
-
-
-def answer_computed(checked: Sequence[VerificationItem], answer: str | None, question: str = "") -> bool | None:
-    """Whether a passing check (the model's or an extracted one) computed the trace's answer.
-
-    The answer's number ``a`` must be one computed value ``c`` up to rounding
-    (:func:`compare_values` not ``fail``: ``|c - a| <= 1% max(|c|, |a|)``); a yes/no answer must
-    be a rule's boolean result. ``None`` when the answer has neither (nothing to compare). Checks
-    can all pass and still be beside the answer (a recomputation of an intermediate value, a
-    bound): then the answer itself was never computed by code. A percentage (``question`` asks
-    for one, or the answer has ``%``) is computed only by a check whose expression can give a
-    ratio (:func:`serve.experience._asked.is_ratio_expression`): ``92 - 80 = 12`` does not compute "12%".
-    """
-    from serve.experience._asked import is_percent, is_ratio_expression
-
-    if answer is None:
-        return None
-    percent = is_percent(answer, question)
-    a = extract_number(answer)
-    b = _as_bool(answer) if a is None else None
-    if a is None and b is None:
-        return None
-    for v in checked:
-        expression = v.input.get("expression") if isinstance(v.input.get("expression"), str) else v.target
-        if percent and not is_ratio_expression(str(expression or "")):
-            continue
-        for c in _computed(v):
-            if isinstance(c, bool):
-                if b is not None and c == b:
-                    return True
-            elif a is not None and compare_values(c, a) != "fail":
-                return True
-    return False
-
-
 def finish_record(record: ExperienceRecord, checked: list[VerificationItem],
                   required: Sequence[str] = ()) -> ExperienceRecord:
     """``record`` with ``checked`` as its checks, the missing ``required`` types added, its confidence
@@ -576,9 +521,10 @@ def finish_record(record: ExperienceRecord, checked: list[VerificationItem],
 
     Shared by :func:`verify_record` and the worker pool's failure path, so a record that could not
     be verified is shaped exactly like one that was. ``high`` needs, besides every check passing,
-    a passing check that computed the answer (:func:`answer_computed`); else ``medium`` with the
+    a passing check that computed the answer (:func:`serve.experience._computed.answer_computed`); else ``medium`` with the
     tag :data:`ANSWER_TAG`.
     """
+    from serve.experience._computed import answer_computed
     from serve.experience._extract import SOURCE
 
     # NOTE: a required type must be among the model's own checks; an extracted one does not count.

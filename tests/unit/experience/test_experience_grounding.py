@@ -18,7 +18,8 @@ from serve.experience._extract import SOURCE, extracted_checks
 from serve.experience._grounding import TAG, not_quantities, ungrounded
 from serve.experience._parser import parse_segmented
 from serve.experience._rules import Rule
-from serve.experience._verify import ANSWER_TAG, answer_computed
+from serve.experience._computed import answer_computed
+from serve.experience._verify import ANSWER_TAG
 
 QWEN = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 EVAL_RULES = RuleTable([Rule.model_validate(r) for r in RULES])
