@@ -7,6 +7,7 @@ forwards each call to a model-role deployment, so ``serve/`` never imports Ray.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from ray.exceptions import RayError
 from ray.serve.exceptions import BackPressureError, RayServeException
@@ -14,9 +15,26 @@ from ray.serve.handle import DeploymentHandle
 
 from serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams, engine_affinity
 
-__all__ = ["HandleEngine"]
+__all__ = ["HandleEngine", "on_data_plane"]
 
 _FAILURES = (RayError, RayServeException, BackPressureError)
+
+
+def on_data_plane(value: Any, grpc: bool) -> Any:
+    """``value`` with every deployment handle in it (nested in dicts and lists) set to the gRPC data plane or not.
+
+    NOTE: a handle's transport is an option fixed where the handle was made: the handles a
+    replica receives through ``bind()`` were made by the driver, whose Ray Serve was imported
+    before ``ray.throughput_optimized`` could switch Serve to gRPC (runner.start_ray),
+    so they would keep Ray actor calls. The replica that calls them sets it here, from config.
+    """
+    if isinstance(value, DeploymentHandle):
+        return value.options(_by_reference=not grpc)
+    if isinstance(value, dict):
+        return {k: on_data_plane(v, grpc) for k, v in value.items()}
+    if isinstance(value, list):
+        return [on_data_plane(v, grpc) for v in value]
+    return value
 
 
 class HandleEngine:

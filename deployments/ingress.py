@@ -21,7 +21,7 @@ from ray.serve.handle import DeploymentHandle
 from deployments._placement import PlacementInfo
 from deployments.config import ROLES, AppConfig
 from deployments.engines import EngineConfig, LlamaCppConfig, VLLMConfig
-from deployments.handles import HandleEngine
+from deployments.handles import HandleEngine, on_data_plane
 from deployments.memory import memory_backend
 from deployments.state import RemoteStore
 from serve.api.app import create_app
@@ -81,9 +81,10 @@ class Ingress(PlacementInfo):
     def __init__(self, config_data: dict[str, Any], roles: dict[str, DeploymentHandle],
                  memory: dict[str, Any], state: DeploymentHandle) -> None:
         self.config = AppConfig.model_validate(config_data)
-        self.roles = roles
-        self.memory = memory
-        self.state = state
+        grpc = self.config.ray.throughput_optimized
+        self.roles = on_data_plane(roles, grpc)
+        self.memory = on_data_plane(memory, grpc)
+        self.state = on_data_plane(state, grpc)
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         app, self._backend = build_ingress_app(self.config, self.roles, self.memory, self.state)

@@ -57,7 +57,8 @@ def start_ray(config: AppConfig) -> None:
         return
     # NOTE: a deep folder is reached through a short alias, or Ray's socket paths overflow 107 bytes.
     temp_dir = ray_temp_dir(config.ray.temp_dir)
-    with _metrics_folder(temp_dir.resolve() / "recallserve-metrics"), _worker_niceness(config.ray.worker_niceness):
+    with _metrics_folder(temp_dir.resolve() / "recallserve-metrics"), _worker_niceness(config.ray.worker_niceness), \
+            _throughput_mode(config.ray.throughput_optimized):
         ray.init(
             num_cpus=config.ray.num_cpus,
             num_gpus=config.ray.num_gpus,
@@ -91,6 +92,36 @@ def _worker_niceness(niceness: int | None) -> Iterator[None]:
 
 
 _NICENESS_ENV = "RAY_worker_niceness"
+
+#: Ray Serve's throughput-optimized mode without its direct ingress (which would serve HTTP from the ingress
+#: replicas on ports of their own, not server.port), and the proxy on the gRPC data plane too.
+THROUGHPUT_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0",
+                  "RAY_SERVE_PROXY_USE_GRPC": "1"}
+
+
+@contextlib.contextmanager
+def _throughput_mode(enabled: bool) -> Iterator[None]:
+    """Start the embedded Ray in Serve's throughput-optimized mode (``ray.throughput_optimized``).
+
+    NOTE: Ray Serve reads these variables when a process imports it, so they must be in the
+    raylet's environment (every replica, the proxy and the controller are its children); as for
+    the niceness, they are set only while Ray starts and taken back afterwards, and a value the
+    user already exported wins. The handles the driver made keep actor calls (its Serve was
+    imported earlier): the ingress moves them to the gRPC data plane (``handles.on_data_plane``).
+    Measured on cpu-local (2 cores, 2,000 memories, ``bench search``): CPU per search 71 -> 49 ms,
+    1 client p50 54 -> 42 ms, 4 clients 24 -> 33 searches/s.
+    """
+    if not enabled:
+        yield
+        return
+    added = [name for name in THROUGHPUT_ENV if os.environ.get(name) is None]
+    for name in added:
+        os.environ[name] = THROUGHPUT_ENV[name]
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 @contextlib.contextmanager

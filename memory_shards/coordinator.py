@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -152,6 +152,8 @@ class MemoryCoordinator:
         self.touch_every_seconds = touch_every_seconds
         self._pending: list[dict[str, float]] = [{} for _ in self.shards]
         self._pending_since = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._sends: set[asyncio.Task] = set()
 
     # ---- routing ------------------------------------------------------------------------
     def shard_of_tenant(self, tenant: str) -> int:
@@ -327,6 +329,42 @@ class MemoryCoordinator:
         await self.calls.gather(
             {s: partial(self.shards[s].touch, list(p), list(p.values())) for s, p in enumerate(batches) if p}, (), write=True
         )
+
+    def queue_renewals(self, items: Iterable[tuple[int, str]], at: float) -> None:
+        """Queue last-access renewals ``(shard, record id)`` of returned records; sent in batches, off the request path.
+
+        NOTE: a renewal call per search was one more shard hop per search (Ray serialisation on
+        both sides and a WAL entry each): batches go when ``touch_every_hits`` renewals are
+        queued, or ``touch_every_seconds`` after the oldest one (a timer, so a replica that stops
+        searching still sends them). Renewals are best effort: a down shard's are dropped, and
+        a replica that dies loses its queue (the records then decay from their previous access).
+        """
+        for shard, record_id in items:
+            self._queue_touch(shard, record_id, at)
+        count = sum(len(p) for p in self._pending)
+        if count >= self.touch_every_hits:
+            self._spawn_send()
+        elif count and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.touch_every_seconds, self._spawn_send)
+
+    def _spawn_send(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        task = asyncio.ensure_future(self._send_renewals())
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
+
+    async def _send_renewals(self) -> None:
+        try:
+            await self._maybe_send_touches(force=True)
+        except ShardUnavailable:
+            pass  # NOTE: best effort (see queue_renewals).
+
+    async def drain_renewals(self) -> None:
+        """Send the queued renewals now and wait for every send in flight (tests, shutdown)."""
+        self._spawn_send()
+        await asyncio.gather(*list(self._sends), return_exceptions=True)
 
     async def flush(self) -> None:
         """Send queued renewals and make every shard apply its pending renewals."""

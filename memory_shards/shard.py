@@ -369,6 +369,35 @@ class MemoryShard:
             slot = t.slots[slot_index]
             return None if slot is None else t.vectors[slot.start : slot.start + slot.count].copy()
 
+    def best_parts(self, record_ids: Sequence[str], query: np.ndarray) -> list[tuple[int, float] | None]:
+        """``(part index, cosine)`` of each record's best vector row for ``query`` [D]; None where the record is gone.
+
+        One gather and one matrix product for every record (BM25 candidates scored for the
+        fusion), instead of a copy and a product per record.
+        """
+        with self._lock:
+            t = self._table
+            spans: list[tuple[int, int] | None] = []
+            for record_id in record_ids:
+                slot_index = t.by_id.get(record_id)
+                slot = None if slot_index is None else t.slots[slot_index]
+                spans.append(None if slot is None else (slot.start, slot.count))
+            live = [sp for sp in spans if sp is not None]
+            if not live:
+                return [None] * len(spans)
+            rows = np.concatenate([np.arange(start, start + count) for start, count in live])
+            sims = t.vectors[rows] @ np.asarray(query, dtype=np.float32)
+        out: list[tuple[int, float] | None] = []
+        at = 0
+        for span in spans:
+            if span is None:
+                out.append(None)
+                continue
+            part = int(np.argmax(sims[at : at + span[1]]))
+            out.append((part, min(1.0, max(-1.0, float(sims[at + part])))))
+            at += span[1]
+        return out
+
     def list_records(self, tenant: str, filters: SearchFilters | None = None, include_shared: bool = True) -> list[MemoryRecord]:
         """Every record ``tenant`` may see (its own, plus shared ones), in storage order.
 
@@ -439,8 +468,11 @@ class MemoryShard:
                         break
                     row = int(rows[idx[qi, j]]) if rows is not None else int(idx[qi, j])
                     rec, part = self._table.record_at_row(row)
-                    hits.append(SearchHit(record=rec, score=float(scores[qi, j]), similarity=float(sims[qi, j]),
-                                          time_factor=float(tfs[qi, j]), part_index=part, shard=self.shard_id))
+                    # NOTE: unvalidated: the kernel's own contract (finite scores of live rows, NaN dropped,
+                    # cosines of unit vectors) is what validation would check, ~7 us a hit of a 64-hit list.
+                    hits.append(SearchHit.model_construct(
+                        record=rec, score=float(scores[qi, j]), similarity=float(sims[qi, j]),
+                        time_factor=float(tfs[qi, j]), part_index=part, shard=self.shard_id))
                 out.append(hits)
             return out
 

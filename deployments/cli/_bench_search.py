@@ -38,8 +38,10 @@ import argparse
 import asyncio
 import os
 import random
+import ssl
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -184,7 +186,14 @@ async def _seed(http: Any, n: int, tag: str, rng: random.Random) -> float:
     return time.perf_counter() - start
 
 
-async def _level(http: Any, clients: int, seconds: float, rng: random.Random) -> dict[str, Any]:
+async def _level(http: Any, clients: int, seconds: float, rng: random.Random,
+                 connect: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """One level: ``clients`` closed-loop clients for ``seconds``, each on its own connection (``connect()``).
+
+    NOTE: one connection per client, as separate users have: 64 clients sharing one httpx pool
+    cost the benchmark itself ~21 ms of CPU per answer (httpcore matches every waiting request to
+    every connection), a third of the cluster's own cost, on the same 2 cores.
+    """
     latencies: list[float] = []
     refused: list[float] = []
     statuses: dict[str, int] = {}
@@ -193,6 +202,13 @@ async def _level(http: Any, clients: int, seconds: float, rng: random.Random) ->
     stop = time.perf_counter() + seconds
 
     async def client() -> None:
+        if connect is None:
+            await _client_loop(http)
+            return
+        async with connect() as own:
+            await _client_loop(own)
+
+    async def _client_loop(http: Any) -> None:
         while time.perf_counter() < stop:
             query = " ".join(rng.choice(_WORDS) for _ in range(4))
             t0 = time.perf_counter()
@@ -281,10 +297,16 @@ async def _main(args: argparse.Namespace, base: str) -> dict[str, Any]:
         seeded = await _seed(http, args.memories, args.tag, rng)
         if seeded:
             print(f"seeded {args.memories} memories in {seeded:.1f} s ({args.memories / seeded:.1f}/s)", flush=True)
-        await _level(http, 1, 2.0, rng)  # NOTE: warm-up, not reported
+        tls = ssl.create_default_context()  # NOTE: once: ~6 ms of CPU per client otherwise, inside the timed level
+
+        def connect() -> httpx.AsyncClient:
+            return httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {args.key}"}, timeout=60.0,
+                                     limits=httpx.Limits(max_connections=1), verify=tls)
+
+        await _level(http, 1, 2.0, rng, connect)  # NOTE: warm-up, not reported
         levels = []
         for clients in args.clients:
-            row = await _level(http, clients, args.seconds, rng)
+            row = await _level(http, clients, args.seconds, rng, connect)
             print(f"{clients:>3} clients: {row['answers_per_s']:.1f} answers/s, p50 {row['p50_ms'] or 0:.0f} ms, "
                   f"p95 {row['p95_ms'] or 0:.0f} ms, statuses {row['statuses']}", flush=True)
             levels.append(row)

@@ -41,7 +41,6 @@ from pydantic import Field
 from kernels import ScoreParams, StrictModel
 
 from ..config import SearchFilters, SearchHit
-from .._fanout import ShardUnavailable
 from ..coordinator import LocalShardClient, MemoryCoordinator
 from .fusion import rrf_fuse
 from .shard import Feedback, ShardHybridResult
@@ -174,7 +173,6 @@ class HybridRetriever:
         self.embed = embed
         self.params = params or RetrievalParams()
         self.rewriter = rewriter
-        self._background: set[asyncio.Task] = set()
 
     async def search(
         self,
@@ -291,25 +289,12 @@ class HybridRetriever:
         return out
 
     def _touch(self, hits: list[HybridHit], now: float) -> None:
-        by_shard: dict[int, list[str]] = {}
-        for h in hits:
-            by_shard.setdefault(h.shard, []).append(h.record.id)
-        for shard, ids in by_shard.items():
-            # NOTE: renewal is off the request path; the shard batches renewals into one WAL entry.
-            task = asyncio.ensure_future(self._renew(shard, ids, now))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-
-    async def _renew(self, shard: int, ids: list[str], now: float) -> None:
-        try:
-            await self.coordinator.calls.call(shard, "touch", ids, [now] * len(ids), write=True)
-        except ShardUnavailable:
-            pass  # NOTE: a renewal is best effort; a down shard misses it (its records decay a bit sooner).
+        # NOTE: renewal is off the request path, batched with other searches' (MemoryCoordinator.queue_renewals).
+        self.coordinator.queue_renewals(((h.shard, h.record.id) for h in hits), now)
 
     async def drain(self) -> None:
-        """Wait for queued last-access renewals (tests, shutdown)."""
-        if self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+        """Send queued last-access renewals and wait for them (tests, shutdown)."""
+        await self.coordinator.drain_renewals()
 
 
 def local_hybrid_coordinator(n_shards: int, model_id: str, dim: int, data_root=None, **shard_options) -> MemoryCoordinator:

@@ -209,18 +209,16 @@ class HybridShard:
             if extra:
                 found = both({**dict.fromkeys(extra, feedback.weight), **dict.fromkeys(own, 1.0)})
         out = []
-        for record_id, bm25 in found:
-            rec = records[record_id]
-            vecs = self.shard.vectors(record_id)
-            if vecs is None:  # deleted between the BM25 pass and now
+        for (record_id, bm25), best in zip(found, self.shard.best_parts([r for r, _ in found], q)):
+            if best is None:  # deleted between the BM25 pass and now
                 continue
-            sims = vecs @ q
-            part = int(np.argmax(sims))
-            sim = float(np.clip(sims[part], -1.0, 1.0))
+            rec = records[record_id]
+            part, sim = best
             f = time_factor(params, rec.last_access_at or rec.created_at, now)
             score = combined_score(params, sim, f)
             if not math.isfinite(score):
                 continue
-            out.append((SearchHit(record=rec, score=score, similarity=sim, time_factor=f, part_index=part,
-                                  shard=self.shard_id), bm25))
+            # NOTE: unvalidated, as the dense hits: the score is checked finite above, the cosine clipped.
+            out.append((SearchHit.model_construct(record=rec, score=score, similarity=sim, time_factor=f, part_index=part,
+                                                  shard=self.shard_id), bm25))
         return out

@@ -94,6 +94,20 @@ def test_workers_run_at_the_configured_niceness(cluster: AppConfig) -> None:
     assert ray.get(niceness.remote(), timeout=120) == os.nice(0) + cluster.ray.worker_niceness
 
 
+def test_replicas_run_in_serves_throughput_mode(cluster: AppConfig) -> None:
+    """``ray.throughput_optimized`` (default on) reaches every worker: the gRPC data plane, no direct ingress."""
+    import ray
+
+    from deployments.runner import THROUGHPUT_ENV
+
+    @ray.remote(num_cpus=0)
+    def flags() -> dict[str, str | None]:
+        return {name: os.environ.get(name) for name in THROUGHPUT_ENV}
+
+    assert cluster.ray.throughput_optimized
+    assert ray.get(flags.remote(), timeout=120) == THROUGHPUT_ENV
+
+
 def test_bad_key_and_bad_body_through_the_proxy(cluster: AppConfig) -> None:
     import httpx
 

@@ -123,6 +123,14 @@ Checks: it parses, has applications, no literal API keys, shard data under the v
 - name: PROMETHEUS_MULTIPROC_DIR
   value: {{ .Values.metrics.exporter.folder | quote }}
 {{- end }}
+{{- if .Values.serveThroughputOptimized }}
+- name: RAY_SERVE_THROUGHPUT_OPTIMIZED
+  value: "1"
+- name: RAY_SERVE_ENABLE_DIRECT_INGRESS
+  value: "0"
+- name: RAY_SERVE_PROXY_USE_GRPC
+  value: "1"
+{{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}

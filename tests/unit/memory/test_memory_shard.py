@@ -236,3 +236,28 @@ def test_empty_shard_and_no_visible_rows(rng) -> None:
     ivf = _shard(exact_max_rows=0, ivf_nlist=2)
     ivf.upsert(make_items(rng, 100, ["b"]))
     assert ivf.search(unit(rng, 1), "a", k=5, params=ScoreParams(threshold=-1), now=NOW) == [[]]
+
+
+def test_best_parts_gives_each_records_best_row_in_one_product(rng) -> None:
+    """The lexical candidates' similarity: the best of a record's rows (text, image description, chunks)."""
+    shard = _shard()
+    def record(i: int) -> MemoryRecord:
+        extra = {"image_description": f"photo {i}"} if i % 3 else {}
+        return MemoryRecord(tenant="a", source_id=f"s{i}", text=f"t{i}", created_at=NOW,
+                            **extra, **({"ocr_text": f"ocr {i}"} if i % 3 == 2 else {}))
+
+    items = [EmbeddedRecord(record(i), unit(rng, 1 + i % 3)) for i in range(12)]
+    ids = shard.upsert(items)
+    shard.delete("a", [ids[5]])
+    q = unit(rng, 1)[0]
+    asked = [ids[3], ids[5], "no-such-id", ids[0], ids[11], ids[3]]
+    got = shard.best_parts(asked, q)
+    for record_id, best in zip(asked, got):
+        vecs = shard.vectors(record_id)
+        if vecs is None:
+            assert best is None
+            continue
+        sims = vecs @ q
+        assert best is not None and best[0] == int(np.argmax(sims))
+        assert best[1] == pytest.approx(float(sims.max()), abs=1e-6)
+    assert shard.best_parts([], q) == [] and shard.best_parts(["gone"], q) == [None]

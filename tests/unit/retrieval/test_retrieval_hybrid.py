@@ -181,3 +181,52 @@ def test_a_memory_inside_the_named_window_moves_up() -> None:
     assert [h.record.source_id for h in on] == ["march", "june"]
     # the hit keeps the ranks of the main lists (the window lists only add to its score)
     assert on[0].dense_rank == 2 and on[0].score > off[0].score
+
+
+def _count_touches(coord) -> list[list[str]]:
+    calls: list[list[str]] = []
+    for shard in coord.shards:
+        original = shard.touch
+
+        async def touch(ids, at, original=original):
+            calls.append(list(ids))
+            await original(ids, at)
+
+        shard.touch = touch
+    return calls
+
+
+def test_renewals_of_many_searches_leave_in_one_batch_off_the_request_path() -> None:
+    """A renewal call per search was one more shard hop per search; they are queued and sent together."""
+    q = "renew me"
+    coord, r = _setup([("acme", "x", "renew me please", _unit(0)), ("acme", "y", "renew me too", _unit(0, 1, 0.3))],
+                      q, _unit(0), shards=1)
+    calls = _count_touches(coord)
+
+    async def run() -> None:
+        for i in range(6):
+            assert await r.search("acme", q, 5, ScoreParams(decay="none"), now=2e9 + i)
+        assert calls == []  # nothing sent while the searches answered
+        await r.drain()
+
+    asyncio.run(run())
+    assert len(calls) == 1 and sorted(calls[0]) == sorted({h for h in calls[0]})
+    asyncio.run(coord.flush())
+    assert all(asyncio.run(coord.get("acme", i)).last_access_at == pytest.approx(2e9 + 5) for i in calls[0])
+
+
+def test_queued_renewals_are_sent_by_a_timer_when_searches_stop() -> None:
+    q = "renew me"
+    coord, r = _setup([("acme", "x", "renew me please", _unit(0))], q, _unit(0), shards=1)
+    coord.touch_every_seconds = 0.05
+    calls = _count_touches(coord)
+
+    async def run() -> None:
+        assert await r.search("acme", q, 5, ScoreParams(decay="none"), now=2e9)
+        for _ in range(100):  # NOTE: up to 5 s on a loaded machine; the timer fires after 0.05 s
+            if calls:
+                break
+            await asyncio.sleep(0.05)
+
+    asyncio.run(run())
+    assert len(calls) == 1
