@@ -468,11 +468,8 @@ class MemoryShard:
                         break
                     row = int(rows[idx[qi, j]]) if rows is not None else int(idx[qi, j])
                     rec, part = self._table.record_at_row(row)
-                    # NOTE: unvalidated: the kernel's own contract (finite scores of live rows, NaN dropped,
-                    # cosines of unit vectors) is what validation would check, ~7 us a hit of a 64-hit list.
-                    hits.append(SearchHit.model_construct(
-                        record=rec, score=float(scores[qi, j]), similarity=float(sims[qi, j]),
-                        time_factor=float(tfs[qi, j]), part_index=part, shard=self.shard_id))
+                    hits.append(SearchHit(record=rec, score=float(scores[qi, j]), similarity=float(sims[qi, j]),
+                                          time_factor=float(tfs[qi, j]), part_index=part, shard=self.shard_id))
                 out.append(hits)
             return out
 

@@ -173,8 +173,15 @@ def _quantile(values: list[float], q: float) -> float | None:
 
 async def _seed(http: Any, n: int, tag: str, rng: random.Random) -> float:
     """Write ``n`` memories tagged ``tag`` unless they are there; seconds spent writing."""
-    have = await http.get("/v1/memories", params={"source_id": f"bench-search-{tag}-{n - 1}"})
-    if have.status_code == 200 and have.json().get("data"):
+    for _ in range(60):
+        have = await http.get("/v1/memories", params={"source_id": f"bench-search-{tag}-{n - 1}"})
+        # NOTE: a shard still loading a big folder answers 503; seeding then would rewrite every row through the API.
+        if have.status_code != 503:
+            break
+        await asyncio.sleep(_retry_after(have.headers.get("retry-after")) or 1.0)
+    if have.status_code != 200:
+        raise UserError(f"seeding: GET /v1/memories answered {have.status_code}: {have.text[:200]}")
+    if have.json().get("data"):
         return 0.0
     start = time.perf_counter()
     for lo in range(0, n, 50):

@@ -218,7 +218,6 @@ class HybridShard:
             score = combined_score(params, sim, f)
             if not math.isfinite(score):
                 continue
-            # NOTE: unvalidated, as the dense hits: the score is checked finite above, the cosine clipped.
-            out.append((SearchHit.model_construct(record=rec, score=score, similarity=sim, time_factor=f, part_index=part,
-                                                  shard=self.shard_id), bm25))
+            out.append((SearchHit(record=rec, score=score, similarity=sim, time_factor=f, part_index=part,
+                                  shard=self.shard_id), bm25))
         return out
