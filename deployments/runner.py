@@ -108,8 +108,9 @@ def _throughput_mode(enabled: bool) -> Iterator[None]:
     the niceness, they are set only while Ray starts and taken back afterwards, and a value the
     user already exported wins. The handles the driver made keep actor calls (its Serve was
     imported earlier): the ingress moves them to the gRPC data plane (``handles.on_data_plane``).
-    Measured on cpu-local (2 cores, 2,000 memories, ``bench search``): CPU per search 71 -> 49 ms,
-    1 client p50 54 -> 42 ms, 4 clients 24 -> 33 searches/s.
+    Measured on cpu-local (2 cores, 2,000 memories, ``bench search``, with the batched renewals of
+    the same change): CPU per search 90 -> 61 ms, 1 client p50 67 -> 48 ms, 4 clients 21.9 -> 32.2
+    searches/s (loadtests/results/bench-search-cpu-local-throughput.md).
     """
     if not enabled:
         yield

@@ -306,9 +306,7 @@ class MemoryCoordinator:
                 if len(out) == k:
                     break
             merged.append(out)
-            for hit in out:
-                self._queue_touch(hit.shard, hit.record.id, now)
-        await self._maybe_send_touches()
+        self.queue_renewals(((hit.shard, hit.record.id) for out in merged for hit in out), now)
         return merged
 
     # ---- maintenance --------------------------------------------------------------------
