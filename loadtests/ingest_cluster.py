@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -103,11 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("loadtests/results/memory-ingest-cluster-cpu-local.json"))
     args = p.parse_args(own)
     settings = [parse_setting(s) for s in args.setting]
+    # NOTE: a SIGTERM (e.g. from `timeout`) becomes SystemExit, so the cluster is still stopped below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     scratch = args.scratch.resolve()
     scratch.mkdir(parents=True, exist_ok=True)
     log = scratch / "up.log"
     profile = _write_profile(scratch, args.port, settings[0][1])
-    env = {**os.environ, "PYTHONPATH": str(_ROOT)}
+    # NOTE: unbuffered, so the log holds the last words of an `up` that dies.
+    env = {**os.environ, "PYTHONPATH": str(_ROOT), "PYTHONUNBUFFERED": "1"}
     up = subprocess.Popen([sys.executable, "-c", _CLI, "up", "--config", str(profile)], cwd=_ROOT, env=env,
                           stdout=log.open("w"), stderr=subprocess.STDOUT)
     reports: list[tuple[str, dict[str, Any]]] = []
@@ -116,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         while "ready in" not in log.read_text():
             if up.poll() is not None or time.monotonic() - started > args.start_timeout_s:
                 print(log.read_text()[-3000:], file=sys.stderr)
-                raise SystemExit("recallserve up did not get ready")
+                raise SystemExit(f"recallserve up did not get ready (exit status {up.poll()})")
             time.sleep(2)
         print(f"cluster ready after {time.monotonic() - started:.0f} s", flush=True)
         for i, (label, overrides) in enumerate(settings):
@@ -135,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             if done.returncode:
                 raise SystemExit(f"bench ingest {label} failed")
             reports.append((label, {**json.loads(out.read_text()), "embedder_overrides": overrides}))
+            _write_reports(args.out, argv, reports)  # NOTE: after each setting, so a cut-off run keeps what it measured
     finally:
         up.send_signal(signal.SIGTERM)
         try:
@@ -142,16 +147,20 @@ def main(argv: list[str] | None = None) -> int:
         except subprocess.TimeoutExpired:
             up.kill()
             up.wait()
+    return 0
+
+
+def _write_reports(out: Path, argv: list[str], reports: list[tuple[str, dict[str, Any]]]) -> None:
     from deployments.cli._bench_ingest_cluster import render
 
     table = render(reports)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"command": "python -m loadtests.ingest_cluster " + " ".join(argv),
-                                    "reports": [{"label": lab, **r} for lab, r in reports]}, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(
-        f"# Ingestion through the cluster\n\n`python -m loadtests.ingest_cluster {' '.join(argv)}`\n\n{table}")
-    print(table)
-    return 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    command = "python -m loadtests.ingest_cluster " + shlex.join(argv)
+    out.write_text(json.dumps({"command": command,
+                               "reports": [{"label": lab, **r} for lab, r in reports]}, indent=2) + "\n")
+    out.with_suffix(".md").write_text(
+        f"# Ingestion through the cluster\n\n`{command}`\n\n{table}")
+    print(table, flush=True)
 
 
 if __name__ == "__main__":  # pragma: no cover
