@@ -184,6 +184,12 @@ class EmbedderConfig(StrictModel):
     device: Literal["cpu", "cuda"] = Field(default="cpu", description="Torch device.")
     threads: int = Field(default=1, ge=1, le=64, description="Threads per replica: torch intra-op threads; ONNX Runtime runs this many forward passes at once, "
                          "one thread each (1 is fastest on 2 shared cores).")
+    # NOTE: bulk = ingestion (POST /v1/memories batches, re-embed pages). On the 2-core profile the
+    # chat model shares the cores, so bulk passes use both cores at a lower priority: they fill the
+    # cores the model leaves idle and yield them when it runs (loadtests/results/memory-ingest-cpu-local.md).
+    bulk_threads: int | None = Field(default=None, ge=1, le=64, description="ONNX Runtime: forward passes run at once (one thread each) for an embed call of at least bulk_min_texts texts; None = threads. The vectors do not change.")
+    bulk_min_texts: int = Field(default=32, ge=1, le=100_000, description="An embed call of at least this many texts is bulk (ingestion): it runs bulk_threads passes at once at bulk_niceness, in its own lane, so smaller calls (query embeds) never wait behind it.")
+    bulk_niceness: int = Field(default=0, ge=0, le=19, description="How much nicer (Linux nice, per thread) the threads of bulk passes run than the replica: they then take only the CPU that the chat model and the query embeds leave idle. 0 = same priority.")
     max_batch_size: int = Field(default=32, ge=1, le=1024, description="Most embed calls (requests) answered by one forward: the calls that arrive while a forward runs share the next one.")
     # NOTE: texts are sorted by length and padded per forward pass; on the CPU, 16 texts per pass
     # pad far less than 64 (50 LoCoMo turns: ~3x faster, see `recallserve bench ingest`); a GPU

@@ -41,6 +41,7 @@ from memory_shards.shard_access import SortedIds, hybrid_apply, hybrid_insert_ab
 from memory_shards.config import SearchFilters, ShardConfig
 from memory_shards.coordinator import MemoryCoordinator, ShardUnavailable
 from memory_shards.embedders import MiniLMEmbedder, build_embedder, embedder_identity
+from memory_shards.onnx_embedder import OnnxMiniLMEmbedder
 from memory_shards.records import EmbeddedRecord, MemoryRecord
 from memory_shards.retrieval import Feedback, HybridShard, ShardHybridResult
 from memory_shards.shard import MemoryShard
@@ -77,6 +78,12 @@ class EmbedderDeployment(PlacementInfo):
     ``batch_wait_timeout_s`` of waiting only when a call finds the model idle), not ``@serve.batch``,
     whose batches of one pile up behind a running forward (the gatherer's docstring says why).
 
+    Two lanes: a call of at least ``bulk_min_texts`` texts (ingestion) goes to a gatherer of its
+    own and runs as a bulk call of the ONNX embedder (``bulk_threads`` passes at once at
+    ``bulk_niceness``), beside the forwards of the smaller calls. So a query embed does not wait
+    for a 50-memory batch's forward to end (it did: the next forward started only after the
+    running one), and ingestion gets the cores the query embeds and the chat model leave idle.
+
     Args:
         embedder: ``EmbedderConfig`` as plain data.
     """
@@ -85,15 +92,24 @@ class EmbedderDeployment(PlacementInfo):
         cfg = EmbedderConfig.model_validate(embedder)
         self._embedder = build_embedder(cfg.model, device=cfg.device, batch_size=cfg.forward_batch_size,
                                         torch_threads=cfg.threads, runtime=cfg.runtime,
-                                        cache_dir=envs.recallserve_home() / "onnx")
+                                        cache_dir=envs.recallserve_home() / "onnx", bulk_threads=cfg.bulk_threads,
+                                        bulk_min_texts=cfg.bulk_min_texts, bulk_niceness=cfg.bulk_niceness)
         self._embedder.embed(["warm up"])  # load the weights before the replica reports healthy
+        self._bulk_min_texts = cfg.bulk_min_texts
         self._gather: CallGatherer[list[str], np.ndarray] = CallGatherer(
-            self._forward, max_items=cfg.max_batch_size, first_wait_s=cfg.batch_wait_timeout_s)
+            functools.partial(self._forward, bulk=False), max_items=cfg.max_batch_size,
+            first_wait_s=cfg.batch_wait_timeout_s)
+        # NOTE: no first wait in the bulk lane: a bulk call fills passes on its own.
+        self._bulk_gather: CallGatherer[list[str], np.ndarray] = CallGatherer(
+            functools.partial(self._forward, bulk=True), max_items=cfg.max_batch_size)
 
-    async def _forward(self, requests: list[list[str]]) -> list[np.ndarray]:
+    async def _forward(self, requests: list[list[str]], bulk: bool) -> list[np.ndarray]:
         flat = [t for texts in requests for t in texts]
-        with MEMORY_HOP.labels("embed_forward").time():
-            vectors = await asyncio.to_thread(self._embedder.embed, flat)
+        # NOTE: the torch embedder has one way to run; only the ONNX one tells bulk calls apart.
+        run = (functools.partial(self._embedder.embed, flat, bulk=bulk) if isinstance(self._embedder, OnnxMiniLMEmbedder)
+               else functools.partial(self._embedder.embed, flat))
+        with MEMORY_HOP.labels("embed_bulk_forward" if bulk else "embed_forward").time():
+            vectors = await asyncio.to_thread(run)
         out, start = [], 0
         for texts in requests:
             out.append(vectors[start : start + len(texts)])
@@ -101,10 +117,11 @@ class EmbedderDeployment(PlacementInfo):
         return out
 
     async def embed(self, texts: list[str]) -> np.ndarray:
-        """Embed ``texts`` -> [n, dim] unit-norm float32 (batched with concurrent callers)."""
+        """Embed ``texts`` -> [n, dim] unit-norm float32 (batched with concurrent callers of its lane)."""
         if not texts:
             return np.zeros((0, self._embedder.dim), dtype=np.float32)
-        return await self._gather.submit(list(texts))
+        lane = self._bulk_gather if len(texts) >= self._bulk_min_texts else self._gather
+        return await lane.submit(list(texts))
 
     def info(self) -> dict[str, Any]:
         """Model id and dimension."""

@@ -198,19 +198,23 @@ def resolve_runtime(model: str, device: str, runtime: str) -> str:
 
 
 def build_embedder(model: str, device: str = "cpu", batch_size: int = 16, torch_threads: int | None = 1,
-                   runtime: str = "torch", cache_dir: Path | None = None) -> MiniLMEmbedder | OnnxMiniLMEmbedder:
+                   runtime: str = "torch", cache_dir: Path | None = None, bulk_threads: int | None = None,
+                   bulk_min_texts: int = 32, bulk_niceness: int = 0) -> MiniLMEmbedder | OnnxMiniLMEmbedder:
     """The embedder a configured name and runtime stand for (weights load on first use).
 
     Args:
         runtime: "torch", "onnx" or "auto" (see :func:`resolve_runtime`).
         cache_dir: folder of the exported ONNX files (onnx only; None = a temporary folder).
+        bulk_threads, bulk_min_texts, bulk_niceness: how calls of many texts run (onnx only; see
+            :class:`~memory_shards.onnx_embedder.OnnxMiniLMEmbedder`; torch ignores them).
 
     Raises:
         ValueError: an unknown name, a runtime the model cannot run on, or a CPU-only model on a GPU.
     """
     if resolve_runtime(model, device, runtime) == "onnx":
         return OnnxMiniLMEmbedder(quantized=model.endswith("-int8"), batch_size=batch_size,
-                                  threads=torch_threads or 1, cache_dir=cache_dir)
+                                  threads=torch_threads or 1, cache_dir=cache_dir, bulk_threads=bulk_threads,
+                                  bulk_min_texts=bulk_min_texts, bulk_niceness=bulk_niceness)
     return MiniLMEmbedder(device=device, batch_size=batch_size, torch_threads=torch_threads,
                           quantized=model.endswith("-int8"))
 

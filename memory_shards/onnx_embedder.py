@@ -28,6 +28,14 @@ Pipeline per call (one tokenisation, no second pass):
      rows back in input order. A text's vector does not depend on which texts share its pass
      (padding is masked; fixed vs cost-aware cuts: max difference 0.0 on 50 LoCoMo turns), so the
      cuts and the concurrency change the speed, not the vectors.
+
+Bulk calls (issue 16, ingestion): a call of at least ``bulk_min_texts`` texts (a ``POST
+/v1/memories`` batch, a re-embed page) runs ``bulk_threads`` passes at once on threads made
+``bulk_niceness`` nicer than the replica, while a smaller call (a query) keeps ``threads``. On
+the 2-core profile the chat model shares the cores: ingestion then takes both cores when the
+model is idle and yields them to it (and to the query embeds) when it is not, instead of holding
+one core always (``threads: 1``) or competing for both at equal priority. Each pass still runs
+on one thread (intra-op 1), so the vectors are the ones of a sequential run, bit for bit.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ import hashlib
 import json
 import logging
 import os
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
@@ -47,7 +56,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["OnnxMiniLMEmbedder", "SOURCE_SHA256", "ensure_onnx_model", "length_buckets", "MINILM_ONNX_INT8_MODEL_ID",
-           "PASS_OVERHEAD_TOKENS"]
+           "PASS_OVERHEAD_TOKENS", "renice_thread"]
 
 #: model id of the ONNX Runtime int8 file (another vector space than fp32 and than torch's int8).
 MINILM_ONNX_INT8_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2-int8-onnx-dynamic"
@@ -229,6 +238,10 @@ class OnnxMiniLMEmbedder:
             session runs each pass on its caller's thread (intra-op 1), several passes concurrently.
         cache_dir: where the exported files live (the deployment passes ``$RECALLSERVE_HOME/onnx``);
             None exports into a fresh temporary folder of this process (~10 s on first use).
+        bulk_threads: forward passes run at once for a bulk call (None: ``threads``).
+        bulk_min_texts: a call of at least this many texts is a bulk call (see :meth:`embed`).
+        bulk_niceness: how much nicer (Linux ``nice``, 0-19) the threads of bulk passes run than the
+            process; 0 runs them at its priority. Per thread, so a query's pass is not slowed.
 
     Example:
         >>> emb = OnnxMiniLMEmbedder(cache_dir=Path("/tmp/rs-onnx"))
@@ -239,21 +252,32 @@ class OnnxMiniLMEmbedder:
     dim = 384
 
     def __init__(self, quantized: bool = False, batch_size: int = 16, threads: int = 1,
-                 cache_dir: Path | None = None) -> None:
+                 cache_dir: Path | None = None, bulk_threads: int | None = None, bulk_min_texts: int = 32,
+                 bulk_niceness: int = 0) -> None:
         from memory_shards.embedders import MINILM_MODEL_ID
 
         if batch_size <= 0:
             raise ValueError(f"batch_size: must be > 0, got {batch_size}")
         if threads <= 0:
             raise ValueError(f"threads: must be > 0, got {threads}")
+        if bulk_threads is not None and bulk_threads <= 0:
+            raise ValueError(f"bulk_threads: must be > 0, got {bulk_threads}")
+        if bulk_min_texts <= 0:
+            raise ValueError(f"bulk_min_texts: must be > 0, got {bulk_min_texts}")
+        if not 0 <= bulk_niceness <= 19:
+            raise ValueError(f"bulk_niceness: must be within 0..19, got {bulk_niceness}")
         self.quantized = quantized
         self.model_id = MINILM_ONNX_INT8_MODEL_ID if quantized else MINILM_MODEL_ID
         self.batch_size = batch_size
         self.threads = threads
+        self.bulk_threads = threads if bulk_threads is None else bulk_threads
+        self.bulk_min_texts = bulk_min_texts
+        self.bulk_niceness = bulk_niceness
         self.cache_dir = cache_dir
         self._session = None
         self._tokenizer = None
         self._executor: ThreadPoolExecutor | None = None
+        self._bulk_executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
     def _load(self):  # type: ignore[no-untyped-def]
@@ -283,10 +307,12 @@ class OnnxMiniLMEmbedder:
                 self._session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         return self._session, self._tokenizer
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str], bulk: bool | None = None) -> np.ndarray:
         """Embed texts -> [n, 384] unit-norm float32, rows in input order.
 
         With ``threads`` > 1 the passes run ``threads`` at a time, one thread each, longest first.
+        A bulk call (``bulk``; None: at least ``bulk_min_texts`` texts) runs ``bulk_threads`` at a
+        time on the bulk pool, whose threads are ``bulk_niceness`` nicer; the vectors are the same.
         """
         from memory_shards.embedders import _check_texts, l2_normalise
 
@@ -311,13 +337,18 @@ class OnnxMiniLMEmbedder:
             # NOTE: each pass writes its own rows of `out`, so concurrent passes never touch one row.
             out[idx] = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1.0)
 
-        if self.threads == 1 or len(passes) == 1:
+        if bulk is None:
+            bulk = len(items) >= self.bulk_min_texts
+        workers = self.bulk_threads if bulk else self.threads
+        # NOTE: a nicer bulk call leaves the caller's thread even for one pass, so that it runs nicer too.
+        if (workers == 1 or len(passes) == 1) and not (bulk and self.bulk_niceness):
             for idx in passes:
                 run(idx)
         else:
             # NOTE: longest passes first, so the last pass to start is a short one (the workers end together).
             passes.sort(key=lambda idx: -len(idx) * lengths[idx[-1]])
-            for future in [self._pool().submit(run, idx) for idx in passes]:
+            pool = self._bulk_pool() if bulk else self._pool()
+            for future in [pool.submit(run, idx) for idx in passes]:
                 future.result()
         return l2_normalise(out)
 
@@ -326,3 +357,33 @@ class OnnxMiniLMEmbedder:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="onnx-embed")
             return self._executor
+
+    def _bulk_pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._bulk_executor is None:
+                self._bulk_executor = ThreadPoolExecutor(self.bulk_threads, thread_name_prefix="onnx-embed-bulk",
+                                                         initializer=renice_thread, initargs=(self.bulk_niceness,))
+            return self._bulk_executor
+
+
+def renice_thread(niceness: int) -> int:
+    """Make the calling thread ``niceness`` nicer than it is (Linux: ``nice`` is per thread); its new nice value.
+
+    The bulk pool's initializer: its threads then get the cores only when threads of a lower nice
+    value (the chat model's, the query embeds') leave them idle. Nice values only grow (a process
+    may not lower them without CAP_SYS_NICE), capped at 19. Elsewhere than Linux a thread's
+    priority is not a nice value: nothing changes and the process's is returned.
+
+    Example:
+        >>> renice_thread(0) == os.getpriority(os.PRIO_PROCESS, 0)
+        True
+    """
+    if niceness < 0:
+        raise ValueError(f"niceness: must be >= 0, got {niceness}")
+    if not sys.platform.startswith("linux"):
+        return os.getpriority(os.PRIO_PROCESS, 0)
+    tid = threading.get_native_id()
+    target = min(19, os.getpriority(os.PRIO_PROCESS, tid) + niceness)
+    if niceness:
+        os.setpriority(os.PRIO_PROCESS, tid, target)
+    return os.getpriority(os.PRIO_PROCESS, tid)

@@ -1,4 +1,8 @@
-"""``recallserve bench ingest``: memories/s of ``POST /v1/memories`` per embedder configuration (JSON row)."""
+"""``recallserve bench ingest``: memories/s of ``POST /v1/memories`` per embedder configuration (JSON row).
+
+In process by default (the memory API alone, several embedder settings interleaved); with
+``--url`` through a running cluster instead (:mod:`deployments.cli._bench_ingest_cluster`).
+"""
 
 from __future__ import annotations
 
@@ -45,7 +49,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rounds", type=int, default=8, help="timed batches per configuration (default: 8)")
     p.add_argument("--batch", type=int, default=50, help="memories per request (default: 50)")
     p.add_argument("--locomo", default="../shared/eval/locomo_dev.json", help="source of the texts")
-    p.add_argument("--out", type=Path, default=Path("loadtests/results/memory-ingest-cpu-local.json"), help="JSON output")
+    p.add_argument("--out", type=Path, default=None,
+                   help="JSON output (default: loadtests/results/memory-ingest-cpu-local.json; with --url "
+                        "bench-results/ingest-cluster-<time>.json); a Markdown table goes beside it (.md)")
+    cluster = p.add_argument_group("through a running cluster (--url)")
+    cluster.add_argument("--url", default=None, help="a running cluster (loopback only): time it instead of an in-process app")
+    cluster.add_argument("--key", default="sk-local", help="API key (default: the cpu-local profile's sk-local)")
+    cluster.add_argument("--label", default="cluster", help="names the configuration in the table (default: cluster)")
+    cluster.add_argument("--batches", type=int, default=20, help="batches per ingest phase (default: 20)")
+    cluster.add_argument("--probes", type=int, default=20, help="memory searches timed on an idle cluster (default: 20)")
+    cluster.add_argument("--probe-gap-s", type=float, default=0.25, help="pause between searches during ingestion (default: 0.25)")
+    cluster.add_argument("--chat", default=None, help="a chat question timed alone and during ingestion (default: none)")
+    cluster.add_argument("--chat-turns", type=int, default=1, help="chat turns per phase (default: 1)")
+    cluster.add_argument("--chat-tokens", type=int, default=32, help="max_tokens of a chat turn (default: 32)")
     p.set_defaults(func=run)
 
 
@@ -57,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
 
     if not 1 <= args.batch <= 256 or args.rounds < 1:
         raise UserError("--batch must be in 1..256 and --rounds >= 1")
+    if args.url is not None:
+        return _run_cluster(args)
+    args.out = args.out or Path("loadtests/results/memory-ingest-cpu-local.json")
     configs = [_config(c) for c in args.configs.split(",") if c.strip()]
     try:
         row = ingest_bench(configs, rounds=args.rounds, batch=args.batch, locomo=args.locomo)
@@ -71,6 +90,23 @@ def run(args: argparse.Namespace) -> int:
     md.write_text(f"# bench ingest\n\n`{row['command']}`\n\n{row['server']}; batch {row['batch']}, {row['rounds']} rounds; "
                   f"load average (1 min) before/after {row['load_avg_1m_before_after']} on {row['cpus']} CPUs.\n\n{table}\n")
     print(f"wrote {args.out} and {md}")
+    return 0
+
+
+def _run_cluster(args: argparse.Namespace) -> int:
+    """``--url``: the phases of :mod:`deployments.cli._bench_ingest_cluster`; JSON and a Markdown table."""
+    import sys
+
+    from deployments.cli._bench_ingest_cluster import render, run_cluster
+    from deployments.cli._cluster_client import write_json
+
+    report = run_cluster(args, " ".join(["recallserve", *sys.argv[1:]]))
+    report["label"] = args.label
+    table = render([(args.label, report)])
+    print(table)
+    path = write_json(args.out, "ingest-cluster", report)
+    path.with_suffix(".md").write_text(f"# bench ingest --url\n\n`{report['command']}`; load average (1 min) before/after "
+                                       f"{report['load_avg_1m_before_after']} on {report['cpus']} CPUs.\n\n{table}")
     return 0
 
 

@@ -51,6 +51,7 @@ MEMORY_SEARCH = Histogram(
 # "shard_call": queueing, transport, pickling and the work) and the work inside the replica
 # ("embed_forward" per batch of embed calls, "shard_search" per call, thread wait included);
 # call minus work is the hop's overhead, and embed_call count / embed_forward count the batch size.
+# Bulk embed calls (ingestion, issue 16) run in a lane of their own and count as "embed_bulk_forward".
 MEMORY_HOP = Histogram(
     "recallserve_memory_hop_seconds", "Memory tier hops: a call as the ingress sees it, and the work inside the replica.",
     ["hop"], buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),

@@ -1,0 +1,234 @@
+"""``recallserve bench ingest --url``: memories/s of ``POST /v1/memories`` through a running cluster,
+and what ingestion does meanwhile to a memory search and a chat turn.
+
+The in-process form of ``bench ingest`` times the memory API alone; this one goes through what a
+client pays: the Ray Serve proxy, the ingress, the embedder deployment (its bulk lane, see
+``deployments.memory.EmbedderDeployment``), the shard deployments, fsync'ed WALs. Phases, one
+after the other, each against the same cluster:
+
+1. ``alone``: ``--probes`` memory searches (one LoCoMo question each, one at a time) and, with
+   ``--chat``, ``--chat-turns`` chat turns (``agent: off``, temperature 0, ``--chat-tokens``
+   tokens), with nothing else running: the latency a user gets from an idle cluster.
+2. ``ingest``: ``--batches`` batches of ``--batch`` memories, one request at a time (as the
+   seeding of ``bench search``): memories/s (wall, whole phase), median seconds per batch, CPU ms
+   per memory of every Ray process of the machine (by title, as ``bench search``), and the
+   server-side means from ``/metrics`` (ingress route, embed call, embed forward of each lane,
+   shard call).
+3. ``ingest+probes``: ingestion again, while the search prober runs (a search, then
+   ``--probe-gap-s`` of pause) and, with ``--chat``, the chat turns run one after another; the
+   ingestion goes on until the chat turns are answered (at least ``--batches`` batches), so every
+   turn runs against ingestion. Latencies here against phase 1 say what ingestion costs a user.
+
+Texts are LoCoMo turns (``--locomo``), never the same text twice within a run (past the file's
+end each text gets a ``[cycle n]`` suffix), so the cost per memory is the one of real
+conversation turns. Memories go to the key's tenant with the topic ``bench/ingest``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import statistics
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from deployments.cli import UserError
+from deployments.cli._bench_search import _cpu_seconds, _quantile, _ray_processes, cpu_per_answer
+
+__all__ = ["INGEST_SPLIT", "locomo_texts", "run_cluster", "split_ms", "render"]
+
+#: split name -> (histogram family, its labels) read from ``/metrics`` before and after a phase.
+INGEST_SPLIT: dict[str, tuple[str, dict[str, str]]] = {
+    "ingress": ("recallserve_http_request_seconds", {"route": "/v1/memories", "method": "POST"}),
+    **{hop: ("recallserve_memory_hop_seconds", {"hop": hop})
+       for hop in ("embed_call", "embed_forward", "embed_bulk_forward", "shard_call")},
+}
+
+
+def locomo_texts(path: str) -> Iterator[str]:
+    """LoCoMo turn texts, distinct, endlessly: past the file's end, ``"<text> [cycle n]"``."""
+    from memory_shards.retrieval.locomo import load_locomo
+
+    turns = list(dict.fromkeys(t.text for c in load_locomo(path) for t in c.turns if t.text.strip()))
+    if not turns:
+        raise UserError(f"--locomo: {path} holds no turn texts")
+    for cycle in itertools.count():
+        for text in turns:
+            yield text if cycle == 0 else f"{text} [cycle {cycle}]"
+
+
+def _sums(page: str) -> dict[str, tuple[float, float]]:
+    """``{split name: (sum, count)}`` of the :data:`INGEST_SPLIT` histograms in a Prometheus text page."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, tuple[float, float]] = {}
+    for family in text_string_to_metric_families(page):
+        for sample in family.samples:
+            for name, (metric, labels) in INGEST_SPLIT.items():
+                if sample.name in (f"{metric}_sum", f"{metric}_count") and labels.items() <= sample.labels.items():
+                    total, count = out.get(name, (0.0, 0.0))
+                    out[name] = (total + sample.value, count) if sample.name.endswith("_sum") else (total, count + sample.value)
+    return out
+
+
+def split_ms(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> dict[str, float | None]:
+    """Mean ms per :data:`INGEST_SPLIT` name between two scrapes, None where nothing was observed.
+
+    mean = (sum_after - sum_before) / (count_after - count_before) * 1000; ``<name>_n`` is the count.
+    """
+    out: dict[str, float | None] = {}
+    for name in INGEST_SPLIT:
+        s0, c0 = before.get(name, (0.0, 0.0))
+        s1, c1 = after.get(name, (0.0, 0.0))
+        out[f"{name}_ms"] = round(1e3 * (s1 - s0) / (c1 - c0), 1) if c1 > c0 else None
+        out[f"{name}_n"] = c1 - c0
+    return out
+
+
+async def _scrape(http: Any) -> dict[str, tuple[float, float]]:
+    r = await http.get("/metrics")
+    return _sums(r.text) if r.status_code == 200 else {}
+
+
+async def _search(http: Any, query: str) -> float:
+    t0 = time.perf_counter()
+    r = await http.post("/v1/memories/search", json={"query": query, "k": 10})
+    if r.status_code != 200:
+        raise UserError(f"POST /v1/memories/search answered {r.status_code}: {r.text[:200]}")
+    return 1e3 * (time.perf_counter() - t0)
+
+
+async def _chat(http: Any, question: str, max_tokens: int) -> dict[str, Any]:
+    body = {"model": "recallserve", "max_tokens": max_tokens, "temperature": 0, "metadata": {"agent": "off"},
+            "messages": [{"role": "user", "content": question}]}
+    t0 = time.perf_counter()
+    r = await http.post("/v1/chat/completions", json=body)
+    wall = time.perf_counter() - t0
+    if r.status_code != 200:
+        raise UserError(f"POST /v1/chat/completions answered {r.status_code}: {r.text[:200]}")
+    usage = r.json().get("usage") or {}
+    return {"wall_s": round(wall, 2), "completion_tokens": usage.get("completion_tokens"),
+            "prompt_tokens": usage.get("prompt_tokens")}
+
+
+def _latency(ms: list[float]) -> dict[str, Any]:
+    return {"n": len(ms), "p50_ms": _quantile(ms, 0.5), "p95_ms": _quantile(ms, 0.95),
+            "max_ms": max(ms) if ms else None}
+
+
+async def _ingest(http: Any, texts: Iterator[str], batches: int, batch: int, until: asyncio.Event | None) -> dict[str, Any]:
+    """Post batches one at a time (at least ``batches``; with ``until``, also until it is set)."""
+    before, pids = await _scrape(http), _ray_processes()
+    cpu0 = _cpu_seconds(pids)
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < batches or (until is not None and not until.is_set()):
+        body = {"memories": [{"text": next(texts), "kind": "message", "topic": "bench/ingest"} for _ in range(batch)]}
+        t0 = time.perf_counter()
+        r = await http.post("/v1/memories", json=body)
+        times.append(time.perf_counter() - t0)
+        if r.status_code != 200 or len(r.json().get("ids", [])) != batch:
+            raise UserError(f"POST /v1/memories answered {r.status_code}: {r.text[:200]}")
+    wall = time.perf_counter() - start
+    cpu1, after = _cpu_seconds(pids), await _scrape(http)
+    memories = batch * len(times)
+    cpu_ms = cpu_per_answer(pids, cpu0, cpu1, memories)
+    return {"batches": len(times), "memories": memories, "wall_s": round(wall, 2),
+            "memories_per_s": round(memories / wall, 1), "median_batch_s": round(statistics.median(times), 3),
+            "best_batch_s": round(min(times), 3), "cpu_ms_per_memory": cpu_ms,
+            "cpu_ms_per_memory_total": round(sum(cpu_ms.values()), 2), "split": split_ms(before, after)}
+
+
+async def _phases(args: argparse.Namespace, base: str) -> dict[str, Any]:
+    import httpx
+
+    from memory_shards.retrieval.locomo import load_locomo
+
+    questions = [q.question for c in load_locomo(args.locomo) for q in c.questions] or ["What happened?"]
+    texts = locomo_texts(args.locomo)
+    qs = itertools.cycle(questions)
+    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {args.key}"}, timeout=600.0) as http:
+        await _ingest(http, texts, 2, args.batch, None)  # NOTE: warm-up (first-call costs), not reported
+        alone = {"search": _latency([await _search(http, next(qs)) for _ in range(args.probes)])}
+        if args.chat:
+            alone["chat"] = [await _chat(http, args.chat, args.chat_tokens) for _ in range(args.chat_turns)]
+        ingest = await _ingest(http, texts, args.batches, args.batch, None)
+        print(f"ingest: {ingest['memories_per_s']} memories/s, median batch {ingest['median_batch_s']} s", flush=True)
+        done, search_ms, chats = asyncio.Event(), [], []
+
+        async def prober() -> None:
+            while not done.is_set():
+                search_ms.append(await _search(http, next(qs)))
+                await asyncio.sleep(args.probe_gap_s)
+
+        async def chatter() -> None:
+            for _ in range(args.chat_turns):
+                chats.append(await _chat(http, args.chat, args.chat_tokens))
+
+        chat_done = asyncio.Event()
+
+        async def chat_then_signal() -> None:
+            try:
+                await chatter()
+            finally:
+                chat_done.set()
+
+        tasks = [asyncio.create_task(prober())]
+        if args.chat:
+            tasks.append(asyncio.create_task(chat_then_signal()))
+        try:
+            mixed = await _ingest(http, texts, args.batches, args.batch, chat_done if args.chat else None)
+        finally:
+            done.set()
+            await asyncio.gather(*tasks)
+        mixed["search"] = _latency(search_ms)
+        if args.chat:
+            mixed["chat"] = chats
+    return {"url": base, "batch": args.batch, "alone": alone, "ingest": ingest, "ingest_with_probes": mixed}
+
+
+def run_cluster(args: argparse.Namespace, command: str) -> dict[str, Any]:
+    """Run the three phases against ``args.url``; the report (see the module docstring)."""
+    from deployments.cli._cluster_client import cluster_base
+
+    if args.batches < 1 or args.probes < 1 or args.chat_turns < 1 or args.probe_gap_s < 0:
+        raise UserError("--batches, --probes and --chat-turns must be >= 1 and --probe-gap-s >= 0")
+    load_before = os.getloadavg()
+    report = asyncio.run(_phases(args, cluster_base(args.url)))
+    report.update(command=command, time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), cpus=os.cpu_count(),
+                  load_avg_1m_before_after=[round(load_before[0], 2), round(os.getloadavg()[0], 2)])
+    return report
+
+
+def _chat_s(turns: list[dict[str, Any]] | None) -> str:
+    return " / ".join(f"{t['wall_s']:.1f}" for t in turns) if turns else "-"
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
+def render(reports: list[tuple[str, dict[str, Any]]]) -> str:
+    """Markdown: per labelled report, ingestion alone and with probes, the probes' latency alone /
+    during ingestion and the server-side split; then CPU ms per memory by process."""
+    lines = ["| config | memories/s | median s/batch | CPU ms/memory | ingress ms | embed call ms | embed forward ms "
+             "| shard call ms | memories/s with probes | search p50 ms alone / during | search p95 ms alone / during "
+             "| chat s alone | chat s during |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for label, r in reports:
+        a, i, m = r["alone"], r["ingest"], r["ingest_with_probes"]
+        sp = i["split"]
+        forward = sp.get("embed_bulk_forward_ms") or sp.get("embed_forward_ms")
+        lines.append(f"| {label} | {i['memories_per_s']} | {i['median_batch_s']} | {i['cpu_ms_per_memory_total']} "
+                     f"| {_ms(sp.get('ingress_ms'))} | {_ms(sp.get('embed_call_ms'))} | {_ms(forward)} "
+                     f"| {_ms(sp.get('shard_call_ms'))} | {m['memories_per_s']} "
+                     f"| {_ms(a['search']['p50_ms'])} / {_ms(m['search']['p50_ms'])} "
+                     f"| {_ms(a['search']['p95_ms'])} / {_ms(m['search']['p95_ms'])} "
+                     f"| {_chat_s(a.get('chat'))} | {_chat_s(m.get('chat'))} |")
+    lines += ["", "CPU ms per memory (ingest phase) by process:", "", "| config | by process |", "|---|---|"]
+    for label, r in reports:
+        top = ", ".join(f"{t.removeprefix('ray::')} {v:.1f}" for t, v in list(r["ingest"]["cpu_ms_per_memory"].items())[:6])
+        lines.append(f"| {label} | {top} |")
+    return "\n".join(lines) + "\n"
