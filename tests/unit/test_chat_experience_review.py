@@ -129,7 +129,7 @@ def test_failed_checks_become_error_tags_that_pick_the_next_prompts_lessons(rig:
         "query": Q2, "source_model": "scripted", "topic_prefix": "physics/speed", "archival_k": 2}).json()["archival"]
     assert sorted(h["experience"]["record"]["metadata"]["id"] for h in by_topic) == sorted(noise)
     second, prompt = _turn(c, engine, Q2, VERIFIED)
-    assert {"arithmetic_error", "unit_mismatch"} <= set(second["error_tags"])  # Q2 states numbers with units
+    assert {"arithmetic_error", "unit_mismatch"} <= set(second["searched_tags"])  # Q2 states numbers with units
     assert len(second["archival"]) == 2 and second["archival"][0] == first["id"]
     assert "Avoid (arithmetic_error)" in prompt and "120/1.5 is 80" in prompt
     assert prompt.count("- Avoid (") == 2  # at most 2 archival lessons
@@ -351,3 +351,16 @@ def test_the_same_problems_answered_in_the_form_asked_are_reused(rig: Any, quest
     assert first["tier"] == "active" and first["confidence"] == "high", first
     second, prompt = _turn(c, engine, question, reply)
     assert second["injected"] == [first["id"]] and "Past solved problems" in prompt
+
+
+def test_a_chat_turn_reports_the_traces_own_error_tags_apart_from_the_archives_query(rig: Any) -> None:
+    """The a3 trace through chat reported ``arithmetic_error, out_of_bounds`` (the tags the archive
+    was searched by: the problem states plain numbers) where the stored record said
+    ``answer_not_computed``. The response's ``error_tags`` are now the stored record's."""
+    c, engine = rig
+    first, _ = _turn(c, engine, A3, A3_WRONG)
+    stored = c.get(f"/v1/experiences/{first['id']}", headers=H).json()["record"]
+    assert first["error_tags"] == stored["evaluation"]["error_tags"] == ["answer_not_computed"]
+    assert first["searched_tags"] == ["arithmetic_error", "out_of_bounds"]
+    assert _posted(c, A3, A3_WRONG)["record"]["evaluation"]["error_tags"] == first["error_tags"]
+
