@@ -256,7 +256,10 @@ class ChatPipeline:
             "tier": exp.tier if exp is not None else None,
             "confidence": exp.record.outcome.confidence if exp is not None else None,
             "injected": result.injected, "required_checks": result.required_checks,
-            "archival": result.archival, "error_tags": result.error_tags,
+            "archival": result.archival,
+            # NOTE: the trace's own tags (its failed checks), as stored; the archive's query tags apart.
+            "error_tags": list(exp.record.evaluation.error_tags) if exp is not None else [],
+            "searched_tags": result.searched_tags,
             "parsed": result.answer is not None, "rewritten": result.first_report is not None,
         }
         return result

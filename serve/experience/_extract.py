@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from serve.experience._calculator import MAX_EXPR_CHARS, CalcError, evaluate, extract_number
 from serve.experience._clean import ContextQuantity, clean_context, extract_quantities
 from serve.experience._grounding import CHECK as GROUNDING_CHECK
-from serve.experience._grounding import CONVERSION_FACTORS, LITERAL, NAME, close, not_quantities
+from serve.experience._grounding import CONVERSION_FACTORS, LITERAL, NAME, close, literal_value, not_quantities
 from serve.experience._schema import ExperienceRecord, VerificationItem
 from serve.experience._units import parse_unit
 
@@ -117,7 +117,7 @@ def _uses(expr: str, record: ExperienceRecord, quantities: Sequence[ContextQuant
     """
     out = []
     for m in LITERAL.finditer(expr):
-        value = float(m.group(0))
+        value = literal_value(m.group(0))
         units = _units_of(value, quantities)
         if units is not None:
             out.append(_Use(m.start(), m.end(), m.group(0), value, _one(units)))
@@ -157,7 +157,7 @@ def _all_accounted(expr: str, used: Sequence[_Use]) -> bool | None:
     for m in LITERAL.finditer(expr):
         if m.start() in at:
             continue
-        if float(m.group(0)) not in CONVERSION_FACTORS:
+        if literal_value(m.group(0)) not in CONVERSION_FACTORS:
             return None
         factors = True
     if not all(m.start() in at or m.group(0) in _FUNCTIONS for m in NAME.finditer(expr)):

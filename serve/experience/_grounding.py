@@ -7,13 +7,14 @@ and leaves out the price. The grounding check (``grounding_check``, one of the e
 quantity ``q`` is not accounted for; the trace then waits in review with the error tag
 ``ungrounded_quantity``. ``q`` is accounted for when, with ``F`` the numbers of the formula (its
 literals and the values of the record's named quantities it uses), ``U`` those literals of ``F`` that
-are not stated (values the model derived, or a factor such as 12 = 92 - 80; not 0 or 1), ``C`` the conversion
+are not stated (values the model derived, or a factor such as 12 = 92 - 80; not 0 or 1, nor a constant of a
+cited rule: ``0.02`` of LATE-1, or ``2`` in ``2%``), ``C`` the conversion
 factors and ``tol`` the verifier's rounding tolerance (1%):
 
 * **used**: ``q`` is in ``G`` (up to ``tol``), where ``G`` starts as ``F`` and the answer, and grows
   by every number of an intermediate step (a reasoning step or another check with its inputs:
   ``20 * 40 = 800``, ``SHIP-1 total=40 weight=2 = 7``) one of whose results (the numbers right
-  after an ``=``) is already in ``G``; at most as many rounds as there are steps;
+  after an ``=``; ``= 10%`` is also 0.10) is already in ``G``; at most as many rounds as there are steps;
 * **as a percent**: ``q %`` appears as ``q / 100`` or ``1 +- q / 100`` (``0.15 * 240``, ``1.15 * 80``);
 * **in a condition**: ``q`` is a number of a step that compares (``64 < 100 so not free``: the
   branch the formula takes depends on it) or says why it does not matter (``the 8 kg weight does
@@ -42,7 +43,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from serve.experience._calculator import extract_number
 
 __all__ = ["ungrounded", "not_quantities", "numbers_in", "TAG", "CHECK", "MAX_SUM_TERMS", "TOLERANCE",
-           "CONVERSION_FACTORS", "LITERAL", "NAME", "close"]
+           "CONVERSION_FACTORS", "LITERAL", "NAME", "close", "literal_value"]
 
 # NOTE: dimensionless factors of unit conversions and percentages, which a formula may use unstated.
 CONVERSION_FACTORS = frozenset({1.0, 2.0, 7.0, 10.0, 12.0, 24.0, 60.0, 100.0, 365.0, 1000.0, 3600.0, 86400.0, 1e6})
@@ -57,11 +58,15 @@ _MAX_ITEMS = 32
 _MAX_CHARS = 2000
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\d])")
 # NOTE: a formula's number literals and names, as the extracted checks read them (shared with _extract).
-LITERAL = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
+# NOTE: a literal's thousands separators are read as the calculator reads them (a comma after a
+# digit and before exactly three digits is dropped: ``1,200`` is 1200, as in normalise_expression):
+# read as ``1`` and ``200`` the around checks of ``2% of 1,200`` moved the ``1`` into a list
+# ``min(2% of (0.99),200, ...)`` that passed whatever the answer (held-out h14, eval experiences).
+LITERAL = re.compile(r"(?<![\w.])\d+(?:,\d{3}(?!\d))*(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
 NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?![\w(])")
 _COMPARES = re.compile(r"[<>≤≥]|\b(?:less|more|greater|fewer|at least|at most|below|above|exceeds?|under|over|"
                        r"regardless|irrelevant|does not matter|doesn't matter|not needed)\b", re.I)
-_RESULT = re.compile(r"(?<![<>=!])=(?!=)\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+_RESULT = re.compile(r"(?<![<>=!])=(?!=)\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)(\s*%)?")
 _MONTHS = ("jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec|january|february|march|april|june|july|august|"
            "september|october|november|december")
 _NON_QUANTITY = [
@@ -78,6 +83,11 @@ _NON_QUANTITY = [
     re.compile(rf"\b(?:{_MONTHS})\.?\s+(?:\d{{1,2}},?\s+)?((?:19|20)\d\d)\b", re.I),  # March 2024
 ]
 _DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b|\b(\d{1,2})/(\d{1,2})/(\d{2,4})\b")
+
+
+def literal_value(text: str) -> float:
+    """The value of a :data:`LITERAL` match (``1,200`` -> 1200.0)."""
+    return float(text.replace(",", ""))
 
 
 def close(a: float, b: float) -> bool:
@@ -106,11 +116,16 @@ def numbers_in(text: str) -> list[float]:
     return [float(m.group(0)) for m in itertools.islice(_NUMBER.finditer(text[:_MAX_CHARS].replace(",", "")), 64)]
 
 
-def _formula_numbers(formula: str, env: Mapping[str, float]) -> tuple[list[float], list[float]]:
-    """The formula's literal values, and the values of the named quantities it uses."""
-    literals = [float(m.group(0)) for m in LITERAL.finditer(formula)]
+def _formula_numbers(formula: str, env: Mapping[str, float]) -> tuple[list[float], list[float], list[float]]:
+    """The formula's literal values, the values of the named quantities it uses, and the fractions
+    of its literals written as percents (``10%`` is also 0.10, as the calculator reads it)."""
+    literals, fractions = [], []
+    for m in LITERAL.finditer(formula):
+        literals.append(literal_value(m.group(0)))
+        if formula[m.end():m.end() + 8].lstrip().startswith("%"):
+            fractions.append(literals[-1] / 100)
     names = [float(env[m.group(0)]) for m in NAME.finditer(formula) if m.group(0) in env]
-    return literals, names
+    return literals, names, fractions
 
 
 def _grown(start: list[float], steps: Sequence[str]) -> list[float]:
@@ -118,8 +133,14 @@ def _grown(start: list[float], steps: Sequence[str]) -> list[float]:
     known = list(start)
     parsed = []
     for s in steps[:_MAX_ITEMS]:
-        results = [extract_number(m.group(1).replace(",", "")) for m in _RESULT.finditer(s[:_MAX_CHARS])]
-        parsed.append(([r for r in results if r is not None], numbers_in(s)))
+        results: list[float] = []
+        for m in _RESULT.finditer(s[:_MAX_CHARS]):
+            r = extract_number(m.group(1).replace(",", ""))
+            if r is not None:
+                # NOTE: a result written as a percent is also its fraction, as the calculator reads
+                # it: "5 months * 2% = 10%" gives the 0.10 of "1,200 * 0.10" (LATE-1 at its cap).
+                results += [r, r / 100] if m.group(2) else [r]
+        parsed.append((results, numbers_in(s)))
     # NOTE: a comparing step decides the branch the formula takes (or dismisses a number): its numbers are used.
     used = [bool(_COMPARES.search(s[:_MAX_CHARS])) for s in steps[:_MAX_ITEMS]]
     for flag, (_, numbers) in zip(used, parsed):
@@ -180,12 +201,18 @@ def ungrounded(formula: str, stated: Sequence[float], units: Sequence[str], step
     """
     stated, units = list(stated[:_MAX_ITEMS]), list(units[:_MAX_ITEMS])
     factors = list(conversion_factors)
-    literals, names = _formula_numbers(formula[:_MAX_CHARS], env)
+    literals, names, fractions = _formula_numbers(formula[:_MAX_CHARS], env)
     in_formula = literals + names
     # NOTE: 0 and 1 are no derived values (q / q, q - q); small factors (2, 7) make any half or week.
-    unexplained = [v for v in literals if not _member(v, stated) and v not in (0.0, 1.0)]
+    # A constant of a cited rule, as written there or as a percent (0.02 as ``2%``), is given by the
+    # rule, not derived from a stated value: counted as derived, the ``2`` of ``2% of 1,200`` for
+    # LATE-1 "grounded" the unused 5 months as 10 / 5 (held-out h14, eval experiences).
+    given = [r for x in rule_numbers[:_MAX_ITEMS] for r in ((x, x * 100) if 0 < abs(x) < 1 else (x,))]
+    unexplained = [v for v in literals if not _member(v, stated) and v not in (0.0, 1.0) and not _member(v, given)]
     factors = [f for f in factors if f >= 10]
-    grounded = _grown(in_formula + ([answer] if answer is not None else []), steps)
+    # NOTE: a percent literal's fraction grounds a step that gives it ("= 0.10" for "10%"), and
+    # derives nothing (it is no operand of the derived forms below).
+    grounded = _grown(in_formula + fractions + ([answer] if answer is not None else []), steps)
     others = in_formula + stated + factors + list(rule_numbers[:_MAX_ITEMS])
     out = []
     for i, q in enumerate(stated):

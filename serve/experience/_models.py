@@ -184,8 +184,11 @@ class ProduceResult(StrictModel):
     injected: list[str] = Field(default_factory=list, description="Ids of the experiences put into the prompt.")
     required_checks: list[str] = Field(default_factory=list, description="Check types the answer had to include.")
     archival: list[str] = Field(default_factory=list, description="Ids of the archival lessons put into the prompt.")
-    error_tags: list[str] = Field(default_factory=list,
-                                  description="Error tags the archive was searched by (the problem's possible mistakes).")
+    # NOTE: not the trace's own tags (those are ``experience.record.evaluation.error_tags``): the
+    # mistakes the problem can make, known before any answer. One name for both once made the chat
+    # response report the a3 trace's search tags (arithmetic_error, out_of_bounds) as its tags.
+    searched_tags: list[str] = Field(default_factory=list,
+                                     description="Error tags the archive was searched by (the problem's possible mistakes).")
     raw_text: str = Field(description="The reasoner's reply.")
     prompt_tokens: int = Field(ge=0, description="Prompt tokens.")
     completion_tokens: int = Field(ge=0, description="Generated tokens.")

@@ -482,7 +482,7 @@ class ExperienceService:
         return ProduceResult(
             answer=parsed.answer, experience=view, report=parsed.report, first_report=first_report,
             injected=[r.metadata.id for r in experiences], required_checks=required, raw_text=result.text,
-            archival=[r.metadata.id for r in archival], error_tags=tags,
+            archival=[r.metadata.id for r in archival], searched_tags=tags,
             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
         )
 

@@ -129,7 +129,7 @@ def test_failed_checks_become_error_tags_that_pick_the_next_prompts_lessons(rig:
         "query": Q2, "source_model": "scripted", "topic_prefix": "physics/speed", "archival_k": 2}).json()["archival"]
     assert sorted(h["experience"]["record"]["metadata"]["id"] for h in by_topic) == sorted(noise)
     second, prompt = _turn(c, engine, Q2, VERIFIED)
-    assert {"arithmetic_error", "unit_mismatch"} <= set(second["error_tags"])  # Q2 states numbers with units
+    assert {"arithmetic_error", "unit_mismatch"} <= set(second["searched_tags"])  # Q2 states numbers with units
     assert len(second["archival"]) == 2 and second["archival"][0] == first["id"]
     assert "Avoid (arithmetic_error)" in prompt and "120/1.5 is 80" in prompt
     assert prompt.count("- Avoid (") == 2  # at most 2 archival lessons
@@ -351,3 +351,70 @@ def test_the_same_problems_answered_in_the_form_asked_are_reused(rig: Any, quest
     assert first["tier"] == "active" and first["confidence"] == "high", first
     second, prompt = _turn(c, engine, question, reply)
     assert second["injected"] == [first["id"]] and "Past solved problems" in prompt
+
+
+def test_a_chat_turn_reports_the_traces_own_error_tags_apart_from_the_archives_query(rig: Any) -> None:
+    """The a3 trace through chat reported ``arithmetic_error, out_of_bounds`` (the tags the archive
+    was searched by: the problem states plain numbers) where the stored record said
+    ``answer_not_computed``. The response's ``error_tags`` are now the stored record's."""
+    c, engine = rig
+    first, _ = _turn(c, engine, A3, A3_WRONG)
+    stored = c.get(f"/v1/experiences/{first['id']}", headers=H).json()["record"]
+    assert first["error_tags"] == stored["evaluation"]["error_tags"] == ["answer_not_computed"]
+    assert first["searched_tags"] == ["arithmetic_error", "out_of_bounds"]
+    assert _posted(c, A3, A3_WRONG)["record"]["evaluation"]["error_tags"] == first["error_tags"]
+
+
+# Held-out h14 (loadtests/data/eval-experiences-holdout.jsonl): the model's wrong LATE-1 answer
+# "2% of 1,200 = 24" (expected 120), which leaves out the 5 months, through a chat turn of a cluster
+# with the eval's rules; and a right one that takes the cap.
+H14 = "A balance of 1,200 is paid 5 full months late. What is the late fee under LATE-1?"
+H14_WRONG = """Context: 1,200 paid 5 full months late
+Reasoning:
+1. balance = 1,200 [principle: balance = total]
+2. months = 5 [principle: months = late]
+3. late_fee = 2% of balance per full month late, at most 10% of the balance [variables: balance, months]
+Verification:
+- recomputation: 2% of 1,200 = 24
+- boundary_test: 24 in [0, 100]
+Outcome: 24
+Confidence: high"""
+H14_RIGHT = """Context: 1,200 paid 5 full months late
+Reasoning:
+1. rate = min(0.02 * 5, 0.10) = 0.10 [principle: LATE-1, 2% a month capped at 10%]
+2. fee = 1,200 * 0.10 = 120 [principle: fee = balance * rate]
+Verification:
+- recomputation: 1,200 * 0.10 = 120
+- regulatory_check: LATE-1 with balance=1200, months=5 -> 120
+Outcome: 120
+Confidence: high"""
+
+
+def test_a_rule_answer_that_leaves_out_a_stated_quantity_waits_in_review(tmp_path: Path) -> None:
+    from serve.experience._eval_problems import RULES
+
+    emb = HashingEmbedder(384)
+    engine = ScriptedEngine([H14_WRONG, H14_WRONG, H14_RIGHT, H14_RIGHT])
+    experiences = ExperienceService(ExperienceConfig(data_dir=tmp_path / "exp", rules=RULES, min_similarity=0.1,
+                                                     audit_share=0.0), emb.embed)
+    pipeline = ChatPipeline(engine, PipelineSettings(write_back=False), experiences=experiences)
+    auth = Authenticator(KEYS)
+
+    def ask() -> tuple[dict[str, Any], str]:
+        r = c.post("/v1/chat/completions", headers=H, json={
+            "model": "recallserve", "max_tokens": 96, "messages": [{"role": "user", "content": H14}],
+            "metadata": {"reasoning": "segmented", "task_domain": "rules", "topic": "rules/fees"}})
+        assert r.status_code == 200, r.text
+        return r.json()["recallserve"]["experience"], "\n".join(m.content for m in engine.calls[-1][0])
+
+    with TestClient(create_app(pipeline, auth, routers=[build_router(experiences, auth)])) as c:
+        wrong, _ = ask()
+        assert wrong["tier"] == "review" and wrong["confidence"] == "medium"
+        assert wrong["error_tags"] == ["ungrounded_quantity"]
+        again, prompt = ask()
+        assert again["injected"] == [] and "2% of 1,200" not in prompt
+        right, _ = ask()
+        assert right["tier"] == "active" and right["confidence"] == "high" and right["error_tags"] == []
+        _, prompt = ask()
+        assert "1,200 * 0.10 = 120" in prompt
+    experiences.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +40,25 @@ def test_rule_problems_expected_answers_follow_the_rules(rule, inputs, expected_
     table = RuleTable(Rule.model_validate(r) for r in RULES)
     expected = next(p["expected"] for p in PROBLEMS if p["id"] == expected_id)
     assert table.evaluate(rule, inputs) == pytest.approx(expected)
+
+
+HOLDOUT = Path(__file__).resolve().parents[3] / "loadtests" / "data" / "eval-experiences-holdout.jsonl"
+
+
+@pytest.mark.parametrize(("rule", "inputs", "expected_id"), [
+    ("OT-1", {"rate": 25, "hours": 52}, "h12"), ("SHIP-1", {"total": 99, "weight": 4}, "h13"),
+    ("LATE-1", {"balance": 1200, "months": 5}, "h14"), ("DISC-1", {"qty": 10, "price": 7.5}, "h15"),
+    ("SPEED-URBAN", {"speed": 50}, "h16"),
+])
+def test_holdout_problems_load_and_their_rule_answers_follow_the_rules(rule, inputs, expected_id):
+    """The held-out set (loadtests/data) is read as ``--problems`` reads it, ids distinct from the
+    shipped set's, and its rule answers are the rule table's (h16: ``yes`` is ``True``)."""
+    problems = _load_problems(HOLDOUT, None)
+    assert len(problems) == 16 and {p["id"] for p in problems}.isdisjoint(p["id"] for p in PROBLEMS)
+    table = RuleTable(Rule.model_validate(r) for r in RULES)
+    expected = next(p["expected"] for p in problems if p["id"] == expected_id)
+    got = table.evaluate(rule, inputs)
+    assert got is True if expected == "yes" else got == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(("answer", "expected", "ok"), [

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 import pytest
 
 from serve.experience import ExperienceMetadata, ExperienceRecord, RuleTable, verify_record
+from serve.experience._calculator import evaluate
 from serve.experience._eval_problems import PROBLEMS, RULES
 from serve.experience._extract import SOURCE, extracted_checks
-from serve.experience._grounding import TAG, not_quantities, ungrounded
+from serve.experience._grounding import LITERAL, TAG, literal_value, not_quantities, ungrounded
 from serve.experience._parser import parse_segmented
 from serve.experience._rules import Rule
 from serve.experience._computed import answer_computed
@@ -198,3 +199,53 @@ def test_a_reply_that_fills_every_check_slot_still_gets_the_grounding_check() ->
     assert len(out.verification) == 32
     assert _grounding(out) == [("doubtful", [3.0])]
     assert out.outcome.confidence == "medium" and TAG in out.evaluation.error_tags
+
+
+# Held-out h14 (loadtests/data/eval-experiences-holdout.jsonl), the model's reply of the run
+# after/without, less its own unit check (which happened to be doubtful and alone kept the wrong
+# trace from the active cache). "2% of 1,200" was read as the literals 2, 1 and 200: the around
+# checks moved the "1" into a list that passed whatever the answer, and the 2 of "2%", taken for a
+# derived value (10 / 5), grounded the unused 5 months: high confidence for a wrong 24 (LATE-1: 120).
+H14 = "A balance of 1,200 is paid 5 full months late. What is the late fee under LATE-1?"
+H14_REPLY = ("Context: 1,200 paid 5 full months late\nReasoning:\n1. balance = 1,200 [principle: balance = total]\n"
+             "2. months = 5 [principle: months = late]\n3. late_fee = 2% of balance per full month late, at most 10% "
+             "of the balance [variables: balance, months]\nVerification:\n- recomputation: 2% of 1,200 = 24\n"
+             "- boundary_test: 24 in [0, 100]\nOutcome: 24\nConfidence: high")
+
+
+def test_literals_are_read_as_the_calculator_reads_them() -> None:
+    expr = "2% of 1,200 + max(2,3) + 12,345.5"
+    assert [literal_value(m.group(0)) for m in LITERAL.finditer(expr)] == [2.0, 1200.0, 2.0, 3.0, 12345.5]
+    assert evaluate(expr) == pytest.approx(0.02 * 1200 + 3 + 12345.5)
+
+
+def test_the_h14_trace_that_leaves_out_the_months_waits_in_review() -> None:
+    out = _verify(parse_segmented(H14_REPLY).to_record(H14, ExperienceMetadata(source_model=QWEN, task_domain="rules")))
+    assert _grounding(out) == [("doubtful", [5.0])]
+    assert out.outcome.confidence == "medium" and out.evaluation.error_tags == [TAG]
+    around = [v for v in out.verification if v.type == "boundary_test" and v.input.get("source") == SOURCE]
+    # The whole 1,200 is moved by 1% (and nothing else): the around checks compare numbers again.
+    assert len(around) == 2 and all("(1188)" in v.target and "(1212)" in v.target and "0.99" not in v.target
+                                    for v in around)
+
+
+# Right traces of the held-out rule problems, written the way the model writes them: none flagged.
+HOLDOUT_CORRECT = [
+    (H14, "1,200 * 0.10 = 120", "120", ["5 months * 2% = 10%, at the cap of 10%"]),
+    (H14, "1200 * 10% = 120", "120", ["rate = min(0.02 * 5, 0.10) = 0.10"]),
+    (H14, "1,200 * min(0.02 * 5, 0.10) = 120", "120", ["compute"]),
+    ("An employee's hourly rate is 25 and she works 52 hours in one week. What is her weekly pay under OT-1?",
+     "25*40 + 1.5*25*12 = 1450", "1450", ["compute"]),  # 12 = 52 - 40
+    ("An order comes to 99 and weighs 4 kg. What is the shipping fee under SHIP-1?", "5 + 2 * (4 - 1) = 11", "11",
+     ["99 < 100 so not free"]),
+    ("A customer orders exactly 10 mugs at 7.50 each. What does the order cost under DISC-1?", "10 * 7.50 * 0.9 = 67.5",
+     "67.5", ["10 >= 10 so 10% off"]),
+]
+
+
+@pytest.mark.parametrize(("text", "formula", "answer", "steps"), HOLDOUT_CORRECT)
+def test_no_correct_rule_trace_is_flagged_for_using_a_rule_constant(text: str, formula: str, answer: str,
+                                                                    steps: list[str]) -> None:
+    out = _verify(_record(text, [{"type": "recomputation", "target": formula}], answer, steps))
+    assert _grounding(out) == [("pass", [])], _grounding(out)
+    assert out.outcome.confidence == "high" and out.evaluation.error_tags == []
