@@ -360,9 +360,10 @@ class RayConfig(StrictModel):
         default=True,
         description="Ray Serve's throughput-optimized mode (RAY_SERVE_THROUGHPUT_OPTIMIZED=1, set while the embedded "
         "Ray starts): requests between deployments (proxy -> ingress -> embedder / shards / models) over Serve's gRPC "
-        "data plane instead of Ray actor calls, user code and routers on each replica's own event loop, buffered "
-        "access logs; direct ingress stays off (the proxy serves server.port). On cpu-local (2 cores, 2,000 memories), "
-        "with batched renewals, a memory search cost 32% less CPU (loadtests/results/bench-search-cpu-local-throughput.md). An existing "
+        "data plane instead of Ray actor calls, user code on each replica's own event loop; direct ingress stays off "
+        "(the proxy serves server.port), handle routers keep their own loop and logs are unbuffered (runner.THROUGHPUT_ENV). "
+        "On cpu-local (2 cores, 2,000 memories), with batched renewals and the routers on the replica's loop, a memory "
+        "search cost 32% less CPU (loadtests/results/bench-search-cpu-local-throughput.md). An existing "
         "cluster (`address`) takes the variables from its nodes' environment (the Helm chart's serveThroughputOptimized).",
     )
 

@@ -115,8 +115,9 @@ def _throughput_mode(enabled: bool) -> Iterator[None]:
     user already exported wins. The handles the driver made keep actor calls (its Serve was
     imported earlier): the ingress moves them to the gRPC data plane (``handles.on_data_plane``).
     Measured on cpu-local (2 cores, 2,000 memories, ``bench search``, with the batched renewals of
-    the same change): CPU per search 90 -> 61 ms, 1 client p50 67 -> 48 ms, 4 clients 21.9 -> 32.2
-    searches/s (loadtests/results/bench-search-cpu-local-throughput.md).
+    the same change and the routers still on the replica's loop): CPU per search 90 -> 61 ms,
+    1 client p50 67 -> 48 ms, 4 clients 21.9 -> 32.2 searches/s
+    (loadtests/results/bench-search-cpu-local-throughput.md).
     """
     if not enabled:
         yield
