@@ -52,3 +52,13 @@ def test_the_ingress_puts_the_drivers_handles_on_the_grpc_data_plane() -> None:
     assert nested["n"] == 3 and nested["generations"][0]["shards"] == [hs[1], hs[2]]
     assert all(h.asked == {"_by_reference": False} for h in hs)
     assert on_data_plane(hs[0], False).asked == {"_by_reference": True}
+
+
+def test_the_chart_sets_the_same_variables_as_the_embedded_ray() -> None:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "helm/recallserve/templates/_helpers.tpl").read_text()
+    block = text.split("{{- if .Values.serveThroughputOptimized }}", 1)[1].split("{{- end }}", 1)[0]
+    chart = dict(re.findall(r'- name: (\w+)\n\s+value: "(\w+)"', block))
+    assert chart == THROUGHPUT_ENV

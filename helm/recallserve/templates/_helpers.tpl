@@ -123,12 +123,19 @@ Checks: it parses, has applications, no literal API keys, shard data under the v
 - name: PROMETHEUS_MULTIPROC_DIR
   value: {{ .Values.metrics.exporter.folder | quote }}
 {{- end }}
+{{- /* NOTE: the same variables as deployments/runner.py THROUGHPUT_ENV (tests/unit/test_runner_grpc.py checks). */}}
 {{- if .Values.serveThroughputOptimized }}
 - name: RAY_SERVE_THROUGHPUT_OPTIMIZED
   value: "1"
 - name: RAY_SERVE_ENABLE_DIRECT_INGRESS
   value: "0"
 - name: RAY_SERVE_PROXY_USE_GRPC
+  value: "1"
+- name: RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE
+  value: "1"
+- name: RAY_SERVE_LOG_TO_STDERR
+  value: "1"
+- name: RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP
   value: "1"
 {{- end }}
 {{- with .Values.extraEnv }}
