@@ -37,6 +37,7 @@ from typing import Any
 
 from deployments.cli import UserError
 from deployments.cli._bench_search import _cpu_seconds, _quantile, _ray_processes, cpu_per_answer
+from deployments.cli._bench_search import _sums as search_sums
 
 __all__ = ["INGEST_SPLIT", "locomo_texts", "run_cluster", "split_ms", "render"]
 
@@ -62,16 +63,7 @@ def locomo_texts(path: str) -> Iterator[str]:
 
 def _sums(page: str) -> dict[str, tuple[float, float]]:
     """``{split name: (sum, count)}`` of the :data:`INGEST_SPLIT` histograms in a Prometheus text page."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out: dict[str, tuple[float, float]] = {}
-    for family in text_string_to_metric_families(page):
-        for sample in family.samples:
-            for name, (metric, labels) in INGEST_SPLIT.items():
-                if sample.name in (f"{metric}_sum", f"{metric}_count") and labels.items() <= sample.labels.items():
-                    total, count = out.get(name, (0.0, 0.0))
-                    out[name] = (total + sample.value, count) if sample.name.endswith("_sum") else (total, count + sample.value)
-    return out
+    return search_sums(page, INGEST_SPLIT)
 
 
 def split_ms(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> dict[str, float | None]:

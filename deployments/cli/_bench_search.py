@@ -70,14 +70,14 @@ SPLIT: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 
-def _sums(text: str) -> dict[str, tuple[float, float]]:
-    """``{split name: (sum, count)}`` of the :data:`SPLIT` histograms in a Prometheus text page."""
+def _sums(text: str, split: dict[str, tuple[str, dict[str, str]]] | None = None) -> dict[str, tuple[float, float]]:
+    """``{split name: (sum, count)}`` of the ``split`` histograms (default :data:`SPLIT`) in a Prometheus text page."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, tuple[float, float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            for name, (metric, labels) in SPLIT.items():
+            for name, (metric, labels) in (SPLIT if split is None else split).items():
                 if sample.name in (f"{metric}_sum", f"{metric}_count") and labels.items() <= sample.labels.items():
                     total, count = out.get(name, (0.0, 0.0))
                     out[name] = (total + sample.value, count) if sample.name.endswith("_sum") else (total, count + sample.value)
