@@ -370,33 +370,9 @@ class MemoryShard:
             return None if slot is None else t.vectors[slot.start : slot.start + slot.count].copy()
 
     def best_parts(self, record_ids: Sequence[str], query: np.ndarray) -> list[tuple[int, float] | None]:
-        """``(part index, cosine)`` of each record's best vector row for ``query`` [D]; None where the record is gone.
-
-        One gather and one matrix product for every record (BM25 candidates scored for the
-        fusion), instead of a copy and a product per record.
-        """
+        """``(part index, cosine)`` of each record's best vector row for ``query`` [D]; None where the record is gone."""
         with self._lock:
-            t = self._table
-            spans: list[tuple[int, int] | None] = []
-            for record_id in record_ids:
-                slot_index = t.by_id.get(record_id)
-                slot = None if slot_index is None else t.slots[slot_index]
-                spans.append(None if slot is None else (slot.start, slot.count))
-            live = [sp for sp in spans if sp is not None]
-            if not live:
-                return [None] * len(spans)
-            rows = np.concatenate([np.arange(start, start + count) for start, count in live])
-            sims = t.vectors[rows] @ np.asarray(query, dtype=np.float32)
-        out: list[tuple[int, float] | None] = []
-        at = 0
-        for span in spans:
-            if span is None:
-                out.append(None)
-                continue
-            part = int(np.argmax(sims[at : at + span[1]]))
-            out.append((part, min(1.0, max(-1.0, float(sims[at + part])))))
-            at += span[1]
-        return out
+            return self._table.best_parts(record_ids, query)
 
     def list_records(self, tenant: str, filters: SearchFilters | None = None, include_shared: bool = True) -> list[MemoryRecord]:
         """Every record ``tenant`` may see (its own, plus shared ones), in storage order.
