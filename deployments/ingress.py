@@ -119,7 +119,7 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
     """
     auth = Authenticator(config.auth.resolve(), config.auth.scopes, config.auth.default_scopes,
                          pii=config.auth.pii, default_pii=config.auth.default_pii)
-    backend = memory_backend(memory["generations"], config.memory, pii_for=auth.pii_for)
+    backend = memory_backend(memory["generations"], config.memory, pii_for=auth.pii_for, embedder=config.embedder)
     engines = {role: HandleEngine(roles[role], role, *engine_facts(getattr(config, role).engine)) for role in ROLES}
     context = ContextManager(
         # NOTE: RemoteStore has SessionStore's async methods, each run on the one state replica.

@@ -71,30 +71,28 @@ _LOCK_WAIT_S = 30.0
 _CALL_THREADS = 64
 
 
-class EmbedderDeployment(PlacementInfo):
-    """MiniLM; the embed calls that arrive while a forward pass runs share the next one.
-
-    Batching is :class:`memory_shards._gather.CallGatherer` (``max_batch_size`` calls per forward,
-    ``batch_wait_timeout_s`` of waiting only when a call finds the model idle), not ``@serve.batch``,
-    whose batches of one pile up behind a running forward (the gatherer's docstring says why).
+class EmbedLanes:
+    """MiniLM and its two lanes of gathered calls: the embedder deployment's body, and the ingress's own copy.
 
     Two lanes: a call of at least ``bulk_min_texts`` texts (ingestion) goes to a gatherer of its
     own and runs as a bulk call of the ONNX embedder (``bulk_threads`` passes at once at
     ``bulk_niceness``), beside the forwards of the smaller calls. So a query embed does not wait
     for a 50-memory batch's forward to end (it did: the next forward started only after the
     running one), and ingestion gets the cores the query embeds and the chat model leave idle.
+    Calls that arrive while a forward of their lane runs share the next one
+    (:class:`memory_shards._gather.CallGatherer`: ``max_batch_size`` calls per forward,
+    ``batch_wait_timeout_s`` of waiting only when a call finds the model idle).
 
     Args:
-        embedder: ``EmbedderConfig`` as plain data.
+        cfg: the embedder's config.
     """
 
-    def __init__(self, embedder: dict[str, Any]) -> None:
-        cfg = EmbedderConfig.model_validate(embedder)
-        self._embedder = build_embedder(cfg.model, device=cfg.device, batch_size=cfg.forward_batch_size,
-                                        torch_threads=cfg.threads, runtime=cfg.runtime,
-                                        cache_dir=envs.recallserve_home() / "onnx", bulk_threads=cfg.bulk_threads,
-                                        bulk_min_texts=cfg.bulk_min_texts, bulk_niceness=cfg.bulk_niceness)
-        self._embedder.embed(["warm up"])  # load the weights before the replica reports healthy
+    def __init__(self, cfg: EmbedderConfig) -> None:
+        self.embedder = build_embedder(cfg.model, device=cfg.device, batch_size=cfg.forward_batch_size,
+                                       torch_threads=cfg.threads, runtime=cfg.runtime,
+                                       cache_dir=envs.recallserve_home() / "onnx", bulk_threads=cfg.bulk_threads,
+                                       bulk_min_texts=cfg.bulk_min_texts, bulk_niceness=cfg.bulk_niceness)
+        self.embedder.embed(["warm up"])  # load the weights before the replica reports healthy
         self._bulk_min_texts = cfg.bulk_min_texts
         self._gather: CallGatherer[list[str], np.ndarray] = CallGatherer(
             functools.partial(self._forward, bulk=False), max_items=cfg.max_batch_size,
@@ -106,8 +104,8 @@ class EmbedderDeployment(PlacementInfo):
     async def _forward(self, requests: list[list[str]], bulk: bool) -> list[np.ndarray]:
         flat = [t for texts in requests for t in texts]
         # NOTE: the torch embedder has one way to run; only the ONNX one tells bulk calls apart.
-        run = (functools.partial(self._embedder.embed, flat, bulk=bulk) if isinstance(self._embedder, OnnxMiniLMEmbedder)
-               else functools.partial(self._embedder.embed, flat))
+        run = (functools.partial(self.embedder.embed, flat, bulk=bulk) if isinstance(self.embedder, OnnxMiniLMEmbedder)
+               else functools.partial(self.embedder.embed, flat))
         with MEMORY_HOP.labels("embed_bulk_forward" if bulk else "embed_forward").time():
             vectors = await asyncio.to_thread(run)
         out, start = [], 0
@@ -119,13 +117,31 @@ class EmbedderDeployment(PlacementInfo):
     async def embed(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts`` -> [n, dim] unit-norm float32 (batched with concurrent callers of its lane)."""
         if not texts:
-            return np.zeros((0, self._embedder.dim), dtype=np.float32)
+            return np.zeros((0, self.embedder.dim), dtype=np.float32)
         lane = self._bulk_gather if len(texts) >= self._bulk_min_texts else self._gather
         return await lane.submit(list(texts))
 
+
+class EmbedderDeployment(PlacementInfo):
+    """MiniLM behind its two lanes of gathered calls (:class:`EmbedLanes`).
+
+    Batching is :class:`memory_shards._gather.CallGatherer`, not ``@serve.batch``, whose batches
+    of one pile up behind a running forward (the gatherer's docstring says why).
+
+    Args:
+        embedder: ``EmbedderConfig`` as plain data.
+    """
+
+    def __init__(self, embedder: dict[str, Any]) -> None:
+        self._lanes = EmbedLanes(EmbedderConfig.model_validate(embedder))
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts`` -> [n, dim] unit-norm float32 (batched with concurrent callers of its lane)."""
+        return await self._lanes.embed(texts)
+
     def info(self) -> dict[str, Any]:
         """Model id and dimension."""
-        return {"model_id": self._embedder.model_id, "dim": self._embedder.dim}
+        return {"model_id": self._lanes.embedder.model_id, "dim": self._lanes.embedder.dim}
 
 
 class MemoryShardDeployment(PlacementInfo):
@@ -297,22 +313,28 @@ class HandleMemoryBackend(MemoryService):
         embedder: handle of the generation's :class:`EmbedderDeployment`.
         shards: handles of its shard deployments, shard 0 first.
         memory: ``MemoryConfig`` (top_k, threshold).
+        local: the generation's model in this process (``embedder.ingress_max_texts``): calls of at
+            most ``local_max_texts`` texts run here and skip the embedder hop; None = every call goes
+            to the deployment.
 
     Example:
         >>> backend = HandleMemoryBackend(embedder_handle, shard_handles, config.memory)
         >>> router = build_router(backend, authenticator)
     """
 
-    def __init__(self, embedder: DeploymentHandle, shards: Sequence[DeploymentHandle], memory: MemoryConfig) -> None:
+    def __init__(self, embedder: DeploymentHandle, shards: Sequence[DeploymentHandle], memory: MemoryConfig,
+                 local: EmbedLanes | None = None, local_max_texts: int = 0) -> None:
         self._embedder_handle = embedder
 
         async def embed(texts: list[str]) -> np.ndarray:
-            try:
-                with MEMORY_HOP.labels("embed_call").time():
+            with MEMORY_HOP.labels("embed_call").time():
+                if local is not None and len(texts) <= local_max_texts:
+                    return await local.embed(list(texts))
+                try:
                     return await embedder.embed.remote(list(texts))
-            except _FAILURES as exc:
-                raise APIError(503, f"embedder unavailable: {type(exc).__name__}", type="service_unavailable",
-                               code="embedder_unavailable") from exc
+                except _FAILURES as exc:
+                    raise APIError(503, f"embedder unavailable: {type(exc).__name__}", type="service_unavailable",
+                                   code="embedder_unavailable") from exc
 
         coordinator = MemoryCoordinator([HandleShardClient(h, i) for i, h in enumerate(shards)], calls=memory.calls)
         super().__init__(coordinator, embed, top_k=memory.top_k, threshold=memory.threshold, retrieval=memory.retrieval,
@@ -320,7 +342,8 @@ class HandleMemoryBackend(MemoryService):
 
 
 def memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig,
-                   pii_for: Callable[[str], PiiMode] | None = None) -> MemoryService:
+                   pii_for: Callable[[str], PiiMode] | None = None,
+                   embedder: EmbedderConfig | None = None) -> MemoryService:
     """The ingress's memory service over the bound generations (see :func:`bind_memory`).
 
     Args:
@@ -328,17 +351,33 @@ def memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig,
             generation first, then the migration's when ``memory.migration`` is set.
         memory: ``MemoryConfig``.
         pii_for: tenant -> PII policy of its writes (``Authenticator.pii_for``); default: mask.
+        embedder: the cluster's embedder config; a generation whose embedder sets
+            ``ingress_max_texts`` gets its model loaded in this process for small calls. None =
+            every embed goes to the deployments.
     """
-    backend = _memory_backend(generations, memory)
+    backend = _memory_backend(generations, memory, embedder)
     if pii_for is not None:
         backend.pii_for = pii_for
     return backend
 
 
-def _memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig) -> MemoryService:
+def _memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig,
+                    embedder: EmbedderConfig | None) -> MemoryService:
     from serve.api.metrics import MEMORY_ROUTING
 
-    services = [HandleMemoryBackend(g["embedder"], g["shards"], memory) for g in generations]
+    configs = [g.embedder for g in memory.generations(embedder)] if embedder is not None else [None] * len(generations)
+    lanes: dict[str, EmbedLanes] = {}
+
+    def local(cfg: EmbedderConfig | None) -> EmbedLanes | None:
+        if cfg is None or cfg.ingress_max_texts == 0:
+            return None
+        key = cfg.model_dump_json(exclude={"deployment"})
+        if key not in lanes:  # generations sharing one embedder share one copy of it
+            lanes[key] = EmbedLanes(cfg)
+        return lanes[key]
+
+    services = [HandleMemoryBackend(g["embedder"], g["shards"], memory, local(c), c.ingress_max_texts if c else 0)
+                for g, c in zip(generations, configs, strict=True)]
     m = memory.migration
     if len(services) == 1:
         MEMORY_ROUTING.labels(memory.generation or "default", "serving", "true", "true").set(1)

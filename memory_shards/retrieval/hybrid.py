@@ -145,9 +145,9 @@ def _merge(lists: list[list[tuple[float, SearchHit, float]]], n: int) -> list[tu
     out: list[tuple[SearchHit, float]] = []
     seen: set[str] = set()
     for _, _, _, hit, extra in heapq.merge(*streams, key=lambda x: x[:3]):
-        if hit.record.source_id in seen:
+        if hit.source_id in seen:
             continue
-        seen.add(hit.record.source_id)
+        seen.add(hit.source_id)
         out.append((hit, extra))
         if len(out) == n:
             break
@@ -257,7 +257,7 @@ class HybridRetriever:
         for li, (dense, lexical, weight) in enumerate(lists):
             main = li == 0
             for rank, (hit, _) in enumerate(dense, start=1):
-                e = by_source.setdefault(hit.record.source_id, {"hit": hit, "dense_rank": None})
+                e = by_source.setdefault(hit.source_id, {"hit": hit, "dense_rank": None})
                 if main:
                     e["dense_rank"] = rank
             best_bm25 = max((b for _, b in lexical), default=0.0)
@@ -265,16 +265,16 @@ class HybridRetriever:
             # still occupies its rank (so a kept hit's RRF term does not depend on what was dropped).
             lex_keys = []
             for rank, (hit, bm25) in enumerate(lexical, start=1):
-                lex_keys.append(hit.record.source_id)
-                entry = by_source.get(hit.record.source_id)
+                lex_keys.append(hit.source_id)
+                entry = by_source.get(hit.source_id)
                 if entry is None:
                     if hit.similarity < threshold and bm25 < p.lexical_min_ratio * best_bm25:
                         continue
-                    entry = by_source[hit.record.source_id] = {"hit": hit, "dense_rank": None}
+                    entry = by_source[hit.source_id] = {"hit": hit, "dense_rank": None}
                 if main:
                     entry["lexical_rank"] = rank
                     entry["bm25"] = bm25
-            rankings += [[h.record.source_id for h, _ in dense], lex_keys]
+            rankings += [[h.source_id for h, _ in dense], lex_keys]
             weights += [p.dense_weight * weight, p.lexical_weight * weight]
         fused = rrf_fuse(rankings, c=p.rrf_k, weights=weights)
         out = []

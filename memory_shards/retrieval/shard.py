@@ -27,6 +27,7 @@ from ..config import SearchFilters, SearchHit
 from ..records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord
 from ..shard import MemoryShard
 from ._text import analyse
+from ._wire import WireHit, pack_hits, unpack_hits
 from .fusion import combined_score, time_factor
 from .lexical import LexicalIndex
 
@@ -59,14 +60,26 @@ def lexical_text(record: MemoryRecord) -> str:
 
 @dataclass
 class ShardHybridResult:
-    """One shard's answer to a hybrid query (plain data, travels through Ray)."""
+    """One shard's answer to a hybrid query (plain data, travels through Ray in its compact wire form).
 
-    dense: list[SearchHit] = field(default_factory=list)
+    Pickled (a Ray hop), it becomes one blob of plain tuples (:mod:`memory_shards.retrieval._wire`):
+    the receiver's hits are :class:`WireHit` s that build their record only when it is read.
+    """
+
+    dense: list[SearchHit | WireHit] = field(default_factory=list)
     """Dense top-k by kernel score (cosine >= threshold), best first."""
-    lexical: list[tuple[SearchHit, float]] = field(default_factory=list)
+    lexical: list[tuple[SearchHit | WireHit, float]] = field(default_factory=list)
     """Lexical top-k as (hit, bm25), best BM25 first; the hit's similarity may be below threshold."""
     shared_rows: int | None = None
     """Live shared rows on the shard when it answered (the coordinator's map of where shared data lives)."""
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return _from_wire, (pack_hits(self.dense, self.lexical), self.shared_rows)
+
+
+def _from_wire(blob: bytes, shared_rows: int | None) -> ShardHybridResult:
+    dense, lexical = unpack_hits(blob)
+    return ShardHybridResult(dense, lexical, shared_rows)  # type: ignore[arg-type]
 
 
 class HybridShard:
