@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, PrivateAttr, SerializerFunctionWrapHandler, ValidationError, model_serializer, model_validator
 
+from deployments._ray_config import RayConfig
 from deployments.engines import EngineConfig
 from deployments.options import DeploymentOptions
 from kernels import StrictModel
@@ -344,33 +345,6 @@ class MemoryConfig(StrictModel):
                 embedder=m.embedder or current.embedder, own_embedder=own,
             ))
         return out
-
-
-class RayConfig(StrictModel):
-    """How ``recallserve up`` starts or joins Ray."""
-
-    address: str | None = Field(default=None, description="Existing cluster address; None starts an embedded local Ray.")
-    temp_dir: Path = Field(default=Path(".recallserve/ray"), description="Ray's temp/log folder (made absolute at start).")
-    num_cpus: float | None = Field(default=None, gt=0, description="Logical CPUs of the embedded Ray; None = detect.")
-    num_gpus: int = Field(default=0, ge=0, le=64, description="GPUs of the embedded Ray; 0 on CPU profiles.")
-    auth_disabled: bool = Field(default=True, description="Set RAY_AUTH_MODE=disabled so no token is written to $HOME.")
-    worker_niceness: int | None = Field(
-        default=0, ge=0, le=19,
-        description="Niceness the embedded Ray adds to its worker processes (every replica: models, embedder, "
-        "shards) over that of the process that starts it; 0 = the same priority as `recallserve up`. None = Ray's "
-        "own default, 15, under which the replicas yield the cores to every normal-priority process of the session "
-        "(a RAY_worker_niceness already in the environment wins).",
-    )
-    throughput_optimized: bool = Field(
-        default=True,
-        description="Ray Serve's throughput-optimized mode (RAY_SERVE_THROUGHPUT_OPTIMIZED=1, set while the embedded "
-        "Ray starts): requests between deployments (proxy -> ingress -> embedder / shards / models) over Serve's gRPC "
-        "data plane instead of Ray actor calls, user code on each replica's own event loop; direct ingress stays off "
-        "(the proxy serves server.port), handle routers keep their own loop and logs are unbuffered (runner.THROUGHPUT_ENV). "
-        "On cpu-local (2 cores, 2,000 memories), with batched renewals and the routers on the replica's loop, a memory "
-        "search cost 32% less CPU (loadtests/results/bench-search-cpu-local-throughput.md). An existing "
-        "cluster (`address`) takes the variables from its nodes' environment (the Helm chart's serveThroughputOptimized).",
-    )
 
 
 class AppConfig(StrictModel):

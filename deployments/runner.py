@@ -58,7 +58,7 @@ def start_ray(config: AppConfig) -> None:
     # NOTE: a deep folder is reached through a short alias, or Ray's socket paths overflow 107 bytes.
     temp_dir = ray_temp_dir(config.ray.temp_dir)
     with _metrics_folder(temp_dir.resolve() / "recallserve-metrics"), _worker_niceness(config.ray.worker_niceness), \
-            _throughput_mode(config.ray.throughput_optimized):
+            _throughput_mode(config.ray.throughput_optimized), _haproxy_ingress(config, temp_dir):
         ray.init(
             num_cpus=config.ray.num_cpus,
             num_gpus=config.ray.num_gpus,
@@ -68,6 +68,31 @@ def start_ray(config: AppConfig) -> None:
             configure_logging=True,
             logging_level=logging.WARNING,
         )
+
+
+@contextlib.contextmanager
+def _haproxy_ingress(config: AppConfig, temp_dir: Path) -> Iterator[None]:
+    """Start the embedded Ray with Serve's HAProxy ingress (``ray.ingress: haproxy``; see ``deployments._haproxy``).
+
+    NOTE: these variables win over the user's (direct ingress must be on, and the binary must be
+    the wrapper that keeps HAProxy on server.host); they are set only while Ray starts, as above.
+    """
+    if config.ray.ingress != "haproxy":
+        yield
+        return
+    from deployments._haproxy import haproxy_env, haproxy_folder
+
+    env = haproxy_env(haproxy_folder(temp_dir), config.server.host, config.ingress.queue_full_retry_after_s or 1.0)
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextlib.contextmanager

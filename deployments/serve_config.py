@@ -66,6 +66,8 @@ def _k8s_args(config: AppConfig, data_dir: str) -> dict[str, Any]:
         raise ConfigError(f"data_dir: must be an absolute path inside the pod, got {data_dir!r}")
     args = config.model_dump(mode="json")
     args["ray"]["address"] = "auto"
+    # NOTE: the pods' environment picks the ingress (the chart's serveThroughputOptimized), not this file.
+    args["ray"]["ingress"] = "proxy"
     args["memory"]["data_dir"] = data_dir
     if not str(args["state_dir"]).startswith("/"):
         # NOTE: sessions and experiences live beside the shards, on the same volume (a relative

@@ -102,10 +102,26 @@ def test_replicas_run_in_serves_throughput_mode(cluster: AppConfig) -> None:
 
     @ray.remote(num_cpus=0)
     def flags() -> dict[str, str | None]:
-        return {name: os.environ.get(name) for name in THROUGHPUT_ENV}
+        return {name: os.environ.get(name) for name in [*THROUGHPUT_ENV, "RAY_SERVE_ENABLE_HA_PROXY"]}
 
-    assert cluster.ray.throughput_optimized
-    assert ray.get(flags.remote(), timeout=120) == THROUGHPUT_ENV
+    assert cluster.ray.throughput_optimized and cluster.ray.ingress == "haproxy"
+    # NOTE: the profile's HAProxy ingress turns Serve's direct ingress on (deployments._haproxy).
+    assert ray.get(flags.remote(), timeout=120) == {**THROUGHPUT_ENV, "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
+                                                     "RAY_SERVE_ENABLE_HA_PROXY": "1"}
+
+
+def test_haproxy_serves_the_port_and_every_listener_of_it_is_on_loopback(cluster: AppConfig) -> None:
+    """Ray's HAProxy template binds its stats and metrics on every interface; the wrapper moves them."""
+    import httpx
+    import psutil
+
+    listeners = [c for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN and c.pid]
+    haproxy = {c.pid for c in listeners if psutil.Process(c.pid).name() == "haproxy"}
+    mine = [c.laddr for c in listeners if c.pid in haproxy]
+    assert any(a.port == cluster.server.port for a in mine), mine
+    assert len(mine) >= 3 and all(a.ip == "127.0.0.1" for a in mine), mine
+    r = httpx.get(f"http://127.0.0.1:{cluster.server.port}/healthz", timeout=30)
+    assert r.status_code == 200 and r.json()["profile"] == "cpu-local"
 
 
 def test_bad_key_and_bad_body_through_the_proxy(cluster: AppConfig) -> None:

