@@ -6,11 +6,17 @@ calculator, unit table, registered rule table) and sets ``status``:
 * ``pass``: the computed value agrees with the expectation (relative error <= 1e-6);
 * ``doubtful``: it agrees only up to rounding (<= 1%), or the item cannot be checked
   (no expectation, unknown rule, missing input);
-* ``fail``: it disagrees, a dimension mismatches, a bound is violated or the item is malformed.
+* ``fail``: it disagrees, a dimension mismatches, a bound is violated or the item is malformed;
+* ``not_run``: the item is no expression code can execute (prose such as ``15% is a
+  percentage``, an unknown name such as ``10 mugs * 7.50 each``, an expected unit that is no
+  unit): it says nothing of the answer either way (:class:`~._calculator.NotAnExpression`).
 
-Confidence (:func:`derive_confidence`): any fail -> ``low``; any doubtful, or no checks at
-all -> ``medium``; every check passing -> ``high``. Each failure also gives an error tag
-(:func:`error_tags_for`), added to ``evaluation.error_tags``: the archive is searched by them.
+Confidence (:func:`derive_confidence`): any fail -> ``low``; any doubtful, or no executed check
+passing -> ``medium``; every executed check passing (at least one) -> ``high``. A ``not_run``
+check is left out: a model that writes one check in prose beside executed ones that pass is not
+doubted for it, and a trace of prose checks only is never ``high`` (nothing verified it). Each
+failure also gives an error tag (:func:`error_tags_for`), added to ``evaluation.error_tags``: the
+archive is searched by them.
 
 Bounded work: a record comes from a client (``POST /v1/experiences``) or a model, so its checks
 are untrusted code-like input. Each operand is size-checked before it is read (text length,
@@ -35,6 +41,7 @@ from serve.experience._calculator import (
     MAX_EXPR_CHARS,
     CalcError,
     LimitExceeded,
+    NotAnExpression,
     WorkBudget,
     budget_scope,
     evaluate,
@@ -138,8 +145,13 @@ def exposure_tags(check_types: Iterable[str]) -> list[str]:
 
 
 def derive_confidence(statuses: Iterable[VerificationStatus]) -> Confidence:
-    """Confidence from check results: fail -> low; doubtful/not_run/none -> medium; all pass -> high."""
-    s = list(statuses)
+    """Confidence from check results: fail -> low; doubtful, or no check passing -> medium; else high.
+
+    ``not_run`` checks (no expression code can execute) are left out: they neither doubt nor
+    verify the answer. So ``high`` needs at least one executed check that passed and none that
+    did not (review before reuse: something must have verified the trace).
+    """
+    s = [x for x in statuses if x != "not_run"]
     if "fail" in s:
         return "low"
     if not s or any(x != "pass" for x in s):
@@ -257,6 +269,10 @@ def _unit_check(item: VerificationItem, env: Mapping[str, Any], answer: str | No
         return item.model_copy(update={"actual": _show(q), "status": "doubtful", "notes": "expected has no unit"})
     try:
         unit = parse_unit(unit_text)
+    except NotAnExpression as exc:
+        # NOTE: "36% is a percentage", "12 in [0, 100]": no unit to check the quantity against.
+        return item.model_copy(update={"actual": _show(q), "status": "not_run",
+                                       "notes": f"not executable: expected unit: {exc}"})
     except CalcError as exc:
         return item.model_copy(update={"actual": _show(q), "status": "doubtful", "notes": f"expected unit: {exc}"})
     if unit.dims != q.dims:
@@ -289,7 +305,7 @@ def _back_substitution(item: VerificationItem, env: Mapping[str, Any], answer: s
     equation = str(item.input.get("equation") or item.target)
     sides = _EQ_SPLIT.split(equation)
     if len(sides) != 2:
-        raise CalcError(f"equation {equation!r} must have exactly one '='")
+        raise NotAnExpression(f"equation {equation!r} must have exactly one '='")
     values = {k: v for k, v in _parse_assignments(item.input).items() if k != "equation"}
     values.update(_parse_assignments(item.expected))
     free = {n for n in re.findall(r"[A-Za-z_]\w*", equation) if n not in env and n not in values}
@@ -447,6 +463,11 @@ def run_check(
         return _regulatory_check(item, env, answer, rules)
     except DimensionError as exc:
         return item.model_copy(update={"actual": None, "status": "fail", "notes": f"dimension error: {exc}"})
+    except NotAnExpression as exc:
+        # NOTE: prose, an unknown name, a construct outside the whitelist: not run, which is no
+        # evidence of a mistake (no error tag) nor of a right answer (derive_confidence skips it).
+        # A cap (LimitExceeded) or a malformed operand is not this: those fail below.
+        return item.model_copy(update={"actual": None, "status": "not_run", "notes": f"not executable: {exc}"})
     except (CalcError, TypeError, ValueError, ArithmeticError, RecursionError) as exc:
         # NOTE: ArithmeticError: e.g. float() of a 4000-digit JSON integer; RecursionError: a
         # pathological nesting the size checks let through. Both are the record's fault, not a 500.
