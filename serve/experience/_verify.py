@@ -400,10 +400,16 @@ def _grounding_check(item: VerificationItem, env: Mapping[str, Any], answer: str
         raise CalcError("input.stated must be a list of numbers")
     if not isinstance(units, list) or not isinstance(steps, list):
         raise CalcError("input.units and input.steps must be lists")
+    smallest, parts, part_of = (item.input.get(k, []) for k in ("smallest", "parts", "part_of"))
+    if not all(isinstance(x, list) and all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in x)
+               for x in (smallest, parts, part_of)) or len(parts) != len(part_of):
+        raise CalcError("input.smallest, input.parts and input.part_of must be lists of numbers, parts as long as part_of")
     names = {k: float(v) for k, v in env.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     missing = ungrounded(item.target, [float(x) for x in stated], [str(u) for u in units],
                          [s for s in steps if isinstance(s, str)], names,
-                         extract_number(answer) if answer is not None else None, rule_numbers)
+                         extract_number(answer) if answer is not None else None, rule_numbers,
+                         smallest=[float(x) for x in smallest],
+                         parts=[(int(j), float(v)) for j, v in zip(part_of, parts, strict=True)])
     if missing:
         shown = ", ".join(f"{x:g}" for x in missing)
         return item.model_copy(update={"actual": missing, "status": "doubtful",
