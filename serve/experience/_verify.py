@@ -49,7 +49,7 @@ from serve.experience._calculator import (
 )
 from serve.experience._grounding import CHECK as GROUNDING_CHECK
 from serve.experience._grounding import TAG as GROUNDING_TAG
-from serve.experience._grounding import numbers_in, ungrounded
+from serve.experience._grounding import cited_rules, numbers_in, ungrounded
 from serve.experience._rules import RuleError, RuleTable
 from serve.experience._schema import Confidence, ExperienceRecord, VerificationItem, VerificationStatus
 from serve.experience._units import DimensionError, Quantity, format_dims, parse_quantity, parse_unit, to_unit
@@ -253,6 +253,14 @@ def _recomputation(item: VerificationItem, env: Mapping[str, Any], answer: str |
         written = extract_number(expected)
         exp_val = written if written is not None else exp_val
     status, note = _compare_any(actual, exp_val)
+    if status != "pass" and isinstance(expected, str) and expected.strip().endswith("%"):
+        # NOTE: "(9 / 25) * 100 = 36%": a percentage is also its number of percent as written (36),
+        # not only the fraction the calculator reads (0.36); a formula that gives neither still fails.
+        written = extract_number(expected)
+        if written is not None and not isinstance(actual, (bool, Quantity)):
+            alt = _compare_any(actual, written)
+            if ("fail", "doubtful", "pass").index(alt[0]) > ("fail", "doubtful", "pass").index(status):
+                status, note = alt
     return item.model_copy(update={"actual": _show(actual), "status": status, "notes": note})
 
 
@@ -517,7 +525,8 @@ def verify_record(
     with budget_scope(WorkBudget(max_steps, seconds)) as budget:
         checked = [_run_within(budget, v, rules, env, record.outcome.answer)
                    for v in record.verification[:_MAX_ENTRIES]]
-    return finish_record(record, checked, required)
+    cited = [rules.get(r).id for r in cited_rules(record.context.raw_text) if r in rules]
+    return finish_record(record, checked, required, cited)
 
 
 def with_extracted_checks(record: ExperienceRecord) -> ExperienceRecord:
@@ -542,14 +551,15 @@ def with_extracted_checks(record: ExperienceRecord) -> ExperienceRecord:
 
 
 def finish_record(record: ExperienceRecord, checked: list[VerificationItem],
-                  required: Sequence[str] = ()) -> ExperienceRecord:
+                  required: Sequence[str] = (), cited: Sequence[str] = ()) -> ExperienceRecord:
     """``record`` with ``checked`` as its checks, the missing ``required`` types added, its confidence
     and the error tags of its failures.
 
     Shared by :func:`verify_record` and the worker pool's failure path, so a record that could not
     be verified is shaped exactly like one that was. ``high`` needs, besides every check passing,
     a passing check that computed the answer (:func:`serve.experience._computed.answer_computed`); else ``medium`` with the
-    tag :data:`ANSWER_TAG`.
+    tag :data:`ANSWER_TAG`. ``cited``: the registered rules the context cites, whose check alone
+    computes the answer then.
     """
     from serve.experience._computed import answer_computed
     from serve.experience._extract import SOURCE
@@ -567,7 +577,7 @@ def finish_record(record: ExperienceRecord, checked: list[VerificationItem],
         stated = record.outcome.confidence
     confidence = derive_confidence(v.status for v in checked)
     new_tags = error_tags_for(checked)
-    if confidence == "high" and answer_computed(checked, record.outcome.answer, record.context.raw_text) is False:
+    if confidence == "high" and answer_computed(checked, record.outcome.answer, record.context.raw_text, cited) is False:
         # NOTE: high confidence means the code computed the answer, not only that every check agreed.
         confidence = "medium"
         new_tags.append(ANSWER_TAG)
