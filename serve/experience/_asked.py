@@ -8,7 +8,8 @@ percentage with a difference ("92 - 80 = 12" -> "12%"), which every check recomp
 
 * **the asked unit** (:func:`asked_unit_check`): a question ending in ``in <unit>?``, asking
   ``how many <unit>`` or ``convert ... to <unit>`` names the unit of its answer; a unit may be
-  written with ``per`` and a count (``liters per 100 km`` is ``liters/(100 km)``). An answer with a unit ``u`` and number ``a``
+  written with ``per`` and a count (``liters per 100 km`` is ``liters/(100 km)``). A question that
+  converts a stated quantity (``Convert 90 km/h to m/s.``) is checked against that quantity. An answer with a unit ``u`` and number ``a``
   must be that quantity in the asked unit ``w``: a ``unit_check`` of ``a u`` against ``a w``
   (another dimension, or the same dimension with another magnitude, fails: ``unit_mismatch``).
   Answers without a unit, dimensionless units and words that are no unit are not checked.
@@ -49,6 +50,8 @@ _IN_UNIT = re.compile(rf"\bin\s+({_UNIT_PHRASE})\s*\?")
 _HOW_MANY = re.compile(r"\bhow\s+many\s+([A-Za-z]+)\b", re.IGNORECASE)
 # NOTE: "Convert 15 m/s to km/h.": the unit after to/into, up to the end of the sentence.
 _CONVERT = re.compile(rf"\bconvert\b[^?!]*?\b(?:to|into)\s+({_UNIT_PHRASE})\s*(?:[.?!,](?:\s|$)|$)", re.IGNORECASE)
+# NOTE: "Convert 90 km/h to m/s": the stated quantity itself, whose value in the asked unit is the answer.
+_CONVERTED = re.compile(rf"\bconvert\s+(\d[\d,]*(?:\.\d+)?)\s*({_UNIT_PHRASE})\s+(?:to|into)\s", re.IGNORECASE)
 _PER_COUNT = re.compile(r"\s+per\s+(\d+(?:\.\d+)?)\s+([A-Za-z]\w*)\b")
 _PER = re.compile(r"\s+per\s+")
 _CHANGE = r"(?:increase|decrease|rise|drop|fall|change|growth|gain|loss|reduction|discount|markup|difference)"
@@ -92,14 +95,24 @@ def answer_unit(answer: str) -> str | None:
 
 
 def asked_unit_check(record: ExperienceRecord) -> VerificationItem | None:
-    """The asked-unit ``unit_check`` of ``record`` (see the module docstring), not yet run."""
+    """The asked-unit ``unit_check`` of ``record`` (see the module docstring), not yet run.
+
+    A conversion of a stated quantity ("Convert 90 km/h to m/s.") checks the magnitude too: the
+    quantity as stated, in the asked unit, must be the answer. NOTE: found on the second held-out
+    set (g3, E-CoT on): ``90 / 1.5 = 60`` copied from an injected experience, answered "60 m/s", passed
+    every other check (1.5 is of unknown origin, so no extracted unit check).
+    """
     answer = record.outcome.answer or ""
     asked = asked_unit(record.context.raw_text)
     given = answer_unit(answer) if asked else None
     a = extract_number(answer) if given else None
     if asked is None or given is None or a is None:
         return None
-    return VerificationItem(type="unit_check", target=f"{a:.12g} {given}", expected=f"{a:.12g} {asked}",
+    target = f"{a:.12g} {given}"
+    converted = _CONVERTED.search(record.context.raw_text[:_MAX_CHARS])
+    if converted is not None and _unit(converted.group(2)) is not None:
+        target = f"{converted.group(1).replace(',', '')} {_unit(converted.group(2))}"
+    return VerificationItem(type="unit_check", target=target, expected=f"{a:.12g} {asked}",
                             input={"source": "context", ASKED: True})
 
 

@@ -473,6 +473,8 @@ def _one_step(context: str, step: str, answer: str) -> str:
 @pytest.mark.parametrize(("question", "reply", "tier", "tags"), [
     (CONVERT, _one_step("15 m/s", "15 * 3.6 = 54", "54 km/h"), "active", []),
     (CONVERT, _one_step("15 m/s", "15 / 1000 = 0.015", "0.015 km/s"), "review", ["unit_mismatch"]),
+    # The answer in the asked unit, of the wrong magnitude: the stated 15 m/s is 54 km/h (second held-out g3).
+    (CONVERT, _one_step("15 m/s", "90 / 1.5 = 60", "60 km/h"), "review", ["unit_mismatch"]),
     # The 2 of the rule id TRIP-2 is no stated 2: the 2 h keeps its unit, so the answer's unit is checked.
     (TRIP, _one_step("120 km in 2 h", "120 / 2 = 60", "60 km/h"), "active", []),
     (TRIP, _one_step("120 km in 2 h", "120 / 2 = 60", "60 m/s"), "review", ["unit_mismatch"]),

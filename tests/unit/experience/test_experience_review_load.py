@@ -147,11 +147,14 @@ def test_not_run_checks_are_counted_apart_from_the_pass_rate() -> None:
 @pytest.mark.parametrize(("question", "answer", "high"), [
     ("Convert 15 m/s to km/h.", "54 km/h", True),
     ("Convert 15 m/s to km/h.", "15 m/s", False),
+    # Second held-out set, g3 with E-CoT on: a formula copied from an injected experience.
+    ("Convert 90 km/h to m/s.", "60 m/s", False),
+    ("Convert 90 km/h to m/s.", "25 m/s", True),
     ("A car drives 480 km on 30 liters. What is its fuel consumption in liters per 100 km?", "6.25 liters per 100 km", True),
     ("A car drives 480 km on 30 liters. What is its fuel consumption in liters per 100 km?", "0.0625 liters/km", False),
 ])
 def test_an_answer_in_another_unit_than_asked_waits_in_review(question: str, answer: str, high: bool) -> None:
-    formula = {"54 km/h": "15 * 3.6 = 54", "15 m/s": "15 = 15", "6.25 liters per 100 km": "30 / 480 * 100 = 6.25",
+    formula = {"54 km/h": "15 * 3.6 = 54", "15 m/s": "15 = 15", "60 m/s": "90 / 1.5 = 60", "25 m/s": "90 / 3.6 = 25", "6.25 liters per 100 km": "30 / 480 * 100 = 6.25",
                "0.0625 liters/km": "30 / 480 = 0.0625"}[answer]
     out = _verify(question, [formula], answer)
     assert (out.outcome.confidence == "high") is high, (out.outcome.confidence, out.evaluation.error_tags)
