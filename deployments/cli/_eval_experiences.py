@@ -179,7 +179,9 @@ def is_correct(answer: str | None, expected: Any) -> bool:
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     n = len(rows)
-    items = sum(r["model_checks"] for r in rows)
+    # NOTE: not_run checks (no expression code can execute) are counted apart, not in the pass rates.
+    not_run = sum(r.get("model_checks_not_run", 0) for r in rows)
+    items = sum(r["model_checks"] for r in rows) - not_run
     passed = sum(r["model_checks_passed"] for r in rows)
     ext = sum(r.get("extracted_checks", 0) for r in rows)
     ext_passed = sum(r.get("extracted_passed", 0) for r in rows)
@@ -195,6 +197,7 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "verification_items": items + ext,
         "model_check_pass_rate": passed / items if items else 0.0,
         "model_check_items": items,
+        "model_checks_not_run": not_run,
         "all_checks_pass_rate": sum(r["model_checks"] > 0 and r["model_checks"] == r["model_checks_passed"]
                                     for r in rows) / n,
         "accuracy": sum(r["correct"] for r in rows) / n,
@@ -299,6 +302,7 @@ async def _run_condition(engine: Any, embed: Any, problems: list[dict[str, Any]]
                     "extracted_checks": len(extracted), "extracted_passed": sum(c.status == "pass" for c in extracted),
                     "model_checks": len(model_checks),
                     "model_checks_passed": sum(c.status == "pass" for c in model_checks),
+                    "model_checks_not_run": sum(c.status == "not_run" for c in model_checks),
                     "checks": [{"type": c.type, "target": c.target, "status": c.status, "notes": c.notes}
                                for c in checks],
                     "confidence": conf,
@@ -376,8 +380,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name:<16}" + "".join(f"{s[c]:>14.3f}" for c in cols))
     for name, s in summaries.items():
         print(f"{name}: verification items {s['verification_items']} (extracted {s['extracted_items']}, pass "
-              f"{s['extracted_pass_rate']:.3f}), confidence {s['confidence']}, {s['rewritten']} rewritten, "
-              f"active {s['active_share']:.3f}")
+              f"{s['extracted_pass_rate']:.3f}; model's not run {s['model_checks_not_run']}), confidence "
+              f"{s['confidence']}, {s['rewritten']} rewritten, active {s['active_share']:.3f}")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"model": engine.model_name, "max_tokens": args.max_tokens,

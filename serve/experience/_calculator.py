@@ -33,12 +33,22 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["CalcError", "LimitExceeded", "BudgetExceeded", "WorkBudget", "budget_scope", "evaluate", "normalise_expression",
+__all__ = ["CalcError", "NotAnExpression", "LimitExceeded", "BudgetExceeded", "WorkBudget", "budget_scope", "evaluate",
+           "normalise_expression",
            "extract_number", "MAX_EXPR_CHARS"]
 
 
 class CalcError(ValueError):
     """An expression is malformed, unsafe or cannot be evaluated."""
+
+
+class NotAnExpression(CalcError):
+    """The text is no calculator expression (prose, an unknown name, a construct outside the whitelist).
+
+    Apart from :class:`CalcError` so a verifier can tell a check that cannot be executed (says
+    nothing of the answer: ``not_run``) from one that was executed and failed (division by zero,
+    a dimension error, a cap).
+    """
 
 
 class LimitExceeded(CalcError):
@@ -263,7 +273,7 @@ def evaluate(expression: str, variables: Mapping[str, Any] | None = None) -> Any
     try:
         tree = ast.parse(text, mode="eval")
     except (SyntaxError, ValueError) as exc:
-        raise CalcError(f"cannot parse expression {expression!r}: {getattr(exc, 'msg', exc)}") from None
+        raise NotAnExpression(f"cannot parse expression {expression!r}: {getattr(exc, 'msg', exc)}") from None
     except (MemoryError, RecursionError, SystemError):  # NOTE: the parser's own stack, as above
         raise LimitExceeded(f"expression is nested more than {_MAX_NESTING} levels deep") from None
     nodes = _count_nodes(tree)
@@ -293,19 +303,19 @@ class _Evaluator:
         self.budget.take()
         method = getattr(self, "_" + type(node).__name__, None)
         if method is None:
-            raise CalcError(f"{type(node).__name__} is not allowed in a calculator expression")
+            raise NotAnExpression(f"{type(node).__name__} is not allowed in a calculator expression")
         return method(node)
 
     def _Constant(self, node: ast.Constant) -> Any:
         if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
-            raise CalcError(f"constant {node.value!r} is not a number")
+            raise NotAnExpression(f"constant {node.value!r} is not a number")
         if isinstance(node.value, float) and not math.isfinite(node.value):
             raise LimitExceeded(f"constant {node.value!r} is not finite")
         return _check_size(node.value, "constant")
 
     def _Name(self, node: ast.Name) -> Any:
         if node.id not in self.env:
-            raise CalcError(f"unknown name {node.id!r}")
+            raise NotAnExpression(f"unknown name {node.id!r}")
         return _check_size(self.env[node.id], f"value of {node.id!r}")
 
     def _UnaryOp(self, node: ast.UnaryOp) -> Any:
@@ -352,13 +362,13 @@ class _Evaluator:
     def _Call(self, node: ast.Call) -> Any:
         if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS:
             name = node.func.id if isinstance(node.func, ast.Name) else type(node.func).__name__
-            raise CalcError(f"function {name!r} is not allowed (allowed: {', '.join(sorted(_FUNCS))})")
+            raise NotAnExpression(f"function {name!r} is not allowed (allowed: {', '.join(sorted(_FUNCS))})")
         if node.keywords:
-            raise CalcError("keyword arguments are not allowed")
+            raise NotAnExpression("keyword arguments are not allowed")
         return _check_size(_FUNCS[node.func.id](*[self.visit(a) for a in node.args]), f"result of {node.func.id}")
 
     def _Tuple(self, node: ast.Tuple) -> Any:
-        raise CalcError("tuples are not allowed; write one expression")
+        raise NotAnExpression("tuples are not allowed; write one expression")
 
 
 def extract_number(text: Any) -> float | None:

@@ -166,14 +166,31 @@ _DIGIT_BEFORE = re.compile(r"\d\s$")
 
 @dataclass(frozen=True)
 class ContextQuantity:
-    """A number of a cleaned context, the unit written after it ('' if none) and where it stands."""
+    """A number of a cleaned context, the unit written after it ('' if none) and where it stands.
+
+    A compound of one dimension (``1 h 45 min``) is one quantity: ``value`` in its first unit
+    (1.75 h), ``parts`` the quantities as written (1 h, 45 min) and ``smallest`` its value in the
+    last part's unit (105 min); a plain quantity has no parts and ``smallest`` None.
+    """
 
     value: float
     unit: str
     text: str
     start: int
+    end: int = -1
+    parts: tuple[ContextQuantity, ...] = ()
+    smallest: float | None = None
+
+    def readings(self) -> list[tuple[float, str]]:
+        """``(value, unit)`` of every way a formula may write it: as a whole, in its last unit, by part."""
+        out = [(self.value, self.unit)]
+        if self.smallest is not None and self.parts:
+            out.append((self.smallest, self.parts[-1].unit))
+        return out + [(p.value, p.unit) for p in self.parts]
 
 
+# NOTE: what may stand between the parts of a compound quantity: "1 h 45 min", "1 h and 45 min".
+_COMPOUND_GAP = re.compile(r"\s*(?:and\s+)?")
 _QUANTITY = re.compile(
     r"(?<![0-9A-Za-z_.])(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(%|[A-Za-zµΩ][A-Za-z0-9µΩ]*(?:/[A-Za-z][A-Za-z0-9]*)?(?:\^\d)?)?")
 
@@ -189,7 +206,8 @@ def extract_quantities(cleaned: str) -> list[ContextQuantity]:
     from serve.experience._units import parse_unit
 
     out: list[ContextQuantity] = []
-    for m in _QUANTITY.finditer(cleaned[:MAX_CLEAN_CHARS]):
+    text = cleaned[:MAX_CLEAN_CHARS]
+    for m in _QUANTITY.finditer(text):
         if len(out) >= MAX_QUANTITIES:
             break
         try:
@@ -204,5 +222,39 @@ def extract_quantities(cleaned: str) -> list[ContextQuantity]:
                 parse_unit(unit)
             except CalcError:
                 unit = ""
-        out.append(ContextQuantity(value=value, unit=unit, text=m.group(1), start=m.start()))
+        q = ContextQuantity(value=value, unit=unit, text=m.group(1), start=m.start(), end=m.end() if unit else m.end(1))
+        joined = _compound(out[-1], q, text) if out else None
+        if joined is not None:
+            out[-1] = joined
+        else:
+            out.append(q)
     return out
+
+
+def _si(unit: str) -> tuple[float, tuple[int, ...]] | None:
+    """SI factor and dimension of a unit of the table (None when it has no dimension)."""
+    from serve.experience._units import parse_unit
+
+    one = parse_unit(unit)
+    return (one.value, one.dims) if any(one.dims) else None
+
+
+def _compound(head: ContextQuantity, q: ContextQuantity, text: str) -> ContextQuantity | None:
+    """``head`` and ``q`` as one quantity when the text writes them as one (``1 h 45 min``,
+    ``3 m 20 cm``, ``2 min and 30 s``), else None.
+
+    Both have units of one dimension, only a space or "and" between them, and ``q`` is in a smaller
+    unit and less than one of ``head``'s (45 min < 1 h): read apart, "1 hour 45 minutes" became the
+    quantities 1 and 45, which a right formula ``210 / 1.75`` leaves out (eval experiences, held-out h6).
+    """
+    last = head.parts[-1] if head.parts else head
+    if not (head.unit and q.unit and _COMPOUND_GAP.fullmatch(text, head.end, q.start)):
+        return None
+    first, lo, small = _si(head.unit), _si(last.unit), _si(q.unit)
+    if first is None or lo is None or small is None or not first[1] == lo[1] == small[1]:
+        return None
+    if not (small[0] < lo[0] and q.value * small[0] < lo[0]):
+        return None
+    whole = head.value + q.value * small[0] / first[0]
+    return ContextQuantity(value=whole, unit=head.unit, text=text[head.start:q.end], start=head.start, end=q.end,
+                           parts=(head.parts or (head,)) + (q,), smallest=whole * first[0] / small[0])

@@ -4,6 +4,12 @@ Checks can all pass and still be beside the answer (a recomputation of an interm
 a bound, the model's ``17 / 17 = 1`` that agrees with itself): :func:`answer_computed` asks that
 one passing check's computed value be the answer itself (see
 :func:`serve.experience._verify.finish_record`, tag ``answer_not_computed``).
+
+A question under a registered rule (it cites ``LATE-1``) is answered by that rule: only the rule,
+run by a passing ``regulatory_check``, computes its answer. A formula the model wrote instead
+(``10 * 7.50 = 75`` for DISC-1, which takes 10% off at 10 items) agrees with itself and leaves the
+rule out; read apart, the model's checks written in prose were all that kept such traces from the
+active cache (held-out h15, shipped r7).
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from serve.experience._asked import ASKED, is_percent, is_ratio_expression
+from serve.experience._asked import ASKED, asks_mean, is_percent, is_ratio_expression
 from serve.experience._calculator import extract_number
 from serve.experience._schema import VerificationItem
 from serve.experience._verify import _as_bool, compare_values
@@ -19,6 +25,7 @@ from serve.experience._verify import _as_bool, compare_values
 __all__ = ["answer_computed"]
 
 _WITH_VALUES = re.compile(r"^with (.*?):")
+_RULE_RAN = re.compile(r"^rule (\S+):")
 
 
 def _computed(v: VerificationItem) -> list[float | bool]:
@@ -38,7 +45,8 @@ def _computed(v: VerificationItem) -> list[float | bool]:
     return [float(n)] if n is not None else []
 
 
-def answer_computed(checked: Sequence[VerificationItem], answer: str | None, question: str = "") -> bool | None:
+def answer_computed(checked: Sequence[VerificationItem], answer: str | None, question: str = "",
+                    rules: Sequence[str] = ()) -> bool | None:
     """Whether a passing check (the model's or an extracted one) computed the trace's answer.
 
     The answer's number ``a`` must be one computed value ``c`` up to rounding
@@ -47,23 +55,33 @@ def answer_computed(checked: Sequence[VerificationItem], answer: str | None, que
     can all pass and still be beside the answer (a recomputation of an intermediate value, a
     bound): then the answer itself was never computed by code. A percentage (``question`` asks
     for one, or the answer has ``%``) is computed only by a check whose expression can give a
-    ratio (:func:`serve.experience._asked.is_ratio_expression`): ``92 - 80 = 12`` does not compute "12%".
+    ratio (:func:`serve.experience._asked.is_ratio_expression`): ``92 - 80 = 12`` does not compute "12%";
+    a percentage written with ``%`` is also computed as its fraction (``1,800 / 12,000 = 0.15`` for "15%").
+    A mean (:func:`serve.experience._asked.asks_mean`) is computed only by a check that divides.
+    ``rules``: the registered rules the question cites; when there are any, only a passing
+    ``regulatory_check`` of one of them computes the answer (see the module docstring).
     """
     if answer is None:
         return None
-    percent = is_percent(answer, question)
+    percent, mean = is_percent(answer, question), asks_mean(question)
     a = extract_number(answer)
     b = _as_bool(answer) if a is None else None
     if a is None and b is None:
         return None
+    # NOTE: "15%" is 0.15 as the calculator reads it; a check that computed 0.15 computed the answer.
+    targets = [] if a is None else [a, a / 100] if "%" in answer else [a]
     for v in checked:
         expression = v.input.get("expression") if isinstance(v.input.get("expression"), str) else v.target
-        if percent and not is_ratio_expression(str(expression or "")):
+        if percent and not is_ratio_expression(str(expression or "")) or mean and "/" not in str(expression or ""):
             continue
+        if rules:
+            ran = _RULE_RAN.match(v.notes) if v.type == "regulatory_check" else None
+            if ran is None or ran.group(1) not in rules:
+                continue
         for c in _computed(v):
             if isinstance(c, bool):
                 if b is not None and c == b:
                     return True
-            elif a is not None and compare_values(c, a) != "fail":
+            elif any(compare_values(c, t) != "fail" for t in targets):
                 return True
     return False

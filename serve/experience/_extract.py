@@ -43,11 +43,20 @@ from dataclasses import dataclass
 from serve.experience._calculator import MAX_EXPR_CHARS, CalcError, evaluate, extract_number
 from serve.experience._clean import ContextQuantity, clean_context, extract_quantities
 from serve.experience._grounding import CHECK as GROUNDING_CHECK
-from serve.experience._grounding import CONVERSION_FACTORS, LITERAL, NAME, close, literal_value, not_quantities
+from serve.experience._grounding import (
+    CONVERSION_FACTORS,
+    LITERAL,
+    NAME,
+    cited_rules,
+    close,
+    literal_value,
+    not_quantities,
+    not_quantity_spans,
+)
 from serve.experience._schema import ExperienceRecord, VerificationItem
 from serve.experience._units import parse_unit
 
-__all__ = ["extracted_checks", "problem_check_types", "SOURCE", "DELTA", "ROUNDING", "MAX_AROUND", "CONVERSION_FACTORS"]
+__all__ = ["extracted_checks", "problem_check_types", "stated_quantities", "SOURCE", "DELTA", "ROUNDING", "MAX_AROUND", "CONVERSION_FACTORS"]
 
 SOURCE = "context"
 DELTA = 0.01
@@ -59,7 +68,6 @@ ROUNDING = 0.01
 # MAX_EXPR_CHARS; a formula too long to appear three times in one gets no around checks).
 MAX_AROUND = 4
 _FUNCTIONS = frozenset({"sqrt", "abs", "min", "max", "round", "log", "log10", "exp", "floor", "ceil", "pi", "e"})
-_RULE_ID = re.compile(r"(?<![\w-])[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+(?![\w-])")
 _EQ = re.compile(r"(?<![<>=!])=(?!=)|==")
 _UNIT_OF_ANSWER = re.compile(r"^\s*[-+]?\$?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?\s*(.*?)\s*$")
 
@@ -134,8 +142,10 @@ def _uses(expr: str, record: ExperienceRecord, quantities: Sequence[ContextQuant
 
 
 def _units_of(value: float, quantities: Sequence[ContextQuantity]) -> set[str] | None:
-    """The units the problem writes after ``value`` (None when it does not state the value)."""
-    units = {q.unit for q in quantities if _same(q.value, value)}
+    """The units the problem writes after ``value`` (None when it does not state the value); a
+    compound quantity (``1 h 45 min``) is stated as a whole (1.75 h), in its last unit (105 min)
+    and by part (1 h, 45 min)."""
+    units = {u for q in quantities for v, u in q.readings() if _same(v, value)}
     return units or None
 
 
@@ -196,7 +206,7 @@ def extracted_checks(record: ExperienceRecord) -> list[VerificationItem]:
     expr = _formula(record, a) if a is not None else None
     if expr is None or a is None:
         return []
-    quantities = extract_quantities(clean_context(record.context.raw_text, fold_case=False))
+    quantities = stated_quantities(record.context.raw_text)
     used = _uses(expr, record, quantities)
     if _value_at(expr, record) is None:
         # NOTE: a formula that does not evaluate at the stated values cannot be recomputed; the
@@ -234,6 +244,19 @@ def extracted_checks(record: ExperienceRecord) -> list[VerificationItem]:
     return checks
 
 
+def stated_quantities(text: str) -> list[ContextQuantity]:
+    """The quantities ``text`` states: those of its cleaned form (:func:`~._clean.extract_quantities`),
+    less the numbers written as ids, indexes, years or dates (:func:`~._grounding.not_quantity_spans`).
+
+    NOTE: by position, not by value: the ``1`` of ``LATE-1`` is no stated 1 (read as one, a
+    formula's rule constant 1 was moved by the around checks and kept the unit check off), while a
+    stated 1 elsewhere in the same text still is.
+    """
+    cleaned = clean_context(text, fold_case=False)
+    spans = not_quantity_spans(cleaned)
+    return [q for q in extract_quantities(cleaned) if not any(a <= q.start < b for a, b, _ in spans)]
+
+
 def _grounding_item(expr: str, record: ExperienceRecord, quantities: Sequence[ContextQuantity]) -> VerificationItem:
     """The grounding check of ``expr`` (:mod:`serve.experience._grounding`): the stated quantities
     that must be accounted for (not ids, indexes, years or dates; not a unitless 0 or 1) and the
@@ -241,6 +264,8 @@ def _grounding_item(expr: str, record: ExperienceRecord, quantities: Sequence[Co
     ``target inputs = expected``), at most 32 of each, each step cut to the schema's 1000 characters."""
     skip = not_quantities(record.context.raw_text)
     stated = [q for q in quantities if q.value not in skip and not (q.unit == "" and q.value in (0.0, 1.0))][:32]
+    # NOTE: a compound (1 h 45 min) is accounted for as 1.75, as 105 or by its parts 1 and 45 together.
+    compound = [(i, q) for i, q in enumerate(stated) if q.parts]
     steps = [s.text for s in record.reasoning]
     for v in record.verification:
         if v.input.get("source") == SOURCE:
@@ -251,14 +276,17 @@ def _grounding_item(expr: str, record: ExperienceRecord, quantities: Sequence[Co
         steps.append(f"{step} = {v.expected}" if isinstance(v.expected, (int, float, str)) and v.expected != "" else step)
     return VerificationItem(type=GROUNDING_CHECK, target=expr, input={
         "source": SOURCE, "stated": [q.value for q in stated], "units": [q.unit for q in stated],
-        "steps": [s[:1000] for s in steps if s][:32], "rules": _RULE_ID.findall(record.context.raw_text[:8000])[:8]})
+        **({"smallest": [q.smallest if q.smallest is not None else q.value for q in stated],
+            "parts": [p.value for _, q in compound for p in q.parts][:32],
+            "part_of": [i for i, q in compound for _ in q.parts][:32]} if compound else {}),
+        "steps": [s[:1000] for s in steps if s][:32], "rules": cited_rules(record.context.raw_text)})
 
 
 def problem_check_types(question: str, *, rule_domain: bool = False, required: Sequence[str] = ()) -> list[str]:
     """Check types a problem exposes before it is answered: ``required`` (from injected experiences),
     ``recomputation`` and ``boundary_test`` when it states a number, ``unit_check`` when a number has
     a unit, ``regulatory_check`` when its domain has rules."""
-    quantities = extract_quantities(clean_context(question, fold_case=False))
+    quantities = stated_quantities(question)
     out = list(required)
     wanted = []
     if quantities:

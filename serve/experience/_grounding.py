@@ -16,6 +16,8 @@ factors and ``tol`` the verifier's rounding tolerance (1%):
   ``20 * 40 = 800``, ``SHIP-1 total=40 weight=2 = 7``) one of whose results (the numbers right
   after an ``=``; ``= 10%`` is also 0.10) is already in ``G``; at most as many rounds as there are steps;
 * **as a percent**: ``q %`` appears as ``q / 100`` or ``1 +- q / 100`` (``0.15 * 240``, ``1.15 * 80``);
+* **a compound** (``1 h 45 min``, stated as 1.75): as the whole, in its last unit (105) or by all
+  its parts (``210 / (1 + 45 / 60)``), each as ``used`` or ``derived`` says;
 * **in a condition**: ``q`` is a number of a step that compares (``64 < 100 so not free``: the
   branch the formula takes depends on it) or says why it does not matter (``the 8 kg weight does
   not matter``);
@@ -42,8 +44,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from serve.experience._calculator import extract_number
 
-__all__ = ["ungrounded", "not_quantities", "numbers_in", "TAG", "CHECK", "MAX_SUM_TERMS", "TOLERANCE",
-           "CONVERSION_FACTORS", "LITERAL", "NAME", "close", "literal_value"]
+__all__ = ["ungrounded", "not_quantities", "not_quantity_spans", "cited_rules", "RULE_ID", "numbers_in", "TAG", "CHECK",
+           "MAX_SUM_TERMS", "TOLERANCE", "CONVERSION_FACTORS", "LITERAL", "NAME", "close", "literal_value"]
 
 # NOTE: dimensionless factors of unit conversions and percentages, which a formula may use unstated.
 CONVERSION_FACTORS = frozenset({1.0, 2.0, 7.0, 10.0, 12.0, 24.0, 60.0, 100.0, 365.0, 1000.0, 3600.0, 86400.0, 1e6})
@@ -83,6 +85,13 @@ _NON_QUANTITY = [
     re.compile(rf"\b(?:{_MONTHS})\.?\s+(?:\d{{1,2}},?\s+)?((?:19|20)\d\d)\b", re.I),  # March 2024
 ]
 _DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b|\b(\d{1,2})/(\d{1,2})/(\d{2,4})\b")
+# NOTE: a rule id as the rule table writes them (``OT-1``, ``SPEED-URBAN``, ``LATE-1``).
+RULE_ID = re.compile(r"(?<![\w-])[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+(?![\w-])")
+
+
+def cited_rules(text: str) -> list[str]:
+    """The rule ids ``text`` cites, in order (no duplicates), at most 8 (the first 8000 characters)."""
+    return list(dict.fromkeys(RULE_ID.findall(text[:8000])))[:8]
 
 
 def literal_value(text: str) -> float:
@@ -99,16 +108,21 @@ def _member(v: float, values: Iterable[float]) -> bool:
     return any(close(v, w) for w in values)
 
 
+def not_quantity_spans(text: str) -> list[tuple[int, int, float]]:
+    """Where ``text`` writes a number as an id, index, ordinal, year or date, not as a quantity:
+    ``(start, end, value)`` of each such number (the ``1`` of ``LATE-1``, the ``2024`` of ``in 2024``)."""
+    text = text[:8000]
+    out: list[tuple[int, int, float]] = []
+    for pat in _NON_QUANTITY:
+        out += [(m.start(1), m.end(1), float(m.group(1))) for m in pat.finditer(text)]
+    for m in _DATE.finditer(text):
+        out += [(m.start(i), m.end(i), float(g)) for i, g in enumerate(m.groups(), start=1) if g is not None]
+    return out
+
+
 def not_quantities(text: str) -> set[float]:
     """Values written in ``text`` as ids, indexes, ordinals, years or dates, not as quantities."""
-    text = text[:8000]
-    out: set[float] = set()
-    for pat in _NON_QUANTITY:
-        for m in pat.finditer(text):
-            out.add(float(m.group(1)))
-    for m in _DATE.finditer(text):
-        out.update(float(g) for g in m.groups() if g is not None)
-    return out
+    return {v for _, _, v in not_quantity_spans(text)}
 
 
 def numbers_in(text: str) -> list[float]:
@@ -185,7 +199,8 @@ def _in_a_sum(i: int, q: float, stated: Sequence[float], unexplained: Sequence[f
 
 def ungrounded(formula: str, stated: Sequence[float], units: Sequence[str], steps: Sequence[str],
                env: Mapping[str, float], answer: float | None = None, rule_numbers: Sequence[float] = (),
-               conversion_factors: Iterable[float] = CONVERSION_FACTORS) -> list[float]:
+               conversion_factors: Iterable[float] = CONVERSION_FACTORS, smallest: Sequence[float] = (),
+               parts: Sequence[tuple[int, float]] = ()) -> list[float]:
     """The stated values ``formula`` does not account for (see the module docstring), in order.
 
     Args:
@@ -198,6 +213,9 @@ def ungrounded(formula: str, stated: Sequence[float], units: Sequence[str], step
         answer: the trace's answer (the formula's value): a step that also gives it uses its inputs.
         rule_numbers: the numbers of the expressions of the rules the problem cites.
         conversion_factors: plain factors a formula may use unstated (1000, 3600, 100 ...).
+        smallest: each stated value in the last unit of its compound (105 for 1 h 45 min; the value
+            itself for a plain quantity), parallel to ``stated``.
+        parts: ``(index in stated, value)`` of each part of a compound (1 and 45 of 1.75).
     """
     stated, units = list(stated[:_MAX_ITEMS]), list(units[:_MAX_ITEMS])
     factors = list(conversion_factors)
@@ -219,9 +237,14 @@ def ungrounded(formula: str, stated: Sequence[float], units: Sequence[str], step
         forms = [q]
         if i < len(units) and units[i] == "percent":
             forms += [q / 100, 1 + q / 100, 1 - q / 100]
-        if any(_member(f, grounded) for f in forms):
+        whole = [q] + ([smallest[i]] if i < len(smallest) and smallest[i] != q else [])
+        pieces = [v for j, v in parts[:_MAX_ITEMS] if j == i]
+        if any(_member(f, grounded) for f in forms + whole[1:]):
             continue
+        # NOTE: the smallest unit's value only as used: derived, 105 - 60 would "ground" a 45 h.
         if _derived(q, unexplained, others) or _in_a_sum(i, q, stated, unexplained):
+            continue
+        if pieces and all(_member(p, grounded) or _derived(p, unexplained, others) for p in pieces):
             continue
         out.append(q)
     return out

@@ -3,7 +3,8 @@
 * ``recallserve_experience_cache_hit_rate``: share of active-cache lookups that returned at
   least one experience (hits / lookups since the process started);
 * ``recallserve_experience_verification_pass_rate``: share of executed verification items
-  whose status is ``pass``;
+  whose status is ``pass`` (a ``not_run`` item, no expression code can execute, is counted apart
+  under its own status label and left out of the rate: it was not executed);
 * ``recallserve_experience_active_cache_freshness``: mean soft-decay factor
   ``1/(1 + 0.1 x days since last use)`` over all active records (1 = all used just now).
 
@@ -28,7 +29,8 @@ CACHE_LOOKUPS = Counter(
 CACHE_HIT_RATE = Gauge("recallserve_experience_cache_hit_rate", "Active cache hits / lookups in this process.",
                        multiprocess_mode=GAUGE_MODE)
 VERIFICATION_ITEMS = Counter(
-    "recallserve_experience_verification_items", "Verification items executed, by status.", ["status"]
+    "recallserve_experience_verification_items",
+    "Verification items by status (not_run: no expression code can execute; not in the pass rate).", ["status"]
 )
 VERIFICATION_PASS_RATE = Gauge(
     "recallserve_experience_verification_pass_rate", "Executed verification items that passed / all executed.",
@@ -43,7 +45,7 @@ CONFLICTS = Counter(
 )
 
 _lock = threading.Lock()
-_counts = {"lookups": 0, "hits": 0, "items": 0, "passed": 0}
+_counts = {"lookups": 0, "hits": 0, "items": 0, "passed": 0, "not_run": 0}
 
 
 def record_lookup(hit: bool) -> None:
@@ -56,16 +58,19 @@ def record_lookup(hit: bool) -> None:
 
 
 def record_verification(statuses: Iterable[str]) -> None:
-    """Count executed verification items and refresh the pass-rate gauge."""
+    """Count verification items by status and refresh the pass-rate gauge (executed items only)."""
     statuses = list(statuses)
     if not statuses:
         return
     for s in statuses:
         VERIFICATION_ITEMS.labels(status=s).inc()
+    executed = [s for s in statuses if s != "not_run"]
     with _lock:
-        _counts["items"] += len(statuses)
-        _counts["passed"] += sum(1 for s in statuses if s == "pass")
-        VERIFICATION_PASS_RATE.set(_counts["passed"] / _counts["items"])
+        _counts["not_run"] += len(statuses) - len(executed)
+        _counts["items"] += len(executed)
+        _counts["passed"] += sum(1 for s in executed if s == "pass")
+        if _counts["items"]:
+            VERIFICATION_PASS_RATE.set(_counts["passed"] / _counts["items"])
 
 
 def record_conflicts(n: int) -> None:
@@ -88,4 +93,5 @@ def snapshot() -> dict[str, float]:
         "verification_pass_rate": c["passed"] / c["items"] if c["items"] else 0.0,
         "lookups": float(c["lookups"]),
         "verification_items": float(c["items"]),
+        "verification_not_run": float(c["not_run"]),
     }

@@ -6,11 +6,17 @@ calculator, unit table, registered rule table) and sets ``status``:
 * ``pass``: the computed value agrees with the expectation (relative error <= 1e-6);
 * ``doubtful``: it agrees only up to rounding (<= 1%), or the item cannot be checked
   (no expectation, unknown rule, missing input);
-* ``fail``: it disagrees, a dimension mismatches, a bound is violated or the item is malformed.
+* ``fail``: it disagrees, a dimension mismatches, a bound is violated or the item is malformed;
+* ``not_run``: the item is no expression code can execute (prose such as ``15% is a
+  percentage``, an unknown name such as ``10 mugs * 7.50 each``, an expected unit that is no
+  unit): it says nothing of the answer either way (:class:`~._calculator.NotAnExpression`).
 
-Confidence (:func:`derive_confidence`): any fail -> ``low``; any doubtful, or no checks at
-all -> ``medium``; every check passing -> ``high``. Each failure also gives an error tag
-(:func:`error_tags_for`), added to ``evaluation.error_tags``: the archive is searched by them.
+Confidence (:func:`derive_confidence`): any fail -> ``low``; any doubtful, or no executed check
+passing -> ``medium``; every executed check passing (at least one) -> ``high``. A ``not_run``
+check is left out: a model that writes one check in prose beside executed ones that pass is not
+doubted for it, and a trace of prose checks only is never ``high`` (nothing verified it). Each
+failure also gives an error tag (:func:`error_tags_for`), added to ``evaluation.error_tags``: the
+archive is searched by them.
 
 Bounded work: a record comes from a client (``POST /v1/experiences``) or a model, so its checks
 are untrusted code-like input. Each operand is size-checked before it is read (text length,
@@ -35,6 +41,7 @@ from serve.experience._calculator import (
     MAX_EXPR_CHARS,
     CalcError,
     LimitExceeded,
+    NotAnExpression,
     WorkBudget,
     budget_scope,
     evaluate,
@@ -42,7 +49,7 @@ from serve.experience._calculator import (
 )
 from serve.experience._grounding import CHECK as GROUNDING_CHECK
 from serve.experience._grounding import TAG as GROUNDING_TAG
-from serve.experience._grounding import numbers_in, ungrounded
+from serve.experience._grounding import cited_rules, numbers_in, ungrounded
 from serve.experience._rules import RuleError, RuleTable
 from serve.experience._schema import Confidence, ExperienceRecord, VerificationItem, VerificationStatus
 from serve.experience._units import DimensionError, Quantity, format_dims, parse_quantity, parse_unit, to_unit
@@ -138,8 +145,13 @@ def exposure_tags(check_types: Iterable[str]) -> list[str]:
 
 
 def derive_confidence(statuses: Iterable[VerificationStatus]) -> Confidence:
-    """Confidence from check results: fail -> low; doubtful/not_run/none -> medium; all pass -> high."""
-    s = list(statuses)
+    """Confidence from check results: fail -> low; doubtful, or no check passing -> medium; else high.
+
+    ``not_run`` checks (no expression code can execute) are left out: they neither doubt nor
+    verify the answer. So ``high`` needs at least one executed check that passed and none that
+    did not (review before reuse: something must have verified the trace).
+    """
+    s = [x for x in statuses if x != "not_run"]
     if "fail" in s:
         return "low"
     if not s or any(x != "pass" for x in s):
@@ -241,6 +253,14 @@ def _recomputation(item: VerificationItem, env: Mapping[str, Any], answer: str |
         written = extract_number(expected)
         exp_val = written if written is not None else exp_val
     status, note = _compare_any(actual, exp_val)
+    if status != "pass" and isinstance(expected, str) and expected.strip().endswith("%"):
+        # NOTE: "(9 / 25) * 100 = 36%": a percentage is also its number of percent as written (36),
+        # not only the fraction the calculator reads (0.36); a formula that gives neither still fails.
+        written = extract_number(expected)
+        if written is not None and not isinstance(actual, (bool, Quantity)):
+            alt = _compare_any(actual, written)
+            if ("fail", "doubtful", "pass").index(alt[0]) > ("fail", "doubtful", "pass").index(status):
+                status, note = alt
     return item.model_copy(update={"actual": _show(actual), "status": status, "notes": note})
 
 
@@ -257,6 +277,10 @@ def _unit_check(item: VerificationItem, env: Mapping[str, Any], answer: str | No
         return item.model_copy(update={"actual": _show(q), "status": "doubtful", "notes": "expected has no unit"})
     try:
         unit = parse_unit(unit_text)
+    except NotAnExpression as exc:
+        # NOTE: "36% is a percentage", "12 in [0, 100]": no unit to check the quantity against.
+        return item.model_copy(update={"actual": _show(q), "status": "not_run",
+                                       "notes": f"not executable: expected unit: {exc}"})
     except CalcError as exc:
         return item.model_copy(update={"actual": _show(q), "status": "doubtful", "notes": f"expected unit: {exc}"})
     if unit.dims != q.dims:
@@ -289,7 +313,7 @@ def _back_substitution(item: VerificationItem, env: Mapping[str, Any], answer: s
     equation = str(item.input.get("equation") or item.target)
     sides = _EQ_SPLIT.split(equation)
     if len(sides) != 2:
-        raise CalcError(f"equation {equation!r} must have exactly one '='")
+        raise NotAnExpression(f"equation {equation!r} must have exactly one '='")
     values = {k: v for k, v in _parse_assignments(item.input).items() if k != "equation"}
     values.update(_parse_assignments(item.expected))
     free = {n for n in re.findall(r"[A-Za-z_]\w*", equation) if n not in env and n not in values}
@@ -384,10 +408,16 @@ def _grounding_check(item: VerificationItem, env: Mapping[str, Any], answer: str
         raise CalcError("input.stated must be a list of numbers")
     if not isinstance(units, list) or not isinstance(steps, list):
         raise CalcError("input.units and input.steps must be lists")
+    smallest, parts, part_of = (item.input.get(k, []) for k in ("smallest", "parts", "part_of"))
+    if not all(isinstance(x, list) and all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in x)
+               for x in (smallest, parts, part_of)) or len(parts) != len(part_of):
+        raise CalcError("input.smallest, input.parts and input.part_of must be lists of numbers, parts as long as part_of")
     names = {k: float(v) for k, v in env.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     missing = ungrounded(item.target, [float(x) for x in stated], [str(u) for u in units],
                          [s for s in steps if isinstance(s, str)], names,
-                         extract_number(answer) if answer is not None else None, rule_numbers)
+                         extract_number(answer) if answer is not None else None, rule_numbers,
+                         smallest=[float(x) for x in smallest],
+                         parts=[(int(j), float(v)) for j, v in zip(part_of, parts, strict=True)])
     if missing:
         shown = ", ".join(f"{x:g}" for x in missing)
         return item.model_copy(update={"actual": missing, "status": "doubtful",
@@ -447,6 +477,11 @@ def run_check(
         return _regulatory_check(item, env, answer, rules)
     except DimensionError as exc:
         return item.model_copy(update={"actual": None, "status": "fail", "notes": f"dimension error: {exc}"})
+    except NotAnExpression as exc:
+        # NOTE: prose, an unknown name, a construct outside the whitelist: not run, which is no
+        # evidence of a mistake (no error tag) nor of a right answer (derive_confidence skips it).
+        # A cap (LimitExceeded) or a malformed operand is not this: those fail below.
+        return item.model_copy(update={"actual": None, "status": "not_run", "notes": f"not executable: {exc}"})
     except (CalcError, TypeError, ValueError, ArithmeticError, RecursionError) as exc:
         # NOTE: ArithmeticError: e.g. float() of a 4000-digit JSON integer; RecursionError: a
         # pathological nesting the size checks let through. Both are the record's fault, not a 500.
@@ -490,7 +525,8 @@ def verify_record(
     with budget_scope(WorkBudget(max_steps, seconds)) as budget:
         checked = [_run_within(budget, v, rules, env, record.outcome.answer)
                    for v in record.verification[:_MAX_ENTRIES]]
-    return finish_record(record, checked, required)
+    cited = [rules.get(r).id for r in cited_rules(record.context.raw_text) if r in rules]
+    return finish_record(record, checked, required, cited)
 
 
 def with_extracted_checks(record: ExperienceRecord) -> ExperienceRecord:
@@ -515,14 +551,15 @@ def with_extracted_checks(record: ExperienceRecord) -> ExperienceRecord:
 
 
 def finish_record(record: ExperienceRecord, checked: list[VerificationItem],
-                  required: Sequence[str] = ()) -> ExperienceRecord:
+                  required: Sequence[str] = (), cited: Sequence[str] = ()) -> ExperienceRecord:
     """``record`` with ``checked`` as its checks, the missing ``required`` types added, its confidence
     and the error tags of its failures.
 
     Shared by :func:`verify_record` and the worker pool's failure path, so a record that could not
     be verified is shaped exactly like one that was. ``high`` needs, besides every check passing,
     a passing check that computed the answer (:func:`serve.experience._computed.answer_computed`); else ``medium`` with the
-    tag :data:`ANSWER_TAG`.
+    tag :data:`ANSWER_TAG`. ``cited``: the registered rules the context cites, whose check alone
+    computes the answer then.
     """
     from serve.experience._computed import answer_computed
     from serve.experience._extract import SOURCE
@@ -540,7 +577,7 @@ def finish_record(record: ExperienceRecord, checked: list[VerificationItem],
         stated = record.outcome.confidence
     confidence = derive_confidence(v.status for v in checked)
     new_tags = error_tags_for(checked)
-    if confidence == "high" and answer_computed(checked, record.outcome.answer, record.context.raw_text) is False:
+    if confidence == "high" and answer_computed(checked, record.outcome.answer, record.context.raw_text, cited) is False:
         # NOTE: high confidence means the code computed the answer, not only that every check agreed.
         confidence = "medium"
         new_tags.append(ANSWER_TAG)

@@ -418,3 +418,102 @@ def test_a_rule_answer_that_leaves_out_a_stated_quantity_waits_in_review(tmp_pat
         _, prompt = ask()
         assert "1,200 * 0.10 = 120" in prompt
     experiences.close()
+
+
+# Issue 19, review load: right traces verified by code are reused without review; the held-out
+# eval kept 11 of 12 right answers in review (loadtests/results/eval-experiences-qwen2.5-1.5b-holdout.md).
+def _reply(context: str, steps: list[str], checks: list[str], answer: str) -> str:
+    """A segmented reply as the model writes it (steps ``text [principle: ...]``, checks ``type: target``)."""
+    lines = [f"Context: {context}", "Reasoning:", *(f"{n}. {t}" for n, t in enumerate(steps, start=1)),
+             "Verification:", *(f"- {c}" for c in checks), f"Outcome: {answer}", "Confidence: high"]
+    return "\n".join(lines)
+
+
+H6 = "A train travels 210 km in 1 hour 45 minutes. What is its average speed in km/h?"
+# NOTE: the held-out h6 reply as stored (after/without): no step says 1 h 45 min = 1.75 h.
+H6_RIGHT = _reply("210 km in 1 hour 45 minutes", ["speed = distance / time [principle: v = d / t]"],
+                  ["recomputation: 210 / 1.75 = 120", "unit_check: 210 km / 1.75 h -> km/h",
+                   "boundary_test: 120 in [0, 300]"], "120 km/h")
+H2 = "A town's population grew from 12,000 to 13,800. What was the percentage increase?"
+H2_STEPS = ["increase = 13,800 - 12,000 = 1,800 [principle: increase = new - old]",
+            "rate = 1,800 / 12,000 = 0.15 [principle: percentage increase = increase / old]"]
+PROSE = "unit_check: 15% is a percentage"
+
+
+def test_a_compound_duration_trace_is_reused_without_review(rig: Any) -> None:
+    c, engine = rig
+    first, _ = _turn(c, engine, H6, H6_RIGHT)
+    assert first["tier"] == "active" and first["confidence"] == "high" and first["error_tags"] == [], first
+    second, prompt = _turn(c, engine, H6, H6_RIGHT)
+    assert second["injected"] == [first["id"]] and "210 / 1.75 = 120" in prompt
+
+
+def test_a_prose_check_does_not_keep_a_verified_trace_in_review(rig: Any) -> None:
+    c, engine = rig
+    right, _ = _turn(c, engine, H2, _reply("12,000 to 13,800", H2_STEPS, ["recomputation: 1,800 / 12,000 = 0.15", PROSE], "15%"))
+    assert right["tier"] == "active" and right["confidence"] == "high" and right["error_tags"] == [], right
+    stored = c.get(f"/v1/experiences/{right['id']}", headers=H).json()["record"]
+    assert [v["status"] for v in stored["verification"] if v["type"] == "unit_check"] == ["not_run"]
+    # Prose checks alone verify nothing; an answer no executed check computed waits as before.
+    alone, _ = _turn(c, engine, H2, _reply("12,000 to 13,800", H2_STEPS, [PROSE], "15%"))
+    assert alone["tier"] == "review" and alone["confidence"] == "medium"
+    difference, _ = _turn(c, engine, H2, _reply("12,000 to 13,800", H2_STEPS[:1],
+                                                ["recomputation: 13,800 - 12,000 = 1800", PROSE], "1800"))
+    assert difference["tier"] == "review" and difference["error_tags"] == ["answer_not_computed"], difference
+
+
+CONVERT = "Convert 15 m/s to km/h."
+TRIP = "Under TRIP-2, a car travels 120 km in 2 h. What is its speed?"
+
+
+def _one_step(context: str, step: str, answer: str) -> str:
+    return _reply(context, [f"{step} [principle: the formula]"], [f"recomputation: {step}"], answer)
+
+
+@pytest.mark.parametrize(("question", "reply", "tier", "tags"), [
+    (CONVERT, _one_step("15 m/s", "15 * 3.6 = 54", "54 km/h"), "active", []),
+    (CONVERT, _one_step("15 m/s", "15 / 1000 = 0.015", "0.015 km/s"), "review", ["unit_mismatch"]),
+    # The answer in the asked unit, of the wrong magnitude: the stated 15 m/s is 54 km/h (second held-out g3).
+    (CONVERT, _one_step("15 m/s", "90 / 1.5 = 60", "60 km/h"), "review", ["unit_mismatch"]),
+    # The 2 of the rule id TRIP-2 is no stated 2: the 2 h keeps its unit, so the answer's unit is checked.
+    (TRIP, _one_step("120 km in 2 h", "120 / 2 = 60", "60 km/h"), "active", []),
+    (TRIP, _one_step("120 km in 2 h", "120 / 2 = 60", "60 m/s"), "review", ["unit_mismatch"]),
+])
+def test_the_unit_asked_or_stated_decides_the_tier(rig: Any, question: str, reply: str, tier: str, tags: list[str]) -> None:
+    c, engine = rig
+    out, _ = _turn(c, engine, question, reply)
+    assert out["tier"] == tier and out["error_tags"] == tags, out
+    again, prompt = _turn(c, engine, question, reply)
+    assert (again["injected"] == [out["id"]]) is (tier == "active")
+
+
+H15 = "A customer orders exactly 10 mugs at 7.50 each. What does the order cost under DISC-1?"
+H15_WRONG = _reply("10 mugs at 7.50 each", ["cost = 10 * 7.50 = 75 [principle: cost = quantity * price]"],
+                   ["recomputation: 10 * 7.50 = 75", "unit_check: 10 mugs * 7.50 each"], "$75")
+H15_RIGHT = _reply("10 mugs at 7.50 each", ["10 >= 10 so 10% off: cost = 10 * 7.50 * 0.9 = 67.5 [principle: DISC-1]"],
+                   ["recomputation: 10 * 7.50 * 0.9 = 67.5", "regulatory_check: DISC-1 with qty=10, price=7.5 -> 67.5",
+                    "unit_check: 10 mugs * 7.50 each"], "67.5")
+
+
+def test_a_rule_answer_the_rule_never_computed_waits_in_review(tmp_path: Path) -> None:
+    """Held-out h15: with its prose unit check not run, only the rule requirement keeps ``$75`` out."""
+    from serve.experience._eval_problems import RULES
+
+    emb = HashingEmbedder(384)
+    engine = ScriptedEngine([H15_WRONG, H15_RIGHT])
+    experiences = ExperienceService(ExperienceConfig(data_dir=tmp_path / "exp", rules=RULES, min_similarity=0.1,
+                                                     audit_share=0.0), emb.embed)
+    pipeline = ChatPipeline(engine, PipelineSettings(write_back=False), experiences=experiences)
+    with TestClient(create_app(pipeline, Authenticator(KEYS), routers=[build_router(experiences, Authenticator(KEYS))])) as c:
+        def ask() -> dict[str, Any]:
+            r = c.post("/v1/chat/completions", headers=H, json={
+                "model": "recallserve", "max_tokens": 96, "messages": [{"role": "user", "content": H15}],
+                "metadata": {"reasoning": "segmented", "task_domain": "rules", "topic": "rules/orders"}})
+            assert r.status_code == 200, r.text
+            return r.json()["recallserve"]["experience"]
+
+        wrong = ask()
+        assert wrong["tier"] == "review" and wrong["error_tags"] == ["answer_not_computed"], wrong
+        right = ask()
+        assert right["tier"] == "active" and right["confidence"] == "high" and right["error_tags"] == [], right
+    experiences.close()

@@ -185,7 +185,7 @@ Outcome: 84 bottles
 Confidence: high"""
 
 
-def test_the_84_bottles_trace_fails_only_its_own_unreadable_unit_check() -> None:
+def test_the_84_bottles_trace_leaves_only_its_own_unreadable_unit_check_unrun() -> None:
     from serve.experience import ExperienceMetadata
     from serve.experience._parser import parse_segmented
 
@@ -196,8 +196,11 @@ def test_the_84_bottles_trace_fails_only_its_own_unreadable_unit_check() -> None
     assert extracted == [("12 * 7", "pass"), ("12 * 7", "pass"),
                          ("min((11.88) * 7, 12 * 7, (12.12) * 7)", "pass"), ("max((11.88) * 7, 12 * 7, (12.12) * 7)", "pass"),
                          ("min(12 * (6.93), 12 * 7, 12 * (7.07))", "pass"), ("max(12 * (6.93), 12 * 7, 12 * (7.07))", "pass")]
-    # "12 bottles in 1 box" is no expression: the model's check cannot run, which is not a wrong answer.
-    assert out.evaluation.error_tags == ["check_not_executable"]
+    # "12 bottles in 1 box" is no expression: the model's check is not run, which is no wrong answer
+    # (no tag) and no doubt; the boundary test without bounds is what keeps the trace medium.
+    assert [(v.type, v.status) for v in out.verification if v.input.get("source") != SOURCE] == [
+        ("recomputation", "pass"), ("unit_check", "not_run"), ("boundary_test", "doubtful")]
+    assert out.evaluation.error_tags == [] and out.outcome.confidence == "medium"
     assert "arithmetic_error" not in out.evaluation.error_tags and "out_of_bounds" not in out.evaluation.error_tags
 
 
@@ -263,11 +266,13 @@ def test_units_only_where_the_problem_gives_them() -> None:
 
 
 def test_only_what_evaluates_is_recomputed() -> None:
-    # "12 bottles * 7 boxes" is no expression the calculator reads: the model's own check says
-    # so (check_not_executable); no extracted copy of the same failure.
+    # "12 bottles * 7 boxes" is no expression the calculator reads: the model's own check is not
+    # run; no extracted copy of it. Nothing executed verified the trace, so it is not high.
     rec = _record(BOTTLES, [{"type": "recomputation", "target": "12 bottles * 7 boxes = 84 bottles"}], "84 bottles")
     assert extracted_checks(rec) == []
-    assert _verify(rec).evaluation.error_tags == ["check_not_executable"]
+    out = _verify(rec)
+    assert out.evaluation.error_tags == [] and out.outcome.confidence == "medium"
+    assert [v.status for v in out.verification] == ["not_run"]
     # A formula too long to appear three times in one expression keeps recompute-at, not around.
     long_formula = "12 * 7 * 1." + "0" * 200
     rec = _record(BOTTLES, [{"type": "recomputation", "target": f"{long_formula} = 84"}], "84")

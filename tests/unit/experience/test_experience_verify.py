@@ -37,16 +37,16 @@ def check(**kw) -> VerificationItem:
         (dict(type="recomputation", target="100/3 = 33.3"), "doubtful"),  # rounding only
         (dict(type="recomputation", target="2+2", expected=5), "fail"),
         (dict(type="recomputation", target="2+2"), "doubtful"),  # nothing to compare with
-        (dict(type="recomputation", target="open('x')", expected=1), "fail"),  # not executable
+        (dict(type="recomputation", target="open('x')", expected=1), "not_run"),  # not executable
         (dict(type="unit_check", target="120 km / 1.5 h", expected="km/h"), "pass"),
         (dict(type="unit_check", target="120 km / 1.5 h", expected="80 km/h"), "pass"),
         (dict(type="unit_check", target="120 km / 1.5 h", expected="90 km/h"), "fail"),
         (dict(type="unit_check", target="120 km * 1.5 h", expected="km/h"), "fail"),  # dimension
         (dict(type="unit_check", target="1 m + 2 s", expected="m"), "fail"),
-        (dict(type="unit_check", target="5 km", expected="parsecs"), "doubtful"),
+        (dict(type="unit_check", target="5 km", expected="parsecs"), "not_run"),  # no unit to check against
         (dict(type="back_substitution", target="2*x + 3 = 11", input={"x": 4}), "pass"),
         (dict(type="back_substitution", target="2*x + 3 = 11", expected="x = 5"), "fail"),
-        (dict(type="back_substitution", target="2*x + 3", input={"x": 4}), "fail"),  # no '='
+        (dict(type="back_substitution", target="2*x + 3", input={"x": 4}), "not_run"),  # no '=': no equation
         (dict(type="boundary_test", target="0.3", expected="0 <= p <= 1"), "pass"),
         (dict(type="boundary_test", target="120/1.5", input={"max": 50}), "fail"),
         (dict(type="boundary_test", target="0", input={"min": 0, "inclusive": False}), "fail"),
@@ -95,7 +95,8 @@ def test_rule_table_registration_errors():
 @pytest.mark.parametrize(
     ("statuses", "conf"),
     [(["pass", "pass"], "high"), (["pass", "doubtful"], "medium"), ([], "medium"),
-     (["pass", "not_run"], "medium"), (["pass", "doubtful", "fail"], "low")],
+     (["pass", "not_run"], "high"), (["not_run"], "medium"), (["not_run", "fail"], "low"),
+     (["pass", "doubtful", "fail"], "low")],
 )
 def test_derive_confidence(statuses, conf):
     assert derive_confidence(statuses) == conf
