@@ -21,6 +21,12 @@ concurrently, with the same query under a created-at filter for that window (plu
 so a memory written in the named window moves up without memories outside it being dropped (a
 window is a hint: what a memory tells may have happened before it was written).
 
+An option, off by default and measured by leave-one-conversation-out on the LoCoMo dev file
+(``loadtests/results/locomo-dev-diversify-loo.md``):
+
+* diversification (``group_cap`` > 0 or ``group_decay`` < 1): the fused list is reordered so that
+  one day's (or topic's) memories do not crowd the top k (:mod:`~memory_shards.retrieval.diversify`).
+
 A lexical-only hit (its cosine below the threshold) is kept only when its BM25 is at least
 ``lexical_min_ratio`` x the best BM25 of the query: exact names and ids the embedder misses come
 through, weak word overlaps do not. The returned hits carry every part of the score.
@@ -33,7 +39,7 @@ import heapq
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 from pydantic import Field
@@ -42,6 +48,7 @@ from kernels import ScoreParams, StrictModel
 
 from ..config import SearchFilters, SearchHit
 from ..coordinator import LocalShardClient, MemoryCoordinator
+from .diversify import diversify
 from .fusion import rrf_fuse
 from .shard import Feedback, ShardHybridResult
 from .when import query_time_window
@@ -105,6 +112,17 @@ class RetrievalParams(StrictModel):
         default=0.5, ge=0, le=1,
         description="A hit below the cosine threshold is kept only if its BM25 >= this x the query's best BM25.",
     )
+    group_by: Literal["day", "topic"] = Field(
+        default="day",
+        description="What a diversification group is: the UTC day a memory was created (one conversation, one "
+                    "import) or its topic_path.")
+    group_cap: int = Field(
+        default=0, ge=0, le=4096,
+        description="At most this many hits of one group before every other group had its turn (pushed down, not "
+                    "dropped; see memory_shards.retrieval.diversify); 0 = off.")
+    group_decay: float = Field(
+        default=1.0, gt=0, le=1,
+        description="A group's n-th next hit ranks by fused score x decay^n (soft diversification); 1 = off.")
 
 
 class HybridHit(SearchHit):
@@ -137,6 +155,12 @@ class LocalHybridShardClient(LocalShardClient):
             self.shard.hybrid_search, query_vector, lexical_query, tenant, dense_k, lexical_k, params, filters, now,
             feedback,
         )
+
+
+def _group(by_source: dict[str, dict], group_by: str, key: str) -> object:
+    """The diversification group of fused candidate ``key``: its creation day (UTC) or its topic."""
+    record = by_source[key]["hit"].record
+    return record.topic_path if group_by == "topic" else int(record.created_at // 86_400)
 
 
 def _merge(lists: list[list[tuple[float, SearchHit, float]]], n: int) -> list[tuple[SearchHit, float]]:
@@ -276,11 +300,10 @@ class HybridRetriever:
                     entry["bm25"] = bm25
             rankings += [[h.record.source_id for h, _ in dense], lex_keys]
             weights += [p.dense_weight * weight, p.lexical_weight * weight]
-        fused = rrf_fuse(rankings, c=p.rrf_k, weights=weights)
+        fused = [kv for kv in rrf_fuse(rankings, c=p.rrf_k, weights=weights) if kv[0] in by_source]
+        group_of = partial(_group, by_source, p.group_by)
         out = []
-        for key, score in (kv for kv in fused if kv[0] in by_source):
-            if len(out) == k:
-                break
+        for key, score in diversify(fused, group_of, k, cap=p.group_cap, decay=p.group_decay):
             e = by_source[key]
             h: SearchHit = e["hit"]
             out.append(HybridHit(record=h.record, score=score, similarity=h.similarity, time_factor=h.time_factor,
