@@ -21,9 +21,12 @@ concurrently, with the same query under a created-at filter for that window (plu
 so a memory written in the named window moves up without memories outside it being dropped (a
 window is a hint: what a memory tells may have happened before it was written).
 
-An option, off by default and measured by leave-one-conversation-out on the LoCoMo dev file
+Two options, off by default and measured by leave-one-conversation-out on the LoCoMo dev file
 (``loadtests/results/locomo-dev-diversify-loo.md``):
 
+* a second hop (``hop_hits`` > 0): each of the first fused hits gives one more lexical query, the
+  question plus that hit's new words (:mod:`~memory_shards.retrieval.hop`), whose lists join the
+  fusion with ``hop_weight``;
 * diversification (``group_cap`` > 0 or ``group_decay`` < 1): the fused list is reordered so that
   one day's (or topic's) memories do not crowd the top k (:mod:`~memory_shards.retrieval.diversify`).
 
@@ -50,6 +53,7 @@ from ..config import SearchFilters, SearchHit
 from ..coordinator import LocalShardClient, MemoryCoordinator
 from .diversify import diversify
 from .fusion import rrf_fuse
+from .hop import hop_query
 from .shard import Feedback, ShardHybridResult
 from .when import query_time_window
 
@@ -112,6 +116,12 @@ class RetrievalParams(StrictModel):
         default=0.5, ge=0, le=1,
         description="A hit below the cosine threshold is kept only if its BM25 >= this x the query's best BM25.",
     )
+    hop_hits: int = Field(
+        default=0, ge=0, le=20,
+        description="Second hop: the first this-many fused hits each give a lexical query of the question plus the "
+                    "hit's new words (memory_shards.retrieval.hop); 0 = off.")
+    hop_terms: int = Field(default=6, ge=1, le=50, description="New words of a first hit added to its hop query.")
+    hop_weight: float = Field(default=0.3, ge=0, le=100, description="RRF weight of each hop's lexical list.")
     group_by: Literal["day", "topic"] = Field(
         default="day",
         description="What a diversification group is: the UTC day a memory was created (one conversation, one "
@@ -231,6 +241,13 @@ class HybridRetriever:
         lists = [(dense, lexical, 1.0)]
         if extra:
             lists.append((*extra[0], p.date_weight))
+        if p.hop_hits > 0 and p.hop_weight > 0 and lex_k > 0:
+            first = self._fuse(lists, p.hop_hits, p, decay.threshold)
+            hops = [q for h in first if (q := hop_query(rq.lexical, h.record.text, p.hop_terms)) is not None]
+            # NOTE: lexical only (dense_k 0): a hop costs one BM25 pass per shard, no embedding.
+            more = await asyncio.gather(*(self._candidates(tenant, qvec, 0, lex_k, decay, now, q, filters, Feedback())
+                                          for q in hops))
+            lists += [(dense, lexical, p.hop_weight) for dense, lexical in more]
         hits = self._fuse(lists, k, p, decay.threshold)
         if touch and hits:
             self._touch(hits, now)
