@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar
 
-__all__ = ["diversify"]
+__all__ = ["diversify", "mmr"]
 
 T = TypeVar("T")
 
@@ -77,4 +77,46 @@ def diversify(scored: Sequence[tuple[T, float]], group_of: Callable[[T], Hashabl
             break
         if not taken[i]:
             out.append(pair)
+    return out
+
+
+def mmr(scored: Sequence[tuple[T, float]], terms_of: Callable[[T], frozenset[str]], n: int,
+        lam: float = 1.0) -> list[tuple[T, float]]:
+    """Maximal marginal relevance (Carbonell & Goldstein, SIGIR 1998) over word sets.
+
+    Greedy, over ``scored`` sorted best first, with ``rel = s / s_max`` and ``S`` the picked items::
+
+        pick = argmax  lam * rel(d) - (1 - lam) * max_{p in S} jaccard(terms(d), terms(p))
+
+    Jaccard of the items' index terms (``|A & B| / |A | B|``) stands in for vector similarity: the
+    hits carry no vectors, and near-repeats (the same topic told twice) share their words. Each
+    round updates every candidate's max similarity against the newly picked item only, so the cost
+    is O(n x candidates) set intersections. ``lam = 1`` keeps the order. Scores are returned
+    unchanged; at most ``n`` pairs, prefix-consistent like :func:`diversify`.
+
+    Example:
+        >>> terms = {"a": frozenset("xy"), "a2": frozenset("xy"), "b": frozenset("zw")}.get
+        >>> [k for k, _ in mmr([("a", 1.0), ("a2", 0.9), ("b", 0.5)], terms, 3, lam=0.5)]
+        ['a', 'b', 'a2']
+    """
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"lam: must be in [0, 1], got {lam}")
+    if n <= 0:
+        return []
+    if lam == 1.0 or not scored:
+        return list(scored[:n])
+    top = max(s for _, s in scored) or 1.0
+    terms = [terms_of(item) for item, _ in scored]
+    max_sim = [0.0] * len(scored)
+    left = list(range(len(scored)))
+    out: list[tuple[T, float]] = []
+    while left and len(out) < n:
+        best = max(left, key=lambda i: (lam * scored[i][1] / top - (1.0 - lam) * max_sim[i], -i))
+        left.remove(best)
+        out.append(scored[best])
+        picked = terms[best]
+        for i in left:
+            union = len(terms[i] | picked)
+            if union:
+                max_sim[i] = max(max_sim[i], len(terms[i] & picked) / union)
     return out

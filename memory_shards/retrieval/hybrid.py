@@ -51,7 +51,8 @@ from kernels import ScoreParams, StrictModel
 
 from ..config import SearchFilters, SearchHit
 from ..coordinator import LocalShardClient, MemoryCoordinator
-from .diversify import diversify
+from ._text import analyse
+from .diversify import diversify, mmr
 from .fusion import rrf_fuse
 from .hop import hop_query
 from .shard import Feedback, ShardHybridResult
@@ -122,6 +123,11 @@ class RetrievalParams(StrictModel):
                     "hit's new words (memory_shards.retrieval.hop); 0 = off.")
     hop_terms: int = Field(default=6, ge=1, le=50, description="New words of a first hit added to its hop query.")
     hop_weight: float = Field(default=0.3, ge=0, le=100, description="RRF weight of each hop's lexical list.")
+    mmr_lambda: float = Field(
+        default=1.0, ge=0, le=1,
+        description="Maximal marginal relevance over the fused list: lambda x relevance - (1 - lambda) x word overlap "
+                    "with the hits already picked (memory_shards.retrieval.diversify.mmr); 1 = off.")
+    mmr_pool: int = Field(default=50, ge=1, le=4096, description="Fused candidates MMR reorders (the rest follow in order).")
     group_by: Literal["day", "topic"] = Field(
         default="day",
         description="What a diversification group is: the UTC day a memory was created (one conversation, one "
@@ -171,6 +177,11 @@ def _group(by_source: dict[str, dict], group_by: str, key: str) -> object:
     """The diversification group of fused candidate ``key``: its creation day (UTC) or its topic."""
     record = by_source[key]["hit"].record
     return record.topic_path if group_by == "topic" else int(record.created_at // 86_400)
+
+
+def _terms(by_source: dict[str, dict], key: str) -> frozenset[str]:
+    """The index terms of fused candidate ``key``'s main text (MMR's word sets)."""
+    return frozenset(analyse(by_source[key]["hit"].record.text))
 
 
 def _merge(lists: list[list[tuple[float, SearchHit, float]]], n: int) -> list[tuple[SearchHit, float]]:
@@ -320,6 +331,9 @@ class HybridRetriever:
         fused = [kv for kv in rrf_fuse(rankings, c=p.rrf_k, weights=weights) if kv[0] in by_source]
         group_of = partial(_group, by_source, p.group_by)
         out = []
+        if p.mmr_lambda < 1.0:
+            pool = max(k, p.mmr_pool)
+            fused = mmr(fused[:pool], partial(_terms, by_source), pool, p.mmr_lambda) + fused[pool:]
         for key, score in diversify(fused, group_of, k, cap=p.group_cap, decay=p.group_decay):
             e = by_source[key]
             h: SearchHit = e["hit"]

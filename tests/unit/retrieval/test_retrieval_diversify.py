@@ -11,7 +11,7 @@ from kernels import ScoreParams
 from memory_shards import MemoryRecord
 from memory_shards.records import EmbeddedRecord
 from memory_shards.retrieval import HybridRetriever, RetrievalParams, local_hybrid_coordinator
-from memory_shards.retrieval.diversify import diversify
+from memory_shards.retrieval.diversify import diversify, mmr
 
 DAY = 86_400.0
 
@@ -55,6 +55,28 @@ def test_bad_knobs_are_named() -> None:
         diversify(SCORED, GROUP, 3, decay=0.0)
     with pytest.raises(ValueError):
         RetrievalParams(group_by="week")
+
+
+TERMS = {"a1": frozenset("pottery class kids".split()), "a2": frozenset("pottery class clay".split()),
+         "b1": frozenset("camping beach".split()), "c1": frozenset("pottery camping".split())}.get
+MSCORED = [("a1", 0.9), ("a2", 0.85), ("b1", 0.5), ("c1", 0.45)]
+
+
+def test_mmr_puts_a_near_repeat_below_a_new_topic_and_is_off_at_lambda_1() -> None:
+    assert mmr(MSCORED, TERMS, 4, lam=1.0) == MSCORED
+    # a2 after a1: 0.6 x 0.944 - 0.4 x 0.5 (half its words shared) = 0.367 > b1's 0.6 x 0.556 = 0.333
+    assert _keys(mmr(MSCORED, TERMS, 4, lam=0.6)) == ["a1", "a2", "b1", "c1"]
+    # at 0.3 the overlap dominates: a2 0.283 - 0.35 < b1 0.167
+    assert _keys(mmr(MSCORED, TERMS, 4, lam=0.3)) == ["a1", "b1", "a2", "c1"]
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.3, 0.7])
+def test_mmr_is_prefix_consistent_and_loses_nothing(lam: float) -> None:
+    full = mmr(MSCORED, TERMS, 4, lam=lam)
+    assert sorted(full) == sorted(MSCORED)
+    assert all(mmr(MSCORED, TERMS, n, lam=lam) == full[:n] for n in range(5))
+    with pytest.raises(ValueError, match="lam"):
+        mmr(MSCORED, TERMS, 2, lam=1.5)
 
 
 def _retriever():
