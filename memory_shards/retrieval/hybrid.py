@@ -117,28 +117,22 @@ class RetrievalParams(StrictModel):
         default=0.5, ge=0, le=1,
         description="A hit below the cosine threshold is kept only if its BM25 >= this x the query's best BM25.",
     )
+    # NOTE: off: on the LoCoMo dev file every leave-one-out fold picks 1 hop (R@10 0.804 -> 0.813) but
+    # multi-hop and open-domain stay 0.440 / 0.352, and a hop is a second, serial round of shard calls;
+    # terms 6 / weight 0.3 are the grid points of loadtests/results/locomo-dev-hop-loo.md, not fitted.
     hop_hits: int = Field(
         default=0, ge=0, le=20,
         description="Second hop: the first this-many fused hits each give a lexical query of the question plus the "
                     "hit's new words (memory_shards.retrieval.hop); 0 = off.")
     hop_terms: int = Field(default=6, ge=1, le=50, description="New words of a first hit added to its hop query.")
     hop_weight: float = Field(default=0.3, ge=0, le=100, description="RRF weight of each hop's lexical list.")
-    mmr_lambda: float = Field(
-        default=1.0, ge=0, le=1,
-        description="Maximal marginal relevance over the fused list: lambda x relevance - (1 - lambda) x word overlap "
-                    "with the hits already picked (memory_shards.retrieval.diversify.mmr); 1 = off.")
+    # NOTE: MMR and the group cap/decay are off: every fold picks the cap off, MMR held out gives
+    # R@10 0.799 vs 0.804 (loadtests/results/locomo-dev-diversify-loo.md).
+    mmr_lambda: float = Field(default=1.0, ge=0, le=1, description="MMR: lambda x relevance - (1 - lambda) x word overlap with picked hits (diversify.mmr); 1 = off.")
     mmr_pool: int = Field(default=50, ge=1, le=4096, description="Fused candidates MMR reorders (the rest follow in order).")
-    group_by: Literal["day", "topic"] = Field(
-        default="day",
-        description="What a diversification group is: the UTC day a memory was created (one conversation, one "
-                    "import) or its topic_path.")
-    group_cap: int = Field(
-        default=0, ge=0, le=4096,
-        description="At most this many hits of one group before every other group had its turn (pushed down, not "
-                    "dropped; see memory_shards.retrieval.diversify); 0 = off.")
-    group_decay: float = Field(
-        default=1.0, gt=0, le=1,
-        description="A group's n-th next hit ranks by fused score x decay^n (soft diversification); 1 = off.")
+    group_by: Literal["day", "topic"] = Field(default="day", description="Diversification group: a memory's UTC creation day, or its topic_path.")
+    group_cap: int = Field(default=0, ge=0, le=4096, description="Hits of one group before every other had its turn (the rest pushed down; diversify); 0 = off.")
+    group_decay: float = Field(default=1.0, gt=0, le=1, description="A group's n-th next hit ranks by fused score x decay^n (soft diversification); 1 = off.")
 
 
 class HybridHit(SearchHit):
