@@ -21,13 +21,17 @@ concurrently, with the same query under a created-at filter for that window (plu
 so a memory written in the named window moves up without memories outside it being dropped (a
 window is a hint: what a memory tells may have happened before it was written).
 
-Two options, off by default and measured by leave-one-conversation-out on the LoCoMo dev file
-(``loadtests/results/locomo-dev-diversify-loo.md``):
+Options, off by default and measured by leave-one-conversation-out on the LoCoMo dev file
+(``loadtests/results/locomo-dev-hop-loo.md``, ``locomo-dev-diversify-loo.md``):
 
+* named speakers (``name_weight`` > 0): for each capitalised word of the query (at most 2, not the
+  first word), one more dense + BM25 pair of lists filtered to ``metadata[name_key] == word``,
+  asked concurrently with the main lists and fused with ``name_weight`` (a question about what
+  Melanie did is mostly answered by what Melanie said);
 * a second hop (``hop_hits`` > 0): each of the first fused hits gives one more lexical query, the
   question plus that hit's new words (:mod:`~memory_shards.retrieval.hop`), whose lists join the
   fusion with ``hop_weight``;
-* diversification (``group_cap`` > 0 or ``group_decay`` < 1): the fused list is reordered so that
+* diversification (``group_cap`` > 0, ``group_decay`` < 1 or ``mmr_lambda`` < 1): the fused list is reordered so that
   one day's (or topic's) memories do not crowd the top k (:mod:`~memory_shards.retrieval.diversify`).
 
 A lexical-only hit (its cosine below the threshold) is kept only when its BM25 is at least
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -126,6 +131,11 @@ class RetrievalParams(StrictModel):
                     "hit's new words (memory_shards.retrieval.hop); 0 = off.")
     hop_terms: int = Field(default=6, ge=1, le=50, description="New words of a first hit added to its hop query.")
     hop_weight: float = Field(default=0.3, ge=0, le=100, description="RRF weight of each hop's lexical list.")
+    # NOTE: off; measured in loadtests/results/locomo-dev-hop-loo.md (a named-speaker list). A metadata
+    # filter is checked per visible row in Python (MemoryShard), so its cost grows with the tenant.
+    name_weight: float = Field(default=0.0, ge=0, le=100, description="Weight of one more dense + BM25 pair of lists per name the query names (a capitalised word), filtered to memories whose metadata[name_key] is that name; 0 = off.")
+    name_boost: float = Field(default=0.0, ge=0, le=100, description="Weight of the main candidates whose metadata[name_key] is a name the query names, ranked among themselves as one more pair of lists (no shard call); 0 = off.")
+    name_key: str = Field(default="speaker", min_length=1, max_length=64, description="Metadata key holding who said or wrote a memory (name_weight).")
     # NOTE: MMR and the group cap/decay are off: every fold picks the cap off, MMR held out gives
     # R@10 0.799 vs 0.804 (loadtests/results/locomo-dev-diversify-loo.md).
     mmr_lambda: float = Field(default=1.0, ge=0, le=1, description="MMR: lambda x relevance - (1 - lambda) x word overlap with picked hits (diversify.mmr); 1 = off.")
@@ -171,6 +181,19 @@ def _group(by_source: dict[str, dict], group_by: str, key: str) -> object:
     """The diversification group of fused candidate ``key``: its creation day (UTC) or its topic."""
     record = by_source[key]["hit"].record
     return record.topic_path if group_by == "topic" else int(record.created_at // 86_400)
+
+
+_NAME = re.compile(r"\b([A-Z][a-z]+)(?:'s)?\b")
+"""A capitalised word inside the query (the first word is a question word or a sentence start)."""
+
+
+def _named(dense: list, lexical: list, query: str, key: str) -> tuple[list, list]:
+    """The candidates of ``dense`` and ``lexical`` whose ``metadata[key]`` is a name ``query`` names, in order."""
+    names = {m.group(1) for m in _NAME.finditer(query) if m.start() > 0}
+    if not names:
+        return [], []
+    return ([x for x in dense if x[0].record.metadata.get(key) in names],
+            [x for x in lexical if x[0].record.metadata.get(key) in names])
 
 
 def _terms(by_source: dict[str, dict], key: str) -> frozenset[str]:
@@ -240,12 +263,17 @@ class HybridRetriever:
         window = self._window_filters(query, filters, now, p)
         # NOTE: the window's candidates are asked concurrently with the main ones (one more shard
         # call each, only for a query that names a time).
+        named = self._name_filters(query, filters, p)
         main, *extra = await asyncio.gather(ask(rq.lexical, filters, feedback),
-                                            *([ask(rq.lexical, window, feedback)] if window is not None else []))
+                                            *([ask(rq.lexical, window, feedback)] if window is not None else []),
+                                            *(ask(rq.lexical, f, feedback) for f in named))
         dense, lexical = main
         lists = [(dense, lexical, 1.0)]
-        if extra:
-            lists.append((*extra[0], p.date_weight))
+        if window is not None:
+            lists.append((*extra.pop(0), p.date_weight))
+        lists += [(d, lx, p.name_weight) for d, lx in extra]
+        if p.name_boost > 0:
+            lists.append((*_named(dense, lexical, query, p.name_key), p.name_boost))
         if p.hop_hits > 0 and p.hop_weight > 0 and lex_k > 0:
             first = self._fuse(lists, p.hop_hits, p, decay.threshold)
             hops = [q for h in first if (q := hop_query(rq.lexical, h.record.text, p.hop_terms)) is not None]
@@ -274,6 +302,15 @@ class HybridRetriever:
         if end <= start or end <= 0:
             return None
         return f.model_copy(update={"created_after": max(start, 0.0), "created_before": end})
+
+    @staticmethod
+    def _name_filters(query: str, filters: SearchFilters | None, p: RetrievalParams) -> list[SearchFilters]:
+        """One filter per name in ``query`` (at most 2): ``filters`` plus ``metadata[name_key] == name``."""
+        if p.name_weight <= 0:
+            return []
+        f = filters or SearchFilters()
+        names = list(dict.fromkeys(m.group(1) for m in _NAME.finditer(query) if m.start() > 0))[:2]
+        return [f.model_copy(update={"metadata": {**(f.metadata or {}), p.name_key: name}}) for name in names]
 
     async def _candidates(self, tenant: str, qvec: np.ndarray, dense_k: int, lex_k: int, decay: ScoreParams,
                           now: float, lexical_query: str, filters: SearchFilters | None, feedback: Feedback):

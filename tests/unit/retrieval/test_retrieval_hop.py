@@ -48,3 +48,31 @@ def test_a_memory_that_shares_no_word_with_the_question_is_found_through_a_first
     # NOTE: only the hop's list holds it: no rank in the question's own lists.
     assert hits[1].dense_rank is None and hits[1].lexical_rank is None
     assert hits[1].score == pytest.approx(r.params.hop_weight * r.params.lexical_weight / (r.params.rrf_k + 2))
+
+
+def test_a_named_speakers_memories_get_their_own_lists_with_name_weight_or_name_boost() -> None:
+    coord = local_hybrid_coordinator(2, "designed", 4)
+    rows = [("c1", "Caroline", "I went camping with the kids", [1, 0, 0, 0]),
+            ("c2", "Caroline", "Camping at the lake was fun", [0.9, 0.43589, 0, 0]),
+            ("m1", "Melanie", "My kids love the outdoors", [0.2, 0.9798, 0, 0])]
+    asyncio.run(coord.upsert([EmbeddedRecord(MemoryRecord(tenant="t", source_id=s, text=x, created_at=1e9,
+                                                          metadata={"speaker": who}), np.array([v], np.float32))
+                              for s, who, x, v in rows]))
+    q = np.array([1, 0, 0, 0], np.float32)
+
+    async def embed(texts):
+        return np.stack([q for _ in texts])
+
+    r = HybridRetriever(coord, embed)
+    decay = ScoreParams(decay="none", threshold=-1.0)
+    ask = "What does Melanie do with her kids, camping?"
+    assert [h.record.source_id for h in asyncio.run(r.search("t", ask, 3, decay, touch=False))][0] == "c1"
+    named = r.params.model_copy(update={"name_weight": 2.0})
+    hits = asyncio.run(r.search("t", ask, 3, decay, params=named, touch=False))
+    assert hits[0].record.source_id == "m1"
+    # the same from the main candidates alone (no filtered shard call): the named speaker's own ranking
+    boosted = r.params.model_copy(update={"name_boost": 2.0})
+    hits = asyncio.run(r.search("t", ask, 3, decay, params=boosted, touch=False))
+    assert hits[0].record.source_id == "m1" and {h.record.source_id for h in hits} == {"c1", "c2", "m1"}
+    # NOTE: only capitalised words after the first: "What" never becomes a filter.
+    assert [f.metadata for f in r._name_filters(ask, None, named)] == [{"speaker": "Melanie"}]
