@@ -24,15 +24,17 @@ window is a hint: what a memory tells may have happened before it was written).
 Options, off by default and measured by leave-one-conversation-out on the LoCoMo dev file
 (``loadtests/results/locomo-dev-hop-loo.md``, ``locomo-dev-diversify-loo.md``):
 
-* named speakers (``name_weight`` > 0): for each capitalised word of the query (at most 2, not the
-  first word), one more dense + BM25 pair of lists filtered to ``metadata[name_key] == word``,
-  asked concurrently with the main lists and fused with ``name_weight`` (a question about what
-  Melanie did is mostly answered by what Melanie said);
+* named speakers: for each capitalised word of the query (at most 2, not the first word), one more
+  dense + BM25 pair of lists filtered to ``metadata[name_key] == word``, asked concurrently with the
+  main lists and fused with ``name_weight``; or, with no shard call, the main candidates of those
+  speakers ranked among themselves and fused with ``name_boost`` (a question about what Melanie did
+  is mostly answered by what Melanie said);
 * a second hop (``hop_hits`` > 0): each of the first fused hits gives one more lexical query, the
   question plus that hit's new words (:mod:`~memory_shards.retrieval.hop`), whose lists join the
   fusion with ``hop_weight``;
-* diversification (``group_cap`` > 0, ``group_decay`` < 1 or ``mmr_lambda`` < 1): the fused list is reordered so that
-  one day's (or topic's) memories do not crowd the top k (:mod:`~memory_shards.retrieval.diversify`).
+* diversification (``group_cap`` > 0, ``group_decay`` < 1 or ``mmr_lambda`` < 1): the fused list is
+  reordered so that one day's (or topic's) memories, or near-repeats, do not crowd the top k
+  (:mod:`~memory_shards.retrieval.diversify`).
 
 A lexical-only hit (its cosine below the threshold) is kept only when its BM25 is at least
 ``lexical_min_ratio`` x the best BM25 of the query: exact names and ids the embedder misses come
@@ -131,11 +133,12 @@ class RetrievalParams(StrictModel):
                     "hit's new words (memory_shards.retrieval.hop); 0 = off.")
     hop_terms: int = Field(default=6, ge=1, le=50, description="New words of a first hit added to its hop query.")
     hop_weight: float = Field(default=0.3, ge=0, le=100, description="RRF weight of each hop's lexical list.")
-    # NOTE: off; measured in loadtests/results/locomo-dev-hop-loo.md (a named-speaker list). A metadata
-    # filter is checked per visible row in Python (MemoryShard), so its cost grows with the tenant.
-    name_weight: float = Field(default=0.0, ge=0, le=100, description="Weight of one more dense + BM25 pair of lists per name the query names (a capitalised word), filtered to memories whose metadata[name_key] is that name; 0 = off.")
-    name_boost: float = Field(default=0.0, ge=0, le=100, description="Weight of the main candidates whose metadata[name_key] is a name the query names, ranked among themselves as one more pair of lists (no shard call); 0 = off.")
-    name_key: str = Field(default="speaker", min_length=1, max_length=64, description="Metadata key holding who said or wrote a memory (name_weight).")
+    # NOTE: off: every leave-one-out fold picks name_weight (R@10 0.818, multi-hop 0.474 vs 0.440), but it
+    # is a second full search (p50 15 -> 33 ms in process): a metadata filter is checked per visible row in
+    # Python (MemoryShard), so its cost grows with the tenant; loadtests/results/locomo-dev-names-loo.md.
+    name_weight: float = Field(default=0.0, ge=0, le=100, description="Weight of a search filtered to metadata[name_key] == a name the query names; 0 = off.")
+    name_boost: float = Field(default=0.0, ge=0, le=100, description="Weight of the main candidates of a named speaker, ranked among themselves (no shard call); 0 = off.")
+    name_key: str = Field(default="speaker", min_length=1, max_length=64, description="Metadata key holding who said or wrote a memory (name_weight, name_boost).")
     # NOTE: MMR and the group cap/decay are off: every fold picks the cap off, MMR held out gives
     # R@10 0.799 vs 0.804 (loadtests/results/locomo-dev-diversify-loo.md).
     mmr_lambda: float = Field(default=1.0, ge=0, le=1, description="MMR: lambda x relevance - (1 - lambda) x word overlap with picked hits (diversify.mmr); 1 = off.")
@@ -187,9 +190,14 @@ _NAME = re.compile(r"\b([A-Z][a-z]+)(?:'s)?\b")
 """A capitalised word inside the query (the first word is a question word or a sentence start)."""
 
 
+def _query_names(query: str) -> list[str]:
+    """The names ``query`` names (capitalised words after its first, "Melanie's" -> "Melanie"), at most 2."""
+    return list(dict.fromkeys(m.group(1) for m in _NAME.finditer(query) if m.start() > 0))[:2]
+
+
 def _named(dense: list, lexical: list, query: str, key: str) -> tuple[list, list]:
     """The candidates of ``dense`` and ``lexical`` whose ``metadata[key]`` is a name ``query`` names, in order."""
-    names = {m.group(1) for m in _NAME.finditer(query) if m.start() > 0}
+    names = set(_query_names(query))
     if not names:
         return [], []
     return ([x for x in dense if x[0].record.metadata.get(key) in names],
@@ -280,7 +288,7 @@ class HybridRetriever:
             # NOTE: lexical only (dense_k 0): a hop costs one BM25 pass per shard, no embedding.
             more = await asyncio.gather(*(self._candidates(tenant, qvec, 0, lex_k, decay, now, q, filters, Feedback())
                                           for q in hops))
-            lists += [(dense, lexical, p.hop_weight) for dense, lexical in more]
+            lists += [(d, lx, p.hop_weight) for d, lx in more]
         hits = self._fuse(lists, k, p, decay.threshold)
         if touch and hits:
             self._touch(hits, now)
@@ -309,8 +317,7 @@ class HybridRetriever:
         if p.name_weight <= 0:
             return []
         f = filters or SearchFilters()
-        names = list(dict.fromkeys(m.group(1) for m in _NAME.finditer(query) if m.start() > 0))[:2]
-        return [f.model_copy(update={"metadata": {**(f.metadata or {}), p.name_key: name}}) for name in names]
+        return [f.model_copy(update={"metadata": {**(f.metadata or {}), p.name_key: name}}) for name in _query_names(query)]
 
     async def _candidates(self, tenant: str, qvec: np.ndarray, dense_k: int, lex_k: int, decay: ScoreParams,
                           now: float, lexical_query: str, filters: SearchFilters | None, feedback: Feedback):
