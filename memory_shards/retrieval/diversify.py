@@ -3,7 +3,9 @@
 Why: a question whose answer is spread over several conversations ("What activities does Melanie
 do?") gets a top-k crowded by one conversation, the one whose words match best; the other
 conversations' evidence sits just below k. Pushing a group's 3rd, 4th... hit down lets the next
-group's best hit in.
+group's best hit in. NOTE: on the LoCoMo dev file this was the wrong diagnosis (a top-10 already
+spans ~4.5 sessions, and a session's neighbouring turns outrank its own evidence), so every knob
+here is off by default; ``loadtests/results/locomo-dev-diversify-loo.md``.
 
 Greedy, one pick at a time, over a list already sorted by score ``s`` (best first)::
 
