@@ -1,4 +1,4 @@
-"""Diversification of a fused ranking by group (the day a memory was written, or its topic).
+"""Diversification of a fused ranking: by group (the day a memory was written, or its topic), and MMR.
 
 Why: a question whose answer is spread over several conversations ("What activities does Melanie
 do?") gets a top-k crowded by one conversation, the one whose words match best; the other
