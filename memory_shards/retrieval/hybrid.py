@@ -21,14 +21,19 @@ concurrently, with the same query under a created-at filter for that window (plu
 so a memory written in the named window moves up without memories outside it being dropped (a
 window is a hint: what a memory tells may have happened before it was written).
 
-Options, off by default and measured by leave-one-conversation-out on the LoCoMo dev file
-(``loadtests/results/locomo-dev-hop-loo.md``, ``locomo-dev-diversify-loo.md``):
+Named speakers (a question about what Melanie did is mostly answered by what Melanie said): for
+each capitalised word of the query (at most 2, not the first word), the main dense and lexical
+candidates whose ``metadata[name_key]`` (default ``speaker``) is that word, ranked among
+themselves, join the fusion as one more pair of lists with ``name_boost`` (default 0.5; no shard
+call; nothing changes for memories without that key)::
 
-* named speakers: for each capitalised word of the query (at most 2, not the first word), one more
-  dense + BM25 pair of lists filtered to ``metadata[name_key] == word``, asked concurrently with the
-  main lists and fused with ``name_weight``; or, with no shard call, the main candidates of those
-  speakers ranked among themselves and fused with ``name_boost`` (a question about what Melanie did
-  is mostly answered by what Melanie said);
+    score(d) += name_boost * (w_dense / (c + rank_dense_among_named(d)) + w_lex / (c + rank_lex_among_named(d)))
+
+Options, off by default and measured by leave-one-conversation-out on the LoCoMo dev file
+(``loadtests/results/locomo-dev-{names,hop,diversify}-loo.md``):
+
+* ``name_weight`` > 0: per name, one more dense + BM25 search of the shards filtered to
+  ``metadata[name_key] == name`` (candidates beyond the main lists, at the cost of a second search);
 * a second hop (``hop_hits`` > 0): each of the first fused hits gives one more lexical query, the
   question plus that hit's new words (:mod:`~memory_shards.retrieval.hop`), whose lists join the
   fusion with ``hop_weight``;
@@ -133,11 +138,13 @@ class RetrievalParams(StrictModel):
                     "hit's new words (memory_shards.retrieval.hop); 0 = off.")
     hop_terms: int = Field(default=6, ge=1, le=50, description="New words of a first hit added to its hop query.")
     hop_weight: float = Field(default=0.3, ge=0, le=100, description="RRF weight of each hop's lexical list.")
-    # NOTE: off: every leave-one-out fold picks name_weight (R@10 0.818, multi-hop 0.474 vs 0.440), but it
-    # is a second full search (p50 15 -> 33 ms in process): a metadata filter is checked per visible row in
-    # Python (MemoryShard), so its cost grows with the tenant; loadtests/results/locomo-dev-names-loo.md.
+    # NOTE: name_weight is off: every leave-one-out fold picks it (R@10 0.818, multi-hop 0.474 vs 0.440), but
+    # it is a second full search (p50 15 -> 33 ms in process; a metadata filter is checked per visible row
+    # in Python, MemoryShard). name_boost 0.5 is on: the value 2 of 3 folds pick among 0 / 0.5 / 1 / 2 (the
+    # third picks 2); held out R@10 0.813 (0.764-0.841) vs 0.804, multi-hop 0.479 vs 0.440, no fold below
+    # off, about +1 ms p50 in process and no shard call; loadtests/results/locomo-dev-names-loo.md.
     name_weight: float = Field(default=0.0, ge=0, le=100, description="Weight of a search filtered to metadata[name_key] == a name the query names; 0 = off.")
-    name_boost: float = Field(default=0.0, ge=0, le=100, description="Weight of the main candidates of a named speaker, ranked among themselves (no shard call); 0 = off.")
+    name_boost: float = Field(default=0.5, ge=0, le=100, description="Weight of the main candidates of a named speaker, ranked among themselves (no shard call); 0 = off.")
     name_key: str = Field(default="speaker", min_length=1, max_length=64, description="Metadata key holding who said or wrote a memory (name_weight, name_boost).")
     # NOTE: MMR and the group cap/decay are off: every fold picks the cap off, MMR held out gives
     # R@10 0.799 vs 0.804 (loadtests/results/locomo-dev-diversify-loo.md).

@@ -36,18 +36,3 @@ def test_a_search_answer_holds_another_days_memory_with_a_group_cap(client: Test
     # NOTE: pushed down, not dropped: a longer answer still holds every Monday memory.
     assert set(_ids(client, query, 5)) == set(ids)
 
-
-def test_a_question_naming_a_speaker_finds_what_that_speaker_said(client: TestClient, service: MemoryService) -> None:
-    said = [("Caroline", "Melanie, do you still go camping with the kids at the lake?"),
-            ("Caroline", "Camping at the lake sounds lovely, Melanie, the kids must enjoy it"),
-            ("Melanie", "We went to the beach last weekend and roasted marshmallows")]
-    r = client.post("/v1/memories", json={"memories": [{"text": t, "metadata": {"speaker": who}} for who, t in said]},
-                    headers=A)
-    assert r.status_code == 200, r.text
-    ids = r.json()["ids"]
-    query = "Where has Melanie gone camping with the kids?"
-    # NOTE: Caroline's questions share every word with it; only Melanie's own turn tells the answer.
-    service.retriever.params = service.retriever.params.model_copy(update={"name_boost": 0.0})
-    assert _ids(client, query, 3)[0] != ids[2]
-    service.retriever.params = service.retriever.params.model_copy(update={"name_boost": 2.0})
-    assert _ids(client, query, 3)[0] == ids[2]

@@ -66,12 +66,13 @@ def test_a_named_speakers_memories_get_their_own_lists_with_name_weight_or_name_
     r = HybridRetriever(coord, embed)
     decay = ScoreParams(decay="none", threshold=-1.0)
     ask = "What does Melanie do with her kids, camping?"
-    assert [h.record.source_id for h in asyncio.run(r.search("t", ask, 3, decay, touch=False))][0] == "c1"
-    named = r.params.model_copy(update={"name_weight": 2.0})
+    off = r.params.model_copy(update={"name_boost": 0.0})
+    assert [h.record.source_id for h in asyncio.run(r.search("t", ask, 3, decay, params=off, touch=False))][0] == "c1"
+    named = off.model_copy(update={"name_weight": 2.0})
     hits = asyncio.run(r.search("t", ask, 3, decay, params=named, touch=False))
     assert hits[0].record.source_id == "m1"
     # the same from the main candidates alone (no filtered shard call): the named speaker's own ranking
-    boosted = r.params.model_copy(update={"name_boost": 2.0})
+    boosted = off.model_copy(update={"name_boost": 2.0})
     hits = asyncio.run(r.search("t", ask, 3, decay, params=boosted, touch=False))
     assert hits[0].record.source_id == "m1" and {h.record.source_id for h in hits} == {"c1", "c2", "m1"}
     # NOTE: only capitalised words after the first: "What" never becomes a filter.
