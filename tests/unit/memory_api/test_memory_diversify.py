@@ -6,17 +6,10 @@ from fastapi.testclient import TestClient
 
 from serve.memory_api import MemoryService
 
-from .conftest import auth
+from .conftest import auth, search_ids
 
 A = auth("sk-acme")
 DAY = 86_400
-
-
-def _ids(client: TestClient, query: str, k: int) -> list[str]:
-    body = {"query": query, "k": k, "decay": {"decay": "none"}, "threshold": 0.0}
-    r = client.post("/v1/memories/search", json=body, headers=A)
-    assert r.status_code == 200, r.text
-    return [hit["id"] for hit in r.json()["data"]]
 
 
 def test_a_search_answer_holds_another_days_memory_with_a_group_cap(client: TestClient, service: MemoryService) -> None:
@@ -29,10 +22,10 @@ def test_a_search_answer_holds_another_days_memory_with_a_group_cap(client: Test
     query = "What does Melanie do with the kids, a pottery class or painting?"
     # NOTE: Monday's four memories share more words with the question, so they fill a top-3.
     service.retriever.params = service.retriever.params.model_copy(update={"group_cap": 0, "group_decay": 1.0})
-    assert set(_ids(client, query, 3)) <= set(ids[:4])
+    assert set(search_ids(client, query, 3)) <= set(ids[:4])
     service.retriever.params = service.retriever.params.model_copy(update={"group_cap": 2})
-    got = _ids(client, query, 3)
+    got = search_ids(client, query, 3)
     assert got[2] == ids[4] and set(got[:2]) <= set(ids[:4])
     # NOTE: pushed down, not dropped: a longer answer still holds every Monday memory.
-    assert set(_ids(client, query, 5)) == set(ids)
+    assert set(search_ids(client, query, 5)) == set(ids)
 

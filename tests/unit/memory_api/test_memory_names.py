@@ -6,16 +6,9 @@ from fastapi.testclient import TestClient
 
 from serve.memory_api import MemoryService
 
-from .conftest import auth
+from .conftest import auth, search_ids
 
 A = auth("sk-acme")
-
-
-def _ids(client: TestClient, query: str, k: int) -> list[str]:
-    body = {"query": query, "k": k, "decay": {"decay": "none"}, "threshold": 0.0}
-    r = client.post("/v1/memories/search", json=body, headers=A)
-    assert r.status_code == 200, r.text
-    return [hit["id"] for hit in r.json()["data"]]
 
 
 def test_a_question_naming_a_speaker_finds_what_that_speaker_said(client: TestClient, service: MemoryService) -> None:
@@ -30,9 +23,9 @@ def test_a_question_naming_a_speaker_finds_what_that_speaker_said(client: TestCl
     # NOTE: Caroline's questions share every word with it; only Melanie's own turn tells the answer,
     # and the default retrieval (name_boost 0.5) puts it first.
     assert service.retriever.params.name_boost == 0.5
-    assert _ids(client, query, 3)[0] == ids[2]
+    assert search_ids(client, query, 3)[0] == ids[2]
     service.retriever.params = service.retriever.params.model_copy(update={"name_boost": 0.0})
-    assert _ids(client, query, 3)[0] != ids[2]
+    assert search_ids(client, query, 3)[0] != ids[2]
 
 
 def test_memories_without_a_speaker_rank_as_before(client: TestClient, service: MemoryService) -> None:
@@ -40,6 +33,6 @@ def test_memories_without_a_speaker_rank_as_before(client: TestClient, service: 
                                                        {"text": "Camping gear list for the lake trip"}]}, headers=A)
     assert r.status_code == 200, r.text
     query = "Where does Melanie like camping?"
-    default = _ids(client, query, 2)
+    default = search_ids(client, query, 2)
     service.retriever.params = service.retriever.params.model_copy(update={"name_boost": 0.0})
-    assert _ids(client, query, 2) == default
+    assert search_ids(client, query, 2) == default
