@@ -21,6 +21,26 @@ concurrently, with the same query under a created-at filter for that window (plu
 so a memory written in the named window moves up without memories outside it being dropped (a
 window is a hint: what a memory tells may have happened before it was written).
 
+Named speakers (a question about what Melanie did is mostly answered by what Melanie said): for
+each capitalised word of the query (at most 2, not the first word), the main dense and lexical
+candidates whose ``metadata[name_key]`` (default ``speaker``) is that word, ranked among
+themselves, join the fusion as one more pair of lists with ``name_boost`` (default 0.5; no shard
+call; nothing changes for memories without that key)::
+
+    score(d) += name_boost * (w_dense / (c + rank_dense_among_named(d)) + w_lex / (c + rank_lex_among_named(d)))
+
+Options, off by default and measured by leave-one-conversation-out on the LoCoMo dev file
+(``loadtests/results/locomo-dev-{names,hop,diversify}-loo.md``):
+
+* ``name_weight`` > 0: per name, one more dense + BM25 search of the shards filtered to
+  ``metadata[name_key] == name`` (candidates beyond the main lists, at the cost of a second search);
+* a second hop (``hop_hits`` > 0): each of the first fused hits gives one more lexical query, the
+  question plus that hit's new words (:mod:`~memory_shards.retrieval.hop`), whose lists join the
+  fusion with ``hop_weight``;
+* diversification (``group_cap`` > 0, ``group_decay`` < 1 or ``mmr_lambda`` < 1): the fused list is
+  reordered so that one day's (or topic's) memories, or near-repeats, do not crowd the top k
+  (:mod:`~memory_shards.retrieval.diversify`).
+
 A lexical-only hit (its cosine below the threshold) is kept only when its BM25 is at least
 ``lexical_min_ratio`` x the best BM25 of the query: exact names and ids the embedder misses come
 through, weak word overlaps do not. The returned hits carry every part of the score.
@@ -30,10 +50,11 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 from pydantic import Field
@@ -42,7 +63,10 @@ from kernels import ScoreParams, StrictModel
 
 from ..config import SearchFilters, SearchHit
 from ..coordinator import LocalShardClient, MemoryCoordinator
+from ._text import analyse
+from .diversify import diversify, mmr
 from .fusion import rrf_fuse
+from .hop import hop_query
 from .shard import Feedback, ShardHybridResult
 from .when import query_time_window
 
@@ -105,6 +129,30 @@ class RetrievalParams(StrictModel):
         default=0.5, ge=0, le=1,
         description="A hit below the cosine threshold is kept only if its BM25 >= this x the query's best BM25.",
     )
+    # NOTE: off: on the LoCoMo dev file every leave-one-out fold picks 1 hop (R@10 0.804 -> 0.813) but
+    # multi-hop and open-domain stay 0.440 / 0.352, and a hop is a second, serial round of shard calls;
+    # terms 6 / weight 0.3 are the grid points of loadtests/results/locomo-dev-hop-loo.md, not fitted.
+    hop_hits: int = Field(
+        default=0, ge=0, le=20,
+        description="Second hop: the first this-many fused hits each give a lexical query of the question plus the "
+                    "hit's new words (memory_shards.retrieval.hop); 0 = off.")
+    hop_terms: int = Field(default=6, ge=1, le=50, description="New words of a first hit added to its hop query.")
+    hop_weight: float = Field(default=0.3, ge=0, le=100, description="RRF weight of each hop's lexical list.")
+    # NOTE: name_weight is off: every leave-one-out fold picks it (R@10 0.818, multi-hop 0.474 vs 0.440), but
+    # it is a second full search (p50 15 -> 33 ms in process; a metadata filter is checked per visible row
+    # in Python, MemoryShard). name_boost 0.5 is on: the value 2 of 3 folds pick among 0 / 0.5 / 1 / 2 (the
+    # third picks 2); held out R@10 0.813 (0.764-0.841) vs 0.804, multi-hop 0.479 vs 0.440, no fold below
+    # off, about +1 ms p50 in process and no shard call; loadtests/results/locomo-dev-names-loo.md.
+    name_weight: float = Field(default=0.0, ge=0, le=100, description="Weight of a search filtered to metadata[name_key] == a name the query names; 0 = off.")
+    name_boost: float = Field(default=0.5, ge=0, le=100, description="Weight of the main candidates of a named speaker, ranked among themselves (no shard call); 0 = off.")
+    name_key: str = Field(default="speaker", min_length=1, max_length=64, description="Metadata key holding who said or wrote a memory (name_weight, name_boost).")
+    # NOTE: MMR and the group cap/decay are off: every fold picks the cap off, MMR held out gives
+    # R@10 0.799 vs 0.804 (loadtests/results/locomo-dev-diversify-loo.md).
+    mmr_lambda: float = Field(default=1.0, ge=0, le=1, description="MMR: lambda x relevance - (1 - lambda) x word overlap with picked hits (diversify.mmr); 1 = off.")
+    mmr_pool: int = Field(default=50, ge=1, le=4096, description="Fused candidates MMR reorders (the rest follow in order).")
+    group_by: Literal["day", "topic"] = Field(default="day", description="Diversification group: a memory's UTC creation day, or its topic_path.")
+    group_cap: int = Field(default=0, ge=0, le=4096, description="Hits of one group before every other had its turn (the rest pushed down; diversify); 0 = off.")
+    group_decay: float = Field(default=1.0, gt=0, le=1, description="A group's n-th next hit ranks by fused score x decay^n (soft diversification); 1 = off.")
 
 
 class HybridHit(SearchHit):
@@ -137,6 +185,35 @@ class LocalHybridShardClient(LocalShardClient):
             self.shard.hybrid_search, query_vector, lexical_query, tenant, dense_k, lexical_k, params, filters, now,
             feedback,
         )
+
+
+def _group(by_source: dict[str, dict], group_by: str, key: str) -> object:
+    """The diversification group of fused candidate ``key``: its creation day (UTC) or its topic."""
+    record = by_source[key]["hit"].record
+    return record.topic_path if group_by == "topic" else int(record.created_at // 86_400)
+
+
+_NAME = re.compile(r"\b([A-Z][a-z]+)(?:'s)?\b")
+"""A capitalised word inside the query (the first word is a question word or a sentence start)."""
+
+
+def _query_names(query: str) -> list[str]:
+    """The names ``query`` names (capitalised words after its first, "Melanie's" -> "Melanie"), at most 2."""
+    return list(dict.fromkeys(m.group(1) for m in _NAME.finditer(query) if m.start() > 0))[:2]
+
+
+def _named(dense: list, lexical: list, query: str, key: str) -> tuple[list, list]:
+    """The candidates of ``dense`` and ``lexical`` whose ``metadata[key]`` is a name ``query`` names, in order."""
+    names = set(_query_names(query))
+    if not names:
+        return [], []
+    return ([x for x in dense if x[0].record.metadata.get(key) in names],
+            [x for x in lexical if x[0].record.metadata.get(key) in names])
+
+
+def _terms(by_source: dict[str, dict], key: str) -> frozenset[str]:
+    """The index terms of fused candidate ``key``'s main text (MMR's word sets)."""
+    return frozenset(analyse(by_source[key]["hit"].record.text))
 
 
 def _merge(lists: list[list[tuple[float, SearchHit, float]]], n: int) -> list[tuple[SearchHit, float]]:
@@ -201,12 +278,24 @@ class HybridRetriever:
         window = self._window_filters(query, filters, now, p)
         # NOTE: the window's candidates are asked concurrently with the main ones (one more shard
         # call each, only for a query that names a time).
+        named = self._name_filters(query, filters, p)
         main, *extra = await asyncio.gather(ask(rq.lexical, filters, feedback),
-                                            *([ask(rq.lexical, window, feedback)] if window is not None else []))
+                                            *([ask(rq.lexical, window, feedback)] if window is not None else []),
+                                            *(ask(rq.lexical, f, feedback) for f in named))
         dense, lexical = main
         lists = [(dense, lexical, 1.0)]
-        if extra:
-            lists.append((*extra[0], p.date_weight))
+        if window is not None:
+            lists.append((*extra.pop(0), p.date_weight))
+        lists += [(d, lx, p.name_weight) for d, lx in extra]
+        if p.name_boost > 0:
+            lists.append((*_named(dense, lexical, query, p.name_key), p.name_boost))
+        if p.hop_hits > 0 and p.hop_weight > 0 and lex_k > 0:
+            first = self._fuse(lists, p.hop_hits, p, decay.threshold)
+            hops = [q for h in first if (q := hop_query(rq.lexical, h.record.text, p.hop_terms)) is not None]
+            # NOTE: lexical only (dense_k 0): a hop costs one BM25 pass per shard, no embedding.
+            more = await asyncio.gather(*(self._candidates(tenant, qvec, 0, lex_k, decay, now, q, filters, Feedback())
+                                          for q in hops))
+            lists += [(d, lx, p.hop_weight) for d, lx in more]
         hits = self._fuse(lists, k, p, decay.threshold)
         if touch and hits:
             self._touch(hits, now)
@@ -228,6 +317,14 @@ class HybridRetriever:
         if end <= start or end <= 0:
             return None
         return f.model_copy(update={"created_after": max(start, 0.0), "created_before": end})
+
+    @staticmethod
+    def _name_filters(query: str, filters: SearchFilters | None, p: RetrievalParams) -> list[SearchFilters]:
+        """One filter per name in ``query`` (at most 2): ``filters`` plus ``metadata[name_key] == name``."""
+        if p.name_weight <= 0:
+            return []
+        f = filters or SearchFilters()
+        return [f.model_copy(update={"metadata": {**(f.metadata or {}), p.name_key: name}}) for name in _query_names(query)]
 
     async def _candidates(self, tenant: str, qvec: np.ndarray, dense_k: int, lex_k: int, decay: ScoreParams,
                           now: float, lexical_query: str, filters: SearchFilters | None, feedback: Feedback):
@@ -276,11 +373,13 @@ class HybridRetriever:
                     entry["bm25"] = bm25
             rankings += [[h.source_id for h, _ in dense], lex_keys]
             weights += [p.dense_weight * weight, p.lexical_weight * weight]
-        fused = rrf_fuse(rankings, c=p.rrf_k, weights=weights)
+        fused = [kv for kv in rrf_fuse(rankings, c=p.rrf_k, weights=weights) if kv[0] in by_source]
+        group_of = partial(_group, by_source, p.group_by)
         out = []
-        for key, score in (kv for kv in fused if kv[0] in by_source):
-            if len(out) == k:
-                break
+        if p.mmr_lambda < 1.0:
+            pool = max(k, p.mmr_pool)
+            fused = mmr(fused[:pool], partial(_terms, by_source), pool, p.mmr_lambda) + fused[pool:]
+        for key, score in diversify(fused, group_of, k, cap=p.group_cap, decay=p.group_decay):
             e = by_source[key]
             h: SearchHit = e["hit"]
             out.append(HybridHit(record=h.record, score=score, similarity=h.similarity, time_factor=h.time_factor,

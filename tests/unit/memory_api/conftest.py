@@ -61,3 +61,11 @@ def client(service: MemoryService) -> Iterator[TestClient]:
 def auth(tenant_key: str) -> dict[str, str]:
     """Headers for one of ``KEYS``."""
     return {"Authorization": f"Bearer {tenant_key}"}
+
+
+def search_ids(client: TestClient, query: str, k: int, key: str = "sk-acme") -> list[str]:
+    """Ids of a ``POST /v1/memories/search`` answer, ranked, with no decay and no threshold (only the ranking counts)."""
+    body = {"query": query, "k": k, "decay": {"decay": "none"}, "threshold": 0.0}
+    r = client.post("/v1/memories/search", json=body, headers=auth(key))
+    assert r.status_code == 200, r.text
+    return [hit["id"] for hit in r.json()["data"]]
