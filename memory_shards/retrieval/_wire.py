@@ -13,7 +13,7 @@ than the BM25 half of the search itself. So the answer travels as plain tuples:
 
 On the receiving side each hit is a :class:`WireHit`: it has the attributes the fusion reads
 (``score``, ``similarity``, ``time_factor``, ``part_index``, ``shard``, ``source_id``, ``id``) as plain
-slots, and builds its :class:`~memory_shards.records.MemoryRecord` (validated, as any record) only
+slots and ``metadata`` from the tuple, and builds its :class:`~memory_shards.records.MemoryRecord` (validated, as any record) only
 when ``record`` is read, which the retriever does for the hits it returns. In process (no Ray),
 hits stay the shard's own ``SearchHit`` objects: nothing is packed.
 """
@@ -31,6 +31,7 @@ __all__ = ["WireHit", "pack_hits", "unpack_hits"]
 
 _FIELDS: tuple[str, ...] = tuple(MemoryRecord.model_fields)
 _PARTS = _FIELDS.index("parts")
+_METADATA = _FIELDS.index("metadata")
 
 
 class WireHit:
@@ -52,6 +53,11 @@ class WireHit:
         self.time_factor = time_factor
         self.part_index = part_index
         self.shard = shard
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The record's metadata, read without building the record (the named-speaker lists read it for every candidate)."""
+        return self._values[_METADATA]
 
     @property
     def record(self) -> MemoryRecord:

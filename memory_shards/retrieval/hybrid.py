@@ -207,8 +207,8 @@ def _named(dense: list, lexical: list, query: str, key: str) -> tuple[list, list
     names = set(_query_names(query))
     if not names:
         return [], []
-    return ([x for x in dense if x[0].record.metadata.get(key) in names],
-            [x for x in lexical if x[0].record.metadata.get(key) in names])
+    return ([x for x in dense if x[0].metadata.get(key) in names],
+            [x for x in lexical if x[0].metadata.get(key) in names])
 
 
 def _terms(by_source: dict[str, dict], key: str) -> frozenset[str]:

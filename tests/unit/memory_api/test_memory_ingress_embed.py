@@ -102,6 +102,8 @@ def test_a_shard_answer_crosses_a_hop_as_one_blob_and_builds_only_the_records_re
     assert all(isinstance(h, WireHit) and h._record is None for h in wire.dense)
     assert [(h.id, h.source_id, h.score, h.similarity, h.time_factor, h.part_index, h.shard) for h in wire.dense] == \
         [(h.record.id, h.record.source_id, h.score, h.similarity, h.time_factor, h.part_index, h.shard) for h in answer.dense]
+    assert [h.metadata for h in wire.dense] == [h.record.metadata for h in answer.dense]
+    assert all(h._record is None for h in wire.dense)  # ids, scores and metadata are read from the tuples
     assert [(h.record, b) for h, b in wire.lexical] == [(h.record, b) for h, b in answer.lexical]
     assert wire.dense[1]._record is None  # reading one hit's record builds that record only
     # An answer packed by a version with other record fields is refused, not misread.
