@@ -10,8 +10,9 @@ Two things of Ray's HAProxy config do not fit this project, and a wrapper around
 (``RAY_SERVE_HAPROXY_BINARY_PATH``) mends them in the config file each time HAProxy starts or reloads
 (Serve starts a new process with ``-f <file> -sf <old pids>`` for every change):
 
-* its stats page (8404) and Prometheus exporter (9101) bind every interface (``bind *:``); they are
-  moved to the server's host, like every listener of the embedded cluster;
+* its stats page and Prometheus exporter bind every interface (``bind *:``); they are moved to the
+  server's host, like every listener of the embedded cluster (and get free ports instead of Ray's fixed
+  8404 and 9101, so two clusters can run on one machine);
 * its own refusals (no ingress replica up yet, a replica gone mid-request) are rewritten by Serve to a
   plain-text 500; they become a 503 with ``Retry-After`` and the project's JSON error envelope
   (``serve.api.errors.error_body``), as the Python proxy's refusals are.
@@ -27,6 +28,7 @@ import json
 import os
 import shlex
 import shutil
+import socket
 from pathlib import Path
 
 from deployments._ray_paths import _ALIAS_ROOT
@@ -81,6 +83,12 @@ def haproxy_folder(temp_dir: Path) -> Path:
     return _ALIAS_ROOT / f"rs-ha-{digest}"
 
 
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
 def haproxy_env(folder: Path, host: str, retry_after_s: float) -> dict[str, str]:
     """The variables that start Serve's HAProxy ingress, its files under ``folder``.
 
@@ -111,4 +119,8 @@ def haproxy_env(folder: Path, host: str, retry_after_s: float) -> dict[str, str]
         "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": str(folder / "metrics.sock"),
         "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(folder),
         "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(folder / "server-state"),
+        # NOTE: Ray's fixed 8404 and 9101 would make a second cluster's HAProxy fail to start on the same
+        # machine; each cluster gets free ones unless the user chose them.
+        "RAY_SERVE_HAPROXY_STATS_PORT": os.environ.get("RAY_SERVE_HAPROXY_STATS_PORT") or str(_free_port(host)),
+        "RAY_SERVE_HAPROXY_METRICS_PORT": os.environ.get("RAY_SERVE_HAPROXY_METRICS_PORT") or str(_free_port(host)),
     }

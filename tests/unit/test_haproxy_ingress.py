@@ -71,6 +71,10 @@ def test_haproxys_own_refusal_is_a_json_503_with_retry_after(tmp_path: Path, mon
     assert f"Content-Length: {len(body)}".encode() in head
     assert b'"type": "service_unavailable"' in body and b'"code": "ingress_unavailable"' in body
     assert env["RAY_SERVE_ENABLE_DIRECT_INGRESS"] == "1" and env["RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"].startswith(str(folder))
+    # Two clusters on one machine: Ray's fixed stats (8404) and metrics (9101) ports would collide.
+    other = _haproxy.haproxy_env(tmp_path / "ha2", "127.0.0.1", retry_after_s=2)
+    ports = {int(e[k]) for e in (env, other) for k in ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT")}
+    assert all(p > 0 for p in ports) and not ports & {8404, 9101}
 
 
 def test_the_real_haproxy_accepts_the_rewritten_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
