@@ -47,12 +47,13 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from serve.experience._asked import ASKED
 from serve.experience._calculator import CalcError
-from serve.experience._grounding import CONVERSION_FACTORS, LITERAL, NAME, RULE_ID, close, literal_value, numbers_in
+from serve.experience._grounding import CONVERSION_FACTORS, NAME, RULE_ID, close, literal_value, numbers_in
 from serve.experience._rules import RuleTable
 from serve.experience._schema import ExperienceRecord, VerificationItem
 from serve.experience._units import Quantity, parse_unit
 
-__all__ = ["ground", "ground_record", "verified_by_grounded", "grounded_numbers", "rule_numbers_of", "SAME_DIMENSION_UNITS", "COMPUTING", "TAG", "NOTE_PREFIX", "CONSTANTS"]
+__all__ = ["ground", "ground_record", "verified_by_grounded", "grounded_numbers", "rule_numbers_of",
+           "SAME_DIMENSION_UNITS", "COMPUTING", "TAG", "NOTE_PREFIX", "CONSTANTS"]
 
 # NOTE: the check types that compute a value from their inputs; a boundary test or a grounding
 # check tests a value, so it is never "the check that computed the answer".
@@ -70,6 +71,10 @@ _EQ = re.compile(r"(?<![<>=!])=(?!=)|==")
 # NOTE: an exponent (``m/s^2``, ``m**3``) is no quantity of the problem.
 _EXPONENT = re.compile(r"(?:\^|\*\*)\s*-?\d+")
 _MAX_CHARS = 2000
+# NOTE: :data:`~._grounding.LITERAL` without its look-ahead: a coefficient written against its
+# unknown or unit (``1.5x``, ``120km``) is a number of the formula too; missed, ``1.5x = 90``
+# would look grounded by the 90 alone.
+_LITERAL = re.compile(r"(?<![\w.])\d+(?:,\d{3}(?!\d))*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
 def grounded_numbers(stated: Iterable[tuple[float, str]]) -> list[float]:
@@ -125,7 +130,7 @@ def _numbers(formula: str, env: Mapping[str, float], rule_vars: Sequence[str]) -
     """The numbers of ``formula``: its literals (exponents aside) and the values of the named
     quantities it uses; for a rule check that names none, the values of the rule's variables."""
     text = _EXPONENT.sub(" ", formula[:_MAX_CHARS])
-    out = [literal_value(m.group(0)) for m in LITERAL.finditer(text)]
+    out = [literal_value(m.group(0)) for m in _LITERAL.finditer(text)]
     names = [m.group(0) for m in NAME.finditer(text) if m.group(0) in env]
     if not out and not names:
         names = [n for n in rule_vars if n in env]

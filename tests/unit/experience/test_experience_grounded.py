@@ -57,13 +57,19 @@ def _filed(view: dict[str, Any]) -> tuple[str, str, list[str]]:
     return view["tier"], view["record"]["outcome"]["confidence"], view["record"]["evaluation"]["error_tags"]
 
 
-def test_a_back_substitution_into_the_models_own_equation_waits_in_review(client) -> None:
-    view = _post(client, EQUATION, [{"type": "back_substitution", "target": "3x = 18"},
-                                    {"type": "boundary_test", "target": "6", "expected": "[0, 10]"}], "6")
+@pytest.mark.parametrize(("text", "equation", "answer", "unknown"), [
+    (EQUATION, "3x = 18", "6", "18"),  # shipped a4
+    ("Solve for y: 5y - 9 = 11.", "5y = 20", "4", "20"),  # shipped a8
+    ("Solve for x: 4x + 6 = 30.", "1.5x = 9", "6", "1.5, 9"),  # a coefficient written against its unknown
+])
+def test_a_back_substitution_into_the_models_own_equation_waits_in_review(client, text: str, equation: str,
+                                                                          answer: str, unknown: str) -> None:
+    view = _post(client, text, [{"type": "back_substitution", "target": equation},
+                                {"type": "boundary_test", "target": answer, "expected": "[0, 10]"}], answer)
     assert _filed(view) == ("review", "medium", ["ungrounded_check"])
     own = view["record"]["verification"][0]
-    # NOTE: recorded, not failed: x = 6 does satisfy 3x = 18; only 18 is not the problem's.
-    assert own["status"] == "pass" and own["notes"].endswith("; not grounded: 18 of unknown origin")
+    # NOTE: recorded, not failed: the answer does satisfy the model's equation; only its numbers are not the problem's.
+    assert own["status"] == "pass" and own["notes"].endswith(f"; not grounded: {unknown} of unknown origin")
     assert client.get("/v1/experiences/review").json()[0]["record"]["metadata"]["id"] == view["record"]["metadata"]["id"]
 
 
