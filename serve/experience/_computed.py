@@ -22,13 +22,13 @@ from serve.experience._calculator import extract_number
 from serve.experience._schema import VerificationItem
 from serve.experience._verify import _as_bool, compare_values
 
-__all__ = ["answer_computed"]
+__all__ = ["answer_computed", "computed_values"]
 
 _WITH_VALUES = re.compile(r"^with (.*?):")
 _RULE_RAN = re.compile(r"^rule (\S+):")
 
 
-def _computed(v: VerificationItem) -> list[float | bool]:
+def computed_values(v: VerificationItem) -> list[float | bool]:
     """The values a passing check computed from its own inputs: a recomputation's or a rule's
     result, a unit check's magnitude, the unknowns a back-substitution put in. A boundary test
     and a grounding check compute no answer (they test one)."""
@@ -46,7 +46,7 @@ def _computed(v: VerificationItem) -> list[float | bool]:
 
 
 def answer_computed(checked: Sequence[VerificationItem], answer: str | None, question: str = "",
-                    rules: Sequence[str] = ()) -> bool | None:
+                    rules: Sequence[str] = (), only: Sequence[bool | None] | None = None) -> bool | None:
     """Whether a passing check (the model's or an extracted one) computed the trace's answer.
 
     The answer's number ``a`` must be one computed value ``c`` up to rounding
@@ -60,6 +60,8 @@ def answer_computed(checked: Sequence[VerificationItem], answer: str | None, que
     A mean (:func:`serve.experience._asked.asks_mean`) is computed only by a check that divides.
     ``rules``: the registered rules the question cites; when there are any, only a passing
     ``regulatory_check`` of one of them computes the answer (see the module docstring).
+    ``only``: one flag per check; when given, only the checks flagged ``True`` are read (the
+    grounded passes of :func:`serve.experience._grounded.ground`).
     """
     if answer is None:
         return None
@@ -70,7 +72,9 @@ def answer_computed(checked: Sequence[VerificationItem], answer: str | None, que
         return None
     # NOTE: "15%" is 0.15 as the calculator reads it; a check that computed 0.15 computed the answer.
     targets = [] if a is None else [a, a / 100] if "%" in answer else [a]
-    for v in checked:
+    for i, v in enumerate(checked):
+        if only is not None and (i >= len(only) or only[i] is not True):
+            continue
         expression = v.input.get("expression") if isinstance(v.input.get("expression"), str) else v.target
         if percent and not is_ratio_expression(str(expression or "")) or mean and "/" not in str(expression or ""):
             continue
@@ -78,7 +82,7 @@ def answer_computed(checked: Sequence[VerificationItem], answer: str | None, que
             ran = _RULE_RAN.match(v.notes) if v.type == "regulatory_check" else None
             if ran is None or ran.group(1) not in rules:
                 continue
-        for c in _computed(v):
+        for c in computed_values(v):
             if isinstance(c, bool):
                 if b is not None and c == b:
                     return True

@@ -12,7 +12,10 @@ trace's formula ``E`` (its first recomputation that claims the answer) and answe
   given its unit (``120 / 1.5`` -> ``120 km / 1.5 h``) and the result must be the answer in the
   answer's unit (only its dimension when ``E`` also holds a conversion factor such as 1000 or 3600;
   no check when ``E`` holds a number of unknown origin or a stated number without a unit, which
-  may be a count or carry its unit unsaid);
+  may be a count or carry its unit unsaid). The unit check cannot decide a formula with a number
+  of unknown origin (any unit given to the others would make the dimension a guess), so such a
+  formula is decided by grounding instead: its passes are ungrounded and verify nothing
+  (:mod:`serve.experience._grounded`), and the trace waits in review (``90 / 1.5`` for 90 km/h in m/s);
 * **recompute around** (``boundary_test``, two per stated quantity ``q`` used in ``E``): the
   answer must lie within the values ``E`` takes with ``q`` at ``q (1 - d)``, ``q`` and
   ``q (1 + d)`` (``d = 1%``), widened by the verifier's rounding tolerance (1% of the answer):

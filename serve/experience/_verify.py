@@ -52,6 +52,7 @@ from serve.experience._grounding import TAG as GROUNDING_TAG
 from serve.experience._grounding import cited_rules, numbers_in, ungrounded
 from serve.experience._rules import RuleError, RuleTable
 from serve.experience._schema import Confidence, ExperienceRecord, VerificationItem, VerificationStatus
+from serve.experience._tags import ANSWER_TAG, ERROR_TAGS, UNCHECKABLE_TAG, error_tags_for, exposure_tags
 from serve.experience._units import DimensionError, Quantity, format_dims, parse_quantity, parse_unit, to_unit
 
 __all__ = ["run_check", "verify_record", "finish_record", "with_extracted_checks", "derive_confidence",
@@ -74,74 +75,7 @@ _MAX_OPERAND_CHARS = 2 * MAX_EXPR_CHARS
 _MAX_ENTRIES = 32
 _MAX_DEPTH = 2
 _MAX_NUMBER = 1e300
-
-
-# NOTE: the error tag of a failed check, by check type: what a reviewer's label keeps and what the
-# archival cache is searched by (``SearchRequest.error_tags``). A dimension error is a unit mistake
-# whatever check found it; a check that could not be executed says nothing about the answer.
-ERROR_TAGS: dict[str, str] = {
-    "recomputation": "arithmetic_error",
-    "unit_check": "unit_mismatch",
-    "back_substitution": "equation_unsatisfied",
-    "boundary_test": "out_of_bounds",
-    "regulatory_check": "rule_violation",
-    GROUNDING_CHECK: GROUNDING_TAG,
-}
-UNCHECKABLE_TAG = "check_not_executable"
-# NOTE: every check passed, yet none computed the trace's answer (see answer_computed).
-ANSWER_TAG = "answer_not_computed"
 _MAX_TAGS = 16
-
-
-def error_tags_for(items: Iterable[VerificationItem]) -> list[str]:
-    """Error tags of the failed checks, in order of first failure (no duplicates).
-
-    ``fail`` with notes ``dimension ...`` -> ``unit_mismatch``; a unit check of the right dimension
-    but the wrong magnitude -> ``arithmetic_error`` when a recomputation failed too, else
-    ``unit_mismatch``; ``not run`` / ``cannot execute`` ->
-    :data:`UNCHECKABLE_TAG`; else :data:`ERROR_TAGS` of the check type. Passing, doubtful and
-    unrun checks give no tag (they are not evidence of a mistake), nor does a failed extracted
-    around check next to a failed recomputation (the same evidence). The one doubtful check that
-    does is a ``grounding_check``: a formula that leaves out a stated quantity -> ``ungrounded_quantity``.
-    """
-    items = list(items)
-    arithmetic = any(v.type == "recomputation" and v.status == "fail" for v in items)
-    out: list[str] = []
-    for v in items:
-        if v.type == GROUNDING_CHECK and v.status == "doubtful" and GROUNDING_TAG not in out:
-            out.append(GROUNDING_TAG)
-        if v.status != "fail":
-            continue
-        if v.type == "boundary_test" and v.input.get("source") == "context" and arithmetic:
-            # NOTE: an extracted around check fails only when the answer is also off the formula
-            # at the stated values (serve.experience._extract): the same evidence, one tag.
-            continue
-        if v.type == "unit_check" and v.notes.startswith("dimensions match"):
-            # NOTE: the right dimension, the wrong magnitude: an arithmetic slip when a
-            # recomputation failed too, else a number right in another unit (a conversion).
-            tag = ERROR_TAGS["recomputation"] if arithmetic else ERROR_TAGS["unit_check"]
-        elif v.notes.startswith("dimension"):
-            tag = ERROR_TAGS["unit_check"]
-        elif v.notes.startswith(("not run", "cannot execute")):
-            tag = UNCHECKABLE_TAG
-        else:
-            tag = ERROR_TAGS[v.type]
-        if tag not in out:
-            out.append(tag)
-    return out
-
-
-def exposure_tags(check_types: Iterable[str]) -> list[str]:
-    """The error tags a trace held to ``check_types`` can earn: the mistakes its problem exposes.
-
-    Used before generation to ask the archive for lessons on exactly those mistakes.
-    """
-    out: list[str] = []
-    for t in check_types:
-        tag = ERROR_TAGS.get(t)
-        if tag is not None and tag not in out:
-            out.append(tag)
-    return out
 
 
 def derive_confidence(statuses: Iterable[VerificationStatus]) -> Confidence:
@@ -526,7 +460,7 @@ def verify_record(
         checked = [_run_within(budget, v, rules, env, record.outcome.answer)
                    for v in record.verification[:_MAX_ENTRIES]]
     cited = [rules.get(r).id for r in cited_rules(record.context.raw_text) if r in rules]
-    return finish_record(record, checked, required, cited)
+    return finish_record(record, checked, required, cited, rules)
 
 
 def with_extracted_checks(record: ExperienceRecord) -> ExperienceRecord:
@@ -550,8 +484,8 @@ def with_extracted_checks(record: ExperienceRecord) -> ExperienceRecord:
     return record.model_copy(update={"verification": own[: _MAX_ENTRIES - len(extra)] + extra})
 
 
-def finish_record(record: ExperienceRecord, checked: list[VerificationItem],
-                  required: Sequence[str] = (), cited: Sequence[str] = ()) -> ExperienceRecord:
+def finish_record(record: ExperienceRecord, checked: list[VerificationItem], required: Sequence[str] = (),
+                  cited: Sequence[str] = (), rules: RuleTable | None = None) -> ExperienceRecord:
     """``record`` with ``checked`` as its checks, the missing ``required`` types added, its confidence
     and the error tags of its failures.
 
@@ -559,9 +493,13 @@ def finish_record(record: ExperienceRecord, checked: list[VerificationItem],
     be verified is shaped exactly like one that was. ``high`` needs, besides every check passing,
     a passing check that computed the answer (:func:`serve.experience._computed.answer_computed`); else ``medium`` with the
     tag :data:`ANSWER_TAG`. ``cited``: the registered rules the context cites, whose check alone
-    computes the answer then.
+    computes the answer then. And the check that computed it must be grounded in the context's
+    quantities (:mod:`serve.experience._grounded`: no number of unknown origin, ``rules`` gives the
+    cited rules' constants); else ``medium`` with the tag ``ungrounded_check``.
     """
     from serve.experience._computed import answer_computed
+    from serve.experience._grounded import TAG as UNGROUNDED_TAG
+    from serve.experience._grounded import ground_record, verified_by_grounded
     from serve.experience._extract import SOURCE
 
     # NOTE: a required type must be among the model's own checks; an extracted one does not count.
@@ -581,6 +519,13 @@ def finish_record(record: ExperienceRecord, checked: list[VerificationItem],
         # NOTE: high confidence means the code computed the answer, not only that every check agreed.
         confidence = "medium"
         new_tags.append(ANSWER_TAG)
+    checked, grounded = ground_record(record, checked, rules, cited)
+    if confidence == "high" and not verified_by_grounded(checked, grounded, record.outcome.answer,
+                                                         record.context.raw_text, cited):
+        # NOTE: a pass of the model's own equation (3x = 18) or of a number of unknown origin
+        # (90 / 1.5) proves its formula, not that the formula is the problem's: review.
+        confidence = "medium"
+        new_tags.append(UNGROUNDED_TAG)
     outcome = record.outcome.model_copy(update={"confidence": confidence, "stated_confidence": stated})
     # NOTE: the failures' tags join the tags already on the record (a client's or a reviewer's).
     tags = list(record.evaluation.error_tags)

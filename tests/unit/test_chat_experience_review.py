@@ -450,8 +450,13 @@ def test_a_compound_duration_trace_is_reused_without_review(rig: Any) -> None:
 
 def test_a_prose_check_does_not_keep_a_verified_trace_in_review(rig: Any) -> None:
     c, engine = rig
-    right, _ = _turn(c, engine, H2, _reply("12,000 to 13,800", H2_STEPS, ["recomputation: 1,800 / 12,000 = 0.15", PROSE], "15%"))
+    # NOTE: the increase 1,800 is computed from the stated numbers by a check, so the ratio is grounded.
+    right, _ = _turn(c, engine, H2, _reply("12,000 to 13,800", H2_STEPS, [
+        "recomputation: 13,800 - 12,000 = 1,800", "recomputation: 1,800 / 12,000 = 0.15", PROSE], "15%"))
     assert right["tier"] == "active" and right["confidence"] == "high" and right["error_tags"] == [], right
+    # Without it, 1,800 is a number of unknown origin to code (held-out h2): the ratio verifies nothing.
+    ratio, _ = _turn(c, engine, H2, _reply("12,000 to 13,800", H2_STEPS, ["recomputation: 1,800 / 12,000 = 0.15", PROSE], "15%"))
+    assert ratio["tier"] == "review" and ratio["error_tags"] == ["ungrounded_check"], ratio
     stored = c.get(f"/v1/experiences/{right['id']}", headers=H).json()["record"]
     assert [v["status"] for v in stored["verification"] if v["type"] == "unit_check"] == ["not_run"]
     # Prose checks alone verify nothing; an answer no executed check computed waits as before.

@@ -161,6 +161,9 @@ def test_hybrid_search_finds_by_keyword_what_the_vector_misses(make_service, clo
     ids = []
     for text in ("Shipping fee of order 77123 under SHIP-1?", "Shipping fee of a heavy parcel under SHIP-1?"):
         rec = _record(text, [{"type": "recomputation", "target": "4 + 1 = 5"}], "5", timestamp=clock.t)
+        # NOTE: 4 and 1 are stated nowhere, so the trace is ungrounded; a reviewer's label files it
+        # active, which is all this test of search needs.
+        rec = rec.model_copy(update={"evaluation": rec.evaluation.model_copy(update={"human_label": "correct"})})
         ids.append(asyncio.run(svc.create("acme", rec)).record.metadata.id)
     hits = asyncio.run(svc.search("acme", SearchRequest(query="What fee for order 77,123?", source_model=QWEN))).hits
     # Without keywords nothing passes the vector threshold; with them the order number decides.
@@ -214,23 +217,38 @@ def test_the_84_bottles_trace_leaves_only_its_own_unreadable_unit_check_unrun() 
     # differences of near-equal numbers (a 1% move of one input moves the answer by 20-50%)
     ("Alice is 42 years old and Bob is 40. How much older is Alice?", "42 - 40 = 2", "2 years"),
     ("A price rises from 100 to 102. By what percent?", "(102 - 100) / 100 * 100 = 2", "2%"),
-    # rules at their threshold (the answer jumps right next to the stated value)
-    ("An order totals 100 and weighs 3 kg. Shipping fee under SHIP-1?", "0 if 100 >= 100 else 5 + 2*(3 - 1) = 0", "0"),
-    ("A customer buys 10 items at 15 each. Order cost under DISC-1?", "10 * 15 * (0.9 if 10 >= 10 else 1) = 135", "135"),
     # units: stated, converted, counted
     ("A tank holds 240 liters and is 35% full. How many liters are in it?", "240 * 35 / 100 = 84", "84 liters"),
     ("A runner covers 5 km in 25 minutes. What is the speed in km/h?", "5 / 25 * 60 = 12", "12 km/h"),
     ("A car uses 6 L of fuel per 100 km. How many liters does it use for 250 km?", "6 * 250 / 100 = 15", "15 L"),
     ("A train covers 90 km in 1.5 h and then 60 km in 1 h. Average speed in km/h?", "(90 + 60) / (1.5 + 1) = 60",
      "60 km/h"),
-    ("A worker earns 22 per hour and works 46 hours this week. Weekly pay under OT-1?", "22*40 + 1.5*22*6 = 1078",
-     "1078"),
 ])
 def test_no_extracted_check_fails_a_correct_answer(text: str, formula: str, answer: str) -> None:
     out = _verify(_record(text, [{"type": "recomputation", "target": formula}], answer))
     extracted = [(v.type, v.target, v.status, v.notes) for v in out.verification if v.input.get("source") == SOURCE]
     assert extracted and all(status == "pass" for _, _, status, _ in extracted), extracted
     assert out.outcome.confidence == "high" and out.evaluation.error_tags == []
+
+
+@pytest.mark.parametrize(("text", "formula", "answer", "unknown"), [
+    # rules at their threshold (the answer jumps right next to the stated value)
+    ("An order totals 100 and weighs 3 kg. Shipping fee under SHIP-1?", "0 if 100 >= 100 else 5 + 2*(3 - 1) = 0", "0",
+     "5"),
+    ("A customer buys 10 items at 15 each. Order cost under DISC-1?", "10 * 15 * (0.9 if 10 >= 10 else 1) = 135", "135",
+     "0.9"),
+    ("A worker earns 22 per hour and works 46 hours this week. Weekly pay under OT-1?", "22*40 + 1.5*22*6 = 1078",
+     "1078", "40, 1.5, 6"),
+])
+def test_a_formula_of_an_unregistered_rules_constants_passes_but_is_not_grounded(
+        text: str, formula: str, answer: str, unknown: str) -> None:
+    # NOTE: the rule table is empty, so the rule's constants (5, 0.9, 40 and 1.5) are numbers of
+    # unknown origin: every check passes, but none ties the answer to the problem (review).
+    out = _verify(_record(text, [{"type": "recomputation", "target": formula}], answer))
+    extracted = [(v.type, v.target, v.status, v.notes) for v in out.verification if v.input.get("source") == SOURCE]
+    assert extracted and all(status == "pass" for _, _, status, _ in extracted), extracted
+    assert out.outcome.confidence == "medium" and out.evaluation.error_tags == ["ungrounded_check"]
+    assert out.verification[0].notes.endswith(f"; not grounded: {unknown} of unknown origin")
 
 
 def test_a_rounded_answer_is_doubtful_at_and_inside_around() -> None:

@@ -151,7 +151,9 @@ def test_the_prompt_example_parses_and_verifies():
     assert t.report.ok and t.report.format == "headings" and t.report.problems == []
     assert (t.answer, t.confidence) == ("80 km/h", "high")
     assert t.reasoning[0].principle == "v = d / t" and t.reasoning[0].text == "speed = 120 / 1.5 = 80"
-    rec = verify_record(t.to_record("q", ExperienceMetadata(source_model="m")), RuleTable())
+    # NOTE: the example's numbers must be the question's: a check is grounded only in stated quantities.
+    question = "A car drives 120 km in 1.5 h. What is its speed in km/h?"
+    rec = verify_record(t.to_record(question, ExperienceMetadata(source_model="m")), RuleTable())
     assert [(v.type, v.status) for v in rec.verification] == [
         ("recomputation", "pass"), ("unit_check", "pass"), ("boundary_test", "pass")]
     assert rec.outcome.confidence == "high"

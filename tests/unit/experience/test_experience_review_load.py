@@ -114,8 +114,10 @@ def test_a_prose_check_is_not_run_and_no_evidence_either_way(target: str) -> Non
 
 def test_a_right_trace_with_a_prose_check_beside_executed_ones_is_high_and_untagged() -> None:
     prose = {"type": "unit_check", "target": "15% is a percentage"}
+    # NOTE: the increase 1,800 is computed by a check of the stated numbers, so 1,800 / 12,000 is grounded.
     out = _verify("A town's population grew from 12,000 to 13,800. What was the percentage increase?",
-                  ["1,800 / 12,000 = 0.15"], "15%", [prose, {"type": "boundary_test", "target": "15%", "expected": "[0, 100]"}])
+                  ["13,800 - 12,000 = 1,800", "1,800 / 12,000 = 0.15"], "15%",
+                  [prose, {"type": "boundary_test", "target": "15%", "expected": "[0, 100]"}])
     assert out.outcome.confidence == "high" and out.evaluation.error_tags == []
     assert [v.status for v in out.verification if v.type == "unit_check"] == ["not_run"]
 

@@ -127,7 +127,7 @@ def test_capacity_demotes_least_recently_used(make_service, clock):
     svc = make_service(active_capacity=50)
     ids = []
     for i in range(52):
-        ids.append(run(svc.create("acme", rec(text=f"problem number {i} about speed"))).record.metadata.id)
+        ids.append(run(svc.create("acme", rec(text=f"problem number {i}: a car drives 120 km in 1.5 h. What is its speed?"))).record.metadata.id)
         clock.t += 1
     tiers = {i: run(svc.get("acme", i)).tier for i in ids}
     assert [i for i in ids if tiers[i] == "archival"] == ids[:2]
