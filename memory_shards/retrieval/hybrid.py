@@ -202,13 +202,18 @@ def _query_names(query: str) -> list[str]:
     return list(dict.fromkeys(m.group(1) for m in _NAME.finditer(query) if m.start() > 0))[:2]
 
 
+def _is_named(speaker: object, names: set[str]) -> bool:
+    """``speaker`` is one of ``names``, or a full name one of whose words is ("Melanie Smith" for "Melanie")."""
+    return isinstance(speaker, str) and (speaker in names or not names.isdisjoint(speaker.split()))
+
+
 def _named(dense: list, lexical: list, query: str, key: str) -> tuple[list, list]:
     """The candidates of ``dense`` and ``lexical`` whose ``metadata[key]`` is a name ``query`` names, in order."""
     names = set(_query_names(query))
     if not names:
         return [], []
-    return ([x for x in dense if x[0].metadata.get(key) in names],
-            [x for x in lexical if x[0].metadata.get(key) in names])
+    return ([x for x in dense if _is_named(x[0].metadata.get(key), names)],
+            [x for x in lexical if _is_named(x[0].metadata.get(key), names)])
 
 
 def _terms(by_source: dict[str, dict], key: str) -> frozenset[str]:
