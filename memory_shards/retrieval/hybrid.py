@@ -145,6 +145,18 @@ class RetrievalParams(StrictModel):
     # off, about +1 ms p50 in process and no shard call; loadtests/results/locomo-dev-names-loo.md.
     name_weight: float = Field(default=0.0, ge=0, le=100, description="Weight of a search filtered to metadata[name_key] == a name the query names; 0 = off.")
     name_boost: float = Field(default=0.5, ge=0, le=100, description="Weight of the main candidates of a named speaker, ranked among themselves (no shard call); 0 = off.")
+    name_depth: int = Field(
+        default=0, ge=0, le=4096,
+        description="Candidates per list the shards return when the query names someone, for name_boost's lists only "
+                    "(the main lists keep their first dense/lexical_candidates); 0 = the main depth.")
+    strip_names: bool = Field(
+        default=False,
+        description="Embed the query without the names it names (and search name_weight's filtered lists without them): "
+                    "a name says who said a memory, and in other speakers' memories it is mostly the addressee.")
+    unnamed_weight: float = Field(
+        default=0.0, ge=0, le=100,
+        description="Weight of one more dense list, of the query without the names it names (embedded in the same "
+                    "call, asked concurrently, only for a query naming someone); 0 = off.")
     name_key: str = Field(default="speaker", min_length=1, max_length=64, description="Metadata key holding who said or wrote a memory (name_weight, name_boost).")
     # NOTE: MMR and the group cap/decay are off: every fold picks the cap off, MMR held out gives
     # R@10 0.799 vs 0.804 (loadtests/results/locomo-dev-diversify-loo.md).
@@ -205,6 +217,15 @@ def _query_names(query: str) -> list[str]:
 def _is_named(speaker: object, names: set[str]) -> bool:
     """``speaker`` is one of ``names``, or a full name one of whose words is ("Melanie Smith" for "Melanie")."""
     return isinstance(speaker, str) and (speaker in names or not names.isdisjoint(speaker.split()))
+
+
+def _without_names(text: str, names: list[str]) -> str:
+    """``text`` with each of ``names`` (and its "'s") removed; ``text`` itself when nothing else would remain."""
+    if not names:
+        return text
+    out = re.sub(r"\b(?:" + "|".join(map(re.escape, names)) + r")(?:'s)?\b", " ", text)
+    out = " ".join(out.split())
+    return out if analyse(out) else text
 
 
 def _named(dense: list, lexical: list, query: str, key: str) -> tuple[list, list]:
@@ -275,7 +296,11 @@ class HybridRetriever:
         decay = decay or ScoreParams()
         now = time.time() if now is None else float(now)
         rq = self.rewriter(query) if self.rewriter is not None else RewrittenQuery(query, query)
-        qvec = np.asarray((await self.embed([rq.dense]))[0], dtype=np.float32)
+        strip = _query_names(query) if p.strip_names else []
+        unnamed = _without_names(rq.dense, _query_names(query)) if p.unnamed_weight > 0 else rq.dense
+        texts = [_without_names(rq.dense, strip)] + ([unnamed] if unnamed != rq.dense else [])
+        vecs = np.asarray(await self.embed(texts), dtype=np.float32)
+        qvec = vecs[0]
         dense_k = max(k, p.dense_candidates)
         lex_k = max(k, p.lexical_candidates) if p.lexical_candidates > 0 else 0
         feedback = Feedback(p.feedback_docs, p.feedback_terms, p.feedback_weight)
@@ -284,16 +309,26 @@ class HybridRetriever:
         # NOTE: the window's candidates are asked concurrently with the main ones (one more shard
         # call each, only for a query that names a time).
         named = self._name_filters(query, filters, p)
-        main, *extra = await asyncio.gather(ask(rq.lexical, filters, feedback),
+        # NOTE: a query naming someone asks the shards for name_depth candidates per list; the main
+        # lists are their first dense_k / lex_k (the lists a shallower call gives), and only the
+        # named speaker's lists read the rest (see the module docstring).
+        deep = p.name_depth if p.name_boost > 0 and p.name_depth > 0 and _query_names(query) else 0
+        main_ask = partial(self._candidates, tenant, qvec, max(dense_k, deep), max(lex_k, deep) if lex_k else 0,
+                           decay, now) if deep else ask
+        unnamed_ask = ([self._candidates(tenant, vecs[1], dense_k, 0, decay, now, rq.lexical, filters, Feedback())]
+                       if len(vecs) > 1 else [])
+        main, *extra = await asyncio.gather(main_ask(rq.lexical, filters, feedback), *unnamed_ask,
                                             *([ask(rq.lexical, window, feedback)] if window is not None else []),
-                                            *(ask(rq.lexical, f, feedback) for f in named))
-        dense, lexical = main
+                                            *(ask(_without_names(rq.lexical, strip), f, feedback) for f in named))
+        dense, lexical = main[0][:dense_k], main[1][:lex_k]
         lists = [(dense, lexical, 1.0)]
+        if unnamed_ask:
+            lists.append((extra.pop(0)[0], [], p.unnamed_weight))
         if window is not None:
             lists.append((*extra.pop(0), p.date_weight))
         lists += [(d, lx, p.name_weight) for d, lx in extra]
         if p.name_boost > 0:
-            lists.append((*_named(dense, lexical, query, p.name_key), p.name_boost))
+            lists.append((*_named(*main, query, p.name_key), p.name_boost))
         if p.hop_hits > 0 and p.hop_weight > 0 and lex_k > 0:
             first = self._fuse(lists, p.hop_hits, p, decay.threshold)
             hops = [q for h in first if (q := hop_query(rq.lexical, h.record.text, p.hop_terms)) is not None]
