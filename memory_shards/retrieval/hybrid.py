@@ -29,14 +29,23 @@ call; nothing changes for memories without that key)::
 
     score(d) += name_boost * (w_dense / (c + rank_dense_among_named(d)) + w_lex / (c + rank_lex_among_named(d)))
 
+A second hop (``hop_hits``, default 1): each of the first ``hop_hits`` fused hits gives one more
+lexical query, the question plus that hit's new words (:mod:`~memory_shards.retrieval.hop`), asked
+after the first fusion (a second, serial round of BM25-only shard calls), whose lists join the fusion::
+
+    score(d) += hop_weight * w_lex / (c + rank_in_hop_list(d))
+
 Options, off by default and measured by leave-one-conversation-out on the LoCoMo dev file
-(``loadtests/results/locomo-dev-{names,hop,diversify}-loo.md``):
+(``loadtests/results/locomo-dev-{names,hop,diversify,candidates}-loo.md``):
 
 * ``name_weight`` > 0: per name, one more dense + BM25 search of the shards filtered to
   ``metadata[name_key] == name`` (candidates beyond the main lists, at the cost of a second search);
-* a second hop (``hop_hits`` > 0): each of the first fused hits gives one more lexical query, the
-  question plus that hit's new words (:mod:`~memory_shards.retrieval.hop`), whose lists join the
-  fusion with ``hop_weight``;
+* ``name_depth`` > the main depth: a query naming someone asks the shards for that many candidates
+  per list, the main lists keep their first ``dense_candidates`` / ``lexical_candidates`` and only
+  the named speaker's lists read the rest;
+* ``strip_names``: the query is embedded without the names it names (a name says who said a
+  memory; inside another speaker's memory it is mostly the addressee, "Melanie, do you still...");
+  ``unnamed_weight`` > 0 keeps the named query's dense list and adds the unnamed one's;
 * diversification (``group_cap`` > 0, ``group_decay`` < 1 or ``mmr_lambda`` < 1): the fused list is
   reordered so that one day's (or topic's) memories, or near-repeats, do not crowd the top k
   (:mod:`~memory_shards.retrieval.diversify`).
@@ -129,11 +138,14 @@ class RetrievalParams(StrictModel):
         default=0.5, ge=0, le=1,
         description="A hit below the cosine threshold is kept only if its BM25 >= this x the query's best BM25.",
     )
-    # NOTE: off: on the LoCoMo dev file every leave-one-out fold picks 1 hop (R@10 0.804 -> 0.813) but
-    # multi-hop and open-domain stay 0.440 / 0.352, and a hop is a second, serial round of shard calls;
-    # terms 6 / weight 0.3 are the grid points of loadtests/results/locomo-dev-hop-loo.md, not fitted.
+    # NOTE: 1 hop: with name_boost on, leave-one-out over hop_hits 0 / 1 / 2 x hop_terms 3 / 6 picks 1/6,
+    # 2/6, 1/6; hop_hits=1 is the value 2 of 3 folds pick, and each held-out conversation is at or above
+    # no hop (0.802 / 0.848 / 0.834 vs 0.788 / 0.841 / 0.834; held out 0.826, 0.802-0.841). Cost: p50
+    # +4.2 ms in process (14.3 -> 18.5), and in a cluster a second, serial round of BM25-only shard
+    # calls (loadtests/results/locomo-dev-candidates-loo.md). terms 6 / weight 0.3: the earlier grid's points
+    # (locomo-dev-hop-loo.md), not refitted. 0 turns it off.
     hop_hits: int = Field(
-        default=0, ge=0, le=20,
+        default=1, ge=0, le=20,
         description="Second hop: the first this-many fused hits each give a lexical query of the question plus the "
                     "hit's new words (memory_shards.retrieval.hop); 0 = off.")
     hop_terms: int = Field(default=6, ge=1, le=50, description="New words of a first hit added to its hop query.")
@@ -145,6 +157,10 @@ class RetrievalParams(StrictModel):
     # off, about +1 ms p50 in process and no shard call; loadtests/results/locomo-dev-names-loo.md.
     name_weight: float = Field(default=0.0, ge=0, le=100, description="Weight of a search filtered to metadata[name_key] == a name the query names; 0 = off.")
     name_boost: float = Field(default=0.5, ge=0, le=100, description="Weight of the main candidates of a named speaker, ranked among themselves (no shard call); 0 = off.")
+    # NOTE: name_depth and strip_names are off (loadtests/results/locomo-dev-candidates-loo.md). Deeper named
+    # lists (128 / 256 / 512) leave R@10 within +-0.01 per conversation at p50 +3 to +20 ms: evidence at main
+    # rank 65-200 enters the named list near rank 30-100, where RRF (c = 20, weight 0.5) adds too little.
+    # strip_names lifts conv-26 (0.788 -> 0.820, multi-hop 0.458 -> 0.500) but drops conv-30 (0.841 -> 0.817).
     name_depth: int = Field(
         default=0, ge=0, le=4096,
         description="Candidates per list the shards return when the query names someone, for name_boost's lists only "
