@@ -198,7 +198,7 @@ class EmbedderConfig(StrictModel):
     forward_batch_size: int = Field(default=16, ge=1, le=1024, description="Texts per model forward pass (CPU: 16).")
     batch_wait_timeout_s: float = Field(default=0.01, ge=0, le=5, description="How long a call that finds the model idle waits for company before its forward (a busy model batches without waiting).")
     # NOTE: a search's query embed through the deployment cost one more Ray hop (12.7 ms for an 8.6 ms forward on cpu-local).
-    ingress_max_texts: int = Field(default=0, ge=0, le=64, description="Embed calls of at most this many texts (a search's query, a chat turn's recall) run in each ingress replica on its own copy of the model, gathered like the deployment's calls, skipping one Ray hop; larger calls still go to the embedder deployment. CPU only; costs each ingress replica the model's memory. 0 = every call goes to the deployment.")
+    ingress_max_texts: int = Field(default=0, ge=0, le=64, description="Embed calls of at most this many texts (a search's query, a chat turn's recall, context-mode's and experiences' lookups) run in each ingress replica on its own copy of the model, skipping one Ray hop; larger calls still go to the embedder deployment. CPU only; costs each ingress replica the model's memory. 0 = every call goes to the deployment.")
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions, description="Resources and scaling.")
 
     @model_validator(mode="after")

@@ -22,7 +22,7 @@ from deployments._placement import PlacementInfo
 from deployments.config import ROLES, AppConfig
 from deployments.engines import EngineConfig, LlamaCppConfig, VLLMConfig
 from deployments.handles import HandleEngine, on_data_plane
-from deployments.memory import memory_backend
+from deployments.memory import EmbedLanes, LocalEmbedders, memory_backend
 from deployments.state import RemoteStore
 from serve.api.app import create_app
 from serve.api.auth import RESERVED_TENANT_PREFIX, Authenticator
@@ -47,14 +47,19 @@ WARM_UP_TENANT = f"{RESERVED_TENANT_PREFIX}warm_up__"
 log = logging.getLogger("recallserve.ingress")
 
 
-def _sync_embed(embedder: DeploymentHandle) -> Callable[[Sequence[str]], np.ndarray]:
-    """A blocking embed function over the embedder deployment.
+def _sync_embed(embedder: DeploymentHandle, local: EmbedLanes | None = None,
+                local_max_texts: int = 0) -> Callable[[Sequence[str]], np.ndarray]:
+    """A blocking embed function: calls of at most ``local_max_texts`` texts run on the ingress's
+    own copy of the model (``embedder.ingress_max_texts``, as the memory API's queries do), the rest
+    on the embedder deployment.
 
-    Context-mode calls it from a worker thread (``asyncio.to_thread``), where waiting on a
-    handle's result is allowed; it must never be called on the replica's event loop.
+    Context-mode and experiences call it from a worker thread (``asyncio.to_thread``), where
+    waiting on a handle's result is allowed; it must never be called on the replica's event loop.
     """
 
     def embed(texts: Sequence[str]) -> np.ndarray:
+        if local is not None and len(texts) <= local_max_texts:
+            return local.embed_blocking(texts)
         return np.asarray(embedder.embed.remote(list(texts)).result(timeout_s=60), dtype=np.float32)
 
     return embed
@@ -119,14 +124,17 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
     """
     auth = Authenticator(config.auth.resolve(), config.auth.scopes, config.auth.default_scopes,
                          pii=config.auth.pii, default_pii=config.auth.default_pii)
-    backend = memory_backend(memory["generations"], config.memory, pii_for=auth.pii_for, embedder=config.embedder)
+    local = LocalEmbedders()
+    backend = memory_backend(memory["generations"], config.memory, pii_for=auth.pii_for, embedder=config.embedder,
+                             local=local)
+    embed = _sync_embed(memory["embedder"], local.get(config.embedder), config.embedder.ingress_max_texts)
     engines = {role: HandleEngine(roles[role], role, *engine_facts(getattr(config, role).engine)) for role in ROLES}
     context = ContextManager(
         # NOTE: RemoteStore has SessionStore's async methods, each run on the one state replica.
         cast(SessionStore, RemoteStore(state, "sessions")),
         config.context,
         counter=EngineTokenCounter(engines["reasoner"]),
-        embed=_sync_embed(memory["embedder"]),
+        embed=embed,
         summariser=LLMSummariser(engines["summariser"]),
         pii_for=auth.pii_for,
     )
@@ -135,7 +143,7 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
         agent = Agent(engines["reasoner"], default_registry(demo=config.agent_demo_tools), router=engines["router"],
                       memory=backend, config=config.agent, recall=config.chat.recall)
     experiences = ExperienceService(config.experience.model_copy(update={"data_dir": config.state_dir / "experiences"}),
-                                    _sync_embed(memory["embedder"]), memory=backend,
+                                    embed, memory=backend,
                                     store=cast(ExperienceStore, RemoteStore(state, "experiences")),
                                     pii_for=auth.pii_for, rewriter=engines["router"])
     # NOTE: one trace file for every replica, on the state deployment (as the sessions).

@@ -58,6 +58,7 @@ __all__ = [
     "HandleMemoryBackend",
     "bind_memory",
     "memory_backend",
+    "LocalEmbedders",
     "shard_deployment_name",
     "EMBEDDER_DEPLOYMENT",
 ]
@@ -113,6 +114,15 @@ class EmbedLanes:
             out.append(vectors[start : start + len(texts)])
             start += len(texts)
         return out
+
+    def embed_blocking(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` in the calling thread (a worker thread: context-mode and experiences).
+
+        Not gathered with the lanes' calls: the caller waits in its own thread anyway, and ONNX
+        Runtime's ``run`` is thread-safe, so a forward here runs beside the lanes' forwards.
+        """
+        with MEMORY_HOP.labels("embed_forward").time():
+            return np.asarray(self.embedder.embed(list(texts)), dtype=np.float32)
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts`` -> [n, dim] unit-norm float32 (batched with concurrent callers of its lane)."""
@@ -341,9 +351,30 @@ class HandleMemoryBackend(MemoryService):
                          admission=SearchAdmission(memory.search_admission))
 
 
+class LocalEmbedders:
+    """The ingress's in-process embedders: one :class:`EmbedLanes` per distinct embedder config.
+
+    Generations (and context-mode and experiences) that use one embedder share one copy of its
+    weights; a config with ``ingress_max_texts: 0`` gets none (every embed goes to the deployment).
+    """
+
+    def __init__(self) -> None:
+        self._lanes: dict[str, EmbedLanes] = {}
+
+    def get(self, cfg: EmbedderConfig | None) -> EmbedLanes | None:
+        """The lanes serving ``cfg`` in this process (loaded on first request), or None."""
+        if cfg is None or cfg.ingress_max_texts == 0:
+            return None
+        key = cfg.model_dump_json(exclude={"deployment"})
+        if key not in self._lanes:
+            self._lanes[key] = EmbedLanes(cfg)
+        return self._lanes[key]
+
+
 def memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig,
                    pii_for: Callable[[str], PiiMode] | None = None,
-                   embedder: EmbedderConfig | None = None) -> MemoryService:
+                   embedder: EmbedderConfig | None = None,
+                   local: LocalEmbedders | None = None) -> MemoryService:
     """The ingress's memory service over the bound generations (see :func:`bind_memory`).
 
     Args:
@@ -354,29 +385,21 @@ def memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig,
         embedder: the cluster's embedder config; a generation whose embedder sets
             ``ingress_max_texts`` gets its model loaded in this process for small calls. None =
             every embed goes to the deployments.
+        local: the process's in-process embedders, to share with other users of the same model
+            (the ingress's context-mode and experiences); None = a registry of its own.
     """
-    backend = _memory_backend(generations, memory, embedder)
+    backend = _memory_backend(generations, memory, embedder, local or LocalEmbedders())
     if pii_for is not None:
         backend.pii_for = pii_for
     return backend
 
 
 def _memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig,
-                    embedder: EmbedderConfig | None) -> MemoryService:
+                    embedder: EmbedderConfig | None, local: LocalEmbedders) -> MemoryService:
     from serve.api.metrics import MEMORY_ROUTING
 
     configs = [g.embedder for g in memory.generations(embedder)] if embedder is not None else [None] * len(generations)
-    lanes: dict[str, EmbedLanes] = {}
-
-    def local(cfg: EmbedderConfig | None) -> EmbedLanes | None:
-        if cfg is None or cfg.ingress_max_texts == 0:
-            return None
-        key = cfg.model_dump_json(exclude={"deployment"})
-        if key not in lanes:  # generations sharing one embedder share one copy of it
-            lanes[key] = EmbedLanes(cfg)
-        return lanes[key]
-
-    services = [HandleMemoryBackend(g["embedder"], g["shards"], memory, local(c), c.ingress_max_texts if c else 0)
+    services = [HandleMemoryBackend(g["embedder"], g["shards"], memory, local.get(c), c.ingress_max_texts if c else 0)
                 for g, c in zip(generations, configs, strict=True)]
     m = memory.migration
     if len(services) == 1:

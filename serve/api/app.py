@@ -17,7 +17,6 @@ import contextlib
 import json
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
@@ -28,9 +27,9 @@ from starlette.routing import compile_path
 from serve.api.auth import Authenticator
 from serve.api.chat_protocol import ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse
 from serve.api.errors import APIError, error_body, install_error_handlers
-from serve.api.limits import (MAX_BODY_BYTES, BodyLimitMiddleware, check_content_type, check_query, check_unicode,
-                              valid_request_id)
-from serve.api.metrics import CONTENT_TYPE_LATEST, LATENCY, REQUESTS, render_metrics
+from serve.api.limits import MAX_BODY_BYTES, BodyLimitMiddleware, check_content_type, check_query, check_unicode
+from serve.api.metrics import CONTENT_TYPE_LATEST, render_metrics
+from serve.api.observe import ObserveMiddleware
 from serve.engine import EngineError
 from serve.pii import SESSION_KEY_CHARS, PersonalDataError, apply_pii, install_log_masking, mask_id
 from serve.pipeline import ChatPipeline, RequestContext
@@ -157,41 +156,8 @@ def create_app(
     # NOTE: added before the observer, so it runs inside it: a 413 gets the request id and metrics.
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
 
-    @app.middleware("http")
-    async def _observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        sent_id = request.headers.get("x-request-id")
-        request_id = sent_id if sent_id and valid_request_id(sent_id) else uuid.uuid4().hex
-        request.state.request_id = request_id
-        start = time.perf_counter()
-        status = 500
-        try:
-            if sent_id is not None and sent_id != request_id:
-                response: Response = JSONResponse(error_body(
-                    "x-request-id: must be 1-128 characters of A-Z a-z 0-9 . _ : -", "invalid_request_error",
-                    "x-request-id"), status_code=400)
-            else:
-                response = await call_next(request)
-            status = response.status_code
-        except Exception:  # noqa: BLE001 - the one place an unexpected error becomes the envelope
-            log.exception("request %s %s %s: unhandled error", request_id, request.method, request.url.path)
-            response = JSONResponse(error_body(f"internal server error (request id {request_id})", "server_error",
-                                               None, "internal_error"), status_code=500)
-        except asyncio.CancelledError:
-            # NOTE: the client went away (a closed connection, a load test stopping): nginx's 499,
-            # so the error-rate panels count server errors only.
-            status = 499
-            raise
-        finally:
-            # NOTE: label by matched route template, not raw path, to keep cardinality bounded.
-            matched = request.scope.get("route")
-            route = getattr(matched, "path", "unmatched")
-            REQUESTS.labels(route, request.method, str(status)).inc()
-            LATENCY.labels(route, request.method).observe(time.perf_counter() - start)
-        if status >= 400:
-            log.log(logging.WARNING if status >= 500 else logging.INFO, "request %s %s %s -> %d", request_id,
-                    request.method, request.url.path, status)
-        response.headers["x-request-id"] = request_id
-        return response
+    # NOTE: outermost (added last): request id, metrics and the 500 envelope (serve.api.observe).
+    app.add_middleware(ObserveMiddleware)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:

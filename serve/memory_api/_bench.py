@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
     from fastapi import FastAPI
 
-    from memory_shards.embedders import MiniLMEmbedder
+    from memory_shards.embedders import build_embedder
     from memory_shards.records import EmbeddedRecord, MemoryRecord
     from memory_shards.retrieval import local_hybrid_coordinator
     from memory_shards.retrieval.locomo import load_locomo
@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     turns = [t.text for c in convs for t in c.turns if t.text.strip()]
     questions = [q.question for c in convs for q in c.questions]
     vocab = sorted({w for t in turns for w in t.lower().split() if w.isalpha() and len(w) > 3})
-    emb = MiniLMEmbedder()
+    # NOTE: the embedder the CPU profiles serve (ONNX Runtime, fp32 MiniLM, one thread): torch costs ~3x more per query.
+    emb = build_embedder("all-MiniLM-L6-v2", runtime="auto")
     base = emb.embed(turns)
     rng = np.random.default_rng(0)
     tmp = tempfile.TemporaryDirectory(prefix="membench-")

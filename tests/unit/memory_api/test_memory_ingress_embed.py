@@ -118,3 +118,47 @@ def test_ingress_embedding_is_for_small_cpu_calls_only() -> None:
     with pytest.raises(ValueError, match="bulk_min_texts"):
         EmbedderConfig(bulk_min_texts=4, ingress_max_texts=4)
     assert EmbedderConfig().ingress_max_texts == 0
+
+
+class _SyncHandle:
+    """A deployment handle as a worker thread uses it: ``.remote(...).result(timeout_s=...)``."""
+
+    def __init__(self, body: Any) -> None:
+        self.body = body
+        self.calls = 0
+
+    @property
+    def embed(self) -> Any:
+        import asyncio
+
+        def remote(texts: list[str]) -> Any:
+            self.calls += 1
+            vectors = asyncio.run(self.body.embed(cloudpickle.loads(cloudpickle.dumps(texts))))
+            return type("_Result", (), {"result": staticmethod(lambda timeout_s: vectors)})()
+
+        return type("_Method", (), {"remote": staticmethod(remote)})()
+
+
+def test_context_mode_and_experience_embeds_run_in_the_ingress_too(cluster) -> None:
+    """The blocking embed that context-mode and experiences call from worker threads skips the hop
+    for small calls (the same vectors as the deployment's) and sends larger ones to the deployment."""
+    from deployments.ingress import _sync_embed
+    from deployments.memory import LocalEmbedders
+
+    embedder_body, _, _, cfg = cluster
+    handle = _SyncHandle(embedder_body.body)
+    local = LocalEmbedders()
+    embed = _sync_embed(handle, local.get(cfg), cfg.ingress_max_texts)
+    texts = ["keep the budget under 500 euros", "the customer prefers email"]
+    near = embed(texts)
+    assert handle.calls == 0 and near.shape == (2, 384) and near.dtype.name == "float32"
+    import asyncio
+
+    far = asyncio.run(embedder_body.body.embed(texts))
+    assert abs(near - far).max() < 1e-5
+    many = [f"turn {i} of the session" for i in range(cfg.ingress_max_texts + 1)]
+    assert embed(many).shape == (len(many), 384) and handle.calls == 1
+    # one copy of the weights per embedder config in a process, shared with the memory API
+    assert local.get(cfg) is local.get(cfg.model_copy())
+    assert local.get(cfg.model_copy(update={"ingress_max_texts": 0})) is None
+    assert _sync_embed(handle)(texts).shape == (2, 384) and handle.calls == 2  # no local model: the deployment
