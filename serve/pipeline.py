@@ -49,10 +49,10 @@ from serve.api.auth import READ_ONLY_SCOPES
 from serve.context import ContextBudgetError, ContextError, ContextManager, MessageIn, SessionNotFoundError
 from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine, set_engine_affinity
 from serve.experience import ExperienceService, ProduceResult, check_topic
-from serve.memory import MemoryBackend, MemoryWrite
+from serve.memory import MemoryBackend
 from serve.pii import PiiMode, apply_pii, for_write_back
 from serve.traces import TraceRecorder
-from serve.write_filter import WriteFilterConfig, worth_storing
+from serve.write_filter import WriteFilterConfig, exchange_write, speaker_name, with_speaker, worth_storing
 from serve.turn import RecallConfig, Turn, analyse_images, memory_meta, recall_memories, render_prompt
 
 __all__ = ["RequestContext", "PipelineSettings", "ChatPipeline", "Answer"]
@@ -396,20 +396,19 @@ class ChatPipeline:
         if not self.settings.write_back or self.memory is None or not answer.strip():
             return
         kept = worth_storing(turn.question, answer, self.settings.write_filter)
+        pii = for_write_back(ctx.pii)
+        speaker = speaker_name(req.messages, pii)
         if agent_result is not None and self.agent is not None:
-            if kept is None:
-                # NOTE: the agent's exchange write is its one "message"; image units stay (their own kind).
-                writes = [w for w in agent_result.memory_writes if w.kind != "message"]
-                agent_result = agent_result.model_copy(update={"memory_writes": writes})
+            # NOTE: the agent's exchange write is its one "message"; image units stay (their own kind).
+            writes = with_speaker([w for w in agent_result.memory_writes if kept is not None or w.kind != "message"],
+                                  speaker)
+            agent_result = agent_result.model_copy(update={"memory_writes": writes})
             self._background_task(self.agent.write_back(ctx.tenant, agent_result), "memory write-back", ctx)
             return
-        session = (req.metadata or {}).get("session_id", "")
         if kept is None:
             return
-        text = apply_pii(kept, for_write_back(ctx.pii))
-        item = MemoryWrite(text=text, kind="message",
-                           source_id=f"chat:{ctx.user}:{ctx.request_id}",
-                           metadata={"user": ctx.user, "session_id": session})
+        item = exchange_write(kept, speaker=speaker, user=ctx.user, request_id=ctx.request_id,
+                              session=(req.metadata or {}).get("session_id", ""), pii=pii)
         self._background_task(self.memory.write(ctx.tenant, [item]), "memory write-back", ctx)
 
     def _record_trace(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn, answer: Answer) -> None:

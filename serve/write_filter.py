@@ -17,19 +17,35 @@ decision/outcome sentences of the user and the whole answer (its context); a res
 and a greeting never reach the store.
 
 ``mode: all`` stores every exchange (the behaviour before the filter).
+
+The stored exchange is built here only (:func:`exchange_write`, and :func:`with_speaker` for the
+agent's own exchange write), with ``metadata.speaker`` = who said it, so that retrieval's named-speaker
+lists (``memory.retrieval.name_boost``: a question naming "Melanie" ranks Melanie's memories among
+themselves) reach chat memories too::
+
+    speaker = name of the question's user message          (OpenAI ``messages[].name``)
+            | name of the latest earlier user message that has one (the same author, known from the request)
+            | "user"                                       (the role, when no message names its author)
+
+PII masking (``serve.pii.apply_pii`` under the write-back policy) applies to the name as to the text:
+a name field holding an e-mail or a phone number is stored masked.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from collections.abc import Sequence
+from typing import Literal, Protocol
 
 from pydantic import Field
 
 from kernels import StrictModel
 from memory_shards.retrieval._text import analyse
+from serve.memory import MemoryWrite
+from serve.pii import PiiMode, apply_pii
 
-__all__ = ["WriteFilterConfig", "worth_storing", "DECISION_OUTCOME", "ANSWER_OUTCOME"]
+__all__ = ["WriteFilterConfig", "worth_storing", "speaker_name", "exchange_write", "with_speaker",
+           "DECISION_OUTCOME", "ANSWER_OUTCOME"]
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
@@ -123,3 +139,49 @@ def worth_storing(question: str, answer: str, config: WriteFilterConfig | None =
         return None
     user = " ".join(kept) if kept else question.strip()
     return f"user: {user}\nassistant: {answer}"
+
+
+class _Authored(Protocol):
+    """A chat message as far as authorship goes (``ChatCompletionMessage``: role and OpenAI's ``name``)."""
+
+    role: str
+    name: str | None
+
+
+def speaker_name(messages: Sequence[_Authored], pii: PiiMode) -> str:
+    """Who said the exchange's user message: its ``name``, else the latest earlier user ``name``, else ``"user"``.
+
+    Args:
+        messages: the request's messages, in order (the question is the last user message).
+        pii: the write-back's PII policy (``serve.pii.for_write_back`` of the tenant's): the name is stored
+            masked like the text.
+
+    Example:
+        >>> from types import SimpleNamespace as M
+        >>> speaker_name([M(role="user", name="Melanie"), M(role="assistant", name=None),
+        ...               M(role="user", name=None)], "mask")
+        'Melanie'
+        >>> speaker_name([M(role="user", name=None)], "mask")
+        'user'
+    """
+    # NOTE: an earlier user message's name counts: a client that names the author once (the first
+    # message of a conversation) still means the same person in later turns of the same request.
+    named = [m.name.strip() for m in messages if m.role == "user" and m.name and m.name.strip()]
+    return apply_pii(named[-1], pii) if named else "user"
+
+
+def exchange_write(kept: str, *, speaker: str, user: str, request_id: str, session: str,
+                   pii: PiiMode) -> MemoryWrite:
+    """The chat write-back's memory of one exchange (``kept``: :func:`worth_storing`'s text), PII-masked.
+
+    ``source_id`` is ``chat:<user>:<request id>`` (a retried request overwrites its own memory);
+    metadata holds the end user's id, the speaker's name (:func:`speaker_name`) and the session.
+    """
+    return MemoryWrite(text=apply_pii(kept, pii), kind="message", source_id=f"chat:{user}:{request_id}",
+                       metadata={"user": user, "speaker": speaker, "session_id": session})
+
+
+def with_speaker(writes: Sequence[MemoryWrite], speaker: str) -> list[MemoryWrite]:
+    """``writes`` with ``metadata.speaker`` set on the exchange ones (kind ``message``; image units keep theirs)."""
+    return [w.model_copy(update={"metadata": {**w.metadata, "speaker": speaker}}) if w.kind == "message" else w
+            for w in writes]

@@ -29,14 +29,23 @@ call; nothing changes for memories without that key)::
 
     score(d) += name_boost * (w_dense / (c + rank_dense_among_named(d)) + w_lex / (c + rank_lex_among_named(d)))
 
+A second hop (``hop_hits``, default 1): each of the first ``hop_hits`` fused hits gives one more
+lexical query, the question plus that hit's new words (:mod:`~memory_shards.retrieval.hop`), asked
+after the first fusion (a second, serial round of BM25-only shard calls), whose lists join the fusion::
+
+    score(d) += hop_weight * w_lex / (c + rank_in_hop_list(d))
+
 Options, off by default and measured by leave-one-conversation-out on the LoCoMo dev file
-(``loadtests/results/locomo-dev-{names,hop,diversify}-loo.md``):
+(``loadtests/results/locomo-dev-{names,hop,diversify,candidates}-loo.md``):
 
 * ``name_weight`` > 0: per name, one more dense + BM25 search of the shards filtered to
   ``metadata[name_key] == name`` (candidates beyond the main lists, at the cost of a second search);
-* a second hop (``hop_hits`` > 0): each of the first fused hits gives one more lexical query, the
-  question plus that hit's new words (:mod:`~memory_shards.retrieval.hop`), whose lists join the
-  fusion with ``hop_weight``;
+* ``name_depth`` > the main depth: a query naming someone asks the shards for that many candidates
+  per list, the main lists keep their first ``dense_candidates`` / ``lexical_candidates`` and only
+  the named speaker's lists read the rest;
+* ``strip_names``: the query is embedded without the names it names (a name says who said a
+  memory; inside another speaker's memory it is mostly the addressee, "Melanie, do you still...");
+  ``unnamed_weight`` > 0 keeps the named query's dense list and adds the unnamed one's;
 * diversification (``group_cap`` > 0, ``group_decay`` < 1 or ``mmr_lambda`` < 1): the fused list is
   reordered so that one day's (or topic's) memories, or near-repeats, do not crowd the top k
   (:mod:`~memory_shards.retrieval.diversify`).
@@ -129,11 +138,14 @@ class RetrievalParams(StrictModel):
         default=0.5, ge=0, le=1,
         description="A hit below the cosine threshold is kept only if its BM25 >= this x the query's best BM25.",
     )
-    # NOTE: off: on the LoCoMo dev file every leave-one-out fold picks 1 hop (R@10 0.804 -> 0.813) but
-    # multi-hop and open-domain stay 0.440 / 0.352, and a hop is a second, serial round of shard calls;
-    # terms 6 / weight 0.3 are the grid points of loadtests/results/locomo-dev-hop-loo.md, not fitted.
+    # NOTE: 1 hop: with name_boost on, leave-one-out over hop_hits 0 / 1 / 2 x hop_terms 3 / 6 picks 1/6,
+    # 2/6, 1/6; hop_hits=1 is the value 2 of 3 folds pick, and each held-out conversation is at or above
+    # no hop (0.802 / 0.848 / 0.834 vs 0.788 / 0.841 / 0.834; held out 0.826, 0.802-0.841). Cost: p50
+    # +4.2 ms in process (14.3 -> 18.5), and in a cluster a second, serial round of BM25-only shard
+    # calls (loadtests/results/locomo-dev-candidates-loo.md). terms 6 / weight 0.3: the earlier grid's points
+    # (locomo-dev-hop-loo.md), not refitted. 0 turns it off.
     hop_hits: int = Field(
-        default=0, ge=0, le=20,
+        default=1, ge=0, le=20,
         description="Second hop: the first this-many fused hits each give a lexical query of the question plus the "
                     "hit's new words (memory_shards.retrieval.hop); 0 = off.")
     hop_terms: int = Field(default=6, ge=1, le=50, description="New words of a first hit added to its hop query.")
@@ -145,6 +157,24 @@ class RetrievalParams(StrictModel):
     # off, about +1 ms p50 in process and no shard call; loadtests/results/locomo-dev-names-loo.md.
     name_weight: float = Field(default=0.0, ge=0, le=100, description="Weight of a search filtered to metadata[name_key] == a name the query names; 0 = off.")
     name_boost: float = Field(default=0.5, ge=0, le=100, description="Weight of the main candidates of a named speaker, ranked among themselves (no shard call); 0 = off.")
+    # NOTE: name_depth and strip_names are off (loadtests/results/locomo-dev-candidates-loo.md). Deeper named
+    # lists (128 / 256 / 512) leave R@10 within +-0.01 per conversation at p50 +3 to +20 ms: evidence at main
+    # rank 65-200 enters the named list near rank 30-100, where RRF (c = 20, weight 0.5) adds too little.
+    # strip_names lifts conv-26 (0.788 -> 0.820, multi-hop 0.458 -> 0.500) but drops conv-30 (0.841 -> 0.817).
+    name_depth: int = Field(
+        default=0, ge=0, le=4096,
+        description="Candidates per list the shards return when the query names someone, for name_boost's lists only "
+                    "(the main lists keep their first dense/lexical_candidates); 0 = the main depth.")
+    strip_names: bool = Field(
+        default=False,
+        description="Embed the query without the names it names (and search name_weight's filtered lists without them): "
+                    "a name says who said a memory, and in other speakers' memories it is mostly the addressee.")
+    # NOTE: off: leave-one-out over 0 / 0.5 / 1 (with hop_hits 1) holds out 0.827 vs 0.828 for off, conv-41
+    # falls (0.830 < 0.834), p50 +12 ms in process (locomo-dev-candidates-loo.md).
+    unnamed_weight: float = Field(
+        default=0.0, ge=0, le=100,
+        description="Weight of one more dense list, of the query without the names it names (embedded in the same "
+                    "call, asked concurrently, only for a query naming someone); 0 = off.")
     name_key: str = Field(default="speaker", min_length=1, max_length=64, description="Metadata key holding who said or wrote a memory (name_weight, name_boost).")
     # NOTE: MMR and the group cap/decay are off: every fold picks the cap off, MMR held out gives
     # R@10 0.799 vs 0.804 (loadtests/results/locomo-dev-diversify-loo.md).
@@ -202,13 +232,27 @@ def _query_names(query: str) -> list[str]:
     return list(dict.fromkeys(m.group(1) for m in _NAME.finditer(query) if m.start() > 0))[:2]
 
 
+def _is_named(speaker: object, names: set[str]) -> bool:
+    """``speaker`` is one of ``names``, or a full name one of whose words is ("Melanie Smith" for "Melanie")."""
+    return isinstance(speaker, str) and (speaker in names or not names.isdisjoint(speaker.split()))
+
+
+def _without_names(text: str, names: list[str]) -> str:
+    """``text`` with each of ``names`` (and its "'s") removed; ``text`` itself when nothing else would remain."""
+    if not names:
+        return text
+    out = re.sub(r"\b(?:" + "|".join(map(re.escape, names)) + r")(?:'s)?\b", " ", text)
+    out = " ".join(out.split())
+    return out if analyse(out) else text
+
+
 def _named(dense: list, lexical: list, query: str, key: str) -> tuple[list, list]:
     """The candidates of ``dense`` and ``lexical`` whose ``metadata[key]`` is a name ``query`` names, in order."""
     names = set(_query_names(query))
     if not names:
         return [], []
-    return ([x for x in dense if x[0].metadata.get(key) in names],
-            [x for x in lexical if x[0].metadata.get(key) in names])
+    return ([x for x in dense if _is_named(x[0].metadata.get(key), names)],
+            [x for x in lexical if _is_named(x[0].metadata.get(key), names)])
 
 
 def _terms(by_source: dict[str, dict], key: str) -> frozenset[str]:
@@ -270,7 +314,11 @@ class HybridRetriever:
         decay = decay or ScoreParams()
         now = time.time() if now is None else float(now)
         rq = self.rewriter(query) if self.rewriter is not None else RewrittenQuery(query, query)
-        qvec = np.asarray((await self.embed([rq.dense]))[0], dtype=np.float32)
+        strip = _query_names(query) if p.strip_names else []
+        unnamed = _without_names(rq.dense, _query_names(query)) if p.unnamed_weight > 0 else rq.dense
+        texts = [_without_names(rq.dense, strip)] + ([unnamed] if unnamed != rq.dense else [])
+        vecs = np.asarray(await self.embed(texts), dtype=np.float32)
+        qvec = vecs[0]
         dense_k = max(k, p.dense_candidates)
         lex_k = max(k, p.lexical_candidates) if p.lexical_candidates > 0 else 0
         feedback = Feedback(p.feedback_docs, p.feedback_terms, p.feedback_weight)
@@ -279,16 +327,26 @@ class HybridRetriever:
         # NOTE: the window's candidates are asked concurrently with the main ones (one more shard
         # call each, only for a query that names a time).
         named = self._name_filters(query, filters, p)
-        main, *extra = await asyncio.gather(ask(rq.lexical, filters, feedback),
+        # NOTE: a query naming someone asks the shards for name_depth candidates per list; the main
+        # lists are their first dense_k / lex_k (the lists a shallower call gives), and only the
+        # named speaker's lists read the rest (see the module docstring).
+        deep = p.name_depth if p.name_boost > 0 and p.name_depth > 0 and _query_names(query) else 0
+        main_ask = partial(self._candidates, tenant, qvec, max(dense_k, deep), max(lex_k, deep) if lex_k else 0,
+                           decay, now) if deep else ask
+        unnamed_ask = ([self._candidates(tenant, vecs[1], dense_k, 0, decay, now, rq.lexical, filters, Feedback())]
+                       if len(vecs) > 1 else [])
+        main, *extra = await asyncio.gather(main_ask(rq.lexical, filters, feedback), *unnamed_ask,
                                             *([ask(rq.lexical, window, feedback)] if window is not None else []),
-                                            *(ask(rq.lexical, f, feedback) for f in named))
-        dense, lexical = main
+                                            *(ask(_without_names(rq.lexical, strip), f, feedback) for f in named))
+        dense, lexical = main[0][:dense_k], main[1][:lex_k]
         lists = [(dense, lexical, 1.0)]
+        if unnamed_ask:
+            lists.append((extra.pop(0)[0], [], p.unnamed_weight))
         if window is not None:
             lists.append((*extra.pop(0), p.date_weight))
         lists += [(d, lx, p.name_weight) for d, lx in extra]
         if p.name_boost > 0:
-            lists.append((*_named(dense, lexical, query, p.name_key), p.name_boost))
+            lists.append((*_named(*main, query, p.name_key), p.name_boost))
         if p.hop_hits > 0 and p.hop_weight > 0 and lex_k > 0:
             first = self._fuse(lists, p.hop_hits, p, decay.threshold)
             hops = [q for h in first if (q := hop_query(rq.lexical, h.record.text, p.hop_terms)) is not None]

@@ -187,6 +187,8 @@ def create_app(
             apply_pii(body.metadata or {}, pii, "metadata")
             for i, message in enumerate(body.messages):
                 apply_pii(message.text(), pii, f"messages.{i}.content")
+                # NOTE: a user message's name is stored as the write-back's metadata.speaker.
+                apply_pii(message.name or "", pii, f"messages.{i}.name")
         user = body.user or "default"
         if pii != "allow":
             # NOTE: the user and session ids key the session store; an e-mail as the user id (what

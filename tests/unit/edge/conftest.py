@@ -70,10 +70,10 @@ def boom_router() -> APIRouter:
     return router
 
 
-def build_app(tmp_path: Path, *, max_body_bytes: int | None = None,
-              engine: FixedEngine | None = None) -> tuple[FastAPI, MemoryService]:
+def build_app(tmp_path: Path, *, max_body_bytes: int | None = None, engine: FixedEngine | None = None,
+              settings: PipelineSettings | None = None) -> tuple[FastAPI, MemoryService]:
     """The ingress app with the three routers of ``deployments/ingress.py`` (and :func:`boom_router`);
-    ``engine`` (default a fresh :class:`FixedEngine`) records every prompt."""
+    ``engine`` (default a fresh :class:`FixedEngine`) records every prompt; ``settings`` the ``chat`` section."""
     emb = HashingEmbedder(384)
     coord = local_hybrid_coordinator(2, emb.model_id, emb.dim, data_root=tmp_path / "memory")
 
@@ -87,7 +87,7 @@ def build_app(tmp_path: Path, *, max_body_bytes: int | None = None,
     experiences = ExperienceService(ExperienceConfig(data_dir=tmp_path / "exp"), emb.embed, memory=memory,
                                     pii_for=auth.pii_for)
     traces = TraceRecorder(TraceStore(tmp_path / "turns.sqlite3"))
-    pipeline = ChatPipeline(engine or FixedEngine(), PipelineSettings(), memory=memory, context=context,
+    pipeline = ChatPipeline(engine or FixedEngine(), settings or PipelineSettings(), memory=memory, context=context,
                             experiences=experiences, traces=traces)
     routers = [build_router(memory, auth), build_experience_router(experiences, auth),
                build_session_router(context, auth), build_turn_router(traces.store, auth),

@@ -36,3 +36,14 @@ def test_memories_without_a_speaker_rank_as_before(client: TestClient, service: 
     default = search_ids(client, query, 2)
     service.retriever.params = service.retriever.params.model_copy(update={"name_boost": 0.0})
     assert search_ids(client, query, 2) == default
+
+
+def test_a_full_name_as_speaker_counts_for_its_first_name(client: TestClient, service: MemoryService) -> None:
+    # NOTE: chat write-back stores the client's display name (messages[].name), often a full name.
+    said = [("Caroline Lee", "Melanie, do you still go camping with the kids at the lake?"),
+            ("Caroline Lee", "Camping at the lake sounds lovely, Melanie, the kids must enjoy it"),
+            ("Melanie Smith", "We went camping at the beach last weekend and roasted marshmallows")]
+    r = client.post("/v1/memories", json={"memories": [{"text": t, "metadata": {"speaker": who}} for who, t in said]},
+                    headers=A)
+    assert r.status_code == 200, r.text
+    assert search_ids(client, "Where has Melanie gone camping with the kids?", 3)[0] == r.json()["ids"][2]

@@ -54,6 +54,8 @@ def test_lexical_rescues_an_exact_id_the_embedder_misses() -> None:
         ("acme", "t2", "Printer status page shows toner low", _unit(0, 1, 0.5)),  # cos 0.89
         ("acme", "t3", "General status update for the week", _unit(0, 2, 2.0)),  # cos 0.45
     ], q, _unit(0))
+    # NOTE: the main lists' RRF alone (the default second hop would add its own list's terms; test_retrieval_hop).
+    r.params = r.params.model_copy(update={"hop_hits": 0})
     dense_only = [h.record.source_id for h in _search(r, "acme", q, hybrid=False)]
     assert dense_only == ["t2", "t3"]
     hits = _search(r, "acme", q)
