@@ -29,7 +29,7 @@ call; nothing changes for memories without that key)::
 
     score(d) += name_boost * (w_dense / (c + rank_dense_among_named(d)) + w_lex / (c + rank_lex_among_named(d)))
 
-A second hop (``hop_hits``, default 1): each of the first ``hop_hits`` fused hits gives one more
+A second hop (``hop_hits``, off by default; 1 = one hop): each of the first ``hop_hits`` fused hits gives one more
 lexical query, the question plus that hit's new words (:mod:`~memory_shards.retrieval.hop`), asked
 after the first fusion (a second, serial round of BM25-only shard calls), whose lists join the fusion::
 
@@ -138,14 +138,14 @@ class RetrievalParams(StrictModel):
         default=0.5, ge=0, le=1,
         description="A hit below the cosine threshold is kept only if its BM25 >= this x the query's best BM25.",
     )
-    # NOTE: 1 hop: with name_boost on, leave-one-out over hop_hits 0 / 1 / 2 x hop_terms 3 / 6 picks 1/6,
-    # 2/6, 1/6; hop_hits=1 is the value 2 of 3 folds pick, and each held-out conversation is at or above
-    # no hop (0.802 / 0.848 / 0.834 vs 0.788 / 0.841 / 0.834; held out 0.826, 0.802-0.841). Cost: p50
-    # +4.2 ms in process (14.3 -> 18.5), and in a cluster a second, serial round of BM25-only shard
-    # calls (loadtests/results/locomo-dev-candidates-loo.md). terms 6 / weight 0.3: the earlier grid's points
-    # (locomo-dev-hop-loo.md), not refitted. 0 turns it off.
+    # NOTE: off: with name_boost on, leave-one-out over hop_hits 0 / 1 / 2 x hop_terms 3 / 6 picks 1/6,
+    # 2/6, 1/6, and each held-out conversation is at or above no hop (0.802 / 0.848 / 0.834 vs 0.788 / 0.841
+    # / 0.834; held out 0.826, 0.802-0.841), for p50 +4.2 ms in process (loadtests/results/locomo-dev-candidates-loo.md).
+    # Through the cpu-local cluster the hop is a second, serial round of shard calls: 2k memories, 1 client
+    # p50 / p95 28 / 34 -> 39 / 48 ms, 4 clients 51.8 -> 37.7 searches/s (bench-search-cpu-local-s16.md),
+    # for a gain inside the folds' spread. terms 6 / weight 0.3: the earlier grid's points (locomo-dev-hop-loo.md).
     hop_hits: int = Field(
-        default=1, ge=0, le=20,
+        default=0, ge=0, le=20,
         description="Second hop: the first this-many fused hits each give a lexical query of the question plus the "
                     "hit's new words (memory_shards.retrieval.hop); 0 = off.")
     hop_terms: int = Field(default=6, ge=1, le=50, description="New words of a first hit added to its hop query.")
