@@ -39,8 +39,10 @@ def _memory(rig: Rig, tenant: str, text: str = SECRET, source_id: str = "doc:1")
 
 
 def _experience(rig: Rig, tenant: str, answer: str = "95 km/h", exp_id: str | None = None) -> str:
-    # NOTE: a wrong answer fails the record's checks -> low confidence -> the review tier.
-    body = speed_record(answer=answer, text=SECRET, model=MODEL, exp_id=exp_id)
+    # NOTE: a wrong answer fails the record's checks -> low confidence -> the review tier. The
+    # problem's own numbers stay in the text: a right answer's checks are then grounded (active tier).
+    body = speed_record(answer=answer, text=f"{SECRET}. A car drives 120 km in 1.5 h. What is its speed?",
+                        model=MODEL, exp_id=exp_id)
     r = rig.client.post("/v1/experiences", headers=headers(tenant), json=body)
     assert r.status_code == 201, r.text
     return r.json()["record"]["metadata"]["id"]
