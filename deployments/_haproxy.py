@@ -18,8 +18,15 @@ Two things of Ray's HAProxy config do not fit this project, and a wrapper around
   plain-text 500; they become a 503 with ``Retry-After`` and the project's JSON error envelope
   (``serve.api.errors.error_body``), as the Python proxy's refusals are.
 
-Overload of a replica (``max_ongoing_requests`` + ``max_queued_requests`` full) is still answered by the
-replica itself: 503 with ``Retry-After`` (``ingress.queue_full_retry_after_s``).
+Overload is queued and refused by HAProxy, not by the ingress replicas (issue 15): the wrapper gives each
+ingress replica's ``server`` line ``maxconn`` = the ingress's ``max_ongoing_requests`` and the backend a
+``timeout queue`` (``ray.haproxy_queue_s``). A request beyond a replica's ``maxconn`` waits in HAProxy's
+queue (C, no Python) for a free slot; one still waiting after ``timeout queue`` gets the JSON 503 with
+``Retry-After`` (HAProxy's own refusal, rewritten as above). Without it every request reached the replica,
+which refused the excess itself (Serve's ``max_queued_requests``, or the memory API's search admission),
+and each refusal cost the replica's Python and the event loop that the admitted requests need: on
+cpu-local, 64 closed-loop clients got 84-96% of 4 clients' throughput, with 503s at p95 120-290 ms
+(loadtests/results/bench-search-cpu-local-s16.md). Serve's Python proxy fallback keeps no ``maxconn``.
 """
 
 from __future__ import annotations
@@ -39,12 +46,15 @@ __all__ = ["haproxy_binary", "haproxy_env", "haproxy_folder"]
 
 _WRAPPER = """#!/bin/sh
 # Written by recallserve (deployments/_haproxy.py) for this cluster: move Serve's HAProxy listeners
-# without a host onto {host} and answer HAProxy's own refusals with a JSON 503 + Retry-After.
+# without a host onto {host}, answer HAProxy's own refusals with a JSON 503 + Retry-After, and queue the
+# requests beyond {maxconn} per ingress replica in HAProxy for at most {queue_ms} ms.
 prev=""
 for arg in "$@"; do
   if [ "$prev" = "-f" ] && [ -f "$arg" ]; then
     sed -i -E -e 's/^([[:space:]]*bind )\\*?:([0-9]+)/\\1{host}:\\2/' \\
-      -e 's#^([[:space:]]*errorfile 50[234] ).*$#\\1{errorfile}#' "$arg"
+      -e 's#^([[:space:]]*errorfile 50[234] ).*$#\\1{errorfile}#' \\
+      -e 's/^([[:space:]]*server SERVE_REPLICA_[^[:space:]]+ [^[:space:]]+)( maxconn [0-9]+)?/\\1 maxconn {maxconn}/' \\
+      -e '/^[[:space:]]*timeout queue /d' -e 's/^(backend http-.*)$/\\1\\n    timeout queue {queue_ms}ms/' "$arg"
   fi
   prev="$arg"
 done
@@ -90,7 +100,7 @@ def _free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
-def haproxy_env(folder: Path, host: str, retry_after_s: float) -> dict[str, str]:
+def haproxy_env(folder: Path, host: str, retry_after_s: float, maxconn: int, queue_s: float) -> dict[str, str]:
     """The variables that start Serve's HAProxy ingress, its files under ``folder``.
 
     Writes the binary's wrapper and the 503 response into ``folder`` (made if missing).
@@ -99,7 +109,13 @@ def haproxy_env(folder: Path, host: str, retry_after_s: float) -> dict[str, str]
         folder: this cluster's HAProxy folder (:func:`haproxy_folder`): config, sockets, server state.
         host: the server's host; every listener of HAProxy binds there.
         retry_after_s: the ``Retry-After`` of HAProxy's own 503s.
+        maxconn: requests HAProxy sends one ingress replica at once (its ``max_ongoing_requests``).
+        queue_s: longest wait in HAProxy's queue before a 503.
     """
+    if maxconn < 1:
+        raise ValueError(f"maxconn: must be >= 1, got {maxconn}")
+    if queue_s <= 0:
+        raise ValueError(f"queue_s: must be > 0, got {queue_s}")
     folder.mkdir(parents=True, exist_ok=True)
     body = json.dumps(error_body("no ingress replica can take the request now; retry after the Retry-After seconds",
                                  "service_unavailable", code="ingress_unavailable")).encode()
@@ -109,7 +125,8 @@ def haproxy_env(folder: Path, host: str, retry_after_s: float) -> dict[str, str]
     errorfile = folder / "503.http"
     errorfile.write_bytes(head + body)
     wrapper = folder / "haproxy"
-    wrapper.write_text(_WRAPPER.format(host=host, errorfile=errorfile, binary=shlex.quote(haproxy_binary())))
+    wrapper.write_text(_WRAPPER.format(host=host, errorfile=errorfile, binary=shlex.quote(haproxy_binary()),
+                                       maxconn=int(maxconn), queue_ms=max(1, round(queue_s * 1000))))
     wrapper.chmod(0o755)
     return {
         "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",

