@@ -27,6 +27,9 @@ which refused the excess itself (Serve's ``max_queued_requests``, or the memory 
 and each refusal cost the replica's Python and the event loop that the admitted requests need: on
 cpu-local, 64 closed-loop clients got 84-96% of 4 clients' throughput, with 503s at p95 120-290 ms
 (loadtests/results/bench-search-cpu-local-s16.md). Serve's Python proxy fallback keeps no ``maxconn``.
+The wrapper is written when ``recallserve up`` starts Ray: a later ``recallserve deploy`` with another
+``ingress.max_ongoing_requests`` keeps the old ``maxconn`` until the next start (a lower limit is then
+enforced by the replica itself again, as before).
 """
 
 from __future__ import annotations
