@@ -100,3 +100,19 @@ def test_an_entity_heavy_message_is_answered_in_bounded_time(rig: Rig, kind: str
     assert r.status_code < 500, r.text
     # NOTE: ~1-3 s on the 2-core host (linear in the text); the quadratic scan took minutes.
     assert elapsed < 20, f"{kind}: {elapsed:.1f} s"
+
+
+def test_a_memory_batch_over_the_total_text_bound_is_400_and_stores_nothing(rig: Rig) -> None:
+    # NOTE: every field is within its own bound (32,000 characters); the batch is not (40 x 30,000).
+    memories = [{"text": f"note {i} " + "word " * 6_000, "source_id": f"big:{i}"} for i in range(40)]
+    r = rig.client.post("/v1/memories", json={"memories": memories}, headers=headers(A))
+    err = assert_envelope(r, 400, "memories")
+    assert "in all" in err["message"], err
+    listed = rig.client.get("/v1/memories", params={"source_id": "big:0"}, headers=headers(A))
+    assert listed.status_code == 200 and listed.json()["data"] == [], listed.text
+
+
+def test_a_memory_batch_within_the_bound_is_stored(rig: Rig) -> None:
+    memories = [{"text": f"note {i} " + "word " * 6_000, "source_id": f"big:{i}"} for i in range(6)]
+    r = rig.client.post("/v1/memories", json={"memories": memories}, headers=headers(A))
+    assert r.status_code == 200 and len(r.json()["ids"]) == 6, r.text
