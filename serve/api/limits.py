@@ -1,5 +1,5 @@
-"""Edge limits of the ingress: the request-body cap (413), the client's request id, the text of
-a JSON body (valid Unicode) and its keys (each once per object).
+"""Edge limits of the ingress: the request-body cap (413) and encoding (415 unless uncompressed),
+the client's request id, the text of a JSON body (valid Unicode) and its keys (each once per object).
 
 All run before any route's code: a body over the cap is refused while it streams in (its
 ``content-length`` alone is enough when sent), so an oversized upload never reaches the JSON
@@ -50,7 +50,10 @@ class BodyLimitMiddleware:
 
     A declared ``content-length`` over the cap is answered at once; a body streamed without one
     (chunked) is counted as it arrives and the route's body read fails with the same 413 (an
-    ``HTTPException`` the app's handlers turn into the envelope).
+    ``HTTPException`` the app's handlers turn into the envelope). A body sent with a
+    ``content-encoding`` other than ``identity`` is a 415 naming the header: the server never
+    decompresses a request (so a gzip bomb costs nothing), and a compressed JSON body was answered
+    "could not be parsed as JSON", which did not say why.
 
     Args:
         app: the ASGI app to wrap.
@@ -66,6 +69,14 @@ class BodyLimitMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        encoding = b",".join(v for k, v in scope["headers"] if k == b"content-encoding").strip().lower()
+        if encoding and encoding != b"identity":
+            got = encoding.decode("latin-1")[:40]
+            response = JSONResponse(error_body(f"content-encoding: {got!r} is not accepted; send the body uncompressed",
+                                               "invalid_request_error", "content-encoding", "unsupported_media_type"),
+                                    status_code=415)
+            await response(scope, receive, send)
             return
         declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):

@@ -2,12 +2,15 @@
 
 * a made-up HTTP method must not mint a new ``/metrics`` series (label cardinality);
 * a JSON object naming a key twice is a 400 naming the key, on every body route, and stores nothing;
+* a compressed body (``content-encoding: gzip``) is a 415 naming the header, never decompressed;
+* an add batch's text is bounded in all, not only per field;
 * a message built to make the entity table quadratic (tens of thousands of e-mail-like tokens,
   amounts or title abbreviations) is answered in bounded time.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
 import uuid
@@ -116,3 +119,18 @@ def test_a_memory_batch_within_the_bound_is_stored(rig: Rig) -> None:
     memories = [{"text": f"note {i} " + "word " * 6_000, "source_id": f"big:{i}"} for i in range(6)]
     r = rig.client.post("/v1/memories", json={"memories": memories}, headers=headers(A))
     assert r.status_code == 200 and len(r.json()["ids"]) == 6, r.text
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "GZIP", "gzip, identity"])
+def test_a_compressed_body_is_415_naming_the_header(shared_rig: Rig, encoding: str) -> None:
+    raw = gzip.compress(json.dumps(CHAT).encode())
+    r = shared_rig.client.post("/v1/chat/completions", content=raw,
+                               headers=headers(A, **{"content-type": "application/json", "content-encoding": encoding}))
+    err = assert_envelope(r, 415, "content-encoding")
+    assert err["message"].startswith("content-encoding:"), err
+
+
+def test_an_identity_encoded_body_is_read(shared_rig: Rig) -> None:
+    r = shared_rig.client.post("/v1/chat/completions", content=json.dumps(CHAT).encode(),
+                               headers=headers(A, **{"content-type": "application/json", "content-encoding": "identity"}))
+    assert r.status_code == 200, r.text
