@@ -27,7 +27,8 @@ from starlette.routing import compile_path
 from serve.api.auth import Authenticator
 from serve.api.chat_protocol import ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse
 from serve.api.errors import APIError, error_body, install_error_handlers
-from serve.api.limits import MAX_BODY_BYTES, BodyLimitMiddleware, check_content_type, check_query, check_unicode
+from serve.api.limits import (MAX_BODY_BYTES, BodyLimitMiddleware, check_content_type, check_duplicate_keys, check_query,
+                              check_unicode)
 from serve.api.metrics import CONTENT_TYPE_LATEST, render_metrics
 from serve.api.observe import ObserveMiddleware
 from serve.engine import EngineError
@@ -150,7 +151,7 @@ def create_app(
         yield
 
     # NOTE: app-wide, so every router's routes (memories, experiences, sessions, ...) check it too.
-    edge_checks = [Depends(check_query), Depends(check_content_type), Depends(check_unicode)]
+    edge_checks = [Depends(check_query), Depends(check_content_type), Depends(check_unicode), Depends(check_duplicate_keys)]
     app = FastAPI(title=title, version="0.1.0", lifespan=lifespan, dependencies=edge_checks)
     install_error_handlers(app)
     # NOTE: added before the observer, so it runs inside it: a 413 gets the request id and metrics.

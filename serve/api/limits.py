@@ -1,16 +1,18 @@
-"""Edge limits of the ingress: the request-body cap (413), the client's request id and the
-text of a JSON body (valid Unicode).
+"""Edge limits of the ingress: the request-body cap (413) and encoding (415 unless uncompressed),
+the client's request id, the text of a JSON body (valid Unicode) and its keys (each once per object).
 
 All run before any route's code: a body over the cap is refused while it streams in (its
 ``content-length`` alone is enough when sent), so an oversized upload never reaches the JSON
 parser or the ingress's memory; a request id that is not a short token is a 400 rather than a
 string copied into every log line and response header; a JSON string holding an unpaired UTF-16
 surrogate (``"\\ud800"``, which JSON's escapes allow and UTF-8 cannot encode) is a 400 naming its
-field, not a 500 from the first store or log line that encodes it.
+field, not a 500 from the first store or log line that encodes it; a JSON object naming a key
+twice is a 400 naming the key, not an answer to whichever of the two values the parser kept.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -22,8 +24,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve.api.errors import APIError, error_body
 
-__all__ = ["MAX_BODY_BYTES", "BodyLimitMiddleware", "check_content_type", "check_query", "check_unicode", "undecodable_query",
-           "unpaired_surrogate", "valid_request_id"]
+__all__ = ["MAX_BODY_BYTES", "BodyLimitMiddleware", "check_content_type", "check_duplicate_keys", "check_query",
+           "check_unicode", "duplicate_key", "undecodable_query", "unpaired_surrogate", "valid_request_id"]
 
 MAX_BODY_BYTES = 32 * 2**20
 """NOTE: 32 MiB: the largest image the describer takes (12 MiB, 16 MiB as base64) plus a full
@@ -48,7 +50,10 @@ class BodyLimitMiddleware:
 
     A declared ``content-length`` over the cap is answered at once; a body streamed without one
     (chunked) is counted as it arrives and the route's body read fails with the same 413 (an
-    ``HTTPException`` the app's handlers turn into the envelope).
+    ``HTTPException`` the app's handlers turn into the envelope). A body sent with a
+    ``content-encoding`` other than ``identity`` is a 415 naming the header: the server never
+    decompresses a request (so a gzip bomb costs nothing), and a compressed JSON body was answered
+    "could not be parsed as JSON", which did not say why.
 
     Args:
         app: the ASGI app to wrap.
@@ -64,6 +69,14 @@ class BodyLimitMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        encoding = b",".join(v for k, v in scope["headers"] if k == b"content-encoding").strip().lower()
+        if encoding and encoding != b"identity":
+            got = encoding.decode("latin-1")[:40]
+            response = JSONResponse(error_body(f"content-encoding: {got!r} is not accepted; send the body uncompressed",
+                                               "invalid_request_error", "content-encoding", "unsupported_media_type"),
+                                    status_code=415)
+            await response(scope, receive, send)
             return
         declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
@@ -142,6 +155,69 @@ async def check_unicode(request: Request) -> None:
         name = where or "body"
         raise APIError(400, f"{name}: text holds an unpaired UTF-16 surrogate (a lone \\ud800-\\udfff escape); "
                             "send valid Unicode", param=name)
+
+
+class _DuplicateKey(ValueError):
+    """Raised by :func:`_no_repeat` at the first object that names a key twice."""
+
+
+def _no_repeat(pairs: list[tuple[str, Any]]) -> None:
+    # NOTE: returns None, not a dict: only the check is wanted, and building nothing keeps the
+    # pass within ~1.2-1.8x of the parse FastAPI already made (5M empty objects: 0.85 s vs 0.64 s).
+    if len(pairs) > 1 and len({key for key, _ in pairs}) != len(pairs):
+        raise _DuplicateKey
+
+
+class _Pairs(list):  # type: ignore[type-arg]
+    """A JSON object kept as its (key, value) pairs, repeats included (the error path's parse)."""
+
+
+def duplicate_key(body: bytes | str) -> str | None:
+    """The JSON path (``messages.0.role``) of the first key that a JSON object of ``body`` names
+    twice, None when every object names each key once (or ``body`` is not JSON).
+
+    Example:
+        >>> duplicate_key(b'{"messages": [{"role": "user", "role": "system"}]}')
+        'messages.0.role'
+    """
+    try:
+        json.loads(body, object_pairs_hook=_no_repeat)
+        return None
+    except _DuplicateKey:
+        pass
+    except (ValueError, RecursionError):
+        return None  # NOTE: not JSON: the route's own body validation answers it
+    stack: list[tuple[str, Any]] = [("", json.loads(body, object_pairs_hook=_Pairs))]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, _Pairs):
+            seen: set[str] = set()
+            for key, _ in node:
+                if key in seen:
+                    return f"{path}.{key}" if path else key
+                seen.add(key)
+            stack.extend((f"{path}.{key}" if path else key, item) for key, item in reversed(node))
+        elif isinstance(node, list):
+            stack.extend((f"{path}.{i}" if path else str(i), item) for i, item in reversed(list(enumerate(node))))
+    return None  # pragma: no cover - the first pass found one
+
+
+async def check_duplicate_keys(request: Request) -> None:
+    """App-wide dependency: a JSON body whose object names a key twice is a 400 naming the key.
+
+    NOTE: Python's parser keeps the last value, so ``{"model": "a", "model": "b"}`` was answered
+    as model ``b`` while a proxy, log or policy check that reads the first saw ``a``; RFC 8259
+    leaves the meaning open, so the server refuses it as it refuses a query parameter sent twice.
+    """
+    if getattr(request.scope.get("route"), "body_field", None) is None:
+        return
+    body = await request.body()
+    if not body or not _is_json(request.headers.get("content-type", "application/json")):
+        return
+    where = duplicate_key(body)
+    if where is not None:
+        raise APIError(400, f"{where}: the same key given twice in one JSON object; send each key once",
+                       param=where)
 
 
 def _is_json(content_type: str) -> bool:

@@ -11,8 +11,9 @@ What it does for each HTTP request:
 * the request id: the client's ``x-request-id`` when valid (1-128 characters of ``A-Z a-z 0-9 . _ : -``),
   else a new uuid4 hex; an invalid one is answered 400 naming the header; the id is put on
   ``request.state.request_id`` and on every response's ``x-request-id`` header;
-* ``REQUESTS`` and ``LATENCY`` by matched route template (bounded cardinality), the latency taken
-  when the response starts (time to headers; a stream's body is not counted);
+* ``REQUESTS`` and ``LATENCY`` by matched route template and method (bounded cardinality: a method
+  outside :data:`METHODS` counts as ``OTHER``), the latency taken when the response starts (time
+  to headers; a stream's body is not counted);
 * an exception that escapes the app before the response started becomes the JSON envelope with
   status 500 and the request id (logged with its traceback); after it started, it is logged and
   re-raised (the server closes the connection); a cancelled request (client gone) counts as 499.
@@ -32,11 +33,28 @@ from serve.api.errors import error_body
 from serve.api.limits import valid_request_id
 from serve.api.metrics import LATENCY, REQUESTS
 
-__all__ = ["ObserveMiddleware"]
+__all__ = ["METHODS", "ObserveMiddleware", "method_label"]
 
 log = logging.getLogger("recallserve.api")
 
 _HEADER = b"x-request-id"
+
+#: Methods a metric's ``method`` label names as sent (RFC 9110's, plus PATCH).
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE"})
+
+
+def method_label(method: str) -> str:
+    """The ``method`` label of a request: the method when it is one of :data:`METHODS`, else ``OTHER``.
+
+    NOTE: HTTP lets a method be any token and the server passes it on (a 405 answers it), so a
+    label copied from it let every request with a made-up method (``FOO1``, ``FOO2``, ...) add a
+    time series to ``/metrics`` for the life of the process.
+
+    Example:
+        >>> method_label("POST"), method_label("X-PROBE-17")
+        ('POST', 'OTHER')
+    """
+    return method if method in METHODS else "OTHER"
 
 
 class ObserveMiddleware:
@@ -94,5 +112,6 @@ class ObserveMiddleware:
     def _observe(scope: Scope, status: int, start: float) -> None:
         # NOTE: label by matched route template, not raw path, to keep cardinality bounded.
         route = getattr(scope.get("route"), "path", "unmatched")
-        REQUESTS.labels(route, scope["method"], str(status)).inc()
-        LATENCY.labels(route, scope["method"]).observe(time.perf_counter() - start)
+        method = method_label(scope["method"])
+        REQUESTS.labels(route, method, str(status)).inc()
+        LATENCY.labels(route, method).observe(time.perf_counter() - start)

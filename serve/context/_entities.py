@@ -17,6 +17,7 @@ because an amount or a date without what it refers to is of little use to the mo
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from serve.pii import mask_pii
@@ -67,6 +68,9 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _ABBREV_END = re.compile(rf"\b{_TITLE}\.$|\b(?:e\.g|i\.e|etc|vs|No|St)\.$")
 # NOTE: snippets longer than this cost entity budget without helping recall.
 _SNIPPET_CHARS = 90
+# NOTE: the abbreviation check reads only this many characters before a sentence end: the longest
+# abbreviation ("Professor.") and the character before it (for its word boundary) fit well inside.
+_ABBREV_WINDOW = 32
 
 
 @dataclass(frozen=True)
@@ -99,19 +103,29 @@ def _mask(kind: str, raw: str) -> str:
 
 
 def _scan(text: str) -> list[tuple[int, int, str, str]]:
-    """(start, end, kind, raw) spans, earlier patterns winning overlaps."""
-    taken: list[tuple[int, int]] = []
+    """(start, end, kind, raw) spans, earlier patterns winning overlaps.
+
+    NOTE: the spans taken so far are kept sorted by start (they never overlap, so also by end) and
+    a match is checked against its two neighbours only; a scan over every taken span made a
+    message of 49,000 short e-mail-like tokens ("a@b.a@b. ...") cost minutes of the event loop.
+    """
+    starts: list[int] = []
+    ends: list[int] = []
     spans: list[tuple[int, int, str, str]] = []
     for kind, pattern in _PATTERNS:
         for m in pattern.finditer(text):
             group = 1 if m.re.groups else 0
             start, end = m.span(group)
             raw = m.group(group).strip().rstrip(",")
-            if not raw or any(start < e and s < end for s, e in taken):
+            if not raw:
+                continue
+            at = bisect_right(starts, start)
+            if (at > 0 and ends[at - 1] > start) or (at < len(starts) and starts[at] < end):
                 continue
             if kind == "phone" and not 7 <= len(_DIGITS.findall(raw)) <= 15:
                 continue
-            taken.append((start, end))
+            starts.insert(at, start)
+            ends.insert(at, end)
             spans.append((start, end, kind, raw))
     spans.sort()
     return spans
@@ -134,16 +148,20 @@ def mask_personal(text: str) -> str:
     return "".join(out)
 
 
-def _snippet(text: str, start: int, end: int) -> str:
+def _sentence_starts(text: str) -> list[int]:
+    """Start offsets of the sentences of ``text`` (the first is 0), in order."""
     bounds = [0]
     for m in _SENTENCE_END.finditer(text):
-        if not _ABBREV_END.search(text[bounds[-1] : m.start()]):
+        # NOTE: only the characters just before the end are read (_ABBREV_WINDOW): the whole
+        # sentence so far made a run of "Dr. Dr. ..." (no end accepted) cost quadratic time.
+        if not _ABBREV_END.search(text[max(bounds[-1], m.start() - _ABBREV_WINDOW) : m.start()]):
             bounds.append(m.end())
-    bounds.append(len(text))
-    sentence = next(
-        (text[a:b] for a, b in zip(bounds, bounds[1:]) if a <= start < b), text[max(0, start - 40) : end + 40]
-    ).strip()
-    sentence = mask_pii(mask_personal(sentence))
+    return bounds
+
+
+def _snippet(sentence: str) -> str:
+    """``sentence`` masked and cut to :data:`_SNIPPET_CHARS`."""
+    sentence = mask_pii(mask_personal(sentence.strip()))
     if len(sentence) > _SNIPPET_CHARS:
         sentence = sentence[: _SNIPPET_CHARS - 3].rstrip() + "..."
     return sentence
@@ -158,12 +176,19 @@ def extract_entities(text: str) -> list[Entity]:
     """
     seen: set[tuple[str, str]] = set()
     out: list[Entity] = []
-    for start, end, kind, raw in _scan(text):
+    starts = _sentence_starts(text)
+    # NOTE: each sentence is masked once, however many entities it holds: masked per entity, a
+    # long message without sentence ends was masked whole once per entity (quadratic).
+    snippets: dict[int, str] = {}
+    for start, _end, kind, raw in _scan(text):
         value = _mask(kind, raw) if kind in _PERSONAL else raw
         if (kind, value) in seen:
             continue
         seen.add((kind, value))
-        out.append(Entity(kind=kind, value=value, snippet=_snippet(text, start, end)))
+        i = bisect_right(starts, start) - 1
+        if i not in snippets:
+            snippets[i] = _snippet(text[starts[i] : starts[i + 1] if i + 1 < len(starts) else len(text)])
+        out.append(Entity(kind=kind, value=value, snippet=snippets[i]))
     return out
 
 

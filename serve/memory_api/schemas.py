@@ -17,6 +17,7 @@ from memory_shards.records import MAX_METADATA_KEYS, MAX_PARTS, MAX_TEXT_CHARS, 
 
 __all__ = [
     "MAX_BATCH",
+    "MAX_BATCH_CHARS",
     "MAX_K",
     "MemoryIn",
     "AddMemoriesRequest",
@@ -34,6 +35,11 @@ __all__ = [
 
 MAX_BATCH = 256
 """NOTE: one add request embeds at most this many memories (about 1-2 s of MiniLM on one core)."""
+MAX_BATCH_CHARS = 1_000_000
+"""NOTE: the text one add request may carry in all (texts, image descriptions, OCR texts, parts),
+as a chat turn's (serve.api.chat_protocol.MAX_TOTAL_CHARS). Each field has its own bound, but 256
+memories of 32k-character texts and 16 parts each fit the 32 MiB body: ~20M characters that were
+PII-masked on the event loop (~25 s during which no other request was answered) and then embedded."""
 MAX_QUERY_CHARS = 8192
 """NOTE: a query longer than this is a document, not a question (MiniLM reads 256 tokens)."""
 MAX_K = 200
@@ -119,6 +125,15 @@ class AddMemoriesRequest(StrictModel):
                 raise ValueError(f"memories.{i}.source_id: the same as memories.{first[memory.source_id]}.source_id; "
                                  "a batch holds each source id once")
             first[memory.source_id] = i
+        return self
+
+    @model_validator(mode="after")
+    def _total_text(self) -> AddMemoriesRequest:
+        total = sum(len(m.text) + len(m.image_description or "") + len(m.ocr_text or "")
+                    + sum(len(p.text) for p in m.parts) for m in self.memories)
+        if total > MAX_BATCH_CHARS:
+            raise ValueError(f"memories: {total} characters of text in all; at most {MAX_BATCH_CHARS} per request "
+                             "are accepted (send the memories in smaller batches)")
         return self
 
 
