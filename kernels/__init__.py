@@ -6,9 +6,11 @@ Also the project's shared bases, which live at the bottom layer: the pydantic ba
 Importing this package never imports triton; ``fused_topk(..., backend="triton")`` does.
 """
 
-from kernels._base import StrictModel, check_json, lazy_exports
+from kernels._base import CONTROL_CHARS, NoControl, StrictModel, check_json, lazy_exports, no_control
 
 __all__ = [
+    "CONTROL_CHARS",
+    "NoControl",
     "SHARED_TENANT",
     "ScoreParams",
     "StrictModel",
@@ -16,6 +18,7 @@ __all__ = [
     "TopKResult",
     "fused_topk",
     "lazy_exports",
+    "no_control",
     "reference_fused_topk",
     "triton_available",
 ]

@@ -14,18 +14,42 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
-__all__ = ["StrictModel", "check_json", "lazy_exports"]
+__all__ = ["CONTROL_CHARS", "NoControl", "StrictModel", "check_json", "lazy_exports", "no_control"]
+
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+"""C0 control characters and DEL: refused in ids, names and keys (see :func:`no_control`)."""
 
 
 class StrictModel(BaseModel):
     """A pydantic model that rejects unknown fields and non-finite floats, and validates on assignment."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)
+
+
+def no_control(value: str | None) -> str | None:
+    """``value`` unchanged, or ValueError when it holds a control character (U+0000-U+001F, U+007F).
+
+    NOTE: for the short strings that name or key something (a source id, an author name, a
+    reviewer, a metadata key): they are written to logs, traces and store keys, where a newline or
+    NUL forges a log line or splits a key. Free text (a message, a memory's text) may hold newlines.
+
+    Example:
+        >>> no_control("conv-26:D1:3")
+        'conv-26:D1:3'
+    """
+    if value is not None and CONTROL_CHARS.search(value):
+        raise ValueError("must not hold control characters (U+0000-U+001F, U+007F)")
+    return value
+
+
+NoControl = AfterValidator(no_control)
+"""Use as ``Annotated[str, NoControl]``: the field refuses control characters (:func:`no_control`)."""
 
 
 def check_json(value: Any, path: str, *, max_depth: int = 4, max_items: int = 64, max_chars: int = 1000) -> Any:

@@ -86,6 +86,11 @@ class Authenticator:
             raise APIError(401, "authorization, api-key: two different API keys sent; send one",
                            type="authentication_error", param="api-key", code="ambiguous_api_key")
         key = bearer or api_key
+        if not key and header.strip():
+            # NOTE: a header that is there but not "Bearer <key>" (a tab after Bearer, "Basic ...", "Bearer"
+            # alone) is named as such, not answered "missing", which sends the caller looking elsewhere.
+            raise APIError(401, "authorization: not of the form 'Bearer <key>' (one space, then the key)",
+                           type="authentication_error", param="authorization", code="invalid_authorization")
         if not key:
             raise APIError(401, "missing API key: send 'Authorization: Bearer <key>'", type="authentication_error",
                            code="missing_api_key")

@@ -8,14 +8,13 @@ recallserve's own per-request options travel in the standard ``metadata`` object
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from kernels import StrictModel, check_json
+from kernels import CONTROL_CHARS, NoControl, StrictModel, check_json
 
 __all__ = [
     "TextPart",
@@ -46,9 +45,6 @@ MAX_METADATA_KEYS = 16
 """NOTE: request metadata carries a few recallserve options (session_id, context_mode, agent, reasoning)."""
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
 class ImageURL(StrictModel):
     """An image reference: a ``data:`` URL with base64 content (remote URLs are not fetched)."""
 
@@ -76,8 +72,8 @@ class ChatCompletionMessage(StrictModel):
     role: Literal["system", "developer", "user", "assistant", "tool"] = Field(description="Author role.")
     content: str | list[TextPart | ImagePart] | None = Field(
         default=None, description=f"Text or content parts (at most {MAX_PARTS} parts, {MAX_IMAGES} images).")
-    name: str | None = Field(default=None, min_length=1, max_length=64, description="Optional author name.")
-    tool_call_id: str | None = Field(default=None, max_length=256, description="For role=tool: the call answered.")
+    name: Annotated[str | None, NoControl] = Field(default=None, min_length=1, max_length=64, description="Optional author name.")
+    tool_call_id: Annotated[str | None, NoControl] = Field(default=None, max_length=256, description="For role=tool: the call answered.")
     tool_calls: list[dict[str, Any]] | None = Field(default=None, max_length=64, description="Assistant tool calls (echoed history).")
 
     @field_validator("tool_calls")
@@ -172,7 +168,7 @@ class ChatCompletionRequest(StrictModel):
         default=None, description="Stop sequences (at most 4, 1-256 characters each).")
     seed: int | None = Field(strict=True, default=None, ge=-(2**63), le=2**63 - 1, description="Sampling seed (64-bit).")
     user: str | None = Field(default=None, min_length=1, max_length=256, description="End-user id; sessions and memories are per user.")
-    metadata: dict[Annotated[str, Field(min_length=1, max_length=64)], Annotated[str, Field(max_length=256)]] | None = Field(
+    metadata: dict[Annotated[str, Field(min_length=1, max_length=64), NoControl], Annotated[str, Field(max_length=256)]] | None = Field(
         default=None, max_length=MAX_METADATA_KEYS,
         description="recallserve options: session_id, context_mode, agent (auto|on|off), reasoning.")
     response_format: ResponseFormat | None = Field(default=None, description="Constrain the output format.")
@@ -228,7 +224,7 @@ class ChatCompletionRequest(StrictModel):
         if session_id is not None and not session_id.strip():
             raise ValueError("metadata.session_id: must not be empty (leave it out for a sessionless turn)")
         for name, value in (("user", self.user), ("metadata.session_id", session_id)):
-            if value is not None and _CONTROL.search(value):
+            if value is not None and CONTROL_CHARS.search(value):
                 # NOTE: ids key the session store and are written to logs and traces: a newline
                 # or NUL in one forges a log line or splits a key.
                 raise ValueError(f"{name}: must not hold control characters (U+0000-U+001F, U+007F)")

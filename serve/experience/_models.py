@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kernels import StrictModel
+from kernels import NoControl, StrictModel
 from serve.experience._calculator import DEFAULT_MAX_STEPS, DEFAULT_SECONDS
 from serve.experience._parser import ParseReport
 from serve.experience._rules import Rule
@@ -165,7 +165,7 @@ class LabelRequest(StrictModel):
     label: Literal["correct", "wrong"] = Field(description="correct -> active cache; wrong -> archival.")
     error_tags: list[str] = Field(default_factory=list, max_length=16, description="Error pattern tags.")
     note: str = Field(default="", max_length=2000, description="Reviewer's note.")
-    reviewer: str | None = Field(default=None, max_length=200, description="Reviewer name; default the tenant.")
+    reviewer: Annotated[str | None, NoControl] = Field(default=None, max_length=200, description="Reviewer name; default the tenant.")
 
     @field_validator("error_tags")
     @classmethod

@@ -17,8 +17,8 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
+from kernels import NoControl
 from serve.api.errors import error_body
-
 from serve.memory_api.schemas import (
     AddMemoriesRequest,
     AddMemoriesResponse,
@@ -77,7 +77,7 @@ def build_router(service: MemoryService, get_tenant: Callable[..., Awaitable[str
 
     @router.get("", response_model=MemoryList, summary="Memories with a source id")
     async def list_memories(
-        source_id: Annotated[str, Query(min_length=1, max_length=256, description="Dedup key to look up.")],
+        source_id: Annotated[str, Query(min_length=1, max_length=256, description="Dedup key to look up."), NoControl],
         tenant: str = tenant_dep,
     ) -> MemoryList:
         return MemoryList(data=[record_out(r) for r in await service.list_by_source(tenant, source_id)])

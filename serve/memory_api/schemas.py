@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kernels import StrictModel, check_json
+from kernels import NoControl, StrictModel, check_json
 from memory_shards.records import MAX_METADATA_KEYS, MAX_PARTS, MAX_TEXT_CHARS, MemoryKind, MemoryPart, Scalar
 
 __all__ = [
@@ -72,7 +72,7 @@ class MemoryIn(StrictModel):
 
     text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS, description="Main text (embedded and indexed).")
     kind: MemoryKind = Field(default="text", description="text, image, table, tool_result, experience or message.")
-    source_id: str | None = Field(default=None, min_length=1, max_length=256,
+    source_id: Annotated[str | None, NoControl] = Field(default=None, min_length=1, max_length=256,
                                   description="Dedup key: a newer memory with the same source id replaces the older. Default: a fresh id.")
     metadata: dict[str, Scalar] = Field(default_factory=dict, max_length=MAX_METADATA_KEYS,
                                         description=f"Flat metadata (string -> scalar; at most {MAX_METADATA_KEYS} keys of "

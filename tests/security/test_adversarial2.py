@@ -4,6 +4,8 @@
 * a JSON object naming a key twice is a 400 naming the key, on every body route, and stores nothing;
 * a compressed body (``content-encoding: gzip``) is a 415 naming the header, never decompressed;
 * an add batch's text is bounded in all, not only per field;
+* ids, names and keys (a source id, a message name or tool_call_id, a metadata key, a reviewer) refuse
+  control characters;
 * a message built to make the entity table quadratic (tens of thousands of e-mail-like tokens,
   amounts or title abbreviations) is answered in bounded time.
 """
@@ -134,3 +136,46 @@ def test_an_identity_encoded_body_is_read(shared_rig: Rig) -> None:
     r = shared_rig.client.post("/v1/chat/completions", content=json.dumps(CHAT).encode(),
                                headers=headers(A, **{"content-type": "application/json", "content-encoding": "identity"}))
     assert r.status_code == 200, r.text
+
+
+_CONTROL_CASES = [
+    ("POST", "/v1/memories", {"memories": [{"text": "a note", "source_id": "ticket-1\nFAKE LOG LINE"}]},
+     "memories.0.source_id"),
+    ("GET", "/v1/memories?source_id=ticket-1%00x", None, "source_id"),
+    ("POST", "/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": "hi", "name": "Mel\r\nanie"}]},
+     "messages.0.name"),
+    ("POST", "/v1/chat/completions", {**CHAT, "metadata": {"agent": "off", "a\x00b": "x"}}, "metadata.a\x00b"),
+    ("POST", "/v1/chat/completions", {**CHAT, "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "content": "ok", "tool_call_id": "c1\x1b[2J"},
+        {"role": "user", "content": "and?"}]}, "messages.2.tool_call_id"),
+    ("POST", "/v1/experiences/00000000000000000000000000000000/label", {"label": "correct", "reviewer": "ann\nroot"},
+     "reviewer"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "param"), _CONTROL_CASES,
+                         ids=["source_id", "source_id query", "message name", "metadata key", "tool_call_id", "reviewer"])
+def test_a_control_character_in_an_id_or_name_is_400_naming_it(shared_rig: Rig, method: str, path: str,
+                                                              body: dict[str, Any] | None, param: str) -> None:
+    """Ids, names and keys go to logs, traces and store keys, where a newline or NUL forges a line or splits a key."""
+    r = shared_rig.client.request(method, path, json=body, headers=headers(A))
+    error = assert_envelope(r, 400, param)
+    assert "control characters" in error["message"], error
+
+
+def test_a_plain_name_and_source_id_are_still_accepted(shared_rig: Rig) -> None:
+    sid = f"ticket-{uuid.uuid4().hex[:8]}"
+    r = shared_rig.client.post("/v1/memories", json={"memories": [{"text": "the kettle was replaced", "source_id": sid}]},
+                               headers=headers(A))
+    assert r.status_code == 200, r.text
+    r = shared_rig.client.get(f"/v1/memories?source_id={sid}", headers=headers(A))
+    assert r.status_code == 200 and len(r.json()["data"]) == 1, r.text
+
+
+@pytest.mark.parametrize("value", ["Bearer\tsk-a", "Basic dXNlcjpwYXNz", "Bearer", "Bearer   ", "sk-a"])
+def test_an_authorization_header_of_another_form_is_named(shared_rig: Rig, value: str) -> None:
+    r = shared_rig.client.post("/v1/memories/search", json={"query": "kettle"}, headers={"Authorization": value})
+    error = assert_envelope(r, 401, "authorization")
+    assert error["code"] == "invalid_authorization" and "Bearer <key>" in error["message"], error
