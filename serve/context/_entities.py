@@ -68,6 +68,14 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _ABBREV_END = re.compile(rf"\b{_TITLE}\.$|\b(?:e\.g|i\.e|etc|vs|No|St)\.$")
 # NOTE: snippets longer than this cost entity budget without helping recall.
 _SNIPPET_CHARS = 90
+# NOTE: a "sentence" longer than this (no sentence end in 2,000 characters) is a dump, not prose: its
+# entities keep their values but get no snippet, so it is not masked whole for 90 characters of
+# context (a 200k-character run of e-mail-like tokens took ~0.5 s of masking per message).
+_MAX_SENTENCE_CHARS = 2000
+# NOTE: entity spans read from one text: a message with more is a data dump (the table's budget keeps
+# a few dozen anyway), and each span costs Python work, so the scan stops there. Masking
+# (mask_personal) is never capped: every personal value of a text is masked.
+MAX_ENTITY_SPANS = 256
 # NOTE: the abbreviation check reads only this many characters before a sentence end: the longest
 # abbreviation ("Professor.") and the character before it (for its word boundary) fit well inside.
 _ABBREV_WINDOW = 32
@@ -102,8 +110,8 @@ def _mask(kind: str, raw: str) -> str:
     return f"****{tail}"
 
 
-def _scan(text: str) -> list[tuple[int, int, str, str]]:
-    """(start, end, kind, raw) spans, earlier patterns winning overlaps.
+def _scan(text: str, limit: int | None = None) -> list[tuple[int, int, str, str]]:
+    """(start, end, kind, raw) spans, earlier patterns winning overlaps; at most ``limit`` (None: all).
 
     NOTE: the spans taken so far are kept sorted by start (they never overlap, so also by end) and
     a match is checked against its two neighbours only; a scan over every taken span made a
@@ -127,6 +135,9 @@ def _scan(text: str) -> list[tuple[int, int, str, str]]:
             starts.insert(at, start)
             ends.insert(at, end)
             spans.append((start, end, kind, raw))
+            if limit is not None and len(spans) >= limit:
+                spans.sort()
+                return spans
     spans.sort()
     return spans
 
@@ -160,8 +171,11 @@ def _sentence_starts(text: str) -> list[int]:
 
 
 def _snippet(sentence: str) -> str:
-    """``sentence`` masked and cut to :data:`_SNIPPET_CHARS`."""
-    sentence = mask_pii(mask_personal(sentence.strip()))
+    """``sentence`` masked and cut to :data:`_SNIPPET_CHARS`; "" for one over :data:`_MAX_SENTENCE_CHARS`."""
+    sentence = sentence.strip()
+    if len(sentence) > _MAX_SENTENCE_CHARS:
+        return ""
+    sentence = mask_pii(mask_personal(sentence))
     if len(sentence) > _SNIPPET_CHARS:
         sentence = sentence[: _SNIPPET_CHARS - 3].rstrip() + "..."
     return sentence
@@ -169,6 +183,9 @@ def _snippet(sentence: str) -> str:
 
 def extract_entities(text: str) -> list[Entity]:
     """Entities of ``text`` in order of appearance, personal values masked, duplicates removed.
+
+    At most :data:`MAX_ENTITY_SPANS` spans are read (a dump's first ones, by pattern order), and a
+    sentence over :data:`_MAX_SENTENCE_CHARS` gives its entities no snippet: the cost is bounded per text.
 
     Example:
         >>> [(e.kind, e.value) for e in extract_entities("Refund $249.99 for ORD-48213 by March 3")]
@@ -180,7 +197,7 @@ def extract_entities(text: str) -> list[Entity]:
     # NOTE: each sentence is masked once, however many entities it holds: masked per entity, a
     # long message without sentence ends was masked whole once per entity (quadratic).
     snippets: dict[int, str] = {}
-    for start, _end, kind, raw in _scan(text):
+    for start, _end, kind, raw in _scan(text, MAX_ENTITY_SPANS):
         value = _mask(kind, raw) if kind in _PERSONAL else raw
         if (kind, value) in seen:
             continue

@@ -67,3 +67,27 @@ def test_snippet_is_the_sentence_and_format() -> None:
 def test_no_entities_in_plain_text_and_dedup() -> None:
     assert extract_entities("How long does standard shipping usually take?") == []
     assert _pairs("ORD-1234 and again ORD-1234") == [("id", "ORD-1234")]
+
+
+def test_a_dump_is_read_up_to_the_span_cap_but_masked_whole() -> None:
+    from serve.context._entities import MAX_ENTITY_SPANS
+
+    dump = " ".join(f"user{i}@ex{i}.com" for i in range(MAX_ENTITY_SPANS * 4))
+    found = extract_entities(dump)
+    assert len(found) == MAX_ENTITY_SPANS
+    assert all(e.kind == "email" and e.value.startswith("u***@") for e in found)
+    # NOTE: masking is never capped: every address of the dump is masked, the last one too.
+    masked = mask_personal(dump)
+    assert masked.count("u***@") == MAX_ENTITY_SPANS * 4 and "user" not in masked
+
+
+def test_an_entity_in_an_endless_sentence_keeps_its_value_but_no_snippet() -> None:
+    from serve.context._entities import _MAX_SENTENCE_CHARS
+
+    long = "Refund ORD-48213 " + "and more words " * (_MAX_SENTENCE_CHARS // 10)
+    (entity,) = [e for e in extract_entities(long) if e.kind == "id"]
+    assert entity.value == "ORD-48213" and entity.snippet == ""
+    assert format_entity(entity) == "- id: ORD-48213"
+    # A normal sentence still gets its (masked) snippet.
+    (short,) = [e for e in extract_entities("Refund ORD-48213 to jane.doe@example.com today.") if e.kind == "id"]
+    assert short.snippet.startswith("Refund ORD-48213 to j***@example.com")
