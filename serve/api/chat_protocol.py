@@ -38,6 +38,9 @@ MAX_IMAGES = 8
 # (~1 s per million characters on one core); the whole conversation is bounded, not only a message.
 MAX_TOTAL_CHARS = 1_000_000
 MAX_PARTS = 256
+MAX_TOTAL_PARTS = 2048
+"""NOTE: content parts in one request, all messages together: 1000 messages of 256 parts each (every
+one within its own bound) took ~5 s only to validate; an SDK sends one to a few parts a message."""
 # NOTE: a 12 MiB image (serve.agent.images.MAX_IMAGE_BYTES) is 16 MiB of base64, plus the
 # ``data:image/...;base64,`` head; a longer URL cannot hold an image the describer accepts.
 MAX_IMAGE_URL_CHARS = 16 * 2**20 + 256
@@ -189,6 +192,18 @@ class ChatCompletionRequest(StrictModel):
     @classmethod
     def _tool_choice_size(cls, v: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
         return check_json(v, "tool_choice", max_depth=3, max_items=8, max_chars=256) if isinstance(v, dict) else v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _count_parts(cls, data: Any) -> Any:
+        # NOTE: counted on the raw body, before the parts are validated one by one (the cost bounded).
+        if isinstance(data, dict) and isinstance(data.get("messages"), list):
+            total = sum(len(m["content"]) for m in data["messages"]
+                        if isinstance(m, dict) and isinstance(m.get("content"), list))
+            if total > MAX_TOTAL_PARTS:
+                raise ValueError(f"messages: {total} content parts in all; at most {MAX_TOTAL_PARTS} per request "
+                                 "(join a message's text parts into one string)")
+        return data
 
     @model_validator(mode="after")
     def _unsupported(self) -> ChatCompletionRequest:

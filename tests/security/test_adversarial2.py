@@ -179,3 +179,16 @@ def test_an_authorization_header_of_another_form_is_named(shared_rig: Rig, value
     r = shared_rig.client.post("/v1/memories/search", json={"query": "kettle"}, headers={"Authorization": value})
     error = assert_envelope(r, 401, "authorization")
     assert error["code"] == "invalid_authorization" and "Bearer <key>" in error["message"], error
+
+
+def test_too_many_content_parts_in_all_is_400_before_they_are_validated(shared_rig: Rig) -> None:
+    from serve.api.chat_protocol import MAX_TOTAL_PARTS
+
+    part = {"type": "text", "text": "a"}
+    msgs = [{"role": "user", "content": [part] * 256}] * (MAX_TOTAL_PARTS // 256 + 1)
+    r = shared_rig.client.post("/v1/chat/completions", json={**CHAT, "messages": msgs}, headers=headers(A))
+    error = assert_envelope(r, 400, "messages")
+    assert f"at most {MAX_TOTAL_PARTS}" in error["message"], error
+    ok = [{"role": "user", "content": [part] * 256}] * (MAX_TOTAL_PARTS // 256)
+    r = shared_rig.client.post("/v1/chat/completions", json={**CHAT, "messages": ok}, headers=headers(A))
+    assert r.status_code == 200, r.text
