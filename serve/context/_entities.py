@@ -76,6 +76,8 @@ _MAX_SENTENCE_CHARS = 2000
 # a few dozen anyway), and each span costs Python work, so the scan stops there. Masking
 # (mask_personal) is never capped: every personal value of a text is masked.
 MAX_ENTITY_SPANS = 256
+# NOTE: and at most this many pattern matches per span of the cap are examined (accepted or not).
+_EXAMINED_PER_SPAN = 4
 # NOTE: the abbreviation check reads only this many characters before a sentence end: the longest
 # abbreviation ("Professor.") and the character before it (for its word boundary) fit well inside.
 _ABBREV_WINDOW = 32
@@ -111,7 +113,8 @@ def _mask(kind: str, raw: str) -> str:
 
 
 def _scan(text: str, limit: int | None = None) -> list[tuple[int, int, str, str]]:
-    """(start, end, kind, raw) spans, earlier patterns winning overlaps; at most ``limit`` (None: all).
+    """(start, end, kind, raw) spans, earlier patterns winning overlaps; at most ``limit`` (None: all),
+    from at most ``4 x limit`` pattern matches.
 
     NOTE: the spans taken so far are kept sorted by start (they never overlap, so also by end) and
     a match is checked against its two neighbours only; a scan over every taken span made a
@@ -120,8 +123,15 @@ def _scan(text: str, limit: int | None = None) -> list[tuple[int, int, str, str]
     starts: list[int] = []
     ends: list[int] = []
     spans: list[tuple[int, int, str, str]] = []
+    # NOTE: matches the rules below reject (overlaps, phone-like runs of too many digits) count too, so
+    # a text of thousands of such matches costs bounded Python work, not one step per match.
+    examined = 0
     for kind, pattern in _PATTERNS:
         for m in pattern.finditer(text):
+            examined += 1
+            if limit is not None and examined > _EXAMINED_PER_SPAN * limit:
+                spans.sort()
+                return spans
             group = 1 if m.re.groups else 0
             start, end = m.span(group)
             raw = m.group(group).strip().rstrip(",")

@@ -91,3 +91,12 @@ def test_an_entity_in_an_endless_sentence_keeps_its_value_but_no_snippet() -> No
     # A normal sentence still gets its (masked) snippet.
     (short,) = [e for e in extract_entities("Refund ORD-48213 to jane.doe@example.com today.") if e.kind == "id"]
     assert short.snippet.startswith("Refund ORD-48213 to j***@example.com")
+
+
+def test_matches_that_give_no_span_count_toward_the_cap() -> None:
+    from serve.context._entities import _EXAMINED_PER_SPAN, MAX_ENTITY_SPANS, _scan
+
+    # Each unit matches the phone pattern but holds 19 digits (a phone has 7-15): no span, all examined.
+    noise = "+123 (1234) 1234-1234-1234 " * (MAX_ENTITY_SPANS * _EXAMINED_PER_SPAN * 2)
+    assert _scan(noise + " call ORD-48213", MAX_ENTITY_SPANS) == []
+    assert [s[2] for s in _scan(noise + " call ORD-48213")] == ["id"]  # uncapped (masking): read to the end
