@@ -20,7 +20,7 @@ import json
 import re
 from typing import Protocol, runtime_checkable
 
-from serve.context._entities import extract_entities
+from serve.context._entities import has_entity
 from serve.context._types import DEFAULT_RETENTION, Category, MessageIn
 from serve.engine import ChatMessage, GenerationParams, LLMEngine
 
@@ -62,8 +62,12 @@ class Classifier(Protocol):
 class RuleCategoriser:
     """Deterministic regex rules; cheap enough to run on every message on the request path."""
 
-    def categorise(self, role: str, content: str) -> Category:
+    def categorise(self, role: str, content: str, has_entities: bool | None = None) -> Category:
         """Category of one message by rules alone.
+
+        Args:
+            has_entities: whether ``content`` holds an entity, when the caller has already extracted
+                them (one scan of the text instead of two); None = scanned here.
 
         Example:
             >>> RuleCategoriser().categorise("user", "Never call me before 9am.")
@@ -77,12 +81,16 @@ class RuleCategoriser:
         if text.endswith("?"):
             # NOTE: a question asks, it does not set a rule ("Do you always ship on Sundays?");
             # one that carries specifics still records them.
-            return "fact" if extract_entities(text) else "chat"
+            return "fact" if _entities(text, has_entities) else "chat"
         if role in ("user", "system") and _CONSTRAINT_RE.search(text):
             return "constraint"
-        if _FACT_RE.search(text) or extract_entities(text):
+        if _FACT_RE.search(text) or _entities(text, has_entities):
             return "fact"
         return "chat"
+
+
+def _entities(text: str, known: bool | None) -> bool:
+    return has_entity(text) if known is None else known
 
 
 _CLASSIFY_SCHEMA = {
@@ -136,12 +144,13 @@ class Categoriser:
         self._rules = RuleCategoriser()
         self._classifier = classifier
 
-    async def categorise(self, message: MessageIn) -> tuple[Category, int]:
+    async def categorise(self, message: MessageIn, rule: Category | None = None) -> tuple[Category, int]:
         """(category, retention) of ``message``; caller-forced values win.
 
-        Retention comes from the category (:data:`DEFAULT_RETENTION`) unless forced.
+        Retention comes from the category (:data:`DEFAULT_RETENTION`) unless forced. ``rule``: the
+        rules' category when the caller already has it (None = computed here).
         """
-        category = message.category or self._rules.categorise(message.role, message.content)
+        category = message.category or rule or self._rules.categorise(message.role, message.content)
         if message.category is None and category == "chat" and self._classifier is not None:
             # NOTE: only ambiguous messages pay for a model call; rule hits are trusted.
             guess = await self._classifier.classify(message.role, message.content)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from serve.pii import mask_pii
 
-__all__ = ["Entity", "extract_entities", "mask_personal", "format_entity"]
+__all__ = ["Entity", "extract_entities", "has_entity", "mask_personal", "format_entity"]
 
 _MONTH = (
     r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|"
@@ -112,9 +112,9 @@ def _mask(kind: str, raw: str) -> str:
     return f"****{tail}"
 
 
-def _scan(text: str, limit: int | None = None) -> list[tuple[int, int, str, str]]:
+def _scan(text: str, limit: int | None = None, first: bool = False) -> list[tuple[int, int, str, str]]:
     """(start, end, kind, raw) spans, earlier patterns winning overlaps; at most ``limit`` (None: all),
-    from at most ``4 x limit`` pattern matches.
+    from at most ``4 x limit`` pattern matches; ``first``: stop at the first span taken.
 
     NOTE: the spans taken so far are kept sorted by start (they never overlap, so also by end) and
     a match is checked against its two neighbours only; a scan over every taken span made a
@@ -145,7 +145,7 @@ def _scan(text: str, limit: int | None = None) -> list[tuple[int, int, str, str]
             starts.insert(at, start)
             ends.insert(at, end)
             spans.append((start, end, kind, raw))
-            if limit is not None and len(spans) >= limit:
+            if first or (limit is not None and len(spans) >= limit):
                 spans.sort()
                 return spans
     spans.sort()
@@ -189,6 +189,15 @@ def _snippet(sentence: str) -> str:
     if len(sentence) > _SNIPPET_CHARS:
         sentence = sentence[: _SNIPPET_CHARS - 3].rstrip() + "..."
     return sentence
+
+
+def has_entity(text: str) -> bool:
+    """``bool(extract_entities(text))``, from a scan that stops at the first span taken.
+
+    The rule categoriser asks only this: a text whose first pattern matches is a fact without the
+    rest of its scan (a 198,000-character dump of phone-like tokens: 0.4 s -> the first 1,024 matches).
+    """
+    return bool(_scan(text, MAX_ENTITY_SPANS, first=True))
 
 
 def extract_entities(text: str) -> list[Entity]:

@@ -49,6 +49,7 @@ from serve.context._summary import (
 from serve.pii import PiiMode, apply_pii, for_write_back
 from serve.context._types import (
     DEFAULT_RETENTION,
+    Category,
     ContextConfig,
     ContextResult,
     ContextError,
@@ -58,7 +59,7 @@ from serve.context._types import (
     Session,
     SummaryState,
 )
-from serve.tokens import CachedCounter, TiktokenCounter, TokenCounter
+from serve.tokens import OFFLOAD_CHARS, CachedCounter, TiktokenCounter, TokenCounter
 
 __all__ = ["ContextManager"]
 
@@ -120,11 +121,37 @@ class ContextManager:
         """Set the session's default mode (None = the config default)."""
         await self._store().set_mode(session.tenant, session.user, session.id, mode)
 
-    async def _to_message(self, m: MessageIn, *, classify: bool) -> Message:
+    async def _scan_messages(
+        self, messages: Sequence[MessageIn], *, entities: bool, pii: PiiMode | None = None,
+    ) -> list[tuple[MessageIn, Category, list[Entity]]]:
+        """``(message, rule category, entities)`` per message, from one entity scan of each text.
+
+        ``pii``: the policy applied to each content first (what is stored is what is scanned).
+        ``entities``: extract them (tool results never get any); else only the categories are read.
+        Batches over :data:`~serve.tokens.OFFLOAD_CHARS` characters run in a worker thread: the
+        regexes cost ~2 us per character, so a 1M-character chat held the event loop for seconds.
+        """
+        def run() -> list[tuple[MessageIn, Category, list[Entity]]]:
+            out = []
+            for m in messages:
+                if pii is not None:
+                    m = m.model_copy(update={"content": apply_pii(m.content, pii)})
+                found = extract_entities(m.content) if entities and m.role != "tool" else None
+                rule = m.category or self._rules.categorise(m.role, m.content, None if found is None else bool(found))
+                out.append((m, rule, found or []))
+            return out
+
+        if sum(len(m.content) for m in messages) <= OFFLOAD_CHARS:
+            return run()
+        return await asyncio.to_thread(run)
+
+    async def _to_message(self, m: MessageIn, rule: Category, *, classify: bool) -> Message:
+        """The stored form of ``m``, whose rule category (or forced one) is ``rule``; ``classify``: ask
+        the optional classifier about what the rules call chat."""
         if classify:
-            category, retention = await self._categoriser.categorise(m)
+            category, retention = await self._categoriser.categorise(m, rule)
         else:
-            category = m.category or self._rules.categorise(m.role, m.content)
+            category = rule
             retention = m.retention if m.retention is not None else DEFAULT_RETENTION[category]
         return Message(
             role=m.role, content=m.content, timestamp=m.timestamp if m.timestamp is not None else self._clock(),
@@ -138,11 +165,9 @@ class ContextManager:
         Tool results get no entities: they are not the user's statements and may be stale.
         Contents are stored under the tenant's PII policy (masked unless it is ``allow``).
         """
-        mode = for_write_back(self._pii_for(session.tenant))
-        messages = [m.model_copy(update={"content": apply_pii(m.content, mode)}) for m in messages]
-        stored = [await self._to_message(m, classify=True) for m in messages]
-        entities = [[] if m.role == "tool" else extract_entities(m.content) for m in stored]
-        return await self._store().append(session, stored, entities)
+        scanned = await self._scan_messages(messages, entities=True, pii=for_write_back(self._pii_for(session.tenant)))
+        stored = [await self._to_message(m, rule, classify=True) for m, rule, _ in scanned]
+        return await self._store().append(session, stored, [found for _, _, found in scanned])
 
     async def assemble(
         self, session: Session, pending: Sequence[MessageIn], *, context_window: int, reserved_output: int,
@@ -188,13 +213,11 @@ class ContextManager:
         start = time.perf_counter()
         now = self._clock()
         msgs = []
-        for seq, m in enumerate(history):
-            msg = await self._to_message(m, classify=False)
+        scanned = await self._scan_messages(history, entities=True)
+        for seq, (m, rule, _) in enumerate(scanned):
+            msg = await self._to_message(m, rule, classify=False)
             msgs.append(msg.model_copy(update={"seq": seq, "timestamp": m.timestamp or now}))
-        entities = []
-        for m in msgs:
-            if m.role != "tool":
-                entities.extend(extract_entities(m.content))
+        entities = [e for _, _, found in scanned for e in found]
         # NOTE: the newest mention of an entity wins, as in the session store's table.
         latest = {(e.kind, e.value): e for e in entities}
         return await self._assemble("", msgs, list(latest.values()), SummaryState(), pending,
@@ -212,7 +235,8 @@ class ContextManager:
         system: str | None, start: float,
     ) -> ContextResult:
         entities = all_entities if requested in ("summary", "hybrid", "auto") else []
-        pending_msgs = [await self._to_message(m, classify=False) for m in pending]
+        pending_msgs = [await self._to_message(m, rule, classify=False)
+                        for m, rule, _ in await self._scan_messages(pending, entities=False)]
         out = await assemble(
             AssemblyInput(
                 history=history, pending=pending_msgs, entities=entities, summary=summary, system=system,
