@@ -27,6 +27,13 @@ which refused the excess itself (Serve's ``max_queued_requests``, or the memory 
 and each refusal cost the replica's Python and the event loop that the admitted requests need: on
 cpu-local, 64 closed-loop clients got 84-96% of 4 clients' throughput, with 503s at p95 120-290 ms
 (loadtests/results/bench-search-cpu-local-s16.md). Serve's Python proxy fallback keeps no ``maxconn``.
+Slow clients: Ray's config waits up to an hour (``timeout client 3600s``) for a client's request, and sets no
+``timeout http-request``, so a client that sends its headers a byte at a time (slowloris) held one of
+HAProxy's 4,096 connections for an hour, and 4,096 such clients shut every other one out. The wrapper sets
+``timeout http-request`` (``ray.haproxy_request_timeout_s``, 10 s by default): a request whose headers are
+not complete by then gets HAProxy's 408 and its connection is closed (HAProxy 2.8 writes that 408 itself, in
+HTML: its ``errorfile 408`` is not used for this timeout). It bounds the headers only, never a body's upload
+or an answer's stream.
 The wrapper is written when ``recallserve up`` starts Ray: a later ``recallserve deploy`` with another
 ``ingress.max_ongoing_requests`` keeps the old ``maxconn`` until the next start (a lower limit is then
 enforced by the replica itself again, as before).
@@ -49,15 +56,17 @@ __all__ = ["haproxy_binary", "haproxy_env", "haproxy_folder"]
 
 _WRAPPER = """#!/bin/sh
 # Written by recallserve (deployments/_haproxy.py) for this cluster: move Serve's HAProxy listeners
-# without a host onto {host}, answer HAProxy's own refusals with a JSON 503 + Retry-After, and queue the
-# requests beyond {maxconn} per ingress replica in HAProxy for at most {queue_ms} ms.
+# without a host onto {host}, answer HAProxy's own refusals with a JSON 503 + Retry-After, queue the
+# requests beyond {maxconn} per ingress replica in HAProxy for at most {queue_ms} ms, and close a connection
+# whose request headers are not complete within {request_ms} ms (408).
 prev=""
 for arg in "$@"; do
   if [ "$prev" = "-f" ] && [ -f "$arg" ]; then
     sed -i -E -e 's/^([[:space:]]*bind )\\*?:([0-9]+)/\\1{host}:\\2/' \\
       -e 's#^([[:space:]]*errorfile 50[234] ).*$#\\1{errorfile}#' \\
       -e 's/^([[:space:]]*server SERVE_REPLICA_[^[:space:]]+ [^[:space:]]+)( maxconn [0-9]+)?/\\1 maxconn {maxconn}/' \\
-      -e '/^[[:space:]]*timeout queue /d' -e 's/^(backend http-.*)$/\\1\\n    timeout queue {queue_ms}ms/' "$arg"
+      -e '/^[[:space:]]*timeout queue /d' -e 's/^(backend http-.*)$/\\1\\n    timeout queue {queue_ms}ms/' \\
+      -e '/^[[:space:]]*timeout http-request /d' -e 's/^defaults$/defaults\\n    timeout http-request {request_ms}ms/' "$arg"
   fi
   prev="$arg"
 done
@@ -103,7 +112,8 @@ def _free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
-def haproxy_env(folder: Path, host: str, retry_after_s: float, maxconn: int, queue_s: float) -> dict[str, str]:
+def haproxy_env(folder: Path, host: str, retry_after_s: float, maxconn: int, queue_s: float,
+                request_timeout_s: float = 10.0) -> dict[str, str]:
     """The variables that start Serve's HAProxy ingress, its files under ``folder``.
 
     Writes the binary's wrapper and the 503 response into ``folder`` (made if missing).
@@ -114,11 +124,14 @@ def haproxy_env(folder: Path, host: str, retry_after_s: float, maxconn: int, que
         retry_after_s: the ``Retry-After`` of HAProxy's own 503s.
         maxconn: requests HAProxy sends one ingress replica at once (its ``max_ongoing_requests``).
         queue_s: longest wait in HAProxy's queue before a 503.
+        request_timeout_s: longest time a client may take to send its request headers (then a 408).
     """
     if maxconn < 1:
         raise ValueError(f"maxconn: must be >= 1, got {maxconn}")
     if queue_s <= 0:
         raise ValueError(f"queue_s: must be > 0, got {queue_s}")
+    if request_timeout_s <= 0:
+        raise ValueError(f"request_timeout_s: must be > 0, got {request_timeout_s}")
     folder.mkdir(parents=True, exist_ok=True)
     body = json.dumps(error_body("no ingress replica can take the request now; retry after the Retry-After seconds",
                                  "service_unavailable", code="ingress_unavailable")).encode()
@@ -128,8 +141,10 @@ def haproxy_env(folder: Path, host: str, retry_after_s: float, maxconn: int, que
     errorfile = folder / "503.http"
     errorfile.write_bytes(head + body)
     wrapper = folder / "haproxy"
-    wrapper.write_text(_WRAPPER.format(host=host, errorfile=errorfile, binary=shlex.quote(haproxy_binary()),
-                                       maxconn=int(maxconn), queue_ms=max(1, round(queue_s * 1000))))
+    wrapper.write_text(_WRAPPER.format(host=host, errorfile=errorfile,
+                                       binary=shlex.quote(haproxy_binary()), maxconn=int(maxconn),
+                                       queue_ms=max(1, round(queue_s * 1000)),
+                                       request_ms=max(1, round(request_timeout_s * 1000))))
     wrapper.chmod(0o755)
     return {
         "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",

@@ -54,6 +54,13 @@ class RayConfig(StrictModel):
         "overload then waits and is refused in HAProxy, not in the replicas' Python (deployments._haproxy).",
     )
 
+    haproxy_request_timeout_s: float = Field(
+        default=10.0, gt=0, le=300,
+        description="With ingress: haproxy, the longest a client may take to send its request headers; HAProxy then "
+        "answers 408 and closes the connection (Ray's own config waits an hour, so slow-header clients could hold every "
+        "connection). Bodies and streamed answers are not bounded by it (deployments._haproxy).",
+    )
+
     @model_validator(mode="after")
     def _haproxy_needs_the_mode(self) -> RayConfig:
         if self.ingress == "haproxy" and not self.throughput_optimized:

@@ -83,7 +83,8 @@ def _haproxy_ingress(config: AppConfig, temp_dir: Path) -> Iterator[None]:
     from deployments._haproxy import haproxy_env, haproxy_folder
 
     env = haproxy_env(haproxy_folder(temp_dir), config.server.host, config.ingress.queue_full_retry_after_s or 1.0,
-                      config.ingress.max_ongoing_requests, config.ray.haproxy_queue_s)
+                      config.ingress.max_ongoing_requests, config.ray.haproxy_queue_s,
+                      config.ray.haproxy_request_timeout_s)
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     try:

