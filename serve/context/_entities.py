@@ -194,8 +194,9 @@ def _snippet(sentence: str) -> str:
 def has_entity(text: str) -> bool:
     """``bool(extract_entities(text))``, from a scan that stops at the first span taken.
 
-    The rule categoriser asks only this: a text whose first pattern matches is a fact without the
-    rest of its scan (a 198,000-character dump of phone-like tokens: 0.4 s -> the first 1,024 matches).
+    The rule categoriser asks only this, so its scan ends at the first pattern that takes a span
+    (a 200,000-character text holding an amount: 0.42 -> 0.20 s); a text without entities costs the
+    same full scan as :func:`extract_entities`.
     """
     return bool(_scan(text, MAX_ENTITY_SPANS, first=True))
 
