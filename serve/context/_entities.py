@@ -62,6 +62,11 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 ]
 _PERSONAL = {"email", "iban", "card", "account", "phone"}
 _DIGITS = re.compile(r"\d")
+# NOTE: what every match of a kind's patterns contains: a digit (``\d``, the class the patterns use) unless
+# listed here. A text without it skips those patterns for the cost of one search: digit-free prose is
+# scanned ~4x faster (2 patterns instead of 12). A new kind whose matches need no digit belongs here.
+_NEEDS = {"email": "@", "name": ""}
+_ANY_DIGIT = re.compile(r"\d")
 # NOTE: a sentence ends at . ! ? followed by a space or the end, unless the dot closes a title
 # abbreviation ("Dr. Maria") or sits inside a number or an address ("$249.99", "a.b@c.com").
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -126,7 +131,11 @@ def _scan(text: str, limit: int | None = None, first: bool = False) -> list[tupl
     # NOTE: matches the rules below reject (overlaps, phone-like runs of too many digits) count too, so
     # a text of thousands of such matches costs bounded Python work, not one step per match.
     examined = 0
+    digit = _ANY_DIGIT.search(text) is not None
     for kind, pattern in _PATTERNS:
+        needs = _NEEDS.get(kind)
+        if (not digit if needs is None else needs not in text):
+            continue
         for m in pattern.finditer(text):
             examined += 1
             if limit is not None and examined > _EXAMINED_PER_SPAN * limit:

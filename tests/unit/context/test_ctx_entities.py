@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from serve.context import extract_entities, mask_personal
+from serve.context import _entities
 from serve.context._entities import format_entity
 
 
@@ -100,3 +103,36 @@ def test_matches_that_give_no_span_count_toward_the_cap() -> None:
     noise = "+123 (1234) 1234-1234-1234 " * (MAX_ENTITY_SPANS * _EXAMINED_PER_SPAN * 2)
     assert _scan(noise + " call ORD-48213", MAX_ENTITY_SPANS) == []
     assert [s[2] for s in _scan(noise + " call ORD-48213")] == ["id"]  # uncapped (masking): read to the end
+
+
+def _corpus() -> list[str]:
+    """Prose with and without digits: the README's lines and the texts of these tests."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8").splitlines()
+    own = [
+        "Refund $249.99 for ORD-48213 by March 3.", "call me at +44 7970 800 2208", "My name is John Smith.",
+        "mail a.b@example.com or c@d.io", "I spoke to Dr. Maria José Alvarez-Lopez yesterday", "no digits here at all",
+        "ticket #58210, tracking 1Z999AA10123456784", "IBAN DE89 3704 0044 0532 0130 00", "at 10:45am or 6 pm",
+    ]
+    return readme + own + [re.sub(r"\d", "", t) for t in own] + [t.replace("@", " ") for t in own]
+
+
+def test_the_character_prefilter_changes_no_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_scan`` skips a pattern whose matches need a digit (or an "@") in a text without one; with the
+    prefilter off (every pattern run on every text) the entities and the masking are the same."""
+    texts = _corpus()
+    fast = [(_pairs(t), mask_personal(t)) for t in texts]
+    monkeypatch.setattr(_entities, "_ANY_DIGIT", re.compile(r""))  # NOTE: every text "has a digit"
+    monkeypatch.setattr(_entities, "_NEEDS", {"email": "", "name": ""})
+    assert [(_pairs(t), mask_personal(t)) for t in texts] == fast
+
+
+def test_a_skipped_pattern_cannot_match_without_its_character() -> None:
+    for text in _corpus():
+        for kind, pattern in _entities._PATTERNS:
+            needs = _entities._NEEDS.get(kind)
+            if needs is None:
+                assert pattern.search(re.sub(r"\d", "", text)) is None, (kind, text)
+            elif needs:
+                assert pattern.search(text.replace(needs, "")) is None, (kind, text)
