@@ -45,7 +45,7 @@ from serve.api.metrics import MEMORY_SEARCH
 from serve.api.errors import APIError, describe_error
 from serve.memory_api.admission import AdmissionRefused, SearchAdmission
 from serve.memory import MemoryHit, MemoryWrite
-from serve.pii import PiiMode, apply_pii, apply_pii_id, for_write_back, mask_id
+from serve.pii import MaskedValueError, PiiMode, apply_pii, apply_pii_id, for_write_back, mask_id
 from serve.memory_api.schemas import MAX_BATCH, MAX_K, FiltersIn, MemoryIn, MemoryOut, SearchRequest, SearchResult, to_epoch
 
 __all__ = ["MemoryService", "MemoryUnavailable", "MemoryOverloaded", "record_out", "hit_out"]
@@ -109,11 +109,13 @@ def hit_out(hit: HybridHit) -> SearchResult:
     )
 
 
-# NOTE: what the policy reads: every free text and label a memory stores; times, kinds, weights and
-# the image hash (a digest) cannot hold personal data.
+# NOTE: what the policy reads: every free text and label a memory stores; times, kinds and weights
+# cannot hold personal data. The image hash is the client's string (no digest is checked), so it is
+# read too: an e-mail sent as one was written to the WAL as sent.
 # NOTE: MemoryRecord fields named differently in the request (MemoryIn).
 _REQUEST_NAMES = {"topic_path": "topic"}
-_PII_FIELDS = ("text", "source_id", "metadata", "topic", "image_description", "ocr_text", "parts", "error_tags")
+_PII_FIELDS = ("text", "source_id", "metadata", "topic", "image_description", "ocr_text", "image_hash", "parts",
+               "error_tags")
 
 
 def _scrubbed(item: MemoryIn, mode: PiiMode, param: str) -> MemoryIn:
@@ -128,7 +130,11 @@ def _scrubbed(item: MemoryIn, mode: PiiMode, param: str) -> MemoryIn:
            else apply_pii(value, mode, f"{param}.{name}") for name, value in fields.items()}
     if out == fields:
         return item
-    return MemoryIn.model_validate({**item.model_dump(), **out})
+    try:
+        return MemoryIn.model_validate({**item.model_dump(), **out})
+    except ValidationError as exc:
+        # NOTE: a tag can be longer than the value it masks (a 32,000-character text of "pin:1"s).
+        raise MaskedValueError.from_validation(exc.errors(), param) from None
 
 
 def _filters(f: FiltersIn | None) -> SearchFilters | None:
@@ -187,7 +193,8 @@ class MemoryService:
         ``pii``: the policy to apply (default: the tenant's).
 
         Raises:
-            PersonalDataError: under ``reject``, naming the field (``memories.2.metadata.email``).
+            PersonalDataError: under ``reject``, naming the field (``memories.2.metadata.email``);
+                :class:`~serve.pii.MaskedValueError` under ``mask`` when a masked value outgrows its field.
         """
         mode = self.pii_for(tenant) if pii is None else pii
         now = time.time()
