@@ -209,12 +209,14 @@ class MemoryService:
             else:
                 record_id = private_record_id()
                 source_id = item.source_id or record_id
+            # NOTE: "is None", not "or": a memory sent as created at the epoch (0) was stored as created now.
+            created = to_epoch(item.created_at)
             try:
                 records.append(MemoryRecord(
                     id=record_id, tenant=tenant, source_id=source_id,
                     kind=item.kind, text=item.text, image_description=item.image_description, ocr_text=item.ocr_text,
                     image_hash=item.image_hash, parts=item.parts, metadata=item.metadata, topic_path=item.topic,
-                    created_at=to_epoch(item.created_at) or now, expires_at=to_epoch(item.expires_at),
+                    created_at=now if created is None else created, expires_at=to_epoch(item.expires_at),
                     retention_weight=item.retention_weight, error_tags=item.error_tags,
                 ))
             except ValidationError as exc:
