@@ -269,9 +269,9 @@ class MemoryService:
                 return
             rec = await self.coordinator.get(tenant, memory_id)
         if rec is not None and rec.is_shared and tenant != SHARED_TENANT_NAME:
-            raise APIError(403, f"memory {memory_id} is in the shared collection; only its owner may delete it",
+            raise APIError(403, f"memory_id: memory {memory_id} is in the shared collection; only its owner may delete it",
                            type="permission_error", param="memory_id")
-        raise APIError(404, f"memory {memory_id} not found", type="not_found_error", param="memory_id")
+        raise APIError(404, f"memory_id: memory {memory_id} not found", type="not_found_error", param="memory_id")
 
     # ---- reads --------------------------------------------------------------------------
     async def get(self, tenant: str, memory_id: str) -> MemoryRecord:
@@ -279,7 +279,7 @@ class MemoryService:
         with _shards_up():
             rec = await self.coordinator.get(tenant, memory_id)
         if rec is None or rec.tenant not in (tenant, SHARED_TENANT_NAME):
-            raise APIError(404, f"memory {memory_id} not found", type="not_found_error", param="memory_id")
+            raise APIError(404, f"memory_id: memory {memory_id} not found", type="not_found_error", param="memory_id")
         return rec
 
     async def list_by_source(self, tenant: str, source_id: str) -> list[MemoryRecord]:

@@ -16,9 +16,9 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import Field
 
-from kernels import StrictModel
+from kernels import NoControl, StrictModel
 from serve.api.errors import APIError
-from serve.pii import mask_id
+from serve.pii import SESSION_KEY_CHARS, mask_id
 from serve.traces._models import TraceNotFoundError, TraceSession, TraceSummary, TurnTrace
 from serve.traces._recorder import TraceBackend
 from serve.traces._store import MAX_LIST
@@ -49,12 +49,14 @@ def build_router(store: TraceBackend, get_tenant: Callable[..., Awaitable[str]])
     @router.get("", response_model=TurnList, summary="The newest traced chat turns")
     async def list_turns(
         tenant: Tenant, limit: Limit = 50,
-        session_id: Annotated[str | None, Query(min_length=1, max_length=128, description="Only this session.")] = None,
+        session_id: Annotated[str | None, Query(min_length=1, max_length=128, description="Only this session."),
+                              NoControl] = None,
         before: Annotated[float | None, Query(ge=0, le=1e11, allow_inf_nan=False,
                                               description="Only turns before this epoch time (next page).")] = None,
     ) -> TurnList:
-        # NOTE: a trace keeps its session id masked to a key (serve.traces._build): look it up so.
-        key = mask_id(session_id) if session_id is not None else None
+        # NOTE: a trace keeps its session id masked to the session store's key (serve.traces._build):
+        # look it up so, at the store's length (a long id masked at another length was another key).
+        key = mask_id(session_id, SESSION_KEY_CHARS) if session_id is not None else None
         return TurnList(data=await store.recent(tenant, limit, session_id=key, before=before))
 
     @router.get("/sessions", response_model=TraceSessionList, summary="Sessions with traced turns")
