@@ -16,6 +16,7 @@
 * a control character in a path id or the sessions' ``user`` was a 404 echoing it, not a 400 naming it;
 * a memory 404 / 403 named its field in ``param`` only, not in the message as every other route;
 * a memory sent as created at the epoch (``created_at: 0``) was stored as created now;
+* an experience created with the id ``review`` was acknowledged and unreadable (that GET is the queue);
 * the masker's e-mail pattern, and the entity table's e-mail and amount patterns, scanned a run
   without an ``@`` (or a ``1,1,1,...`` run) from every position to its end: O(n^2), seconds to
   minutes of one core for one request.
@@ -284,3 +285,18 @@ def test_a_long_run_without_an_at_sign_is_masked_and_stored(rig: Rig) -> None:
     assert r.status_code == 200, r.text
     got = _json(rig, "GET", f"/v1/memories/{r.json()['ids'][0]}").json()
     assert got["text"].endswith(" mail [EMAIL]"), got["text"][-40:]
+
+
+@pytest.mark.parametrize("form", ["stored", "v1.2"])
+def test_an_experience_id_that_names_a_route_is_400(rig: Rig, form: str) -> None:
+    """``GET /v1/experiences/review`` is the review queue: a record created as ``review`` was
+    acknowledged (201) and could never be read by its id."""
+    if form == "stored":
+        body = speed_record(exp_id="review")
+    else:
+        body = {"version": "1.2", "metadata": {"id": "review", "source_model": "m", "timestamp": "2026-01-01T00:00:00Z"},
+                "segments": {"context": {"raw_text": "x"}, "outcome": {"answer": "1"}}}
+    error = assert_envelope(_json(rig, "POST", "/v1/experiences", body), 400, "metadata.id")
+    assert error["message"].startswith("metadata.id: "), error
+    assert _json(rig, "POST", "/v1/experiences", speed_record(exp_id="reviewed")).status_code == 201
+    assert _json(rig, "GET", "/v1/experiences/reviewed").status_code == 200
