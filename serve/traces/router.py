@@ -19,7 +19,7 @@ from pydantic import Field
 from kernels import NoControl, StrictModel
 from serve.api.errors import APIError
 from serve.pii import SESSION_KEY_CHARS, mask_id
-from serve.traces._models import TraceNotFoundError, TraceSession, TraceSummary, TurnTrace
+from serve.traces._models import TURN_ID_CHARS, TraceNotFoundError, TraceSession, TraceSummary, TurnTrace
 from serve.traces._recorder import TraceBackend
 from serve.traces._store import MAX_LIST
 
@@ -66,11 +66,13 @@ def build_router(store: TraceBackend, get_tenant: Callable[..., Awaitable[str]])
     @router.get("/{turn_id}", response_model=TurnTrace, summary="One turn's trace")
     async def get_turn(
         tenant: Tenant,
-        turn_id: Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$",
-                                     description="Turn id (the request id).")],
+        turn_id: Annotated[str, Path(min_length=1, max_length=TURN_ID_CHARS, pattern=r"^[A-Za-z0-9._:~\[\]-]+$",
+                                     description="Turn id: the request id, or the masked key a list shows.")],
     ) -> TurnTrace:
         try:
-            return await store.get(tenant, turn_id)
+            # NOTE: looked up as the trace keeps it (serve.traces._build): a request id holding personal
+            # data by its masked key; a listed (already masked) key and any other id are unchanged.
+            return await store.get(tenant, mask_id(turn_id, TURN_ID_CHARS))
         except TraceNotFoundError as exc:
             raise APIError(404, f"turn_id: {exc}", type="not_found_error", param="turn_id") from None
 

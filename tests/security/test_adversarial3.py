@@ -17,6 +17,8 @@
 * a memory 404 / 403 named its field in ``param`` only, not in the message as every other route;
 * a memory sent as created at the epoch (``created_at: 0``) was stored as created now;
 * an experience created with the id ``review`` was acknowledged and unreadable (that GET is the queue);
+* a turn's trace is keyed by its request id, masked to a bare tag: two card-like ``x-request-id``
+  values were one row (the first trace lost), neither readable by its id;
 * the masker's e-mail pattern, and the entity table's e-mail and amount patterns, scanned a run
   without an ``@`` (or a ``1,1,1,...`` run) from every position to its end: O(n^2), seconds to
   minutes of one core for one request.
@@ -300,3 +302,23 @@ def test_an_experience_id_that_names_a_route_is_400(rig: Rig, form: str) -> None
     assert error["message"].startswith("metadata.id: "), error
     assert _json(rig, "POST", "/v1/experiences", speed_record(exp_id="reviewed")).status_code == 201
     assert _json(rig, "GET", "/v1/experiences/reviewed").status_code == 200
+
+
+def test_two_request_ids_holding_personal_data_keep_two_readable_traces(rig: Rig) -> None:
+    """A turn's trace is keyed by its request id, which was masked to a bare tag: two card-like
+    request ids were one ``[CARD_NUMBER]`` row (the first trace replaced), neither readable by its id."""
+    ids = ["4111111111111111", "5500005555555559"]
+    for rid in ids:
+        r = rig.client.post("/v1/chat/completions", json=CHAT, headers={**headers(A), "x-request-id": rid})
+        assert r.status_code == 200 and r.json()["recallserve"]["request_id"] == rid, r.text
+    deadline = time.monotonic() + 30
+    while len(listed := _json(rig, "GET", "/v1/turns").json()["data"]) < 2:
+        assert time.monotonic() < deadline, listed
+        time.sleep(0.05)
+    keys = [t["id"] for t in listed]
+    assert len(set(keys)) == 2 and not any(rid in str(listed) for rid in ids), keys
+    for rid in ids:
+        got = _json(rig, "GET", f"/v1/turns/{rid}")
+        assert got.status_code == 200 and rid not in got.text, got.text
+    for key in keys:  # NOTE: the console opens a turn by the id its list shows
+        assert _json(rig, "GET", f"/v1/turns/{quote(key)}").status_code == 200, key
