@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kernels import CONTROL_CHARS, NoControl, StrictModel, check_json
+from serve.pii import SESSION_KEY_CHARS
 
 __all__ = [
     "TextPart",
@@ -238,6 +239,10 @@ class ChatCompletionRequest(StrictModel):
         session_id = meta.get("session_id")
         if session_id is not None and not session_id.strip():
             raise ValueError("metadata.session_id: must not be empty (leave it out for a sessionless turn)")
+        if session_id is not None and len(session_id) > SESSION_KEY_CHARS:
+            # NOTE: the bound of GET /v1/sessions/{session_id} and /v1/turns?session_id=: a longer id
+            # holding personal data was masked to a key that fits and answered, then could not be read.
+            raise ValueError(f"metadata.session_id: at most {SESSION_KEY_CHARS} characters, got {len(session_id)}")
         for name, value in (("user", self.user), ("metadata.session_id", session_id)):
             if value is not None and CONTROL_CHARS.search(value):
                 # NOTE: ids key the session store and are written to logs and traces: a newline

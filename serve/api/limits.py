@@ -99,8 +99,16 @@ class BodyLimitMiddleware:
         await self.app(scope, limited, send)
 
 
-# NOTE: a JSON escape of a UTF-16 surrogate (high or low half); only a body holding one is walked.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+# NOTE: a JSON escape of a UTF-16 surrogate (high or low half), or one encoded as UTF-8 bytes
+# (ED A0-BF xx: not UTF-8, but Python's JSON parser decodes bytes with "surrogatepass"); only a
+# body holding one of them, or a body not in UTF-8 (json.loads reads UTF-16 and UTF-32 too, where
+# the escape's bytes differ), is walked.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}|\xed[\xa0-\xbf]")
+
+
+def _may_hold_surrogate(body: bytes) -> bool:
+    """Whether the JSON text ``body`` may decode to a string holding a lone surrogate."""
+    return json.detect_encoding(body) not in ("utf-8", "utf-8-sig") or _SURROGATE_ESCAPE.search(body) is not None
 
 
 def _encodable(text: str) -> bool:
@@ -144,7 +152,7 @@ async def check_unicode(request: Request) -> None:
     body without a surrogate escape costs one byte scan and nothing else.
     """
     body = await request.body()
-    if not body or not _SURROGATE_ESCAPE.search(body):
+    if not body or not _may_hold_surrogate(body):
         return
     try:
         value = await request.json()

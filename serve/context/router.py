@@ -20,15 +20,19 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import Field
 
-from kernels import StrictModel
+from kernels import NoControl, StrictModel
 from serve.context._manager import ContextManager
 from serve.context._types import ModeName, Session, SessionNotFoundError, SummaryState
 from serve.pii import SESSION_KEY_CHARS, mask_id
 
 __all__ = ["SessionOut", "EntityOut", "SummaryRefreshOut", "build_router"]
 
-SessionId = Annotated[str, Path(min_length=1, max_length=128, description="Session id (the chat's metadata.session_id).")]
-UserQuery = Annotated[str, Query(min_length=1, max_length=256, description="End user owning the session (chat `user`).")]
+# NOTE: NoControl as the chat's ``user`` and ``metadata.session_id`` (which refuse control characters):
+# such an id names no session, and is a 400 naming it, not a 404 about the session.
+SessionId = Annotated[str, Path(min_length=1, max_length=128, description="Session id (the chat's metadata.session_id)."),
+                      NoControl]
+UserQuery = Annotated[str, Query(min_length=1, max_length=256, description="End user owning the session (chat `user`)."),
+                      NoControl]
 
 
 class EntityOut(StrictModel):

@@ -40,6 +40,9 @@ _Body = Annotated[
     Body(description="A record in the stored form, or in the design's v1.2 JSON (with `version` and `segments`)."),
 ]
 _ID = Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$", description="Experience id.")
+# NOTE: ids a GET of /v1/experiences/{exp_id} can never reach (GET /v1/experiences/review is the
+# review queue): a record created with one was stored and acknowledged, then unreadable by its id.
+_ROUTE_NAMES = frozenset({"review"})
 
 
 def _not_found(exc: ExperienceNotFound) -> HTTPException:
@@ -69,6 +72,9 @@ def build_router(
 
     @router.post("", status_code=status.HTTP_201_CREATED, response_model=ExperienceView)
     async def create_experience(record: _Body, tenant: Tenant) -> ExperienceView:
+        if record.metadata.id in _ROUTE_NAMES:
+            raise HTTPException(status_code=400, detail=f"metadata.id: {record.metadata.id!r} names a route "
+                                                        "(GET /v1/experiences/review); choose another id")
         return await service.create(tenant, from_v12(record) if isinstance(record, ExperienceRecordV12) else record)
 
     @router.get("/review", response_model=list[ExperienceView])

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from memory_shards.retrieval import LexicalIndex
 from serve.engine import ChatMessage, GenerationParams, LLMEngine
@@ -59,7 +60,7 @@ from serve.experience._schema import (
 from serve.experience._store import ExperienceStore, StoredRow
 from serve.experience._verify import exposure_tags, verify_record, with_extracted_checks
 from serve.memory import MemoryBackend, MemoryWrite
-from serve.pii import PiiMode, apply_pii, for_write_back
+from serve.pii import MaskedValueError, PiiMode, apply_pii, for_write_back
 
 __all__ = ["ExperienceService", "ExperienceNotFound", "Embedder"]
 
@@ -375,12 +376,19 @@ class ExperienceService:
         assert row is not None
         rec = view.record
         mode = self._pii_for(tenant)
+        # NOTE: the policy reads the tags too (an SSN is a valid tag), and the masked request is
+        # validated again, so the record is never stored with a field its reads refuse (model_copy
+        # does not validate: a masked note over 2,000 characters made every read of it a 500).
+        try:
+            req = LabelRequest.model_validate(apply_pii(req.model_dump(), mode))
+        except ValidationError as exc:
+            raise MaskedValueError.from_validation(exc.errors()) from None
         evaluation = rec.evaluation.model_copy(update={
             "human_label": req.label,
             "error_tags": (req.error_tags + [t for t in rec.evaluation.error_tags if t not in req.error_tags])[:16],
-            "review_note": apply_pii(req.note, mode, "note"),
+            "review_note": req.note,
         })
-        md = rec.metadata.model_copy(update={"reviewer": apply_pii(req.reviewer, mode, "reviewer") or tenant})
+        md = rec.metadata.model_copy(update={"reviewer": req.reviewer or tenant})
         rec = rec.model_copy(update={"evaluation": evaluation, "metadata": md})
         tier: Tier = "active" if req.label == "correct" else "archival"
         await self.store.put(tenant, rec, tier=tier, family=row.family, embedding=row.embedding,
@@ -515,21 +523,34 @@ def _unparsed(question: str, reply: str, metadata: ExperienceMetadata) -> Experi
     )
 
 
-# NOTE: identity fields (id, schema version, model, domain, topic, timestamps) are patterned or
-# numeric; the policy reads the free texts and the checks' free-form values.
+# NOTE: the id, schema version and timestamps are patterned or numeric; the policy reads the free
+# texts, the checks' free-form values, and the metadata's labels: a reviewer, a task domain, a topic
+# path and a model name are free text a client sets (an e-mail as the reviewer was stored as sent).
 _PII_SEGMENTS = ("context", "reasoning", "verification", "outcome", "evaluation")
+_PII_METADATA = ("source_model", "task_domain", "topic", "reviewer")
 
 
 def _scrubbed(record: ExperienceRecord, mode: PiiMode) -> ExperienceRecord:
-    """``record`` with the PII policy applied to its segments (the same object when nothing changed)."""
+    """``record`` with the PII policy applied to its segments and metadata labels (the same object
+    when nothing changed).
+
+    Raises:
+        PersonalDataError: under ``reject``, naming the field (``metadata.reviewer``).
+        MaskedValueError: a masked field no longer fits its bound or shape (a 400 naming it).
+    """
     if mode == "allow":
         return record
     dumped = record.model_dump()
-    segments = {name: dumped[name] for name in _PII_SEGMENTS}
-    out = {name: apply_pii(value, mode, name) for name, value in segments.items()}
-    if out == segments:
+    texts = {name: dumped[name] for name in _PII_SEGMENTS}
+    texts["metadata"] = {name: dumped["metadata"][name] for name in _PII_METADATA}
+    out = {name: apply_pii(value, mode, name) for name, value in texts.items()}
+    if out == texts:
         return record
-    return ExperienceRecord.model_validate({**dumped, **out})
+    try:
+        return ExperienceRecord.model_validate({**dumped, **out, "metadata": {**dumped["metadata"], **out["metadata"]}})
+    except ValidationError as exc:
+        # NOTE: a tag can be longer than the value it masks, and is no error tag or topic ("123-45-6789").
+        raise MaskedValueError.from_validation(exc.errors()) from None
 
 
 _CHECK = {

@@ -49,7 +49,9 @@ class _MemoryRoute(APIRoute):
         return run
 
 
-MemoryId = Annotated[str, Path(min_length=1, max_length=128, description="Memory id.")]
+# NOTE: NoControl as every id (kernels.no_control): a newline or NUL in a path id is a 400 naming it,
+# not a lookup whose 404 echoes it into the answer and the log.
+MemoryId = Annotated[str, Path(min_length=1, max_length=128, description="Memory id."), NoControl]
 
 
 def build_router(service: MemoryService, get_tenant: Callable[..., Awaitable[str]]) -> APIRouter:

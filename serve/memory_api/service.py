@@ -45,7 +45,7 @@ from serve.api.metrics import MEMORY_SEARCH
 from serve.api.errors import APIError, describe_error
 from serve.memory_api.admission import AdmissionRefused, SearchAdmission
 from serve.memory import MemoryHit, MemoryWrite
-from serve.pii import PiiMode, apply_pii, apply_pii_id, for_write_back, mask_id
+from serve.pii import MaskedValueError, PiiMode, apply_pii, apply_pii_id, for_write_back, mask_id
 from serve.memory_api.schemas import MAX_BATCH, MAX_K, FiltersIn, MemoryIn, MemoryOut, SearchRequest, SearchResult, to_epoch
 
 __all__ = ["MemoryService", "MemoryUnavailable", "MemoryOverloaded", "record_out", "hit_out"]
@@ -109,11 +109,13 @@ def hit_out(hit: HybridHit) -> SearchResult:
     )
 
 
-# NOTE: what the policy reads: every free text and label a memory stores; times, kinds, weights and
-# the image hash (a digest) cannot hold personal data.
+# NOTE: what the policy reads: every free text and label a memory stores; times, kinds and weights
+# cannot hold personal data. The image hash is the client's string (no digest is checked), so it is
+# read too: an e-mail sent as one was written to the WAL as sent.
 # NOTE: MemoryRecord fields named differently in the request (MemoryIn).
 _REQUEST_NAMES = {"topic_path": "topic"}
-_PII_FIELDS = ("text", "source_id", "metadata", "topic", "image_description", "ocr_text", "parts", "error_tags")
+_PII_FIELDS = ("text", "source_id", "metadata", "topic", "image_description", "ocr_text", "image_hash", "parts",
+               "error_tags")
 
 
 def _scrubbed(item: MemoryIn, mode: PiiMode, param: str) -> MemoryIn:
@@ -128,7 +130,11 @@ def _scrubbed(item: MemoryIn, mode: PiiMode, param: str) -> MemoryIn:
            else apply_pii(value, mode, f"{param}.{name}") for name, value in fields.items()}
     if out == fields:
         return item
-    return MemoryIn.model_validate({**item.model_dump(), **out})
+    try:
+        return MemoryIn.model_validate({**item.model_dump(), **out})
+    except ValidationError as exc:
+        # NOTE: a tag can be longer than the value it masks (a 32,000-character text of "pin:1"s).
+        raise MaskedValueError.from_validation(exc.errors(), param) from None
 
 
 def _filters(f: FiltersIn | None) -> SearchFilters | None:
@@ -187,7 +193,8 @@ class MemoryService:
         ``pii``: the policy to apply (default: the tenant's).
 
         Raises:
-            PersonalDataError: under ``reject``, naming the field (``memories.2.metadata.email``).
+            PersonalDataError: under ``reject``, naming the field (``memories.2.metadata.email``);
+                :class:`~serve.pii.MaskedValueError` under ``mask`` when a masked value outgrows its field.
         """
         mode = self.pii_for(tenant) if pii is None else pii
         now = time.time()
@@ -202,12 +209,14 @@ class MemoryService:
             else:
                 record_id = private_record_id()
                 source_id = item.source_id or record_id
+            # NOTE: "is None", not "or": a memory sent as created at the epoch (0) was stored as created now.
+            created = to_epoch(item.created_at)
             try:
                 records.append(MemoryRecord(
                     id=record_id, tenant=tenant, source_id=source_id,
                     kind=item.kind, text=item.text, image_description=item.image_description, ocr_text=item.ocr_text,
                     image_hash=item.image_hash, parts=item.parts, metadata=item.metadata, topic_path=item.topic,
-                    created_at=to_epoch(item.created_at) or now, expires_at=to_epoch(item.expires_at),
+                    created_at=now if created is None else created, expires_at=to_epoch(item.expires_at),
                     retention_weight=item.retention_weight, error_tags=item.error_tags,
                 ))
             except ValidationError as exc:
@@ -260,9 +269,9 @@ class MemoryService:
                 return
             rec = await self.coordinator.get(tenant, memory_id)
         if rec is not None and rec.is_shared and tenant != SHARED_TENANT_NAME:
-            raise APIError(403, f"memory {memory_id} is in the shared collection; only its owner may delete it",
+            raise APIError(403, f"memory_id: memory {memory_id} is in the shared collection; only its owner may delete it",
                            type="permission_error", param="memory_id")
-        raise APIError(404, f"memory {memory_id} not found", type="not_found_error", param="memory_id")
+        raise APIError(404, f"memory_id: memory {memory_id} not found", type="not_found_error", param="memory_id")
 
     # ---- reads --------------------------------------------------------------------------
     async def get(self, tenant: str, memory_id: str) -> MemoryRecord:
@@ -270,7 +279,7 @@ class MemoryService:
         with _shards_up():
             rec = await self.coordinator.get(tenant, memory_id)
         if rec is None or rec.tenant not in (tenant, SHARED_TENANT_NAME):
-            raise APIError(404, f"memory {memory_id} not found", type="not_found_error", param="memory_id")
+            raise APIError(404, f"memory_id: memory {memory_id} not found", type="not_found_error", param="memory_id")
         return rec
 
     async def list_by_source(self, tenant: str, source_id: str) -> list[MemoryRecord]:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from serve.engine import ChatMessage
-from serve.pii import apply_pii, mask_id
-from serve.traces._models import TraceConfig, TurnTrace
+from serve.pii import SESSION_KEY_CHARS, apply_pii, mask_id
+from serve.traces._models import TURN_ID_CHARS, TraceConfig, TurnTrace
 from serve.turn import Turn
 
 __all__ = ["build_trace"]
@@ -99,5 +99,10 @@ def build_trace(turn: Turn, *, request_id: str, user: str, path: str, stream: bo
     # NOTE: the session id and user are keys (``GET /v1/turns?session_id=``): masked to distinct
     # keys (a masked one, as a masking tenant's turn has, is unchanged), never to a shared [EMAIL].
     masked["user"] = mask_id(user)
-    masked["session_id"] = mask_id(raw["session_id"]) if raw["session_id"] is not None else None
+    # NOTE: the request id is the trace's key: masked to a distinct key, never to a bare tag (two
+    # card-like request ids were one "[CARD_NUMBER]" row, the first trace replaced by the second).
+    masked["id"] = mask_id(request_id, TURN_ID_CHARS)
+    # The session id at the session store's length (serve.api.app keys a masking tenant's session so),
+    # the length ``GET /v1/turns?session_id=`` looks it up at.
+    masked["session_id"] = mask_id(raw["session_id"], SESSION_KEY_CHARS) if raw["session_id"] is not None else None
     return TurnTrace.model_validate(masked)

@@ -14,7 +14,11 @@ from pydantic import Field
 
 from kernels import StrictModel
 
-__all__ = ["TraceConfig", "TurnTrace", "TraceSummary", "TraceSession", "TraceNotFoundError"]
+__all__ = ["TraceConfig", "TurnTrace", "TraceSummary", "TraceSession", "TraceNotFoundError", "TURN_ID_CHARS"]
+
+TURN_ID_CHARS = 128
+"""NOTE: a turn's id is its request id (serve.api.limits: at most 128 characters), kept masked to a
+key of at most this length (serve.pii.mask_id) when it holds personal data."""
 
 
 class TraceNotFoundError(LookupError):
@@ -45,7 +49,7 @@ class TraceConfig(StrictModel):
 class TurnTrace(StrictModel):
     """One answered chat turn (PII-masked)."""
 
-    id: str = Field(description="The request id of the turn (x-request-id).")
+    id: str = Field(description="The request id of the turn (x-request-id), masked to a key when it holds personal data.")
     created_at: float = Field(description="When the answer was sent, epoch seconds.")
     user: str = Field(description="End user (the request's `user`).")
     session_id: str | None = Field(default=None, description="Session of the turn (metadata.session_id).")

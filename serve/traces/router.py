@@ -16,10 +16,10 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import Field
 
-from kernels import StrictModel
+from kernels import NoControl, StrictModel
 from serve.api.errors import APIError
-from serve.pii import mask_id
-from serve.traces._models import TraceNotFoundError, TraceSession, TraceSummary, TurnTrace
+from serve.pii import SESSION_KEY_CHARS, mask_id
+from serve.traces._models import TURN_ID_CHARS, TraceNotFoundError, TraceSession, TraceSummary, TurnTrace
 from serve.traces._recorder import TraceBackend
 from serve.traces._store import MAX_LIST
 
@@ -49,12 +49,14 @@ def build_router(store: TraceBackend, get_tenant: Callable[..., Awaitable[str]])
     @router.get("", response_model=TurnList, summary="The newest traced chat turns")
     async def list_turns(
         tenant: Tenant, limit: Limit = 50,
-        session_id: Annotated[str | None, Query(min_length=1, max_length=128, description="Only this session.")] = None,
+        session_id: Annotated[str | None, Query(min_length=1, max_length=128, description="Only this session."),
+                              NoControl] = None,
         before: Annotated[float | None, Query(ge=0, le=1e11, allow_inf_nan=False,
                                               description="Only turns before this epoch time (next page).")] = None,
     ) -> TurnList:
-        # NOTE: a trace keeps its session id masked to a key (serve.traces._build): look it up so.
-        key = mask_id(session_id) if session_id is not None else None
+        # NOTE: a trace keeps its session id masked to the session store's key (serve.traces._build):
+        # look it up so, at the store's length (a long id masked at another length was another key).
+        key = mask_id(session_id, SESSION_KEY_CHARS) if session_id is not None else None
         return TurnList(data=await store.recent(tenant, limit, session_id=key, before=before))
 
     @router.get("/sessions", response_model=TraceSessionList, summary="Sessions with traced turns")
@@ -64,11 +66,13 @@ def build_router(store: TraceBackend, get_tenant: Callable[..., Awaitable[str]])
     @router.get("/{turn_id}", response_model=TurnTrace, summary="One turn's trace")
     async def get_turn(
         tenant: Tenant,
-        turn_id: Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$",
-                                     description="Turn id (the request id).")],
+        turn_id: Annotated[str, Path(min_length=1, max_length=TURN_ID_CHARS, pattern=r"^[A-Za-z0-9._:~\[\]-]+$",
+                                     description="Turn id: the request id, or the masked key a list shows.")],
     ) -> TurnTrace:
         try:
-            return await store.get(tenant, turn_id)
+            # NOTE: looked up as the trace keeps it (serve.traces._build): a request id holding personal
+            # data by its masked key; a listed (already masked) key and any other id are unchanged.
+            return await store.get(tenant, mask_id(turn_id, TURN_ID_CHARS))
         except TraceNotFoundError as exc:
             raise APIError(404, f"turn_id: {exc}", type="not_found_error", param="turn_id") from None
 
