@@ -46,11 +46,11 @@ import json
 import os
 import shlex
 import shutil
-import socket
 from pathlib import Path
 
 from deployments._ray_paths import _ALIAS_ROOT
 from serve.api.errors import error_body
+from serve.ports import free_ports
 
 __all__ = ["haproxy_binary", "haproxy_env", "haproxy_folder"]
 
@@ -106,12 +106,6 @@ def haproxy_folder(temp_dir: Path) -> Path:
     return _ALIAS_ROOT / f"rs-ha-{digest}"
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def haproxy_env(folder: Path, host: str, retry_after_s: float, maxconn: int, queue_s: float,
                 request_timeout_s: float = 10.0) -> dict[str, str]:
     """The variables that start Serve's HAProxy ingress, its files under ``folder``.
@@ -146,6 +140,7 @@ def haproxy_env(folder: Path, host: str, retry_after_s: float, maxconn: int, que
                                        queue_ms=max(1, round(queue_s * 1000)),
                                        request_ms=max(1, round(request_timeout_s * 1000))))
     wrapper.chmod(0o755)
+    stats_port, metrics_port = free_ports(2, host)
     return {
         "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
         "RAY_SERVE_ENABLE_HA_PROXY": "1",
@@ -156,7 +151,8 @@ def haproxy_env(folder: Path, host: str, retry_after_s: float, maxconn: int, que
         "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(folder),
         "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(folder / "server-state"),
         # NOTE: Ray's fixed 8404 and 9101 would make a second cluster's HAProxy fail to start on the same
-        # machine; each cluster gets free ones unless the user chose them.
-        "RAY_SERVE_HAPROXY_STATS_PORT": os.environ.get("RAY_SERVE_HAPROXY_STATS_PORT") or str(_free_port(host)),
-        "RAY_SERVE_HAPROXY_METRICS_PORT": os.environ.get("RAY_SERVE_HAPROXY_METRICS_PORT") or str(_free_port(host)),
+        # machine; each cluster gets free ones unless the user chose them, outside the ports that Ray and
+        # the kernel hand out at random meanwhile (serve.ports).
+        "RAY_SERVE_HAPROXY_STATS_PORT": os.environ.get("RAY_SERVE_HAPROXY_STATS_PORT") or str(stats_port),
+        "RAY_SERVE_HAPROXY_METRICS_PORT": os.environ.get("RAY_SERVE_HAPROXY_METRICS_PORT") or str(metrics_port),
     }

@@ -22,20 +22,14 @@ import asyncio
 import json
 import os
 import platform
-import socket
 import tempfile
 import threading
 import time
 
 import numpy as np
+from serve.ports import free_port
 
 __all__ = ["main", "ingest_bench"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     app = FastAPI()
     install_error_handlers(app)
     app.include_router(build_router(service, Authenticator({"sk-bench": "bench"})))
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

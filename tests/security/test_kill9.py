@@ -20,7 +20,6 @@ import multiprocessing
 import multiprocessing.forkserver
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -33,15 +32,10 @@ import pytest
 
 from tests.security import _server
 from tests.unit.edge.conftest import headers
+from serve.ports import free_port
 
 WRITERS = 8
 MIN_ACKED = 200
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -80,7 +74,7 @@ def _start(ctx: ForkServerContext, data: Path, port: int) -> BaseProcess:
 
 def test_kill_9_under_8_http_writers_loses_no_acknowledged_write(tmp_path: Path,
                                                                  servers: ForkServerContext) -> None:
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     server = _start(servers, tmp_path, port)
     acked: dict[str, str] = {}

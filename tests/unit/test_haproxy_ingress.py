@@ -19,6 +19,7 @@ import pytest
 
 from deployments import _haproxy, runner
 from deployments.config import RayConfig, load_config
+from serve.ports import PORT_RANGE, free_ports
 
 # NOTE: the four shapes of Ray 2.60's template (ray/serve/_private/haproxy_templates.py) that matter here.
 RAY_CONFIG = """global
@@ -117,6 +118,9 @@ def test_haproxys_own_refusal_is_a_json_503_with_retry_after(tmp_path: Path, mon
     other = _haproxy.haproxy_env(tmp_path / "ha2", "127.0.0.1", retry_after_s=2, maxconn=16, queue_s=0.25)
     ports = {int(e[k]) for e in (env, other) for k in ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT")}
     assert all(p > 0 for p in ports) and not ports & {8404, 9101}
+    # Outside the kernel's ephemeral range, which Ray and every outgoing connection draw from meanwhile.
+    low, high = PORT_RANGE
+    assert all(low <= p <= high for p in ports) and env["RAY_SERVE_HAPROXY_STATS_PORT"] != env["RAY_SERVE_HAPROXY_METRICS_PORT"]
 
 
 def test_the_real_haproxy_accepts_the_rewritten_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -125,12 +129,6 @@ def test_the_real_haproxy_accepts_the_rewritten_config(tmp_path: Path, monkeypat
 
     text, _ = _run_wrapper(tmp_path, Path(get_haproxy_binary()), monkeypatch)  # ``-c``: HAProxy checks the file and exits
     assert "bind 127.0.0.1:38404" in text
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -159,9 +157,9 @@ def _real_haproxy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay_s: floa
     _BUSY.update(now=0, most=0)
     backend = ThreadingHTTPServer(("127.0.0.1", 0), Backend)
     threading.Thread(target=backend.serve_forever, daemon=True).start()
-    port, cfg = _free_port(), tmp_path / "haproxy.cfg"
-    cfg.write_text(RAY_CONFIG.format(metrics=_free_port(), port=port, backend=backend.server_address[1],
-                                     fallback=_free_port(), stats=_free_port())
+    (port, metrics, fallback, stats), cfg = free_ports(4), tmp_path / "haproxy.cfg"
+    cfg.write_text(RAY_CONFIG.format(metrics=metrics, port=port, backend=backend.server_address[1],
+                                     fallback=fallback, stats=stats)
                    .replace(" check observe layer4 error-limit 3 on-error mark-down", "").replace(" check backup", " backup"))
     monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", get_haproxy_binary())
     env = _haproxy.haproxy_env(tmp_path / "ha", "127.0.0.1", retry_after_s=2, **queue)  # type: ignore[arg-type]
