@@ -61,6 +61,14 @@ class RayConfig(StrictModel):
         "connection). Bodies and streamed answers are not bounded by it (deployments._haproxy).",
     )
 
+    haproxy_per_key_max: int | None = Field(
+        default=None, ge=0, le=100_000,
+        description="With ingress: haproxy, the requests one API key (keyless requests share one) may have in flight "
+        "through HAProxy; one more gets a JSON 429 with Retry-After at once, before it takes a replica slot or a queue "
+        "place, so one tenant's flood leaves the other tenants slots. None = 3/4 of the ingress's slots at its minimum "
+        "replica count (ingress.max_ongoing_requests x replicas), at least 1; 0 = no bound (deployments._haproxy).",
+    )
+
     @model_validator(mode="after")
     def _haproxy_needs_the_mode(self) -> RayConfig:
         if self.ingress == "haproxy" and not self.throughput_optimized:

@@ -80,11 +80,11 @@ def _haproxy_ingress(config: AppConfig, temp_dir: Path) -> Iterator[None]:
     if config.ray.ingress != "haproxy":
         yield
         return
-    from deployments._haproxy import haproxy_env, haproxy_folder
+    from deployments._haproxy import haproxy_env, haproxy_folder, haproxy_per_key_max
 
     env = haproxy_env(haproxy_folder(temp_dir), config.server.host, config.ingress.queue_full_retry_after_s or 1.0,
                       config.ingress.max_ongoing_requests, config.ray.haproxy_queue_s,
-                      config.ray.haproxy_request_timeout_s)
+                      config.ray.haproxy_request_timeout_s, haproxy_per_key_max(config))
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     try:

@@ -3,13 +3,13 @@
 Writes ``--memories`` memories for one tenant through ``POST /v1/memories`` (batches of 50; skipped
 when the tenant already holds that many from an earlier run with the same ``--tag``), then for each
 ``--clients`` level runs that many closed-loop clients sending ``POST /v1/memories/search`` for
-``--seconds`` and reports answers/s, p50 / p95 / p99 latency and the status counts (a 503 with
-``Retry-After`` is the memory tier refusing load, not an error of the benchmark: the client waits
-as told, at most until the level ends, as a well-behaved client would, and the 503s' own latency
-is reported as ``p95_503_ms``). ``refused`` counts the 503s by who sent them: ``proxy`` (Ray
-Serve's ``max_queued_requests`` on the ingress: the request never reached it), ``memory_overloaded``
-(the ingress's own search admission) or ``other``, and ``no_retry_after`` those without the header;
-``refused_p95_ms`` gives each sender's 503 latency.
+``--seconds`` and reports answers/s, p50 / p95 / p99 latency and the status counts (a 503 or 429
+with ``Retry-After`` is the cluster refusing load, not an error of the benchmark: the client waits
+as told, at most until the level ends, as a well-behaved client would, and the refusals' own latency
+is reported as ``p95_503_ms``). ``refused`` counts the refusals by who sent them
+(:func:`refusal_kind`: Ray Serve's ``max_queued_requests``, HAProxy's queue timeout, HAProxy's bound
+per API key, the ingress's own search admission), and ``no_retry_after`` those without the header;
+``refused_p95_ms`` gives each sender's refusal latency.
 
 Where the time goes: the cluster's ``/metrics`` is read before and after each level, and the
 change of each histogram's sum / count gives the level's mean server-side times (``split``):
@@ -158,10 +158,16 @@ def _retry_after(value: str | None) -> float:
 
 
 def refusal_kind(body: str) -> str:
-    """Who answered a 503: ``proxy`` (Ray Serve's backpressure text), ``memory_overloaded`` or ``other``."""
+    """Who refused a search: ``proxy`` (Ray Serve's backpressure text), ``haproxy_queue`` (HAProxy's queue
+    timeout, a 503), ``per_key`` (HAProxy's bound on one API key's requests in flight, a 429),
+    ``memory_overloaded`` (the ingress's search admission) or ``other``."""
     if "Request dropped due to backpressure" in body:
         return "proxy"
-    return "memory_overloaded" if "memory_overloaded" in body else "other"
+    for code, kind in (("ingress_unavailable", "haproxy_queue"), ("too_many_requests_in_flight", "per_key"),
+                       ("memory_overloaded", "memory_overloaded")):
+        if code in body:
+            return kind
+    return "other"
 
 
 def _quantile(values: list[float], q: float) -> float | None:
@@ -223,7 +229,7 @@ async def _level(http: Any, clients: int, seconds: float, rng: random.Random,
             try:
                 r = await http.post("/v1/memories/search", json={"query": query, "k": 10})
                 status = str(r.status_code)
-                if r.status_code == 503:
+                if r.status_code in (429, 503):
                     wait = _retry_after(r.headers.get("retry-after"))
                     kind = refusal_kind(r.text[:500])
                     kinds[kind] = kinds.get(kind, 0) + 1
@@ -235,7 +241,7 @@ async def _level(http: Any, clients: int, seconds: float, rng: random.Random,
             elapsed = time.perf_counter() - t0
             if status == "200":
                 latencies.append(elapsed)
-            elif status == "503":
+            elif status in ("429", "503"):
                 refused.append(elapsed)
             statuses[status] = statuses.get(status, 0) + 1
             if wait:

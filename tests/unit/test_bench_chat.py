@@ -81,6 +81,8 @@ def test_bench_search_tells_a_proxy_refusal_from_the_ingress_admission() -> None
     assert refusal_kind(proxy) == "proxy"
     assert refusal_kind('{"error": {"code": "memory_overloaded", "message": "too many searches"}}') == "memory_overloaded"
     assert refusal_kind("shard down") == "other"
+    assert refusal_kind('{"error": {"code": "too_many_requests_in_flight"}}') == "per_key"
+    assert refusal_kind('{"error": {"code": "ingress_unavailable"}}') == "haproxy_queue"
 
 
 def test_the_demo_photo_prompt_sends_the_demo_question_with_its_photo() -> None:

@@ -56,7 +56,7 @@ def _run_wrapper(tmp_path: Path, binary: Path, monkeypatch: pytest.MonkeyPatch, 
     cfg.write_text(RAY_CONFIG.format(metrics=39101, port=38731, backend=39999, fallback=38500, stats=38404))
     folder = tmp_path / "ha"
     monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", str(binary))
-    out = _haproxy.haproxy_env(folder, "127.0.0.1", retry_after_s=2, maxconn=16, queue_s=0.25)
+    out = _haproxy.haproxy_env(folder, "127.0.0.1", retry_after_s=2, maxconn=16, queue_s=0.25, per_key_max=12)
     for _ in range(times):
         done = subprocess.run([out["RAY_SERVE_HAPROXY_BINARY_PATH"], "-c", "-f", str(cfg)], capture_output=True,
                               text=True, timeout=60)
@@ -94,9 +94,16 @@ def test_the_wrapper_queues_in_haproxy_and_stays_the_same_on_a_reload(tmp_path: 
     assert lines[backend + 1] == "    timeout queue 250ms" and once.count("timeout queue") == 1
     defaults = lines.index("defaults")
     assert lines[defaults + 1] == "    timeout http-request 10000ms" and once.count("timeout http-request") == 1
+    # Each API key's requests in flight are bounded in the backend, once, after the queue timeout.
+    keyed = [x.strip() for x in lines[backend + 2:backend + 8]]
+    assert all(x.endswith("# rs-key") for x in keyed) and once.count("# rs-key") == 6
+    assert keyed[0].startswith("stick-table type integer") and "sc0_conn_cur gt 12" in keyed[-1]
+    assert "Retry-After 2" in keyed[-1] and "429.json" in keyed[-1]
 
 
 def test_haproxy_env_rejects_a_bad_queue() -> None:
+    with pytest.raises(ValueError, match="per_key_max"):
+        _haproxy.haproxy_env(Path("/nonexistent"), "127.0.0.1", 1, maxconn=1, queue_s=0.25, per_key_max=0)
     with pytest.raises(ValueError, match="maxconn"):
         _haproxy.haproxy_env(Path("/nonexistent"), "127.0.0.1", 1, maxconn=0, queue_s=0.25)
     with pytest.raises(ValueError, match="queue_s"):
@@ -204,6 +211,36 @@ def test_the_real_haproxy_holds_the_excess_and_refuses_it_after_the_queue_timeou
         assert _BUSY["most"] == 1
 
 
+def test_the_real_haproxy_bounds_each_api_keys_requests_in_flight(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per key at most 2 in flight (4 replica slots): a third request of key A gets the JSON 429 at once,
+    even sent in the ``api-key`` header, while key B and keyless requests keep being served; a key's
+    sequential requests on one connection are never counted twice (tracking ends with each request)."""
+    with _real_haproxy(tmp_path, monkeypatch, delay_s=1.0, maxconn=4, queue_s=0.3, per_key_max=2) as port:
+        url = f"http://127.0.0.1:{port}/v1/x"
+
+        def get(headers: dict[str, str], delay: float = 0.0) -> tuple[httpx.Response, float]:
+            time.sleep(delay)
+            t0 = time.monotonic()
+            r = httpx.get(url, headers=headers, timeout=10)
+            return r, time.monotonic() - t0
+
+        a = {"Authorization": "Bearer key-a"}
+        with ThreadPoolExecutor(5) as pool:
+            first = [pool.submit(get, a) for _ in range(2)]
+            third = pool.submit(get, {"api-key": "key-a"}, 0.3)  # the same key in the other header
+            other = pool.submit(get, {"Authorization": "Bearer key-b"}, 0.3)
+            keyless = pool.submit(get, {}, 0.3)
+            refused, waited = third.result()
+            assert refused.status_code == 429 and refused.headers["retry-after"] == "2"
+            assert refused.json()["error"]["code"] == "too_many_requests_in_flight"
+            assert waited < 0.5  # at once: not after the queue timeout, not after A's requests
+            assert [f.result()[0].status_code for f in first] == [200, 200]
+            assert other.result()[0].status_code == 200 and keyless.result()[0].status_code == 200
+        with httpx.Client(timeout=10) as client:  # one keep-alive connection, sequential requests
+            assert [client.get(url, headers=a).status_code for _ in range(3)] == [200, 200, 200]
+
+
 def test_the_real_haproxy_closes_a_connection_whose_headers_never_end(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Slowloris: a client sending its headers a byte at a time gets a 408 and loses the connection
@@ -256,3 +293,14 @@ def test_the_variables_are_set_only_while_ray_starts(tmp_path: Path, monkeypatch
         assert len(os.environ["RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH"]) + 57 <= 97
     assert "RAY_SERVE_ENABLE_HA_PROXY" not in os.environ
     assert os.environ["RAY_SERVE_HAPROXY_BINARY_PATH"] == "/bin/true"
+    # cpu-local bounds each API key to 3/4 of the ingress's 16 slots.
+    assert "sc0_conn_cur gt 12 }" in (_haproxy.haproxy_folder(tmp_path) / "haproxy").read_text()
+
+
+def test_the_bound_per_key_follows_the_ingress_slots_and_can_be_chosen_or_turned_off() -> None:
+    assert _haproxy.haproxy_per_key_max(load_config("cpu-local")) == 12
+    assert _haproxy.haproxy_per_key_max(load_config("cpu-local", overrides={"ingress": {"num_replicas": 2}})) == 24
+    scaled = {"ingress": {"num_replicas": 4, "autoscaling": {"min_replicas": 1, "max_replicas": 4}}}
+    assert _haproxy.haproxy_per_key_max(load_config("cpu-local", overrides=scaled)) == 12  # only the minimum is sure
+    assert _haproxy.haproxy_per_key_max(load_config("cpu-local", overrides={"ray": {"haproxy_per_key_max": 5}})) == 5
+    assert _haproxy.haproxy_per_key_max(load_config("cpu-local", overrides={"ray": {"haproxy_per_key_max": 0}})) is None
