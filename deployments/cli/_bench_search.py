@@ -199,9 +199,36 @@ async def _seed(http: Any, n: int, tag: str, rng: random.Random) -> float:
     return time.perf_counter() - start
 
 
+async def _flood(connect: Callable[[], Any], clients: int, stop: float, rng: random.Random) -> dict[str, int]:
+    """``clients`` closed-loop clients of another tenant until ``stop``; their status counts.
+
+    They ignore ``Retry-After`` as a misbehaving client would, pausing only 50 ms after a refusal so
+    the benchmark's own Python does not take the 2 cores from the cluster it measures.
+    """
+    statuses: dict[str, int] = {}
+
+    async def one() -> None:
+        async with connect() as http:
+            while time.perf_counter() < stop:
+                query = " ".join(rng.choice(_WORDS) for _ in range(4))
+                try:
+                    r = await http.post("/v1/memories/search", json={"query": query, "k": 10})
+                    status = str(r.status_code)
+                except Exception as exc:  # noqa: BLE001 - a transport failure is counted, not raised
+                    status = type(exc).__name__
+                statuses[status] = statuses.get(status, 0) + 1
+                if status != "200":
+                    await asyncio.sleep(0.05)
+
+    await asyncio.gather(*(one() for _ in range(clients)))
+    return statuses
+
+
 async def _level(http: Any, clients: int, seconds: float, rng: random.Random,
-                 connect: Callable[[], Any] | None = None) -> dict[str, Any]:
-    """One level: ``clients`` closed-loop clients for ``seconds``, each on its own connection (``connect()``).
+                 connect: Callable[[], Any] | None = None,
+                 flood: tuple[Callable[[], Any], int] | None = None) -> dict[str, Any]:
+    """One level: ``clients`` closed-loop clients for ``seconds``, each on its own connection (``connect()``),
+    beside ``flood`` = (its ``connect``, clients): another tenant's flood (:func:`_flood`), started first.
 
     NOTE: one connection per client, as separate users have: 64 clients sharing one httpx pool
     cost the benchmark itself 21-24 ms of CPU per answer on the same 2 cores (a third of the
@@ -247,12 +274,17 @@ async def _level(http: Any, clients: int, seconds: float, rng: random.Random,
             if wait:
                 await asyncio.sleep(min(wait, max(0.0, stop - time.perf_counter())))
 
+    flooding = None
+    if flood is not None:
+        flooding = asyncio.ensure_future(_flood(flood[0], flood[1], stop, random.Random(rng.random())))
+        await asyncio.sleep(min(1.0, seconds / 4))  # NOTE: the flood holds its slots before the level is timed
     before = await _scrape(http)
     pids = _ray_processes()
     cpu0 = _cpu_seconds(pids)
     start = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(clients)))
     wall = time.perf_counter() - start
+    flood_statuses = await flooding if flooding is not None else None
     cpu1 = _cpu_seconds(pids)
     after = await _scrape(http)
     cpu_ms = cpu_per_answer(pids, cpu0, cpu1, len(latencies))
@@ -263,7 +295,8 @@ async def _level(http: Any, clients: int, seconds: float, rng: random.Random,
             "p95_503_ms": _quantile([1e3 * x for x in refused], 0.95),
             "p50_503_ms": _quantile([1e3 * x for x in refused], 0.5), "refused": kinds,
             "refused_p95_ms": {k: _quantile(v, 0.95) for k, v in kind_ms.items()}, "split": split_means(before, after),
-            "cpu_ms": cpu_ms, "cpu_ms_total": round(sum(cpu_ms.values()), 2)}
+            "cpu_ms": cpu_ms, "cpu_ms_total": round(sum(cpu_ms.values()), 2),
+            **({"flood": {"clients": flood[1], "statuses": flood_statuses}} if flood is not None else {})}
 
 
 def _num(x: float | None, digits: int = 1) -> str:
@@ -295,6 +328,13 @@ def render(report: dict[str, Any], title: str | None = None) -> str:
     for row in report["levels"]:
         top = ", ".join(f"{t.removeprefix('ray::')} {v:.1f}" for t, v in list((row.get("cpu_ms") or {}).items())[:8])
         lines.append(f"| {row['clients']} | {_num(row.get('cpu_ms_total'))} | {top} |")
+    floods = [row for row in report["levels"] if row.get("flood")]
+    if floods:
+        lines += ["", "Another tenant flooded the cluster during each level (closed loop, `--flood-key`):", "",
+                  "| clients | flood clients | flood statuses |", "|---|---|---|"]
+        lines += [f"| {row['clients']} | {row['flood']['clients']} | "
+                  + " ".join(f"{k}:{v}" for k, v in sorted((row['flood']['statuses'] or {}).items())) + " |"
+                  for row in floods]
     lines += ["", "Server-side columns are means in ms from the cluster's /metrics over the level (see "
               "deployments/cli/_bench_search.py); '-' where the cluster did not export them."]
     return "\n".join(lines) + "\n"
@@ -316,12 +356,18 @@ async def _main(args: argparse.Namespace, base: str) -> dict[str, Any]:
             return httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {args.key}"}, timeout=60.0,
                                      limits=httpx.Limits(max_connections=1), verify=tls)
 
+        def connect_flood() -> httpx.AsyncClient:
+            return httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {args.flood_key}"}, timeout=60.0,
+                                     limits=httpx.Limits(max_connections=1), verify=tls)
+
+        flood = (connect_flood, args.flood_clients) if args.flood_key else None
         await _level(http, 1, 2.0, rng, connect)  # NOTE: warm-up, not reported
         levels = []
         for clients in args.clients:
-            row = await _level(http, clients, args.seconds, rng, connect)
+            row = await _level(http, clients, args.seconds, rng, connect, flood)
             print(f"{clients:>3} clients: {row['answers_per_s']:.1f} answers/s, p50 {row['p50_ms'] or 0:.0f} ms, "
-                  f"p95 {row['p95_ms'] or 0:.0f} ms, statuses {row['statuses']}", flush=True)
+                  f"p95 {row['p95_ms'] or 0:.0f} ms, statuses {row['statuses']}"
+                  + (f"; flood of {args.flood_clients}: {row['flood']['statuses']}" if flood else ""), flush=True)
             levels.append(row)
     return {"url": base, "memories": args.memories, "seconds": args.seconds, "seeding_s": seeded, "levels": levels,
             "command": "recallserve " + " ".join(getattr(args, "argv", [])),
@@ -338,6 +384,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--seconds", type=float, default=10.0, help="seconds per level (1-600, default 10)")
     p.add_argument("--tag", default="v1", help="names the seeded set, so a rerun reuses it (default v1)")
     p.add_argument("--seed", type=int, default=0, help="random seed of texts and queries")
+    p.add_argument("--flood-key", default=None,
+                   help="API key of another tenant that floods the cluster with searches during every level (tenant "
+                   "isolation: the measured clients' latency and refusals beside the flood)")
+    p.add_argument("--flood-clients", type=int, default=48, help="the flood's closed-loop clients (1-256, default 48)")
     p.add_argument("--out", type=Path, default=None,
                    help="JSON output (default: bench-results/search-<time>.json); a Markdown table goes beside it (.md)")
     p.set_defaults(func=run)
@@ -351,6 +401,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--clients: expected numbers like 1,4,16, got {args.clients!r}") from None
     if not args.clients or not all(1 <= c <= 256 for c in args.clients):
         raise UserError("--clients: each level must be within [1, 256]")
+    if not 1 <= args.flood_clients <= 256:
+        raise UserError("--flood-clients must be within [1, 256]")
+    if args.flood_key is not None and args.flood_key == args.key:
+        raise UserError("--flood-key: must be another tenant's key than --key")
     if not 50 <= args.memories <= 1_000_000 or not 1 <= args.seconds <= 600:
         raise UserError("--memories must be within [50, 1000000] and --seconds within [1, 600]")
     report = asyncio.run(_main(args, cluster_base(args.url)))

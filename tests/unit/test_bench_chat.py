@@ -94,3 +94,39 @@ def test_the_demo_photo_prompt_sends_the_demo_question_with_its_photo() -> None:
     assert text == {"type": "text", "text": DEMO_QUESTION}
     assert image["type"] == "image_url" and image["image_url"]["url"].startswith("data:image/png;base64,")
     assert _user_content("one-tool", "What is the status of order 104333?") == "What is the status of order 104333?"
+
+
+def test_bench_search_flood_runs_beside_the_level_and_reports_apart(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--flood-key``: another tenant's closed-loop clients run during the level; their statuses are
+    reported apart from the measured clients' (here a stand-in server refuses the flooding key)."""
+    import asyncio
+    import random
+
+    import httpx
+
+    from deployments.cli._bench_search import _level, render
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text="")
+        if request.headers["authorization"] == "Bearer flood":
+            return httpx.Response(429, headers={"Retry-After": "1"},
+                                  json={"error": {"code": "too_many_requests_in_flight"}})
+        return httpx.Response(200, json={"hits": []})
+
+    def client(key: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url="http://rs", headers={"Authorization": f"Bearer {key}"},
+                                 transport=httpx.MockTransport(answer))
+
+    async def go() -> dict:
+        async with client("me") as http:
+            return await _level(http, 1, 1.2, random.Random(0), lambda: client("me"), (lambda: client("flood"), 3))
+
+    row = asyncio.run(go())
+    assert set(row["statuses"]) == {"200"} and row["flood"]["clients"] == 3
+    assert set(row["flood"]["statuses"]) == {"429"} and row["flood"]["statuses"]["429"] >= 3
+    table = render({"memories": 50, "levels": [row]})
+    assert "| 1 | 3 | 429:" in table
+    assert main(["bench", "search", "--flood-key", "sk-local"]) == 2  # the flood must be another tenant
+    assert "--flood-key" in capsys.readouterr().err
+    assert main(["bench", "search", "--flood-key", "x", "--flood-clients", "0"]) == 2
