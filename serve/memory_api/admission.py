@@ -14,11 +14,25 @@ learnt it was overloaded only after seconds. With :class:`SearchAdmission`:
 Worst-case time a refused client spends: ~0 (queue full) or ``max_wait_s`` (waited, no slot);
 an admitted one waits at most ``max_wait_s`` before its own search starts. The counts are per
 ingress replica (each has its own event loop); ``max_in_flight`` 0 turns the bound off.
+
+Tenants: the bound is shared, so it must not let one tenant's flood shut the others out (a
+first-come queue did: a tenant with 200 searches open held every waiting place, and every other
+tenant's search was refused). The waiters queue per tenant, and
+
+* a freed slot goes to the tenants that wait in turn (round robin over tenants, first come within
+  one), so a tenant with one search waiting is served next, however many another has waiting;
+* when the waiting places are full, a newcomer whose tenant waits less than the tenant that waits
+  most takes the place of that tenant's newest waiter, which is refused (503, as a full queue
+  would have refused it); otherwise the newcomer is refused.
+
+So a tenant never waits behind more than one search of each other tenant, and its searches are
+refused only when it holds at least as many waiting places as any other tenant.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -59,52 +73,110 @@ class AdmissionRefused(RuntimeError):
 
 
 class SearchAdmission:
-    """The bound of one replica (see the module docstring); use ``async with admission.slot(): ...``.
+    """The bound of one replica (see the module docstring); use ``async with admission.slot(tenant): ...``.
 
     Args:
         config: the bound; ``max_in_flight`` 0 admits everything.
 
     Example:
         >>> admission = SearchAdmission(SearchAdmissionConfig(max_in_flight=8))
-        >>> async with admission.slot():
+        >>> async with admission.slot("acme"):
         ...     hits = await retriever.search(...)  # doctest: +SKIP
     """
 
     def __init__(self, config: SearchAdmissionConfig) -> None:
         self.config = config
-        self._slots = asyncio.Semaphore(config.max_in_flight) if config.max_in_flight else None
-        self.waiting = 0
+        self.running = 0
         self.refused = 0
+        # NOTE: tenant -> its waiters, oldest first; the dict's order is the round robin (a tenant served
+        # goes to the end while it still waits).
+        self._queues: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
+
+    @property
+    def waiting(self) -> int:
+        """Searches waiting for a slot now, all tenants."""
+        return sum(len(q) for q in self._queues.values())
+
+    def waiting_for(self, tenant: str) -> int:
+        """Searches of ``tenant`` waiting for a slot now."""
+        q = self._queues.get(tenant)
+        return len(q) if q is not None else 0
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
+    async def slot(self, tenant: str = "") -> AsyncIterator[None]:
         """Hold one of the ``max_in_flight`` slots for the block.
 
         Raises:
-            AdmissionRefused: ``max_waiting`` searches already wait, or no slot came in ``max_wait_s``.
+            AdmissionRefused: the waiting places are full and ``tenant`` waits at least as much as any
+                other tenant, no slot came in ``max_wait_s``, or another tenant took this search's place.
         """
-        if self._slots is None:
+        if not self.config.max_in_flight:
             yield
             return
-        await self._acquire(self._slots)
+        await self._acquire(tenant)
         try:
             yield
         finally:
-            self._slots.release()
+            self._release()
 
-    async def _acquire(self, slots: asyncio.Semaphore) -> None:
+    def _refuse(self, reason: str) -> AdmissionRefused:
+        self.refused += 1
+        return AdmissionRefused(f"memory search overloaded: {reason}", self.config.retry_after_s)
+
+    async def _acquire(self, tenant: str) -> None:
         c = self.config
-        if slots.locked() and self.waiting >= c.max_waiting:
-            self.refused += 1
-            raise AdmissionRefused(f"memory search overloaded: {c.max_in_flight} running and {self.waiting} waiting",
-                                   c.retry_after_s)
-        self.waiting += 1
+        if self.running < c.max_in_flight and not self._queues:
+            self.running += 1
+            return
+        if self.waiting >= c.max_waiting and not self._push_out_for(tenant):
+            raise self._refuse(f"{self.running} running and {self.waiting} waiting")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._queues.setdefault(tenant, deque()).append(fut)
         try:
-            # NOTE: a wait cut by the timeout after the slot was granted gives it back (asyncio.Semaphore).
-            await asyncio.wait_for(slots.acquire(), c.max_wait_s)
+            # NOTE: wait_for returns the result when the slot was granted as the wait ran out.
+            await asyncio.wait_for(fut, c.max_wait_s)
         except TimeoutError:
-            self.refused += 1
-            raise AdmissionRefused(f"memory search overloaded: no free slot within {c.max_wait_s:g} s",
-                                   c.retry_after_s) from None
-        finally:
-            self.waiting -= 1
+            self._forget(tenant, fut)
+            raise self._refuse(f"no free slot within {c.max_wait_s:g} s") from None
+        except asyncio.CancelledError:
+            self._forget(tenant, fut)
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._release()  # NOTE: granted, then the caller went away: the slot goes on
+            raise
+
+    def _push_out_for(self, tenant: str) -> bool:
+        """Free a waiting place for ``tenant`` by refusing the newest waiter of the tenant that waits
+        most, when that tenant waits more than ``tenant`` does; False when none does."""
+        if not self._queues:
+            return False
+        most = max(self._queues, key=lambda t: len(self._queues[t]))
+        if most == tenant or len(self._queues[most]) <= self.waiting_for(tenant):
+            return False
+        victim = self._queues[most].pop()
+        if not self._queues[most]:
+            del self._queues[most]
+        if not victim.done():  # NOTE: a done one is already leaving (its wait ran out or was cancelled)
+            victim.set_exception(self._refuse("another tenant's search took its waiting place"))
+        return True
+
+    def _forget(self, tenant: str, fut: asyncio.Future[None]) -> None:
+        q = self._queues.get(tenant)
+        if q is not None and fut in q:
+            q.remove(fut)
+            if not q:
+                del self._queues[tenant]
+
+    def _release(self) -> None:
+        """Give a slot back: to the next waiting tenant in turn (its oldest waiter), or free it."""
+        while self._queues:
+            tenant, q = next(iter(self._queues.items()))
+            fut = q.popleft()
+            if q:
+                self._queues.move_to_end(tenant)
+            else:
+                del self._queues[tenant]
+            if not fut.done():
+                fut.set_result(None)  # NOTE: the slot passes on; ``running`` stays the same
+                return
+        self.running -= 1

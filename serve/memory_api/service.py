@@ -302,7 +302,7 @@ class MemoryService:
             with MEMORY_SEARCH.labels(caller).time():
                 return await self._search_request(tenant, req, now)
         try:
-            async with self.admission.slot():
+            async with self.admission.slot(tenant):
                 with MEMORY_SEARCH.labels(caller).time():
                     return await self._search_request(tenant, req, now)
         except AdmissionRefused as exc:
