@@ -7,19 +7,22 @@
 # offline bulk seed `python -m loadtests.search_seed --config SCRATCH/profile.yaml` writes there too).
 # Environment: PROFILE (default cpu-local), PORT (default 8731), KEYS ("key:tenant,..." added to the
 # profile's API keys), WARM_S (most seconds to wait after ready for the agent's prompt warm-up, which
-# keeps the reasoner busy; the wait ends once the reasoner replica is idle; default 300).
+# keeps the reasoner busy; the wait ends once the reasoner replica is idle; default 300), OVERRIDES (JSON of
+# config sections merged over the profile's, e.g. '{"ray": {"haproxy_per_key_max": 0}}' for an A/B run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD
 scratch=$(realpath -m "$1"); shift; [ "${1:-}" = "--" ] && shift
 port=${PORT:-8731}; profile=${PROFILE:-cpu-local}
 mkdir -p "$scratch"
-python - "$profile" "$scratch" "$port" "${KEYS:-}" <<'PY'
-import sys, yaml
+python - "$profile" "$scratch" "$port" "${KEYS:-}" "${OVERRIDES:-{\}}" <<'PY'
+import json, sys, yaml
 from pathlib import Path
 from deployments.config import PROFILES_DIR
 profile, scratch, port, keys = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 data = yaml.safe_load((PROFILES_DIR / f"{profile}.yaml").read_text())
+for section, values in json.loads(sys.argv[5]).items():
+    data[section] = {**data.get(section, {}), **values} if isinstance(values, dict) else values
 data["server"] = {**data.get("server", {}), "host": "127.0.0.1", "port": port}
 data["memory"] = {**data.get("memory", {}), "data_dir": str(scratch / "memory")}
 data["state_dir"] = str(scratch / "state")

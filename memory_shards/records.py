@@ -35,6 +35,7 @@ from .chunking import MAX_CHUNKS
 
 __all__ = [
     "KINDS",
+    "clip_middle",
     "SHARED_TENANT_NAME",
     "MemoryKind",
     "MemoryPart",
@@ -63,6 +64,29 @@ MAX_PARTS = 16
 MAX_METADATA_KEYS = 64
 
 Scalar = str | int | float | bool | None
+
+
+def clip_middle(text: str, limit: int) -> tuple[str, int]:
+    """``text`` cut to at most ``limit`` characters by leaving out its middle; (the text, characters left out).
+
+    The first 3/4 and the last 1/4 of the room are kept around a marker that says how much is
+    missing: an exchange ``user: <question>\\nassistant: <answer>`` keeps the start of a pasted
+    document and its answer. A text within ``limit`` comes back as it is (0 left out).
+
+    Example:
+        >>> clip_middle("a" * 40 + "b" * 40, 60)
+        ('aaaaaaaaaaaaaaaaaaaaaaa\\n[… 50 characters left out …]\\nbbbbbbb', 50)
+    """
+    if len(text) <= limit:
+        return text, 0
+    # NOTE: the marker's room is reserved for the longest count (the whole text), so the result fits.
+    room = limit - len(f"\n[… {len(text)} characters left out …]\n")
+    if room < 4:
+        raise ValueError(f"limit: {limit} leaves no room for the text beside the marker")
+    tail = room // 4
+    head = room - tail
+    left_out = len(text) - head - tail
+    return f"{text[:head]}\n[… {left_out} characters left out …]\n{text[len(text) - tail:]}", left_out
 _ID_CHARS = Annotated[str, Field(min_length=1, max_length=256)]
 
 

@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from serve.api.errors import APIError, error_body
 
 __all__ = ["MAX_BODY_BYTES", "BodyLimitMiddleware", "check_content_type", "check_duplicate_keys", "check_query",
-           "check_unicode", "duplicate_key", "undecodable_query", "unpaired_surrogate", "valid_request_id"]
+           "check_unicode", "duplicate_key", "undecodable_query", "unpaired_surrogate", "valid_request_id", "RESERVED_REQUEST_IDS"]
 
 MAX_BODY_BYTES = 32 * 2**20
 """NOTE: 32 MiB: the largest image the describer takes (12 MiB, 16 MiB as base64) plus a full
@@ -36,9 +36,15 @@ what concurrent requests can make a replica hold. ``create_app(max_body_bytes=..
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
+RESERVED_REQUEST_IDS = frozenset({"sessions"})
+"""Ids that name a route beside ``GET /v1/turns/{turn_id}`` (``/v1/turns/sessions``): a turn kept under
+one could never be read by its id, so such a client id is replaced like a malformed one."""
+
+
 def valid_request_id(value: str) -> bool:
-    """Whether a client's ``x-request-id`` is usable: 1-128 of ``A-Z a-z 0-9 . _ : -``."""
-    return _REQUEST_ID.fullmatch(value) is not None
+    """Whether a client's ``x-request-id`` is usable: 1-128 of ``A-Z a-z 0-9 . _ : -``, not a reserved
+    route name (:data:`RESERVED_REQUEST_IDS`)."""
+    return _REQUEST_ID.fullmatch(value) is not None and value not in RESERVED_REQUEST_IDS
 
 
 def _too_large(limit: int) -> str:

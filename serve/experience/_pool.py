@@ -9,6 +9,11 @@ switch intervals and the p50 of every other request of the replica rises (issue 
   process holding threads is not safe), each owned by one thread of a small executor: the thread
   sends the record, waits on the pipe (no GIL held) and reads the result;
 * a bounded queue: past ``queue`` records waiting, a record's checks fail unrun with the reason;
+* tenants share it fairly: a tenant may hold at most half the places (``size + queue``, at least
+  ``size``), so another tenant always finds a place, and a free worker takes the next record of the
+  tenants that wait in turn (round robin; first come within one tenant), so one tenant's flood of
+  hostile records neither fails another tenant's checks unrun nor makes them wait behind it (a
+  first-come queue did both: its records were filed for review instead of as active);
 * a per-call timeout: a worker that does not answer in time (a step the calculator's caps do not
   interrupt) is killed and replaced on its next call; the record's checks fail with the reason;
 * if a worker cannot start, verification falls back to a thread in this process, said once in
@@ -30,7 +35,8 @@ import logging
 import multiprocessing
 import threading
 import time
-from collections.abc import Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any
@@ -53,6 +59,16 @@ def failed_record(record: ExperienceRecord, note: str, required: Sequence[str] =
     """``record`` with every check failed unrun with ``note``, and the confidence that implies (low)."""
     checked = [v.model_copy(update={"actual": None, "status": "fail", "notes": note}) for v in record.verification]
     return finish_record(record, checked, required)
+
+
+def _settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    """Set ``fut`` (on its loop) unless its waiter went away."""
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(result)
 
 
 def _worker_main(conn: Connection) -> None:
@@ -94,8 +110,11 @@ class _Worker:
         self.conn.close()
 
 
+_Job = tuple[Callable[[], "ExperienceRecord | None"], "asyncio.Future[ExperienceRecord | None]", asyncio.AbstractEventLoop]
+
+
 class VerifyPool:
-    """``size`` verification processes behind a bounded queue, with a per-call timeout.
+    """``size`` verification processes behind a bounded queue shared fairly by tenants, with a per-call timeout.
 
     Args:
         size: Worker processes (each served by one executor thread).
@@ -105,11 +124,15 @@ class VerifyPool:
 
     def __init__(self, size: int, queue: int, timeout_s: float) -> None:
         self.size, self.queue, self.timeout_s = size, queue, timeout_s
+        self.per_tenant = max(size, (size + queue) // 2)
         self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="verify-pool")
         self._local = threading.local()
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._pending = 0
+        self._by_tenant: dict[str, int] = {}
+        # NOTE: tenant -> its records waiting, oldest first; the dict's order is the round robin.
+        self._jobs: OrderedDict[str, deque[_Job]] = OrderedDict()
         self._fallback = False
         self.recycled = 0
 
@@ -118,27 +141,63 @@ class VerifyPool:
         """True once a worker could not start: verification runs in a thread of this process."""
         return self._fallback
 
+    def pending_for(self, tenant: str) -> int:
+        """Records of ``tenant`` running or waiting now."""
+        with self._lock:
+            return self._by_tenant.get(tenant, 0)
+
     async def verify(self, record: ExperienceRecord, rules: RuleTable, *, required: Sequence[str],
-                     max_steps: int, seconds: float) -> ExperienceRecord:
-        """:func:`verify_record` in a worker process (or, after a failed start, in a thread)."""
+                     max_steps: int, seconds: float, tenant: str = "") -> ExperienceRecord:
+        """:func:`verify_record` in a worker process (or, after a failed start, in a thread), in ``tenant``'s turn."""
         if self._fallback:
             return await asyncio.to_thread(verify_record, record, rules, required=required, max_steps=max_steps,
                                            seconds=seconds)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[ExperienceRecord | None] = loop.create_future()
+        job: _Job = (lambda: self._call(record, rules, tuple(required), max_steps, seconds), fut, loop)
         with self._lock:
             if self._pending >= self.size + self.queue:
                 return failed_record(record, f"not run: verification queue full ({self.queue} records waiting)",
                                      required)
+            if self._by_tenant.get(tenant, 0) >= self.per_tenant:
+                return failed_record(record, f"not run: this tenant already has {self.per_tenant} records running or "
+                                     "waiting for verification", required)
             self._pending += 1
+            self._by_tenant[tenant] = self._by_tenant.get(tenant, 0) + 1
+            self._jobs.setdefault(tenant, deque()).append(job)
+        # NOTE: each submit runs one record, the next in turn (_run_next), not necessarily this one.
+        self._executor.submit(self._run_next)
+        out = await fut
+        if out is None:  # the worker could not start: said once, then every call uses the thread
+            return await self.verify(record, rules, required=required, max_steps=max_steps, seconds=seconds,
+                                     tenant=tenant)
+        return out
+
+    def _run_next(self) -> None:
+        """In an executor thread: run the oldest record of the next waiting tenant, then count it done."""
+        with self._lock:
+            if not self._jobs:  # NOTE: close() took the records that were waiting
+                return
+            tenant, jobs = next(iter(self._jobs.items()))
+            run, fut, loop = jobs.popleft()
+            if jobs:
+                self._jobs.move_to_end(tenant)
+            else:
+                del self._jobs[tenant]
         try:
-            loop = asyncio.get_running_loop()
-            out = await loop.run_in_executor(self._executor, self._call, record, rules, tuple(required),
-                                             max_steps, seconds)
+            out: ExperienceRecord | None = run()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting coroutine
+            loop.call_soon_threadsafe(_settle, fut, None, exc)
+        else:
+            loop.call_soon_threadsafe(_settle, fut, out, None)
         finally:
             with self._lock:
                 self._pending -= 1
-        if out is None:  # the worker could not start: said once, then every call uses the thread
-            return await self.verify(record, rules, required=required, max_steps=max_steps, seconds=seconds)
-        return out
+                left = self._by_tenant[tenant] - 1
+                if left:
+                    self._by_tenant[tenant] = left
+                else:
+                    del self._by_tenant[tenant]
 
     def _call(self, record: ExperienceRecord, rules: RuleTable, required: tuple[str, ...], max_steps: int,
               seconds: float) -> ExperienceRecord | None:
@@ -180,6 +239,11 @@ class VerifyPool:
         """Kill every worker and stop the executor (idempotent)."""
         with self._lock:
             workers, self._workers = self._workers, []
+            jobs = [job for queue in self._jobs.values() for job in queue]
+            self._jobs.clear()
         for w in workers:
             w.kill()
         self._executor.shutdown(wait=False, cancel_futures=True)
+        for _, fut, loop in jobs:  # NOTE: their turns were cancelled with the executor: no waiter hangs
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(_settle, fut, None, RuntimeError("verification pool closed"))

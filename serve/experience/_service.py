@@ -172,7 +172,7 @@ class ExperienceService:
 
     # ------------------------------------------------------------------ records
 
-    async def _verify(self, record: ExperienceRecord, required: Sequence[str]) -> ExperienceRecord:
+    async def _verify(self, tenant: str, record: ExperienceRecord, required: Sequence[str]) -> ExperienceRecord:
         """Verify by code in a worker process (or thread), within the configured budget; count the results.
 
         NOTE: off the event loop because verification is CPU work on client input: even bounded
@@ -188,7 +188,7 @@ class ExperienceService:
         if self._pool is None:
             verified = await asyncio.to_thread(verify_record, record, self.rules, **kwargs)
         else:
-            verified = await self._pool.verify(record, self.rules, **kwargs)
+            verified = await self._pool.verify(record, self.rules, tenant=tenant, **kwargs)
         _metrics.record_verification(v.status for v in verified.verification)
         return verified
 
@@ -207,7 +207,7 @@ class ExperienceService:
         """
         now = self._clock()
         record = _scrubbed(record, self._pii_for(tenant) if pii is None else pii)
-        verified = await self._verify(record, required)
+        verified = await self._verify(tenant, record, required)
         md = verified.metadata
         if md.expires_at is None and self.config.default_ttl_days is not None:
             md = md.model_copy(update={"expires_at": md.timestamp + self.config.default_ttl_days * _DAY})
@@ -484,7 +484,7 @@ class ExperienceService:
                                          pii=for_write_back(self._pii_for(tenant)))
             else:
                 now = self._clock()
-                verified = await self._verify(record, required)
+                verified = await self._verify(tenant, record, required)
                 view = ExperienceView(record=verified, tier=_tier_of(verified), last_used_at=now, use_count=0,
                                       decay=1.0)
         return ProduceResult(

@@ -38,7 +38,8 @@ from memory_shards.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS,
 from memory_shards.config import SearchFilters
 from memory_shards.coordinator import MemoryCoordinator, ShardUnavailable
 from memory_shards.records import (
-    SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, new_record_id, private_record_id, shared_record_id,
+    MAX_TEXT_CHARS, SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, clip_middle, new_record_id, private_record_id,
+    shared_record_id,
 )
 from memory_shards.retrieval import AsyncEmbed, HybridHit, HybridRetriever, QueryRewriter, RetrievalParams
 from serve.api.metrics import MEMORY_SEARCH
@@ -334,11 +335,20 @@ class MemoryService:
         return list(await self.search_request(tenant, req, caller="chat"))
 
     async def write(self, tenant: str, items: Sequence[MemoryWrite]) -> list[str]:
-        """The chat pipeline's write-back (durable on return)."""
+        """The chat pipeline's write-back (durable on return).
+
+        A text longer than a memory may be (``MAX_TEXT_CHARS``: a chat message may be far longer) is
+        stored clipped (:func:`clip_middle`: its start and its end, so a pasted document's exchange keeps
+        the question's start and the whole answer), with ``metadata.clipped_chars`` = the characters
+        left out; before, the write-back failed in the background and the exchange was not stored.
+        """
         ids: list[str] = []
         for start in range(0, len(items), self.max_batch):
-            batch = [MemoryIn(text=w.text, kind=w.kind, source_id=w.source_id, metadata=w.metadata, topic=w.topic or "",
-                              created_at=w.created_at, expires_at=w.expires_at)
-                     for w in items[start : start + self.max_batch]]
+            batch = []
+            for w in items[start : start + self.max_batch]:
+                text, left_out = clip_middle(w.text, MAX_TEXT_CHARS)
+                metadata = {**w.metadata, "clipped_chars": left_out} if left_out else w.metadata
+                batch.append(MemoryIn(text=text, kind=w.kind, source_id=w.source_id, metadata=metadata,
+                                      topic=w.topic or "", created_at=w.created_at, expires_at=w.expires_at))
             ids += await self.add(tenant, batch, pii=for_write_back(self.pii_for(tenant)))
         return ids

@@ -59,6 +59,7 @@ def build_router(store: TraceBackend, get_tenant: Callable[..., Awaitable[str]])
         key = mask_id(session_id, SESSION_KEY_CHARS) if session_id is not None else None
         return TurnList(data=await store.recent(tenant, limit, session_id=key, before=before))
 
+    # NOTE: a route name here must be in serve.api.limits.RESERVED_REQUEST_IDS (no turn may be kept under it).
     @router.get("/sessions", response_model=TraceSessionList, summary="Sessions with traced turns")
     async def list_sessions(tenant: Tenant, limit: Limit = 50) -> TraceSessionList:
         return TraceSessionList(data=await store.sessions(tenant, limit))

@@ -322,3 +322,17 @@ def test_two_request_ids_holding_personal_data_keep_two_readable_traces(rig: Rig
         assert got.status_code == 200 and rid not in got.text, got.text
     for key in keys:  # NOTE: the console opens a turn by the id its list shows
         assert _json(rig, "GET", f"/v1/turns/{quote(key)}").status_code == 200, key
+
+
+def test_a_request_id_that_names_a_turns_route_is_replaced_and_its_trace_is_readable(rig: Rig) -> None:
+    """``x-request-id: sessions`` kept the turn under ``sessions``, and ``GET /v1/turns/sessions`` is the
+    session list: the trace could never be read by its id. Such an id is replaced like a malformed one."""
+    r = rig.client.post("/v1/chat/completions", json=CHAT, headers={**headers(A), "x-request-id": "sessions"})
+    assert r.status_code == 200, r.text
+    rid = r.json()["recallserve"]["request_id"]
+    assert rid != "sessions" and r.headers["x-request-id"] == rid
+    deadline = time.monotonic() + 30
+    while (got := _json(rig, "GET", f"/v1/turns/{rid}")).status_code == 404:
+        assert time.monotonic() < deadline, got.text
+        time.sleep(0.05)
+    assert got.status_code == 200 and got.json()["id"] == rid, got.text

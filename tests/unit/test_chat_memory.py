@@ -76,3 +76,28 @@ def test_chat_recalls_only_own_tenant_and_writes_back(client: tuple[TestClient, 
     assert found, "write-back never became searchable"
     assert found[0]["metadata"]["user"] == "u1"
     assert len(found) == 1 and found[0]["text"].startswith("user: Printer P-200 on floor 3 showed error E31 again")
+
+
+def test_a_question_longer_than_a_memory_is_written_back_clipped(client: tuple[TestClient, MemoryService]) -> None:
+    """A chat message may be far longer than a memory (32,000 characters) where the model's context is long
+    (vLLM profiles): the write-back (``MemoryService.write``, what the pipeline calls off the request path)
+    stores its exchange with its start and its end and ``metadata.clipped_chars``; before, it failed in the
+    background and the exchange was not stored. (The test model's 2k context refuses such a chat with a 400.)"""
+    from serve.pii import for_write_back
+    from serve.write_filter import exchange_write, worth_storing
+
+    c, service = client
+    line = "Printer P-200 on floor 3 showed error E31 again this morning after the fuser swap. "
+    question = "Serial log follows. " + line * 600 + "Last line: the tray 2 sensor reads 41 degrees."
+    kept = worth_storing(question, "Replace the tray 2 sensor.")
+    assert kept is not None and len(kept) > 45_000
+    item = exchange_write(kept, speaker="user", user="u1", request_id="r-long", session="", pii=for_write_back("mask"))
+    [rid] = asyncio.run(service.write("acme", [item]))
+    s = c.post("/v1/memories/search", headers={"Authorization": "Bearer sk-acme"},
+               json={"query": "tray 2 sensor 41 degrees serial log", "k": 10, "threshold": -1})
+    [found] = [h for h in s.json()["data"] if h["kind"] == "message"]
+    text, meta = found["text"], found["metadata"]
+    assert found["id"] == rid and len(text) <= 32_000 and text.startswith("user: Serial log follows.")
+    assert meta["clipped_chars"] == len(kept) - len(text) + len(f"\n[… {meta['clipped_chars']} characters left out …]\n")
+    # the end survives: the question's last line and the answer
+    assert text.endswith("Last line: the tray 2 sensor reads 41 degrees.\nassistant: Replace the tray 2 sensor.")

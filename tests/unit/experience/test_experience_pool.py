@@ -67,20 +67,70 @@ def test_results_are_those_of_verify_record(pool: VerifyPool) -> None:
     assert _worker_pid(pool) != os.getpid() and not pool.fallback
 
 
-def test_queue_bound_fails_the_checks_unrun() -> None:
-    p = VerifyPool(size=1, queue=1, timeout_s=30.0)
+def test_queue_bound_fails_the_checks_unrun_and_no_tenant_takes_more_than_half() -> None:
+    """4 places (1 worker + 3 waiting), at most 2 per tenant: acme's 5 records get 2 places (a first-come
+    queue gave it all 4), globex's 3 get the other 2, and then the queue is full; refused checks fail unrun."""
+    p = VerifyPool(size=1, queue=3, timeout_s=30.0)
+    assert p.per_tenant == 2
     try:
-        async def flood() -> list[ExperienceRecord]:
+        async def flood() -> dict[str, list[ExperienceRecord]]:
             rec = _hostile()
-            return list(await asyncio.gather(*(p.verify(rec, RuleTable(), required=(), max_steps=STEPS,
-                                                         seconds=SECONDS) for _ in range(5))))
+            tasks = {t: [asyncio.ensure_future(p.verify(rec, RuleTable(), required=(), max_steps=STEPS, seconds=SECONDS,
+                                                        tenant=t)) for _ in range(n)]
+                     for t, n in (("acme", 5), ("globex", 3), ("initech", 1))}
+            return {t: list(await asyncio.gather(*fs)) for t, fs in tasks.items()}
 
         outs = asyncio.run(flood())
-        # NOTE: one running plus one waiting are admitted; the other three are refused at once
-        full = [o for o in outs if "queue full" in (o.verification[0].notes or "")]
-        assert len(full) == 3 and all(v.status == "fail" for o in full for v in o.verification)
+
+        def notes(tenant: str, text: str) -> list[ExperienceRecord]:
+            return [o for o in outs[tenant] if text in (o.verification[0].notes or "")]
+
+        assert len(notes("acme", "this tenant already has 2")) == 3  # acme holds 2 of the 4 places, not all
+        assert len(notes("globex", "queue full")) == 1 and len(notes("initech", "queue full")) == 1
+        assert len([o for o in outs["globex"] if "not run:" not in (o.verification[0].notes or "")]) == 2
+        refused = [o for t in outs for o in notes(t, "not run:")]
+        assert len(refused) == 5 and all(v.status == "fail" for o in refused for v in o.verification)
+        assert p.pending_for("acme") == 0 and p._pending == 0
     finally:
         p.close()
+
+
+def test_a_free_worker_takes_the_waiting_tenants_in_turn() -> None:
+    """One worker: acme queues 3 records, then globex 1; globex's is verified second among the waiting,
+    not after all of acme's (a first-come queue made it wait behind the whole flood)."""
+    p = VerifyPool(size=1, queue=8, timeout_s=30.0)
+    done: list[str] = []
+    try:
+        async def run() -> None:
+            async def one(tenant: str, rec: ExperienceRecord) -> None:
+                await p.verify(rec, RuleTable(), required=(), max_steps=STEPS, seconds=SECONDS, tenant=tenant)
+                done.append(tenant)
+
+            tasks = [asyncio.ensure_future(one("acme", _hostile())) for _ in range(4)]
+            await asyncio.sleep(0)
+            tasks.append(asyncio.ensure_future(one("globex", ExperienceRecord.model_validate(speed_record()))))
+            await asyncio.gather(*tasks)
+
+        asyncio.run(run())
+        # the first acme record was running (or taken) when globex came; then acme and globex alternate
+        assert done.index("globex") <= 2 and done.count("acme") == 4
+    finally:
+        p.close()
+
+
+def test_close_ends_every_wait() -> None:
+    p = VerifyPool(size=1, queue=8, timeout_s=30.0)
+
+    async def run() -> list[object]:
+        rec = _hostile()
+        futs = [asyncio.ensure_future(p.verify(rec, RuleTable(), required=(), max_steps=STEPS, seconds=SECONDS,
+                                               tenant="acme")) for _ in range(3)]
+        await asyncio.sleep(0)
+        p.close()
+        return await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True), 60)
+
+    outs = asyncio.run(run())
+    assert len(outs) == 3 and any(isinstance(o, RuntimeError) and "closed" in str(o) for o in outs)
 
 
 def test_timeout_kills_and_replaces_the_worker(fresh: VerifyPool) -> None:
