@@ -38,7 +38,7 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 RESERVED_REQUEST_IDS = frozenset({"sessions"})
 """Ids that name a route beside ``GET /v1/turns/{turn_id}`` (``/v1/turns/sessions``): a turn kept under
-one could never be read by its id, so such a client id is replaced like a malformed one."""
+one could never be read by its id, so such a client id is refused (400) like a malformed one."""
 
 
 def valid_request_id(value: str) -> bool:

@@ -30,7 +30,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve.api.errors import error_body
-from serve.api.limits import valid_request_id
+from serve.api.limits import RESERVED_REQUEST_IDS, valid_request_id
 from serve.api.metrics import LATENCY, REQUESTS
 
 __all__ = ["METHODS", "ObserveMiddleware", "method_label"]
@@ -85,8 +85,10 @@ class ObserveMiddleware:
 
         try:
             if sent_id is not None and sent_id != request_id:
-                response = JSONResponse(error_body("x-request-id: must be 1-128 characters of A-Z a-z 0-9 . _ : -",
-                                                   "invalid_request_error", "x-request-id"), status_code=400)
+                why = (f"x-request-id: {sent_id!r} names a route (GET /v1/turns/{sent_id}), so the turn could never be "
+                       "read by its id; send another id" if sent_id in RESERVED_REQUEST_IDS
+                       else "x-request-id: must be 1-128 characters of A-Z a-z 0-9 . _ : -")
+                response = JSONResponse(error_body(why, "invalid_request_error", "x-request-id"), status_code=400)
                 await response(scope, receive, send_with_id)
             else:
                 await self.app(scope, receive, send_with_id)

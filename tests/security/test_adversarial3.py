@@ -324,15 +324,11 @@ def test_two_request_ids_holding_personal_data_keep_two_readable_traces(rig: Rig
         assert _json(rig, "GET", f"/v1/turns/{quote(key)}").status_code == 200, key
 
 
-def test_a_request_id_that_names_a_turns_route_is_replaced_and_its_trace_is_readable(rig: Rig) -> None:
+def test_a_request_id_that_names_a_turns_route_is_a_400_naming_the_header(rig: Rig) -> None:
     """``x-request-id: sessions`` kept the turn under ``sessions``, and ``GET /v1/turns/sessions`` is the
-    session list: the trace could never be read by its id. Such an id is replaced like a malformed one."""
+    session list: the trace could never be read by its id. Such an id is refused like a malformed one."""
     r = rig.client.post("/v1/chat/completions", json=CHAT, headers={**headers(A), "x-request-id": "sessions"})
-    assert r.status_code == 200, r.text
-    rid = r.json()["recallserve"]["request_id"]
-    assert rid != "sessions" and r.headers["x-request-id"] == rid
-    deadline = time.monotonic() + 30
-    while (got := _json(rig, "GET", f"/v1/turns/{rid}")).status_code == 404:
-        assert time.monotonic() < deadline, got.text
-        time.sleep(0.05)
-    assert got.status_code == 200 and got.json()["id"] == rid, got.text
+    error = assert_envelope(r, 400, "x-request-id")
+    assert "names a route" in error["message"], error
+    r = rig.client.post("/v1/chat/completions", json=CHAT, headers={**headers(A), "x-request-id": "sessions-2"})
+    assert r.status_code == 200 and r.json()["recallserve"]["request_id"] == "sessions-2", r.text
