@@ -3,16 +3,20 @@
 * an assistant message's echoed ``tool_calls`` were free-form JSON: a call without a function
   name, with object ``arguments``, of an unknown ``type``, with unknown keys or two calls of one
   id were answered 200 and rendered as history; a tool message answering a call nobody made (or
-  following no assistant message with calls) too, where the OpenAI API refuses both.
+  following no assistant message with calls) too, where the OpenAI API refuses both;
+* a session's entity table grew with every distinct id, amount or date a client sent, read back
+  on every turn (``context.max_entities_per_session`` now keeps the most recently seen).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from serve.context import ContextConfig
 from tests.security.conftest import A, Rig, serving
 from tests.unit.edge.conftest import assert_envelope, headers
 
@@ -147,3 +151,42 @@ def test_the_openai_sdks_tool_calling_history_is_answered(rig: Rig) -> None:
         messages=[*history, {"role": "user", "content": "Warmer?"}, first.choices[0].message,
                   {"role": "user", "content": "And tomorrow?"}])
     assert again.choices[0].message.content
+
+
+# ---- a session's entity table is bounded ---------------------------------------------------------
+
+ENTITY_CAP = 50
+
+
+def _orders(start: int, n: int) -> str:
+    return "Please check " + ", ".join(f"order {i}" for i in range(start, start + n)) + "."
+
+
+def test_a_sessions_entity_table_keeps_the_most_recently_seen_up_to_its_cap(tmp_path: Path) -> None:
+    with serving(tmp_path, context_config=ContextConfig(summary_keep_recent=1, max_entities_per_session=ENTITY_CAP)) as r:
+        meta = {"agent": "off", "session_id": "many-ids", "context_mode": "summary"}
+        for start in (100_000, 200_000, 300_000):
+            reply = _chat(r, [{"role": "user", "content": _orders(start, 40)}], metadata=meta)
+            assert reply.status_code == 200, reply.text
+        got = r.client.get("/v1/sessions/many-ids", headers=headers(A))
+        assert got.status_code == 200, got.text
+        values = {e["value"] for e in got.json()["entities"]}
+        assert len(got.json()["entities"]) == ENTITY_CAP, len(got.json()["entities"])
+        # the newest turn's ids and the answer's (seen in every turn) stay; the first turn's are gone
+        assert {str(i) for i in range(300_000, 300_040)} <= values, sorted(values)
+        assert "104208" in values, sorted(values)
+        assert not values & {str(i) for i in range(100_000, 100_040)}, sorted(values)
+        # an id seen again is the most recent again: it comes back, and the table stays at its cap
+        assert _chat(r, [{"role": "user", "content": "About order 100000 again."}], metadata=meta).status_code == 200
+        after = r.client.get("/v1/sessions/many-ids", headers=headers(A)).json()["entities"]
+        assert len(after) == ENTITY_CAP and "100000" in {e["value"] for e in after}
+
+
+def test_one_request_with_more_entities_than_the_cap_stores_the_last_ones(tmp_path: Path) -> None:
+    with serving(tmp_path, context_config=ContextConfig(summary_keep_recent=1, max_entities_per_session=ENTITY_CAP)) as r:
+        # NOTE: 200 ids, under the 256 spans one text is read for (serve.context._entities.MAX_ENTITY_SPANS).
+        reply = _chat(r, [{"role": "user", "content": _orders(500_000, 200)}],
+                      metadata={"agent": "off", "session_id": "one-big"})
+        assert reply.status_code == 200, reply.text
+        values = {e["value"] for e in r.client.get("/v1/sessions/one-big", headers=headers(A)).json()["entities"]}
+        assert len(values) == ENTITY_CAP and "500199" in values and "500000" not in values
