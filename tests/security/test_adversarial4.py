@@ -5,11 +5,15 @@
   id were answered 200 and rendered as history; a tool message answering a call nobody made (or
   following no assistant message with calls) too, where the OpenAI API refuses both;
 * a session's entity table grew with every distinct id, amount or date a client sent, read back
-  on every turn (``context.max_entities_per_session`` now keeps the most recently seen).
+  on every turn (``context.max_entities_per_session`` now keeps the most recently seen);
+* every new ``task_domain`` a tenant's records named opened another active cache of up to
+  ``active_capacity`` records, which searches without a domain, the review queue and maintenance
+  scan (``experience.max_active_domains`` now demotes the least recently used domain's records).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +21,9 @@ from typing import Any
 import pytest
 
 from serve.context import ContextConfig
-from tests.security.conftest import A, Rig, serving
+from tests.security.conftest import A, B, Rig, serving
 from tests.unit.edge.conftest import assert_envelope, headers
+from tests.unit.experience._records import speed_record
 
 CHAT: dict[str, Any] = {"model": "recallserve", "metadata": {"agent": "off"}}
 CALL: dict[str, Any] = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
@@ -190,3 +195,43 @@ def test_one_request_with_more_entities_than_the_cap_stores_the_last_ones(tmp_pa
         assert reply.status_code == 200, reply.text
         values = {e["value"] for e in r.client.get("/v1/sessions/one-big", headers=headers(A)).json()["entities"]}
         assert len(values) == ENTITY_CAP and "500199" in values and "500000" not in values
+
+
+# ---- the active experience caches of a tenant are bounded in domains -----------------------------
+
+DOMAIN_CAP = 2
+
+
+def _tier(rig: Rig, exp_id: str, tenant: str = A) -> str:
+    r = rig.client.get(f"/v1/experiences/{exp_id}", headers=headers(tenant))
+    assert r.status_code == 200, r.text
+    return str(r.json()["tier"])
+
+
+def _active(rig: Rig, exp_id: str, domain: str, when: float, tenant: str = A) -> None:
+    record = speed_record(exp_id=exp_id, domain=domain, timestamp=when, label="correct")
+    r = rig.client.post("/v1/experiences", json=record, headers=headers(tenant))
+    assert r.status_code == 201 and r.json()["tier"] == "active", r.text
+
+
+def test_a_new_task_domain_past_the_cap_demotes_the_least_recently_used_domain(tmp_path: Path) -> None:
+    # NOTE: minutes ago, so no record is demoted for its decay or window instead.
+    t0 = time.time() - 3600
+    with serving(tmp_path, experience_config={"max_active_domains": DOMAIN_CAP}) as r:
+        _active(r, "exp-b", "globex-only", t0, tenant=B)
+        _active(r, "exp-1", "units", t0 + 100)
+        _active(r, "exp-2", "tax", t0 + 200)
+        _active(r, "exp-3", "units", t0 + 300)  # units used again: tax is now the least recent
+        # a third domain: the least recently used one (tax) leaves the active cache, kept as archival
+        _active(r, "exp-4", "geometry", t0 + 50)  # NOTE: an older timestamp: the new domain still stays
+        assert [_tier(r, i) for i in ("exp-1", "exp-2", "exp-3", "exp-4")] == ["active", "archival", "active", "active"]
+        found = r.client.post("/v1/experiences/search", headers=headers(A),
+                              json={"query": "", "source_model": "Qwen2.5-Coder-1.5B-Instruct", "k": 10})
+        assert found.status_code == 200, found.text
+        assert {h["experience"]["record"]["metadata"]["task_domain"] for h in found.json()["hits"]} == {"units", "geometry"}
+        # another tenant's domains neither count nor move
+        assert _tier(r, "exp-b", tenant=B) == "active"
+        # a reviewer's "correct" brings a record (and its domain) back, demoting the now least recent
+        label = r.client.post("/v1/experiences/exp-2/label", json={"label": "correct"}, headers=headers(A))
+        assert label.status_code == 200 and label.json()["tier"] == "active", label.text
+        assert [_tier(r, i) for i in ("exp-1", "exp-2", "exp-3", "exp-4")] == ["active", "active", "active", "archival"]
