@@ -4,6 +4,11 @@ The request accepts the fields the official SDKs send; fields we cannot honour (
 ``logprobs``) are rejected with a 400 naming the field rather than silently ignored.
 recallserve's own per-request options travel in the standard ``metadata`` object
 (``session_id``, ``context_mode``, ``agent``) so any OpenAI client can set them.
+
+An assistant message's echoed ``tool_calls`` are checked to OpenAI's shape (:class:`ToolCall`), and
+every tool message must answer a call of the assistant message it follows (see
+:meth:`ChatCompletionRequest._tool_answers`): a malformed history is a 400 naming the field, never
+rendered into a prompt as something the model did not say.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ __all__ = [
     "TextPart",
     "ImagePart",
     "ImageURL",
+    "ToolCall",
+    "ToolCallFunction",
     "ChatCompletionMessage",
     "ChatCompletionRequest",
     "ChatCompletionResponse",
@@ -45,6 +52,13 @@ one within its own bound) took ~5 s only to validate; an SDK sends one to a few 
 # NOTE: a 12 MiB image (serve.agent.images.MAX_IMAGE_BYTES) is 16 MiB of base64, plus the
 # ``data:image/...;base64,`` head; a longer URL cannot hold an image the describer accepts.
 MAX_IMAGE_URL_CHARS = 16 * 2**20 + 256
+MAX_TOOL_CALLS = 64
+"""NOTE: calls in one assistant message (OpenAI's parallel calls are a handful; the bound predates the shape check)."""
+MAX_TOOL_CALL_ID_CHARS = 256
+"""NOTE: the bound of a tool message's ``tool_call_id``, which must equal one of these ids."""
+MAX_TOOL_NAME_CHARS = 128
+"""NOTE: OpenAI's function names are at most 64 characters; twice that lets a history written
+against another provider's tools through while still bounding what reaches logs and traces."""
 MAX_METADATA_KEYS = 16
 """NOTE: request metadata carries a few recallserve options (session_id, context_mode, agent, reasoning)."""
 
@@ -70,6 +84,33 @@ class ImagePart(StrictModel):
     image_url: ImageURL = Field(description="The image.")
 
 
+class ToolCallFunction(StrictModel):
+    """The function a tool call names, and its arguments as the model wrote them.
+
+    ``arguments`` must be a string but need not parse as JSON: the OpenAI API accepts any string
+    here (a model can write broken JSON, and the client echoes what it got), and this server only
+    renders the history, never runs the call. An object or a number in its place is a 400: the
+    SDKs always send the string, so anything else is a client bug worth naming.
+    """
+
+    name: Annotated[str, NoControl] = Field(min_length=1, max_length=MAX_TOOL_NAME_CHARS,
+                                            description="The function called (no control characters).")
+    arguments: str = Field(max_length=MAX_CONTENT_CHARS, description="Its arguments, a string (usually JSON).")
+
+
+class ToolCall(StrictModel):
+    """One call of an assistant message: OpenAI's ``{"id", "type": "function", "function"}``.
+
+    Only ``type: "function"`` exists for chat completions here (client tools are refused, see
+    ``ChatCompletionRequest.tools``), so an unknown type or key is a 400 naming it.
+    """
+
+    id: Annotated[str, NoControl] = Field(min_length=1, max_length=MAX_TOOL_CALL_ID_CHARS,
+                                          description="The call's id; a tool message answers it by this id.")
+    type: Literal["function"] = Field(description="Call type (only 'function').")
+    function: ToolCallFunction = Field(description="The function called and its arguments.")
+
+
 class ChatCompletionMessage(StrictModel):
     """One input message."""
 
@@ -77,13 +118,10 @@ class ChatCompletionMessage(StrictModel):
     content: str | list[TextPart | ImagePart] | None = Field(
         default=None, description=f"Text or content parts (at most {MAX_PARTS} parts, {MAX_IMAGES} images).")
     name: Annotated[str | None, NoControl] = Field(default=None, min_length=1, max_length=64, description="Optional author name.")
-    tool_call_id: Annotated[str | None, NoControl] = Field(default=None, max_length=256, description="For role=tool: the call answered.")
-    tool_calls: list[dict[str, Any]] | None = Field(default=None, max_length=64, description="Assistant tool calls (echoed history).")
-
-    @field_validator("tool_calls")
-    @classmethod
-    def _tool_calls_size(cls, v: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-        return None if v is None else check_json(v, "tool_calls", max_depth=4, max_chars=MAX_CONTENT_CHARS)
+    tool_call_id: Annotated[str | None, NoControl] = Field(default=None, max_length=MAX_TOOL_CALL_ID_CHARS,
+                                                           description="For role=tool: the id of the call answered.")
+    tool_calls: list[ToolCall] | None = Field(default=None, max_length=MAX_TOOL_CALLS,
+                                              description="Assistant tool calls (echoed history).")
 
     @field_validator("content")
     @classmethod
@@ -114,6 +152,13 @@ class ChatCompletionMessage(StrictModel):
             raise ValueError(f"tool_call_id: only a tool message answers a call, not a {self.role} message")
         if self.role != "assistant" and self.tool_calls is not None:
             raise ValueError(f"tool_calls: only an assistant message makes tool calls, not a {self.role} message")
+        seen: set[str] = set()
+        for i, call in enumerate(self.tool_calls or []):
+            # NOTE: a tool message answers a call by its id: two calls of one message with one id
+            # make the answer ambiguous (OpenAI's ids are unique; a model never repeats one in a message).
+            if call.id in seen:
+                raise ValueError(f"tool_calls.{i}.id: {call.id[:80]!r} is the id of an earlier call of this message")
+            seen.add(call.id)
         return self
 
     def text(self) -> str:
@@ -257,6 +302,34 @@ class ChatCompletionRequest(StrictModel):
         reasoning = meta.get("reasoning")
         if reasoning is not None and reasoning not in {"default", "segmented"}:
             raise ValueError(f"metadata.reasoning: must be default or segmented, got {reasoning!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _tool_answers(self) -> ChatCompletionRequest:
+        """Every tool message answers a call of the assistant message it follows (OpenAI's rule).
+
+        OpenAI refuses a tool message that does not follow an assistant message with ``tool_calls``
+        (only other tool messages between) or whose ``tool_call_id`` is not one of that message's
+        calls; so does this server, naming ``messages.<i>.tool_call_id``. Anything the OpenAI API
+        accepts still passes (the SDK's ``assistant(tool_calls) -> tool, tool -> ...`` history).
+
+        NOTE: the same in session mode (``metadata.session_id``): a session stores the turns' text,
+        never their tool calls, so a call made in an earlier request is not known here; the
+        assistant message that made the calls travels with the tool messages that answer them,
+        as it does with OpenAI. Ids may repeat across assistant messages (some servers number
+        their calls ``call_0``, ``call_1``, ... per turn): an answer matches the calls just before it.
+        """
+        calls: set[str] | None = None  # ids of the calls a tool message here may answer; None: none may
+        for i, m in enumerate(self.messages):
+            if m.role == "tool":
+                if calls is None:
+                    raise ValueError(f"messages.{i}.tool_call_id: a tool message must answer a call of the assistant "
+                                     "message before it (only tool messages between), and none precedes it")
+                if m.tool_call_id not in calls:
+                    raise ValueError(f"messages.{i}.tool_call_id: {str(m.tool_call_id)[:80]!r} is not the id of a "
+                                     "call of the assistant message before it")
+            else:
+                calls = {c.id for c in m.tool_calls} if m.role == "assistant" and m.tool_calls else None
         return self
 
     def stop_list(self) -> list[str]:

@@ -163,11 +163,14 @@ class ContextManager:
         """Categorise, count and store messages (and their entities and user memory).
 
         Tool results get no entities: they are not the user's statements and may be stale.
-        Contents are stored under the tenant's PII policy (masked unless it is ``allow``).
+        Contents are stored under the tenant's PII policy (masked unless it is ``allow``). The
+        session's entity table keeps at most ``config.max_entities_per_session`` rows, the most
+        recently seen (a client sending ever new ids must not grow it without end).
         """
         scanned = await self._scan_messages(messages, entities=True, pii=for_write_back(self._pii_for(session.tenant)))
         stored = [await self._to_message(m, rule, classify=True) for m, rule, _ in scanned]
-        return await self._store().append(session, stored, [found for _, _, found in scanned])
+        return await self._store().append(session, stored, [found for _, _, found in scanned],
+                                          max_entities=self.config.max_entities_per_session)
 
     async def assemble(
         self, session: Session, pending: Sequence[MessageIn], *, context_window: int, reserved_output: int,
@@ -218,9 +221,13 @@ class ContextManager:
             msg = await self._to_message(m, rule, classify=False)
             msgs.append(msg.model_copy(update={"seq": seq, "timestamp": m.timestamp or now}))
         entities = [e for _, _, found in scanned for e in found]
-        # NOTE: the newest mention of an entity wins, as in the session store's table.
+        # NOTE: the newest mention of an entity wins, and the table keeps the most recently seen
+        # ``max_entities_per_session``, as in the session store's table.
         latest = {(e.kind, e.value): e for e in entities}
-        return await self._assemble("", msgs, list(latest.values()), SummaryState(), pending,
+        recency = {key: i for i, key in enumerate((e.kind, e.value) for e in entities)}
+        kept = set(sorted(recency, key=recency.__getitem__)[-self.config.max_entities_per_session:])
+        table = [e for key, e in latest.items() if key in kept]
+        return await self._assemble("", msgs, table, SummaryState(), pending,
                                     mode or self.config.default_mode, context_window, reserved_output, system, start)
 
     def _check_window(self, context_window: int, reserved_output: int) -> None:

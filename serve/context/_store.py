@@ -204,7 +204,8 @@ class SessionStore:
 
     # -- messages -------------------------------------------------------------------------
     async def append(
-        self, session: Session, messages: Sequence[Message], entities: Sequence[Sequence[Entity]],
+        self, session: Session, messages: Sequence[Message], entities: Sequence[Sequence[Entity]], *,
+        max_entities: int | None = None,
     ) -> list[Message]:
         """Store messages (seq assigned here, atomically), their entities and user memory.
 
@@ -212,6 +213,12 @@ class SessionStore:
             session: the owning session (ownership is re-checked inside the transaction).
             messages: messages to add, in order; their ``seq`` is ignored and reassigned.
             entities: per message, the entities extracted from it.
+            max_entities: most rows the session's entity table keeps (``ContextConfig.
+                max_entities_per_session``; None = no bound). Past it the least recently seen
+                (lowest ``last_seq``, then the earliest stored) are evicted in the same
+                transaction, so the table a turn reads is bounded and holds what the conversation
+                is about now. NOTE: a parameter, not store state: behind the state deployment the
+                store is built without the context config, and the manager passes it on each call.
 
         Returns:
             The stored messages with their seq.
@@ -230,7 +237,9 @@ class SessionStore:
                      stored.retention, stored.tokens, stored.tool_name, stored.source_session, session.tenant,
                      session.id),
                 )
-                for ent in ents:
+                # NOTE: of one message's entities only the last ``max_entities`` can stay (they
+                # share its seq): the rest are not written only to be evicted below.
+                for ent in ents if max_entities is None else ents[-max_entities:]:
                     conn.execute(
                         "INSERT INTO entities (tenant, session_id, kind, value, snippet, first_seq, last_seq) "
                         "VALUES (?,?,?,?,?,?,?) ON CONFLICT (tenant, session_id, kind, value) "
@@ -248,6 +257,8 @@ class SessionStore:
                          stored.source_session or session.id),
                     )
                 out.append(stored)
+            if max_entities is not None:
+                self._evict_entities(conn, session.tenant, session.id, max_entities)
             conn.execute(
                 "UPDATE sessions SET message_count = ? WHERE tenant = ? AND id = ?",
                 (current.message_count + len(messages), session.tenant, session.id),
@@ -255,6 +266,18 @@ class SessionStore:
             return out
 
         return await self._call(fn, write=True)
+
+    @staticmethod
+    def _evict_entities(conn: sqlite3.Connection, tenant: str, session_id: str, keep: int) -> None:
+        """Delete all but the ``keep`` most recently seen entities of the session (ties: the later stored stays)."""
+        (count,) = conn.execute("SELECT COUNT(*) FROM entities WHERE tenant = ? AND session_id = ?",
+                                (tenant, session_id)).fetchone()
+        if count > keep:
+            conn.execute(
+                "DELETE FROM entities WHERE rowid IN (SELECT rowid FROM entities WHERE tenant = ? AND session_id = ? "
+                "ORDER BY last_seq DESC, rowid DESC LIMIT -1 OFFSET ?)",
+                (tenant, session_id, keep),
+            )
 
     @staticmethod
     def _messages(conn: sqlite3.Connection, tenant: str, session_id: str, since_seq: int) -> list[Message]:

@@ -174,6 +174,13 @@ class ContextConfig(StrictModel):
     carry_over_items: int = Field(
         default=50, ge=0, le=1000, description="Most user constraints/facts carried into a new session."
     )
+    # NOTE: every distinct id, amount or date a client sends is a row of the session's entity table,
+    # read back on every turn; without a bound one session grew it without end. 2,000 rows is far
+    # more than the entity_share of any context window shows (~10 tokens a line), and a few hundred KB.
+    max_entities_per_session: int = Field(
+        default=2000, ge=1, le=100_000,
+        description="Most entities a session's table keeps; past it the least recently seen are evicted.",
+    )
 
     @model_validator(mode="after")
     def _shares_fit(self) -> ContextConfig:

@@ -12,6 +12,9 @@ without a database:
 * **Window**: active records unused for more than 30 days are demoted as well.
 * **Capacity**: per tenant and domain, the least recently used records beyond the
   capacity (50-200) are demoted.
+* **Domains**: per tenant, the active records of the least recently used task domains beyond
+  ``max_active_domains`` are demoted, so the active tier of a tenant is bounded by
+  ``max_active_domains x capacity`` whatever labels its clients send.
 * **Conflicts**: an active record older than a newer, not-wrong archival record on the same
   topic (same domain and model family) raises an alert and the newer one is preferred.
 """
@@ -27,7 +30,8 @@ import numpy as np
 from memory_shards.retrieval import RRF_K, rrf_fuse
 from serve.experience._store import StoredRow
 
-__all__ = ["decay_factor", "rank_active", "demotions", "find_conflicts", "model_family", "Ranked", "Conflict"]
+__all__ = ["decay_factor", "rank_active", "demotions", "evicted_domains", "find_conflicts", "model_family", "Ranked",
+           "Conflict"]
 
 _DAY = 86400.0
 _SIZE = re.compile(r"^\d+(?:\.\d+)?[bmk]$")
@@ -146,6 +150,22 @@ def demotions(
     for r in keep[capacity:]:
         out[r.id] = "capacity"
     return out
+
+
+def evicted_domains(domains: Sequence[tuple[str, float]], capacity: int, keep: str | None = None) -> list[str]:
+    """Task domains of one tenant's active tier to demote whole: the least recently used (``last use``
+    of their most recent record) beyond ``capacity``. ``keep`` (the domain just written) always stays,
+    whatever its records' timestamps; ties break by name, so every replica picks the same domains.
+
+    Example:
+        >>> evicted_domains([("units", 30.0), ("tax", 20.0), ("math", 10.0)], 2, keep="math")
+        ['tax']
+    """
+    over = len(domains) - capacity
+    if over <= 0:
+        return []
+    order = sorted(domains, key=lambda d: (d[0] == keep, d[1], d[0]))
+    return [name for name, _ in order[:over]]
 
 
 @dataclass

@@ -31,6 +31,15 @@ class ExperienceConfig(StrictModel):
 
     data_dir: Path = Field(description="Folder of the SQLite file `experiences.sqlite3`.")
     active_capacity: int = Field(default=100, ge=50, le=200, description="Active records per tenant and domain.")
+    # NOTE: the active cache is bounded per (tenant, domain), and the domain is a label the client
+    # picks (metadata.task_domain): without this, every new label opened another cache of up to
+    # active_capacity records, and a search without a domain, the review queue and maintenance
+    # scanned them all. 64 = the most domains `domains` can list.
+    max_active_domains: int = Field(
+        default=64, ge=1, le=1024,
+        description="Task domains with an active cache per tenant; a new one past it demotes the active records "
+                    "of the least recently used domain to archival.",
+    )
     active_window_days: float = Field(default=30.0, gt=0, le=365, description="Active records unused longer are demoted.")
     recency_weight: float = Field(
         default=0.7, ge=0.0, le=1.0, description="Weight of the recency rank; similarity gets 1 minus this."

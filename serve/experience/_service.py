@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from memory_shards.retrieval import LexicalIndex
 from serve.engine import ChatMessage, GenerationParams, LLMEngine
 from serve.experience import _metrics
-from serve.experience._caches import decay_factor, demotions, find_conflicts, model_family, rank_active
+from serve.experience._caches import decay_factor, demotions, evicted_domains, find_conflicts, model_family, rank_active
 from serve.experience._clean import clean_context
 from serve.experience._extract import problem_check_types
 from serve.experience._models import (
@@ -170,6 +170,20 @@ class ExperienceService:
             counts[reason] = counts.get(reason, 0) + 1
         return counts
 
+    async def _enforce_domains(self, tenant: str, keep: str | None) -> dict[str, int]:
+        """Demote the active records of ``tenant``'s least recently used domains past
+        ``max_active_domains`` (:func:`~._caches.evicted_domains`; ``keep``: the domain just written).
+
+        NOTE: eviction, not a 4xx: every other bound of the active cache demotes, and a demoted
+        record is kept (an archival lesson), so a tenant is never refused a new domain for the ones it
+        used before; only its own records move.
+        """
+        evicted = evicted_domains(await self.store.active_domains(tenant), self.config.max_active_domains, keep)
+        ids = [r.id for d in evicted for r in await self.store.query(tenant, tiers=("active",), domain=d)]
+        if ids:
+            await self.store.set_tier(tenant, ids, "archival")
+        return {"domains": len(ids)} if ids else {}
+
     # ------------------------------------------------------------------ records
 
     async def _verify(self, tenant: str, record: ExperienceRecord, required: Sequence[str]) -> ExperienceRecord:
@@ -221,6 +235,7 @@ class ExperienceService:
                        last_used_at=min(md.timestamp, now))
         if tier == "active":
             await self._enforce_scope(tenant, md.task_domain, now)
+            await self._enforce_domains(tenant, md.task_domain)
         await self._refresh_freshness(now)
         await self._write_memories(tenant, verified, tier)
         row = await self.store.get(tenant, md.id)
@@ -359,7 +374,7 @@ class ExperienceService:
         verified with high confidence) and the audit sample (active, ``evaluation.audit``, unlabelled).
 
         NOTE: audit rows are read from the active tier, which is bounded by ``active_capacity`` per
-        domain, so the scan is bounded too.
+        domain and ``max_active_domains`` domains, so the scan is bounded too.
         """
         now = self._clock()
         review = await self.store.query(tenant, tiers=("review",), now=now, limit=limit, order="created_at ASC")
@@ -395,6 +410,7 @@ class ExperienceService:
                        last_used_at=now if tier == "active" else row.last_used_at, use_count=row.use_count)
         if tier == "active":
             await self._enforce_scope(tenant, md.task_domain, now)
+            await self._enforce_domains(tenant, md.task_domain)
         await self._refresh_freshness(now)
         return await self.get(tenant, exp_id)
 
@@ -406,7 +422,11 @@ class ExperienceService:
         expired = await self.store.delete_expired(now)
         demoted: dict[str, int] = {}
         for tenant in await self.store.tenants():
-            for d in sorted({r.record.metadata.task_domain for r in await self.store.query(tenant, tiers=("active",))}):
+            # NOTE: domains first (a store written before the bound, or a lowered bound), then each
+            # remaining domain's own scope.
+            for reason, n in (await self._enforce_domains(tenant, None)).items():
+                demoted[reason] = demoted.get(reason, 0) + n
+            for d, _ in await self.store.active_domains(tenant):
                 for reason, n in (await self._enforce_scope(tenant, d, now)).items():
                     demoted[reason] = demoted.get(reason, 0) + n
         fresh = await self.store.active_freshness(now, self.config.decay_rate)
@@ -500,7 +520,7 @@ def _keyword_ranking(tenant: str, rows: Sequence[StoredRow], query: str) -> list
 
     The memory tier's lexical index (same analysis: stems, stop words, numbers kept), built per
     search over the candidate rows: they are one tenant's active records of one model family,
-    at most ``active_capacity`` per domain, so the index is small and never stale.
+    ``active_capacity`` per domain of ``max_active_domains``, so the index is bounded and never stale.
     """
     if not rows:
         return []

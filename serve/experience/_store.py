@@ -161,6 +161,15 @@ class ExperienceStore:
         return [_row(r) for r in rows]
 
     @_in_thread
+    def active_domains(self, tenant: str) -> list[tuple[str, float]]:
+        """``(domain, last use)`` of each task domain of ``tenant``'s active tier, most recently used first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT domain, MAX(last_used_at) AS used FROM experiences WHERE tenant = ? AND tier = 'active' "
+                "GROUP BY domain ORDER BY used DESC, domain", (tenant,)).fetchall()
+        return [(str(d), float(t)) for d, t in rows]
+
+    @_in_thread
     def set_tier(self, tenant: str, ids: Iterable[str], tier: Tier) -> None:
         """Move records to ``tier``."""
         with self._lock:

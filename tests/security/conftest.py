@@ -47,10 +47,11 @@ class Rig:
 
 
 @contextmanager
-def serving(root: Path) -> Iterator[Rig]:
-    """The rig with its stores under ``root``, its shards closed on exit."""
+def serving(root: Path, **options: Any) -> Iterator[Rig]:
+    """The rig with its stores under ``root``, its shards closed on exit; ``options`` go to
+    :func:`~tests.unit.edge.conftest.build_app` (a config section with a small bound to reach)."""
     engine = FixedEngine()
-    app, memory = build_app(root, engine=engine)
+    app, memory = build_app(root, engine=engine, **options)
     try:
         # NOTE: raise_server_exceptions=False: a bug must show as the 500 a real client gets.
         with TestClient(app, raise_server_exceptions=False) as c:

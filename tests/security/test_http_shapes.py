@@ -40,6 +40,7 @@ from tests.unit.edge.conftest import assert_envelope, headers
 _CHAT: dict[str, Any] = {"model": "recallserve", "metadata": {"agent": "off"},
                          "messages": [{"role": "user", "content": "hi"}]}
 _IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+_CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
 _EXP = VALID[("POST", "/v1/experiences")]
 _V12: dict[str, Any] = {"version": "1.2", "metadata": {"source_model": "m", "timestamp": "2026-01-01T00:00:00Z"},
                         "segments": {"context": {"raw_text": "x"}, "outcome": {"answer": "1"}}}
@@ -142,7 +143,7 @@ CHAT_SHAPES = {
     "tool answer without its call id": (_message({"role": "tool", "content": "42"}), "messages.1.tool_call_id"),
     "call id on a user message": (_CHAT | {"messages": [{"role": "user", "content": "x", "tool_call_id": "c1"}]},
                                   "messages.0.tool_call_id"),
-    "tool calls on a user message": (_CHAT | {"messages": [{"role": "user", "content": "x", "tool_calls": [{"id": "c"}]}]},
+    "tool calls on a user message": (_CHAT | {"messages": [{"role": "user", "content": "x", "tool_calls": [_CALL]}]},
                                      "messages.0.tool_calls"),
     "empty name": (_CHAT | {"messages": [{"role": "user", "content": "x", "name": ""}]}, "messages.0.name"),
     "empty user": (_CHAT | {"user": ""}, "user"),
@@ -166,7 +167,7 @@ def test_a_chat_request_of_the_wrong_shape_is_400_naming_the_field(rig: Rig, cas
 
 @pytest.mark.parametrize("body", [
     _CHAT | {"max_tokens": 8, "max_completion_tokens": 8},
-    _message({"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]},
+    _message({"role": "assistant", "content": None, "tool_calls": [_CALL]},
              {"role": "tool", "content": "42", "tool_call_id": "c1"}),
     _CHAT | {"messages": [{"role": "user", "content": [{"type": "text", "text": "look"}, _IMAGE]}], "service_tier": "auto",
              "response_format": {"type": "text"}, "user": "u1", "metadata": {"agent": "off", "session_id": "s-1"}},

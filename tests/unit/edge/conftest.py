@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi import APIRouter, FastAPI
@@ -71,9 +72,11 @@ def boom_router() -> APIRouter:
 
 
 def build_app(tmp_path: Path, *, max_body_bytes: int | None = None, engine: FixedEngine | None = None,
-              settings: PipelineSettings | None = None) -> tuple[FastAPI, MemoryService]:
+              settings: PipelineSettings | None = None, context_config: ContextConfig | None = None,
+              experience_config: dict[str, Any] | None = None) -> tuple[FastAPI, MemoryService]:
     """The ingress app with the three routers of ``deployments/ingress.py`` (and :func:`boom_router`);
-    ``engine`` (default a fresh :class:`FixedEngine`) records every prompt; ``settings`` the ``chat`` section."""
+    ``engine`` (default a fresh :class:`FixedEngine`) records every prompt; ``settings`` the ``chat``
+    section; ``context_config`` the ``context`` section; ``experience_config`` settings of the ``experience`` one."""
     emb = HashingEmbedder(384)
     coord = local_hybrid_coordinator(2, emb.model_id, emb.dim, data_root=tmp_path / "memory")
 
@@ -82,10 +85,10 @@ def build_app(tmp_path: Path, *, max_body_bytes: int | None = None, engine: Fixe
 
     auth = Authenticator(KEYS, pii=PII_POLICY)
     memory = MemoryService(coord, embed, top_k=16, threshold=0.0, pii_for=auth.pii_for)
-    context = ContextManager(SessionStore(tmp_path / "sessions.sqlite3"), ContextConfig(summary_keep_recent=1),
-                             pii_for=auth.pii_for)
-    experiences = ExperienceService(ExperienceConfig(data_dir=tmp_path / "exp"), emb.embed, memory=memory,
-                                    pii_for=auth.pii_for)
+    context = ContextManager(SessionStore(tmp_path / "sessions.sqlite3"),
+                             context_config or ContextConfig(summary_keep_recent=1), pii_for=auth.pii_for)
+    experiences = ExperienceService(ExperienceConfig(data_dir=tmp_path / "exp", **(experience_config or {})), emb.embed,
+                                    memory=memory, pii_for=auth.pii_for)
     traces = TraceRecorder(TraceStore(tmp_path / "turns.sqlite3"))
     pipeline = ChatPipeline(engine or FixedEngine(), settings or PipelineSettings(), memory=memory, context=context,
                             experiences=experiences, traces=traces)
