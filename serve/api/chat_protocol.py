@@ -122,6 +122,27 @@ class ChatCompletionMessage(StrictModel):
                                                            description="For role=tool: the id of the call answered.")
     tool_calls: list[ToolCall] | None = Field(default=None, max_length=MAX_TOOL_CALLS,
                                               description="Assistant tool calls (echoed history).")
+    # NOTE: the fields an OpenAI response's message carries besides these (openai-python sends them back
+    # when a client appends ``completion.choices[0].message`` to its history): accepted on an assistant
+    # message, checked for size, and not rendered, except a refusal, which stands for a null content.
+    refusal: str | None = Field(default=None, max_length=MAX_CONTENT_CHARS,
+                                description="Assistant only: the refusal text of an echoed OpenAI reply.")
+    annotations: list[dict[str, Any]] | None = Field(default=None, max_length=64,
+                                                     description="Assistant only: an echoed reply's annotations (ignored).")
+    audio: dict[str, Any] | None = Field(default=None, description="Assistant only: an echoed reply's audio reference (ignored).")
+    function_call: Any = Field(default=None, description="Deprecated by OpenAI; only null is accepted (send tool_calls).")
+
+    @field_validator("function_call")
+    @classmethod
+    def _no_function_call(cls, v: Any) -> None:
+        if v is not None:
+            raise ValueError("function_call is OpenAI's deprecated form of a call; send the call in tool_calls")
+        return None
+
+    @field_validator("annotations", "audio")
+    @classmethod
+    def _echo_size(cls, v: Any, info: Any) -> Any:
+        return None if v is None else check_json(v, info.field_name, max_depth=4, max_items=64, max_chars=8192)
 
     @field_validator("content")
     @classmethod
@@ -152,6 +173,9 @@ class ChatCompletionMessage(StrictModel):
             raise ValueError(f"tool_call_id: only a tool message answers a call, not a {self.role} message")
         if self.role != "assistant" and self.tool_calls is not None:
             raise ValueError(f"tool_calls: only an assistant message makes tool calls, not a {self.role} message")
+        for echoed in ("refusal", "annotations", "audio"):
+            if self.role != "assistant" and getattr(self, echoed) is not None:
+                raise ValueError(f"{echoed}: only an assistant message (an echoed reply) carries it, not a {self.role} message")
         seen: set[str] = set()
         for i, call in enumerate(self.tool_calls or []):
             # NOTE: a tool message answers a call by its id: two calls of one message with one id
@@ -162,9 +186,9 @@ class ChatCompletionMessage(StrictModel):
         return self
 
     def text(self) -> str:
-        """The text of the message (text parts joined; images excluded)."""
+        """The text of the message (text parts joined; images excluded; an echoed refusal for a null content)."""
         if self.content is None:
-            return ""
+            return self.refusal or ""
         if isinstance(self.content, str):
             return self.content
         return "\n".join(p.text for p in self.content if isinstance(p, TextPart))

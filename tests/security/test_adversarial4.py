@@ -158,6 +158,32 @@ def test_the_openai_sdks_tool_calling_history_is_answered(rig: Rig) -> None:
     assert again.choices[0].message.content
 
 
+def test_a_reply_echoed_from_openai_itself_is_answered(rig: Rig) -> None:
+    """A history replayed from OpenAI's own API: its assistant messages carry ``refusal``, ``annotations``,
+    ``audio`` and ``function_call`` (null or empty), which openai-python sends back as it parsed them. They
+    were a 400 (unknown fields); now they pass, and a refusal stands for its message's null content."""
+    openai = pytest.importorskip("openai")
+    from openai.types.chat import ChatCompletionMessage as SdkMessage
+
+    client = openai.OpenAI(base_url=f"{rig.client.base_url}/v1", api_key="sk-acme", http_client=rig.client,
+                           max_retries=0)
+    answered = SdkMessage.model_validate({"role": "assistant", "content": "Paris is 18 C.", "refusal": None,
+                                          "annotations": [], "audio": None, "function_call": None})
+    refused = SdkMessage.model_validate({"role": "assistant", "content": None, "refusal": "I cannot share that code."})
+    out = client.chat.completions.create(model="recallserve", metadata={"agent": "off"}, messages=[
+        {"role": "user", "content": "Weather in Paris?"}, answered, {"role": "user", "content": "Door code?"}, refused,
+        {"role": "user", "content": "Tomorrow in Paris?"}])
+    assert out.choices[0].message.content
+    prompt = "\n".join(m.content for m in rig.engine.calls[-1][0])
+    assert "Paris is 18 C." in prompt and "I cannot share that code." in prompt, prompt
+    # what only an echoed reply carries is refused elsewhere, and the deprecated call form is named
+    r = _chat(rig, [{"role": "user", "content": "hi", "refusal": "no"}])
+    assert "assistant" in assert_envelope(r, 400, "messages.0.refusal")["message"]
+    r = _chat(rig, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "function_call":
+                                                         {"name": "f", "arguments": "{}"}}, {"role": "user", "content": "ok"}])
+    assert "tool_calls" in assert_envelope(r, 400, "messages.1.function_call")["message"]
+
+
 # ---- a session's entity table is bounded ---------------------------------------------------------
 
 ENTITY_CAP = 50
