@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -83,19 +84,27 @@ def test_a_wait_without_a_free_slot_ends_in_a_refusal_and_leaks_nothing() -> Non
     asyncio.run(go())
 
 
-def test_http_search_over_the_bound_is_a_503_with_retry_after_and_chat_recall_still_runs(tmp_path: Path) -> None:
-    service = make_service(tmp_path / "memory")
-    service.admission = SearchAdmission(SearchAdmissionConfig(max_in_flight=1, max_waiting=0, retry_after_s=2))
+def _gated_service(path: Path, config: SearchAdmissionConfig) -> tuple[Any, asyncio.Event, asyncio.Event]:
+    """A memory service whose search for "printer jams" waits at ``gate`` once it has ``entered``
+    (only that query: the others run through), under ``config``'s admission."""
+    service = make_service(path)
+    service.admission = SearchAdmission(config)
     inner = service.retriever.embed
     gate, entered = asyncio.Event(), asyncio.Event()
 
     async def gated(texts: list[str]) -> np.ndarray:
-        if texts == ["printer jams"]:  # NOTE: only the first search's query waits at the gate
+        if texts == ["printer jams"]:
             entered.set()
             await gate.wait()
         return await inner(texts)
 
     service.retriever.embed = gated
+    return service, gate, entered
+
+
+def test_http_search_over_the_bound_is_a_503_with_retry_after_and_chat_recall_still_runs(tmp_path: Path) -> None:
+    service, gate, entered = _gated_service(tmp_path / "memory",
+                                            SearchAdmissionConfig(max_in_flight=1, max_waiting=0, retry_after_s=2))
 
     async def go() -> None:
         transport = httpx.ASGITransport(app=make_app(service))
@@ -204,18 +213,8 @@ def test_a_tenant_that_waits_less_takes_the_waiting_place_of_the_one_that_waits_
 def test_http_one_tenants_flood_of_searches_does_not_shut_another_tenant_out(tmp_path: Path) -> None:
     """One slot, two waiting places: acme holds the slot and both places; globex's search still gets a place
     (acme's newest is refused with the 503) and is answered 200 once the slot frees."""
-    service = make_service(tmp_path / "memory")
-    service.admission = SearchAdmission(SearchAdmissionConfig(max_in_flight=1, max_waiting=2, max_wait_s=30))
-    inner = service.retriever.embed
-    gate, entered = asyncio.Event(), asyncio.Event()
-
-    async def gated(texts: list[str]) -> np.ndarray:
-        if texts == ["printer jams"]:
-            entered.set()
-            await gate.wait()
-        return await inner(texts)
-
-    service.retriever.embed = gated
+    service, gate, entered = _gated_service(tmp_path / "memory",
+                                            SearchAdmissionConfig(max_in_flight=1, max_waiting=2, max_wait_s=30))
 
     async def go() -> None:
         transport = httpx.ASGITransport(app=make_app(service))
