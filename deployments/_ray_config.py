@@ -66,7 +66,9 @@ class RayConfig(StrictModel):
         description="With ingress: haproxy, the requests one API key (keyless requests share one) may have in flight "
         "through HAProxy; one more gets a JSON 429 with Retry-After at once, before it takes a replica slot or a queue "
         "place, so one tenant's flood leaves the other tenants slots. None = 3/4 of the ingress's slots at its minimum "
-        "replica count (ingress.max_ongoing_requests x replicas), at least 1; 0 = no bound (deployments._haproxy).",
+        "replica count (ingress.max_ongoing_requests x replicas), at least 1; 0 = no bound (deployments._haproxy). "
+        "With ingress autoscaling, one key's load beyond the minimum's slots is refused rather than scaled for: "
+        "set it to what one tenant may bring.",
     )
 
     @model_validator(mode="after")
