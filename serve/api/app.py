@@ -55,6 +55,47 @@ def _stream_error(exc: Exception, request_id: str) -> dict[str, object]:
     return error_body(f"internal server error (request id {request_id})", "server_error", None, "internal_error")
 
 
+_END = object()
+"""The queue item :func:`_detached` puts after a stream's last chunk."""
+
+
+async def _detached(chunks: AsyncIterator[ChatCompletionChunk], request_id: str,
+                    background: set[asyncio.Task[None]]) -> AsyncIterator[ChatCompletionChunk]:
+    """``chunks``, produced by a task of their own that runs to the end even when the client leaves.
+
+    NOTE: the pipeline stores a streamed turn (its session append, trace and memory write-back)
+    after the last token, as a plain answer's; a client that closed the connection mid-stream made
+    the server cancel (or abandon) the generator at its next chunk, so the session lost the turn the
+    client had half read, while a plain request whose client left was still stored in full. The
+    producer is bounded as any turn (the request's deadline and ``max_tokens``), and so is the
+    queue: one answer's chunks.
+    """
+    queue: asyncio.Queue[object] = asyncio.Queue()
+    reader_gone = False
+
+    async def produce() -> None:
+        try:
+            async for chunk in chunks:
+                queue.put_nowait(chunk)
+        except Exception as exc:  # noqa: BLE001 - handed to the reader (the stream's error event)
+            if reader_gone:
+                log.warning("stream %s failed after its client left: %s", request_id, exc)
+            queue.put_nowait(exc)
+        else:
+            queue.put_nowait(_END)
+
+    task = asyncio.get_running_loop().create_task(produce())
+    background.add(task)
+    task.add_done_callback(background.discard)
+    try:
+        while (item := await queue.get()) is not _END:
+            if isinstance(item, Exception):
+                raise item
+            yield item  # type: ignore[misc]
+    finally:
+        reader_gone = True
+
+
 async def _sse(chunks: AsyncIterator[ChatCompletionChunk], request_id: str) -> AsyncIterator[bytes]:
     """Server-sent events; any failure mid-stream becomes an error event, then [DONE].
 
@@ -201,7 +242,7 @@ def create_app(
         ctx = RequestContext(tenant=tenant, user=user, request_id=request.state.request_id,
                              scopes=auth.scopes_for(tenant), pii=pii)
         if body.stream:
-            chunks = await pipeline.stream(body, ctx)
+            chunks = _detached(await pipeline.stream(body, ctx), ctx.request_id, background)
             return StreamingResponse(_sse(chunks, ctx.request_id), media_type="text/event-stream",
                                      headers={"cache-control": "no-cache", "x-request-id": ctx.request_id})
         return await pipeline.complete(body, ctx)

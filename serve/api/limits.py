@@ -25,7 +25,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from serve.api.errors import APIError, error_body
 
 __all__ = ["MAX_BODY_BYTES", "BodyLimitMiddleware", "check_content_type", "check_duplicate_keys", "check_query",
-           "check_unicode", "duplicate_key", "undecodable_query", "unpaired_surrogate", "valid_request_id", "RESERVED_REQUEST_IDS"]
+           "check_unicode", "duplicate_key", "path_segment_problem", "undecodable_query", "unpaired_surrogate",
+           "valid_request_id", "RESERVED_REQUEST_IDS"]
 
 MAX_BODY_BYTES = 32 * 2**20
 """NOTE: 32 MiB: the largest image the describer takes (12 MiB, 16 MiB as base64) plus a full
@@ -41,10 +42,32 @@ RESERVED_REQUEST_IDS = frozenset({"sessions"})
 one could never be read by its id, so such a client id is refused (400) like a malformed one."""
 
 
+def path_segment_problem(value: str) -> str | None:
+    """Why ``value``, an id a client chooses, can never be read back as the ``{id}`` of a route's
+    URL (``GET /v1/sessions/{session_id}``); None when it can.
+
+    NOTE: ``.`` and ``..`` are dot segments, which HTTP clients (httpx, requests, curl, browsers)
+    remove before sending a URL (RFC 3986, section 5.2.4), and a ``/`` splits the path, also
+    when sent as ``%2F`` (the server decodes it before routing): a record stored under such an id
+    was acknowledged and then unreadable, so the write that names one is refused instead.
+
+    Example:
+        >>> path_segment_problem("s-1"), path_segment_problem("..") is not None
+        (None, True)
+    """
+    if value in (".", ".."):
+        return f"{value!r} is a dot segment, which HTTP clients remove from a URL, so it could never be read by its id"
+    if "/" in value:
+        return "must not hold '/' (it splits a URL path, also as %2F), so it could never be read by its id"
+    return None
+
+
 def valid_request_id(value: str) -> bool:
     """Whether a client's ``x-request-id`` is usable: 1-128 of ``A-Z a-z 0-9 . _ : -``, not a reserved
-    route name (:data:`RESERVED_REQUEST_IDS`)."""
-    return _REQUEST_ID.fullmatch(value) is not None and value not in RESERVED_REQUEST_IDS
+    route name (:data:`RESERVED_REQUEST_IDS`) nor a dot segment (:func:`path_segment_problem`): it
+    is the turn's id of ``GET /v1/turns/{turn_id}``."""
+    return (_REQUEST_ID.fullmatch(value) is not None and value not in RESERVED_REQUEST_IDS
+            and path_segment_problem(value) is None)
 
 
 def _too_large(limit: int) -> str:
