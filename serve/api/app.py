@@ -26,7 +26,7 @@ from starlette.routing import compile_path
 
 from serve.api.auth import Authenticator
 from serve.api.chat_protocol import ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse
-from serve.api.errors import APIError, error_body, install_error_handlers
+from serve.api.errors import APIError, clip, error_body, install_error_handlers
 from serve.api.limits import (MAX_BODY_BYTES, BodyLimitMiddleware, check_content_type, check_duplicate_keys, check_query,
                               check_unicode)
 from serve.api.metrics import CONTENT_TYPE_LATEST, render_metrics
@@ -253,6 +253,8 @@ def create_app(
     @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False)
     async def unknown(path: str, request: Request) -> Response:
         allowed = _allowed_methods(app, f"/v1/{path}")
+        # NOTE: the path is the client's text (as long as the server's URL limit): quoted clipped.
+        path = clip(path, 200)
         if allowed:
             return JSONResponse(error_body(f"method: {request.method} is not allowed on /v1/{path} (it takes "
                                            f"{', '.join(allowed)})", "invalid_request_error", "method",

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from serve.api.errors import APIError, error_body
+from serve.api.errors import MAX_PARAM_CHARS, APIError, clip, error_body
 
 __all__ = ["MAX_BODY_BYTES", "BodyLimitMiddleware", "check_content_type", "check_duplicate_keys", "check_query",
            "check_unicode", "duplicate_key", "path_segment_problem", "undecodable_query", "unpaired_surrogate",
@@ -189,7 +189,7 @@ async def check_unicode(request: Request) -> None:
         return  # NOTE: not JSON: the route's own body validation answers it
     where = unpaired_surrogate(value)
     if where is not None:
-        name = where or "body"
+        name = clip(where or "body", MAX_PARAM_CHARS)
         raise APIError(400, f"{name}: text holds an unpaired UTF-16 surrogate (a lone \\ud800-\\udfff escape); "
                             "send valid Unicode", param=name)
 
@@ -253,6 +253,7 @@ async def check_duplicate_keys(request: Request) -> None:
         return
     where = duplicate_key(body)
     if where is not None:
+        where = clip(where, MAX_PARAM_CHARS)
         raise APIError(400, f"{where}: the same key given twice in one JSON object; send each key once",
                        param=where)
 
@@ -328,15 +329,19 @@ async def check_query(request: Request) -> None:
         return  # NOTE: /v1's catch-all (a 404 of its own) and routes outside the API document
     bad = undecodable_query(request.scope.get("query_string", b""))
     if bad is not None:
+        bad = clip(bad, MAX_PARAM_CHARS)
         raise APIError(400, f"{bad}: its %-escapes are not UTF-8 text", param=bad)
     for name in params:
         if len(params.getlist(name)) > 1:
-            raise APIError(400, f"{name}: given {len(params.getlist(name))} times; send it once", param=name)
+            named = clip(name, MAX_PARAM_CHARS)
+            raise APIError(400, f"{named}: given {len(params.getlist(name))} times; send it once", param=named)
     if not request.url.path.startswith("/v1/"):
         return
     declared = _declared_query(route)
     unknown = sorted(set(params) - declared) if declared is not None else []
     if unknown:
         known = ", ".join(sorted(declared or ())) or "none"
-        raise APIError(400, f"{unknown[0]}: unknown query parameter of {request.url.path} (it takes: {known})",
-                       param=unknown[0])
+        # NOTE: the name is the client's text (as long as the server's URL limit): quoted clipped.
+        name = clip(unknown[0], MAX_PARAM_CHARS)
+        raise APIError(400, f"{name}: unknown query parameter of {clip(request.url.path, MAX_PARAM_CHARS)} "
+                            f"(it takes: {known})", param=name)

@@ -8,10 +8,17 @@
   holding ``/`` (or being ``.`` / ``..``), an experience id ``.`` / ``..`` and an ``x-request-id``
   ``.`` / ``..`` were acknowledged and stored, and their session, record or turn could never be
   read (HTTP clients drop dot segments; ``/`` and ``%2F`` split the path);
+* two metadata keys holding personal data were masked to one key (``{"a@x.io": 1, "b@y.io": 2}``
+  became ``{"[EMAIL]": 2}``): acknowledged with a value silently dropped; and a search filter
+  naming a stored metadata value or topic as the client sent it matched nothing (the stored one
+  is masked, the filter was not);
 * a client that closed a stream mid-answer lost the turn: the server abandoned the stream's
   generator at the next chunk, before the session append, the trace and the write-back (a plain
   request whose client left was stored in full); under ASGI spec 2.4 the disconnect was also
-  logged as an unhandled server error with its traceback.
+  logged as an unhandled server error with its traceback;
+* an error quoted the client's names in full: an unknown or repeated 1-MB key (body or query) was
+  echoed in the message and the param (2 MB answered and logged for a 1-MB body), as was a long
+  unknown path.
 """
 
 from __future__ import annotations
@@ -131,6 +138,29 @@ def test_a_request_id_with_dots_is_still_a_readable_turn(rig: Rig) -> None:
     assert _until(lambda: _json(rig, "GET", "/v1/turns/a..b").status_code == 200)
 
 
+# ---- masking keeps what was acknowledged, and finds it as it was sent ---------------------------
+
+def test_two_metadata_keys_with_personal_data_stay_two_keys(rig: Rig) -> None:
+    sent = {"jane.doe@example.com": "first", "john.roe@example.org": "second", "plain": "third"}
+    r = _json(rig, "POST", "/v1/memories", {"memories": [{"text": "contacts", "metadata": sent}]})
+    assert r.status_code == 200, r.text
+    got = _json(rig, "GET", f"/v1/memories/{r.json()['ids'][0]}").json()["metadata"]
+    assert sorted(got.values()) == ["first", "second", "third"], got
+    assert "example" not in json.dumps(got), got
+
+
+@pytest.mark.parametrize("filters", [{"metadata": {"owner": "jane.doe@example.com"}},
+                                     {"metadata": {"jane.doe@example.com": "yes"}},
+                                     {"topic_prefix": "crm/jane.doe@example.com"}], ids=["value", "key", "topic"])
+def test_a_filter_finds_a_memory_by_the_personal_data_it_was_sent_with(rig: Rig, filters: dict[str, Any]) -> None:
+    memory = {"text": "the renewal call went well", "topic": "crm/jane.doe@example.com/calls",
+              "metadata": {"owner": "jane.doe@example.com", "jane.doe@example.com": "yes"}}
+    assert _json(rig, "POST", "/v1/memories", {"memories": [memory]}).status_code == 200
+    r = _json(rig, "POST", "/v1/memories/search", {"query": "renewal call", "filters": filters})
+    assert r.status_code == 200, r.text
+    assert [h["text"] for h in r.json()["data"]] == [memory["text"]], r.text
+
+
 # ---- a client that leaves mid-stream -------------------------------------------------------------
 
 async def _leave_after_first_chunk(rig: Rig, session_id: str, spec_version: str) -> list[dict[str, Any]]:
@@ -196,3 +226,27 @@ def test_a_stream_read_to_the_end_is_unchanged(rig: Rig) -> None:
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == ANSWER
     assert chunks[-1]["usage"]["total_tokens"] > 0, chunks[-1]
     assert _json(rig, "GET", "/v1/sessions/whole").json()["message_count"] == 2
+
+
+# ---- an error quotes the client's names clipped -----------------------------------------------------
+
+LONG = "k" * 200_000
+ECHOES = {
+    "unknown body key": ("POST", "/v1/chat/completions", json.dumps({**CHAT, LONG: 1})),
+    "unknown nested key": ("POST", "/v1/memories", json.dumps({"memories": [{"text": "x", LONG: 1}]})),
+    "duplicate key": ("POST", "/v1/memories/search", '{"query": "x", "%s": 1, "%s": 2}' % (LONG, LONG)),
+    "unknown query parameter": ("GET", f"/v1/turns?{'q' * 20_000}=1", None),
+    "repeated query parameter": ("GET", f"/v1/turns?{'q' * 20_000}=1&{'q' * 20_000}=2", None),
+    "unknown route": ("GET", f"/v1/{'r' * 20_000}", None),
+    "method not allowed": ("PUT", f"/v1/memories/{'m' * 20_000}", None),
+}
+
+
+@pytest.mark.parametrize("case", ECHOES)
+def test_an_error_quotes_a_long_client_name_clipped(rig: Rig, case: str) -> None:
+    method, url, body = ECHOES[case]
+    r = rig.client.request(method, url, content=body, headers=headers(A, **{"content-type": "application/json"}))
+    assert 400 <= r.status_code < 500, r.text[:300]
+    error = r.json()["error"]
+    assert len(r.content) < 2_000 and len(error["param"] or "") <= 400, (len(r.content), error["message"][:300])
+    assert "more characters)" in error["message"], error["message"][:300]
