@@ -250,7 +250,10 @@ def create_app(
     for router in routers:
         app.include_router(router)
 
-    @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False)
+    # NOTE: every method a client may send (RFC 9110's but CONNECT): HEAD, OPTIONS and TRACE of a
+    # known path were Starlette's bare "Method Not Allowed", naming neither the method nor what the path takes.
+    @app.api_route("/v1/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"],
+                   include_in_schema=False)
     async def unknown(path: str, request: Request) -> Response:
         allowed = _allowed_methods(app, f"/v1/{path}")
         # NOTE: the path is the client's text (as long as the server's URL limit): quoted clipped.

@@ -18,7 +18,9 @@
   logged as an unhandled server error with its traceback;
 * an error quoted the client's names in full: an unknown or repeated 1-MB key (body or query) was
   echoed in the message and the param (2 MB answered and logged for a 1-MB body), as was a long
-  unknown path.
+  unknown path;
+* ``OPTIONS``, ``TRACE`` and ``HEAD`` of a known path were Starlette's bare "Method Not Allowed"
+  (no ``param``, no ``Allow`` header), unlike ``PUT`` and ``PATCH``.
 """
 
 from __future__ import annotations
@@ -250,3 +252,16 @@ def test_an_error_quotes_a_long_client_name_clipped(rig: Rig, case: str) -> None
     error = r.json()["error"]
     assert len(r.content) < 2_000 and len(error["param"] or "") <= 400, (len(r.content), error["message"][:300])
     assert "more characters)" in error["message"], error["message"][:300]
+
+
+# ---- every method of a known path is answered as PUT and PATCH are -----------------------------------
+
+@pytest.mark.parametrize("method", ["OPTIONS", "TRACE", "HEAD"])
+@pytest.mark.parametrize(("url", "allowed"), [("/v1/models", "GET"), ("/v1/memories/m1", "DELETE, GET"),
+                                              ("/v1/chat/completions", "POST")])
+def test_another_method_of_a_known_path_is_405_naming_it(rig: Rig, method: str, url: str, allowed: str) -> None:
+    r = rig.client.request(method, url, headers=headers(A))
+    assert r.status_code == 405 and r.headers.get("allow") == allowed, (r.status_code, r.headers)
+    if method != "HEAD":  # NOTE: a HEAD answer has no body
+        error = assert_envelope(r, 405, "method")
+        assert error["message"].startswith(f"method: {method} is not allowed"), error
