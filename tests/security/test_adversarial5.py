@@ -11,7 +11,7 @@
 * two metadata keys holding personal data were masked to one key (``{"a@x.io": 1, "b@y.io": 2}``
   became ``{"[EMAIL]": 2}``): acknowledged with a value silently dropped; and a search filter
   naming a stored metadata value or topic as the client sent it matched nothing (the stored one
-  is masked, the filter was not);
+  is masked, the filter was not), nor did an experience search's ``domain``;
 * a client that closed a stream mid-answer lost the turn: the server abandoned the stream's
   generator at the next chunk, before the session append, the trace and the write-back (a plain
   request whose client left was stored in full); under ASGI spec 2.4 the disconnect was also
@@ -161,6 +161,18 @@ def test_a_filter_finds_a_memory_by_the_personal_data_it_was_sent_with(rig: Rig,
     r = _json(rig, "POST", "/v1/memories/search", {"query": "renewal call", "filters": filters})
     assert r.status_code == 200, r.text
     assert [h["text"] for h in r.json()["data"]] == [memory["text"]], r.text
+
+
+def test_an_experience_search_finds_a_domain_by_the_personal_data_it_was_sent_with(rig: Rig) -> None:
+    domain = "units-jane.doe@example.com"
+    created = _json(rig, "POST", "/v1/experiences", speed_record(domain=domain))
+    assert created.status_code == 201, created.text
+    assert "example.com" not in created.text
+    body = {"query": "car speed", "source_model": "Qwen2.5-Coder-1.5B-Instruct", "domain": domain}
+    r = _json(rig, "POST", "/v1/experiences/search", body)
+    assert r.status_code == 200, r.text
+    assert [h["experience"]["record"]["metadata"]["id"] for h in r.json()["hits"]] == \
+        [created.json()["record"]["metadata"]["id"]], r.text
 
 
 # ---- a client that leaves mid-stream -------------------------------------------------------------
