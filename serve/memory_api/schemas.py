@@ -225,8 +225,9 @@ class SearchRequest(StrictModel):
     # validation error on this field would lose its name.
     query: str = Field(description="What to recall (1-8192 characters, not blank).")
     k: int | None = Field(strict=True, default=None, ge=1, le=MAX_K, description=f"Results (1-{MAX_K}); default: the configured top_k.")
-    threshold: float | None = Field(strict=True, default=None, ge=-1, le=1, description="Minimum cosine of a dense hit (default: the configured threshold); with hybrid, a hit "
-                                                     "below it stays when its BM25 is strong (hybrid false: a strict floor).")
+    threshold: float | None = Field(strict=True, default=None, ge=-1, le=1,
+                                    description="Minimum cosine of a dense hit (default: the configured threshold); with "
+                                                "hybrid, a hit below it stays when its BM25 is strong (hybrid false: a strict floor).")
     filters: FiltersIn | None = Field(default=None, description="Kind, topic prefix, metadata equality, time range.")
     decay: DecayIn | None = Field(default=None, description="Time decay parameters.")
     hybrid: bool = Field(strict=True, default=True, description="Fuse BM25 with the dense ranking (False = dense only).")
