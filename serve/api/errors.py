@@ -22,7 +22,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from serve.engine import EngineError
 from serve.pii import PersonalDataError
 
-__all__ = ["APIError", "MAX_NAME_CHARS", "MAX_PARAM_CHARS", "MAX_WHY_CHARS", "clip", "install_error_handlers", "error_body", "describe_error"]
+__all__ = ["APIError", "MAX_NAME_CHARS", "MAX_PARAM_CHARS", "MAX_WHY_CHARS", "clip", "install_error_handlers", "error_body",
+           "describe_error"]
 
 log = logging.getLogger("recallserve.api")
 

@@ -7,7 +7,9 @@ parser or the ingress's memory; a request id that is not a short token is a 400 
 string copied into every log line and response header; a JSON string holding an unpaired UTF-16
 surrogate (``"\\ud800"``, which JSON's escapes allow and UTF-8 cannot encode) is a 400 naming its
 field, not a 500 from the first store or log line that encodes it; a JSON object naming a key
-twice is a 400 naming the key, not an answer to whichever of the two values the parser kept.
+twice is a 400 naming the key, not an answer to whichever of the two values the parser kept. An id
+a client chooses and reads back in a URL path (a request, session or experience id) must be one
+a URL can carry (:func:`path_segment_problem`).
 """
 
 from __future__ import annotations
