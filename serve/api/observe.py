@@ -9,7 +9,7 @@ A memory search costs ~40 ms through the cluster, so that was 3% of every search
 What it does for each HTTP request:
 
 * the request id: the client's ``x-request-id`` when valid (1-128 characters of ``A-Z a-z 0-9 . _ : -``),
-  else a new uuid4 hex; an invalid one is answered 400 naming the header; the id is put on
+  else a new uuid4 hex; an invalid one, or two different ones, is answered 400 naming the header; the id is put on
   ``request.state.request_id`` and on every response's ``x-request-id`` header;
 * ``REQUESTS`` and ``LATENCY`` by matched route template and method (bounded cardinality: a method
   outside :data:`METHODS` counts as ``OTHER``), the latency taken when the response starts (time
@@ -69,9 +69,11 @@ class ObserveMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        sent = next((v for k, v in scope["headers"] if k == _HEADER), None)
-        sent_id = None if sent is None else sent.decode("latin-1")
-        request_id = sent_id if sent_id and valid_request_id(sent_id) else uuid.uuid4().hex
+        sent = [v.decode("latin-1") for k, v in scope["headers"] if k == _HEADER]
+        sent_id = sent[0] if sent else None
+        # NOTE: two different ids: the trace kept one and a proxy's log the other (a 400, as two API keys are a 401).
+        repeated = len(set(sent)) > 1
+        request_id = sent_id if sent_id and not repeated and valid_request_id(sent_id) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
         start = time.perf_counter()
         status = 0
@@ -87,7 +89,8 @@ class ObserveMiddleware:
 
         try:
             if sent_id is not None and sent_id != request_id:
-                why = (f"x-request-id: {sent_id!r} names a route (GET /v1/turns/{sent_id}), so the turn could never be "
+                why = (f"x-request-id: given {len(sent)} times with different values; send it once" if repeated
+                       else f"x-request-id: {sent_id!r} names a route (GET /v1/turns/{sent_id}), so the turn could never be "
                        "read by its id; send another id" if sent_id in RESERVED_REQUEST_IDS
                        else f"x-request-id: {problem}; send another id" if (problem := path_segment_problem(sent_id))
                        else "x-request-id: must be 1-128 characters of A-Z a-z 0-9 . _ : -")

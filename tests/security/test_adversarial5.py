@@ -20,7 +20,9 @@
   echoed in the message and the param (2 MB answered and logged for a 1-MB body), as was a long
   unknown path;
 * ``OPTIONS`` and ``TRACE`` of a known path were Starlette's bare "Method Not Allowed" (no
-  ``param``, an ``Allow`` of one route's methods), unlike ``PUT`` and ``PATCH``.
+  ``param``, an ``Allow`` of one route's methods), unlike ``PUT`` and ``PATCH``;
+* two ``x-request-id`` headers with different values: the first was taken silently (the trace kept
+  one id, a proxy's log may show the other), where two API keys are refused.
 """
 
 from __future__ import annotations
@@ -276,3 +278,13 @@ def test_another_method_of_a_known_path_is_405_naming_it(rig: Rig, method: str, 
     assert r.status_code == 405 and r.headers.get("allow") == allowed, (r.status_code, r.headers)
     error = assert_envelope(r, 405, "method")
     assert error["message"].startswith(f"method: {method} is not allowed"), error
+
+
+def test_two_different_request_ids_are_400_naming_the_header(rig: Rig) -> None:
+    raw = [("authorization", "Bearer sk-acme"), ("x-request-id", "first-1"), ("x-request-id", "second-2")]
+    r = rig.client.post("/v1/chat/completions", json=CHAT, headers=raw)
+    error = assert_envelope(r, 400, "x-request-id")
+    assert "2 times" in error["message"], error
+    assert rig.engine.calls == []
+    same = [("authorization", "Bearer sk-acme"), ("x-request-id", "same-1"), ("x-request-id", "same-1")]
+    assert rig.client.post("/v1/chat/completions", json=CHAT, headers=same).headers["x-request-id"] == "same-1"
