@@ -9,8 +9,8 @@ A memory search costs ~40 ms through the cluster, so that was 3% of every search
 What it does for each HTTP request:
 
 * the request id: the client's ``x-request-id`` when valid (1-128 characters of ``A-Z a-z 0-9 . _ : -``),
-  else a new uuid4 hex; an invalid one, or two different ones, is answered 400 naming the header; the id is put on
-  ``request.state.request_id`` and on every response's ``x-request-id`` header;
+  else a new uuid4 hex; an invalid one, or two different ones, is answered 400 naming the header;
+  the id is put on ``request.state.request_id`` and on every response's ``x-request-id`` header;
 * ``REQUESTS`` and ``LATENCY`` by matched route template and method (bounded cardinality: a method
   outside :data:`METHODS` counts as ``OTHER``), the latency taken when the response starts (time
   to headers; a stream's body is not counted);
