@@ -278,10 +278,10 @@ _MIN_SCANNED_INT = 10**6
 def apply_pii(value: Any, mode: PiiMode, param: str = "") -> Any:
     """``value`` with the policy applied to every string (and long integer) inside it.
 
-    Walks dicts (keys and values), lists and tuples; ``param`` is the path of ``value`` in the
-    request, extended by keys and indexes so a rejection names the exact field. Under ``mask`` an
-    integer holding personal data (a phone number sent as a JSON number) becomes its masked
-    string.
+    Walks dicts (keys and values; a key masked as an id by :func:`mask_id`, so two keys stay two),
+    lists and tuples; ``param`` is the path of ``value`` in the request, extended by keys and
+    indexes so a rejection names the exact field. Under ``mask`` an integer holding personal data
+    (a phone number sent as a JSON number) becomes its masked string.
 
     Raises:
         PersonalDataError: ``mode == "reject"`` and a string holds personal data.
@@ -303,8 +303,15 @@ def apply_pii(value: Any, mode: PiiMode, param: str = "") -> Any:
         masked = apply_pii(str(value), mode, param)
         return value if masked == str(value) else masked
     if isinstance(value, Mapping):
-        return {apply_pii(k, mode, _join(param, "key")): apply_pii(v, mode, _join(param, str(k)))
-                for k, v in value.items()}
+        # NOTE: a key is compared, not read (a metadata filter, a dict): masked as an id (mask_id),
+        # distinct per raw key. Masked to the bare tag, {"a@x.io": 1, "b@y.io": 2} became one key
+        # "[EMAIL]" and the write was acknowledged with one of the two values silently dropped.
+        where = _join(param, "key")
+        out = {apply_pii_id(k, mode, where) if isinstance(k, str) else apply_pii(k, mode, where):
+               apply_pii(v, mode, _join(param, str(k))) for k, v in value.items()}
+        if len(out) != len(value):
+            raise MaskedValueError(param or "body", "two of its keys are the same key")
+        return out
     if isinstance(value, (list, tuple)):
         return type(value)(apply_pii(v, mode, _join(param, str(i))) for i, v in enumerate(value))
     return value

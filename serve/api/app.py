@@ -26,7 +26,7 @@ from starlette.routing import compile_path
 
 from serve.api.auth import Authenticator
 from serve.api.chat_protocol import ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse
-from serve.api.errors import APIError, error_body, install_error_handlers
+from serve.api.errors import APIError, clip, error_body, install_error_handlers
 from serve.api.limits import (MAX_BODY_BYTES, BodyLimitMiddleware, check_content_type, check_duplicate_keys, check_query,
                               check_unicode)
 from serve.api.metrics import CONTENT_TYPE_LATEST, render_metrics
@@ -53,6 +53,47 @@ def _stream_error(exc: Exception, request_id: str) -> dict[str, object]:
         return error_body(str(exc), "invalid_request_error", exc.param, "personal_data")
     log.exception("stream %s: unhandled error", request_id)
     return error_body(f"internal server error (request id {request_id})", "server_error", None, "internal_error")
+
+
+_END = object()
+"""The queue item :func:`_detached` puts after a stream's last chunk."""
+
+
+async def _detached(chunks: AsyncIterator[ChatCompletionChunk], request_id: str,
+                    background: set[asyncio.Task[None]]) -> AsyncIterator[ChatCompletionChunk]:
+    """``chunks``, produced by a task of their own that runs to the end even when the client leaves.
+
+    NOTE: the pipeline stores a streamed turn (its session append, trace and memory write-back)
+    after the last token, as a plain answer's; a client that closed the connection mid-stream made
+    the server cancel (or abandon) the generator at its next chunk, so the session lost the turn the
+    client had half read, while a plain request whose client left was still stored in full. The
+    producer is bounded as any turn (the request's deadline and ``max_tokens``), and so is the
+    queue: one answer's chunks.
+    """
+    queue: asyncio.Queue[object] = asyncio.Queue()
+    reader_gone = False
+
+    async def produce() -> None:
+        try:
+            async for chunk in chunks:
+                queue.put_nowait(chunk)
+        except Exception as exc:  # noqa: BLE001 - handed to the reader (the stream's error event)
+            if reader_gone:
+                log.warning("stream %s failed after its client left: %s", request_id, exc)
+            queue.put_nowait(exc)
+        else:
+            queue.put_nowait(_END)
+
+    task = asyncio.get_running_loop().create_task(produce())
+    background.add(task)
+    task.add_done_callback(background.discard)
+    try:
+        while (item := await queue.get()) is not _END:
+            if isinstance(item, Exception):
+                raise item
+            yield item  # type: ignore[misc]
+    finally:
+        reader_gone = True
 
 
 async def _sse(chunks: AsyncIterator[ChatCompletionChunk], request_id: str) -> AsyncIterator[bytes]:
@@ -201,7 +242,7 @@ def create_app(
         ctx = RequestContext(tenant=tenant, user=user, request_id=request.state.request_id,
                              scopes=auth.scopes_for(tenant), pii=pii)
         if body.stream:
-            chunks = await pipeline.stream(body, ctx)
+            chunks = _detached(await pipeline.stream(body, ctx), ctx.request_id, background)
             return StreamingResponse(_sse(chunks, ctx.request_id), media_type="text/event-stream",
                                      headers={"cache-control": "no-cache", "x-request-id": ctx.request_id})
         return await pipeline.complete(body, ctx)
@@ -209,9 +250,14 @@ def create_app(
     for router in routers:
         app.include_router(router)
 
-    @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False)
+    # NOTE: every method a client may send (RFC 9110's but CONNECT): HEAD, OPTIONS and TRACE of a
+    # known path were Starlette's bare "Method Not Allowed", naming neither the method nor what the path takes.
+    @app.api_route("/v1/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"],
+                   include_in_schema=False)
     async def unknown(path: str, request: Request) -> Response:
         allowed = _allowed_methods(app, f"/v1/{path}")
+        # NOTE: the path is the client's text (as long as the server's URL limit): quoted clipped.
+        path = clip(path, 200)
         if allowed:
             return JSONResponse(error_body(f"method: {request.method} is not allowed on /v1/{path} (it takes "
                                            f"{', '.join(allowed)})", "invalid_request_error", "method",

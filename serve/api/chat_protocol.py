@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kernels import CONTROL_CHARS, NoControl, StrictModel, check_json
+from serve.api.limits import path_segment_problem
 from serve.pii import SESSION_KEY_CHARS
 
 __all__ = [
@@ -312,6 +313,10 @@ class ChatCompletionRequest(StrictModel):
             # NOTE: the bound of GET /v1/sessions/{session_id} and /v1/turns?session_id=: a longer id
             # holding personal data was masked to a key that fits and answered, then could not be read.
             raise ValueError(f"metadata.session_id: at most {SESSION_KEY_CHARS} characters, got {len(session_id)}")
+        if session_id is not None and (problem := path_segment_problem(session_id)) is not None:
+            # NOTE: the id of GET /v1/sessions/{session_id}: a turn stored under it was answered 200
+            # and its session could never be read.
+            raise ValueError(f"metadata.session_id: {problem}")
         for name, value in (("user", self.user), ("metadata.session_id", session_id)):
             if value is not None and CONTROL_CHARS.search(value):
                 # NOTE: ids key the session store and are written to logs and traces: a newline

@@ -22,7 +22,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from serve.engine import EngineError
 from serve.pii import PersonalDataError
 
-__all__ = ["APIError", "install_error_handlers", "error_body", "describe_error"]
+__all__ = ["APIError", "MAX_NAME_CHARS", "MAX_PARAM_CHARS", "MAX_WHY_CHARS", "clip", "install_error_handlers", "error_body",
+           "describe_error"]
 
 log = logging.getLogger("recallserve.api")
 
@@ -45,6 +46,26 @@ def error_body(message: str, type: str, param: str | None = None, code: str | No
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
+MAX_NAME_CHARS = 64
+"""NOTE: the longest field name an error quotes in full (the API's own keys are at most 32 characters,
+a metadata key 128): an unknown key is the client's text, and a 1-MB key was echoed in the message
+and the param (twice over: 2 MB answered, and logged, for one 1-MB body)."""
+MAX_PARAM_CHARS = 256
+"""NOTE: the longest whole field path (``memories.3.metadata.<key>``) an error quotes in full."""
+MAX_WHY_CHARS = 1024
+"""NOTE: the longest reason an error quotes (a validator's message can quote the value it refused)."""
+
+
+def clip(text: str, limit: int) -> str:
+    """``text``, or its first ``limit`` characters and how many were left out.
+
+    Example:
+        >>> clip("abcdef", 3)
+        'abc...(3 more characters)'
+    """
+    return text if len(text) <= limit else f"{text[:limit]}...({len(text) - limit} more characters)"
+
+
 def _loc_to_param(loc: tuple[object, ...]) -> str:
     # NOTE: FastAPI prefixes body fields with "body"; drop it and pydantic's union tags so
     # the param reads like the JSON path a client wrote ("messages.0.role").
@@ -52,7 +73,7 @@ def _loc_to_param(loc: tuple[object, ...]) -> str:
     # called "query" (memory search), so never drop later elements by name.
     # A union reports one error per member under the member's name ("str", "list[...]",
     # "ImagePart"): those are types, not fields, so they are dropped too.
-    parts = [str(p) for p in loc]
+    parts = [clip(str(p), MAX_NAME_CHARS) for p in loc]
     if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
         parts = parts[1:]
     return ".".join(p for p in parts if not p.startswith(("function-", "tagged-union", "constrained-")) and not _UNION_MEMBER.match(p))
@@ -82,7 +103,7 @@ def describe_error(err: Mapping[str, Any], prefix: str = "") -> tuple[str, str]:
         return prefix, f"body: invalid JSON at character {where}: {why}"
     loc = _loc_to_param(tuple(err.get("loc", ())))
     param = ".".join(p for p in (prefix, loc) if p)
-    why = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    why = clip(str(err.get("msg", "invalid")).removeprefix("Value error, "), MAX_WHY_CHARS)
     named = _NAMED.match(why) if err.get("type") == "value_error" else None
     if named is not None:
         name = named.group(1)

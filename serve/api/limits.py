@@ -7,7 +7,9 @@ parser or the ingress's memory; a request id that is not a short token is a 400 
 string copied into every log line and response header; a JSON string holding an unpaired UTF-16
 surrogate (``"\\ud800"``, which JSON's escapes allow and UTF-8 cannot encode) is a 400 naming its
 field, not a 500 from the first store or log line that encodes it; a JSON object naming a key
-twice is a 400 naming the key, not an answer to whichever of the two values the parser kept.
+twice is a 400 naming the key, not an answer to whichever of the two values the parser kept. An id
+a client chooses and reads back in a URL path (a request, session or experience id) must be one
+a URL can carry (:func:`path_segment_problem`).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from serve.api.errors import APIError, error_body
+from serve.api.errors import MAX_PARAM_CHARS, APIError, clip, error_body
 
 __all__ = ["MAX_BODY_BYTES", "BodyLimitMiddleware", "check_content_type", "check_duplicate_keys", "check_query",
-           "check_unicode", "duplicate_key", "undecodable_query", "unpaired_surrogate", "valid_request_id", "RESERVED_REQUEST_IDS"]
+           "check_unicode", "duplicate_key", "path_segment_problem", "undecodable_query", "unpaired_surrogate",
+           "valid_request_id", "RESERVED_REQUEST_IDS"]
 
 MAX_BODY_BYTES = 32 * 2**20
 """NOTE: 32 MiB: the largest image the describer takes (12 MiB, 16 MiB as base64) plus a full
@@ -41,10 +44,32 @@ RESERVED_REQUEST_IDS = frozenset({"sessions"})
 one could never be read by its id, so such a client id is refused (400) like a malformed one."""
 
 
+def path_segment_problem(value: str) -> str | None:
+    """Why ``value``, an id a client chooses, can never be read back as the ``{id}`` of a route's
+    URL (``GET /v1/sessions/{session_id}``); None when it can.
+
+    NOTE: ``.`` and ``..`` are dot segments, which HTTP clients (httpx, requests, curl, browsers)
+    remove before sending a URL (RFC 3986, section 5.2.4), and a ``/`` splits the path, also
+    when sent as ``%2F`` (the server decodes it before routing): a record stored under such an id
+    was acknowledged and then unreadable, so the write that names one is refused instead.
+
+    Example:
+        >>> path_segment_problem("s-1"), path_segment_problem("..") is not None
+        (None, True)
+    """
+    if value in (".", ".."):
+        return f"{value!r} is a dot segment, which HTTP clients remove from a URL, so it could never be read by its id"
+    if "/" in value:
+        return "must not hold '/' (it splits a URL path, also as %2F), so it could never be read by its id"
+    return None
+
+
 def valid_request_id(value: str) -> bool:
     """Whether a client's ``x-request-id`` is usable: 1-128 of ``A-Z a-z 0-9 . _ : -``, not a reserved
-    route name (:data:`RESERVED_REQUEST_IDS`)."""
-    return _REQUEST_ID.fullmatch(value) is not None and value not in RESERVED_REQUEST_IDS
+    route name (:data:`RESERVED_REQUEST_IDS`) nor a dot segment (:func:`path_segment_problem`): it
+    is the turn's id of ``GET /v1/turns/{turn_id}``."""
+    return (_REQUEST_ID.fullmatch(value) is not None and value not in RESERVED_REQUEST_IDS
+            and path_segment_problem(value) is None)
 
 
 def _too_large(limit: int) -> str:
@@ -166,7 +191,7 @@ async def check_unicode(request: Request) -> None:
         return  # NOTE: not JSON: the route's own body validation answers it
     where = unpaired_surrogate(value)
     if where is not None:
-        name = where or "body"
+        name = clip(where or "body", MAX_PARAM_CHARS)
         raise APIError(400, f"{name}: text holds an unpaired UTF-16 surrogate (a lone \\ud800-\\udfff escape); "
                             "send valid Unicode", param=name)
 
@@ -230,6 +255,7 @@ async def check_duplicate_keys(request: Request) -> None:
         return
     where = duplicate_key(body)
     if where is not None:
+        where = clip(where, MAX_PARAM_CHARS)
         raise APIError(400, f"{where}: the same key given twice in one JSON object; send each key once",
                        param=where)
 
@@ -305,15 +331,19 @@ async def check_query(request: Request) -> None:
         return  # NOTE: /v1's catch-all (a 404 of its own) and routes outside the API document
     bad = undecodable_query(request.scope.get("query_string", b""))
     if bad is not None:
+        bad = clip(bad, MAX_PARAM_CHARS)
         raise APIError(400, f"{bad}: its %-escapes are not UTF-8 text", param=bad)
     for name in params:
         if len(params.getlist(name)) > 1:
-            raise APIError(400, f"{name}: given {len(params.getlist(name))} times; send it once", param=name)
+            named = clip(name, MAX_PARAM_CHARS)
+            raise APIError(400, f"{named}: given {len(params.getlist(name))} times; send it once", param=named)
     if not request.url.path.startswith("/v1/"):
         return
     declared = _declared_query(route)
     unknown = sorted(set(params) - declared) if declared is not None else []
     if unknown:
         known = ", ".join(sorted(declared or ())) or "none"
-        raise APIError(400, f"{unknown[0]}: unknown query parameter of {request.url.path} (it takes: {known})",
-                       param=unknown[0])
+        # NOTE: the name is the client's text (as long as the server's URL limit): quoted clipped.
+        name = clip(unknown[0], MAX_PARAM_CHARS)
+        raise APIError(400, f"{name}: unknown query parameter of {clip(request.url.path, MAX_PARAM_CHARS)} "
+                            f"(it takes: {known})", param=name)

@@ -9,14 +9,15 @@ A memory search costs ~40 ms through the cluster, so that was 3% of every search
 What it does for each HTTP request:
 
 * the request id: the client's ``x-request-id`` when valid (1-128 characters of ``A-Z a-z 0-9 . _ : -``),
-  else a new uuid4 hex; an invalid one is answered 400 naming the header; the id is put on
-  ``request.state.request_id`` and on every response's ``x-request-id`` header;
+  else a new uuid4 hex; an invalid one, or two different ones, is answered 400 naming the header;
+  the id is put on ``request.state.request_id`` and on every response's ``x-request-id`` header;
 * ``REQUESTS`` and ``LATENCY`` by matched route template and method (bounded cardinality: a method
   outside :data:`METHODS` counts as ``OTHER``), the latency taken when the response starts (time
   to headers; a stream's body is not counted);
 * an exception that escapes the app before the response started becomes the JSON envelope with
   status 500 and the request id (logged with its traceback); after it started, it is logged and
-  re-raised (the server closes the connection); a cancelled request (client gone) counts as 499.
+  re-raised (the server closes the connection); a cancelled request (client gone) counts as 499,
+  and a stream whose client left (``ClientDisconnect``) is logged as such, not as an error.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ import logging
 import time
 import uuid
 
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve.api.errors import error_body
-from serve.api.limits import RESERVED_REQUEST_IDS, valid_request_id
+from serve.api.limits import RESERVED_REQUEST_IDS, path_segment_problem, valid_request_id
 from serve.api.metrics import LATENCY, REQUESTS
 
 __all__ = ["METHODS", "ObserveMiddleware", "method_label"]
@@ -67,9 +69,11 @@ class ObserveMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        sent = next((v for k, v in scope["headers"] if k == _HEADER), None)
-        sent_id = None if sent is None else sent.decode("latin-1")
-        request_id = sent_id if sent_id and valid_request_id(sent_id) else uuid.uuid4().hex
+        sent = [v.decode("latin-1") for k, v in scope["headers"] if k == _HEADER]
+        sent_id = sent[0] if sent else None
+        # NOTE: two different ids: the trace kept one and a proxy's log the other (a 400, as two API keys are a 401).
+        repeated = len(set(sent)) > 1
+        request_id = sent_id if sent_id and not repeated and valid_request_id(sent_id) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
         start = time.perf_counter()
         status = 0
@@ -85,8 +89,10 @@ class ObserveMiddleware:
 
         try:
             if sent_id is not None and sent_id != request_id:
-                why = (f"x-request-id: {sent_id!r} names a route (GET /v1/turns/{sent_id}), so the turn could never be "
+                why = (f"x-request-id: given {len(sent)} times with different values; send it once" if repeated
+                       else f"x-request-id: {sent_id!r} names a route (GET /v1/turns/{sent_id}), so the turn could never be "
                        "read by its id; send another id" if sent_id in RESERVED_REQUEST_IDS
+                       else f"x-request-id: {problem}; send another id" if (problem := path_segment_problem(sent_id))
                        else "x-request-id: must be 1-128 characters of A-Z a-z 0-9 . _ : -")
                 response = JSONResponse(error_body(why, "invalid_request_error", "x-request-id"), status_code=400)
                 await response(scope, receive, send_with_id)
@@ -99,6 +105,14 @@ class ObserveMiddleware:
                 status = 499
                 self._observe(scope, status, start)
             raise
+        except ClientDisconnect:
+            # NOTE: under ASGI spec 2.4 a stream's send to a closed connection raises this: the
+            # client left (as the cancellation above), not a server error worth a traceback; the
+            # turn is still stored (serve.api.app._detached).
+            log.info("request %s %s %s: client disconnected", request_id, scope["method"], scope["path"])
+            if not status:
+                self._observe(scope, 499, start)
+            return
         except Exception:
             log.exception("request %s %s %s: unhandled error", request_id, scope["method"], scope["path"])
             if status:

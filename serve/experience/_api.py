@@ -24,6 +24,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, status
 from pydantic import Discriminator, Tag
 
+from serve.api.limits import path_segment_problem
 from serve.experience._models import ExperienceView, LabelRequest, SearchRequest, SearchResult
 from serve.experience._schema import ExperienceRecord
 from serve.experience._service import ExperienceNotFound, ExperienceService
@@ -75,6 +76,8 @@ def build_router(
         if record.metadata.id in _ROUTE_NAMES:
             raise HTTPException(status_code=400, detail=f"metadata.id: {record.metadata.id!r} names a route "
                                                         "(GET /v1/experiences/review); choose another id")
+        if (problem := path_segment_problem(record.metadata.id)) is not None:
+            raise HTTPException(status_code=400, detail=f"metadata.id: {problem}; choose another id")
         return await service.create(tenant, from_v12(record) if isinstance(record, ExperienceRecordV12) else record)
 
     @router.get("/review", response_model=list[ExperienceView])

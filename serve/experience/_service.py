@@ -277,6 +277,8 @@ class ExperienceService:
         the newer archival one and are reported.
         """
         now = self._clock()
+        if self._pii_for(tenant) != "allow":  # NOTE: masked as the records' were (_scrubbed), or they matched none
+            req = req.model_copy(update={f: apply_pii(getattr(req, f), "mask") for f in ("source_model", "domain")})
         family = self._family_of(req.source_model)
         query = await self._embed_one(clean_context(req.query)) if req.query.strip() else None
         domains = [req.domain] if req.domain else sorted({r.record.metadata.task_domain for r in await self.store.query(

@@ -1,13 +1,15 @@
 """Request and response bodies of the memory API (``/v1/memories``).
 
-Times are accepted as ISO 8601 strings or epoch seconds and returned as epoch seconds. Every
+Times are accepted as ISO 8601 strings or epoch seconds and returned as epoch seconds (a number is
+always seconds: see :func:`epoch_seconds`). Every
 limit is a bound in the type, so a bad value becomes a 400 whose ``param`` names the field
 (``memories.3.text``, ``k``, ``filters.created_after``).
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import re
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -30,6 +32,7 @@ __all__ = [
     "MemoryOut",
     "MemoryList",
     "DeleteResponse",
+    "epoch_seconds",
     "to_epoch",
 ]
 
@@ -56,6 +59,41 @@ def _check_metadata(value: Any) -> Any:
     if isinstance(value, dict):
         check_json(value, "metadata", max_depth=1, max_items=MAX_METADATA_KEYS, max_chars=MAX_METADATA_VALUE_CHARS)
     return value
+
+
+MAX_EPOCH_S = 253402300799.0
+"""NOTE: the last second of year 9999, the latest time a datetime holds (as the experience store's bound)."""
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def epoch_seconds(value: Any) -> Any:
+    """A time field's value before pydantic parses it: a number (or a numeric string) as the UTC
+    datetime that many seconds after 1970, anything else unchanged.
+
+    NOTE: pydantic reads a number above 2e10 as epoch *milliseconds*, so ``"created_at": 1e11``
+    (year 5138, in the seconds this API documents) was stored as 1973-03-03 and a filter
+    ``created_after: 1e11`` matched everything. A number is always seconds here, and one past
+    year 9999 is a 400 that says why (an epoch in milliseconds lands there).
+
+    Example:
+        >>> epoch_seconds(1e11).year
+        5138
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return value
+    if isinstance(value, str):
+        if not _NUMBER.fullmatch(value.strip()):
+            return value
+        value = float(value)
+    if value != value or abs(value) == float("inf"):
+        return value  # NOTE: left to the field's own error (allow_inf_nan=False names it)
+    if value > MAX_EPOCH_S:
+        raise ValueError(f"{value!r} epoch seconds is after year 9999 (at most {MAX_EPOCH_S:.0f}); "
+                         "send seconds, not milliseconds")
+    if value < -MAX_EPOCH_S:
+        raise ValueError(f"{value!r} epoch seconds is before year 1")
+    return _EPOCH + timedelta(seconds=value)
 
 
 def to_epoch(value: datetime | None) -> float | None:
@@ -89,6 +127,7 @@ class MemoryIn(StrictModel):
                                   description=f"Error tags (experience memory), 1-{MAX_TAG_CHARS} characters each.")
 
     _metadata = field_validator("metadata", mode="before")(lambda cls, v: _check_metadata(v))
+    _seconds = field_validator("created_at", "expires_at", mode="before")(lambda cls, v: epoch_seconds(v))
 
     @field_validator("text")
     @classmethod
@@ -164,6 +203,7 @@ class FiltersIn(StrictModel):
     _metadata = field_validator("metadata", mode="before")(lambda cls, v: _check_metadata(v))
     created_after: datetime | None = Field(default=None, description="Created at or after (ISO 8601 or epoch seconds).")
     created_before: datetime | None = Field(default=None, description="Created before (ISO 8601 or epoch seconds).")
+    _seconds = field_validator("created_after", "created_before", mode="before")(lambda cls, v: epoch_seconds(v))
 
     @model_validator(mode="after")
     def _range(self) -> FiltersIn:
@@ -185,7 +225,9 @@ class SearchRequest(StrictModel):
     # validation error on this field would lose its name.
     query: str = Field(description="What to recall (1-8192 characters, not blank).")
     k: int | None = Field(strict=True, default=None, ge=1, le=MAX_K, description=f"Results (1-{MAX_K}); default: the configured top_k.")
-    threshold: float | None = Field(strict=True, default=None, ge=-1, le=1, description="Minimum cosine; default: the configured threshold.")
+    threshold: float | None = Field(strict=True, default=None, ge=-1, le=1,
+                                    description="Minimum cosine of a dense hit (default: the configured threshold); with "
+                                                "hybrid, a hit below it stays when its BM25 is strong (hybrid false: a strict floor).")
     filters: FiltersIn | None = Field(default=None, description="Kind, topic prefix, metadata equality, time range.")
     decay: DecayIn | None = Field(default=None, description="Time decay parameters.")
     hybrid: bool = Field(strict=True, default=True, description="Fuse BM25 with the dense ranking (False = dense only).")

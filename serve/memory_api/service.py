@@ -138,10 +138,20 @@ def _scrubbed(item: MemoryIn, mode: PiiMode, param: str) -> MemoryIn:
         raise MaskedValueError.from_validation(exc.errors(), param) from None
 
 
-def _filters(f: FiltersIn | None) -> SearchFilters | None:
+def _filters(f: FiltersIn | None, mode: PiiMode) -> SearchFilters | None:
+    """The store's filters of ``f``, compared as the tenant's writes were stored.
+
+    NOTE: a write stores its metadata and topic masked (:func:`_scrubbed`), so a filter naming the
+    values as the client sent them (``{"owner": "jane@example.com"}``) matched nothing: it is
+    masked the same way first (a filter is not stored, so ``reject`` masks it too rather than fail).
+    """
     if f is None:
         return None
-    return SearchFilters(kinds=f.kinds, topic_prefix=f.topic_prefix, metadata=f.metadata,
+    metadata, topic = f.metadata, f.topic_prefix
+    if mode != "allow":
+        metadata = None if metadata is None else apply_pii(metadata, "mask")
+        topic = None if topic is None else apply_pii(topic, "mask")
+    return SearchFilters(kinds=f.kinds, topic_prefix=topic, metadata=metadata,
                          created_after=to_epoch(f.created_after), created_before=to_epoch(f.created_before))
 
 
@@ -318,8 +328,8 @@ class MemoryService:
         )
         retrieval = self.retriever.params if req.hybrid else self.retriever.params.model_copy(update={"lexical_candidates": 0})
         with _shards_up():
-            hits = await self.retriever.search(tenant, req.query, req.k or self.top_k, params, _filters(req.filters), now,
-                                               retrieval)
+            hits = await self.retriever.search(tenant, req.query, req.k or self.top_k, params,
+                                               _filters(req.filters, self.pii_for(tenant)), now, retrieval)
         return [h for h in hits if h.record.tenant in (tenant, SHARED_TENANT_NAME)]
 
     # ---- serve.memory.MemoryBackend -----------------------------------------------------
