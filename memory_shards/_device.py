@@ -8,12 +8,15 @@ snapshots, filters and the IVF index read them there. The kernel reads six colum
 
 :class:`DeviceColumns` holds them on ``device``:
 
-* CPU + float32: the tensors *are* the host arrays (``torch.from_numpy``, no copy, no sync);
+* CPU + float32: the tensors *are* the host arrays (``torch.from_numpy``, no copy, no sync; the
+  vectors column-major, as the host table stores them: ``memory_shards._table.vector_block``);
 * otherwise (CUDA, or half-precision storage): tensors of their own, with the host table's
   capacity (amortised doubling, so a bulk load copies O(N) rows in all), kept in step lazily:
   appended rows ``[synced, n)`` are copied in one transfer per column at the next search
   (:meth:`DeviceColumns.view`), and the in-place changes of rows already copied (a delete's
   ``valid``, a renewal's ``last_access``) are written through at once (:meth:`update`).
+  Half-precision vectors on the CPU are stored column-major too (the kernel widens a chunk to
+  float32 keeping its layout); on CUDA they are row-major, the layout the Triton kernel reads.
 
 The host stays the single source of truth: WAL and snapshots are unchanged on disk.
 """
@@ -105,7 +108,12 @@ class DeviceColumns:
         cap = vectors.shape[0]
         old, n = self._t, self.synced
         # NOTE: same capacity as the host table, which doubles: amortised O(1) copies per row.
-        new = {"vectors": torch.empty((cap, vectors.shape[1]), dtype=self.dtype, device=self.device)}
+        dim = vectors.shape[1]
+        if self.device.type == "cpu":
+            block = torch.empty((dim, cap), dtype=self.dtype, device=self.device).T
+        else:
+            block = torch.empty((cap, dim), dtype=self.dtype, device=self.device)
+        new = {"vectors": block}
         for name in _META:
             new[name] = torch.empty(cap, dtype=torch.from_numpy(cols[name][:0]).dtype, device=self.device)
         if old and n:

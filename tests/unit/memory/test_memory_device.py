@@ -87,3 +87,37 @@ def test_ivf_oversampled_filtering_equals_the_id_selector(rng) -> None:
     assert not over.filter_in_index and not over.on_gpu
     np.testing.assert_array_equal(over.candidates(q, visible, 40), sel.candidates(q, visible, 40))
     assert visible[over.candidates(q, visible, 40)].all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_cpu_vectors_are_column_major_and_score_as_the_row_major_oracle(rng, dtype: str) -> None:
+    # The CPU layout (memory_shards._table.vector_block): each of the D components of every row is
+    # one contiguous run, also after the table grows, and the kernel's answer over it is the
+    # reference's answer over the same columns copied row-major (ids equal, scores to float rounding).
+    from kernels import reference_fused_topk
+    from memory_shards._device import KernelColumns
+    from memory_shards._scan import fused_scan
+    from memory_shards.records import tenant_key
+
+    shard = MemoryShard(ShardConfig(model_id=MODEL, dim=DIM, vector_dtype=dtype))
+    items = make_items(rng, 2500, ["a", "b", "shared"])  # past the initial 1024 rows: the table grows twice
+    shard.upsert(items[:900])
+    shard.search(unit(rng, 1), "a", k=4, now=NOW, touch=False)  # a half mirror is built at 900 rows...
+    shard.upsert(items[900:])  # ...and grows with the table
+    table = shard._table
+    cols = table.kernel_columns()
+    assert cols.vectors.shape == (2500, DIM)
+    assert cols.vectors.stride() == (1, table.vectors.shape[0])
+    assert table.vectors.strides == (4, 4 * table.vectors.shape[0])
+    np.testing.assert_array_equal(table.vectors[:2500], np.concatenate([it.vectors for it in items]))
+    q = unit(rng, 6)
+    qt = np.array([tenant_key("a")] * 3 + [tenant_key("b")] * 3, dtype=np.int64)
+    p = ScoreParams(threshold=0.0)
+    got = fused_scan(q, qt, cols, NOW, 20, p)
+    rows = KernelColumns(*(c.contiguous() for c in cols))
+    assert rows.vectors.stride() == (DIM, 1)
+    days = ((NOW - rows.last_access).clamp_min(0.0) / 86_400.0).to(torch.float32)
+    want = reference_fused_topk(torch.from_numpy(q), rows.vectors, days, rows.tenant, rows.source, rows.expires,
+                                torch.from_numpy(qt), NOW, 20, params=p, valid=rows.valid)
+    assert torch.equal(got.indices, want.indices)
+    torch.testing.assert_close(got.scores, want.scores, rtol=1e-6, atol=1e-6)

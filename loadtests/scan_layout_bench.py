@@ -1,0 +1,130 @@
+"""The shard's exact scan over column-major vectors against the row-major layout it had before, in process.
+
+A shard stores its vectors column-major on the CPU (``memory_shards._table.vector_block``). This
+benchmark builds one shard per size with the bench's rows (MiniLM vectors of ``--distinct`` bench
+texts plus noise, as ``loadtests.search_seed`` writes them), then times the serving call
+``MemoryShard.search(queries, tenant, k=64, touch=False)`` on it and on the same shard after its
+table's vectors were copied to row-major storage (``np.ascontiguousarray``: the layout before the
+change, and the baseline of every ratio). The two layouts are timed alternately, call by call, so a
+neighbour's load falls on both; the answers are checked to be the same rows.
+
+Figures: median and p95 wall ms per call, and the calling thread's CPU ms per call
+(``time.thread_time``; torch runs on that thread with ``--threads 1``).
+
+Example::
+
+    python -m loadtests.scan_layout_bench --rows 2000,100000 --queries 1,16 --out loadtests/results/scan-layout-cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["main"]
+
+
+def _timed(fn: Callable[[], object]) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.thread_time()
+    fn()
+    return 1e3 * (time.perf_counter() - wall), 1e3 * (time.thread_time() - cpu)
+
+
+def _row(label: str, walls: list[float], cpus: list[float]) -> dict[str, float]:
+    walls = sorted(walls)
+    return {f"{label}_p50_ms": round(statistics.median(walls), 2),
+            f"{label}_p95_ms": round(walls[min(len(walls) - 1, int(0.95 * len(walls)))], 2),
+            f"{label}_cpu_ms": round(statistics.fmean(cpus), 2)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure, print a markdown table, and write ``--out``.md / .json when given."""
+    p = argparse.ArgumentParser(prog="python -m loadtests.scan_layout_bench", description=__doc__.split("\n")[0])
+    p.add_argument("--rows", default="2000,20000,100000,200000", help="comma-separated shard sizes (1000-1000000)")
+    p.add_argument("--queries", default="1,16,64", help="comma-separated queries per call (1-256)")
+    p.add_argument("--repeats", type=int, default=0, help="timed calls per layout (0: 40 below 50k rows, else 12)")
+    p.add_argument("--distinct", type=int, default=200, help="base texts embedded for the rows (50-5000)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (the shard replica's default is 1)")
+    p.add_argument("--out", type=Path, default=None, help="write OUT.md and OUT.json")
+    args = p.parse_args(argv)
+    sizes = [int(x) for x in args.rows.split(",") if x.strip()]
+    counts = [int(x) for x in args.queries.split(",") if x.strip()]
+    if not sizes or not all(1000 <= n <= 1_000_000 for n in sizes) or not all(1 <= q <= 256 for q in counts):
+        p.error("--rows: sizes within [1000, 1000000]; --queries: counts within [1, 256]")
+    if not 50 <= args.distinct <= 5000 or not 0 <= args.repeats <= 1000 or not 1 <= args.threads <= 64:
+        p.error("--distinct within [50, 5000], --repeats within [0, 1000], --threads within [1, 64]")
+
+    import torch
+
+    from deployments.cli._bench_search import _WORDS, _text
+    from kernels import ScoreParams
+    from loadtests.search_seed import bulk_rows
+    from memory_shards.config import ShardConfig
+    from memory_shards.embedders import build_embedder
+    from memory_shards.shard import MemoryShard
+
+    torch.set_num_threads(args.threads)
+    emb = build_embedder("all-MiniLM-L6-v2", device="cpu", batch_size=16, torch_threads=args.threads)
+    rng = random.Random(0)
+    words = [_text(rng, i).split(": ", 1)[1][:-1] for i in range(args.distinct)]
+    base = np.asarray(emb.embed(words), dtype=np.float32)
+    asked = [" ".join(rng.choice(_WORDS) for _ in range(4)) for _ in range(max(counts))]
+    qv = np.asarray(emb.embed(asked), dtype=np.float32)
+    params = ScoreParams(threshold=0.35)
+    rows_out: list[dict[str, float | int | bool]] = []
+    for n in sizes:
+        shard = MemoryShard(ShardConfig(shard_id=0, model_id=emb.model_id, dim=emb.dim))
+        for lo in range(0, n, 10_000):
+            shard.upsert(bulk_rows(min(n, lo + 10_000), args.distinct, base, words, "local", "layout", 0.2, 0, lo))
+        table = shard._table
+        column_major = table.vectors
+        row_major = np.ascontiguousarray(column_major)
+        repeats = args.repeats or (40 if n < 50_000 else 12)
+        for q in counts:
+            queries = qv[:q]
+
+            def search(vectors: np.ndarray) -> list:
+                table.vectors = vectors
+                return shard.search(queries, "local", 64, params, None, time.time(), touch=False)
+
+            same = ([[h.record.id for h in hs] for hs in search(row_major)]
+                    == [[h.record.id for h in hs] for hs in search(column_major)])
+            walls: dict[str, list[float]] = {"row": [], "col": []}
+            cpus: dict[str, list[float]] = {"row": [], "col": []}
+            for _ in range(repeats):
+                for label, vectors in (("row", row_major), ("col", column_major)):
+                    w, c = _timed(lambda: search(vectors))
+                    walls[label].append(w)
+                    cpus[label].append(c)
+            table.vectors = column_major
+            row: dict[str, float | int | bool] = {"rows": n, "queries": q, "calls": repeats, "same_rows": same}
+            row.update(_row("row_major", walls["row"], cpus["row"]))
+            row.update(_row("column_major", walls["col"], cpus["col"]))
+            row["speedup_p50"] = round(row["row_major_p50_ms"] / row["column_major_p50_ms"], 2)  # type: ignore[operator]
+            rows_out.append(row)
+            print(json.dumps(row), flush=True)
+        shard.close()
+    lines = ["| rows | queries | row-major p50 / p95 ms | column-major p50 / p95 ms | speed-up (p50) | CPU ms row / column | same rows |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows_out:
+        lines.append(f"| {r['rows']:,} | {r['queries']} | {r['row_major_p50_ms']} / {r['row_major_p95_ms']} | "
+                     f"{r['column_major_p50_ms']} / {r['column_major_p95_ms']} | **{r['speedup_p50']}x** | "
+                     f"{r['row_major_cpu_ms']} / {r['column_major_cpu_ms']} | {r['same_rows']} |")
+    table_md = "\n".join(lines)
+    print(table_md)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".json").write_text(json.dumps({"argv": argv, "threads": args.threads, "rows": rows_out}, indent=1))
+        args.out.with_suffix(".md").write_text(table_md + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
