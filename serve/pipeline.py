@@ -191,9 +191,9 @@ class ChatPipeline:
                            f"{self.settings.max_request_tokens}", param=name)
         schema = None
         if req.response_format is not None and req.response_format.type == "json_schema":
-            spec = req.response_format.json_schema or {}
-            schema = spec.get("schema")
-            if not isinstance(schema, dict):
+            spec = req.response_format.json_schema
+            schema = spec.schema_ if spec is not None else None
+            if schema is None:
                 raise APIError(400, "response_format.json_schema.schema: a JSON schema object is required",
                                param="response_format.json_schema.schema")
         elif req.response_format is not None and req.response_format.type == "json_object":

@@ -6,7 +6,7 @@ recallserve's own per-request options travel in the standard ``metadata`` object
 (``session_id``, ``context_mode``, ``agent``) so any OpenAI client can set them.
 
 An assistant message's echoed ``tool_calls`` are checked to OpenAI's shape (:class:`ToolCall`), and
-every tool message must answer a call of the assistant message it follows (see
+every tool message must answer a call of the assistant message it follows, each call once (see
 :meth:`ChatCompletionRequest._tool_answers`): a malformed history is a 400 naming the field, never
 rendered into a prompt as something the model did not say.
 """
@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kernels import CONTROL_CHARS, NoControl, StrictModel, check_json
+from serve.api._json_schema import schema_problem
 from serve.api.limits import path_segment_problem
 from serve.pii import SESSION_KEY_CHARS
 
@@ -27,6 +28,7 @@ __all__ = [
     "TextPart",
     "ImagePart",
     "ImageURL",
+    "JSONSchemaFormat",
     "ToolCall",
     "ToolCallFunction",
     "ChatCompletionMessage",
@@ -177,6 +179,15 @@ class ChatCompletionMessage(StrictModel):
         for echoed in ("refusal", "annotations", "audio"):
             if self.role != "assistant" and getattr(self, echoed) is not None:
                 raise ValueError(f"{echoed}: only an assistant message (an echoed reply) carries it, not a {self.role} message")
+        if self.tool_calls is not None and not self.tool_calls:
+            # NOTE: OpenAI refuses it ("empty array"); it was rendered as a turn that made no call.
+            raise ValueError("tool_calls: an empty array; leave tool_calls out when the message made no call")
+        if (self.role == "assistant" and self.content is None and not self.tool_calls
+                and self.refusal is None and self.audio is None):
+            # NOTE: OpenAI: content is "required unless tool_calls or function_call is specified"
+            # (a refusal or an audio reply echoed stand for it); it was rendered as nothing at all.
+            raise ValueError("content: required in an assistant message without tool_calls (null only with calls, "
+                             "a refusal or an audio reply)")
         seen: set[str] = set()
         for i, call in enumerate(self.tool_calls or []):
             # NOTE: a tool message answers a call by its id: two calls of one message with one id
@@ -207,17 +218,37 @@ class StreamOptions(StrictModel):
     include_usage: bool = Field(strict=True, default=False, description="Send a last chunk with token usage.")
 
 
+class JSONSchemaFormat(StrictModel):
+    """OpenAI's ``response_format.json_schema``: ``{name, description, schema, strict}``.
+
+    NOTE: it was a free-form object: a schema of the wrong shape failed inside the engine's grammar
+    compiler (a 502 engine error, or an error event mid-stream), an unknown key or a missing name
+    was ignored. Now each is a 400 naming its path (:func:`serve.api._json_schema.schema_problem`).
+    """
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$",
+                      description="The format's name (OpenAI's rule: a-z, A-Z, 0-9, _ and -, at most 64).")
+    description: str | None = Field(default=None, max_length=1024, description="What the format is for.")
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema", description="The JSON Schema of the reply (an object).")
+    strict: bool | None = Field(strict=True, default=None, description="Accepted (the engine always follows the schema).")
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema_shape(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is None:
+            return None
+        # NOTE: a schema is compiled into a grammar per request: deep or wide ones cost the engine.
+        check_json(v, "schema", max_depth=11, max_items=256, max_chars=8192)
+        if (problem := schema_problem(v)) is not None:
+            raise ValueError(f"not a valid JSON Schema: {problem}")
+        return v
+
+
 class ResponseFormat(StrictModel):
     """OpenAI response_format: text, json_object or json_schema."""
 
     type: Literal["text", "json_object", "json_schema"] = Field(description="Output format.")
-    json_schema: dict[str, Any] | None = Field(default=None, description="{name, schema, strict} for type=json_schema.")
-
-    @field_validator("json_schema")
-    @classmethod
-    def _schema_size(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        # NOTE: a schema is compiled into a grammar per request: deep or wide ones cost the engine.
-        return None if v is None else check_json(v, "json_schema", max_depth=12, max_items=256, max_chars=8192)
+    json_schema: JSONSchemaFormat | None = Field(default=None, description="{name, schema, strict} for type=json_schema.")
 
     @model_validator(mode="after")
     def _schema_with_its_type(self) -> ResponseFormat:
@@ -335,12 +366,15 @@ class ChatCompletionRequest(StrictModel):
 
     @model_validator(mode="after")
     def _tool_answers(self) -> ChatCompletionRequest:
-        """Every tool message answers a call of the assistant message it follows (OpenAI's rule).
+        """Every call of an assistant message is answered, once, by the tool messages right after it.
 
-        OpenAI refuses a tool message that does not follow an assistant message with ``tool_calls``
-        (only other tool messages between) or whose ``tool_call_id`` is not one of that message's
-        calls; so does this server, naming ``messages.<i>.tool_call_id``. Anything the OpenAI API
-        accepts still passes (the SDK's ``assistant(tool_calls) -> tool, tool -> ...`` history).
+        OpenAI's rules, each a 400 here too: a tool message must follow an assistant message with
+        ``tool_calls`` (only other tool messages between) and answer one of its calls
+        (``messages.<i>.tool_call_id``); and "an assistant message with 'tool_calls' must be
+        followed by tool messages responding to each 'tool_call_id'" (``messages.<i>.tool_calls``,
+        the assistant message's index). A call answered twice is refused as well: the model would
+        see two results of one call. Anything the OpenAI API accepts still passes (the SDK's
+        ``assistant(tool_calls) -> tool, tool -> ...`` history, answers in any order).
 
         NOTE: the same in session mode (``metadata.session_id``): a session stores the turns' text,
         never their tool calls, so a call made in an earlier request is not known here; the
@@ -349,16 +383,29 @@ class ChatCompletionRequest(StrictModel):
         their calls ``call_0``, ``call_1``, ... per turn): an answer matches the calls just before it.
         """
         calls: set[str] | None = None  # ids of the calls a tool message here may answer; None: none may
-        for i, m in enumerate(self.messages):
-            if m.role == "tool":
+        unanswered: list[str] = []  # ids of those calls no tool message has answered yet, in order
+        made_at = -1  # index of the assistant message that made them
+        for i, m in enumerate([*self.messages, None]):
+            if m is not None and m.role == "tool":
                 if calls is None:
                     raise ValueError(f"messages.{i}.tool_call_id: a tool message must answer a call of the assistant "
                                      "message before it (only tool messages between), and none precedes it")
                 if m.tool_call_id not in calls:
                     raise ValueError(f"messages.{i}.tool_call_id: {str(m.tool_call_id)[:80]!r} is not the id of a "
                                      "call of the assistant message before it")
+                if m.tool_call_id not in unanswered:
+                    raise ValueError(f"messages.{i}.tool_call_id: {str(m.tool_call_id)[:80]!r} was already answered "
+                                     "by an earlier tool message (one answer per call)")
+                unanswered.remove(m.tool_call_id)
+                continue
+            if unanswered:
+                raise ValueError(f"messages.{made_at}.tool_calls: an assistant message with tool_calls must be followed "
+                                 f"by tool messages answering each call; {unanswered[0][:80]!r} has no answer"
+                                 + (f" (nor {len(unanswered) - 1} more)" if len(unanswered) > 1 else ""))
+            if m is not None and m.role == "assistant" and m.tool_calls:
+                calls, unanswered, made_at = {c.id for c in m.tool_calls}, [c.id for c in m.tool_calls], i
             else:
-                calls = {c.id for c in m.tool_calls} if m.role == "assistant" and m.tool_calls else None
+                calls = None
         return self
 
     def stop_list(self) -> list[str]:
