@@ -209,11 +209,11 @@ class ChatPipeline:
 
     def _segmented(self, req: ChatCompletionRequest) -> bool:
         """Segmented (E-CoT) reasoning: asked with ``metadata.reasoning=segmented``, or by default for
-        a ``metadata.task_domain`` listed in ``experience.domains`` (``reasoning=default`` opts out)."""
+        a ``metadata.task_domain`` in ``experience.domains`` (``reasoning=default``, ``stop``, a ``response_format`` opt out)."""
         meta = req.metadata or {}
         reasoning = meta.get("reasoning")
         wanted = reasoning == "segmented" or (
-            reasoning is None and self.experiences is not None
+            reasoning is None and self.experiences is not None and not (req.stop or req.response_format)
             and meta.get("task_domain") in self.experiences.config.domains)
         if wanted and self.experiences is None:
             raise APIError(400, "metadata.reasoning: segmented reasoning needs the experience memory, which this "
@@ -274,9 +274,11 @@ class ChatPipeline:
         return None if self._use_agent(req) else self.settings.system_prompt
 
     def _use_agent(self, req: ChatCompletionRequest) -> bool:
-        # NOTE: a response_format constraint is the client's own protocol; the agent's JSON step
-        # protocol would fight it, so such requests go straight to the reasoner.
-        return self.agent is not None and req.response_format is None
+        # NOTE: a response_format constraint or stop sequences are the client's own protocol; the agent's
+        # JSON steps would fight them, so such requests go straight to the reasoner.
+        if self.agent is None and (req.metadata or {}).get("agent") == "on":  # NOTE: it was a plain answer, in silence
+            raise APIError(400, "metadata.agent: 'on' needs the agent loop, which this server does not run", param="metadata.agent")
+        return self.agent is not None and req.response_format is None and not req.stop
 
     # ---- step 1: the turn ------------------------------------------------------------------
     async def _build_turn(self, req: ChatCompletionRequest, ctx: RequestContext, params: GenerationParams) -> Turn:
@@ -306,8 +308,7 @@ class ChatPipeline:
         system = "\n\n".join(p for p in (head, instructions) if p) or None
         # NOTE: no memory tier, no recalled memories to make room for.
         memory_tokens = self.settings.memory_tokens() if self.memory is not None else 0
-        reserved = params.max_tokens + memory_tokens + \
-            (self.settings.agent_overhead_tokens if use_agent else 0)
+        reserved = params.max_tokens + memory_tokens + (self.settings.agent_overhead_tokens if use_agent else 0)
         window = self.reasoner.context_window
         if reserved >= window:
             name = req.max_tokens_param()
@@ -369,7 +370,8 @@ class ChatPipeline:
         mode = (req.metadata or {}).get("agent", "auto")
         session_id = turn.session.id if turn.session is not None else (req.metadata or {}).get("session_id")
         return AgentRequest(tenant=ctx.tenant, scopes=list(ctx.scopes), mode=mode,  # type: ignore[arg-type]
-                            session_id=session_id, max_answer_tokens=req.requested_max_tokens(), pii=ctx.pii)
+                            session_id=session_id, max_answer_tokens=req.requested_max_tokens(), pii=ctx.pii,
+                            temperature=req.temperature, top_p=req.top_p, seed=req.seed)
 
     def _agent_meta(self, turn: Turn, result: AgentResult) -> None:
         turn.meta["agent"] = result.metadata()

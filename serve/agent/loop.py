@@ -187,9 +187,16 @@ class _Run:
             return min(self.cfg.step_max_tokens, self.req.max_answer_tokens + FINAL_WRAPPER_TOKENS)
         return self.cfg.step_max_tokens
 
-    def _params(self, schema: dict[str, Any], max_tokens: int) -> GenerationParams:
-        return GenerationParams(max_tokens=max_tokens, temperature=self.cfg.temperature, seed=self.cfg.seed,
-                                json_schema=schema)
+    def _params(self, schema: dict[str, Any] | None, max_tokens: int, *, client: bool = True) -> GenerationParams:
+        """Sampling of one call: the client's temperature, top_p and seed where it writes the answer
+        (``client``: a step, a direct answer), else (the router) the agent's own."""
+        temperature, seed = self.cfg.temperature, self.cfg.seed
+        extra: dict[str, Any] = {}
+        if client:
+            temperature = self.req.temperature if self.req.temperature is not None else temperature
+            seed = self.req.seed if self.req.seed is not None else seed
+            extra = {"top_p": self.req.top_p} if self.req.top_p is not None else {}
+        return GenerationParams(max_tokens=max_tokens, temperature=temperature, seed=seed, json_schema=schema, **extra)
 
     # -- phases ---------------------------------------------------------------------------------
     async def _images(self) -> AsyncIterator[AgentEvent]:
@@ -231,7 +238,8 @@ class _Run:
             return RouteDecision(route="tools", tools=list(tools), source="mode")
         msgs = base[:-1] + [ChatMessage(role="user", content=base[-1].content + ROUTER_INSTRUCTION)]
         try:
-            text = await self.engine.chat(self.a.router, msgs, self._params(router_schema(tools), self.cfg.router_max_tokens))
+            params = self._params(router_schema(tools), self.cfg.router_max_tokens, client=False)
+            text = await self.engine.chat(self.a.router, msgs, params)
             obj = parse_json_object(text)
             listed = obj.get("tools")
             if not isinstance(listed, list):
@@ -376,8 +384,7 @@ class _Run:
             return
         msgs = render_prompt(self.turn, direct_prompt(self.a.tools.for_scopes(self.req.scopes), route.advice),
                              self.a.recall)
-        params = GenerationParams(max_tokens=self.req.max_answer_tokens or self.cfg.step_max_tokens,
-                                  temperature=self.cfg.temperature, seed=self.cfg.seed)
+        params = self._params(None, self.req.max_answer_tokens or self.cfg.step_max_tokens)
         t = time.perf_counter()
         check = self._answer_check(msgs)
         async with aclosing(self.engine.stream(self.a.reasoner, msgs, params)) as deltas:

@@ -277,8 +277,8 @@ class ChatCompletionRequest(StrictModel):
         default=None, max_length=MAX_METADATA_KEYS,
         description="recallserve options: session_id, context_mode, agent (auto|on|off), reasoning.")
     response_format: ResponseFormat | None = Field(default=None, description="Constrain the output format.")
-    presence_penalty: float | None = Field(strict=True, default=None, ge=-2, le=2, description="Accepted; not applied by every engine.")
-    frequency_penalty: float | None = Field(strict=True, default=None, ge=-2, le=2, description="Accepted; not applied by every engine.")
+    presence_penalty: float | None = Field(strict=True, default=None, ge=-2, le=2, description="Not supported: must be 0 or absent.")
+    frequency_penalty: float | None = Field(strict=True, default=None, ge=-2, le=2, description="Not supported: must be 0 or absent.")
     logprobs: bool | None = Field(strict=True, default=None, description="Not supported: must be false or absent.")
     top_logprobs: int | None = Field(strict=True, default=None, description="Not supported.")
     logit_bias: dict[str, float] | None = Field(default=None, max_length=1, description="Not supported.")
@@ -315,6 +315,10 @@ class ChatCompletionRequest(StrictModel):
             raise ValueError("top_logprobs: not supported by this server")
         if self.logit_bias:
             raise ValueError("logit_bias: not supported by this server")
+        for penalty in ("presence_penalty", "frequency_penalty"):
+            # NOTE: no engine adapter applies a penalty: a non-zero one was accepted and dropped.
+            if getattr(self, penalty):
+                raise ValueError(f"{penalty}: not supported by this server (send 0 or leave it out)")
         if self.tools:
             raise ValueError("tools: client-side tools are not supported; tools run server-side in the agent loop")
         # NOTE: "required", "none"-like spellings and {"type": "function", ...} ask for client tools,
@@ -362,6 +366,16 @@ class ChatCompletionRequest(StrictModel):
         reasoning = meta.get("reasoning")
         if reasoning is not None and reasoning not in {"default", "segmented"}:
             raise ValueError(f"metadata.reasoning: must be default or segmented, got {reasoning!r}")
+        # NOTE: stop sequences and a response format are the client's own protocol, applied to a
+        # plain answer (metadata.agent auto then answers without the loop); the agent's steps and
+        # the segmented format are JSON / sections of their own, which either would cut or fight:
+        # asked for together, one of the two was dropped in silence.
+        for field, given in (("response_format", self.response_format is not None), ("stop", bool(self.stop_list()))):
+            if given and agent == "on":
+                raise ValueError(f"{field}: not applied by the agent loop (metadata.agent: on); send metadata.agent "
+                                 "auto or off")
+            if given and reasoning == "segmented":
+                raise ValueError(f"{field}: not applied by segmented reasoning (metadata.reasoning: segmented)")
         return self
 
     @model_validator(mode="after")
