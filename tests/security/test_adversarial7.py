@@ -15,6 +15,10 @@ validates, or what a request asks for, that this one accepted and then did not d
   error event mid-stream); a missing or malformed ``name``, an unknown key and ``strict: "yes"``
   were ignored. Each is a 400 naming its path; the schema openai-python builds from a pydantic
   model (``$defs`` / ``$ref``, ``anyOf``) still passes and reaches the engine;
+* a schema's repetition counts were unbounded: llama.cpp's grammar compiler writes each
+  repetition out, so ``"minLength": 1e8`` built a 500 MB grammar in 5 s on the engine's thread
+  (a pattern ``^a{100000000}$`` 100 MB); a count past 16,384, or counts adding up past 65,536,
+  are a 400 naming the schema;
 * a non-zero ``presence_penalty`` / ``frequency_penalty`` was accepted and applied by no engine;
 * the client's sampling options were dropped on the agent path: its steps and direct answers
   sampled at the agent's temperature and seed, whatever the request said; ``stop`` sequences and
@@ -175,6 +179,36 @@ def test_a_schema_the_engine_cannot_compile_is_400_before_the_engine(rig: Rig, c
                          "response_format.json_schema.schema")
         assert "not a valid JSON Schema" in error["message"], error
         assert len(rig.engine.calls) == calls
+
+
+HUGE_GRAMMARS: dict[str, Any] = {
+    "minLength 1e6": {"type": "string", "minLength": 10**6},
+    "maxItems 1e6": {"type": "array", "maxItems": 10**6, "items": {"type": "integer"}},
+    "a pattern a{1000000}": {"type": "string", "pattern": "^a{1000000}$"},
+}
+"""Schemas whose grammar llama.cpp writes out as megabytes (each repetition a copy)."""
+
+
+@pytest.mark.parametrize("case", [*HUGE_GRAMMARS, "counts adding up"])
+def test_a_schema_whose_grammar_is_megabytes_is_400(rig: Rig, case: str) -> None:
+    """``minLength: 1e8`` was a 500 MB grammar built in 5 s on the engine's thread; a bound per
+    count (16,384) and for the whole schema (65,536) keeps it to ~0.5 MB."""
+    schema = HUGE_GRAMMARS.get(case) or {"type": "object", "properties": {
+        f"p{i}": {"type": "string", "maxLength": 10_000} for i in range(7)}}
+    if case in HUGE_GRAMMARS:
+        gbnf = pytest.importorskip("llama_cpp.llama_grammar")
+        assert len(gbnf.json_schema_to_gbnf(json.dumps(schema))) > 1_000_000  # the oracle: what the engine built
+    calls = len(rig.engine.calls)
+    error = _refused(rig, _chat(rig, response_format=_format(schema)), "response_format.json_schema.schema")
+    assert "repetitions" in error["message"], error
+    assert len(rig.engine.calls) == calls
+
+
+def test_usual_lengths_and_patterns_are_fine(rig: Rig) -> None:
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3,8}$"},
+                                               "text": {"type": "string", "maxLength": 10_000},
+                                               "tags": {"type": "array", "maxItems": 20, "items": {"type": "string"}}}}
+    assert _chat(rig, response_format=_format(schema)).status_code == 200
 
 
 @pytest.mark.parametrize(("spec", "param"), [
