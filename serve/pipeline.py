@@ -299,9 +299,8 @@ class ChatPipeline:
         await analyse_images(probe, self.agent.describer if self.agent is not None else None)
         if probe.image_errors:
             raise _image_error(req, probe.image_errors[0])
-        # NOTE: an echoed assistant turn that only carried tool calls has no text; it adds nothing
-        # to the history, so it is skipped rather than stored empty.
-        texts = [(i, m, m.text() or ("[image attached]" if m.images() else "")) for i, m in enumerate(convo)]
+        # NOTE: an empty message adds nothing to the history: skipped rather than stored empty.
+        texts = [(i, m, m.history_text() or ("[image attached]" if m.images() else "")) for i, m in enumerate(convo)]
         msgs_in = {i: MessageIn(role=m.role, content=t) for i, m, t in texts if t}  # type: ignore[arg-type]
         head = self._head(req)
         use_agent = head is None

@@ -205,6 +205,22 @@ class ChatCompletionMessage(StrictModel):
             return self.content
         return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
 
+    def history_text(self) -> str:
+        """The message as the model reads it in the history: its text, then an assistant's calls one a
+        line (``[call <id>] <name>(<arguments>)``); a tool answer headed by the id of the call it answers.
+
+        NOTE: the history was each message's text only: a call's function and arguments never
+        reached the model, so of two answers ("18 C", "24 C") to two calls (Paris, Rome) it could
+        not tell which city was which.
+        """
+        text = self.text()
+        if self.tool_calls:
+            calls = "\n".join(f"[call {c.id}] {c.function.name}({c.function.arguments})" for c in self.tool_calls)
+            return f"{text}\n{calls}" if text.strip() else calls
+        if self.role == "tool":
+            return f"[result of call {self.tool_call_id}] {text}"
+        return text
+
     def images(self) -> list[str]:
         """The image URLs of the message."""
         if not isinstance(self.content, list):
@@ -336,7 +352,7 @@ class ChatCompletionRequest(StrictModel):
             raise ValueError("stop: at most 4 stop sequences")
         if not any(m.role == "user" for m in self.messages):
             raise ValueError("messages: at least one message with role 'user' is required")
-        total = sum(len(m.text()) for m in self.messages)
+        total = sum(len(m.history_text()) for m in self.messages)
         if total > MAX_TOTAL_CHARS:
             raise ValueError(f"messages: {total} characters of text in all; at most {MAX_TOTAL_CHARS} are accepted "
                              "(send long histories as a session, metadata.session_id)")

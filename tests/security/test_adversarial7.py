@@ -25,7 +25,12 @@ validates, or what a request asks for, that this one accepted and then did not d
   a ``response_format`` were dropped with ``metadata.agent: on`` or segmented reasoning (now a
   400 naming the field), and ``stop`` with the agent on auto (now a plain answer, as a
   ``response_format`` already was);
-* ``metadata.agent: on`` on a server without the agent loop was a plain answer, in silence.
+* ``metadata.agent: on`` on a server without the agent loop was a plain answer, in silence;
+* an assistant message's calls never reached the model (only its text did, none for a call-only
+  message): of two tool answers ("18 C", "24 C") it could not tell which call each answered. The
+  history now renders each call (``[call <id>] <name>(<arguments>)``) and heads each answer with
+  its call's id, and the reject PII policy checks the arguments as it checks the content;
+* an empty user message was rendered as "(no text; see the attached image)" with no image.
 """
 
 from __future__ import annotations
@@ -143,6 +148,34 @@ def test_the_sdk_reports_an_unanswered_call_as_a_bad_request(rig: Rig) -> None:
     assert ok.choices[0].message.content
     prompt = rig.prompts()[-1]
     assert "Paris: 18 C" in prompt and "Rome: 24 C" in prompt, prompt
+
+
+@pytest.mark.parametrize("session", [False, True], ids=["sessionless", "session"])
+def test_each_tool_answer_reaches_the_model_beside_its_call(rig: Rig, session: bool) -> None:
+    """The calls (function and arguments) were never rendered: the model read two bare answers."""
+    messages = [{"role": "user", "content": "Weather in Paris and Rome?"}, _calls(CALL, CALL2),
+                _answer("call_2", "24 C"), _answer("call_1", "18 C"), {"role": "user", "content": "Which is warmer?"}]
+    meta = {"agent": "off", **({"session_id": "tools-rendered"} if session else {})}
+    assert _chat(rig, messages, metadata=meta).status_code == 200
+    rendered = [(m.role, m.content) for m in rig.engine.calls[-1][0]]
+    assert ("assistant", '[call call_1] get_weather({"city": "Paris"})\n[call call_2] get_weather({"city": "Rome"})') \
+        in rendered, rendered
+    assert rendered.index(("tool", "[result of call call_2] 24 C")) < rendered.index(("tool", "[result of call call_1] 18 C"))
+
+
+def test_call_arguments_are_checked_under_the_reject_policy(rig: Rig) -> None:
+    """Rendered into the history (and a session), so checked as the content is."""
+    call = {**CALL, "function": {"name": "lookup", "arguments": '{"ssn": "123-45-6789"}'}}
+    r = rig.client.post("/v1/chat/completions", headers=headers("strict"), json={
+        "model": "recallserve", "metadata": {"agent": "off"},
+        "messages": [ASK, _calls(call), _answer("call_1"), {"role": "user", "content": "ok"}]})
+    assert_envelope(r, 400, "messages.1.tool_calls.0.function.arguments")
+
+
+def test_an_empty_question_is_not_said_to_hold_an_image(rig: Rig) -> None:
+    assert _chat(rig, [{"role": "user", "content": ""}]).status_code == 200
+    prompt = rig.prompts()[-1]
+    assert "image" not in prompt and "Question: (an empty message)" in prompt, prompt
 
 
 # ---- response_format.json_schema ------------------------------------------------------------------
