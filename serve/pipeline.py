@@ -366,7 +366,7 @@ class ChatPipeline:
 
     # ---- step 2b: the agent ----------------------------------------------------------------------
     def _agent_request(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn) -> AgentRequest:
-        mode = (req.metadata or {}).get("agent", "auto")
+        mode = "off" if req.tool_choice == "none" else (req.metadata or {}).get("agent", "auto")  # NOTE: "none": no tool runs
         session_id = turn.session.id if turn.session is not None else (req.metadata or {}).get("session_id")
         return AgentRequest(tenant=ctx.tenant, scopes=list(ctx.scopes), mode=mode,  # type: ignore[arg-type]
                             session_id=session_id, max_answer_tokens=req.requested_max_tokens(), pii=ctx.pii,

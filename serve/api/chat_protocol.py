@@ -300,7 +300,7 @@ class ChatCompletionRequest(StrictModel):
     logit_bias: dict[str, float] | None = Field(default=None, max_length=1, description="Not supported.")
     tools: list[dict[str, Any]] | None = Field(default=None, max_length=1, description="Not supported: tools are server-side.")
     tool_choice: Annotated[str, Field(max_length=64)] | dict[str, Any] | None = Field(
-        default=None, description="Accepted only as 'none' or 'auto'.")
+        default=None, description="Only 'auto' or 'none' (the server's tools do not run: metadata.agent off).")
     parallel_tool_calls: bool | None = Field(strict=True, default=None, description="Accepted for compatibility.")
     store: bool | None = Field(strict=True, default=None, description="Accepted for compatibility.")
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = Field(
@@ -392,6 +392,9 @@ class ChatCompletionRequest(StrictModel):
                                  "auto or off")
             if given and reasoning == "segmented":
                 raise ValueError(f"{field}: not applied by segmented reasoning (metadata.reasoning: segmented)")
+        if self.tool_choice == "none" and agent == "on":
+            # NOTE: "none" asks that no tool be called; the server's tools then do not run (metadata.agent off).
+            raise ValueError("tool_choice: 'none' (no tool calls) contradicts metadata.agent: on (always the tool loop)")
         return self
 
     @model_validator(mode="after")

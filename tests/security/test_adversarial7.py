@@ -30,7 +30,9 @@ validates, or what a request asks for, that this one accepted and then did not d
   message): of two tool answers ("18 C", "24 C") it could not tell which call each answered. The
   history now renders each call (``[call <id>] <name>(<arguments>)``) and heads each answer with
   its call's id, and the reject PII policy checks the arguments as it checks the content;
-* an empty user message was rendered as "(no text; see the attached image)" with no image.
+* an empty user message was rendered as "(no text; see the attached image)" with no image;
+* ``tool_choice: "none"`` was accepted and ignored: the server's tools still ran (now the agent is
+  off for the request, and ``none`` with ``metadata.agent: on`` is a 400).
 """
 
 from __future__ import annotations
@@ -356,3 +358,17 @@ def test_stop_sequences_on_auto_are_a_plain_answer_that_applies_them(agent_app: 
     r = _agent_chat(c, stream, stop=["END"])
     assert r.status_code == 200, r.text
     assert engine.calls and all(p.stop == ["END"] and p.json_schema is None for _, p in engine.calls), engine.calls
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_tool_choice_none_runs_no_tool(agent_app: tuple[TestClient, RecordingEngine], stream: bool) -> None:
+    """``tool_choice: "none"`` was accepted and ignored: the router and the tool loop still ran."""
+    c, engine = agent_app
+    r = _agent_chat(c, stream, tool_choice="none")
+    assert r.status_code == 200, r.text
+    assert engine.calls and all(p.json_schema is None for _, p in engine.calls), engine.calls  # one direct answer
+
+
+def test_tool_choice_none_with_agent_on_is_400(rig: Rig) -> None:
+    _refused(rig, _chat(rig, metadata={"agent": "on"}, tool_choice="none"), "tool_choice")
+
