@@ -479,7 +479,7 @@ class ChatPipeline:
                     assert self.agent is not None
                     result = await self.agent.run(self._agent_request(req, ctx, turn), turn)
                     self._agent_meta(turn, result)
-                    return Answer(result.answer, "stop", result.usage.prompt_tokens, result.usage.completion_tokens,
+                    return Answer(result.answer, result.openai_finish(), result.usage.prompt_tokens, result.usage.completion_tokens,
                                   result, result.usage.cached_tokens)
                 out = await self.reasoner.chat(self._render(turn, self.settings.system_prompt), params)
                 turn.meta["engine_model"] = out.model
@@ -593,6 +593,6 @@ class ChatPipeline:
         if not sent and result.answer:
             yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(content=result.answer))])
         self._agent_meta(turn, result)
-        async for chunk in self._tail(req, ctx, turn, cid, created, result.answer, "stop", result.usage.prompt_tokens,
+        async for chunk in self._tail(req, ctx, turn, cid, created, result.answer, result.openai_finish(), result.usage.prompt_tokens,
                                       result.usage.completion_tokens, result):
             yield chunk

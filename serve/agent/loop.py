@@ -152,6 +152,7 @@ class _Run:
         self.engine = MeteredCalls(self.deadline, self.cfg.engine_timeout_s, self.usage)
         self.first_token_ms: float | None = None
         self._streamed = ""
+        self._cut = False  # NOTE: the direct answer's generation stopped at max_tokens
         self.question = self.turn.asked
 
     def _ms(self, since: float) -> float:
@@ -364,6 +365,7 @@ class _Run:
             yield self._delta(answer[len(self._streamed) :])
         result = AgentResult(
             answer=answer, finish_reason=finish, partial=finish in ("timeout", "engine_error", "max_steps"),
+            cut_by_length=self._cut and finish == "direct",
             route=route, steps=self.trace, tool_calls=self.calls,
             memory_hits=[{"id": h.id, "source_id": h.source_id, "kind": h.kind, "score": round(h.score, 4),
                           "text": h.text[:300]} for h in self.turn.memories or []],
@@ -397,12 +399,14 @@ class _Run:
                     yield self._delta(safe)
                 if check is not None and check.stopped:
                     break
+        self._cut = self.engine.last_finish == "length"
         if check is not None:
             rest = check.flush()
             if rest:
                 yield self._delta(rest)
             if check.stopped:
                 self._streamed = check.answer
+                self._cut = False
                 yield self._guard(1, check)
         yield self._add(1, "final", self._streamed.strip(), self._ms(t))
 

@@ -32,13 +32,15 @@ validates, or what a request asks for, that this one accepted and then did not d
   its call's id, and the reject PII policy checks the arguments as it checks the content;
 * an empty user message was rendered as "(no text; see the attached image)" with no image;
 * ``tool_choice: "none"`` was accepted and ignored: the server's tools still ran (now the agent is
-  off for the request, and ``none`` with ``metadata.agent: on`` is a 400).
+  off for the request, and ``none`` with ``metadata.agent: on`` is a 400);
+* the agent path's ``finish_reason`` was always "stop": a direct answer cut at ``max_tokens``
+  told the client it was complete (now "length", plain and streamed).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,7 @@ from serve.agent import Agent, AgentConfig, default_registry
 from serve.api.app import create_app
 from serve.api.auth import Authenticator
 from serve.context import ContextManager, SessionStore
+from serve.engine import ChatDelta, ChatMessage, ChatResult, GenerationParams
 from serve.pipeline import ChatPipeline, PipelineSettings
 from tests.security.conftest import A, Rig, serving
 from tests.unit.edge.conftest import assert_envelope, headers
@@ -305,10 +308,30 @@ def test_agent_on_without_an_agent_loop_is_400(rig: Rig) -> None:
 
 # ---- the agent path samples as the client asked ---------------------------------------------------
 
+class WordEngine(RecordingEngine):
+    """The recording engine with a budget: one word a token, cut at ``max_tokens`` ("length")."""
+
+    async def chat(self, messages: Sequence[ChatMessage], params: GenerationParams) -> ChatResult:
+        text, finish = self._cut(self._next(messages, params), params)
+        return ChatResult(text=text, prompt_tokens=10, completion_tokens=len(text.split()), finish_reason=finish,
+                          model="scripted")
+
+    async def stream(self, messages: Sequence[ChatMessage], params: GenerationParams) -> AsyncIterator[ChatDelta]:
+        text, finish = self._cut(self._next(messages, params), params)
+        for word in text.split(" "):
+            yield ChatDelta(text=word + " ")
+        yield ChatDelta(text="", finish_reason=finish, prompt_tokens=10, completion_tokens=len(text.split()))
+
+    def _cut(self, text: str, params: GenerationParams) -> tuple[str, str]:
+        if params.json_schema is not None or len(text.split()) <= params.max_tokens:
+            return text, "stop"
+        return " ".join(text.split()[: params.max_tokens]), "length"
+
+
 @pytest.fixture
 def agent_app(tmp_path: Path) -> Iterator[tuple[TestClient, RecordingEngine]]:
     """A pipeline with the agent loop (router, JSON steps, direct answers) over a recording engine."""
-    engine = RecordingEngine()
+    engine = WordEngine()
     agent = Agent(engine, default_registry(demo=True), memory=OneMemory(),
                   config=AgentConfig(max_steps=2, temperature=0.1, seed=11))
     pipeline = ChatPipeline(engine, PipelineSettings(write_back=False, agent_overhead_tokens=400), memory=OneMemory(),
@@ -371,4 +394,23 @@ def test_tool_choice_none_runs_no_tool(agent_app: tuple[TestClient, RecordingEng
 
 def test_tool_choice_none_with_agent_on_is_400(rig: Rig) -> None:
     _refused(rig, _chat(rig, metadata={"agent": "on"}, tool_choice="none"), "tool_choice")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_direct_answer_cut_at_max_tokens_finishes_with_length(agent_app: tuple[TestClient, RecordingEngine],
+                                                               stream: bool) -> None:
+    """The agent path's finish_reason was "stop" whatever happened; an SDK client asks for more on "length"."""
+    c, _ = agent_app
+    finishes = {}
+    for max_tokens in (2, 64):  # NOTE: the engine's answer to this question is five words
+        r = c.post("/v1/chat/completions", headers={"Authorization": "Bearer sk-acme"}, json={
+            "model": engine_model(c), "metadata": {"agent": "off"}, "max_tokens": max_tokens, "stream": stream,
+            "messages": [{"role": "user", "content": "What is my loyalty card number?"}]})
+        assert r.status_code == 200, r.text
+        if stream:
+            events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+            finishes[max_tokens] = [e["choices"][0].get("finish_reason") for e in events if e.get("choices")][-1]
+        else:
+            finishes[max_tokens] = r.json()["choices"][0]["finish_reason"]
+    assert finishes == {2: "length", 64: "stop"}, finishes
 
