@@ -209,11 +209,11 @@ class ChatPipeline:
 
     def _segmented(self, req: ChatCompletionRequest) -> bool:
         """Segmented (E-CoT) reasoning: asked with ``metadata.reasoning=segmented``, or by default for
-        a ``metadata.task_domain`` in ``experience.domains`` (``reasoning=default``, ``stop``, a ``response_format`` opt out)."""
+        a ``metadata.task_domain`` in ``experience.domains`` (``reasoning=default``, ``stop``, a JSON ``response_format`` opt out)."""
         meta = req.metadata or {}
         reasoning = meta.get("reasoning")
         wanted = reasoning == "segmented" or (
-            reasoning is None and self.experiences is not None and not (req.stop or req.response_format)
+            reasoning is None and self.experiences is not None and not req.constrains_output()
             and meta.get("task_domain") in self.experiences.config.domains)
         if wanted and self.experiences is None:
             raise APIError(400, "metadata.reasoning: segmented reasoning needs the experience memory, which this "
@@ -278,7 +278,7 @@ class ChatPipeline:
         # JSON steps would fight them, so such requests go straight to the reasoner.
         if self.agent is None and (req.metadata or {}).get("agent") == "on":  # NOTE: it was a plain answer, in silence
             raise APIError(400, "metadata.agent: 'on' needs the agent loop, which this server does not run", param="metadata.agent")
-        return self.agent is not None and req.response_format is None and not req.stop
+        return self.agent is not None and not req.constrains_output()
 
     # ---- step 1: the turn ------------------------------------------------------------------
     async def _build_turn(self, req: ChatCompletionRequest, ctx: RequestContext, params: GenerationParams) -> Turn:

@@ -386,7 +386,8 @@ class ChatCompletionRequest(StrictModel):
         # plain answer (metadata.agent auto then answers without the loop); the agent's steps and
         # the segmented format are JSON / sections of their own, which either would cut or fight:
         # asked for together, one of the two was dropped in silence.
-        for field, given in (("response_format", self.response_format is not None), ("stop", bool(self.stop_list()))):
+        json_format = self.response_format is not None and self.response_format.type != "text"
+        for field, given in (("response_format", json_format), ("stop", bool(self.stop_list()))):
             if given and agent == "on":
                 raise ValueError(f"{field}: not applied by the agent loop (metadata.agent: on); send metadata.agent "
                                  "auto or off")
@@ -440,6 +441,14 @@ class ChatCompletionRequest(StrictModel):
             else:
                 calls = None
         return self
+
+    def constrains_output(self) -> bool:
+        """Whether the client set its own output protocol: stop sequences, or a JSON response format.
+
+        NOTE: ``{"type": "text"}`` is the default format, no constraint: it turned the agent (and
+        segmented reasoning) off in silence, as a JSON format rightly does.
+        """
+        return bool(self.stop_list()) or (self.response_format is not None and self.response_format.type != "text")
 
     def stop_list(self) -> list[str]:
         """Stop sequences as a list."""

@@ -34,7 +34,8 @@ validates, or what a request asks for, that this one accepted and then did not d
 * ``tool_choice: "none"`` was accepted and ignored: the server's tools still ran (now the agent is
   off for the request, and ``none`` with ``metadata.agent: on`` is a 400);
 * the agent path's ``finish_reason`` was always "stop": a direct answer cut at ``max_tokens``
-  told the client it was complete (now "length", plain and streamed).
+  told the client it was complete (now "length", plain and streamed);
+* ``response_format: {"type": "text"}`` (the default, no constraint) turned the agent off.
 """
 
 from __future__ import annotations
@@ -413,4 +414,14 @@ def test_a_direct_answer_cut_at_max_tokens_finishes_with_length(agent_app: tuple
         else:
             finishes[max_tokens] = r.json()["choices"][0]["finish_reason"]
     assert finishes == {2: "length", 64: "stop"}, finishes
+
+
+def test_a_text_response_format_keeps_the_agent(agent_app: tuple[TestClient, RecordingEngine]) -> None:
+    """``{"type": "text"}`` is the default (no constraint); it turned the agent off, in silence."""
+    c, engine = agent_app
+    assert _agent_chat(c, False, response_format={"type": "text"}).status_code == 200
+    assert any(p.json_schema is not None for _, p in engine.calls), engine.calls  # the router or a step ran
+    engine.calls.clear()
+    assert _agent_chat(c, False, response_format={"type": "json_object"}).status_code == 200
+    assert [p.json_schema for _, p in engine.calls] == [{"type": "object"}], engine.calls  # one plain, constrained call
 
