@@ -3,7 +3,7 @@
 The schema is compiled into a grammar by the engine (llama.cpp's ``json_schema_to_gbnf``, vLLM's
 guided decoding) only once the turn reaches it: a keyword of the wrong type there (``"type":
 "nope"``, ``"properties": [...]``, ``"minLength": "3"``, a ``$ref`` to nothing) failed inside the
-engine and came back as a 502 engine error (or an error event mid-stream) for what is the client's
+engine and came back as a 503 "model engine unavailable" (or an error event mid-stream) for the client's
 mistake. :func:`schema_problem` finds those before the turn, from the keywords' meta-schema types
 (JSON Schema 2020-12, with draft-04/07's ``definitions`` and tuple ``items``), so the 400 names the
 keyword's path.

@@ -238,7 +238,7 @@ class JSONSchemaFormat(StrictModel):
     """OpenAI's ``response_format.json_schema``: ``{name, description, schema, strict}``.
 
     NOTE: it was a free-form object: a schema of the wrong shape failed inside the engine's grammar
-    compiler (a 502 engine error, or an error event mid-stream), an unknown key or a missing name
+    compiler (a 503 engine error, or an error event mid-stream), an unknown key or a missing name
     was ignored. Now each is a 400 naming its path (:func:`serve.api._json_schema.schema_problem`).
     """
 
