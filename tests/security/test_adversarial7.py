@@ -425,3 +425,23 @@ def test_a_text_response_format_keeps_the_agent(agent_app: tuple[TestClient, Rec
     assert _agent_chat(c, False, response_format={"type": "json_object"}).status_code == 200
     assert [p.json_schema for _, p in engine.calls] == [{"type": "object"}], engine.calls  # one plain, constrained call
 
+
+@pytest.mark.parametrize("exc", [RuntimeError("bug"), ValueError("bug"), KeyError("bug")], ids=lambda e: type(e).__name__)
+def test_a_failure_mid_stream_on_the_agent_path_is_an_error_event_then_done(
+        agent_app: tuple[TestClient, RecordingEngine], exc: Exception) -> None:
+    """test_http_shapes' ``agent: on`` case ran on a rig without the agent loop, so it checked the
+    plain path twice (``on`` was dropped in silence there; now a 400): the agent path's stream here."""
+    c, engine = agent_app
+
+    def fail(*_: Any) -> str:
+        raise exc
+
+    engine._next = fail  # type: ignore[method-assign]
+    r = _agent_chat(c, True, metadata={"agent": "on"})
+    assert r.status_code == 200, r.text
+    events = [line.removeprefix("data: ") for line in r.text.split("\n\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]", r.text
+    errors = [json.loads(e)["error"] for e in events[:-1] if "error" in json.loads(e)]
+    assert len(errors) == 1 and set(errors[0]) == {"message", "type", "param", "code"}, r.text
+    assert "bug" not in errors[0]["message"]
+
