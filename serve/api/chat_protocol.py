@@ -28,6 +28,7 @@ __all__ = [
     "TextPart",
     "ImagePart",
     "ImageURL",
+    "RefusalPart",
     "JSONSchemaFormat",
     "ToolCall",
     "ToolCallFunction",
@@ -87,6 +88,17 @@ class ImagePart(StrictModel):
     image_url: ImageURL = Field(description="The image.")
 
 
+class RefusalPart(StrictModel):
+    """An assistant's refusal content part (OpenAI's ``{"type": "refusal", "refusal": ...}``).
+
+    NOTE: openai-python's assistant message type takes text and refusal parts; a refusal part was
+    a 400 here, so a history the SDK types allow was refused. Assistant messages only.
+    """
+
+    type: Literal["refusal"] = Field(description="Part type.")
+    refusal: str = Field(max_length=MAX_CONTENT_CHARS, description="The refusal text.")
+
+
 class ToolCallFunction(StrictModel):
     """The function a tool call names, and its arguments as the model wrote them.
 
@@ -118,7 +130,7 @@ class ChatCompletionMessage(StrictModel):
     """One input message."""
 
     role: Literal["system", "developer", "user", "assistant", "tool"] = Field(description="Author role.")
-    content: str | list[TextPart | ImagePart] | None = Field(
+    content: str | list[TextPart | ImagePart | RefusalPart] | None = Field(
         default=None, description=f"Text or content parts (at most {MAX_PARTS} parts, {MAX_IMAGES} images).")
     name: Annotated[str | None, NoControl] = Field(default=None, min_length=1, max_length=64, description="Optional author name.")
     tool_call_id: Annotated[str | None, NoControl] = Field(default=None, max_length=MAX_TOOL_CALL_ID_CHARS,
@@ -149,7 +161,8 @@ class ChatCompletionMessage(StrictModel):
 
     @field_validator("content")
     @classmethod
-    def _content_size(cls, v: str | list[TextPart | ImagePart] | None) -> str | list[TextPart | ImagePart] | None:
+    def _content_size(cls, v: str | list[TextPart | ImagePart | RefusalPart] | None
+                      ) -> str | list[TextPart | ImagePart | RefusalPart] | None:
         if isinstance(v, str) and len(v) > MAX_CONTENT_CHARS:
             raise ValueError(f"content is longer than {MAX_CONTENT_CHARS} characters")
         if isinstance(v, list):
@@ -168,6 +181,8 @@ class ChatCompletionMessage(StrictModel):
         # question, an image in an assistant or system message was never looked at.
         if self.content is None and self.role != "assistant":
             raise ValueError(f"content: required in a {self.role} message (null only in an assistant's)")
+        if self.role != "assistant" and isinstance(self.content, list) and any(isinstance(p, RefusalPart) for p in self.content):
+            raise ValueError(f"content: a refusal part is an assistant's, not a {self.role} message's")
         if self.role != "user" and self.images():
             raise ValueError(f"content: image parts are accepted in user messages only, not in a {self.role} message")
         if self.role == "tool" and self.tool_call_id is None:
@@ -198,12 +213,13 @@ class ChatCompletionMessage(StrictModel):
         return self
 
     def text(self) -> str:
-        """The text of the message (text parts joined; images excluded; an echoed refusal for a null content)."""
+        """The text of the message (text and refusal parts joined; images excluded; an echoed refusal for a null content)."""
         if self.content is None:
             return self.refusal or ""
         if isinstance(self.content, str):
             return self.content
-        return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+        return "\n".join(p.text if isinstance(p, TextPart) else p.refusal for p in self.content
+                         if not isinstance(p, ImagePart))
 
     def history_text(self) -> str:
         """The message as the model reads it in the history: its text, then an assistant's calls one a

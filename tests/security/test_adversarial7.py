@@ -35,7 +35,8 @@ validates, or what a request asks for, that this one accepted and then did not d
   off for the request, and ``none`` with ``metadata.agent: on`` is a 400);
 * the agent path's ``finish_reason`` was always "stop": a direct answer cut at ``max_tokens``
   told the client it was complete (now "length", plain and streamed);
-* ``response_format: {"type": "text"}`` (the default, no constraint) turned the agent off.
+* ``response_format: {"type": "text"}`` (the default, no constraint) turned the agent off;
+* an assistant's ``{"type": "refusal"}`` content part (which openai-python's types allow) was a 400.
 """
 
 from __future__ import annotations
@@ -131,6 +132,15 @@ WELL_FORMED: dict[str, list[dict[str, Any]]] = {
     "a refusal echoed with a null content": [ASK, {"role": "assistant", "content": None, "refusal": "I can't."},
                                              {"role": "user", "content": "why?"}],
 }
+
+
+def test_an_assistant_refusal_part_is_history_and_only_an_assistants(rig: Rig) -> None:
+    """openai-python's assistant message takes ``{"type": "refusal"}`` parts: they were a 400."""
+    parts = [{"type": "text", "text": "Let me see."}, {"type": "refusal", "refusal": "I cannot share that code."}]
+    r = _chat(rig, [ASK, {"role": "assistant", "content": parts}, {"role": "user", "content": "why not?"}])
+    assert r.status_code == 200, r.text
+    assert "Let me see.\nI cannot share that code." in rig.prompts()[-1]
+    _refused(rig, _chat(rig, [{"role": "user", "content": parts}]), "messages.0.content")
 
 
 @pytest.mark.parametrize("case", WELL_FORMED)
