@@ -191,9 +191,9 @@ class ChatPipeline:
                            f"{self.settings.max_request_tokens}", param=name)
         schema = None
         if req.response_format is not None and req.response_format.type == "json_schema":
-            spec = req.response_format.json_schema or {}
-            schema = spec.get("schema")
-            if not isinstance(schema, dict):
+            spec = req.response_format.json_schema
+            schema = spec.schema_ if spec is not None else None
+            if schema is None:
                 raise APIError(400, "response_format.json_schema.schema: a JSON schema object is required",
                                param="response_format.json_schema.schema")
         elif req.response_format is not None and req.response_format.type == "json_object":
@@ -209,11 +209,11 @@ class ChatPipeline:
 
     def _segmented(self, req: ChatCompletionRequest) -> bool:
         """Segmented (E-CoT) reasoning: asked with ``metadata.reasoning=segmented``, or by default for
-        a ``metadata.task_domain`` listed in ``experience.domains`` (``reasoning=default`` opts out)."""
+        a ``metadata.task_domain`` in ``experience.domains`` (``reasoning=default``, ``stop``, a JSON ``response_format`` opt out)."""
         meta = req.metadata or {}
         reasoning = meta.get("reasoning")
         wanted = reasoning == "segmented" or (
-            reasoning is None and self.experiences is not None
+            reasoning is None and self.experiences is not None and not req.constrains_output()
             and meta.get("task_domain") in self.experiences.config.domains)
         if wanted and self.experiences is None:
             raise APIError(400, "metadata.reasoning: segmented reasoning needs the experience memory, which this "
@@ -274,9 +274,11 @@ class ChatPipeline:
         return None if self._use_agent(req) else self.settings.system_prompt
 
     def _use_agent(self, req: ChatCompletionRequest) -> bool:
-        # NOTE: a response_format constraint is the client's own protocol; the agent's JSON step
-        # protocol would fight it, so such requests go straight to the reasoner.
-        return self.agent is not None and req.response_format is None
+        # NOTE: a response_format constraint or stop sequences are the client's own protocol; the agent's
+        # JSON steps would fight them, so such requests go straight to the reasoner.
+        if self.agent is None and (req.metadata or {}).get("agent") == "on":  # NOTE: it was a plain answer, in silence
+            raise APIError(400, "metadata.agent: 'on' needs the agent loop, which this server does not run", param="metadata.agent")
+        return self.agent is not None and not req.constrains_output()
 
     # ---- step 1: the turn ------------------------------------------------------------------
     async def _build_turn(self, req: ChatCompletionRequest, ctx: RequestContext, params: GenerationParams) -> Turn:
@@ -297,17 +299,15 @@ class ChatPipeline:
         await analyse_images(probe, self.agent.describer if self.agent is not None else None)
         if probe.image_errors:
             raise _image_error(req, probe.image_errors[0])
-        # NOTE: an echoed assistant turn that only carried tool calls has no text; it adds nothing
-        # to the history, so it is skipped rather than stored empty.
-        texts = [(i, m, m.text() or ("[image attached]" if m.images() else "")) for i, m in enumerate(convo)]
+        # NOTE: an empty message adds nothing to the history: skipped rather than stored empty.
+        texts = [(i, m, m.history_text() or ("[image attached]" if m.images() else "")) for i, m in enumerate(convo)]
         msgs_in = {i: MessageIn(role=m.role, content=t) for i, m, t in texts if t}  # type: ignore[arg-type]
         head = self._head(req)
         use_agent = head is None
         system = "\n\n".join(p for p in (head, instructions) if p) or None
         # NOTE: no memory tier, no recalled memories to make room for.
         memory_tokens = self.settings.memory_tokens() if self.memory is not None else 0
-        reserved = params.max_tokens + memory_tokens + \
-            (self.settings.agent_overhead_tokens if use_agent else 0)
+        reserved = params.max_tokens + memory_tokens + (self.settings.agent_overhead_tokens if use_agent else 0)
         window = self.reasoner.context_window
         if reserved >= window:
             name = req.max_tokens_param()
@@ -366,10 +366,11 @@ class ChatPipeline:
 
     # ---- step 2b: the agent ----------------------------------------------------------------------
     def _agent_request(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn) -> AgentRequest:
-        mode = (req.metadata or {}).get("agent", "auto")
+        mode = "off" if req.tool_choice == "none" else (req.metadata or {}).get("agent", "auto")  # NOTE: "none": no tool runs
         session_id = turn.session.id if turn.session is not None else (req.metadata or {}).get("session_id")
         return AgentRequest(tenant=ctx.tenant, scopes=list(ctx.scopes), mode=mode,  # type: ignore[arg-type]
-                            session_id=session_id, max_answer_tokens=req.requested_max_tokens(), pii=ctx.pii)
+                            session_id=session_id, max_answer_tokens=req.requested_max_tokens(), pii=ctx.pii,
+                            temperature=req.temperature, top_p=req.top_p, seed=req.seed)
 
     def _agent_meta(self, turn: Turn, result: AgentResult) -> None:
         turn.meta["agent"] = result.metadata()
@@ -478,7 +479,7 @@ class ChatPipeline:
                     assert self.agent is not None
                     result = await self.agent.run(self._agent_request(req, ctx, turn), turn)
                     self._agent_meta(turn, result)
-                    return Answer(result.answer, "stop", result.usage.prompt_tokens, result.usage.completion_tokens,
+                    return Answer(result.answer, result.openai_finish(), result.usage.prompt_tokens, result.usage.completion_tokens,
                                   result, result.usage.cached_tokens)
                 out = await self.reasoner.chat(self._render(turn, self.settings.system_prompt), params)
                 turn.meta["engine_model"] = out.model
@@ -592,6 +593,6 @@ class ChatPipeline:
         if not sent and result.answer:
             yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(content=result.answer))])
         self._agent_meta(turn, result)
-        async for chunk in self._tail(req, ctx, turn, cid, created, result.answer, "stop", result.usage.prompt_tokens,
+        async for chunk in self._tail(req, ctx, turn, cid, created, result.answer, result.openai_finish(), result.usage.prompt_tokens,
                                       result.usage.completion_tokens, result):
             yield chunk

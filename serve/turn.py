@@ -123,8 +123,14 @@ class Turn:
 
     @property
     def asked(self) -> str:
-        """The question as shown to the model (a placeholder when only an image was sent)."""
-        return self.question.strip() or "(no text; see the attached image)"
+        """The question as shown to the model (a placeholder when only an image, or nothing, was sent).
+
+        NOTE: the placeholder named an attached image whatever was sent: an empty user message
+        (which OpenAI accepts) told the model to look at an image that was not there.
+        """
+        if self.question.strip():
+            return self.question.strip()
+        return "(no text; see the attached image)" if self.image_urls else "(an empty message)"
 
     def recall_query(self) -> str:
         """The recall query: the question plus the text OCR read in its images (<= 1000 chars)."""

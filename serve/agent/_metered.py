@@ -35,6 +35,8 @@ class MeteredCalls:
         self.deadline = deadline
         self.engine_timeout_s = engine_timeout_s
         self.usage = usage
+        self.last_finish: str | None = None
+        """Why the last call's generation ended ("stop" / "length"; None before any call)."""
 
     def remaining(self) -> float:
         """Seconds the next wait may take; raises :class:`Deadline` when none are left."""
@@ -55,6 +57,7 @@ class MeteredCalls:
         u.engine_ms += res.engine_ms
         u.completion_tokens += res.completion_tokens
         u.engine_calls += 1
+        self.last_finish = res.finish_reason
         return res.text
 
     async def stream(self, engine: LLMEngine, messages: list[ChatMessage],
@@ -62,6 +65,7 @@ class MeteredCalls:
         """Yield the raw text deltas of one streamed call (usage from the deltas that carry it)."""
         u = self.usage
         u.engine_calls += 1
+        self.last_finish = None
         it = engine.stream(messages, params).__aiter__()
         try:
             while True:
@@ -79,6 +83,8 @@ class MeteredCalls:
                     u.engine_ms += delta.engine_ms
                 if delta.completion_tokens is not None:
                     u.completion_tokens += delta.completion_tokens
+                if delta.finish_reason is not None:
+                    self.last_finish = delta.finish_reason
                 if delta.text:
                     yield delta.text
         finally:

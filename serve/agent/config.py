@@ -24,9 +24,11 @@ class AgentConfig(StrictModel):
     )
     router_max_tokens: int = Field(default=64, ge=16, le=512, description="Most tokens of the router's JSON decision.")
     temperature: float = Field(
-        default=0.0, ge=0.0, le=2.0, description="Sampling temperature of router and reasoner (0 = greedy)."
+        default=0.0, ge=0.0, le=2.0, description="Sampling temperature of router and reasoner (0 = greedy); a request's own "
+        "temperature replaces it in the answering calls (steps, direct answers)."
     )
-    seed: int | None = Field(default=0, description="Sampling seed passed to the engines.")
+    seed: int | None = Field(default=0, description="Sampling seed passed to the engines (a request's own seed replaces "
+                             "it in the answering calls).")
     routing_rules: bool = Field(
         default=True,
         description="Decide first from the tools' routing hints (serve.agent.routing); the router model is asked "

@@ -152,6 +152,7 @@ class _Run:
         self.engine = MeteredCalls(self.deadline, self.cfg.engine_timeout_s, self.usage)
         self.first_token_ms: float | None = None
         self._streamed = ""
+        self._cut = False  # NOTE: the direct answer's generation stopped at max_tokens
         self.question = self.turn.asked
 
     def _ms(self, since: float) -> float:
@@ -187,9 +188,16 @@ class _Run:
             return min(self.cfg.step_max_tokens, self.req.max_answer_tokens + FINAL_WRAPPER_TOKENS)
         return self.cfg.step_max_tokens
 
-    def _params(self, schema: dict[str, Any], max_tokens: int) -> GenerationParams:
-        return GenerationParams(max_tokens=max_tokens, temperature=self.cfg.temperature, seed=self.cfg.seed,
-                                json_schema=schema)
+    def _params(self, schema: dict[str, Any] | None, max_tokens: int, *, client: bool = True) -> GenerationParams:
+        """Sampling of one call: the client's temperature, top_p and seed where it writes the answer
+        (``client``: a step, a direct answer), else (the router) the agent's own."""
+        temperature, seed = self.cfg.temperature, self.cfg.seed
+        extra: dict[str, Any] = {}
+        if client:
+            temperature = self.req.temperature if self.req.temperature is not None else temperature
+            seed = self.req.seed if self.req.seed is not None else seed
+            extra = {"top_p": self.req.top_p} if self.req.top_p is not None else {}
+        return GenerationParams(max_tokens=max_tokens, temperature=temperature, seed=seed, json_schema=schema, **extra)
 
     # -- phases ---------------------------------------------------------------------------------
     async def _images(self) -> AsyncIterator[AgentEvent]:
@@ -231,7 +239,8 @@ class _Run:
             return RouteDecision(route="tools", tools=list(tools), source="mode")
         msgs = base[:-1] + [ChatMessage(role="user", content=base[-1].content + ROUTER_INSTRUCTION)]
         try:
-            text = await self.engine.chat(self.a.router, msgs, self._params(router_schema(tools), self.cfg.router_max_tokens))
+            params = self._params(router_schema(tools), self.cfg.router_max_tokens, client=False)
+            text = await self.engine.chat(self.a.router, msgs, params)
             obj = parse_json_object(text)
             listed = obj.get("tools")
             if not isinstance(listed, list):
@@ -356,6 +365,7 @@ class _Run:
             yield self._delta(answer[len(self._streamed) :])
         result = AgentResult(
             answer=answer, finish_reason=finish, partial=finish in ("timeout", "engine_error", "max_steps"),
+            cut_by_length=self._cut and finish == "direct",
             route=route, steps=self.trace, tool_calls=self.calls,
             memory_hits=[{"id": h.id, "source_id": h.source_id, "kind": h.kind, "score": round(h.score, 4),
                           "text": h.text[:300]} for h in self.turn.memories or []],
@@ -376,8 +386,7 @@ class _Run:
             return
         msgs = render_prompt(self.turn, direct_prompt(self.a.tools.for_scopes(self.req.scopes), route.advice),
                              self.a.recall)
-        params = GenerationParams(max_tokens=self.req.max_answer_tokens or self.cfg.step_max_tokens,
-                                  temperature=self.cfg.temperature, seed=self.cfg.seed)
+        params = self._params(None, self.req.max_answer_tokens or self.cfg.step_max_tokens)
         t = time.perf_counter()
         check = self._answer_check(msgs)
         async with aclosing(self.engine.stream(self.a.reasoner, msgs, params)) as deltas:
@@ -390,12 +399,14 @@ class _Run:
                     yield self._delta(safe)
                 if check is not None and check.stopped:
                     break
+        self._cut = self.engine.last_finish == "length"
         if check is not None:
             rest = check.flush()
             if rest:
                 yield self._delta(rest)
             if check.stopped:
                 self._streamed = check.answer
+                self._cut = False
                 yield self._guard(1, check)
         yield self._add(1, "final", self._streamed.strip(), self._ms(t))
 

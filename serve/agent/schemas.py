@@ -56,6 +56,14 @@ class AgentRequest(StrictModel):
     )
     pii: Literal["mask", "reject", "allow"] = Field(
         default="mask", description="PII policy of the tenant: write-backs are masked unless it is 'allow'.")
+    # NOTE: the client's sampling options (a chat request's temperature, top_p, seed): the loop's
+    # steps and a direct answer, which write the answer, sample with them; the router (a
+    # classification) keeps the agent's own. They were dropped in silence on the agent path.
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0,
+                                      description="Sampling temperature of the answering calls (None: AgentConfig's).")
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0, description="Nucleus mass of the answering calls (None: the engine default).")
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1,
+                             description="Sampling seed of the answering calls (None: AgentConfig's).")
 
     @classmethod
     def from_messages(
@@ -171,6 +179,7 @@ class AgentResult(StrictModel):
         "a partial answer."
     )
     partial: bool = Field(default=False, description="True when the answer is partial.")
+    cut_by_length: bool = Field(default=False, description="A direct answer stopped at the client's max_tokens.")
     route: RouteDecision = Field(description="The router's decision.")
     steps: list[TraceStep] = Field(default_factory=list, description="The trace, in order.")
     tool_calls: list[ToolCallRecord] = Field(default_factory=list, description="Every tool call asked for.")
@@ -181,6 +190,14 @@ class AgentResult(StrictModel):
     memory_writes: list[MemoryWrite] = Field(
         default_factory=list, description="PII-masked memories to write off the request path (Agent.write_back)."
     )
+
+    def openai_finish(self) -> Literal["stop", "length"]:
+        """The OpenAI ``finish_reason`` of the answer.
+
+        NOTE: it was "stop" whatever happened: a direct answer cut at max_tokens told an SDK client
+        (which checks for "length" to ask for more) that the answer was complete.
+        """
+        return "length" if self.cut_by_length else "stop"
 
     def metadata(self) -> dict[str, Any]:
         """The response metadata: route, trace, tool calls, usage (no raw tool results)."""

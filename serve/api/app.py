@@ -229,6 +229,8 @@ def create_app(
             apply_pii(body.metadata or {}, pii, "metadata")
             for i, message in enumerate(body.messages):
                 apply_pii(message.text(), pii, f"messages.{i}.content")
+                for j, call in enumerate(message.tool_calls or []):  # NOTE: rendered into the history too
+                    apply_pii(call.function.arguments, pii, f"messages.{i}.tool_calls.{j}.function.arguments")
                 # NOTE: a user message's name is stored as the write-back's metadata.speaker.
                 apply_pii(message.name or "", pii, f"messages.{i}.name")
         user = body.user or "default"

@@ -6,7 +6,7 @@ recallserve's own per-request options travel in the standard ``metadata`` object
 (``session_id``, ``context_mode``, ``agent``) so any OpenAI client can set them.
 
 An assistant message's echoed ``tool_calls`` are checked to OpenAI's shape (:class:`ToolCall`), and
-every tool message must answer a call of the assistant message it follows (see
+every tool message must answer a call of the assistant message it follows, each call once (see
 :meth:`ChatCompletionRequest._tool_answers`): a malformed history is a 400 naming the field, never
 rendered into a prompt as something the model did not say.
 """
@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kernels import CONTROL_CHARS, NoControl, StrictModel, check_json
+from serve.api._json_schema import schema_problem
 from serve.api.limits import path_segment_problem
 from serve.pii import SESSION_KEY_CHARS
 
@@ -27,6 +28,8 @@ __all__ = [
     "TextPart",
     "ImagePart",
     "ImageURL",
+    "RefusalPart",
+    "JSONSchemaFormat",
     "ToolCall",
     "ToolCallFunction",
     "ChatCompletionMessage",
@@ -85,6 +88,17 @@ class ImagePart(StrictModel):
     image_url: ImageURL = Field(description="The image.")
 
 
+class RefusalPart(StrictModel):
+    """An assistant's refusal content part (OpenAI's ``{"type": "refusal", "refusal": ...}``).
+
+    NOTE: openai-python's assistant message type takes text and refusal parts; a refusal part was
+    a 400 here, so a history the SDK types allow was refused. Assistant messages only.
+    """
+
+    type: Literal["refusal"] = Field(description="Part type.")
+    refusal: str = Field(max_length=MAX_CONTENT_CHARS, description="The refusal text.")
+
+
 class ToolCallFunction(StrictModel):
     """The function a tool call names, and its arguments as the model wrote them.
 
@@ -116,7 +130,7 @@ class ChatCompletionMessage(StrictModel):
     """One input message."""
 
     role: Literal["system", "developer", "user", "assistant", "tool"] = Field(description="Author role.")
-    content: str | list[TextPart | ImagePart] | None = Field(
+    content: str | list[TextPart | ImagePart | RefusalPart] | None = Field(
         default=None, description=f"Text or content parts (at most {MAX_PARTS} parts, {MAX_IMAGES} images).")
     name: Annotated[str | None, NoControl] = Field(default=None, min_length=1, max_length=64, description="Optional author name.")
     tool_call_id: Annotated[str | None, NoControl] = Field(default=None, max_length=MAX_TOOL_CALL_ID_CHARS,
@@ -147,7 +161,8 @@ class ChatCompletionMessage(StrictModel):
 
     @field_validator("content")
     @classmethod
-    def _content_size(cls, v: str | list[TextPart | ImagePart] | None) -> str | list[TextPart | ImagePart] | None:
+    def _content_size(cls, v: str | list[TextPart | ImagePart | RefusalPart] | None
+                      ) -> str | list[TextPart | ImagePart | RefusalPart] | None:
         if isinstance(v, str) and len(v) > MAX_CONTENT_CHARS:
             raise ValueError(f"content is longer than {MAX_CONTENT_CHARS} characters")
         if isinstance(v, list):
@@ -166,6 +181,8 @@ class ChatCompletionMessage(StrictModel):
         # question, an image in an assistant or system message was never looked at.
         if self.content is None and self.role != "assistant":
             raise ValueError(f"content: required in a {self.role} message (null only in an assistant's)")
+        if self.role != "assistant" and isinstance(self.content, list) and any(isinstance(p, RefusalPart) for p in self.content):
+            raise ValueError(f"content: a refusal part is an assistant's, not a {self.role} message's")
         if self.role != "user" and self.images():
             raise ValueError(f"content: image parts are accepted in user messages only, not in a {self.role} message")
         if self.role == "tool" and self.tool_call_id is None:
@@ -177,6 +194,15 @@ class ChatCompletionMessage(StrictModel):
         for echoed in ("refusal", "annotations", "audio"):
             if self.role != "assistant" and getattr(self, echoed) is not None:
                 raise ValueError(f"{echoed}: only an assistant message (an echoed reply) carries it, not a {self.role} message")
+        if self.tool_calls is not None and not self.tool_calls:
+            # NOTE: OpenAI refuses it ("empty array"); it was rendered as a turn that made no call.
+            raise ValueError("tool_calls: an empty array; leave tool_calls out when the message made no call")
+        if (self.role == "assistant" and self.content is None and not self.tool_calls
+                and self.refusal is None and self.audio is None):
+            # NOTE: OpenAI: content is "required unless tool_calls or function_call is specified"
+            # (a refusal or an audio reply echoed stand for it); it was rendered as nothing at all.
+            raise ValueError("content: required in an assistant message without tool_calls (null only with calls, "
+                             "a refusal or an audio reply)")
         seen: set[str] = set()
         for i, call in enumerate(self.tool_calls or []):
             # NOTE: a tool message answers a call by its id: two calls of one message with one id
@@ -187,12 +213,29 @@ class ChatCompletionMessage(StrictModel):
         return self
 
     def text(self) -> str:
-        """The text of the message (text parts joined; images excluded; an echoed refusal for a null content)."""
+        """The text of the message (text and refusal parts joined; images excluded; an echoed refusal for a null content)."""
         if self.content is None:
             return self.refusal or ""
         if isinstance(self.content, str):
             return self.content
-        return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+        return "\n".join(p.text if isinstance(p, TextPart) else p.refusal for p in self.content
+                         if not isinstance(p, ImagePart))
+
+    def history_text(self) -> str:
+        """The message as the model reads it in the history: its text, then an assistant's calls one a
+        line (``[call <id>] <name>(<arguments>)``); a tool answer headed by the id of the call it answers.
+
+        NOTE: the history was each message's text only: a call's function and arguments never
+        reached the model, so of two answers ("18 C", "24 C") to two calls (Paris, Rome) it could
+        not tell which city was which.
+        """
+        text = self.text()
+        if self.tool_calls:
+            calls = "\n".join(f"[call {c.id}] {c.function.name}({c.function.arguments})" for c in self.tool_calls)
+            return f"{text}\n{calls}" if text.strip() else calls
+        if self.role == "tool":
+            return f"[result of call {self.tool_call_id}] {text}"
+        return text
 
     def images(self) -> list[str]:
         """The image URLs of the message."""
@@ -207,17 +250,37 @@ class StreamOptions(StrictModel):
     include_usage: bool = Field(strict=True, default=False, description="Send a last chunk with token usage.")
 
 
+class JSONSchemaFormat(StrictModel):
+    """OpenAI's ``response_format.json_schema``: ``{name, description, schema, strict}``.
+
+    NOTE: it was a free-form object: a schema of the wrong shape failed inside the engine's grammar
+    compiler (a 503 engine error, or an error event mid-stream), an unknown key or a missing name
+    was ignored. Now each is a 400 naming its path (:func:`serve.api._json_schema.schema_problem`).
+    """
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$",
+                      description="The format's name (OpenAI's rule: a-z, A-Z, 0-9, _ and -, at most 64).")
+    description: str | None = Field(default=None, max_length=1024, description="What the format is for.")
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema", description="The JSON Schema of the reply (an object).")
+    strict: bool | None = Field(strict=True, default=None, description="Accepted (the engine always follows the schema).")
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema_shape(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is None:
+            return None
+        # NOTE: a schema is compiled into a grammar per request: deep or wide ones cost the engine.
+        check_json(v, "schema", max_depth=11, max_items=256, max_chars=8192)
+        if (problem := schema_problem(v)) is not None:
+            raise ValueError(f"not a valid JSON Schema: {problem}")
+        return v
+
+
 class ResponseFormat(StrictModel):
     """OpenAI response_format: text, json_object or json_schema."""
 
     type: Literal["text", "json_object", "json_schema"] = Field(description="Output format.")
-    json_schema: dict[str, Any] | None = Field(default=None, description="{name, schema, strict} for type=json_schema.")
-
-    @field_validator("json_schema")
-    @classmethod
-    def _schema_size(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        # NOTE: a schema is compiled into a grammar per request: deep or wide ones cost the engine.
-        return None if v is None else check_json(v, "json_schema", max_depth=12, max_items=256, max_chars=8192)
+    json_schema: JSONSchemaFormat | None = Field(default=None, description="{name, schema, strict} for type=json_schema.")
 
     @model_validator(mode="after")
     def _schema_with_its_type(self) -> ResponseFormat:
@@ -246,14 +309,14 @@ class ChatCompletionRequest(StrictModel):
         default=None, max_length=MAX_METADATA_KEYS,
         description="recallserve options: session_id, context_mode, agent (auto|on|off), reasoning.")
     response_format: ResponseFormat | None = Field(default=None, description="Constrain the output format.")
-    presence_penalty: float | None = Field(strict=True, default=None, ge=-2, le=2, description="Accepted; not applied by every engine.")
-    frequency_penalty: float | None = Field(strict=True, default=None, ge=-2, le=2, description="Accepted; not applied by every engine.")
+    presence_penalty: float | None = Field(strict=True, default=None, ge=-2, le=2, description="Not supported: must be 0 or absent.")
+    frequency_penalty: float | None = Field(strict=True, default=None, ge=-2, le=2, description="Not supported: must be 0 or absent.")
     logprobs: bool | None = Field(strict=True, default=None, description="Not supported: must be false or absent.")
     top_logprobs: int | None = Field(strict=True, default=None, description="Not supported.")
     logit_bias: dict[str, float] | None = Field(default=None, max_length=1, description="Not supported.")
     tools: list[dict[str, Any]] | None = Field(default=None, max_length=1, description="Not supported: tools are server-side.")
     tool_choice: Annotated[str, Field(max_length=64)] | dict[str, Any] | None = Field(
-        default=None, description="Accepted only as 'none' or 'auto'.")
+        default=None, description="Only 'auto' or 'none' (the server's tools do not run: metadata.agent off).")
     parallel_tool_calls: bool | None = Field(strict=True, default=None, description="Accepted for compatibility.")
     store: bool | None = Field(strict=True, default=None, description="Accepted for compatibility.")
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = Field(
@@ -284,6 +347,10 @@ class ChatCompletionRequest(StrictModel):
             raise ValueError("top_logprobs: not supported by this server")
         if self.logit_bias:
             raise ValueError("logit_bias: not supported by this server")
+        for penalty in ("presence_penalty", "frequency_penalty"):
+            # NOTE: no engine adapter applies a penalty: a non-zero one was accepted and dropped.
+            if getattr(self, penalty):
+                raise ValueError(f"{penalty}: not supported by this server (send 0 or leave it out)")
         if self.tools:
             raise ValueError("tools: client-side tools are not supported; tools run server-side in the agent loop")
         # NOTE: "required", "none"-like spellings and {"type": "function", ...} ask for client tools,
@@ -301,7 +368,7 @@ class ChatCompletionRequest(StrictModel):
             raise ValueError("stop: at most 4 stop sequences")
         if not any(m.role == "user" for m in self.messages):
             raise ValueError("messages: at least one message with role 'user' is required")
-        total = sum(len(m.text()) for m in self.messages)
+        total = sum(len(m.history_text()) for m in self.messages)
         if total > MAX_TOTAL_CHARS:
             raise ValueError(f"messages: {total} characters of text in all; at most {MAX_TOTAL_CHARS} are accepted "
                              "(send long histories as a session, metadata.session_id)")
@@ -331,16 +398,33 @@ class ChatCompletionRequest(StrictModel):
         reasoning = meta.get("reasoning")
         if reasoning is not None and reasoning not in {"default", "segmented"}:
             raise ValueError(f"metadata.reasoning: must be default or segmented, got {reasoning!r}")
+        # NOTE: stop sequences and a response format are the client's own protocol, applied to a
+        # plain answer (metadata.agent auto then answers without the loop); the agent's steps and
+        # the segmented format are JSON / sections of their own, which either would cut or fight:
+        # asked for together, one of the two was dropped in silence.
+        json_format = self.response_format is not None and self.response_format.type != "text"
+        for field, given in (("response_format", json_format), ("stop", bool(self.stop_list()))):
+            if given and agent == "on":
+                raise ValueError(f"{field}: not applied by the agent loop (metadata.agent: on); send metadata.agent "
+                                 "auto or off")
+            if given and reasoning == "segmented":
+                raise ValueError(f"{field}: not applied by segmented reasoning (metadata.reasoning: segmented)")
+        if self.tool_choice == "none" and agent == "on":
+            # NOTE: "none" asks that no tool be called; the server's tools then do not run (metadata.agent off).
+            raise ValueError("tool_choice: 'none' (no tool calls) contradicts metadata.agent: on (always the tool loop)")
         return self
 
     @model_validator(mode="after")
     def _tool_answers(self) -> ChatCompletionRequest:
-        """Every tool message answers a call of the assistant message it follows (OpenAI's rule).
+        """Every call of an assistant message is answered, once, by the tool messages right after it.
 
-        OpenAI refuses a tool message that does not follow an assistant message with ``tool_calls``
-        (only other tool messages between) or whose ``tool_call_id`` is not one of that message's
-        calls; so does this server, naming ``messages.<i>.tool_call_id``. Anything the OpenAI API
-        accepts still passes (the SDK's ``assistant(tool_calls) -> tool, tool -> ...`` history).
+        OpenAI's rules, each a 400 here too: a tool message must follow an assistant message with
+        ``tool_calls`` (only other tool messages between) and answer one of its calls
+        (``messages.<i>.tool_call_id``); and "an assistant message with 'tool_calls' must be
+        followed by tool messages responding to each 'tool_call_id'" (``messages.<i>.tool_calls``,
+        the assistant message's index). A call answered twice is refused as well: the model would
+        see two results of one call. Anything the OpenAI API accepts still passes (the SDK's
+        ``assistant(tool_calls) -> tool, tool -> ...`` history, answers in any order).
 
         NOTE: the same in session mode (``metadata.session_id``): a session stores the turns' text,
         never their tool calls, so a call made in an earlier request is not known here; the
@@ -349,17 +433,38 @@ class ChatCompletionRequest(StrictModel):
         their calls ``call_0``, ``call_1``, ... per turn): an answer matches the calls just before it.
         """
         calls: set[str] | None = None  # ids of the calls a tool message here may answer; None: none may
-        for i, m in enumerate(self.messages):
-            if m.role == "tool":
+        unanswered: list[str] = []  # ids of those calls no tool message has answered yet, in order
+        made_at = -1  # index of the assistant message that made them
+        for i, m in enumerate([*self.messages, None]):
+            if m is not None and m.role == "tool":
                 if calls is None:
                     raise ValueError(f"messages.{i}.tool_call_id: a tool message must answer a call of the assistant "
                                      "message before it (only tool messages between), and none precedes it")
                 if m.tool_call_id not in calls:
                     raise ValueError(f"messages.{i}.tool_call_id: {str(m.tool_call_id)[:80]!r} is not the id of a "
                                      "call of the assistant message before it")
+                if m.tool_call_id not in unanswered:
+                    raise ValueError(f"messages.{i}.tool_call_id: {str(m.tool_call_id)[:80]!r} was already answered "
+                                     "by an earlier tool message (one answer per call)")
+                unanswered.remove(m.tool_call_id)
+                continue
+            if unanswered:
+                raise ValueError(f"messages.{made_at}.tool_calls: an assistant message with tool_calls must be followed "
+                                 f"by tool messages answering each call; {unanswered[0][:80]!r} has no answer"
+                                 + (f" (nor {len(unanswered) - 1} more)" if len(unanswered) > 1 else ""))
+            if m is not None and m.role == "assistant" and m.tool_calls:
+                calls, unanswered, made_at = {c.id for c in m.tool_calls}, [c.id for c in m.tool_calls], i
             else:
-                calls = {c.id for c in m.tool_calls} if m.role == "assistant" and m.tool_calls else None
+                calls = None
         return self
+
+    def constrains_output(self) -> bool:
+        """Whether the client set its own output protocol: stop sequences, or a JSON response format.
+
+        NOTE: ``{"type": "text"}`` is the default format, no constraint: it turned the agent (and
+        segmented reasoning) off in silence, as a JSON format rightly does.
+        """
+        return bool(self.stop_list()) or (self.response_format is not None and self.response_format.type != "text")
 
     def stop_list(self) -> list[str]:
         """Stop sequences as a list."""

@@ -68,10 +68,13 @@ BAD_TOOL_CALLS = {
     "a call not an object": (_exchange("call_1"), "messages.1.tool_calls.0"),  # type: ignore[arg-type]
     "two calls of one id": (_exchange(CALL, _function(name="get_time")), "messages.1.tool_calls.1.id"),
     "an answer to a call nobody made": (_exchange(CALL, answers=("call_2",)), "messages.2.tool_call_id"),
+    # NOTE: the call is answered in its place, so what is refused is the second answer after the
+    # next user message (an unanswered call is its own 400: test_adversarial7).
     "an answer after the next user message": (
         [{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [CALL]},
+         {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
          {"role": "user", "content": "y"}, {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
-         {"role": "user", "content": "z"}], "messages.3.tool_call_id"),
+         {"role": "user", "content": "z"}], "messages.4.tool_call_id"),
     "an answer with no assistant message before it": (
         [{"role": "user", "content": "x"}, {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
          {"role": "user", "content": "y"}], "messages.1.tool_call_id"),
