@@ -63,6 +63,11 @@ class GenerationParams(StrictModel):
     top_p: float = Field(default=0.95, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     stop: list[str] = Field(default_factory=list, description="Stop strings.")
     seed: int | None = Field(default=None, description="Sampling seed, when the engine supports it.")
+    # NOTE: OpenAI's definition, which llama.cpp and vLLM share: a token's logit is lowered by
+    # ``presence_penalty * (count > 0) + frequency_penalty * count``, count = its uses so far.
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, description="Lowers the logit of every token already used.")
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0,
+                                     description="Lowers a token's logit in proportion to its uses so far.")
     json_schema: dict[str, Any] | None = Field(
         default=None,
         description="When set, the reply is constrained to JSON matching this JSON schema.",

@@ -205,6 +205,7 @@ class ChatPipeline:
             stop=req.stop_list(),
             seed=req.seed,
             json_schema=schema,
+            **req.penalties(),
         )
 
     def _segmented(self, req: ChatCompletionRequest) -> bool:
@@ -370,7 +371,7 @@ class ChatPipeline:
         session_id = turn.session.id if turn.session is not None else (req.metadata or {}).get("session_id")
         return AgentRequest(tenant=ctx.tenant, scopes=list(ctx.scopes), mode=mode,  # type: ignore[arg-type]
                             session_id=session_id, max_answer_tokens=req.requested_max_tokens(), pii=ctx.pii,
-                            temperature=req.temperature, top_p=req.top_p, seed=req.seed)
+                            temperature=req.temperature, top_p=req.top_p, seed=req.seed, **req.penalties())
 
     def _agent_meta(self, turn: Turn, result: AgentResult) -> None:
         turn.meta["agent"] = result.metadata()

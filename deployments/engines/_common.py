@@ -39,6 +39,10 @@ def sampling_kwargs(params: GenerationParams) -> dict[str, Any]:
         kwargs["stop"] = list(params.stop)
     if params.seed is not None:
         kwargs["seed"] = params.seed
+    # NOTE: only when set: a neutral sampler keeps llama.cpp's greedy grammar fast path (_lazy_grammar).
+    for name in ("presence_penalty", "frequency_penalty"):
+        if getattr(params, name):
+            kwargs[name] = getattr(params, name)
     return kwargs
 
 

@@ -119,6 +119,8 @@ class VLLMEngine:
             "top_p": params.top_p,
             "stop": list(params.stop) or None,
             "seed": params.seed,
+            "presence_penalty": params.presence_penalty,
+            "frequency_penalty": params.frequency_penalty,
             "output_kind": self._delta if stream else self._final,
         }
         if params.json_schema is not None:

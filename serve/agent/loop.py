@@ -189,7 +189,7 @@ class _Run:
         return self.cfg.step_max_tokens
 
     def _params(self, schema: dict[str, Any] | None, max_tokens: int, *, client: bool = True) -> GenerationParams:
-        """Sampling of one call: the client's temperature, top_p and seed where it writes the answer
+        """Sampling of one call: the client's temperature, top_p, seed and penalties where it writes the answer
         (``client``: a step, a direct answer), else (the router) the agent's own."""
         temperature, seed = self.cfg.temperature, self.cfg.seed
         extra: dict[str, Any] = {}
@@ -197,6 +197,7 @@ class _Run:
             temperature = self.req.temperature if self.req.temperature is not None else temperature
             seed = self.req.seed if self.req.seed is not None else seed
             extra = {"top_p": self.req.top_p} if self.req.top_p is not None else {}
+            extra.update(presence_penalty=self.req.presence_penalty, frequency_penalty=self.req.frequency_penalty)
         return GenerationParams(max_tokens=max_tokens, temperature=temperature, seed=seed, json_schema=schema, **extra)
 
     # -- phases ---------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ class AgentRequest(StrictModel):
     )
     pii: Literal["mask", "reject", "allow"] = Field(
         default="mask", description="PII policy of the tenant: write-backs are masked unless it is 'allow'.")
-    # NOTE: the client's sampling options (a chat request's temperature, top_p, seed): the loop's
+    # NOTE: the client's sampling options (a chat request's temperature, top_p, seed, penalties): the loop's
     # steps and a direct answer, which write the answer, sample with them; the router (a
     # classification) keeps the agent's own. They were dropped in silence on the agent path.
     temperature: float | None = Field(default=None, ge=0.0, le=2.0,
@@ -64,6 +64,8 @@ class AgentRequest(StrictModel):
     top_p: float | None = Field(default=None, gt=0.0, le=1.0, description="Nucleus mass of the answering calls (None: the engine default).")
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1,
                              description="Sampling seed of the answering calls (None: AgentConfig's).")
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, description="Presence penalty of the answering calls.")
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, description="Frequency penalty of the answering calls.")
 
     @classmethod
     def from_messages(

@@ -309,8 +309,8 @@ class ChatCompletionRequest(StrictModel):
         default=None, max_length=MAX_METADATA_KEYS,
         description="recallserve options: session_id, context_mode, agent (auto|on|off), reasoning.")
     response_format: ResponseFormat | None = Field(default=None, description="Constrain the output format.")
-    presence_penalty: float | None = Field(strict=True, default=None, ge=-2, le=2, description="Not supported: must be 0 or absent.")
-    frequency_penalty: float | None = Field(strict=True, default=None, ge=-2, le=2, description="Not supported: must be 0 or absent.")
+    presence_penalty: float | None = Field(strict=True, default=None, ge=-2, le=2, description="Lowers the logit of every token already used (OpenAI's definition).")
+    frequency_penalty: float | None = Field(strict=True, default=None, ge=-2, le=2, description="Lowers a token's logit in proportion to its uses so far.")
     logprobs: bool | None = Field(strict=True, default=None, description="Not supported: must be false or absent.")
     top_logprobs: int | None = Field(strict=True, default=None, description="Not supported.")
     logit_bias: dict[str, float] | None = Field(default=None, max_length=1, description="Not supported.")
@@ -339,6 +339,11 @@ class ChatCompletionRequest(StrictModel):
                                  "(join a message's text parts into one string)")
         return data
 
+    def penalties(self) -> dict[str, float]:
+        """``presence_penalty`` / ``frequency_penalty`` as sent (absent or null: not in the dict, i.e. 0)."""
+        return {name: value for name in ("presence_penalty", "frequency_penalty")
+                if (value := getattr(self, name)) is not None}
+
     @model_validator(mode="after")
     def _unsupported(self) -> ChatCompletionRequest:
         if self.logprobs:
@@ -347,10 +352,6 @@ class ChatCompletionRequest(StrictModel):
             raise ValueError("top_logprobs: not supported by this server")
         if self.logit_bias:
             raise ValueError("logit_bias: not supported by this server")
-        for penalty in ("presence_penalty", "frequency_penalty"):
-            # NOTE: no engine adapter applies a penalty: a non-zero one was accepted and dropped.
-            if getattr(self, penalty):
-                raise ValueError(f"{penalty}: not supported by this server (send 0 or leave it out)")
         if self.tools:
             raise ValueError("tools: client-side tools are not supported; tools run server-side in the agent loop")
         # NOTE: "required", "none"-like spellings and {"type": "function", ...} ask for client tools,

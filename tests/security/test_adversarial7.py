@@ -19,7 +19,8 @@ validates, or what a request asks for, that this one accepted and then did not d
   repetition out, so ``"minLength": 1e8`` built a 500 MB grammar in 5 s on the engine's thread
   (a pattern ``^a{100000000}$`` 100 MB); a count past 16,384, or counts adding up past 65,536,
   are a 400 naming the schema;
-* a non-zero ``presence_penalty`` / ``frequency_penalty`` was accepted and applied by no engine;
+* a non-zero ``presence_penalty`` / ``frequency_penalty`` was accepted and applied by no engine
+  (now passed to llama.cpp and vLLM, which define them as OpenAI does, on the plain and agent paths);
 * the client's sampling options were dropped on the agent path: its steps and direct answers
   sampled at the agent's temperature and seed, whatever the request said; ``stop`` sequences and
   a ``response_format`` were dropped with ``metadata.agent: on`` or segmented reasoning (now a
@@ -297,9 +298,12 @@ def test_the_schema_the_sdk_builds_from_a_pydantic_model_reaches_the_engine(rig:
 # ---- options no path applies ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("field", ["presence_penalty", "frequency_penalty"])
-def test_a_penalty_no_engine_applies_is_400_and_zero_is_fine(rig: Rig, field: str) -> None:
-    _refused(rig, _chat(rig, **{field: 0.5}), field)
-    assert _chat(rig, **{field: 0}).status_code == 200
+def test_a_penalty_reaches_the_engine_and_out_of_range_is_400(rig: Rig, field: str) -> None:
+    assert _chat(rig, **{field: 0.5}).status_code == 200
+    assert getattr(rig.engine.calls[-1][1], field) == 0.5
+    assert _chat(rig, **{field: None}).status_code == 200
+    assert getattr(rig.engine.calls[-1][1], field) == 0.0
+    _refused(rig, _chat(rig, **{field: 2.5}), field)
 
 
 @pytest.mark.parametrize("extra", [{"stop": ["END"]}, {"response_format": {"type": "json_object"}}], ids=["stop", "format"])
@@ -366,12 +370,14 @@ def engine_model(c: TestClient) -> str:
 def test_the_agent_answers_with_the_clients_sampling(agent_app: tuple[TestClient, RecordingEngine], mode: str,
                                                      stream: bool) -> None:
     c, engine = agent_app
-    r = _agent_chat(c, stream, temperature=1.3, top_p=0.5, seed=7, metadata={"agent": mode})
+    r = _agent_chat(c, stream, temperature=1.3, top_p=0.5, seed=7, presence_penalty=0.4, frequency_penalty=-0.3,
+                    metadata={"agent": mode})
     assert r.status_code == 200, r.text
     answering = [p for _, p in engine.calls if not (p.json_schema and "tools" in p.json_schema.get("properties", {}))]
     assert answering, engine.calls
     for params in answering:  # steps and direct answers: the client's
         assert (params.temperature, params.top_p, params.seed) == (1.3, 0.5, 7), params
+        assert (params.presence_penalty, params.frequency_penalty) == (0.4, -0.3), params
     for _, params in engine.calls:
         if params not in answering:  # the router, a classification: the agent's own
             assert (params.temperature, params.seed) == (0.1, 11), params

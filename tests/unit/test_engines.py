@@ -198,6 +198,17 @@ def test_json_schema_constrains_the_reply(engine: LlamaCppEngine) -> None:
     assert json.loads("".join(d.text for d in streamed)) == data
 
 
+def test_penalties_reach_llama_cpp(engine: LlamaCppEngine) -> None:
+    # Greedy decoding, so only the penalties differ: OpenAI's presence / frequency penalties lower the
+    # logits of tokens already used: the list that repeated "- Apple" stops repeating its dashes.
+    messages = [ChatMessage(role="user", content="List ten fruits, one per line, as '- name'.")]
+    plain = asyncio.run(engine.chat(messages, GenerationParams(max_tokens=32, temperature=0.0)))
+    penalised = asyncio.run(engine.chat(messages, GenerationParams(max_tokens=32, temperature=0.0,
+                                                                   presence_penalty=2.0, frequency_penalty=2.0)))
+    assert plain.text.count("- ") >= 5, plain.text
+    assert penalised.text.count("- ") < plain.text.count("- "), (plain.text, penalised.text)
+
+
 def test_count_tokens_uses_the_model_tokenizer(engine: LlamaCppEngine) -> None:
     assert asyncio.run(engine.count_tokens("")) == 0
     short = asyncio.run(engine.count_tokens("hello"))
