@@ -14,6 +14,8 @@ What it does for each HTTP request:
 * ``REQUESTS`` and ``LATENCY`` by matched route template and method (bounded cardinality: a method
   outside :data:`METHODS` counts as ``OTHER``), the latency taken when the response starts (time
   to headers; a stream's body is not counted);
+* ``TENANT_REQUESTS`` and ``TENANT_LATENCY`` by the tenant the API key resolved to (set on
+  ``request.state.tenant`` by :class:`~serve.api.auth.Authenticator`), for the console's Health page;
 * an exception that escapes the app before the response started becomes the JSON envelope with
   status 500 and the request id (logged with its traceback); after it started, it is logged and
   re-raised (the server closes the connection); a cancelled request (client gone) counts as 499,
@@ -33,7 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve.api.errors import error_body
 from serve.api.limits import RESERVED_REQUEST_IDS, path_segment_problem, valid_request_id
-from serve.api.metrics import LATENCY, REQUESTS
+from serve.api.metrics import LATENCY, REQUESTS, TENANT_LATENCY, TENANT_REQUESTS
 
 __all__ = ["METHODS", "ObserveMiddleware", "method_label"]
 
@@ -43,6 +45,8 @@ _HEADER = b"x-request-id"
 
 #: Methods a metric's ``method`` label names as sent (RFC 9110's, plus PATCH).
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE"})
+#: The console's Health route, whose polls its per-tenant figures leave out.
+HEALTH_ROUTE = "/v1/console/health"
 
 
 def method_label(method: str) -> str:
@@ -129,5 +133,11 @@ class ObserveMiddleware:
         # NOTE: label by matched route template, not raw path, to keep cardinality bounded.
         route = getattr(scope.get("route"), "path", "unmatched")
         method = method_label(scope["method"])
+        took = time.perf_counter() - start
         REQUESTS.labels(route, method, str(status)).inc()
-        LATENCY.labels(route, method).observe(time.perf_counter() - start)
+        LATENCY.labels(route, method).observe(took)
+        tenant = scope.get("state", {}).get("tenant")
+        # NOTE: the Health page's own polls are left out, as in its whole-process figures (_SKIP_ROUTES).
+        if isinstance(tenant, str) and route != HEALTH_ROUTE:
+            TENANT_REQUESTS.labels(tenant, str(status)).inc()
+            TENANT_LATENCY.labels(tenant).observe(took)
