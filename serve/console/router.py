@@ -23,7 +23,7 @@ from pydantic import Field
 
 from kernels import StrictModel
 from memory_shards.records import tenant_key
-from serve.api.errors import APIError
+from serve.api.errors import APIError, clip
 from serve.api.metrics import render_tenant_metrics
 from serve.console._health import HealthFigures, health_figures
 
@@ -87,7 +87,7 @@ def build_console_router(auth: Any, memory_records: Callable[[str], Awaitable[in
     def page(name: str) -> Response:
         found = files.get(name)
         if found is None:
-            raise APIError(404, f"console: no file {name!r}", type="not_found_error")
+            raise APIError(404, f"name: the console has no file {clip(name, 200)!r}", type="not_found_error", param="name")
         body, kind = found
         return Response(body, media_type=kind, headers=_HEADERS)
 

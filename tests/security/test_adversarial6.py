@@ -15,6 +15,9 @@
 * an experience id holding personal data (a card, phone, SSN or IBAN; the id pattern lets digits
   and dashes through) was stored as sent, in the clear on disk, while the same record's texts and
   its memory-tier copies were masked;
+* Starlette's own 404 and 405 (a path no route matches, ``/console/a%2Fb``; a method a console
+  route does not take) and the ``/v1`` catch-all's 404 and the console's missing file came back as
+  "Not Found" / "Method Not Allowed" / "unknown route ..." with ``param: null``;
 * ~0.26 % of the server's own experience ids, and of its request ids, held a digit run the masker
   takes for a card or phone number: the memory tier's ``experience_id`` of such a record read
   ``exp_f282b[CARD_NUMBER]`` (the link to the record lost), and such a turn was listed under a
@@ -142,10 +145,34 @@ def test_a_body_on_a_summary_refresh_is_400_and_refreshes_nothing(rig: Rig) -> N
     assert r.status_code == 200 and r.json()["refreshed"] is True, r.text
 
 
+def test_an_empty_json_object_on_a_bodyless_route_is_fine(rig: Rig) -> None:
+    assert _chat(rig, "s-empty").status_code == 200
+    r = _json(rig, "POST", "/v1/sessions/s-empty/summary?user=u1", {})
+    assert r.status_code == 200 and r.json()["refreshed"] is True, r.text
+
+
 def test_a_get_with_a_body_is_400(rig: Rig) -> None:
     r = rig.client.request("GET", "/v1/turns", content=b'{"session_id": "s1"}',
                            headers={**headers(A), "content-type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "body", r.text
+
+
+# ---- every 4xx names what it is about ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("method", "url", "status", "param"), [
+    ("GET", "/console/..%2f..%2fetc%2fpasswd", 404, "path"),
+    ("GET", "/console/no-such-file.js", 404, "name"),
+    ("POST", "/console/index.html", 405, "method"),
+    ("GET", "/v1/memories/a/b", 404, "path"),
+    ("GET", "/v1/no-such-route", 404, "path"),
+])
+def test_a_404_or_405_names_the_part_of_the_request_at_fault(rig: Rig, method: str, url: str, status: int,
+                                                             param: str) -> None:
+    r = _json(rig, method, url)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and err["message"].startswith(f"{param}: "), err
+    assert err["message"] not in ("Not Found", "Method Not Allowed"), err
 
 
 # ---- ids and personal data ----------------------------------------------------------------------------
