@@ -21,6 +21,9 @@
 * a card number right after a dash (``s-4111111111111111``, ``card-4111111111111111``) was not
   personal data to the masker: such a session id was stored in the clear in the session store, the
   turn traces and the memory WAL, as was such a text in a memory;
+* an experience search wrote back the whole record it had read (to store its retrieval score): a
+  label stored between that read and the write was undone in the record (no label, note or
+  reviewer) while the row stayed filed in the label's tier;
 * ~0.26 % of the server's own experience ids, and of its request ids, held a digit run the masker
   takes for a card or phone number: the memory tier's ``experience_id`` of such a record read
   ``exp_f282b[CARD_NUMBER]`` (the link to the record lost), and such a turn was listed under a
@@ -29,13 +32,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from serve.api.observe import new_request_id
-from serve.experience._schema import new_experience_id
+from serve.experience import ExperienceStore
+from serve.experience._schema import ExperienceRecord, new_experience_id
 from serve.pii import pii_kinds
 from tests.security.conftest import A, B, Rig, serving
 from tests.unit.edge.conftest import headers
@@ -158,6 +164,37 @@ def test_a_get_with_a_body_is_400(rig: Rig) -> None:
     r = rig.client.request("GET", "/v1/turns", content=b'{"session_id": "s1"}',
                            headers={**headers(A), "content-type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "body", r.text
+
+
+# ---- a search's touch does not undo a label stored meanwhile -------------------------------------------
+
+def test_a_searchs_touch_keeps_a_label_stored_after_its_read(rig: Rig, tmp_path: Path) -> None:
+    # NOTE: through HTTP first (the positive path: a label, then a search, keeps the label) ...
+    assert _json(rig, "POST", "/v1/experiences", _experience("exp-race")).status_code == 201
+    assert _json(rig, "POST", "/v1/experiences/exp-race/label", {"label": "correct", "note": "checked"}).status_code == 200
+    hits = _json(rig, "POST", "/v1/experiences/search", {"query": "car speed", "source_model": "Qwen2.5-Coder-1.5B-Instruct"})
+    assert [h["experience"]["record"]["evaluation"]["review_note"] for h in hits.json()["hits"]] == ["checked"], hits.text
+    # ... then the interleaving a concurrent search and label produce, on the store both routes use.
+    store = ExperienceStore(tmp_path / "exp")
+    rec = ExperienceRecord.model_validate(_experience("exp-race"))
+    emb = np.ones(4, dtype=np.float32)
+
+    async def interleave() -> ExperienceRecord:
+        await store.put(A, rec, tier="review", family="qwen", embedding=emb, last_used_at=1.7e9)
+        read = (await store.get(A, "exp-race")).record  # the search's read
+        labelled = rec.model_copy(update={"evaluation": rec.evaluation.model_copy(
+            update={"human_label": "correct", "review_note": "checked"})})
+        await store.put(A, labelled, tier="active", family="qwen", embedding=emb, last_used_at=1.7e9)  # the label
+        scored = read.model_copy(update={"evaluation": read.evaluation.model_copy(update={"retrieval_score": 0.5})})
+        await store.touch(A, [("exp-race", 1.8e9, scored.model_dump_json())])  # the search's touch
+        return (await store.get(A, "exp-race")).record
+
+    try:
+        got = asyncio.run(interleave())
+    finally:
+        store.close()
+    assert got.evaluation.human_label == "correct" and got.evaluation.review_note == "checked", got.evaluation
+    assert got.evaluation.retrieval_score == 0.5
 
 
 # ---- every 4xx names what it is about ------------------------------------------------------------------
