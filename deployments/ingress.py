@@ -36,7 +36,7 @@ from serve.memory_api import build_router as build_memory_router
 from serve.tokens import EngineTokenCounter
 from serve.traces import TraceRecorder, TraceStore
 from serve.traces import build_router as build_turn_router
-from serve.console import build_console_router
+from serve.console import build_console_router, tenant_records
 from serve.pipeline import ChatPipeline
 
 __all__ = ["WARM_UP_TENANT", "Ingress", "build_ingress_app", "engine_facts"]
@@ -178,5 +178,5 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
     app = create_app(pipeline, auth, health=health, on_startup=[warm_up], startup_wait_s=config.chat.warm_up_wait_s,
                      routers=[build_memory_router(backend, auth), build_experience_router(experiences, auth),
                               build_session_router(context, auth), build_turn_router(traces.store, auth),
-                              build_console_router(auth, backend.coordinator.stats)])
+                              build_console_router(auth, tenant_records(backend.coordinator.stats))])
     return app, backend

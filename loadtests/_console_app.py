@@ -84,7 +84,7 @@ def build_console_app(root: Path, keys: Mapping[str, str]) -> tuple[Any, Any, Pr
     from serve.agent import Agent, AgentConfig, default_registry
     from serve.api.app import create_app
     from serve.api.auth import Authenticator
-    from serve.console import build_console_router
+    from serve.console import build_console_router, tenant_records
     from serve.context import ContextConfig, ContextManager, SessionStore
     from serve.context import build_router as build_session_router
     from serve.experience import ExperienceConfig, ExperienceService
@@ -113,7 +113,7 @@ def build_console_app(root: Path, keys: Mapping[str, str]) -> tuple[Any, Any, Pr
                             experiences=experiences, traces=traces)
     routers = [build_router(memory, auth), build_experience_router(experiences, auth),
                build_session_router(context, auth), build_turn_router(traces.store, auth),
-               build_console_router(auth, coord.stats)]
+               build_console_router(auth, tenant_records(coord.stats))]
     return create_app(pipeline, auth, routers=routers), coord, engine
 
 

@@ -197,6 +197,16 @@ class RowTable:
         """Live records in row order."""
         return [s.record for s in self.slots if s is not None]
 
+    def tenant_records(self) -> dict[int, int]:
+        """Live records by tenant key (:func:`~memory_shards.records.tenant_key`; shared is 0).
+
+        NOTE: one row per record counted (its part 0), so a record of many texts counts once; the
+        console shows a tenant its own count from this, never the shard's total.
+        """
+        first = self.col("valid") & (self.col("part") == 0)
+        keys, counts = np.unique(self.col("tenant")[first], return_counts=True)
+        return {int(k): int(c) for k, c in zip(keys, counts)}
+
     @property
     def dead_rows(self) -> int:
         """Rows marked dead and not yet compacted away."""

@@ -131,6 +131,7 @@ class MemoryShard:
                 "search_queries": 0 if self._gather is None else self._gather.queries,
                 "pending_touches": len(self._pending_touch),
                 "shared_rows": self.shared_rows(),
+                "tenant_records": t.tenant_records(),
                 "wal_entries": self._ops_since_snapshot,
                 "wal_bytes": self._wal_bytes,
             }

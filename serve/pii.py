@@ -72,7 +72,10 @@ _ID_AFTER = _keyed(r"ssn|social security(?: number)?|id[ -]?card(?: number| no\.
                    r"passport(?: number| no\.?)?", r"[A-Z]{0,2}\d[\d -]{3,20}\d[A-Z]?\b",
                    r"身份证(?:号码?)?", r"[0-9Xx]{6,18}")
 _IBAN = re.compile(r"(?i)\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")
-_CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
+# NOTE: a number right after a dash was never a card ("(?<![\d-])" keeps "order-104208 2024-01-15"
+# from reading as one grouped 14-digit number), so "s-4111111111111111" (a session id, a reference)
+# stayed in the clear everywhere: an ungrouped run of 13-19 digits after a dash is one (second branch).
+_CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])|(?<=-)\d{13,19}(?!\d)")
 _PHONE = re.compile(
     r"(?<![\w+])\+\d{1,3}[\s.-]?(?:\(?\d{1,4}\)?[\s.-]?){2,4}\d{2,4}(?!\d)"  # +CC ...
     r"|(?<!\d)1[3-9]\d{9}(?!\d)"  # PRC mobile

@@ -265,6 +265,6 @@ def create_app(
                                            f"{', '.join(allowed)})", "invalid_request_error", "method",
                                            "method_not_allowed"),
                                 status_code=405, headers={"allow": ", ".join(allowed)})
-        raise APIError(404, f"unknown route /v1/{path}", type="not_found_error")
+        raise APIError(404, f"path: unknown route /v1/{path}", type="not_found_error", param="path")
 
     return app

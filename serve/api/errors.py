@@ -141,10 +141,16 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(str(exc), "invalid_request_error", exc.param, "personal_data"), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         code = "request_too_large" if exc.status_code == 413 else None
         message = _UNPARSABLE if exc.status_code == 400 and exc.detail == _FASTAPI_UNPARSABLE else str(exc.detail)
+        # NOTE: Starlette's own bare answers (no route, a method a route outside /v1 does not take:
+        # "/console/a%2Fb", "POST /console/index.html") name the part of the request at fault.
+        if exc.status_code == 404 and message == "Not Found":
+            message = f"path: no route {clip(request.url.path, 200)}"
+        elif exc.status_code == 405 and message == "Method Not Allowed":
+            message = f"method: {clip(request.method, 32)} is not allowed on {clip(request.url.path, 200)}"
         # NOTE: a router that raises HTTPException (so it also runs in a bare app) names the field
         # by starting its message with it ("exp_id: experience 'x' not found").
         named = _NAMED.match(message)

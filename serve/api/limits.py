@@ -317,9 +317,41 @@ def undecodable_query(raw: bytes) -> str | None:
     return None
 
 
+def _takes_body(route: Any) -> bool:
+    """Whether ``route`` (a FastAPI route) reads a request body (its own or a dependency's)."""
+    stack = [route.dependant]
+    while stack:
+        node = stack.pop()
+        if node.body_params:
+            return True
+        stack.extend(node.dependencies)
+    return False
+
+
+async def _check_path_and_body(request: Request, route: Any) -> None:
+    """A path parameter whose %-escapes are not UTF-8, or a body sent to a route that reads none,
+    is a 400 naming it.
+
+    NOTE: the server decodes a bad escape in the path as U+FFFD, so ``/v1/memories/%FF`` looked up
+    ``"\ufffd"`` (a 404 about another id) while the same escape in a query was refused; and a body
+    sent to ``POST /v1/sessions/{id}/summary`` (or a ``DELETE``) was dropped unread behind a 2xx.
+    """
+    try:
+        unquote_to_bytes(request.scope.get("raw_path") or b"").decode("utf-8")
+    except UnicodeDecodeError:
+        bad = next((k for k, v in request.path_params.items() if "\ufffd" in str(v)), "path")
+        raise APIError(400, f"{bad}: its %-escapes are not UTF-8 text", param=bad) from None
+    sent = request.headers.get("content-length", "0").strip() not in ("", "0") or "transfer-encoding" in request.headers
+    if sent and getattr(route, "dependant", None) is not None and not _takes_body(route):
+        # NOTE: an empty JSON object (what some clients send by default) carries nothing to drop.
+        if (await request.body()).strip() not in (b"", b"{}", b"null"):
+            raise APIError(400, f"body: {request.method} {route.path} takes no body; send none", param="body")
+
+
 async def check_query(request: Request) -> None:
     """App-wide dependency: a query parameter sent twice, or one a ``/v1`` route does not read, is
-    a 400 naming it.
+    a 400 naming it; so are a path parameter that is not UTF-8 and a body sent to a route without
+    one (:func:`_check_path_and_body`).
 
     Every parameter of the API is one value; a repeated one was answered with its last value, and
     a misspelt one (``/v1/turns?sessionid=s1``) was dropped, so the answer looked filtered and was
@@ -327,6 +359,8 @@ async def check_query(request: Request) -> None:
     """
     params = request.query_params
     route = request.scope.get("route")
+    if getattr(route, "include_in_schema", False):
+        await _check_path_and_body(request, route)
     if not params or not getattr(route, "include_in_schema", False):
         return  # NOTE: /v1's catch-all (a 404 of its own) and routes outside the API document
     bad = undecodable_query(request.scope.get("query_string", b""))

@@ -23,7 +23,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["REQUESTS", "LATENCY", "TOKENS", "TIME_TO_FIRST_TOKEN", "MEMORY_SEARCH", "MEMORY_HOP", "MEMORY_ROUTING",
+__all__ = ["REQUESTS", "LATENCY", "TENANT_PREFIX", "TENANT_REGISTRY", "TENANT_REQUESTS", "TENANT_LATENCY",
+           "render_tenant_metrics", "TOKENS", "TIME_TO_FIRST_TOKEN", "MEMORY_SEARCH", "MEMORY_HOP", "MEMORY_ROUTING",
            "MEMORY_MIGRATION_WRITES", "STATE_CALL", "MULTIPROC_ENV", "GAUGE_MODE", "render_metrics", "CONTENT_TYPE_LATEST"]
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -36,6 +37,16 @@ LATENCY = Histogram(
     "recallserve_http_request_seconds", "HTTP request latency by route.", ["route", "method"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
 )
+# NOTE: per-tenant figures for the console's Health page (a tenant sees only its own): in a registry of
+# their own and left out of /metrics, which answers without a key, so no tenant name or traffic shows
+# there. The tenant label is bounded by the configured API keys (a bad key counts for no tenant).
+TENANT_PREFIX = "recallserve_tenant_"
+TENANT_REGISTRY = CollectorRegistry(auto_describe=True)
+TENANT_REQUESTS = Counter(TENANT_PREFIX + "http_requests_total", "HTTP requests by tenant and status.",
+                          ["tenant", "status"], registry=TENANT_REGISTRY)
+TENANT_LATENCY = Histogram(TENANT_PREFIX + "http_request_seconds", "HTTP request latency by tenant.", ["tenant"],
+                           buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+                           registry=TENANT_REGISTRY)
 TOKENS = Counter("recallserve_tokens_total", "Tokens processed per model role.", ["role", "direction"])
 TIME_TO_FIRST_TOKEN = Histogram(
     "recallserve_time_to_first_token_seconds", "Time to the first streamed token.",
@@ -110,16 +121,34 @@ def render_metrics(folder: str | Path | None = None) -> bytes:
     return generate_latest(registry)
 
 
+def render_tenant_metrics(folder: str | Path | None = None) -> bytes:
+    """Prometheus text of the per-tenant families (``recallserve_tenant_*``), summed as
+    :func:`render_metrics` sums the others; only the console reads it, filtered to one tenant."""
+    folder = folder if folder is not None else os.environ.get(MULTIPROC_ENV)
+    if not folder:
+        return generate_latest(TENANT_REGISTRY)
+    from prometheus_client import multiprocess
+
+    registry = CollectorRegistry()
+    registry.register(_OwnMetrics(multiprocess.MultiProcessCollector(None, path=str(folder)), TENANT_PREFIX))
+    return generate_latest(registry)
+
+
 class _OwnMetrics(Collector):
-    """Only the ``recallserve_*`` families of a collector.
+    """Only the ``recallserve_*`` families of a collector (``prefix``: only those; by default the
+    per-tenant families are left out, see :data:`TENANT_PREFIX`).
 
     NOTE: every process of the Ray cluster inherits the folder, Ray's own (autoscaler monitor,
     dashboard) too, and writes its prometheus-client metrics there; those are Ray's to export
     (port 8080), not ours to repeat with a pid label.
     """
 
-    def __init__(self, inner: Collector) -> None:
+    def __init__(self, inner: Collector, prefix: str | None = None) -> None:
         self._inner = inner
+        self._prefix = prefix
 
     def collect(self) -> Iterable[Metric]:
-        return (m for m in self._inner.collect() if m.name.startswith("recallserve_"))
+        if self._prefix is not None:
+            return (m for m in self._inner.collect() if m.name.startswith(self._prefix))
+        return (m for m in self._inner.collect()
+                if m.name.startswith("recallserve_") and not m.name.startswith(TENANT_PREFIX))

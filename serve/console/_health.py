@@ -1,14 +1,20 @@
-"""The Health page's figures, read from the Prometheus metrics (:func:`serve.api.metrics.render_metrics`).
+"""The Health page's figures of one tenant, read from the per-tenant Prometheus families
+(:func:`serve.api.metrics.render_tenant_metrics`).
 
-Figures (totals since the processes started; the page turns two readings into a rate):
+Every figure is the caller's own (totals since the processes started; the page turns two readings
+into a rate), so no tenant learns another's traffic, errors, latency or memory count:
 
-* ``requests``: HTTP requests answered, by status class; ``error_rate = 5xx / all``;
+* ``requests``: the tenant's HTTP requests answered, by status class; ``error_rate = 5xx / all``;
 * ``latency_p50_s`` / ``latency_p95_s``: the upper bound of the histogram bucket where the
-  cumulative count first reaches 50 % / 95 % of all requests (``/metrics`` scrapes left out);
-* ``cache_hit_rate = hits / lookups`` of the active experience cache;
-* ``verification_pass_rate = passed / executed`` verification items of E-CoT records;
-* ``memory_records``: records on every shard (all tenants and the shared collection, as
-  ``/metrics`` is the operator's, not a tenant's), when the memory tier answers.
+  cumulative count first reaches 50 % / 95 % of the tenant's requests (the page's polls left out);
+* ``cache_hit_rate = hits / lookups`` of the tenant's active experience cache lookups;
+* ``verification_pass_rate = passed / executed`` verification items of the tenant's E-CoT records;
+* ``memory_records``: the tenant's own memories (not the shared collection's), when the memory
+  tier answers; ``memory_error`` names only the kind of failure (no shard's message).
+
+NOTE: these figures were the whole process's (every tenant's requests and memory records): a
+tenant could watch another's traffic and count its writes by polling. The operator's totals are
+``/metrics``.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from kernels import StrictModel
 
 __all__ = ["HealthFigures", "health_figures"]
 
-_SKIP_ROUTES = {"/metrics", "/v1/console/health"}
+_PREFIX = "recallserve_tenant_"
 
 
 class HealthFigures(StrictModel):
@@ -38,7 +44,7 @@ class HealthFigures(StrictModel):
     cache_lookups: int = Field(description="Active experience cache lookups.")
     verification_pass_rate: float | None = Field(description="Verification items passed / executed.")
     verification_items: int = Field(description="Verification items executed.")
-    memory_records: int | None = Field(default=None, description="Memory records on every shard (None: unknown).")
+    memory_records: int | None = Field(default=None, description="The tenant's memory records (None: unknown).")
     memory_error: str = Field(default="", description="Why the memory count is unknown ('' = it is known).")
 
 
@@ -52,8 +58,14 @@ def _quantile(buckets: dict[float, float], q: float) -> float | None:
     return None
 
 
-def health_figures(metrics_text: str, memory_records: int | None = None, memory_error: str = "") -> HealthFigures:
-    """The figures of ``metrics_text`` (Prometheus text format)."""
+def health_figures(metrics_text: str, tenant: str, memory_records: int | None = None,
+                   memory_error: str = "") -> HealthFigures:
+    """The figures of ``tenant`` in ``metrics_text`` (Prometheus text of the per-tenant families).
+
+    Example:
+        >>> health_figures("", "acme").requests
+        0
+    """
     by_class: dict[str, float] = defaultdict(float)
     buckets: dict[float, float] = defaultdict(float)
     lookups: dict[str, float] = defaultdict(float)
@@ -62,13 +74,15 @@ def health_figures(metrics_text: str, memory_records: int | None = None, memory_
         samples: Iterable = family.samples
         for s in samples:
             labels = s.labels
-            if s.name == "recallserve_http_requests_total" and labels.get("route") not in _SKIP_ROUTES:
+            if labels.get("tenant") != tenant:
+                continue
+            if s.name == _PREFIX + "http_requests_total":
                 by_class[labels.get("status", "?")[:1] + "xx"] += s.value
-            elif s.name == "recallserve_http_request_seconds_bucket" and labels.get("route") not in _SKIP_ROUTES:
+            elif s.name == _PREFIX + "http_request_seconds_bucket":
                 buckets[float(labels["le"])] += s.value
-            elif s.name == "recallserve_experience_cache_lookups_total":
+            elif s.name == _PREFIX + "experience_cache_lookups_total":
                 lookups[labels.get("result", "?")] += s.value
-            elif s.name == "recallserve_experience_verification_items_total":
+            elif s.name == _PREFIX + "experience_verification_items_total":
                 items[labels.get("status", "?")] += s.value
     total = sum(by_class.values())
     n_lookups, n_items = sum(lookups.values()), sum(items.values())

@@ -4,7 +4,7 @@
   and images, from the package folder ``serve/console/static`` (a fixed list read at start-up:
   no path from the request ever reaches the file system);
 * ``GET /v1/console/me``: the tenant of the API key (the sign-in check);
-* ``GET /v1/console/health``: the Health page's figures (:mod:`serve.console._health`).
+* ``GET /v1/console/health``: the Health page's figures, the caller's own (:mod:`serve.console._health`).
 
 The page answers with a strict Content-Security-Policy (scripts and styles from this origin
 only, no inline code) and ``X-Frame-Options: DENY``.
@@ -22,11 +22,12 @@ from fastapi.responses import Response
 from pydantic import Field
 
 from kernels import StrictModel
-from serve.api.errors import APIError
-from serve.api.metrics import render_metrics
+from memory_shards.records import tenant_key
+from serve.api.errors import APIError, clip
+from serve.api.metrics import render_tenant_metrics
 from serve.console._health import HealthFigures, health_figures
 
-__all__ = ["STATIC_DIR", "ConsoleMe", "build_console_router"]
+__all__ = ["STATIC_DIR", "ConsoleMe", "build_console_router", "tenant_records"]
 
 STATIC_DIR = Path(__file__).parent / "static"
 _HEADERS = {
@@ -55,13 +56,27 @@ def _files() -> dict[str, tuple[bytes, str]]:
     return out
 
 
-def build_console_router(auth: Any, memory_stats: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None) -> APIRouter:
+def tenant_records(stats: Callable[[], Awaitable[list[dict[str, Any]]]]) -> Callable[[str], Awaitable[int]]:
+    """A tenant's own memory count (the shared collection left out) from the shards' ``stats``
+    (each with ``tenant_records``: records by tenant key), for :func:`build_console_router`.
+
+    NOTE: the Health page showed each tenant the shards' total of every tenant's records, so
+    polling it counted another tenant's writes.
+    """
+    async def count(tenant: str) -> int:
+        key = tenant_key(tenant)
+        return sum(int(st.get("tenant_records", {}).get(key, 0)) for st in await stats())
+
+    return count
+
+
+def build_console_router(auth: Any, memory_records: Callable[[str], Awaitable[int]] | None = None) -> APIRouter:
     """The console's router.
 
     Args:
         auth: the :class:`~serve.api.auth.Authenticator` (a FastAPI dependency giving the tenant).
-        memory_stats: per-shard stats of the memory tier (each with ``records``), for the Health
-            page's memory count; None = not shown.
+        memory_records: a tenant's memory count (:func:`tenant_records`), for the Health page;
+            None = not shown.
     """
     files = _files()
     if "index.html" not in files:
@@ -72,7 +87,7 @@ def build_console_router(auth: Any, memory_stats: Callable[[], Awaitable[list[di
     def page(name: str) -> Response:
         found = files.get(name)
         if found is None:
-            raise APIError(404, f"console: no file {name!r}", type="not_found_error")
+            raise APIError(404, f"name: the console has no file {clip(name, 200)!r}", type="not_found_error", param="name")
         body, kind = found
         return Response(body, media_type=kind, headers=_HEADERS)
 
@@ -96,13 +111,14 @@ def build_console_router(auth: Any, memory_stats: Callable[[], Awaitable[list[di
                 summary="Request rate, errors, latency, memory count, cache hit and verification pass rates")
     async def health(tenant: Tenant) -> HealthFigures:
         records, error = None, ""
-        if memory_stats is not None:
+        if memory_records is not None:
             try:
                 async with asyncio.timeout(5.0):
-                    records = sum(int(s.get("records", 0)) for s in await memory_stats())
+                    records = await memory_records(tenant)
             except Exception as exc:  # noqa: BLE001 - a dead shard is a figure on the page, not a failed page
-                error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        text = await asyncio.to_thread(render_metrics)
-        return health_figures(text.decode(), records, error)
+                # NOTE: the kind only: a shard's message may name another tenant's ids or a host.
+                error = type(exc).__name__
+        text = await asyncio.to_thread(render_tenant_metrics)
+        return health_figures(text.decode(), tenant, records, error)
 
     return router

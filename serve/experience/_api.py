@@ -12,12 +12,14 @@ Routes (all scoped to the tenant that ``get_tenant`` returns; another tenant's i
 * ``POST /v1/experiences/{id}/label``: correct -> active, wrong -> archival (+ tags, note).
 
 Bad bodies get a 400 in the error envelope whose ``param`` names the field; personal data under
-the tenant's ``reject`` PII policy is a 400 naming the field too.
+the tenant's ``reject`` PII policy is a 400 naming the field too, as is a record id holding
+personal data under ``mask`` or ``reject`` (an id is a key, stored as sent).
 """
 
 
 # NOTE: no `from __future__ import annotations` here: FastAPI must see the real annotation
 # objects of route parameters, and `Tenant` below is local to the factory.
+import re
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Literal
 
@@ -25,6 +27,7 @@ from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, status
 from pydantic import Discriminator, Tag
 
 from serve.api.limits import path_segment_problem
+from serve.pii import pii_kinds
 from serve.experience._models import ExperienceView, LabelRequest, SearchRequest, SearchResult
 from serve.experience._schema import ExperienceRecord
 from serve.experience._service import ExperienceNotFound, ExperienceService
@@ -44,6 +47,16 @@ _ID = Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$", descripti
 # NOTE: ids a GET of /v1/experiences/{exp_id} can never reach (GET /v1/experiences/review is the
 # review queue): a record created with one was stored and acknowledged, then unreadable by its id.
 _ROUTE_NAMES = frozenset({"review"})
+
+
+# NOTE: an id this server generated before its ids were letters only (serve.experience._schema):
+# its hex may look like a card number to the masker; a client posting its export back keeps it.
+_OLD_GENERATED = re.compile(r"exp_[0-9a-f]{24}")
+
+
+def _personal_id(exp_id: str) -> list[str]:
+    """The kinds of personal data in a client's experience id (none for an id this server made)."""
+    return [] if _OLD_GENERATED.fullmatch(exp_id) else pii_kinds(exp_id)
 
 
 def _not_found(exc: ExperienceNotFound) -> HTTPException:
@@ -78,6 +91,11 @@ def build_router(
                                                         "(GET /v1/experiences/review); choose another id")
         if (problem := path_segment_problem(record.metadata.id)) is not None:
             raise HTTPException(status_code=400, detail=f"metadata.id: {problem}; choose another id")
+        if (kinds := _personal_id(record.metadata.id)) and service._pii_for(tenant) != "allow":
+            # NOTE: the id is the record's key, stored and echoed as sent (a masked id could not be
+            # read back by the id the client holds): one holding personal data is refused, not kept raw.
+            raise HTTPException(status_code=400, detail=f"metadata.id: holds personal data ({', '.join(kinds)}); "
+                                                        "an id is stored as sent, choose another id")
         return await service.create(tenant, from_v12(record) if isinstance(record, ExperienceRecordV12) else record)
 
     @router.get("/review", response_model=list[ExperienceView])

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from prometheus_client import Counter, Gauge
 
-from serve.api.metrics import GAUGE_MODE
+from serve.api.metrics import GAUGE_MODE, TENANT_PREFIX, TENANT_REGISTRY
 
 __all__ = ["record_lookup", "record_verification", "record_conflicts", "set_active_freshness", "snapshot"]
 
@@ -44,26 +44,38 @@ CONFLICTS = Counter(
     "recallserve_experience_conflicts", "Active records superseded by a newer archival record on the same topic."
 )
 
+# NOTE: the same counts by tenant, for the console's Health page (kept off /metrics: serve.api.metrics).
+TENANT_LOOKUPS = Counter(TENANT_PREFIX + "experience_cache_lookups", "Active cache lookups by tenant and result.",
+                         ["tenant", "result"], registry=TENANT_REGISTRY)
+TENANT_VERIFICATION_ITEMS = Counter(TENANT_PREFIX + "experience_verification_items",
+                                    "Verification items by tenant and status.", ["tenant", "status"],
+                                    registry=TENANT_REGISTRY)
+
 _lock = threading.Lock()
 _counts = {"lookups": 0, "hits": 0, "items": 0, "passed": 0, "not_run": 0}
 
 
-def record_lookup(hit: bool) -> None:
-    """Count one active-cache lookup and refresh the hit-rate gauge."""
+def record_lookup(hit: bool, tenant: str | None = None) -> None:
+    """Count one active-cache lookup (and the tenant's, when named) and refresh the hit-rate gauge."""
     CACHE_LOOKUPS.labels(result="hit" if hit else "miss").inc()
+    if tenant is not None:
+        TENANT_LOOKUPS.labels(tenant=tenant, result="hit" if hit else "miss").inc()
     with _lock:
         _counts["lookups"] += 1
         _counts["hits"] += int(hit)
         CACHE_HIT_RATE.set(_counts["hits"] / _counts["lookups"])
 
 
-def record_verification(statuses: Iterable[str]) -> None:
-    """Count verification items by status and refresh the pass-rate gauge (executed items only)."""
+def record_verification(statuses: Iterable[str], tenant: str | None = None) -> None:
+    """Count verification items by status (and the tenant's, when named) and refresh the pass-rate
+    gauge (executed items only)."""
     statuses = list(statuses)
     if not statuses:
         return
     for s in statuses:
         VERIFICATION_ITEMS.labels(status=s).inc()
+        if tenant is not None:
+            TENANT_VERIFICATION_ITEMS.labels(tenant=tenant, status=s).inc()
     executed = [s for s in statuses if s != "not_run"]
     with _lock:
         _counts["not_run"] += len(statuses) - len(executed)

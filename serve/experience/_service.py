@@ -203,7 +203,7 @@ class ExperienceService:
             verified = await asyncio.to_thread(verify_record, record, self.rules, **kwargs)
         else:
             verified = await self._pool.verify(record, self.rules, tenant=tenant, **kwargs)
-        _metrics.record_verification(v.status for v in verified.verification)
+        _metrics.record_verification((v.status for v in verified.verification), tenant)
         return verified
 
     async def create(self, tenant: str, record: ExperienceRecord, *, required: Sequence[str] = (),
@@ -328,7 +328,7 @@ class ExperienceService:
         _metrics.record_conflicts(len(conflicts))
         await self.store.touch(tenant, used)
         if query is not None:
-            _metrics.record_lookup(bool(result.hits))
+            _metrics.record_lookup(bool(result.hits), tenant)
         if req.archival_k:
             result.archival = await self._search_archival(tenant, req, family, query, now)
         await self._refresh_freshness(now)

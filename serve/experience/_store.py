@@ -178,12 +178,19 @@ class ExperienceStore:
 
     @_in_thread
     def touch(self, tenant: str, uses: Iterable[tuple[str, float, str]]) -> None:
-        """Mark records used: ``(id, time, updated record JSON)`` each."""
+        """Mark records used: ``(id, time, updated record JSON)`` each; of the record, only its
+        ``evaluation.retrieval_score`` is written.
+
+        NOTE: the search read the record before its touch: writing that whole copy back undid a
+        label (or a re-create) stored in between, leaving a row filed active whose record had no
+        label, note or reviewer. The score is set inside the record as it is now.
+        """
+        rows = [(t, json.loads(rec)["evaluation"].get("retrieval_score"), tenant, i) for i, t, rec in uses]
         with self._lock:
             self._db.executemany(
-                "UPDATE experiences SET last_used_at = ?, use_count = use_count + 1, record = ? "
-                "WHERE tenant = ? AND id = ?",
-                [(t, rec, tenant, i) for i, t, rec in uses],
+                "UPDATE experiences SET last_used_at = ?, use_count = use_count + 1, "
+                "record = json_set(record, '$.evaluation.retrieval_score', ?) WHERE tenant = ? AND id = ?",
+                rows,
             )
 
     @_in_thread

@@ -149,3 +149,30 @@ def test_a_client_that_goes_away_is_499_not_a_server_error(monkeypatch: pytest.M
     asyncio.run(call())
     text = render_metrics().decode()
     assert _sample(text, series % "499") == 1.0 and _sample(text, series % "500") is None
+
+
+_TENANT_REPLICA = """
+import sys
+from serve.api.metrics import TENANT_REQUESTS
+TENANT_REQUESTS.labels(sys.argv[1], "200").inc(int(sys.argv[2]))
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_per_tenant_counts_add_up_over_replicas_and_stay_off_metrics(tmp_path: Path) -> None:
+    from serve.api.metrics import render_tenant_metrics
+
+    env = {**os.environ, MULTIPROC_ENV: str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", _TENANT_REPLICA, "acme", str(n)], env=env, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE) for n in (2, 5)]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        tenant_text = render_tenant_metrics(tmp_path).decode()
+        assert _sample(tenant_text, 'recallserve_tenant_http_requests_total{status="200",tenant="acme"}') == 7.0
+        # NOTE: /metrics answers without a key: no tenant name or per-tenant family there.
+        assert "acme" not in render_metrics(tmp_path).decode()
+    finally:
+        for proc in procs:
+            _stop(proc)

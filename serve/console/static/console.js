@@ -428,9 +428,9 @@ async function healthPage(root) {
       card("Request rate", rate === null ? "—" : rate.toFixed(2) + " /s", "between the last two readings"),
       card("Requests", h.requests, classes || "none yet"),
       card("Server errors", pct(h.error_rate), "5xx / all requests"),
-      card("Latency p50", h.latency_p50_s === null ? "—" : "≤ " + h.latency_p50_s + " s", "all routes, histogram bucket bound"),
+      card("Latency p50", h.latency_p50_s === null ? "—" : "≤ " + h.latency_p50_s + " s", "your requests, histogram bucket bound"),
       card("Latency p95", h.latency_p95_s === null ? "—" : "≤ " + h.latency_p95_s + " s", ""),
-      card("Memory records", h.memory_records ?? "—", h.memory_error ? "memory tier: " + h.memory_error : "all shards (every tenant and shared)"),
+      card("Memory records", h.memory_records ?? "—", h.memory_error ? "memory tier: " + h.memory_error : "yours (the shared collection not counted)"),
       card("Experience cache hit rate", pct(h.cache_hit_rate), `${h.cache_lookups} lookups`),
       card("Verification pass rate", pct(h.verification_pass_rate), `${h.verification_items} items run`));
     status.textContent = `Server ${z.status}, profile ${z.profile || "—"}, models ${z.models.join(", ")}; updated ${new Date().toLocaleTimeString()}.`;

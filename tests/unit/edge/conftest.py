@@ -30,7 +30,7 @@ from serve.engine import ChatMessage, GenerationParams
 from serve.experience import ExperienceConfig, ExperienceService
 from serve.experience import build_router as build_experience_router
 from serve.memory_api import MemoryService, build_router
-from serve.console import build_console_router
+from serve.console import build_console_router, tenant_records
 from serve.pipeline import ChatPipeline, PipelineSettings
 from serve.traces import TraceRecorder, TraceStore
 from serve.traces import build_router as build_turn_router
@@ -94,7 +94,7 @@ def build_app(tmp_path: Path, *, max_body_bytes: int | None = None, engine: Fixe
                             experiences=experiences, traces=traces)
     routers = [build_router(memory, auth), build_experience_router(experiences, auth),
                build_session_router(context, auth), build_turn_router(traces.store, auth),
-               build_console_router(auth, coord.stats), boom_router()]
+               build_console_router(auth, tenant_records(coord.stats)), boom_router()]
     extra = {} if max_body_bytes is None else {"max_body_bytes": max_body_bytes}
     return create_app(pipeline, auth, routers=routers, **extra), memory
 
