@@ -9,16 +9,24 @@ snapshots, filters and the IVF index read them there. The kernel reads six colum
 :class:`DeviceColumns` holds them on ``device``:
 
 * CPU + float32: the tensors *are* the host arrays (``torch.from_numpy``, no copy, no sync; the
-  vectors column-major, as the host table stores them: ``memory_shards._table.vector_block``);
+  vectors in the host table's layout, :func:`vector_block`);
 * otherwise (CUDA, or half-precision storage): tensors of their own, with the host table's
   capacity (amortised doubling, so a bulk load copies O(N) rows in all), kept in step lazily:
   appended rows ``[synced, n)`` are copied in one transfer per column at the next search
   (:meth:`DeviceColumns.view`), and the in-place changes of rows already copied (a delete's
   ``valid``, a renewal's ``last_access``) are written through at once (:meth:`update`).
-  Half-precision vectors on the CPU are stored column-major too (the kernel widens a chunk to
-  float32 keeping its layout); on CUDA they are row-major, the layout the Triton kernel reads.
+  Half-precision vectors on the CPU take the host table's layout (the kernel widens a chunk to
+  float32 keeping it); on CUDA they are row-major, the layout the Triton kernel reads.
 
 The host stays the single source of truth: WAL and snapshots are unchanged on disk.
+
+Layout of the vectors on the CPU (:func:`vector_block`): column-major, i.e. the memory of a C-order
+``[D, capacity]`` array, from :data:`COLUMN_MAJOR_MIN_ROWS` rows of capacity on, row-major below.
+The kernel's cosines ``q @ V[lo:hi].T`` then read ``D`` long contiguous runs instead of one short run
+per row: one query over 100,000 rows costs the matrix product ~9 ms instead of ~20 on the 2-core
+host, and a batch of queries is never slower. The price is a gather of scattered rows (the BM25
+hits' best parts, a record's vectors): each row spans ``D`` cache lines, ~0.5 ms for 64 rows, which
+outweighs the scan's gain on a small table (loadtests/results/scan-layout-cpu.md).
 """
 
 from __future__ import annotations
@@ -28,7 +36,10 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-__all__ = ["DTYPES", "DeviceColumns", "KernelColumns", "resolve_device"]
+__all__ = ["COLUMN_MAJOR_MIN_ROWS", "DTYPES", "DeviceColumns", "KernelColumns", "resolve_device", "vector_block"]
+
+#: Capacity (rows) from which the CPU vectors are stored column-major (see the module docstring).
+COLUMN_MAJOR_MIN_ROWS = 32_768
 
 #: ``ShardConfig.vector_dtype`` -> storage dtype (see ``kernels._params.STORAGE_DTYPES``).
 DTYPES: dict[str, torch.dtype] = {
@@ -60,6 +71,13 @@ class KernelColumns(NamedTuple):
         out = [torch.from_numpy(np.ascontiguousarray(a)).to(device) for a in arrays]
         out[0] = out[0].to(dtype)
         return cls(*out)
+
+
+def vector_block(capacity: int, dim: int) -> np.ndarray:
+    """A zeroed ``[capacity, dim]`` float32 host array, column-major from :data:`COLUMN_MAJOR_MIN_ROWS` rows on."""
+    if capacity >= COLUMN_MAJOR_MIN_ROWS:
+        return np.zeros((dim, capacity), dtype=np.float32).T
+    return np.zeros((capacity, dim), dtype=np.float32)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -109,7 +127,7 @@ class DeviceColumns:
         old, n = self._t, self.synced
         # NOTE: same capacity as the host table, which doubles: amortised O(1) copies per row.
         dim = vectors.shape[1]
-        if self.device.type == "cpu":
+        if self.device.type == "cpu" and cap >= COLUMN_MAJOR_MIN_ROWS:
             block = torch.empty((dim, cap), dtype=self.dtype, device=self.device).T
         else:
             block = torch.empty((cap, dim), dtype=self.dtype, device=self.device)

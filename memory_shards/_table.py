@@ -1,18 +1,13 @@
 """The shard's row table: vectors + columnar metadata in growable numpy arrays, and the records.
 
-The vectors are a ``[capacity, D]`` float32 array stored column-major (the memory of a C-order
-``[D, capacity]`` array; :func:`vector_block`), so the fused kernel's cosines ``q @ V[lo:hi].T``
-read ``D`` long contiguous runs instead of one short run per row: on the 2-core host one query
-over 100,000 rows is ~2.2x faster (matrix product 20 -> 9 ms, the whole kernel 34 -> 14 ms), and
-never slower for a batch (loadtests/results/scan-layout-cpu.md). Writes of a row and gathers of a
-few rows (a record's vectors, the lexical hits' best parts) become strided, which costs
-microseconds per row.
-
 One record owns a contiguous run of rows (one per embedding text). Replacing or deleting a
 record marks its rows dead (``valid=False``); dead rows are dropped by :meth:`RowTable.compacted`
 (at snapshot time), so appends never move live rows between compactions and row indices stay
 stable for the IVF index. The columns the kernel reads are mirrored on the shard's device by a
-:class:`memory_shards._device.DeviceColumns` (:meth:`RowTable.kernel_columns`).
+:class:`memory_shards._device.DeviceColumns` (:meth:`RowTable.kernel_columns`). The vectors are a
+``[capacity, D]`` float32 array whose storage is row-major while the table is small and
+column-major from :data:`memory_shards._device.COLUMN_MAJOR_MIN_ROWS` rows of capacity on
+(:func:`memory_shards._device.vector_block`; the layout is chosen again at each doubling).
 """
 
 from __future__ import annotations
@@ -24,10 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ._device import DeviceColumns, KernelColumns
+from ._device import DeviceColumns, KernelColumns, vector_block
 from .records import MemoryRecord, kind_code
 
-__all__ = ["RowTable", "COLUMNS", "vector_block"]
+__all__ = ["RowTable", "COLUMNS"]
 
 # name -> (dtype, fill value of an unused slot)
 COLUMNS: dict[str, tuple[type, float | int | bool]] = {
@@ -41,11 +36,6 @@ COLUMNS: dict[str, tuple[type, float | int | bool]] = {
     "slot": (np.int64, -1),
     "part": (np.int16, 0),
 }
-
-
-def vector_block(capacity: int, dim: int) -> np.ndarray:
-    """A zeroed ``[capacity, dim]`` float32 array in column-major storage (see the module docstring)."""
-    return np.zeros((dim, capacity), dtype=np.float32).T
 
 
 @dataclass

@@ -90,26 +90,33 @@ def test_ivf_oversampled_filtering_equals_the_id_selector(rng) -> None:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_cpu_vectors_are_column_major_and_score_as_the_row_major_oracle(rng, dtype: str) -> None:
-    # The CPU layout (memory_shards._table.vector_block): each of the D components of every row is
-    # one contiguous run, also after the table grows, and the kernel's answer over it is the
-    # reference's answer over the same columns copied row-major (ids equal, scores to float rounding).
+def test_cpu_vectors_turn_column_major_as_the_table_grows_and_score_as_the_row_major_oracle(
+        rng, dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The CPU layout (memory_shards._device.vector_block): row-major below COLUMN_MAJOR_MIN_ROWS rows of
+    # capacity, column-major (each of the D components of every row one contiguous run) from there on,
+    # switched at a doubling; the kernel's answer over it is the reference's answer over the same
+    # columns copied row-major (ids equal, scores to float rounding), and reads see the same vectors.
     from kernels import reference_fused_topk
+    from memory_shards import _device
     from memory_shards._device import KernelColumns
     from memory_shards._scan import fused_scan
     from memory_shards.records import tenant_key
 
+    monkeypatch.setattr(_device, "COLUMN_MAJOR_MIN_ROWS", 2048)
     shard = MemoryShard(ShardConfig(model_id=MODEL, dim=DIM, vector_dtype=dtype))
-    items = make_items(rng, 2500, ["a", "b", "shared"])  # past the initial 1024 rows: the table grows twice
+    items = make_items(rng, 2500, ["a", "b", "shared"])
     shard.upsert(items[:900])
-    shard.search(unit(rng, 1), "a", k=4, now=NOW, touch=False)  # a half mirror is built at 900 rows...
-    shard.upsert(items[900:])  # ...and grows with the table
     table = shard._table
+    assert table.vectors.shape[0] == 1024 and table.vectors.flags.c_contiguous
+    shard.search(unit(rng, 1), "a", k=4, now=NOW, touch=False)  # a half mirror is built at 900 rows...
+    assert table.kernel_columns().vectors.stride() == (DIM, 1)
+    shard.upsert(items[900:])  # ...and follows the table past 1024 and 2048 rows of capacity
     cols = table.kernel_columns()
     assert cols.vectors.shape == (2500, DIM)
-    assert cols.vectors.stride() == (1, table.vectors.shape[0])
     assert table.vectors.strides == (4, 4 * table.vectors.shape[0])
+    assert cols.vectors.stride() == (1, table.vectors.shape[0])
     np.testing.assert_array_equal(table.vectors[:2500], np.concatenate([it.vectors for it in items]))
+    np.testing.assert_array_equal(shard.vectors(items[1234].record.id), items[1234].vectors)
     q = unit(rng, 6)
     qt = np.array([tenant_key("a")] * 3 + [tenant_key("b")] * 3, dtype=np.int64)
     p = ScoreParams(threshold=0.0)
