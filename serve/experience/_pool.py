@@ -184,13 +184,15 @@ class VerifyPool:
                 self._jobs.move_to_end(tenant)
             else:
                 del self._jobs[tenant]
+        out: ExperienceRecord | None = None
+        error: BaseException | None = None
         try:
-            out: ExperienceRecord | None = run()
+            out = run()
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting coroutine
-            loop.call_soon_threadsafe(_settle, fut, None, exc)
-        else:
-            loop.call_soon_threadsafe(_settle, fut, out, None)
+            error = exc
         finally:
+            # NOTE: the place is given back before the caller hears the result: a caller that
+            # verifies again at once must find it free (it was refused as "queue full" meanwhile).
             with self._lock:
                 self._pending -= 1
                 left = self._by_tenant[tenant] - 1
@@ -198,6 +200,7 @@ class VerifyPool:
                     self._by_tenant[tenant] = left
                 else:
                     del self._by_tenant[tenant]
+            loop.call_soon_threadsafe(_settle, fut, out, error)
 
     def _call(self, record: ExperienceRecord, rules: RuleTable, required: tuple[str, ...], max_steps: int,
               seconds: float) -> ExperienceRecord | None:
