@@ -24,7 +24,7 @@ Layout of the vectors on the CPU (:func:`vector_block`): column-major, i.e. the 
 ``[D, capacity]`` array, from :data:`COLUMN_MAJOR_MIN_ROWS` rows of capacity on, row-major below.
 The kernel's cosines ``q @ V[lo:hi].T`` then read ``D`` long contiguous runs instead of one short run
 per row: one query over 100,000 rows costs the matrix product ~9 ms instead of ~20 on the 2-core
-host, and a batch of queries is never slower. The price is a gather of scattered rows (the BM25
+host, while a batch of 16 costs about the same (0.97-1.04x). The price is a gather of scattered rows (the BM25
 hits' best parts, a record's vectors): each row spans ``D`` cache lines, ~0.5 ms for 64 rows, which
 outweighs the scan's gain on a small table (loadtests/results/scan-layout-cpu.md).
 """
