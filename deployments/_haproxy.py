@@ -16,7 +16,7 @@ Two things of Ray's HAProxy config do not fit this project, and a wrapper around
   8404 and 9101, so two clusters can run on one machine);
 * its own refusals (no ingress replica up yet, a replica gone mid-request) are rewritten by Serve to a
   plain-text 500; they become a 503 with ``Retry-After`` and the project's JSON error envelope
-  (``serve.api.errors.error_body``), as the Python proxy's refusals are.
+  (``recallserve.serve.api.errors.error_body``), as the Python proxy's refusals are.
 
 Overload is queued and refused by HAProxy, not by the ingress replicas (issue 15): the wrapper gives each
 ingress replica's ``server`` line ``maxconn`` = the ingress's ``max_ongoing_requests`` and the backend a
@@ -55,12 +55,12 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deployments._ray_paths import _ALIAS_ROOT
-from serve.api.errors import error_body
-from serve.ports import free_ports
+from recallserve.deployments._ray_paths import _ALIAS_ROOT
+from recallserve.serve.api.errors import error_body
+from recallserve.serve.ports import free_ports
 
 if TYPE_CHECKING:
-    from deployments.config import AppConfig
+    from recallserve.deployments.config import AppConfig
 
 __all__ = ["haproxy_binary", "haproxy_env", "haproxy_folder", "haproxy_per_key_max"]
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from kernels import StrictModel
+from recallserve.kernels import StrictModel
 
 __all__ = ["RayConfig"]
 

@@ -8,7 +8,7 @@ replica the whole history is evaluated again.
 :class:`SessionAffinityRouter` is a Ray Serve request router (``request_router_config``; turned on
 per deployment with ``deployment.request_router: session_affinity``). The pipeline marks every
 engine call of a request with a hash of (tenant, session id or user)
-(:func:`serve.engine.set_engine_affinity`), passed as the ``affinity`` keyword of the call:
+(:func:`recallserve.serve.engine.set_engine_affinity`), passed as the ``affinity`` keyword of the call:
 
 * with an affinity, the replicas are ranked by rendezvous hashing,
   ``rank(r) = sha256(affinity + replica id)``: the first is preferred; the rest form the second

@@ -1,4 +1,4 @@
-"""Build the Ray Serve application from an :class:`~deployments.config.AppConfig`.
+"""Build the Ray Serve application from an :class:`~recallserve.deployments.config.AppConfig`.
 
 Deployments are plain classes wrapped here with ``serve.deployment(...)`` and options that come
 from config only (STYLE habit 3). ``app_builder`` is the import path for Ray Serve config files
@@ -12,12 +12,12 @@ from typing import Any
 from ray import serve
 from ray.serve import Application
 
-from deployments._versions import pin_version
-from deployments.config import ROLES, AppConfig
-from deployments.ingress import Ingress
-from deployments.memory import bind_memory
-from deployments.roles import ModelRole
-from deployments.state import StateStore
+from recallserve.deployments._versions import pin_version
+from recallserve.deployments.config import ROLES, AppConfig
+from recallserve.deployments.ingress import Ingress
+from recallserve.deployments.memory import bind_memory
+from recallserve.deployments.roles import ModelRole
+from recallserve.deployments.state import StateStore
 
 __all__ = ["build_app", "app_builder", "deployment_names"]
 

@@ -14,19 +14,19 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, PrivateAttr, SerializerFunctionWrapHandler, ValidationError, model_serializer, model_validator
 
-from deployments._ray_config import RayConfig
-from deployments.engines import EngineConfig
-from deployments.options import DeploymentOptions
-from kernels import StrictModel
-from memory_shards.config import ShardCallConfig, ShardPlacement
-from memory_shards.retrieval.hybrid import RetrievalParams
-from serve.agent import AgentConfig
-from serve.api.auth import READ_ONLY_SCOPES
-from serve.memory_api.admission import SearchAdmissionConfig
-from serve.pipeline import PipelineSettings
-from serve.context import ContextConfig
-from serve.experience import ExperienceConfig
-from serve.traces import TraceConfig
+from recallserve.deployments._ray_config import RayConfig
+from recallserve.deployments.engines import EngineConfig
+from recallserve.deployments.options import DeploymentOptions
+from recallserve.kernels import StrictModel
+from recallserve.memory_shards.config import ShardCallConfig, ShardPlacement
+from recallserve.memory_shards.retrieval.hybrid import RetrievalParams
+from recallserve.serve.agent import AgentConfig
+from recallserve.serve.api.auth import READ_ONLY_SCOPES
+from recallserve.serve.memory_api.admission import SearchAdmissionConfig
+from recallserve.serve.pipeline import PipelineSettings
+from recallserve.serve.context import ContextConfig
+from recallserve.serve.experience import ExperienceConfig
+from recallserve.serve.traces import TraceConfig
 
 __all__ = [
     "AppConfig",
@@ -126,7 +126,7 @@ class RoleConfig(StrictModel):
 
     A role may instead be served by the reasoner's replicas (``shared_with: reasoner``): one
     engine process for both, so on a small CPU machine the roles queue on one KV cache (whose
-    long prompts :mod:`deployments.engines._prefix_states` keeps) instead of running two
+    long prompts :mod:`recallserve.deployments.engines._prefix_states` keeps) instead of running two
     llama.cpp processes that compete for the same cores.
     """
 
@@ -203,7 +203,7 @@ class EmbedderConfig(StrictModel):
 
     @model_validator(mode="after")
     def _runtime_fits(self) -> EmbedderConfig:
-        from memory_shards.embedders import resolve_runtime
+        from recallserve.memory_shards.embedders import resolve_runtime
 
         if self.model.endswith("-int8") and self.device != "cpu":
             raise ValueError(f"model: {self.model} runs on the CPU only; set device: cpu or the fp32 model")

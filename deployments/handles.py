@@ -1,6 +1,6 @@
 """Adapters that make Ray Serve deployment handles look like plain ``serve`` interfaces.
 
-The request pipeline only knows :class:`~serve.engine.LLMEngine`; :class:`HandleEngine`
+The request pipeline only knows :class:`~recallserve.serve.engine.LLMEngine`; :class:`HandleEngine`
 forwards each call to a model-role deployment, so ``serve/`` never imports Ray.
 """
 
@@ -13,7 +13,7 @@ from ray.exceptions import RayError
 from ray.serve.exceptions import BackPressureError, RayServeException
 from ray.serve.handle import DeploymentHandle
 
-from serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams, engine_affinity
+from recallserve.serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams, engine_affinity
 
 __all__ = ["HandleEngine", "on_data_plane"]
 
@@ -38,7 +38,7 @@ def on_data_plane(value: Any, grpc: bool) -> Any:
 
 
 class HandleEngine:
-    """An :class:`~serve.engine.LLMEngine` backed by a ``ModelRole`` deployment handle."""
+    """An :class:`~recallserve.serve.engine.LLMEngine` backed by a ``ModelRole`` deployment handle."""
 
     def __init__(self, handle: DeploymentHandle, role: str, model_name: str, context_window: int) -> None:
         self._handle = handle

@@ -2,8 +2,8 @@
 
 ``serve.ingress()`` with no app defers the app to :meth:`Ingress.__serve_build_asgi_app__`,
 which runs on the replica after ``__init__`` received the resolved deployment handles; the
-routes themselves are the framework-free ones of ``serve.api``, ``serve.memory_api`` and
-``serve.experience``, and the pipeline (context-mode, agent, experiences) is plain ``serve``.
+routes themselves are the framework-free ones of ``recallserve.serve.api``, ``recallserve.serve.memory_api`` and
+``recallserve.serve.experience``, and the pipeline (context-mode, agent, experiences) is plain ``serve``.
 """
 
 from __future__ import annotations
@@ -18,26 +18,26 @@ import numpy as np
 from fastapi import FastAPI
 from ray.serve.handle import DeploymentHandle
 
-from deployments._placement import PlacementInfo
-from deployments.config import ROLES, AppConfig
-from deployments.engines import EngineConfig, LlamaCppConfig, VLLMConfig
-from deployments.handles import HandleEngine, on_data_plane
-from deployments.memory import EmbedLanes, LocalEmbedders, memory_backend
-from deployments.state import RemoteStore
-from serve.api.app import create_app
-from serve.api.auth import RESERVED_TENANT_PREFIX, Authenticator
-from serve.agent import Agent, default_registry
-from serve.context import ContextManager, LLMSummariser, SessionStore
-from serve.context import build_router as build_session_router
-from serve.experience import ExperienceService, ExperienceStore
-from serve.experience import build_router as build_experience_router
-from serve.memory_api import MemoryService, SearchRequest
-from serve.memory_api import build_router as build_memory_router
-from serve.tokens import EngineTokenCounter
-from serve.traces import TraceRecorder, TraceStore
-from serve.traces import build_router as build_turn_router
-from serve.console import build_console_router, tenant_records
-from serve.pipeline import ChatPipeline
+from recallserve.deployments._placement import PlacementInfo
+from recallserve.deployments.config import ROLES, AppConfig
+from recallserve.deployments.engines import EngineConfig, LlamaCppConfig, VLLMConfig
+from recallserve.deployments.handles import HandleEngine, on_data_plane
+from recallserve.deployments.memory import EmbedLanes, LocalEmbedders, memory_backend
+from recallserve.deployments.state import RemoteStore
+from recallserve.serve.api.app import create_app
+from recallserve.serve.api.auth import RESERVED_TENANT_PREFIX, Authenticator
+from recallserve.serve.agent import Agent, default_registry
+from recallserve.serve.context import ContextManager, LLMSummariser, SessionStore
+from recallserve.serve.context import build_router as build_session_router
+from recallserve.serve.experience import ExperienceService, ExperienceStore
+from recallserve.serve.experience import build_router as build_experience_router
+from recallserve.serve.memory_api import MemoryService, SearchRequest
+from recallserve.serve.memory_api import build_router as build_memory_router
+from recallserve.serve.tokens import EngineTokenCounter
+from recallserve.serve.traces import TraceRecorder, TraceStore
+from recallserve.serve.traces import build_router as build_turn_router
+from recallserve.serve.console import build_console_router, tenant_records
+from recallserve.serve.pipeline import ChatPipeline
 
 __all__ = ["WARM_UP_TENANT", "Ingress", "build_ingress_app", "engine_facts"]
 
@@ -106,7 +106,7 @@ class Ingress(PlacementInfo):
         Used by ``recallserve up --demo``: shared records are visible to every tenant, and an API
         key can only write its own tenant's records, so this goes through a handle, not HTTP.
         """
-        from serve.agent.demo import load_demo_memories
+        from recallserve.serve.agent.demo import load_demo_memories
 
         return len(await load_demo_memories(self._backend))
 

@@ -3,18 +3,18 @@
 * :class:`EmbedderDeployment`: MiniLM behind Ray Serve dynamic batching: concurrent ``embed``
   calls (one per request, each a list of texts) are grouped up to ``embedder.max_batch_size``
   requests or ``embedder.batch_wait_timeout_s``, then embedded in one forward pass.
-* :class:`MemoryShardDeployment`: one :class:`~memory_shards.retrieval.HybridShard` (vectors,
+* :class:`MemoryShardDeployment`: one :class:`~recallserve.memory_shards.retrieval.HybridShard` (vectors,
   columns, WAL, snapshots and its BM25 index) in ``memory.data_dir/shard-<i>``. A replica that
   dies loses nothing acknowledged: the next replica replays the WAL of the same folder. Live
-  maintenance jobs (``deployments.jobs`` with ``--live``) page through it (``page``), change it
+  maintenance jobs (``recallserve.deployments.jobs`` with ``--live``) page through it (``page``), change it
   by compare-and-set (``apply``) and look up duplicates (``neighbours``) while it serves.
 * :func:`bind_memory`: wraps both with ``serve.deployment`` using the config's options, once per
   memory generation (the serving one and, during a zero-downtime re-embed, the migration's).
-* :class:`HandleMemoryBackend`: the :class:`~serve.memory_api.MemoryService` (memory API and the
+* :class:`HandleMemoryBackend`: the :class:`~recallserve.serve.memory_api.MemoryService` (memory API and the
   chat pipeline's ``MemoryBackend``) over the deployment handles; the coordinator fans out to
   the shards concurrently (``asyncio.gather`` over handle calls).
 * :func:`memory_backend`: that service for the bound generations: one generation's, or a
-  :class:`~serve.memory_api.MigratingMemoryService` writing to both while a migration runs.
+  :class:`~recallserve.serve.memory_api.MigratingMemoryService` writing to both while a migration runs.
 """
 
 from __future__ import annotations
@@ -33,23 +33,23 @@ from ray.exceptions import RayError, RayTaskError
 from ray.serve.exceptions import BackPressureError, RayServeException
 from ray.serve.handle import DeploymentHandle
 
-from deployments._placement import PlacementInfo
-from deployments._versions import pin_version
-from deployments.config import AppConfig, EmbedderConfig, MemoryConfig, shard_deployment_name
-from memory_shards import CallGatherer
-from memory_shards.shard_access import SortedIds, hybrid_apply, hybrid_insert_absent, neighbour_records, page_records
-from memory_shards.config import SearchFilters, ShardConfig
-from memory_shards.coordinator import MemoryCoordinator, ShardUnavailable
-from memory_shards.embedders import MiniLMEmbedder, build_embedder, embedder_identity
-from memory_shards.onnx_embedder import OnnxMiniLMEmbedder
-from memory_shards.records import EmbeddedRecord, MemoryRecord
-from memory_shards.retrieval import Feedback, HybridShard, ShardHybridResult
-from memory_shards.shard import MemoryShard
-from serve import envs
-from serve.api.errors import APIError
-from serve.api.metrics import MEMORY_HOP
-from serve.memory_api import MemoryService, MigratingMemoryService, SearchAdmission
-from serve.pii import PiiMode
+from recallserve.deployments._placement import PlacementInfo
+from recallserve.deployments._versions import pin_version
+from recallserve.deployments.config import AppConfig, EmbedderConfig, MemoryConfig, shard_deployment_name
+from recallserve.memory_shards import CallGatherer
+from recallserve.memory_shards.shard_access import SortedIds, hybrid_apply, hybrid_insert_absent, neighbour_records, page_records
+from recallserve.memory_shards.config import SearchFilters, ShardConfig
+from recallserve.memory_shards.coordinator import MemoryCoordinator, ShardUnavailable
+from recallserve.memory_shards.embedders import MiniLMEmbedder, build_embedder, embedder_identity
+from recallserve.memory_shards.onnx_embedder import OnnxMiniLMEmbedder
+from recallserve.memory_shards.records import EmbeddedRecord, MemoryRecord
+from recallserve.memory_shards.retrieval import Feedback, HybridShard, ShardHybridResult
+from recallserve.memory_shards.shard import MemoryShard
+from recallserve.serve import envs
+from recallserve.serve.api.errors import APIError
+from recallserve.serve.api.metrics import MEMORY_HOP
+from recallserve.serve.memory_api import MemoryService, MigratingMemoryService, SearchAdmission
+from recallserve.serve.pii import PiiMode
 
 __all__ = [
     "EmbedderDeployment",
@@ -81,7 +81,7 @@ class EmbedLanes:
     for a 50-memory batch's forward to end (it did: the next forward started only after the
     running one), and ingestion gets the cores the query embeds and the chat model leave idle.
     Calls that arrive while a forward of their lane runs share the next one
-    (:class:`memory_shards._gather.CallGatherer`: ``max_batch_size`` calls per forward,
+    (:class:`recallserve.memory_shards._gather.CallGatherer`: ``max_batch_size`` calls per forward,
     ``batch_wait_timeout_s`` of waiting only when a call finds the model idle).
 
     Args:
@@ -135,7 +135,7 @@ class EmbedLanes:
 class EmbedderDeployment(PlacementInfo):
     """MiniLM behind its two lanes of gathered calls (:class:`EmbedLanes`).
 
-    Batching is :class:`memory_shards._gather.CallGatherer`, not ``@serve.batch``, whose batches
+    Batching is :class:`recallserve.memory_shards._gather.CallGatherer`, not ``@serve.batch``, whose batches
     of one pile up behind a running forward (the gatherer's docstring says why).
 
     Args:
@@ -162,7 +162,7 @@ class MemoryShardDeployment(PlacementInfo):
         data_dir: absolute root folder of the shards.
         model_id: embedding model id of every vector.
         dim: vector dimension.
-        placement: :class:`memory_shards.config.ShardPlacement` fields (device, vector dtype, kernel backend).
+        placement: :class:`recallserve.memory_shards.config.ShardPlacement` fields (device, vector dtype, kernel backend).
     """
 
     def __init__(self, index: int, data_dir: str, model_id: str = MiniLMEmbedder.model_id, dim: int = MiniLMEmbedder.dim,
@@ -317,7 +317,7 @@ class HandleShardClient:
 
 
 class HandleMemoryBackend(MemoryService):
-    """The memory service (API + ``serve.memory.MemoryBackend``) over one generation's handles.
+    """The memory service (API + ``recallserve.serve.memory.MemoryBackend``) over one generation's handles.
 
     Args:
         embedder: handle of the generation's :class:`EmbedderDeployment`.
@@ -396,7 +396,7 @@ def memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig,
 
 def _memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig,
                     embedder: EmbedderConfig | None, local: LocalEmbedders) -> MemoryService:
-    from serve.api.metrics import MEMORY_ROUTING
+    from recallserve.serve.api.metrics import MEMORY_ROUTING
 
     configs = [g.embedder for g in memory.generations(embedder)] if embedder is not None else [None] * len(generations)
     services = [HandleMemoryBackend(g["embedder"], g["shards"], memory, local.get(c), c.ingress_max_texts if c else 0)

@@ -8,8 +8,8 @@ copied in, and the result saved as safetensors with the tokenizer (and its chat 
 
 Usage::
 
-    python -m deployments.models_convert smollm2-135m-instruct-q4_1 ~/.cache/recallserve/hf/smollm2
-    python -m deployments.models_convert /path/model.gguf OUT_DIR --dtype bfloat16
+    python -m recallserve.deployments.models_convert smollm2-135m-instruct-q4_1 ~/.cache/recallserve/hf/smollm2
+    python -m recallserve.deployments.models_convert /path/model.gguf OUT_DIR --dtype bfloat16
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def ensure_hf_folder(gguf: Path, *, dtype: str = "float32") -> Path:
     The folder is keyed on the GGUF's file name and dtype; a folder without the completion
     marker (an interrupted conversion) is converted again.
     """
-    from serve import envs
+    from recallserve.serve import envs
 
     out = envs.recallserve_home() / "hf" / f"{gguf.name.removesuffix('.gguf')}-{dtype}"
     if (out / _DONE).is_file():
@@ -87,13 +87,13 @@ def ensure_hf_folder(gguf: Path, *, dtype: str = "float32") -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``python -m deployments.models_convert MODEL OUT_DIR [--dtype D]``."""
-    parser = argparse.ArgumentParser(prog="python -m deployments.models_convert", description=__doc__.splitlines()[0])
+    """Command line: ``python -m recallserve.deployments.models_convert MODEL OUT_DIR [--dtype D]``."""
+    parser = argparse.ArgumentParser(prog="python -m recallserve.deployments.models_convert", description=__doc__.splitlines()[0])
     parser.add_argument("model", help="a built-in model name or a path to a GGUF file")
     parser.add_argument("out_dir", type=Path, help="destination Hugging Face model folder")
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     args = parser.parse_args(argv)
-    from deployments.models import ModelError, ModelSpec, resolve_model_path
+    from recallserve.deployments.models import ModelError, ModelSpec, resolve_model_path
 
     try:
         gguf = resolve_model_path(ModelSpec.model_validate(args.model))

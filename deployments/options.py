@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from kernels import StrictModel
+from recallserve.kernels import StrictModel
 
 __all__ = ["AutoscalingOptions", "DeploymentOptions", "REQUEST_ROUTERS"]
 
@@ -37,7 +37,7 @@ class AutoscalingOptions(StrictModel):
         return self
 
 
-REQUEST_ROUTERS = {"session_affinity": "deployments.affinity.SessionAffinityRouter"}
+REQUEST_ROUTERS = {"session_affinity": "recallserve.deployments.affinity.SessionAffinityRouter"}
 """``DeploymentOptions.request_router`` -> the class Ray Serve's ``request_router_config`` imports."""
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 
-from deployments._placement import PlacementInfo
-from deployments.engines import EngineConfig, build_engine
-from serve.engine import ChatDelta, ChatMessage, ChatResult, GenerationParams
+from recallserve.deployments._placement import PlacementInfo
+from recallserve.deployments.engines import EngineConfig, build_engine
+from recallserve.serve.engine import ChatDelta, ChatMessage, ChatResult, GenerationParams
 
 __all__ = ["ModelRole"]
 

@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from deployments._ray_paths import ray_temp_dir
-from deployments.config import ROLES, AppConfig
-from deployments.engines import LlamaCppConfig
-from deployments.models import resolve_model_path
-from serve.api.metrics import MULTIPROC_ENV
+from recallserve.deployments._ray_paths import ray_temp_dir
+from recallserve.deployments.config import ROLES, AppConfig
+from recallserve.deployments.engines import LlamaCppConfig
+from recallserve.deployments.models import resolve_model_path
+from recallserve.serve.api.metrics import MULTIPROC_ENV
 
 __all__ = ["prepare_models", "start_ray", "deploy", "redeploy", "load_demo", "shutdown", "run_forever"]
 
@@ -72,7 +72,7 @@ def start_ray(config: AppConfig) -> None:
 
 @contextlib.contextmanager
 def _haproxy_ingress(config: AppConfig, temp_dir: Path) -> Iterator[None]:
-    """Start the embedded Ray with Serve's HAProxy ingress (``ray.ingress: haproxy``; see ``deployments._haproxy``).
+    """Start the embedded Ray with Serve's HAProxy ingress (``ray.ingress: haproxy``; see ``recallserve.deployments._haproxy``).
 
     NOTE: these variables win over the user's (direct ingress must be on, and the binary must be
     the wrapper that keeps HAProxy on server.host); they are set only while Ray starts, as above.
@@ -80,7 +80,7 @@ def _haproxy_ingress(config: AppConfig, temp_dir: Path) -> Iterator[None]:
     if config.ray.ingress != "haproxy":
         yield
         return
-    from deployments._haproxy import haproxy_env, haproxy_folder, haproxy_per_key_max
+    from recallserve.deployments._haproxy import haproxy_env, haproxy_folder, haproxy_per_key_max
 
     env = haproxy_env(haproxy_folder(temp_dir), config.server.host, config.ingress.queue_full_retry_after_s or 1.0,
                       config.ingress.max_ongoing_requests, config.ray.haproxy_queue_s,
@@ -126,7 +126,7 @@ _NICENESS_ENV = "RAY_worker_niceness"
 #: 1,000 lines and drops stderr, so the traceback of a replica that dies was lost; no speed difference
 #: was measurable from those two). Handle routers keep their own loop: the mode's router on the replica's
 #: loop refuses a handle's blocking ``.result()``, which context-mode and the experience service call
-#: from worker threads (``deployments.ingress._sync_embed``: every segmented turn answered 500).
+#: from worker threads (``recallserve.deployments.ingress._sync_embed``: every segmented turn answered 500).
 THROUGHPUT_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0",
                   "RAY_SERVE_PROXY_USE_GRPC": "1", "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": "1",
                   "RAY_SERVE_LOG_TO_STDERR": "1", "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "1"}
@@ -164,7 +164,7 @@ def _metrics_folder(folder: Path) -> Iterator[None]:
     """Give the Ray processes started inside this block one prometheus multiprocess folder.
 
     Every process on the machine then writes its metrics there and ``/metrics`` on any ingress
-    replica renders the sum (``serve.api.metrics``). The variable is set only while Ray starts
+    replica renders the sum (``recallserve.serve.api.metrics``). The variable is set only while Ray starts
     (its raylet, and so every worker, inherits it) and is taken back afterwards, so the driver
     (and a test process that starts several clusters) keeps its own in-process registry. A
     folder the user already named in ``PROMETHEUS_MULTIPROC_DIR`` is used as it is.
@@ -188,7 +188,7 @@ def deploy(config: AppConfig, *, timeout_s: float = 600.0) -> None:
     """Start Serve's HTTP proxy on the configured host/port and deploy the app; waits until running."""
     from ray import serve
 
-    from deployments.app import build_app
+    from recallserve.deployments.app import build_app
 
     serve.start(http_options={"host": config.server.host, "port": config.server.port})
     app = build_app(config)
@@ -201,7 +201,7 @@ def redeploy(config: AppConfig, *, address: str | None = None, timeout_s: float 
 
     Finds the cluster as the live jobs do (``address``, ``$RAY_ADDRESS``, ``ray.address``, else
     the local raylet started with the profile's ``ray.temp_dir``, i.e. ``recallserve up``). Only
-    deployments whose code or arguments changed restart (``deployments._versions``); each starts
+    deployments whose code or arguments changed restart (``recallserve.deployments._versions``); each starts
     its successor first where ``max_surge_percent`` allows, and a replaced replica finishes its
     in-flight requests (``graceful_shutdown_timeout_s``). The HTTP host and port stay those of
     the running proxy.
@@ -213,7 +213,7 @@ def redeploy(config: AppConfig, *, address: str | None = None, timeout_s: float 
     from ray import serve
     from ray.serve.exceptions import RayServeException
 
-    from deployments.jobs._live import ray_connection
+    from recallserve.deployments.jobs._live import ray_connection
 
     # NOTE: its JobError (no cluster, unreachable) is a RuntimeError, as documented below.
     with ray_connection(address or config.ray.address, config.ray.temp_dir, config.ray.auth_disabled):
@@ -226,7 +226,7 @@ def redeploy(config: AppConfig, *, address: str | None = None, timeout_s: float 
                                f"(running: {', '.join(sorted(apps)) or 'none'}); start it with `recallserve up`")
         prepare_models(config)
         started = time.monotonic()
-        from deployments.app import build_app
+        from recallserve.deployments.app import build_app
 
         serve.run(build_app(config), name=config.name, route_prefix="/", blocking=False)
         _wait_running(config.name, timeout_s)

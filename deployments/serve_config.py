@@ -1,4 +1,4 @@
-"""Render an :class:`~deployments.config.AppConfig` into a Ray Serve config file.
+"""Render an :class:`~recallserve.deployments.config.AppConfig` into a Ray Serve config file.
 
 The output is the multi-application Serve config that ``serve deploy`` reads and that KubeRay
 embeds verbatim as a RayService's ``spec.serveConfigV2`` (schema: ``ray.serve.schema.
@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 import yaml
 
-from deployments.config import AppConfig, ConfigError
+from recallserve.deployments.config import AppConfig, ConfigError
 
 __all__ = [
     "IMPORT_PATH",
@@ -52,7 +52,7 @@ __all__ = [
     "app_deployment_names",
 ]
 
-IMPORT_PATH = "deployments.app:app_builder"
+IMPORT_PATH = "recallserve.deployments.app:app_builder"
 # NOTE: must stay under the Helm chart's persistence.mountPath (values.yaml); the chart refuses
 # a serve config whose memory.data_dir is elsewhere.
 DEFAULT_K8S_DATA_DIR = "/data/recallserve/memory"
@@ -94,7 +94,7 @@ def app_deployment_names(config: AppConfig) -> list[str]:
     come from the same config method ``build_app`` binds from (public API only); the unit tests
     cross-check them against Ray's own application builder.
     """
-    from deployments.app import deployment_names
+    from recallserve.deployments.app import deployment_names
 
     return deployment_names(config)
 
@@ -130,10 +130,10 @@ def render_serve_config(
         ConfigError: an unknown target, a relative ``data_dir`` or a bad ``route_prefix``.
 
     Example:
-        >>> from deployments.config import load_config
+        >>> from recallserve.deployments.config import load_config
         >>> cfg = render_serve_config(load_config("cpu-local"))
         >>> cfg["applications"][0]["import_path"]
-        'deployments.app:app_builder'
+        'recallserve.deployments.app:app_builder'
     """
     if target not in _TARGETS:
         raise ConfigError(f"target: expected one of {', '.join(_TARGETS)}, got {target!r}")

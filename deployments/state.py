@@ -16,8 +16,8 @@ no surge on a roll-out. Ray Serve still starts the successor while the old repli
 stopping replica does not count against the target), so the replica also holds an exclusive
 ``flock`` on ``state_dir/LOCK`` for its life: a successor waits until the old one has exited
 (draining takes milliseconds: every call is a short SQLite transaction), and calls made in that
-gap wait in the handle's queue. The stores are plain Python (``serve.context.SessionStore``,
-``serve.experience.ExperienceStore``); this module only carries their calls.
+gap wait in the handle's queue. The stores are plain Python (``recallserve.serve.context.SessionStore``,
+``recallserve.serve.experience.ExperienceStore``); this module only carries their calls.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from ray.exceptions import RayError
 from ray.serve.exceptions import BackPressureError, RayServeException
 from ray.serve.handle import DeploymentHandle
 
-from deployments._placement import PlacementInfo
-from serve.api.errors import APIError
-from serve.api.metrics import STATE_CALL
-from serve.context import SessionStore
-from serve.experience import ExperienceStore
-from serve.traces import TraceConfig, TraceStore
+from recallserve.deployments._placement import PlacementInfo
+from recallserve.serve.api.errors import APIError
+from recallserve.serve.api.metrics import STATE_CALL
+from recallserve.serve.context import SessionStore
+from recallserve.serve.experience import ExperienceStore
+from recallserve.serve.traces import TraceConfig, TraceStore
 
 __all__ = ["LOCK_WAIT_S", "STORE_METHODS", "RemoteStore", "StateStore", "StoreName"]
 

@@ -6,7 +6,7 @@ Also the project's shared bases, which live at the bottom layer: the pydantic ba
 Importing this package never imports triton; ``fused_topk(..., backend="triton")`` does.
 """
 
-from kernels._base import CONTROL_CHARS, NoControl, StrictModel, check_json, lazy_exports, no_control
+from recallserve.kernels._base import CONTROL_CHARS, NoControl, StrictModel, check_json, lazy_exports, no_control
 
 __all__ = [
     "CONTROL_CHARS",
@@ -26,12 +26,12 @@ __all__ = [
 # NOTE: the kernel names load on first use so that ``from kernels import StrictModel`` (API
 # schemas, configs, the CLI's --help) does not import torch.
 _LAZY = {
-    "SHARED_TENANT": "kernels._params",
-    "ScoreParams": "kernels._params",
-    "TopKResult": "kernels._params",
-    "fused_topk": "kernels._dispatch",
-    "triton_available": "kernels._dispatch",
-    "reference_fused_topk": "kernels.reference",
+    "SHARED_TENANT": "recallserve.kernels._params",
+    "ScoreParams": "recallserve.kernels._params",
+    "TopKResult": "recallserve.kernels._params",
+    "fused_topk": "recallserve.kernels._dispatch",
+    "triton_available": "recallserve.kernels._dispatch",
+    "reference_fused_topk": "recallserve.kernels.reference",
 }
 
 __getattr__ = lazy_exports(__name__, _LAZY)

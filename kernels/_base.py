@@ -95,7 +95,7 @@ def lazy_exports(package: str, names: Mapping[str, str]) -> Callable[[str], Any]
     one of its light modules (a schema, a config) stays light.
 
     Example:
-        >>> __getattr__ = lazy_exports(__name__, {"fused_topk": "kernels._dispatch"})  # doctest: +SKIP
+        >>> __getattr__ = lazy_exports(__name__, {"fused_topk": "recallserve.kernels._dispatch"})  # doctest: +SKIP
     """
 
     def __getattr__(name: str) -> Any:

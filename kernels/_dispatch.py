@@ -6,8 +6,8 @@ from typing import Literal
 
 import torch
 
-from kernels._params import ScoreParams, TopKResult
-from kernels.reference import reference_fused_topk
+from recallserve.kernels._params import ScoreParams, TopKResult
+from recallserve.kernels.reference import reference_fused_topk
 
 __all__ = ["chosen_backend", "fused_topk", "triton_available"]
 
@@ -83,7 +83,7 @@ def fused_topk(
     if chosen_backend(vectors, backend) == "triton":
         # NOTE: imported lazily so the CPU path never needs triton installed.
         try:
-            from kernels.fused_score import triton_fused_topk
+            from recallserve.kernels.fused_score import triton_fused_topk
         except ImportError as exc:
             raise ImportError(
                 "backend='triton' needs triton: pip install 'recallserve[gpu]' "

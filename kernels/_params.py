@@ -1,6 +1,6 @@
 """Parameters, result type and input validation shared by every fused-scoring backend.
 
-Kept free of triton so the CPU path (``kernels.reference``) imports only torch.
+Kept free of triton so the CPU path (``recallserve.kernels.reference``) imports only torch.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Literal, NamedTuple
 import torch
 from pydantic import Field
 
-from kernels._base import StrictModel
+from recallserve.kernels._base import StrictModel
 
 __all__ = [
     "SHARED_TENANT", "STORAGE_DTYPES", "ScoreParams", "TopKResult", "CheckedInputs", "check_inputs",
@@ -19,7 +19,7 @@ __all__ = [
 #: Rows stored under tenant 0 are visible to every query (shared collections such as manuals).
 SHARED_TENANT: int = 0
 
-# NOTE: row indices are packed into the low 32 bits of a sort key (see ``kernels._select``),
+# NOTE: row indices are packed into the low 32 bits of a sort key (see ``recallserve.kernels._select``),
 # and Triton indexes rows with int32 offsets; one block of stored vectors stays below 2**31 rows.
 MAX_ROWS: int = 2**31 - 1
 

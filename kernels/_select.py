@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels._params import ScoreParams
+from recallserve.kernels._params import ScoreParams
 
 __all__ = [
     "pack_keys",

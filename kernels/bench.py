@@ -14,9 +14,9 @@ from datetime import datetime, timezone
 
 import torch
 
-from kernels._dispatch import triton_available
-from kernels._params import ScoreParams
-from kernels.reference import reference_fused_topk
+from recallserve.kernels._dispatch import triton_available
+from recallserve.kernels._params import ScoreParams
+from recallserve.kernels.reference import reference_fused_topk
 
 __all__ = ["bench_kernels", "scan_bytes", "PEAK_HBM_GBPS"]
 
@@ -149,7 +149,7 @@ def _bench(
         (f"torch-{device}", lambda: reference_fused_topk(**inputs, k=k, params=params))
     ]
     if cuda and triton_available():
-        from kernels.fused_score import triton_fused_topk
+        from recallserve.kernels.fused_score import triton_fused_topk
 
         impls.append(("triton-cuda", lambda: triton_fused_topk(**inputs, k=k, params=params)))
     rows = []

@@ -10,10 +10,10 @@ One pass over the stored vectors computes, per (query block, row block) tile:
 
 and keeps the ``C`` best candidates of the tile per query (C rounds of row-max selection, or the
 whole tile when ``C == BLOCK_N``) as packed int64 keys
-``(order32(s) << 32) | (0xFFFFFFFF - n)`` (see ``kernels._select``), so ties on equal float32 score
+``(order32(s) << 32) | (0xFFFFFFFF - n)`` (see ``recallserve.kernels._select``), so ties on equal float32 score
 go to the lower row index, in the kernel as on the host. The host then ranks the ``[Q, blocks * C]``
 keys (``topk`` on a growing prefix), keeps the first row of each ``source_id`` and the first
-``k`` of those (``kernels._select.select_topk``).
+``k`` of those (``recallserve.kernels._select.select_topk``).
 
 Exactness: the answer is the first ``k`` distinct-source rows in key order over all candidates.
 A row missing from the per-block lists ranks below its block's ``C``-th key, and only blocks whose
@@ -35,10 +35,10 @@ import triton.language as tl
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from triton.runtime.interpreter import InterpretedFunction
 
-from kernels._params import SHARED_TENANT, ScoreParams, TopKResult, check_inputs
-from kernels._select import pack_keys, select_topk, time_factor, unpack_keys
-from kernels.reference import empty_result, finish_result, normalize_queries
-from kernels._base import StrictModel
+from recallserve.kernels._params import SHARED_TENANT, ScoreParams, TopKResult, check_inputs
+from recallserve.kernels._select import pack_keys, select_topk, time_factor, unpack_keys
+from recallserve.kernels.reference import empty_result, finish_result, normalize_queries
+from recallserve.kernels._base import StrictModel
 
 __all__ = ["triton_fused_topk", "BlockConfig", "launch_programs", "MAX_GRID_X"]
 
@@ -251,7 +251,7 @@ def triton_fused_topk(
 ) -> TopKResult:
     """Fused score + masks + per-block top-C in Triton, dedup and exact top-k on the host.
 
-    Same arguments, semantics and result as ``kernels.reference_fused_topk`` (see the module
+    Same arguments, semantics and result as ``recallserve.kernels.reference_fused_topk`` (see the module
     docstring for the formula, the masks, the tie rule and why the result is exact). CUDA tensors
     run the compiled kernel; CPU tensors need the Triton interpreter (``TRITON_INTERPRET=1`` set
     before triton is imported; tests only: ~100x slower than the torch path). ``similarity`` is

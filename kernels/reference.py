@@ -1,11 +1,11 @@
 """Pure-torch fused memory scoring: the CPU production path and the oracle for the Triton kernel.
 
-Never imports triton. Same semantics as ``kernels.fused_score.triton_fused_topk``.
+Never imports triton. Same semantics as ``recallserve.kernels.fused_score.triton_fused_topk``.
 
 Sparse after the matmul: rows are scanned in chunks; per chunk, one float32 ``[Q, C]`` cosine
 tile, then only the ``(query, row)`` pairs with ``cos >= threshold`` (about 1% at 0.35) are
 masked (valid, tenant, expiry), decayed and scored, and kept as packed ``(score, row)`` keys
-(``kernels._select``). One exact dedup + top-k over all kept keys ends the call. So the call
+(``recallserve.kernels._select``). One exact dedup + top-k over all kept keys ends the call. So the call
 costs about the matmul alone: no ``[Q, N]`` mask, score or int64 temporaries, no ``[N]`` pass
 for the time factor. Chunks where many pairs pass (low thresholds) are scored densely instead.
 """
@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kernels._params import SHARED_TENANT, CheckedInputs, ScoreParams, TopKResult, check_inputs
-from kernels._select import combine, pack_keys, select_topk_at, select_topk_scores, time_factor
+from recallserve.kernels._params import SHARED_TENANT, CheckedInputs, ScoreParams, TopKResult, check_inputs
+from recallserve.kernels._select import combine, pack_keys, select_topk_at, select_topk_scores, time_factor
 
 __all__ = [
     "reference_fused_topk",

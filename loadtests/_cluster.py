@@ -20,8 +20,8 @@ def scratch_config(profile: str, port: int, scratch: Path, model: str, **overrid
     Args:
         overrides: further top-level sections merged over the profile (e.g. ``agent_enabled=False``).
     """
-    from deployments.config import ROLES, load_config
-    from deployments.engines import LlamaCppConfig
+    from recallserve.deployments.config import ROLES, load_config
+    from recallserve.deployments.engines import LlamaCppConfig
 
     config = load_config(profile, overrides={
         "server": {"host": "127.0.0.1", "port": port}, "memory": {"data_dir": str(scratch / "memory")},

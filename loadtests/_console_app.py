@@ -57,14 +57,14 @@ class ProtocolEngine:
         return ANSWER
 
     async def chat(self, messages: Sequence[Any], params: Any) -> Any:
-        from serve.engine import ChatResult
+        from recallserve.serve.engine import ChatResult
 
         text = self._reply(messages, params)
         return ChatResult(text=text, prompt_tokens=10, completion_tokens=len(text) // 4, finish_reason="stop",
                           model=self.model_name)
 
     async def stream(self, messages: Sequence[Any], params: Any) -> AsyncIterator[Any]:
-        from serve.engine import ChatDelta
+        from recallserve.serve.engine import ChatDelta
 
         text = self._reply(messages, params)
         yield ChatDelta(text=text)
@@ -79,20 +79,20 @@ class ProtocolEngine:
 
 def build_console_app(root: Path, keys: Mapping[str, str]) -> tuple[Any, Any, ProtocolEngine]:
     """(the FastAPI app, its memory coordinator, its engine) with every store under ``root``."""
-    from memory_shards import HashingEmbedder
-    from memory_shards.retrieval import local_hybrid_coordinator
-    from serve.agent import Agent, AgentConfig, default_registry
-    from serve.api.app import create_app
-    from serve.api.auth import Authenticator
-    from serve.console import build_console_router, tenant_records
-    from serve.context import ContextConfig, ContextManager, SessionStore
-    from serve.context import build_router as build_session_router
-    from serve.experience import ExperienceConfig, ExperienceService
-    from serve.experience import build_router as build_experience_router
-    from serve.memory_api import MemoryService, build_router
-    from serve.pipeline import ChatPipeline, PipelineSettings
-    from serve.traces import TraceRecorder, TraceStore
-    from serve.traces import build_router as build_turn_router
+    from recallserve.memory_shards import HashingEmbedder
+    from recallserve.memory_shards.retrieval import local_hybrid_coordinator
+    from recallserve.serve.agent import Agent, AgentConfig, default_registry
+    from recallserve.serve.api.app import create_app
+    from recallserve.serve.api.auth import Authenticator
+    from recallserve.serve.console import build_console_router, tenant_records
+    from recallserve.serve.context import ContextConfig, ContextManager, SessionStore
+    from recallserve.serve.context import build_router as build_session_router
+    from recallserve.serve.experience import ExperienceConfig, ExperienceService
+    from recallserve.serve.experience import build_router as build_experience_router
+    from recallserve.serve.memory_api import MemoryService, build_router
+    from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
+    from recallserve.serve.traces import TraceRecorder, TraceStore
+    from recallserve.serve.traces import build_router as build_turn_router
 
     emb = HashingEmbedder(384)
     coord = local_hybrid_coordinator(2, emb.model_id, emb.dim, data_root=root / "memory")

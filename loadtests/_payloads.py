@@ -63,7 +63,7 @@ def chat_body(rng: random.Random, model: str, max_tokens: int, *, session: tuple
 def agent_prompts() -> list[str]:
     """Customer-service questions for the agent: the demo's tool-choice questions (80: order,
     batch, ticket, inventory, arithmetic and clock look-ups, plus small talk and manual questions)."""
-    from serve.agent.demo import load_questions
+    from recallserve.serve.agent.demo import load_questions
 
     return [q["q"] for q in load_questions("all")]
 
@@ -80,7 +80,7 @@ def agent_chat_body(rng: random.Random, model: str, max_tokens: int, prompts: li
 
 
 def memory_write_body(rng: random.Random) -> dict[str, Any]:
-    """One memory write: ``POST /v1/memories`` body (``serve.memory_api.AddMemoriesRequest``)."""
+    """One memory write: ``POST /v1/memories`` body (``recallserve.serve.memory_api.AddMemoriesRequest``)."""
     n = rng.randrange(1_000_000)
     return {
         "memories": [

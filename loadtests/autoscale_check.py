@@ -11,7 +11,7 @@ What it does:
    (default ``ingress``: min 1, max 3, target_ongoing_requests 1, short delays so the check takes
    minutes, not tens of minutes); the three model roles use ``--model`` (default the tiny SmolLM2
    so the check is about scaling, not generation speed);
-2. starts an embedded Ray on 127.0.0.1 (``deployments.runner``) and deploys the app;
+2. starts an embedded Ray on 127.0.0.1 (``recallserve.deployments.runner``) and deploys the app;
 3. idles ``--idle`` s, then runs ``--concurrency`` closed-loop clients (each always has one chat
    request in flight, so ongoing requests ~= concurrency) for ``--load`` s, then stops the load and
    waits up to ``--cooldown`` s for the deployment to return to its minimum;
@@ -195,7 +195,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _configure(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     import tempfile
 
-    from deployments.options import AutoscalingOptions
+    from recallserve.deployments.options import AutoscalingOptions
     from loadtests._cluster import scratch_config
 
     config = scratch_config(args.profile, args.port, Path(tempfile.mkdtemp(prefix="rs-as-")), args.model)
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or ROOT / "bench-results" / time.strftime("autoscale-%Y%m%dT%H%M%SZ", time.gmtime())
     out.mkdir(parents=True, exist_ok=True)
 
-    from deployments import runner
+    from recallserve.deployments import runner
 
     print(f"autoscale_check: {args.deployment} autoscaling {args.min_replicas}..{args.max_replicas}, "
           f"target_ongoing_requests {args.target_ongoing}; model {args.model}; starting Ray ...", flush=True)

@@ -18,7 +18,7 @@ mkdir -p "$scratch"
 python - "$profile" "$scratch" "$port" "${KEYS:-}" "${OVERRIDES:-{\}}" <<'PY'
 import json, sys, yaml
 from pathlib import Path
-from deployments.config import PROFILES_DIR
+from recallserve.deployments.config import PROFILES_DIR
 profile, scratch, port, keys = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 data = yaml.safe_load((PROFILES_DIR / f"{profile}.yaml").read_text())
 for section, values in json.loads(sys.argv[5]).items():

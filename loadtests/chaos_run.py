@@ -7,7 +7,7 @@ Usage::
 
 What it does (all on 127.0.0.1, scratch folders under ``.recallserve/``, stops by itself):
 
-1. starts the cluster (``deployments.runner``) with the profile (default ``cpu-local``, chat roles
+1. starts the cluster (``recallserve.deployments.runner``) with the profile (default ``cpu-local``, chat roles
    on the tiny ``--model``);
 2. runs ``--clients`` closed-loop clients: the first half make session chat turns
    (``metadata.session_id``, ``agent: off``, ``max_tokens`` 8, the turn recorded on
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import httpx
 
-    from deployments import runner
+    from recallserve.deployments import runner
 
     rng = random.Random(args.seed)
     load = Load(base, key, config.chat.model_name, args.clients)

@@ -5,7 +5,7 @@ Three ways to reach an app, one seeding and one measurement:
 * in process (default): the app of :mod:`loadtests._console_app` (a stand-in model that follows
   the agent protocol, the hashing embedder) served by uvicorn on 127.0.0.1;
 * ``--start-cluster``: the ``cpu-local`` profile started as ``recallserve up`` starts it
-  (:mod:`deployments.runner`: embedded Ray, Serve proxy, the memory shards, the MiniLM embedder, the
+  (:mod:`recallserve.deployments.runner`: embedded Ray, Serve proxy, the memory shards, the MiniLM embedder, the
   ``state`` deployment owning the session / trace / experience SQLite files), its folders under a
   scratch ``.recallserve/console-<time>``, on 127.0.0.1:``--port``, the chat roles on ``--model``
   (default the tiny SmolLM2: the run measures the console, not generation), stopped at the end;
@@ -221,7 +221,7 @@ def _cluster(profile: str, port: int, model: str, recall_k: int) -> Iterator[tup
 
     NOTE: Ray's own SIGTERM handler aborts the driver (no ``finally``): stop a run with Ctrl-C.
     """
-    from deployments import runner
+    from recallserve.deployments import runner
     from loadtests._cluster import scratch_config
 
     root = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ Reports per mode: embed calls/s, mean calls per forward, p50 / p95 call latency 
 ratio of the gatherer's calls/s to ``@serve.batch``'s measured in the same run.
 
 NOTE: ``@serve.batch`` reads the replica's ``max_ongoing_requests`` through
-``serve.get_replica_context()``, which exists only inside a replica; the benchmark supplies that
+``recallserve.serve.get_replica_context()``, which exists only inside a replica; the benchmark supplies that
 one value (64) so the decorator runs unchanged in process.
 
 Example::
@@ -52,7 +52,7 @@ def _serve_batch_embedder(embed, sizes: list[int]):
 
 
 def _gathered_embedder(embed, sizes: list[int]):
-    from memory_shards import CallGatherer
+    from recallserve.memory_shards import CallGatherer
 
     async def forward(requests: list[list[str]]) -> list[np.ndarray]:
         sizes.append(len(requests))
@@ -81,7 +81,7 @@ async def _level(call, clients: int, seconds: float, gap_s: float, seed: int) ->
 
 def run(clients: int, seconds: float, gap_ms: float, rounds: int, seed: int) -> dict[str, Any]:
     """Alternate the two modes ``rounds`` times; figures summed over rounds per mode."""
-    from memory_shards import build_embedder
+    from recallserve.memory_shards import build_embedder
 
     emb = build_embedder("all-MiniLM-L6-v2", device="cpu", batch_size=16, torch_threads=1)
     emb.embed(["warm up"])

@@ -52,7 +52,7 @@ def parse_setting(text: str) -> tuple[str, dict[str, Any]]:
 def _write_profile(scratch: Path, port: int, embedder: dict[str, Any]) -> Path:
     import yaml
 
-    from deployments.config import PROFILES_DIR, load_config
+    from recallserve.deployments.config import PROFILES_DIR, load_config
 
     data = yaml.safe_load((PROFILES_DIR / "cpu-local.yaml").read_text())
     data["server"] = {**data.get("server", {}), "host": "127.0.0.1", "port": port}
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _write_reports(out: Path, argv: list[str], reports: list[tuple[str, dict[str, Any]]]) -> None:
-    from deployments.cli._bench_ingest_cluster import render
+    from recallserve.deployments.cli._bench_ingest_cluster import render
 
     table = render(reports)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from memory_shards.retrieval.locomo import load_locomo
+from recallserve.memory_shards.retrieval.locomo import load_locomo
 
 MODEL = Path("~/.cache/recallserve/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf").expanduser()
 PROMPT = ("Split the question into at most 3 short search queries, one per line, each about one thing to look up "

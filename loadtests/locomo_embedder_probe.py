@@ -28,8 +28,8 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 
-from memory_shards import embedders
-from memory_shards.retrieval.locomo import load_locomo
+from recallserve.memory_shards import embedders
+from recallserve.memory_shards.retrieval.locomo import load_locomo
 
 FILE = os.environ.get("LOCOMO_FILE", "/work/shared/eval/locomo_dev.json")
 convs = load_locomo(FILE)
@@ -75,17 +75,17 @@ for v in variants:
         embedders.EMBEDDER_RUNTIMES[v] = ("torch",)
 embedders.build_embedder = build
 
-from deployments.cli import main  # noqa: E402
+from recallserve.deployments.cli import main  # noqa: E402
 
 FUSION = os.environ.get("FUSION", "20/1/0,20/1/1.5,20/1/1,20/1.5/1")
 out = {}
 # embed cost: the first 256 stored texts of conversation 0 (main + context parts) and 64 questions one by one
-from memory_shards.retrieval.locomo import turn_records, IndexOptions  # noqa: E402
+from recallserve.memory_shards.retrieval.locomo import turn_records, IndexOptions  # noqa: E402
 
 recs = turn_records(convs[0], "t", IndexOptions())
 for v in variants:
     name = "all-MiniLM-L6-v2" if v == "minilm" else v
-    emb = build(name, runtime="auto", cache_dir=__import__("serve.envs", fromlist=["x"]).recallserve_home() / "onnx")
+    emb = build(name, runtime="auto", cache_dir=__import__("recallserve.serve.envs", fromlist=["x"]).recallserve_home() / "onnx")
     texts = [t for r in recs for t in r.embedding_texts()][:256]
     qs = sorted(QUESTIONS)[:64]
     emb.embed(texts[:4])

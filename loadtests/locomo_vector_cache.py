@@ -1,7 +1,7 @@
 """Run ``recallserve eval locomo`` with the embedder's vectors served from an on-disk cache.
 
 Not part of the serving path: the eval's ranking runs unchanged (same shards, fusion and service);
-only ``memory_shards.embedders.build_embedder`` is wrapped in this process so that a text embedded
+only ``recallserve.memory_shards.embedders.build_embedder`` is wrapped in this process so that a text embedded
 by an earlier run is read back instead of re-embedded (the 2 shared cores take minutes to embed the
 dev file's ~7,000 texts and questions). A text not in the cache is embedded by the real model and
 added. The cache is keyed by (model id, SHA-256 of the text), so a cached vector is the vector the
@@ -23,7 +23,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 
-from memory_shards import embedders
+from recallserve.memory_shards import embedders
 
 
 class CachedEmbedder:
@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
         return emb
 
     embedders.build_embedder = build
-    from deployments.cli import main as cli_main
+    from recallserve.deployments.cli import main as cli_main
 
     rc = cli_main(argv[1:])
     if any(e.misses for e in made):

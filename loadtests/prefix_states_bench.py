@@ -16,13 +16,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from deployments.config import load_config
-from deployments.engines import LlamaCppConfig, LlamaCppEngine
+from recallserve.deployments.config import load_config
+from recallserve.deployments.engines import LlamaCppConfig, LlamaCppEngine
 from loadtests._report import bench_parser, write_report
-from serve.agent import default_registry
-from serve.agent._prompts import direct_prompt, system_prompt
-from serve.context._summary import SUMMARY_PROMPT
-from serve.engine import ChatMessage, GenerationParams
+from recallserve.serve.agent import default_registry
+from recallserve.serve.agent._prompts import direct_prompt, system_prompt
+from recallserve.serve.context._summary import SUMMARY_PROMPT
+from recallserve.serve.engine import ChatMessage, GenerationParams
 
 __all__ = ["main"]
 

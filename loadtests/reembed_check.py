@@ -7,7 +7,7 @@ Usage::
 
 What it does (all on 127.0.0.1, in scratch folders):
 
-1. starts the cluster (``deployments.runner``) with the profile (default ``cpu-local``; chat roles
+1. starts the cluster (``recallserve.deployments.runner``) with the profile (default ``cpu-local``; chat roles
    on ``--model``, default the tiny SmolLM2, agent off: the check is about the memory tier) and
    writes ``--seed`` memories over HTTP;
 2. starts ``--clients`` closed-loop clients that add, delete and search memories and ask short
@@ -218,10 +218,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import httpx
 
-    from deployments import runner
-    from deployments.jobs._common import JobOptions, LiveOptions
-    from deployments.jobs._reembed_live import run_live
-    from memory_shards.embedders import embedder_identity
+    from recallserve.deployments import runner
+    from recallserve.deployments.jobs._common import JobOptions, LiveOptions
+    from recallserve.deployments.jobs._reembed_live import run_live
+    from recallserve.memory_shards.embedders import embedder_identity
 
     steps_done: list[dict[str, Any]] = []
     load = Load(base, key, config.chat.model_name, args.clients)

@@ -1,7 +1,7 @@
 """The shard's search over column-major vectors against row-major ones, in process.
 
 A shard stores its vectors row-major while small and column-major from
-``memory_shards._device.COLUMN_MAJOR_MIN_ROWS`` rows of capacity (``vector_block``). This benchmark
+``recallserve.memory_shards._device.COLUMN_MAJOR_MIN_ROWS`` rows of capacity (``vector_block``). This benchmark
 builds one hybrid shard per size with the bench's rows (MiniLM vectors of ``--distinct`` bench texts
 plus noise, as ``loadtests.search_seed`` writes them) and times two calls on the same rows stored
 both ways (``np.ascontiguousarray`` / ``np.asfortranarray`` of the table's vectors):
@@ -71,14 +71,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from deployments.cli._bench_search import _WORDS, _text
-    from kernels import ScoreParams
+    from recallserve.deployments.cli._bench_search import _WORDS, _text
+    from recallserve.kernels import ScoreParams
     from loadtests.search_seed import bulk_rows
-    from memory_shards._device import COLUMN_MAJOR_MIN_ROWS
-    from memory_shards.config import ShardConfig
-    from memory_shards.embedders import build_embedder
-    from memory_shards.retrieval import Feedback, HybridShard
-    from memory_shards.shard import MemoryShard
+    from recallserve.memory_shards._device import COLUMN_MAJOR_MIN_ROWS
+    from recallserve.memory_shards.config import ShardConfig
+    from recallserve.memory_shards.embedders import build_embedder
+    from recallserve.memory_shards.retrieval import Feedback, HybridShard
+    from recallserve.memory_shards.shard import MemoryShard
 
     torch.set_num_threads(args.threads)
     emb = build_embedder("all-MiniLM-L6-v2", device="cpu", batch_size=16, torch_threads=args.threads)

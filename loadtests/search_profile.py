@@ -55,13 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     import ray.cloudpickle as cloudpickle
     import torch
 
-    from deployments.cli._bench_search import _WORDS, _text
-    from kernels import ScoreParams
+    from recallserve.deployments.cli._bench_search import _WORDS, _text
+    from recallserve.kernels import ScoreParams
     from loadtests.search_seed import bulk_rows
-    from memory_shards.config import ShardConfig
-    from memory_shards.embedders import build_embedder
-    from memory_shards.retrieval import Feedback, HybridShard
-    from memory_shards.shard import MemoryShard
+    from recallserve.memory_shards.config import ShardConfig
+    from recallserve.memory_shards.embedders import build_embedder
+    from recallserve.memory_shards.retrieval import Feedback, HybridShard
+    from recallserve.memory_shards.shard import MemoryShard
 
     torch.set_num_threads(1)
     emb = build_embedder("all-MiniLM-L6-v2", device="cpu", batch_size=16, torch_threads=1)

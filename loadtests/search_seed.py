@@ -39,7 +39,7 @@ __all__ = ["bulk_rows", "main"]
 def bulk_rows(n: int, distinct: int, base_vectors: np.ndarray, base_words: list[str], tenant: str, tag: str,
               sigma: float, seed: int, start: int = 0):
     """Rows ``start .. n-1`` as ``EmbeddedRecord`` s (see the module docstring), in order."""
-    from memory_shards.records import EmbeddedRecord, MemoryRecord, private_record_id
+    from recallserve.memory_shards.records import EmbeddedRecord, MemoryRecord, private_record_id
 
     rng = np.random.default_rng(seed + start)
     dim = base_vectors.shape[1]
@@ -73,10 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.sigma <= 1 or not 100 <= args.batch <= 50_000:
         p.error("--sigma must be within [0, 1] and --batch within [100, 50000]")
 
-    from deployments.cli._bench_search import _text
-    from deployments.config import load_config
-    from memory_shards.embedders import build_embedder, embedder_identity
-    from memory_shards.retrieval import local_hybrid_coordinator
+    from recallserve.deployments.cli._bench_search import _text
+    from recallserve.deployments.config import load_config
+    from recallserve.memory_shards.embedders import build_embedder, embedder_identity
+    from recallserve.memory_shards.retrieval import local_hybrid_coordinator
 
     config = load_config(path=args.config)
     model_id, dim = embedder_identity(config.embedder.model)

@@ -27,7 +27,7 @@ __all__ = ["main"]
 
 async def _turn(store: Any, session_id: str, n: int) -> float:
     """One chat turn's store calls; returns its seconds."""
-    from serve.context._types import Message
+    from recallserve.serve.context._types import Message
 
     start = time.perf_counter()
     session = await store.open("bench", "u1", session_id)
@@ -56,10 +56,10 @@ def _run(turns: int, clients: int) -> dict[str, Any]:
     import ray
     from ray import serve
 
-    from deployments import runner
-    from deployments.config import load_config
-    from deployments.state import RemoteStore, StateStore
-    from serve.context import SessionStore
+    from recallserve.deployments import runner
+    from recallserve.deployments.config import load_config
+    from recallserve.deployments.state import RemoteStore, StateStore
+    from recallserve.serve.context import SessionStore
 
     scratch = Path(tempfile.mkdtemp(prefix="rs-state-bench-"))
     config = load_config("cpu-local", overrides={"ray": {"temp_dir": str(scratch / "ray"), "num_cpus": 2}})

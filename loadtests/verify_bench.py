@@ -60,12 +60,12 @@ def hostile_record() -> dict[str, Any]:
 
 
 def _app(data_dir: Path, mode: str) -> Any:
-    from deployments.engines import RemoteConfig, build_engine
-    from memory_shards import HashingEmbedder
-    from serve.api.app import create_app
-    from serve.api.auth import Authenticator
-    from serve.experience import ExperienceConfig, ExperienceService, build_router, verify_record
-    from serve.pipeline import ChatPipeline
+    from recallserve.deployments.engines import RemoteConfig, build_engine
+    from recallserve.memory_shards import HashingEmbedder
+    from recallserve.serve.api.app import create_app
+    from recallserve.serve.api.auth import Authenticator
+    from recallserve.serve.experience import ExperienceConfig, ExperienceService, build_router, verify_record
+    from recallserve.serve.pipeline import ChatPipeline
 
     class OnLoop(ExperienceService):
         """The ablation: verification on the event loop, as before issue 14 (caps still on)."""

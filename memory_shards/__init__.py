@@ -2,14 +2,14 @@
 
 Quick use (in-process)::
 
-    from memory_shards import MemoryRecord, MiniLMEmbedder, embed_records, local_coordinator
+    from recallserve.memory_shards import MemoryRecord, MiniLMEmbedder, embed_records, local_coordinator
     emb = MiniLMEmbedder()
     coord = local_coordinator(2, emb.model_id, emb.dim, data_root="data/memory")
     await coord.upsert(embed_records(emb, [MemoryRecord(tenant="t1", source_id="s1", text="...")]))
     hits = await coord.search("t1", emb.embed(["query"]), k=20)
 """
 
-from kernels import lazy_exports
+from recallserve.kernels import lazy_exports
 
 __all__ = [
     "CallGatherer",
@@ -46,42 +46,42 @@ __all__ = [
     "tenant_key",
 ]
 
-# NOTE: names load on first use, so that importing one light module (``memory_shards.config``'s
+# NOTE: names load on first use, so that importing one light module (``recallserve.memory_shards.config``'s
 # SearchHit in the request pipeline, ``records`` in the API schemas) does not import torch and
 # faiss through the shard and the coordinator.
 _LAZY = {
-    "CallGatherer": "memory_shards._gather",
-    "KINDS": "memory_shards.records",
-    "SHARED_TENANT_NAME": "memory_shards.records",
-    "EmbeddedRecord": "memory_shards.records",
-    "EMBEDDER_MODELS": "memory_shards.embedders",
-    "Embedder": "memory_shards.embedders",
-    "build_embedder": "memory_shards.embedders",
-    "embedder_identity": "memory_shards.embedders",
-    "HashingEmbedder": "memory_shards.embedders",
-    "LocalShardClient": "memory_shards.coordinator",
-    "MemoryCoordinator": "memory_shards.coordinator",
-    "MemoryKind": "memory_shards.records",
-    "MemoryPart": "memory_shards.records",
-    "MemoryRecord": "memory_shards.records",
-    "MemoryShard": "memory_shards.shard",
-    "MiniLMEmbedder": "memory_shards.embedders",
+    "CallGatherer": "recallserve.memory_shards._gather",
+    "KINDS": "recallserve.memory_shards.records",
+    "SHARED_TENANT_NAME": "recallserve.memory_shards.records",
+    "EmbeddedRecord": "recallserve.memory_shards.records",
+    "EMBEDDER_MODELS": "recallserve.memory_shards.embedders",
+    "Embedder": "recallserve.memory_shards.embedders",
+    "build_embedder": "recallserve.memory_shards.embedders",
+    "embedder_identity": "recallserve.memory_shards.embedders",
+    "HashingEmbedder": "recallserve.memory_shards.embedders",
+    "LocalShardClient": "recallserve.memory_shards.coordinator",
+    "MemoryCoordinator": "recallserve.memory_shards.coordinator",
+    "MemoryKind": "recallserve.memory_shards.records",
+    "MemoryPart": "recallserve.memory_shards.records",
+    "MemoryRecord": "recallserve.memory_shards.records",
+    "MemoryShard": "recallserve.memory_shards.shard",
+    "MiniLMEmbedder": "recallserve.memory_shards.embedders",
     "ScoreParams": "kernels",
-    "SearchFilters": "memory_shards.config",
-    "SearchHit": "memory_shards.config",
-    "ShardCallConfig": "memory_shards.config",
-    "ShardClient": "memory_shards.coordinator",
-    "ShardConfig": "memory_shards.config",
-    "ShardUnavailable": "memory_shards._fanout",
-    "embed_records": "memory_shards.coordinator",
-    "l2_normalise": "memory_shards.embedders",
-    "local_coordinator": "memory_shards.coordinator",
-    "id_route": "memory_shards.records",
-    "new_record_id": "memory_shards.records",
-    "private_record_id": "memory_shards.records",
-    "shared_record_id": "memory_shards.records",
-    "source_key": "memory_shards.records",
-    "tenant_key": "memory_shards.records",
+    "SearchFilters": "recallserve.memory_shards.config",
+    "SearchHit": "recallserve.memory_shards.config",
+    "ShardCallConfig": "recallserve.memory_shards.config",
+    "ShardClient": "recallserve.memory_shards.coordinator",
+    "ShardConfig": "recallserve.memory_shards.config",
+    "ShardUnavailable": "recallserve.memory_shards._fanout",
+    "embed_records": "recallserve.memory_shards.coordinator",
+    "l2_normalise": "recallserve.memory_shards.embedders",
+    "local_coordinator": "recallserve.memory_shards.coordinator",
+    "id_route": "recallserve.memory_shards.records",
+    "new_record_id": "recallserve.memory_shards.records",
+    "private_record_id": "recallserve.memory_shards.records",
+    "shared_record_id": "recallserve.memory_shards.records",
+    "source_key": "recallserve.memory_shards.records",
+    "tenant_key": "recallserve.memory_shards.records",
 }
 
 __getattr__ = lazy_exports(__name__, _LAZY)

@@ -1,6 +1,6 @@
 """The columns the fused kernel reads, as torch tensors on the shard's device.
 
-A shard keeps its rows on the host (numpy, :class:`memory_shards._table.RowTable`): the WAL,
+A shard keeps its rows on the host (numpy, :class:`recallserve.memory_shards._table.RowTable`): the WAL,
 snapshots, filters and the IVF index read them there. The kernel reads six columns::
 
     vectors [N, D] (float32 | float16 | bfloat16), tenant int64, source int64,
@@ -41,7 +41,7 @@ __all__ = ["COLUMN_MAJOR_MIN_ROWS", "DTYPES", "DeviceColumns", "KernelColumns", 
 #: Capacity (rows) from which the CPU vectors are stored column-major (see the module docstring).
 COLUMN_MAJOR_MIN_ROWS = 32_768
 
-#: ``ShardConfig.vector_dtype`` -> storage dtype (see ``kernels._params.STORAGE_DTYPES``).
+#: ``ShardConfig.vector_dtype`` -> storage dtype (see ``recallserve.kernels._params.STORAGE_DTYPES``).
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "float16": torch.float16,

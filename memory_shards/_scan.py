@@ -1,7 +1,7 @@
-"""The shard's scan: kernel columns -> ``kernels.fused_topk`` (shared by the shard and the benchmarks).
+"""The shard's scan: kernel columns -> ``recallserve.kernels.fused_topk`` (shared by the shard and the benchmarks).
 
 One function for every device: the columns are tensors on the shard's device
-(:class:`memory_shards._device.KernelColumns`), so ``fused_topk(backend="auto")`` runs the Triton
+(:class:`recallserve.memory_shards._device.KernelColumns`), so ``fused_topk(backend="auto")`` runs the Triton
 kernel when they are on CUDA and the torch reference when they are on the CPU.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kernels import ScoreParams, TopKResult, fused_topk
+from recallserve.kernels import ScoreParams, TopKResult, fused_topk
 
 from ._device import KernelColumns
 
@@ -44,7 +44,7 @@ def fused_scan(
         valid: a mask replacing ``cols.valid`` (search filters), host or device, ``[N]``.
 
     Returns:
-        The kernel's :class:`kernels.TopKResult`, on the columns' device.
+        The kernel's :class:`recallserve.kernels.TopKResult`, on the columns' device.
     """
     device = cols.vectors.device
     ok = cols.valid if valid is None else torch.as_tensor(valid).to(device, non_blocking=True)

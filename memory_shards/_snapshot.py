@@ -3,7 +3,7 @@
 Layout of ``<data_dir>/snap-<seq, 12 digits>/``::
 
     vectors.npy     float32 [rows, dim]   live rows in row order
-    <column>.npy    one per column of :data:`memory_shards._table.COLUMNS` (inspection, checks)
+    <column>.npy    one per column of :data:`recallserve.memory_shards._table.COLUMNS` (inspection, checks)
     records.jsonl   one MemoryRecord JSON per line, in row order (rows per record = its texts)
     meta.json       {"format": 1, "seq", "dim", "model_id", "rows", "records"}
 

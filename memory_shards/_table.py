@@ -4,10 +4,10 @@ One record owns a contiguous run of rows (one per embedding text). Replacing or 
 record marks its rows dead (``valid=False``); dead rows are dropped by :meth:`RowTable.compacted`
 (at snapshot time), so appends never move live rows between compactions and row indices stay
 stable for the IVF index. The columns the kernel reads are mirrored on the shard's device by a
-:class:`memory_shards._device.DeviceColumns` (:meth:`RowTable.kernel_columns`). The vectors are a
+:class:`recallserve.memory_shards._device.DeviceColumns` (:meth:`RowTable.kernel_columns`). The vectors are a
 ``[capacity, D]`` float32 array whose storage is row-major while the table is small and
-column-major from :data:`memory_shards._device.COLUMN_MAJOR_MIN_ROWS` rows of capacity on
-(:func:`memory_shards._device.vector_block`; the layout is chosen again at each doubling).
+column-major from :data:`recallserve.memory_shards._device.COLUMN_MAJOR_MIN_ROWS` rows of capacity on
+(:func:`recallserve.memory_shards._device.vector_block`; the layout is chosen again at each doubling).
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ class RowTable:
         return [s.record for s in self.slots if s is not None]
 
     def tenant_records(self) -> dict[int, int]:
-        """Live records by tenant key (:func:`~memory_shards.records.tenant_key`; shared is 0).
+        """Live records by tenant key (:func:`~recallserve.memory_shards.records.tenant_key`; shared is 0).
 
         NOTE: one row per record counted (its part 0), so a record of many texts counts once; the
         console shows a tenant its own count from this, never the shard's total.

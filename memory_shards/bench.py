@@ -13,8 +13,8 @@ expiry masks, dedup by source id) over the same synthetic shard (:mod:`._bench_d
   (GPU indexes ignore ID selectors).
 * ``unfused-torch``: dense ``[Q, N]`` cosine, masks and scores in torch on the fused path's
   device, then exact dedup + top-k (exact; what fusion saves).
-* ``fused``: the shard's exact scan (:func:`memory_shards._scan.fused_scan`, i.e.
-  ``kernels.fused_topk``: Triton on CUDA, torch on the CPU) over device-resident columns.
+* ``fused``: the shard's exact scan (:func:`recallserve.memory_shards._scan.fused_scan`, i.e.
+  ``recallserve.kernels.fused_topk``: Triton on CUDA, torch on the CPU) over device-resident columns.
 
 FAISS rows are left out when faiss is not installed (a bare GPU machine).
 
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels import ScoreParams
+from recallserve.kernels import ScoreParams
 
 from ._bench_data import BenchData, make_bench_data
 from ._device import KernelColumns
@@ -115,11 +115,11 @@ def fused_pipeline(data: BenchData, k: int, params: ScoreParams, backend: str = 
 
 def unfused_torch_pipeline(data: BenchData, cols: KernelColumns, k: int, params: ScoreParams) -> list[list[int]]:
     """Unfused torch on the columns' device: the dense ``[Q, N]`` cosine, mask and score matrices, then an exact
-    dedup + top-k (``kernels._select.select_topk_scores``): what the fused kernel saves is those passes."""
+    dedup + top-k (``recallserve.kernels._select.select_topk_scores``): what the fused kernel saves is those passes."""
     import torch
 
-    from kernels._select import select_topk_scores, time_factor
-    from kernels.reference import masked_scores, normalize_queries
+    from recallserve.kernels._select import select_topk_scores, time_factor
+    from recallserve.kernels.reference import masked_scores, normalize_queries
 
     q = normalize_queries(torch.from_numpy(data.queries).to(cols.vectors.device))
     days = ((data.now - cols.last_access).clamp_min(0.0) / SECONDS_PER_DAY).to(torch.float32)
@@ -312,7 +312,7 @@ def run_memory_bench(
 def _run(sizes, dim, n_queries, k, repeats, seed, backend, progress, device, vector_dtype, target_recall, faiss):
     import torch
 
-    from kernels.bench import _peak_for, scan_bytes
+    from recallserve.kernels.bench import _peak_for, scan_bytes
 
     from ._device import DTYPES
     from ._ivf import faiss_gpu_available

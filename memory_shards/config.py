@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from kernels import StrictModel
+from recallserve.kernels import StrictModel
 
 from .records import MemoryKind, MemoryRecord, Scalar
 
@@ -68,7 +68,7 @@ class ShardCallConfig(StrictModel):
     """How the coordinator calls shards: deadlines, and what it tells a caller while one is down.
 
     A shard that fails or misses its deadline is marked down; requests that need it (see
-    ``memory_shards.coordinator``) answer :class:`~memory_shards.ShardUnavailable` at once,
+    ``recallserve.memory_shards.coordinator``) answer :class:`~memory_shards.ShardUnavailable` at once,
     requests that do not are answered without it, and one background probe at a time checks
     whether it is back.
     """
@@ -136,7 +136,7 @@ class SearchHit(StrictModel):
 
     The one hit type of the project: the shards and the coordinator return it, the hybrid
     retriever extends it (``HybridHit``), and the request pipeline reads it as
-    ``serve.memory.MemoryHit`` through the record's properties below (``id``, ``source_id``,
+    ``recallserve.serve.memory.MemoryHit`` through the record's properties below (``id``, ``source_id``,
     ``kind``, ``text``, ``created_at``, ``metadata``).
     """
 

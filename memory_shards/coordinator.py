@@ -1,6 +1,6 @@
 """The sharded coordinator: routing, fan-out and one heap merge of the shards' top-k.
 
-Routing (N shards, keys from :mod:`memory_shards.records`)::
+Routing (N shards, keys from :mod:`recallserve.memory_shards.records`)::
 
     private record of tenant t  -> shard  uint64(tenant_key(t)) mod N   (a tenant lives on one shard)
     shared record (tenant "shared") -> shard uint64(source_key(source_id)) mod N   (spread by source)
@@ -33,7 +33,7 @@ top-k, the merge equals an unsharded exact search (up to the order of exactly ti
 
 Shards are reached through the async :class:`ShardClient` protocol, so a Ray deployment handle
 can stand in for :class:`LocalShardClient` without changing the coordinator; every call goes
-through :class:`~memory_shards._fanout.ShardCalls` (deadlines, down marks, probes).
+through :class:`~recallserve.memory_shards._fanout.ShardCalls` (deadlines, down marks, probes).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from kernels import ScoreParams
+from recallserve.kernels import ScoreParams
 
 from ._fanout import ShardCalls, ShardUnavailable
 from .config import SearchFilters, SearchHit, ShardCallConfig, ShardConfig

@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from memory_shards.onnx_embedder import MINILM_ONNX_INT8_MODEL_ID, OnnxMiniLMEmbedder
+from recallserve.memory_shards.onnx_embedder import MINILM_ONNX_INT8_MODEL_ID, OnnxMiniLMEmbedder
 
 __all__ = ["Embedder", "MiniLMEmbedder", "HashingEmbedder", "EMBEDDER_MODELS", "embedder_identity", "build_embedder",
            "l2_normalise", "EMBEDDER_RUNTIMES", "resolve_runtime", "OnnxMiniLMEmbedder"]
@@ -206,7 +206,7 @@ def build_embedder(model: str, device: str = "cpu", batch_size: int = 16, torch_
         runtime: "torch", "onnx" or "auto" (see :func:`resolve_runtime`).
         cache_dir: folder of the exported ONNX files (onnx only; None = a temporary folder).
         bulk_threads, bulk_min_texts, bulk_niceness: how calls of many texts run (onnx only; see
-            :class:`~memory_shards.onnx_embedder.OnnxMiniLMEmbedder`; torch ignores them).
+            :class:`~recallserve.memory_shards.onnx_embedder.OnnxMiniLMEmbedder`; torch ignores them).
 
     Raises:
         ValueError: an unknown name, a runtime the model cannot run on, or a CPU-only model on a GPU.

@@ -1,5 +1,5 @@
 """``recallserve bench gather``: one shard under 1, 16, 64 concurrent one-query searches, with and
-without gathering concurrent searches into one scan (:mod:`memory_shards._gather`).
+without gathering concurrent searches into one scan (:mod:`recallserve.memory_shards._gather`).
 
 Each client is a thread in a closed loop (send, wait for the answer, send again) for ``seconds``;
 a search is one query of one tenant, as the serving path's hybrid search sends. Rows report
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels import ScoreParams
+from recallserve.kernels import ScoreParams
 
 from .config import ShardConfig
 from .records import EmbeddedRecord, MemoryRecord

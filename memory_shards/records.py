@@ -29,7 +29,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from kernels import StrictModel
+from recallserve.kernels import StrictModel
 
 from .chunking import MAX_CHUNKS
 

@@ -1,6 +1,6 @@
 """One memory shard: rows + columns, fused exact scan or IVF candidates, WAL and snapshots.
 
-Search scores every visible row with ``kernels.fused_topk``::
+Search scores every visible row with ``recallserve.kernels.fused_topk``::
 
     visible(q, r) = valid[r] & filters[r] & (tenant[r] in {tenant(q), 0}) & expires[r] > now
                     & cos(q, r) >= threshold
@@ -39,8 +39,8 @@ from ._scan import fused_scan
 from ._snapshot import load_latest_snapshot, write_snapshot
 from ._table import RowTable
 from ._wal import WriteAheadLog, decode_vectors, encode_vectors
-from kernels import ScoreParams
-from kernels._dispatch import chosen_backend
+from recallserve.kernels import ScoreParams
+from recallserve.kernels._dispatch import chosen_backend
 
 from .config import SearchFilters, SearchHit, ShardConfig
 from .records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, kind_code, record_version, source_key, \

@@ -22,10 +22,10 @@ from typing import Protocol
 
 import numpy as np
 
-from kernels import ScoreParams
-from memory_shards.records import EmbeddedRecord, MemoryRecord
-from memory_shards.retrieval import HybridShard, lexical_text
-from memory_shards.shard import MemoryShard
+from recallserve.kernels import ScoreParams
+from recallserve.memory_shards.records import EmbeddedRecord, MemoryRecord
+from recallserve.memory_shards.retrieval import HybridShard, lexical_text
+from recallserve.memory_shards.shard import MemoryShard
 
 __all__ = [
     "HybridShardAccess",
@@ -129,7 +129,7 @@ class ShardAccess(Protocol):
 
     def apply(self, deletes: Mapping[str, Sequence[str]], upserts: Sequence[EmbeddedRecord], expected: Mapping[str, str],
               touches: Mapping[str, float] | None = None, all_or_nothing: bool = False) -> dict[str, list[str]]:
-        """See :meth:`memory_shards.MemoryShard.apply_if_unchanged`."""
+        """See :meth:`recallserve.memory_shards.MemoryShard.apply_if_unchanged`."""
         ...
 
     def neighbours(self, record_id: str, k: int, threshold: float) -> list[MemoryRecord]:
@@ -145,7 +145,7 @@ class ShardAccess(Protocol):
         ...
 
     def insert_absent(self, items: Sequence[EmbeddedRecord]) -> list[str]:
-        """See :meth:`memory_shards.MemoryShard.insert_absent`."""
+        """See :meth:`recallserve.memory_shards.MemoryShard.insert_absent`."""
         ...
 
     def touch(self, ids: Sequence[str], at: Sequence[float]) -> None:

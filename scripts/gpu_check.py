@@ -3,8 +3,8 @@
 Steps:
   imports  -- the modules the check uses import without faiss, ray or vllm (blocked here).
   pytest   -- ``tests/gpu`` (compiled Triton vs the torch reference), in process.
-  kernels  -- ``kernels.bench.bench_kernels``: torch vs Triton, GB/s and share of HBM peak.
-  memory   -- ``memory_shards.bench.run_memory_bench`` with device-resident columns.
+  kernels  -- ``recallserve.kernels.bench.bench_kernels``: torch vs Triton, GB/s and share of HBM peak.
+  memory   -- ``recallserve.memory_shards.bench.run_memory_bench`` with device-resident columns.
   shard    -- a device-resident ``MemoryShard`` (fp32 and fp16) against the torch reference on CPU.
 
 ``--cpu`` runs every step on the CPU with small sizes (the dry run: same code, no GPU figures).
@@ -42,12 +42,12 @@ def _write(out: Path, name: str, rows: object) -> None:
 
 
 def step_imports(cpu: bool, out: Path) -> int:
-    mods = ["kernels", "kernels.bench", "kernels.reference", "memory_shards.shard", "memory_shards.bench",
-            "memory_shards._ivf", "memory_shards.config"]
+    mods = ["kernels", "recallserve.kernels.bench", "recallserve.kernels.reference", "recallserve.memory_shards.shard", "recallserve.memory_shards.bench",
+            "recallserve.memory_shards._ivf", "recallserve.memory_shards.config"]
     import torch
 
     if not cpu or torch.cuda.is_available():
-        mods.append("kernels.fused_score")
+        mods.append("recallserve.kernels.fused_score")
     import importlib
 
     for m in mods:
@@ -70,7 +70,7 @@ def step_pytest(cpu: bool, out: Path) -> int:
 
 
 def step_kernels(cpu: bool, out: Path) -> int:
-    from kernels.bench import bench_kernels
+    from recallserve.kernels.bench import bench_kernels
 
     # NOTE: the GPU target: the fused scan at 1M x 384 fp16, 64 queries, >= 70% of HBM bandwidth.
     shapes = [(20_000, 384, 64, 20, "float32"), (20_000, 384, 64, 20, "float16")] if cpu else [
@@ -89,7 +89,7 @@ def step_kernels(cpu: bool, out: Path) -> int:
 
 
 def step_memory(cpu: bool, out: Path) -> int:
-    from memory_shards.bench import run_memory_bench
+    from recallserve.memory_shards.bench import run_memory_bench
 
     sizes, repeats = ([5_000], 1) if cpu else ([200_000, 1_000_000], 5)
     rows = []
@@ -111,8 +111,8 @@ def step_shard(cpu: bool, out: Path) -> int:
     import numpy as np
     import torch
 
-    from kernels import ScoreParams
-    from memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard, ShardConfig
+    from recallserve.kernels import ScoreParams
+    from recallserve.memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard, ShardConfig
 
     device = "cpu" if cpu else "cuda"
     n, dim, nq, k = (1_500, 384, 16, 10) if cpu else (50_000, 384, 64, 20)

@@ -14,14 +14,14 @@ import sys
 import tempfile
 from pathlib import Path
 from fastapi.testclient import TestClient
-from serve.agent import Agent, AgentConfig, default_registry
-from serve.api.app import create_app
-from serve.api.auth import Authenticator
-from serve.context import ContextManager, SessionStore
-from serve.engine import ChatResult, ChatDelta
-from serve.pipeline import ChatPipeline, PipelineSettings
+from recallserve.serve.agent import Agent, AgentConfig, default_registry
+from recallserve.serve.api.app import create_app
+from recallserve.serve.api.auth import Authenticator
+from recallserve.serve.context import ContextManager, SessionStore
+from recallserve.serve.engine import ChatResult, ChatDelta
+from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
 
-from serve.tokens import get_tokenizer
+from recallserve.serve.tokens import get_tokenizer
 enc = get_tokenizer()
 
 class Rec:

@@ -4,7 +4,7 @@
     PYTHONPATH=$PWD python scripts/question_facts.py --check  # exit 1 when a file is stale
 
 Look-up questions get their facts by running the expected tool's query on the world
-(:class:`serve.agent.demo.DemoWorld`): an order's status (plus its carrier when asked), a batch's
+(:class:`recallserve.serve.agent.demo.DemoWorld`): an order's status (plus its carrier when asked), a batch's
 order count / ids / customers, its supplier, date or units, a customer's ticket ids, an
 inventory range's net change, a calculation's result. Questions the tools cannot answer alone
 (memory look-ups, manual questions, small talk, refusals) get hand-written facts in ``_HAND``
@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from serve.agent.demo.world import DemoWorld
+from recallserve.serve.agent.demo.world import DemoWorld
 
 _DIR = Path(__file__).resolve().parents[1] / "serve" / "agent" / "demo"
 _FILES = ("questions.json", "questions_holdout.json")

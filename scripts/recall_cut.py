@@ -4,7 +4,7 @@
 
 Recalls (demo memories, MiniLM, the memory tier's top-k and threshold) for every question of the
 set and for the demo scenario (question + the OCR text of its photo), then prints for each cut
-``c``: how many of the memories the answers need survive :func:`serve.turn.relevance_cut`
+``c``: how many of the memories the answers need survive :func:`recallserve.serve.turn.relevance_cut`
 (``similarity >= c * best``), and how many
 memories the prompts would show in all. The default is the largest cut that keeps every needed
 memory of the tuned set; run it with ``--questions holdout`` to report (not fit) the held-out set.
@@ -13,7 +13,7 @@ Then, at the default cut, for each absolute floor ``f`` (``similarity >= f`` for
 best match included): the needed memories kept, and the memories shown to questions that need
 none (what a floor saves). The default floor is the memory tier's threshold (the design's 0.35
 cosine), not a fit: the table shows that it keeps every needed memory of both sets. These rows pass
-the question as the query, so the id and fault-code rules of :func:`serve.turn.relevance_cut` apply.
+the question as the query, so the id and fault-code rules of :func:`recallserve.serve.turn.relevance_cut` apply.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from serve.agent.demo import DEMO_QUESTION, DEMO_TENANT, demo_photo_data_url, load_demo_memories, load_questions
-from serve.agent.demo._memory import LocalMemory
-from serve.turn import RecallConfig, Turn, analyse_images, relevance_cut
+from recallserve.serve.agent.demo import DEMO_QUESTION, DEMO_TENANT, demo_photo_data_url, load_demo_memories, load_questions
+from recallserve.serve.agent.demo._memory import LocalMemory
+from recallserve.serve.turn import RecallConfig, Turn, analyse_images, relevance_cut
 
 #: The memories a right answer needs, per question text (tuned and held-out sets, and the demo).
 NEEDED = {

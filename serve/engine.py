@@ -13,7 +13,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import Field
 
-from kernels import StrictModel
+from recallserve.kernels import StrictModel
 
 __all__ = [
     "ChatMessage",

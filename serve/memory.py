@@ -12,8 +12,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import Field
 
-from kernels import StrictModel
-from memory_shards.config import SearchHit
+from recallserve.kernels import StrictModel
+from recallserve.memory_shards.config import SearchHit
 
 __all__ = ["MemoryHit", "MemoryWrite", "MemoryBackend"]
 

@@ -2,17 +2,17 @@
 
 Steps of one turn (see ../shared/ARCHITECTURE.md):
 
-1. the turn (:class:`serve.turn.Turn`), built once: context-mode fits the history inside the
+1. the turn (:class:`recallserve.serve.turn.Turn`), built once: context-mode fits the history inside the
    token budget (the session's when the request names one in ``metadata.session_id``, else the
    client's messages, by the same rules), the images are described and OCR'd, and memories are
    recalled once (k and threshold from the profile's ``memory`` section);
-2. the answer, every prompt rendered from the turn by :func:`serve.turn.render_prompt`: through
+2. the answer, every prompt rendered from the turn by :func:`recallserve.serve.turn.render_prompt`: through
    the CoT 3.0 agent when one is configured (routes, calls tools and reasons), else one reasoner
    call (plain or segmented);
 3. after the answer: the turn is appended to the session, and off the request path the rolling
    summary is refreshed and the exchange is written back to memory (PII masked).
 
-Engines are :class:`~serve.engine.LLMEngine` objects: Ray handles wrapped by ``deployments/`` in
+Engines are :class:`~recallserve.serve.engine.LLMEngine` objects: Ray handles wrapped by ``deployments/`` in
 the cluster, the real llama.cpp engine in-process in tests.
 """
 
@@ -28,8 +28,8 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from kernels import StrictModel
-from serve.api.chat_protocol import (
+from recallserve.kernels import StrictModel
+from recallserve.serve.api.chat_protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -42,18 +42,18 @@ from serve.api.chat_protocol import (
     Usage,
     new_completion_id,
 )
-from serve.api.errors import APIError
-from serve.api.metrics import TIME_TO_FIRST_TOKEN, TOKENS
-from serve.agent import Agent, AgentConfig, AgentRequest, AgentResult
-from serve.api.auth import READ_ONLY_SCOPES
-from serve.context import ContextBudgetError, ContextError, ContextManager, MessageIn, SessionNotFoundError
-from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine, set_engine_affinity
-from serve.experience import ExperienceService, ProduceResult, check_topic
-from serve.memory import MemoryBackend
-from serve.pii import PiiMode, apply_pii, for_write_back
-from serve.traces import TraceRecorder
-from serve.write_filter import WriteFilterConfig, exchange_write, speaker_name, with_speaker, worth_storing
-from serve.turn import RecallConfig, Turn, analyse_images, memory_meta, recall_memories, render_prompt
+from recallserve.serve.api.errors import APIError
+from recallserve.serve.api.metrics import TIME_TO_FIRST_TOKEN, TOKENS
+from recallserve.serve.agent import Agent, AgentConfig, AgentRequest, AgentResult
+from recallserve.serve.api.auth import READ_ONLY_SCOPES
+from recallserve.serve.context import ContextBudgetError, ContextError, ContextManager, MessageIn, SessionNotFoundError
+from recallserve.serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine, set_engine_affinity
+from recallserve.serve.experience import ExperienceService, ProduceResult, check_topic
+from recallserve.serve.memory import MemoryBackend
+from recallserve.serve.pii import PiiMode, apply_pii, for_write_back
+from recallserve.serve.traces import TraceRecorder
+from recallserve.serve.write_filter import WriteFilterConfig, exchange_write, speaker_name, with_speaker, worth_storing
+from recallserve.serve.turn import RecallConfig, Turn, analyse_images, memory_meta, recall_memories, render_prompt
 
 __all__ = ["RequestContext", "PipelineSettings", "ChatPipeline", "Answer"]
 
@@ -283,7 +283,7 @@ class ChatPipeline:
 
     # ---- step 1: the turn ------------------------------------------------------------------
     async def _build_turn(self, req: ChatCompletionRequest, ctx: RequestContext, params: GenerationParams) -> Turn:
-        """The request as one :class:`~serve.turn.Turn`: the client's system prompt, the history
+        """The request as one :class:`~recallserve.serve.turn.Turn`: the client's system prompt, the history
         the token budget keeps (the session's, else the client's messages, by the same rules), the
         context-mode block, the question and its images, and the turn's one memory recall."""
         started = time.perf_counter()

@@ -8,7 +8,7 @@ cached downloads (``sha1(official URL)``), so tiktoken's own hash check passes a
 in the process, ours or a library's, gets ``get_encoding("cl100k_base")`` offline.
 
 The cache folder is ``$TIKTOKEN_CACHE_DIR`` when set, else ``$RECALLSERVE_HOME/tiktoken``
-(:func:`serve.envs.recallserve_home`), else, when that is not writable,
+(:func:`recallserve.serve.envs.recallserve_home`), else, when that is not writable,
 ``<tempdir>/recallserve-tiktoken``; when ``TIKTOKEN_CACHE_DIR`` was unset it is set to that
 folder for this process (that is the only way tiktoken finds a cache).
 
@@ -30,12 +30,12 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from serve.envs import recallserve_home
+from recallserve.serve.envs import recallserve_home
 
 if TYPE_CHECKING:
     import tiktoken
 
-    from serve.engine import LLMEngine
+    from recallserve.serve.engine import LLMEngine
 
 __all__ = [
     "ENCODING_NAME",

@@ -1,6 +1,6 @@
 """One chat turn: built once from the request, rendered into every engine prompt by one formatter.
 
-A request changes form once, at the edge (:class:`~serve.pipeline.ChatPipeline`), into a
+A request changes form once, at the edge (:class:`~recallserve.serve.pipeline.ChatPipeline`), into a
 :class:`Turn`; the agent (router, loop steps, direct answers), the plain path, streaming and
 segmented reasoning all call :func:`render_prompt` on it. So whatever a feature adds to the turn
 (the client's system prompt, the context-mode block, the budgeted history, the recalled memories,
@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import Field
 
-from kernels import StrictModel
-from serve.engine import ChatMessage
-from serve.memory import MemoryBackend, MemoryHit
+from recallserve.kernels import StrictModel
+from recallserve.serve.engine import ChatMessage
+from recallserve.serve.memory import MemoryBackend, MemoryHit
 
 if TYPE_CHECKING:  # NOTE: typing only; serve.agent imports this module.
-    from serve.agent.images import ImageDescriber, ImageUnit
-    from serve.context import MessageIn, Session
+    from recallserve.serve.agent.images import ImageDescriber, ImageUnit
+    from recallserve.serve.context import MessageIn, Session
 
 __all__ = ["RecallConfig", "Turn", "recall_memories", "relevance_cut", "analyse_images", "format_memories", "memory_line", "render_prompt", "memory_meta",
            "RECALL_KINDS", "CLIENT_HEADER"]
@@ -223,7 +223,7 @@ def relevance_cut(hits: Sequence[MemoryHit], relative: float, floor: float = -1.
 
     The absolute ``floor`` (``RecallConfig.min_similarity``, by default the memory tier's
     ``memory.threshold``) applies to every hit, that one too, except a memory that names an id the
-    query names (an order, ticket, batch or customer id: ``serve.agent.guards.ID_PATTERN``), which
+    query names (an order, ticket, batch or customer id: ``recallserve.serve.agent.guards.ID_PATTERN``), which
     is about the thing asked whatever its cosine (the relative cut still applies to it). The
     hybrid retriever returns BM25 matches that the dense threshold never saw: measured on the demo,
     "Where is my order 104255?" (an order with no ticket) showed four other orders' tickets at
@@ -232,7 +232,7 @@ def relevance_cut(hits: Sequence[MemoryHit], relative: float, floor: float = -1.
     lost its ticket T-1063).
 
     Fault codes: when the query names a fault code (``E42``, ``E-31``:
-    ``serve.agent.guards.FAULT_CODE_PATTERN``) and some hit names one of the same codes, the hits
+    ``recallserve.serve.agent.guards.FAULT_CODE_PATTERN``) and some hit names one of the same codes, the hits
     that name none of them are other faults and are dropped (before the relative cut, so the best
     is taken among the rest), whatever their cosine or ids. A product photo's OCR line ("E42
     BrewMaster 3000 BATCH B-2207 ...") puts the product's name in the query, which lifts every
@@ -245,7 +245,7 @@ def relevance_cut(hits: Sequence[MemoryHit], relative: float, floor: float = -1.
     ids: set[str] = set()
     codes: set[str] = set()
     if query:
-        from serve.agent.guards import ID_PATTERN, fault_codes  # NOTE: lazy: serve.agent imports this module
+        from recallserve.serve.agent.guards import ID_PATTERN, fault_codes  # NOTE: lazy: serve.agent imports this module
 
         ids = set(ID_PATTERN.findall(query))
         codes = fault_codes(query)
@@ -267,7 +267,7 @@ def relevance_cut(hits: Sequence[MemoryHit], relative: float, floor: float = -1.
 async def analyse_images(turn: Turn, describer: ImageDescriber | None = None) -> None:
     """Describe and OCR the question's images into ``turn.images`` (a bad one into
     ``turn.image_errors``, never an exception: the rest of the turn still runs)."""
-    from serve.agent.images import ImageError, analyse_image
+    from recallserve.serve.agent.images import ImageError, analyse_image
 
     t = time.perf_counter()
     units = []

@@ -27,7 +27,7 @@ themselves) reach chat memories too::
             | name of the latest earlier user message that has one (the same author, known from the request)
             | "user"                                       (the role, when no message names its author)
 
-PII masking (``serve.pii.apply_pii`` under the write-back policy) applies to the name as to the text:
+PII masking (``recallserve.serve.pii.apply_pii`` under the write-back policy) applies to the name as to the text:
 a name field holding an e-mail or a phone number is stored masked.
 """
 
@@ -39,10 +39,10 @@ from typing import Literal, Protocol
 
 from pydantic import Field
 
-from kernels import StrictModel
-from memory_shards.retrieval._text import analyse
-from serve.memory import MemoryWrite
-from serve.pii import PiiMode, apply_pii
+from recallserve.kernels import StrictModel
+from recallserve.memory_shards.retrieval._text import analyse
+from recallserve.serve.memory import MemoryWrite
+from recallserve.serve.pii import PiiMode, apply_pii
 
 __all__ = ["WriteFilterConfig", "worth_storing", "speaker_name", "exchange_write", "with_speaker",
            "DECISION_OUTCOME", "ANSWER_OUTCOME"]
@@ -153,7 +153,7 @@ def speaker_name(messages: Sequence[_Authored], pii: PiiMode) -> str:
 
     Args:
         messages: the request's messages, in order (the question is the last user message).
-        pii: the write-back's PII policy (``serve.pii.for_write_back`` of the tenant's): the name is stored
+        pii: the write-back's PII policy (``recallserve.serve.pii.for_write_back`` of the tenant's): the name is stored
             masked like the text.
 
     Example:

@@ -13,11 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["COMMANDS", "UserError", "add_profile_arguments", "check_own_packages", "main"]
-
-#: the project's top-level packages (pyproject's ``packages.find``).
-_OWN_PACKAGES = ("deployments", "serve", "memory_shards", "kernels")
-
+__all__ = ["COMMANDS", "UserError", "add_profile_arguments", "main"]
 
 class UserError(Exception):
     """An error caused by the user's input or environment; printed as one line."""
@@ -34,22 +30,22 @@ def add_profile_arguments(p: argparse.ArgumentParser) -> None:
 # NAME under the group GROUP (created on first use, with its help from _GROUP_HELP); each module
 # has add_parser(subparsers). The leaves of ``job`` are deployments.jobs.JOBS, which _jobs reads.
 COMMANDS: dict[str, str] = {
-    "up": "deployments.cli._up",
-    "deploy": "deployments.cli._deploy",
-    "models": "deployments.cli._models",
-    "serve-config": "deployments.cli._serve_config",
-    "demo": "deployments.cli._demo",
-    "bench memory": "deployments.cli._bench_memory",
-    "bench restart": "deployments.cli._bench_restart",
-    "bench gather": "deployments.cli._bench_gather",
-    "bench chat": "deployments.cli._bench_chat",
-    "bench search": "deployments.cli._bench_search",
-    "bench ingest": "deployments.cli._bench_ingest",
-    "eval agent": "deployments.cli._eval_agent",
-    "eval retention": "deployments.cli._eval_retention",
-    "eval experiences": "deployments.cli._eval_experiences",
-    "eval locomo": "deployments.cli._eval_locomo",
-    "job *": "deployments.cli._jobs",
+    "up": "recallserve.deployments.cli._up",
+    "deploy": "recallserve.deployments.cli._deploy",
+    "models": "recallserve.deployments.cli._models",
+    "serve-config": "recallserve.deployments.cli._serve_config",
+    "demo": "recallserve.deployments.cli._demo",
+    "bench memory": "recallserve.deployments.cli._bench_memory",
+    "bench restart": "recallserve.deployments.cli._bench_restart",
+    "bench gather": "recallserve.deployments.cli._bench_gather",
+    "bench chat": "recallserve.deployments.cli._bench_chat",
+    "bench search": "recallserve.deployments.cli._bench_search",
+    "bench ingest": "recallserve.deployments.cli._bench_ingest",
+    "eval agent": "recallserve.deployments.cli._eval_agent",
+    "eval retention": "recallserve.deployments.cli._eval_retention",
+    "eval experiences": "recallserve.deployments.cli._eval_experiences",
+    "eval locomo": "recallserve.deployments.cli._eval_locomo",
+    "job *": "recallserve.deployments.cli._jobs",
 }
 _GROUP_HELP: dict[str, str] = {
     "bench": "benchmarks that print a table and write JSON rows",
@@ -75,34 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_own_packages() -> None:
-    """Raise :class:`UserError` when another distribution's module shadows one of the project's packages.
-
-    NOTE: PyPI's ``kernels`` (Hugging Face's kernel downloader; a hard dependency of transformers
-    5.25+) installs a top-level ``kernels`` package. An editable install's finder comes after the
-    site-packages path, so that package, not ``kernels/`` here, is imported and every command
-    fails with an ImportError far from the cause. pyproject pins transformers below 5.25; a
-    machine that installed the newer one keeps the stray package until it is uninstalled.
-    """
-    import importlib.util
-
-    root = Path(__file__).resolve().parents[2]
-    for name in _OWN_PACKAGES:
-        spec = importlib.util.find_spec(name)
-        origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
-        if origin is None or origin.parent.parent != root:
-            raise UserError(f"the module {name!r} is imported from {origin or 'nowhere'}, not {root / name}: "
-                            f"another package shadows recallserve's own (run `pip uninstall -y {name}` "
-                            f"if that is PyPI's {name!r}, then reinstall recallserve)")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
-    try:
-        check_own_packages()
-    except UserError as exc:
-        print(f"recallserve: error: {exc}", file=sys.stderr)
-        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     # NOTE: the command as typed, for reports that record how they were made (not sys.argv: a

@@ -34,14 +34,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from deployments.cli import UserError, add_profile_arguments
-from deployments.cli._cluster_client import add_cluster_arguments, cluster_base, write_json
+from recallserve.deployments.cli import UserError, add_profile_arguments
+from recallserve.deployments.cli._cluster_client import add_cluster_arguments, cluster_base, write_json
 
 NAME = "chat"
 
 #: (name, question, max_tokens): a direct answer, a one-tool question, the demo's flicker question
 #: (text only) and the demo question with its photo (``demo-photo``: the question text is
-#: :data:`serve.agent.demo.DEMO_QUESTION`, sent with the demo photo; through the cluster only).
+#: :data:`recallserve.serve.agent.demo.DEMO_QUESTION`, sent with the demo photo; through the cluster only).
 PROMPTS: list[tuple[str, str, int]] = [
     ("direct", "Name one colour.", 40),
     ("one-tool", "What is the status of order 104333?", 120),
@@ -56,7 +56,7 @@ def _user_content(name: str, question: str) -> Any:
     """The user message's content: the question, or the demo question and photo for ``demo-photo``."""
     if name != PHOTO_PROMPT:
         return question
-    from serve.agent.demo import DEMO_QUESTION, demo_photo_data_url
+    from recallserve.serve.agent.demo import DEMO_QUESTION, demo_photo_data_url
 
     return [{"type": "text", "text": DEMO_QUESTION}, {"type": "image_url", "image_url": {"url": demo_photo_data_url()}}]
 
@@ -118,8 +118,8 @@ def _cluster_turn(http: Any, model: str, name: str, question: str, max_tokens: i
 
 
 async def _raw_turns(config: Any, repeats: int) -> list[TurnRow]:
-    from deployments.engines import build_engine
-    from serve.engine import ChatDelta, ChatMessage, GenerationParams
+    from recallserve.deployments.engines import build_engine
+    from recallserve.serve.engine import ChatDelta, ChatMessage, GenerationParams
 
     if config.reasoner.engine.kind != "llama_cpp":
         raise UserError("--raw: the profile's reasoner is not a llama.cpp model")
@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
 
     import httpx
 
-    from deployments.config import load_config
+    from recallserve.deployments.config import load_config
 
     if not 1 <= args.repeats <= 20:
         raise UserError(f"--repeats must be within [1, 20], got {args.repeats}")

@@ -6,8 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
-from deployments.cli import UserError
-from deployments.cli._bench_memory import _parse_size, print_and_write, with_progress
+from recallserve.deployments.cli import UserError
+from recallserve.deployments.cli._bench_memory import _parse_size, print_and_write, with_progress
 
 NAME = "gather"
 
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from memory_shards.gather_bench import run_gather_bench
+    from recallserve.memory_shards.gather_bench import run_gather_bench
 
     console = Console()
     result = with_progress(console, lambda progress: run_gather_bench(rows, args.dim, clients, args.seconds, progress=progress))

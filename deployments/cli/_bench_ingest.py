@@ -1,7 +1,7 @@
 """``recallserve bench ingest``: memories/s of ``POST /v1/memories`` per embedder configuration (JSON row).
 
 In process by default (the memory API alone, several embedder settings interleaved); with
-``--url`` through a running cluster instead (:mod:`deployments.cli._bench_ingest_cluster`).
+``--url`` through a running cluster instead (:mod:`recallserve.deployments.cli._bench_ingest_cluster`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from deployments.cli import UserError
+from recallserve.deployments.cli import UserError
 
 NAME = "ingest"
 
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the benchmark, print a table, write the JSON row."""
     import sys
 
-    from serve.memory_api._bench import ingest_bench
+    from recallserve.serve.memory_api._bench import ingest_bench
 
     if not 1 <= args.batch <= 256 or args.rounds < 1:
         raise UserError("--batch must be in 1..256 and --rounds >= 1")
@@ -94,11 +94,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_cluster(args: argparse.Namespace) -> int:
-    """``--url``: the phases of :mod:`deployments.cli._bench_ingest_cluster`; JSON and a Markdown table."""
+    """``--url``: the phases of :mod:`recallserve.deployments.cli._bench_ingest_cluster`; JSON and a Markdown table."""
     import sys
 
-    from deployments.cli._bench_ingest_cluster import render, run_cluster
-    from deployments.cli._cluster_client import write_json
+    from recallserve.deployments.cli._bench_ingest_cluster import render, run_cluster
+    from recallserve.deployments.cli._cluster_client import write_json
 
     report = run_cluster(args, " ".join(["recallserve", *sys.argv[1:]]))
     report["label"] = args.label

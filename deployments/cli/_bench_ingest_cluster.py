@@ -3,7 +3,7 @@ and what ingestion does meanwhile to a memory search and a chat turn.
 
 The in-process form of ``bench ingest`` times the memory API alone; this one goes through what a
 client pays: the Ray Serve proxy, the ingress, the embedder deployment (its bulk lane, see
-``deployments.memory.EmbedderDeployment``), the shard deployments, fsync'ed WALs. Phases, one
+``recallserve.deployments.memory.EmbedderDeployment``), the shard deployments, fsync'ed WALs. Phases, one
 after the other, each against the same cluster:
 
 1. ``alone``: ``--probes`` memory searches (one LoCoMo question each, one at a time) and, with
@@ -35,9 +35,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from deployments.cli import UserError
-from deployments.cli._bench_search import _cpu_seconds, _quantile, _ray_processes, cpu_per_answer
-from deployments.cli._bench_search import _sums as search_sums
+from recallserve.deployments.cli import UserError
+from recallserve.deployments.cli._bench_search import _cpu_seconds, _quantile, _ray_processes, cpu_per_answer
+from recallserve.deployments.cli._bench_search import _sums as search_sums
 
 __all__ = ["INGEST_SPLIT", "locomo_texts", "run_cluster", "split_ms", "render"]
 
@@ -51,7 +51,7 @@ INGEST_SPLIT: dict[str, tuple[str, dict[str, str]]] = {
 
 def locomo_texts(path: str) -> Iterator[str]:
     """LoCoMo turn texts, distinct, endlessly: past the file's end, ``"<text> [cycle n]"``."""
-    from memory_shards.retrieval.locomo import load_locomo
+    from recallserve.memory_shards.retrieval.locomo import load_locomo
 
     turns = list(dict.fromkeys(t.text for c in load_locomo(path) for t in c.turns if t.text.strip()))
     if not turns:
@@ -137,7 +137,7 @@ async def _ingest(http: Any, texts: Iterator[str], batches: int, batch: int, unt
 async def _phases(args: argparse.Namespace, base: str) -> dict[str, Any]:
     import httpx
 
-    from memory_shards.retrieval.locomo import load_locomo
+    from recallserve.memory_shards.retrieval.locomo import load_locomo
 
     questions = [q.question for c in load_locomo(args.locomo) for q in c.questions] or ["What happened?"]
     texts = locomo_texts(args.locomo)
@@ -184,7 +184,7 @@ async def _phases(args: argparse.Namespace, base: str) -> dict[str, Any]:
 
 def run_cluster(args: argparse.Namespace, command: str) -> dict[str, Any]:
     """Run the three phases against ``args.url``; the report (see the module docstring)."""
-    from deployments.cli._cluster_client import cluster_base
+    from recallserve.deployments.cli._cluster_client import cluster_base
 
     if args.batches < 1 or args.probes < 1 or args.chat_turns < 1 or args.probe_gap_s < 0:
         raise UserError("--batches, --probes and --chat-turns must be >= 1 and --probe-gap-s >= 0")

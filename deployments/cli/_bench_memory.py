@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from deployments.cli import UserError
+from recallserve.deployments.cli import UserError
 
 NAME = "memory"
 T = TypeVar("T")
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from memory_shards.bench import run_memory_bench
+    from recallserve.memory_shards.bench import run_memory_bench
 
     console = Console()
     if not 0.0 < args.target_recall <= 1.0:

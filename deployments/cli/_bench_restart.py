@@ -7,8 +7,8 @@ import json
 import time
 from pathlib import Path
 
-from deployments.cli import UserError
-from deployments.cli._bench_memory import _parse_size, with_progress
+from recallserve.deployments.cli import UserError
+from recallserve.deployments.cli._bench_memory import _parse_size, with_progress
 
 NAME = "restart"
 
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from memory_shards.restart_bench import run_restart_bench
+    from recallserve.memory_shards.restart_bench import run_restart_bench
 
     console = Console()
     rows = with_progress(console, lambda progress: run_restart_bench(

@@ -45,8 +45,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from deployments.cli import UserError
-from deployments.cli._cluster_client import add_cluster_arguments, cluster_base, write_json
+from recallserve.deployments.cli import UserError
+from recallserve.deployments.cli._cluster_client import add_cluster_arguments, cluster_base, write_json
 
 __all__ = ["SPLIT", "add_parser", "cpu_per_answer", "render", "run", "split_means"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from deployments.cli import UserError
+from recallserve.deployments.cli import UserError
 
 __all__ = ["LOOPBACK", "add_cluster_arguments", "cluster_base", "write_json"]
 

@@ -13,10 +13,10 @@ __all__ = ["add_parser", "run"]
 
 
 async def _main(model: str, threads: int) -> int:
-    from deployments.cli._eval_agent import build_llama_engine
-    from serve.agent import Agent, AgentConfig, default_registry
-    from serve.agent.demo._memory import LocalMemory
-    from serve.agent.demo.scenario import load_demo_memories, run_demo
+    from recallserve.deployments.cli._eval_agent import build_llama_engine
+    from recallserve.serve.agent import Agent, AgentConfig, default_registry
+    from recallserve.serve.agent.demo._memory import LocalMemory
+    from recallserve.serve.agent.demo.scenario import load_demo_memories, run_demo
 
     engine = build_llama_engine(model, threads)
     memory = LocalMemory()
@@ -24,7 +24,7 @@ async def _main(model: str, threads: int) -> int:
     # NOTE: generous timeouts: the 2-core machine is often shared; the demo should finish, not give up.
     agent = Agent(engine, default_registry(), memory=memory,
                   config=AgentConfig(engine_timeout_s=900, request_timeout_s=1800))
-    from serve.agent.demo.tools import DEMO_SCOPES
+    from recallserve.serve.agent.demo.tools import DEMO_SCOPES
 
     print(f"prompt cache warm-up: {await agent.warm_up(DEMO_SCOPES):.1f} s")
     result = await run_demo(agent)
@@ -41,7 +41,7 @@ async def _main(model: str, threads: int) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register ``demo``."""
-    from deployments.cli._eval_agent import add_model_arguments
+    from recallserve.deployments.cli._eval_agent import add_model_arguments
 
     p = subparsers.add_parser("demo", help="run the demo question (photo + tools) in-process and print the trace")
     add_model_arguments(p)
@@ -50,6 +50,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 
 def run(args: argparse.Namespace) -> int:
     """Load the model and run the demo (takes a minute or more on a CPU)."""
-    from deployments.cli._eval_agent import run_with_model
+    from recallserve.deployments.cli._eval_agent import run_with_model
 
     return run_with_model(_main(args.model, args.threads))

@@ -13,7 +13,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "deploy",
         help="roll a running cluster (recallserve up, or --ray-address) to a new profile/config without stopping it",
     )
-    from deployments.cli import add_profile_arguments
+    from recallserve.deployments.cli import add_profile_arguments
 
     add_profile_arguments(p)
     p.add_argument("--ray-address", default=None,
@@ -24,14 +24,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Validate the config, roll the app, print how long it took."""
-    from deployments.config import ConfigError, load_config
-    from deployments.cli import UserError
+    from recallserve.deployments.config import ConfigError, load_config
+    from recallserve.deployments.cli import UserError
 
     try:
         config = load_config(profile=args.profile, path=args.config)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
-    from deployments.runner import redeploy
+    from recallserve.deployments.runner import redeploy
 
     try:
         seconds = redeploy(config, address=args.ray_address, timeout_s=args.timeout)

@@ -1,14 +1,14 @@
 """``recallserve eval agent``: tool choice, answer key facts and loop latency of the agent with a real model.
 
 For each question of a shipped set (``--questions tuned|holdout|all``, see
-:mod:`serve.agent.demo.questions`) the full agent runs (memory recall over the demo world, router,
+:mod:`recallserve.serve.agent.demo.questions`) the full agent runs (memory recall over the demo world, router,
 loop). Two verdicts per question:
 
 * **tool choice**: the trace holds the expected call with arguments that passed validation and
   match the expected values (calculator: the computed result within 0.01), or, when no tool is
   expected, no tool call at all;
 * **key facts**: the answer states every fact of the question and none of its ``must_not``
-  strings (:func:`serve.agent.demo.facts.score_answer`); a failing row lists what was missing.
+  strings (:func:`recallserve.serve.agent.demo.facts.score_answer`); a failing row lists what was missing.
 
 Reported per set: both shares, loop latency p50/p95, the time to the first answer character, and
 the engine's time to first token with a warm prompt cache (the stable system prefix already
@@ -27,9 +27,9 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from serve.agent.demo.facts import score_answer
-from serve.agent.demo.questions import QUESTION_SETS, load_questions
-from serve.agent.schemas import AgentRequest, AgentResult, ToolCallRecord
+from recallserve.serve.agent.demo.facts import score_answer
+from recallserve.serve.agent.demo.questions import QUESTION_SETS, load_questions
+from recallserve.serve.agent.schemas import AgentRequest, AgentResult, ToolCallRecord
 
 __all__ = ["add_model_arguments", "add_parser", "build_llama_engine", "evaluate", "fact_row", "rescore", "run",
            "run_with_model", "score_result", "summarise"]
@@ -63,7 +63,7 @@ def score_result(q: dict[str, Any], result: AgentResult) -> bool:
 
 def build_llama_engine(model: str, threads: int | None = None, n_ctx: int = 4096) -> Any:
     """A llama.cpp engine for ``model`` (built-in name or GGUF path)."""
-    from deployments.engines import build_engine, parse_engine_config
+    from recallserve.deployments.engines import build_engine, parse_engine_config
 
     return build_engine(parse_engine_config({"kind": "llama_cpp", "model": model, "n_threads": threads,
                                              "n_ctx": n_ctx}))
@@ -78,8 +78,8 @@ def _pct(values: list[float], p: float) -> float:
 
 async def _engine_ttft(agent: Any, scopes: list[str]) -> float:
     """Engine time to first token (ms) for a short question after the same prefix was evaluated."""
-    from serve.agent._prompts import system_prompt
-    from serve.engine import ChatMessage, GenerationParams
+    from recallserve.serve.agent._prompts import system_prompt
+    from recallserve.serve.engine import ChatMessage, GenerationParams
 
     system = ChatMessage(role="system", content=system_prompt(agent.tools.for_scopes(scopes)))
     params = GenerationParams(max_tokens=8, temperature=0.0)
@@ -154,7 +154,7 @@ def _selected(which: str, only: str, limit: int) -> list[tuple[int, dict[str, An
         wanted = [int(i) for i in only.split(",") if i.strip()]
         bad = [i for i in wanted if not 1 <= i <= len(questions)]
         if bad:
-            from deployments.cli import UserError
+            from recallserve.deployments.cli import UserError
 
             raise UserError(f"--only: {bad} outside 1..{len(questions)} of set {which!r}")
         questions = [questions[i - 1] for i in wanted]
@@ -194,11 +194,11 @@ def _print_summary(report: dict[str, Any]) -> None:
 
 
 async def _amain(a: argparse.Namespace) -> int:
-    from serve.agent import Agent, AgentConfig, default_registry
-    from serve.agent.demo import DEMO_SCOPES
-    from serve.agent.demo._memory import LocalMemory
-    from serve.agent.demo.scenario import load_demo_memories
-    from serve.turn import RecallConfig
+    from recallserve.serve.agent import Agent, AgentConfig, default_registry
+    from recallserve.serve.agent.demo import DEMO_SCOPES
+    from recallserve.serve.agent.demo._memory import LocalMemory
+    from recallserve.serve.agent.demo.scenario import load_demo_memories
+    from recallserve.serve.turn import RecallConfig
 
     if a.rescore:
         report = rescore(json.loads(Path(a.rescore).read_text()))
@@ -286,8 +286,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_with_model(main: Coroutine[Any, Any, int]) -> int:
     """Run ``main``; a model that cannot load or answer is one line (exit 2), not a traceback."""
-    from deployments.cli import UserError
-    from serve.engine import EngineError
+    from recallserve.deployments.cli import UserError
+    from recallserve.serve.engine import EngineError
 
     try:
         return asyncio.run(main)

@@ -1,7 +1,7 @@
 """``recallserve eval experiences``: segmented reasoning with and without injected experiences,
 under the E-CoT rules before and after issue 19.
 
-Runs the written problem set (:mod:`serve.experience._eval_problems`: arithmetic, unit and rule
+Runs the written problem set (:mod:`recallserve.serve.experience._eval_problems`: arithmetic, unit and rule
 questions) through the reasoner in the segmented mode, per **mode** and **condition**:
 
 * conditions (the design's A/B): ``without`` (E-CoT off: an empty cache, nothing injected) and
@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from deployments.cli import UserError
+from recallserve.deployments.cli import UserError
 
 __all__ = ["add_parser", "run"]
 
@@ -90,7 +90,7 @@ class _Replay:
         return self
 
     async def chat(self, messages: Any, params: Any) -> Any:
-        from serve.engine import ChatResult, EngineError
+        from recallserve.serve.engine import ChatResult, EngineError
 
         last = messages[-1].content
         for (question, cond), text in self._replies.items():
@@ -128,7 +128,7 @@ def _load_replay(arg: str, problems: list[dict[str, Any]]) -> tuple[_Replay, lis
 
 
 def _load_problems(path: Path | None, limit: int | None, ids: str | None = None) -> list[dict[str, Any]]:
-    from serve.experience._eval_problems import PROBLEMS
+    from recallserve.serve.experience._eval_problems import PROBLEMS
 
     if path is None:
         problems = list(PROBLEMS)
@@ -164,7 +164,7 @@ def _load_problems(path: Path | None, limit: int | None, ids: str | None = None)
 
 def is_correct(answer: str | None, expected: Any) -> bool:
     """Numbers within 1% (or 1e-6 absolute), words by whole-word match (``no`` but not ``yes``)."""
-    from serve.experience._calculator import extract_number
+    from recallserve.serve.experience._calculator import extract_number
 
     if not answer:
         return False
@@ -258,8 +258,8 @@ async def _run_condition(engine: Any, embed: Any, problems: list[dict[str, Any]]
                          max_tokens: int, constrained: bool, progress: Any,
                          rows_file: Path | None = None, fallback: bool = False,
                          mode: str = "after") -> list[dict[str, Any]]:
-    from serve.experience import ExperienceConfig, ExperienceRecord, ExperienceService
-    from serve.experience._eval_problems import RULES, SEEDS
+    from recallserve.serve.experience import ExperienceConfig, ExperienceRecord, ExperienceService
+    from recallserve.serve.experience._eval_problems import RULES, SEEDS
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="recallserve-eval-exp-") as tmp:
@@ -327,10 +327,10 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from tqdm import tqdm
 
-    from deployments.engines import LlamaCppConfig, build_engine
-    from deployments.models import ModelSpec, default_spec
-    from memory_shards.embedders import MiniLMEmbedder
-    from serve.engine import EngineError
+    from recallserve.deployments.engines import LlamaCppConfig, build_engine
+    from recallserve.deployments.models import ModelSpec, default_spec
+    from recallserve.memory_shards.embedders import MiniLMEmbedder
+    from recallserve.serve.engine import EngineError
 
     if args.max_tokens < 32:
         raise UserError("--max-tokens: must be >= 32")

@@ -18,7 +18,7 @@ import tempfile
 import time
 from typing import Any
 
-from deployments.cli import UserError
+from recallserve.deployments.cli import UserError
 
 NAME = "locomo"
 _DEFAULT_K = "1,5,10,20,50"
@@ -26,7 +26,7 @@ _DEFAULT_K = "1,5,10,20,50"
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``eval locomo``."""
-    from memory_shards.embedders import EMBEDDER_MODELS
+    from recallserve.memory_shards.embedders import EMBEDDER_MODELS
 
     p = subparsers.add_parser(NAME, help="LoCoMo evidence recall@k of the hybrid memory retrieval")
     p.add_argument("file", help="LoCoMo-format JSON (e.g. ../shared/eval/locomo_dev.json)")
@@ -86,7 +86,7 @@ def _parse_fusion(text: str | None) -> list[tuple[float, float, float]] | None:
 
 def _parse_sets(items: list[str]) -> list[tuple[str, list[float]]]:
     """``["date_weight=0,1", ...]`` -> ``[("date_weight", [0.0, 1.0]), ...]``, each key a RetrievalParams field."""
-    from memory_shards.retrieval import RetrievalParams
+    from recallserve.memory_shards.retrieval import RetrievalParams
 
     out = []
     for item in items:
@@ -112,7 +112,7 @@ def _settings(fusion: list[tuple[float, float, float]] | None,
     """Named RetrievalParams updates: every fusion setting crossed with every --set value."""
     import itertools
 
-    from memory_shards.retrieval import RetrievalParams
+    from recallserve.memory_shards.retrieval import RetrievalParams
 
     base = RetrievalParams()
     fusion = fusion or [(base.rrf_k, base.dense_weight, base.lexical_weight)]
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--shards: must be in 1..64, got {args.shards}")
     if not 0 <= args.context <= 8:
         raise UserError(f"--context: must be in 0..8, got {args.context}")
-    from memory_shards.retrieval.locomo import load_locomo
+    from recallserve.memory_shards.retrieval.locomo import load_locomo
 
     try:
         conversations = load_locomo(args.file)
@@ -195,7 +195,7 @@ def _filtered(conversations: list[Any], mode: str) -> list[Any]:
     """The conversations with only the turns the chat write filter stores (each turn read as a user message)."""
     if mode == "all":
         return conversations
-    from serve.write_filter import WriteFilterConfig, worth_storing
+    from recallserve.serve.write_filter import WriteFilterConfig, worth_storing
 
     cfg = WriteFilterConfig(mode=mode)
     return [c.model_copy(update={"turns": [t for t in c.turns if worth_storing(t.text, "", cfg) is not None]})
@@ -206,11 +206,11 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
     from rich.console import Console
     from rich.progress import Progress
 
-    from memory_shards.embedders import build_embedder
-    from serve import envs
-    from memory_shards.retrieval import RetrievalParams, local_hybrid_coordinator
-    from memory_shards.retrieval.locomo import IndexOptions, evaluate_locomo
-    from serve.memory_api import MemoryService, SearchRequest
+    from recallserve.memory_shards.embedders import build_embedder
+    from recallserve.serve import envs
+    from recallserve.memory_shards.retrieval import RetrievalParams, local_hybrid_coordinator
+    from recallserve.memory_shards.retrieval.locomo import IndexOptions, evaluate_locomo
+    from recallserve.serve.memory_api import MemoryService, SearchRequest
 
     emb = build_embedder(args.embedder, runtime=args.runtime, cache_dir=envs.recallserve_home() / "onnx")
     tmp = tempfile.TemporaryDirectory(prefix="locomo-") if args.durable else None
@@ -302,12 +302,12 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
     """Index each conversation once, score it under every setting; leave-one-out over conversations."""
     import numpy as np
 
-    from memory_shards.embedders import build_embedder
-    from serve import envs
-    from memory_shards.retrieval import RetrievalParams, local_hybrid_coordinator
-    from memory_shards.retrieval.locomo import IndexOptions, evaluate_locomo
-    from memory_shards.retrieval.when import query_time_window
-    from serve.memory_api import MemoryService, SearchRequest
+    from recallserve.memory_shards.embedders import build_embedder
+    from recallserve.serve import envs
+    from recallserve.memory_shards.retrieval import RetrievalParams, local_hybrid_coordinator
+    from recallserve.memory_shards.retrieval.locomo import IndexOptions, evaluate_locomo
+    from recallserve.memory_shards.retrieval.when import query_time_window
+    from recallserve.serve.memory_api import MemoryService, SearchRequest
 
     emb = build_embedder(args.embedder, runtime=args.runtime, cache_dir=envs.recallserve_home() / "onnx")
     coord = local_hybrid_coordinator(args.shards, emb.model_id, emb.dim, data_root=None, fsync=False)

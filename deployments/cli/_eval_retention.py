@@ -1,7 +1,7 @@
 """``recallserve eval retention``: share of planted constraints/facts still in the turn-60 context.
 
 Builds 60-turn customer-service conversations with 20 items planted at turns 1, 10, 30 and 50
-(:mod:`serve.context._eval_data`), replays them through the context manager, and for every mode
+(:mod:`recallserve.serve.context._eval_data`), replays them through the context manager, and for every mode
 and budget reports the share of items whose keys are still in the assembled context, plus the
 assembly latency p50/p95. Summary-based modes use a real summariser by default (the llama.cpp
 default model); ``--no-llm-summary`` uses the extractive one (no model, seconds instead of
@@ -17,8 +17,8 @@ import sys
 import time
 from typing import Any
 
-from deployments.cli import UserError
-from deployments.cli._retention_paths import PATHS, pipeline_prompt_fn, score_answers
+from recallserve.deployments.cli import UserError
+from recallserve.deployments.cli._retention_paths import PATHS, pipeline_prompt_fn, score_answers
 
 NAME = "retention"
 _MODES = ("full", "sliding", "summary", "retrieval", "hybrid", "auto")
@@ -96,11 +96,11 @@ def _summariser(args: argparse.Namespace) -> tuple[Any, Any]:
     if args.no_llm_summary:
         return None, None
     try:
-        from deployments.engines import LlamaCppConfig, build_engine
+        from recallserve.deployments.engines import LlamaCppConfig, build_engine
     except ImportError as exc:
         raise UserError(f"the llama.cpp engine is unavailable ({exc}); use --no-llm-summary") from None
-    from serve.context import LLMSummariser
-    from serve.engine import EngineError
+    from recallserve.serve.context import LLMSummariser
+    from recallserve.serve.engine import EngineError
 
     cfg: dict[str, Any] = {"n_ctx": 6144, "n_threads": args.threads}
     if args.summariser_model:
@@ -122,14 +122,14 @@ async def _run(args: argparse.Namespace, budgets: list[int], modes: list[str]) -
     from rich.console import Console
     from rich.progress import Progress
 
-    from serve.context import ContextConfig, ContextManager, SessionStore
-    from serve.context._eval_data import build_conversation
-    from serve.context._retention import GENERIC_QUESTION, evaluate_retention, replay
+    from recallserve.serve.context import ContextConfig, ContextManager, SessionStore
+    from recallserve.serve.context._eval_data import build_conversation
+    from recallserve.serve.context._retention import GENERIC_QUESTION, evaluate_retention, replay
 
     console = Console(stderr=True)
     embed = None
     if args.embedder == "minilm":
-        from memory_shards.embedders import MiniLMEmbedder
+        from recallserve.memory_shards.embedders import MiniLMEmbedder
 
         embed = MiniLMEmbedder().embed
     summariser, engine = _summariser(args)
@@ -203,8 +203,8 @@ async def _answers(args: argparse.Namespace, conversations: list[Any], managers:
     """Ask the real default model the questions of the first ``--answers`` conversations."""
     from rich.progress import Progress
 
-    from deployments.engines import LlamaCppConfig, build_engine
-    from serve.engine import EngineError
+    from recallserve.deployments.engines import LlamaCppConfig, build_engine
+    from recallserve.serve.engine import EngineError
 
     try:
         engine = build_engine(LlamaCppConfig(n_ctx=args.answers_budget, n_threads=args.threads))

@@ -1,7 +1,7 @@
-"""``recallserve job NAME``: the batch jobs of :data:`deployments.jobs.JOBS`, one parser each.
+"""``recallserve job NAME``: the batch jobs of :data:`recallserve.deployments.jobs.JOBS`, one parser each.
 
 Each job module exposes ``add_arguments(parser)`` and ``run(args) -> report``, and runs the same
-way as ``python -m deployments.jobs.<module>`` (so also under ``ray job submit``).
+way as ``python -m recallserve.deployments.jobs.<module>`` (so also under ``ray job submit``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ __all__ = ["add_parser"]
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register every job under ``recallserve job``."""
-    from deployments.jobs import JOBS
-    from deployments.jobs._args import add_common_arguments
+    from recallserve.deployments.jobs import JOBS
+    from recallserve.deployments.jobs._args import add_common_arguments
 
     for name, spec in JOBS.items():
         p = subparsers.add_parser(name, help=spec.help)
@@ -29,8 +29,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 def _runner(module: str):  # type: ignore[no-untyped-def]
     def run(args: argparse.Namespace) -> int:
         """Run the job and print its report; errors become one line (exit 2)."""
-        from deployments.cli import UserError
-        from deployments.jobs._args import print_report
+        from recallserve.deployments.cli import UserError
+        from recallserve.deployments.jobs._args import print_report
 
         try:
             report = importlib.import_module(module).run(args)

@@ -41,8 +41,8 @@ def _yes(flag: bool) -> str:
 
 
 def _run_list(args: argparse.Namespace) -> int:
-    from deployments.models import BUILTIN_MODELS, builtin_status
-    from serve import envs
+    from recallserve.deployments.models import BUILTIN_MODELS, builtin_status
+    from recallserve.serve import envs
 
     print(f"cache folder: {envs.models_dir()}  (set RECALLSERVE_HOME to move it)")
     header = f"{'name':<38} {'installed':<9} {'joined':<6} {'verified':<8} {'size':>9}  source"
@@ -68,8 +68,8 @@ def _run_list(args: argparse.Namespace) -> int:
 
 
 def _run_path(args: argparse.Namespace) -> int:
-    from deployments.models import ModelError, ensure_builtin, get_builtin
-    from deployments.cli import UserError
+    from recallserve.deployments.models import ModelError, ensure_builtin, get_builtin
+    from recallserve.deployments.cli import UserError
 
     try:
         path = ensure_builtin(get_builtin(args.name))
@@ -80,8 +80,8 @@ def _run_path(args: argparse.Namespace) -> int:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    from deployments.models import BUILTIN_MODELS, ModelError, ModelNotInstalledError, ensure_builtin, get_builtin
-    from deployments.cli import UserError
+    from recallserve.deployments.models import BUILTIN_MODELS, ModelError, ModelNotInstalledError, ensure_builtin, get_builtin
+    from recallserve.deployments.cli import UserError
 
     if args.name is not None:
         try:

@@ -2,7 +2,7 @@
 
 The retention figures used to score the context the manager assembled, upstream of the serving
 path (which then dropped it on the agent path). Here every turn-60 question goes through a real
-:class:`~serve.pipeline.ChatPipeline` on the chosen path: the turn is built exactly as for an HTTP
+:class:`~recallserve.serve.pipeline.ChatPipeline` on the chosen path: the turn is built exactly as for an HTTP
 request (session, budget, context block, history) and rendered into the prompt of the path's first
 reasoner call (:meth:`ChatPipeline.first_prompt`); that prompt, less the question, is what is
 scored. No model runs for it: the engine only states its context window.
@@ -19,12 +19,12 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from serve.api.chat_protocol import ChatCompletionRequest
-from serve.api.errors import APIError
-from serve.context import ContextBudgetError, ContextManager, Session
-from serve.context._retention import EVAL_SYSTEM, PromptFn, item_present
-from serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams, LLMEngine
-from serve.pipeline import ChatPipeline, PipelineSettings, RequestContext
+from recallserve.serve.api.chat_protocol import ChatCompletionRequest
+from recallserve.serve.api.errors import APIError
+from recallserve.serve.context import ContextBudgetError, ContextManager, Session
+from recallserve.serve.context._retention import EVAL_SYSTEM, PromptFn, item_present
+from recallserve.serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams, LLMEngine
+from recallserve.serve.pipeline import ChatPipeline, PipelineSettings, RequestContext
 
 __all__ = ["PATHS", "pipeline_prompt_fn", "score_answers"]
 
@@ -58,7 +58,7 @@ class _PromptOnly:
 
 
 def _pipeline(engine: LLMEngine, manager: ContextManager, path: str) -> ChatPipeline:
-    from serve.agent import Agent, AgentConfig, default_registry
+    from recallserve.serve.agent import Agent, AgentConfig, default_registry
 
     agent = None
     if path == "agent":
@@ -77,7 +77,7 @@ def _request(session: Session, question: str, mode: str, reserved_output: int) -
 
 
 def pipeline_prompt_fn(managers: dict[str, ContextManager], path: str, reserved_output: int) -> PromptFn:
-    """The prompt function of :func:`serve.context._retention.evaluate_retention` for ``path``.
+    """The prompt function of :func:`recallserve.serve.context._retention.evaluate_retention` for ``path``.
 
     Args:
         managers: session id -> the manager its conversation was replayed with.

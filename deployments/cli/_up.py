@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import time
 
-from deployments.cli import UserError
+from recallserve.deployments.cli import UserError
 
 __all__ = ["add_parser"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser("up", help="start the cluster and serve the OpenAI-compatible API until Ctrl-C")
-    from deployments.cli import add_profile_arguments
+    from recallserve.deployments.cli import add_profile_arguments
 
     add_profile_arguments(p)
     p.add_argument("--host", default=None, help="bind address (default from the profile: 127.0.0.1)")
@@ -23,8 +23,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 
 
 def run(args: argparse.Namespace) -> int:
-    from deployments.config import ConfigError, load_config
-    from deployments.models import ModelError
+    from recallserve.deployments.config import ConfigError, load_config
+    from recallserve.deployments.models import ModelError
 
     server: dict[str, object] = {}
     if args.host:
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise UserError(str(exc)) from None
 
-    from deployments import runner
+    from recallserve.deployments import runner
 
     start = time.perf_counter()
     print(f"recallserve: profile {config.profile}: preparing models", flush=True)

@@ -1,19 +1,19 @@
-"""LLM engine adapters behind :class:`serve.engine.LLMEngine`: llama.cpp, vLLM, remote OpenAI.
+"""LLM engine adapters behind :class:`recallserve.serve.engine.LLMEngine`: llama.cpp, vLLM, remote OpenAI.
 
 Pick one per model role in config (``kind``) and build it with :func:`build_engine`.
 
 Example:
-    >>> from deployments.engines import build_engine, parse_engine_config
+    >>> from recallserve.deployments.engines import build_engine, parse_engine_config
     >>> engine = build_engine(parse_engine_config({"kind": "llama_cpp", "model": "smollm2-135m-instruct-q4_1"}))  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-from deployments.engines._config import EngineConfig, LlamaCppConfig, RemoteConfig, VLLMConfig, parse_engine_config
-from deployments.engines._llamacpp import LlamaCppEngine
-from deployments.engines._remote import RemoteOpenAIEngine
-from deployments.engines._vllm import VLLMEngine
-from serve.engine import LLMEngine
+from recallserve.deployments.engines._config import EngineConfig, LlamaCppConfig, RemoteConfig, VLLMConfig, parse_engine_config
+from recallserve.deployments.engines._llamacpp import LlamaCppEngine
+from recallserve.deployments.engines._remote import RemoteOpenAIEngine
+from recallserve.deployments.engines._vllm import VLLMEngine
+from recallserve.serve.engine import LLMEngine
 
 __all__ = [
     "EngineConfig",

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from typing import Any, Literal, TypeVar
 
-from serve.engine import ChatMessage, GenerationParams
+from recallserve.serve.engine import ChatMessage, GenerationParams
 
 __all__ = ["to_openai_messages", "finish_reason", "iterate_in_thread", "sampling_kwargs"]
 

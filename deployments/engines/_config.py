@@ -15,8 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter
 
-from deployments.models import ModelSpec, default_spec
-from kernels import StrictModel
+from recallserve.deployments.models import ModelSpec, default_spec
+from recallserve.kernels import StrictModel
 
 __all__ = ["LlamaCppConfig", "VLLMConfig", "RemoteConfig", "EngineConfig", "parse_engine_config"]
 
@@ -44,7 +44,7 @@ class LlamaCppConfig(StrictModel):
         default=True,
         description="Greedy requests under a JSON grammar check the grammar on the best token first and on the "
         "whole vocabulary only when it is refused (same tokens, fewer grammar checks; "
-        "deployments.engines._lazy_grammar).",
+        "recallserve.deployments.engines._lazy_grammar).",
     )
     prefix_states: int = Field(
         default=8, ge=0, le=64,

@@ -4,7 +4,7 @@ A ``llama_cpp.Llama`` holds one KV cache and is not thread-safe, so every genera
 one dedicated worker thread (a single-thread executor): calls are served one at a time in
 arrival order, the event loop never blocks, and llama.cpp's prefix reuse keeps a stable
 system prompt warm between calls. A long system prompt's KV state is also saved and put back
-after other prompts ran in between (:mod:`deployments.engines._prefix_states`). Tokenising only
+after other prompts ran in between (:mod:`recallserve.deployments.engines._prefix_states`). Tokenising only
 reads the vocabulary and runs beside it.
 """
 
@@ -19,12 +19,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployments.engines._common import finish_reason, iterate_in_thread, sampling_kwargs, to_openai_messages
-from deployments.engines._config import LlamaCppConfig
-from deployments.engines._lazy_grammar import install as install_lazy_grammar
-from deployments.engines._prefix_states import PrefixStates
-from deployments.models import ModelError, resolve_model_path
-from serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams
+from recallserve.deployments.engines._common import finish_reason, iterate_in_thread, sampling_kwargs, to_openai_messages
+from recallserve.deployments.engines._config import LlamaCppConfig
+from recallserve.deployments.engines._lazy_grammar import install as install_lazy_grammar
+from recallserve.deployments.engines._prefix_states import PrefixStates
+from recallserve.deployments.models import ModelError, resolve_model_path
+from recallserve.serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams
 
 __all__ = ["LlamaCppEngine"]
 
@@ -42,7 +42,7 @@ class _Job:
 
 
 class LlamaCppEngine:
-    """:class:`serve.engine.LLMEngine` over llama-cpp-python.
+    """:class:`recallserve.serve.engine.LLMEngine` over llama-cpp-python.
 
     Example:
         >>> engine = LlamaCppEngine(LlamaCppConfig(model="smollm2-135m-instruct-q4_1"))  # doctest: +SKIP

@@ -2,7 +2,7 @@
 
 Works with an existing vLLM server, llama-cpp-python's server or a hosted API. Non-streaming
 calls post JSON; streaming reads server-sent events (``data: {...}`` lines, ``data: [DONE]``).
-HTTP and transport failures become :class:`serve.engine.EngineError` naming the status and body.
+HTTP and transport failures become :class:`recallserve.serve.engine.EngineError` naming the status and body.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any
 
 import httpx
 
-from deployments.engines._common import finish_reason, sampling_kwargs, to_openai_messages
-from deployments.engines._config import RemoteConfig
-from serve import envs
-from serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams
-from serve.tokens import count_tokens
+from recallserve.deployments.engines._common import finish_reason, sampling_kwargs, to_openai_messages
+from recallserve.deployments.engines._config import RemoteConfig
+from recallserve.serve import envs
+from recallserve.serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams
+from recallserve.serve.tokens import count_tokens
 
 __all__ = ["RemoteOpenAIEngine"]
 
@@ -36,7 +36,7 @@ def _cached(usage: dict[str, Any], prompt_tokens: int) -> int:
     return max(0, min(int(cached), prompt_tokens)) if isinstance(cached, int) else 0
 
 class RemoteOpenAIEngine:
-    """:class:`serve.engine.LLMEngine` over an OpenAI-compatible HTTP endpoint.
+    """:class:`recallserve.serve.engine.LLMEngine` over an OpenAI-compatible HTTP endpoint.
 
     Example:
         >>> cfg = RemoteConfig(base_url="http://127.0.0.1:8001/v1", model="qwen")  # doctest: +SKIP

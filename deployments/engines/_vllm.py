@@ -17,10 +17,10 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from deployments.engines._common import finish_reason, to_openai_messages
-from deployments.engines._config import VLLMConfig
-from deployments.models import ModelError, resolve_model_path
-from serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams
+from recallserve.deployments.engines._common import finish_reason, to_openai_messages
+from recallserve.deployments.engines._config import VLLMConfig
+from recallserve.deployments.models import ModelError, resolve_model_path
+from recallserve.serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams
 
 __all__ = ["VLLMEngine"]
 
@@ -31,7 +31,7 @@ _INSTALL_HINT = (
 
 
 class VLLMEngine:
-    """:class:`serve.engine.LLMEngine` over ``vllm.v1.engine.async_llm.AsyncLLM``.
+    """:class:`recallserve.serve.engine.LLMEngine` over ``vllm.v1.engine.async_llm.AsyncLLM``.
 
     Example:
         >>> engine = VLLMEngine(VLLMConfig(model={"path": "/models/smollm2-135m-hf"}))  # doctest: +SKIP
@@ -56,7 +56,7 @@ class VLLMEngine:
         if path.is_file() and path.suffix == ".gguf":
             # NOTE: vLLM's own GGUF loader needs the original HF tokenizer from a hub; a converted
             # folder carries its tokenizer and chat template, so no network is needed.
-            from deployments.models_convert import ensure_hf_folder
+            from recallserve.deployments.models_convert import ensure_hf_folder
 
             try:
                 path = ensure_hf_folder(path)

@@ -1,8 +1,8 @@
 """Batch maintenance jobs over the memory shards, runnable three ways with the same flags::
 
     recallserve job expiry-sweep --dry-run
-    python -m deployments.jobs.expiry_sweep --data-dir /data/recallserve/memory
-    ray job submit -- python -m deployments.jobs.reembed --embedder minilm --target /data/memory-v2
+    python -m recallserve.deployments.jobs.expiry_sweep --data-dir /data/recallserve/memory
+    ray job submit -- python -m recallserve.deployments.jobs.reembed --embedder minilm --target /data/memory-v2
 
 Jobs: ``expiry-sweep`` (delete expired, demote decayed to archival), ``reembed`` (a new embedder
 into new shards: from folders, or ``--live`` into a migration's generation without downtime),
@@ -13,13 +13,13 @@ Each is resumable (checkpoint file), shows progress and has ``--dry-run``; see `
 ``expiry-sweep`` and ``consolidate`` also run while the cluster serves::
 
     recallserve job expiry-sweep --live                 # beside `recallserve up` (same profile)
-    ray job submit -- python -m deployments.jobs.consolidate --live --app recallserve
+    ray job submit -- python -m recallserve.deployments.jobs.consolidate --live --app recallserve
 
 With ``--live`` they connect to the running Ray cluster (``--ray-address``, ``$RAY_ADDRESS``,
 else the local cluster started with the profile's ``ray.temp_dir``) and work through the app's
 ``memory_shard_<i>`` deployments (``_live``) instead of opening the folders (which the serving
 shards lock). The per-batch logic is the same in both modes (``run_access_job`` over the
-``ShardAccess`` interface of ``memory_shards.shard_access``); every change is a compare-and-set on the
+``ShardAccess`` interface of ``recallserve.memory_shards.shard_access``); every change is a compare-and-set on the
 record's content version, so a job never overwrites a write a user made after it read the
 record (those are counted as ``conflicts``). ``reembed --live`` fills the new generation of a
 memory migration (``memory.migration`` in the deployed config) while every write goes to both
@@ -57,13 +57,13 @@ class JobSpec(NamedTuple):
 
 #: The one list of jobs, CLI name -> spec; ``recallserve job NAME`` and ``python -m`` both read it.
 JOBS: dict[str, JobSpec] = {
-    "expiry-sweep": JobSpec("deployments.jobs.expiry_sweep",
+    "expiry-sweep": JobSpec("recallserve.deployments.jobs.expiry_sweep",
                             "delete expired memories and demote decayed ones to the archival tier", True),
-    "reembed": JobSpec("deployments.jobs.reembed",
+    "reembed": JobSpec("recallserve.deployments.jobs.reembed",
                        "re-embed every memory with a new embedder into new shards (switch without downtime)", True),
-    "consolidate": JobSpec("deployments.jobs.consolidate",
+    "consolidate": JobSpec("recallserve.deployments.jobs.consolidate",
                            "merge near-duplicate memories of each tenant (keep the newest)", True),
-    "resummarise": JobSpec("deployments.jobs.resummarise",
+    "resummarise": JobSpec("recallserve.deployments.jobs.resummarise",
                            "refresh the rolling summary of long sessions (extractive or the summariser model)", False),
 }
 
@@ -75,7 +75,7 @@ _LAZY = {"Checkpoint", "JobError", "JobOptions", "JobReport", "LiveOptions", "di
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from deployments.jobs import _common
+        from recallserve.deployments.jobs import _common
 
         return getattr(_common, name)
-    raise AttributeError(f"module 'deployments.jobs' has no attribute {name!r}")
+    raise AttributeError(f"module 'recallserve.deployments.jobs' has no attribute {name!r}")

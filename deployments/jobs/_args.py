@@ -1,6 +1,6 @@
 """Command-line options shared by every job (light: no heavy imports at module load).
 
-Used by ``python -m deployments.jobs.<name>`` (and so ``ray job submit -- python -m ...``) and by
+Used by ``python -m recallserve.deployments.jobs.<name>`` (and so ``ray job submit -- python -m ...``) and by
 ``recallserve job <name>``, so both accept the same flags.
 """
 
@@ -17,7 +17,7 @@ __all__ = ["add_common_arguments", "add_live_arguments", "live_from_args", "opti
 
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags of :class:`deployments.jobs.JobOptions` plus where the defaults come from."""
+    """Flags of :class:`recallserve.deployments.jobs.JobOptions` plus where the defaults come from."""
     src = p.add_mutually_exclusive_group()
     src.add_argument("--profile", default=None, help="profile giving memory.data_dir, num_shards and the embedder (default cpu-local)")
     src.add_argument("--config", type=Path, default=None, help="a profile YAML file instead")
@@ -43,7 +43,7 @@ def add_live_arguments(p: argparse.ArgumentParser, *, via: str = "the shard depl
 
 
 def live_from_args(args: argparse.Namespace) -> Any:
-    """:class:`deployments.jobs.LiveOptions` when ``--live`` was given, else None.
+    """:class:`recallserve.deployments.jobs.LiveOptions` when ``--live`` was given, else None.
 
     Raises:
         ValueError: ``--app``/``--ray-address`` without ``--live`` (names the flag).
@@ -53,8 +53,8 @@ def live_from_args(args: argparse.Namespace) -> Any:
             if getattr(args, flag) is not None:
                 raise ValueError(f"--{flag.replace('_', '-')}: only meaningful with --live")
         return None
-    from deployments.config import load_config
-    from deployments.jobs._common import LiveOptions
+    from recallserve.deployments.config import load_config
+    from recallserve.deployments.jobs._common import LiveOptions
 
     config = load_config(profile=args.profile, path=args.config)
     # NOTE: the serving generation's shards (memory_shard_<generation>_<i> once a re-embed made a
@@ -66,13 +66,13 @@ def live_from_args(args: argparse.Namespace) -> Any:
 
 def options_from_args(args: argparse.Namespace) -> Any:
     """Build :class:`JobOptions` from the flags, filling gaps from the profile."""
-    from deployments.config import load_config
-    from deployments.jobs._common import JobOptions
+    from recallserve.deployments.config import load_config
+    from recallserve.deployments.jobs._common import JobOptions
 
     config = load_config(profile=args.profile, path=args.config)
     model_id, dim = args.model_id, args.dim
     if model_id is None or dim is None:
-        from memory_shards.embedders import embedder_identity
+        from recallserve.memory_shards.embedders import embedder_identity
 
         # NOTE: the memory tier's embedder: its own (memory.embedder) or the cluster's.
         default_id, default_dim = embedder_identity((config.memory.embedder or config.embedder).model)
@@ -108,12 +108,12 @@ def print_report(report: Any, as_json: bool) -> None:
 
 def run_main(job: str, add_arguments: Callable[[argparse.ArgumentParser], None],
              run: Callable[[argparse.Namespace], Any], argv: list[str] | None = None) -> int:
-    """``python -m deployments.jobs.<name>`` entry: parse, run, print; one-line errors, exit 2.
+    """``python -m recallserve.deployments.jobs.<name>`` entry: parse, run, print; one-line errors, exit 2.
 
-    ``job`` is the job's name in :data:`deployments.jobs.JOBS` (its help and whether it takes the
+    ``job`` is the job's name in :data:`recallserve.deployments.jobs.JOBS` (its help and whether it takes the
     shared shard flags come from there).
     """
-    from deployments.jobs import JOBS
+    from recallserve.deployments.jobs import JOBS
 
     spec = JOBS[job]
     p = argparse.ArgumentParser(description=spec.help)

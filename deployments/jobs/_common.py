@@ -16,7 +16,7 @@ The params of the first run are kept (e.g. the sweep's ``now``): a resumed run u
 rerun with different params refuses to mix the two unless ``restart`` is set.
 
 Two loops: :func:`run_shard_job` hands a job the opened ``MemoryShard`` (re-embed reads copies
-that way); :func:`run_access_job` hands it a :class:`~memory_shards.shard_access.ShardAccess`
+that way); :func:`run_access_job` hands it a :class:`~recallserve.memory_shards.shard_access.ShardAccess`
 (page, compare-and-set apply, neighbours, snapshot), either over the shard folders or, with
 :class:`LiveOptions`, over the shard deployments of a running Ray Serve app (``_live``), so the
 same per-batch code runs offline and while the cluster serves. A live run checkpoints to
@@ -36,9 +36,9 @@ from typing import Any
 
 from pydantic import Field
 
-from kernels import StrictModel
-from memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard, ShardConfig
-from memory_shards.shard_access import LocalShardAccess, ShardAccess, all_records
+from recallserve.kernels import StrictModel
+from recallserve.memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard, ShardConfig
+from recallserve.memory_shards.shard_access import LocalShardAccess, ShardAccess, all_records
 
 __all__ = ["JobError", "JobOptions", "JobReport", "LiveOptions", "Checkpoint", "discover_shards", "open_shard",
            "run_access_job", "run_shard_job"]
@@ -288,7 +288,7 @@ def run_access_job(
             indices = discover_shards(opts.data_dir, opts.num_shards)
             scope = functools.partial(_local_scope, opts)
         else:
-            from deployments.jobs import _live
+            from recallserve.deployments.jobs import _live
 
             if cluster is None:
                 cluster = stack.enter_context(_live.connect(live))

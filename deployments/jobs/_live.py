@@ -25,8 +25,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from deployments._ray_paths import ray_temp_dir_names
-from memory_shards import EmbeddedRecord, MemoryRecord
+from recallserve.deployments._ray_paths import ray_temp_dir_names
+from recallserve.memory_shards import EmbeddedRecord, MemoryRecord
 
 from ._common import JobError, LiveOptions
 
@@ -55,7 +55,7 @@ def find_local_cluster(temp_dir: Path) -> str | None:
 
 
 class LiveShardAccess:
-    """:class:`~memory_shards.shard_access.ShardAccess` over one shard deployment's handle."""
+    """:class:`~recallserve.memory_shards.shard_access.ShardAccess` over one shard deployment's handle."""
 
     def __init__(self, handle: Any, index: int, timeout_s: float) -> None:
         self._handle = handle
@@ -150,7 +150,7 @@ class LiveCluster:
         """:class:`LiveShardAccess` of shard ``index`` of ``generation`` (default: the options')."""
         from ray import serve
 
-        from deployments.config import shard_deployment_name
+        from recallserve.deployments.config import shard_deployment_name
 
         gen = self._opts.generation if generation is None else generation
         handle = serve.get_deployment_handle(shard_deployment_name(index, gen), app_name=self._opts.app)

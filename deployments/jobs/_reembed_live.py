@@ -25,7 +25,7 @@ Why the reads are in that order: a user's write reaches the serving generation b
 one, so the serving copy read *after* the new one is never older than it; writing it into the
 new generation at worst lands just before the user's own write there, which replaces it.
 "content" is the record without ``last_access_at`` and ``embedding_model``
-(:func:`deployments.jobs.reembed.content_key`).
+(:func:`recallserve.deployments.jobs.reembed.content_key`).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from memory_shards import EmbeddedRecord, MemoryRecord
-from memory_shards.shard import record_version
-from memory_shards.shard_access import ShardAccess
+from recallserve.memory_shards import EmbeddedRecord, MemoryRecord
+from recallserve.memory_shards.shard import record_version
+from recallserve.memory_shards.shard_access import ShardAccess
 
 __all__ = ["EmbedFn", "fill_batch", "prune_batch", "run_live"]
 
@@ -48,7 +48,7 @@ PRUNE_JOB = "reembed-prune"
 
 
 def _content_key(record: MemoryRecord) -> str:
-    from deployments.jobs.reembed import content_key
+    from recallserve.deployments.jobs.reembed import content_key
 
     return content_key(record)
 
@@ -138,7 +138,7 @@ def _check_dual_writes(cluster: Any, app: str, generation: str) -> None:
 
     The app is RUNNING (checked on connect), so every ingress replica runs the same config.
     """
-    from deployments.jobs._common import JobError
+    from recallserve.deployments.jobs._common import JobError
 
     routing = cluster.handle("ingress").memory_routing.remote().result(timeout_s=60)
     m = routing.get("migration")
@@ -161,10 +161,10 @@ def run_live(opts: Any, config: Any, live: Any) -> Any:
     """
     import time
 
-    from memory_shards import embedder_identity
+    from recallserve.memory_shards import embedder_identity
 
-    from deployments.jobs import _live
-    from deployments.jobs._common import JobError, JobReport, run_access_job
+    from recallserve.deployments.jobs import _live
+    from recallserve.deployments.jobs._common import JobError, JobReport, run_access_job
 
     migration = config.memory.migration
     if migration is None:

@@ -22,7 +22,7 @@ nor the duplicates of a memory the user just deleted. Checkpoints (live:
 snapshot of each finished shard work the same in both modes.
 
 Run: ``recallserve job consolidate [--threshold 0.95] [--dry-run] [--live]`` or
-``ray job submit -- python -m deployments.jobs.consolidate --live --app recallserve``.
+``ray job submit -- python -m recallserve.deployments.jobs.consolidate --live --app recallserve``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ JOB = "consolidate"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The consolidation job's own flags (and ``--live``/``--app``/``--ray-address``)."""
-    from deployments.jobs._args import add_live_arguments
+    from recallserve.deployments.jobs._args import add_live_arguments
 
     add_live_arguments(p)
     p.add_argument("--threshold", type=float, default=0.95, help="cosine at or above which two memories are duplicates")
@@ -51,17 +51,17 @@ def consolidate(opts: Any, *, threshold: float = 0.95, neighbours: int = 16, liv
     """Merge near-duplicates in every shard; returns a :class:`JobReport`.
 
     Args:
-        opts: :class:`deployments.jobs.JobOptions`.
-        live: :class:`deployments.jobs.LiveOptions` to work through the running app's shard
+        opts: :class:`recallserve.deployments.jobs.JobOptions`.
+        live: :class:`recallserve.deployments.jobs.LiveOptions` to work through the running app's shard
             deployments; None works on the folders of ``opts.data_dir``.
 
     Raises:
         ValueError: ``threshold`` outside (0, 1] or ``neighbours`` < 2 (names the option).
     """
-    from memory_shards import EmbeddedRecord
-    from memory_shards.shard import record_version
+    from recallserve.memory_shards import EmbeddedRecord
+    from recallserve.memory_shards.shard import record_version
 
-    from deployments.jobs._common import run_access_job
+    from recallserve.deployments.jobs._common import run_access_job
 
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold: must be in (0, 1], got {threshold}")
@@ -106,14 +106,14 @@ def consolidate(opts: Any, *, threshold: float = 0.95, neighbours: int = 16, liv
 
 def run(args: argparse.Namespace) -> Any:
     """Entry used by both ``recallserve job consolidate`` and ``python -m``."""
-    from deployments.jobs._args import live_from_args, options_from_args
+    from recallserve.deployments.jobs._args import live_from_args, options_from_args
 
     return consolidate(options_from_args(args), threshold=args.threshold, neighbours=args.neighbours,
                        live=live_from_args(args))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from deployments.jobs._args import run_main
+    from recallserve.deployments.jobs._args import run_main
 
     return run_main(JOB, add_arguments, run, argv)
 

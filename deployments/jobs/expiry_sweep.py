@@ -12,14 +12,14 @@ so a later recall (which renews ``last_access_at``) works as before; searches ma
 ``metadata.tier``. Already-archival records are left alone. Each finished shard is snapshotted,
 which compacts the deleted rows.
 
-Two ways to reach the shards, one per-batch logic (:func:`deployments.jobs.run_access_job`):
+Two ways to reach the shards, one per-batch logic (:func:`recallserve.deployments.jobs.run_access_job`):
 
 * folders (default): opens ``<data_dir>/shard-<i>`` directly; the shards must not be open in a
   running cluster (the shard LOCK refuses it with a clear error);
 * ``--live [--app NAME] [--ray-address ADDR]``: while the cluster serves, through the
   ``memory_shard_<i>`` deployments of the app (default the profile's name, as ``recallserve up``
   deploys it). Every delete/demotion is a compare-and-set on the record's content version
-  (``memory_shards.shard.record_version``, which a recall's last-access renewal does not
+  (``recallserve.memory_shards.shard.record_version``, which a recall's last-access renewal does not
   change): a memory a user rewrote or deleted after the job read it is left alone and counted
   under ``conflicts``, so the job never overwrites a newer write; a recall since the read is
   kept (the demoted copy takes the later ``last_access_at``). Memories written after a shard's
@@ -30,7 +30,7 @@ resume, show progress, honour ``--dry-run`` and snapshot each finished shard.
 
 Run: ``recallserve job expiry-sweep [--dry-run]``,
 ``recallserve job expiry-sweep --live`` (next to ``recallserve up``) or
-``ray job submit -- python -m deployments.jobs.expiry_sweep --live --app recallserve``.
+``ray job submit -- python -m recallserve.deployments.jobs.expiry_sweep --live --app recallserve``.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def decay_factor(last_access_at: float, now: float, decay_lambda: float) -> floa
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The sweep's own flags (and ``--live``/``--app``/``--ray-address``)."""
-    from deployments.jobs._args import add_live_arguments
+    from recallserve.deployments.jobs._args import add_live_arguments
 
     add_live_arguments(p)
     p.add_argument("--archive-below", type=float, default=0.3, help="demote when the decay factor is below this (0 disables)")
@@ -70,19 +70,19 @@ def sweep(opts: Any, *, archive_below: float = 0.3, decay_lambda: float = 0.1, n
     """Run the sweep over every shard; returns a :class:`JobReport`.
 
     Args:
-        opts: :class:`deployments.jobs.JobOptions`.
-        live: :class:`deployments.jobs.LiveOptions` to sweep the running app's shard deployments;
+        opts: :class:`recallserve.deployments.jobs.JobOptions`.
+        live: :class:`recallserve.deployments.jobs.LiveOptions` to sweep the running app's shard deployments;
             None sweeps the folders of ``opts.data_dir``.
 
     Raises:
         ValueError: a bound out of range (names the option).
-        JobError: see :func:`deployments.jobs.run_access_job`.
+        JobError: see :func:`recallserve.deployments.jobs.run_access_job`.
     """
-    from memory_shards import EmbeddedRecord, MemoryRecord
-    from memory_shards.shard import record_version
+    from recallserve.memory_shards import EmbeddedRecord, MemoryRecord
+    from recallserve.memory_shards.shard import record_version
     from pydantic import ValidationError
 
-    from deployments.jobs._common import run_access_job
+    from recallserve.deployments.jobs._common import run_access_job
 
     if not 0 <= archive_below <= 1:
         raise ValueError(f"archive_below: must be in [0, 1], got {archive_below}")
@@ -138,14 +138,14 @@ def sweep(opts: Any, *, archive_below: float = 0.3, decay_lambda: float = 0.1, n
 
 def run(args: argparse.Namespace) -> Any:
     """Entry used by both ``recallserve job expiry-sweep`` and ``python -m``."""
-    from deployments.jobs._args import live_from_args, options_from_args
+    from recallserve.deployments.jobs._args import live_from_args, options_from_args
 
     return sweep(options_from_args(args), archive_below=args.archive_below, decay_lambda=args.decay_lambda,
                  now=args.now, delete_expired=not args.keep_expired, live=live_from_args(args))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from deployments.jobs._args import run_main
+    from recallserve.deployments.jobs._args import run_main
 
     return run_main(JOB, add_arguments, run, argv)
 

@@ -16,13 +16,13 @@ deleted), so run it again just before switching; writes made between that last c
 switch still need a pause of writes or one more catch-up from the stopped shards.
 
 Run: ``recallserve job reembed --embedder minilm --target /data/recallserve/memory-v2`` or
-``ray job submit -- python -m deployments.jobs.reembed ...``.
+``ray job submit -- python -m recallserve.deployments.jobs.reembed ...``.
 
 Without downtime (``--live``): deploy a config whose ``memory.migration`` names the new
 generation (its embedder and data folder). The new embedder and shard deployments then run
 beside the serving ones and every write goes to both; ``recallserve job reembed --live
 --config that.yaml`` copies what the serving generation held before into the new one through the
-deployments (:mod:`deployments.jobs._reembed_live`: fill and prune passes, compare-and-set,
+deployments (:mod:`recallserve.deployments.jobs._reembed_live`: fill and prune passes, compare-and-set,
 checkpointed). Then switch reads (``migration.reads: target``) and finally make the new
 generation the only one (README.md, "Re-embedding without downtime", has the whole roll-out).
 The folder mode above remains for offline clusters.
@@ -51,7 +51,7 @@ def make_embedder(spec: str) -> Any:
     Raises:
         ValueError: an unknown spec (names the accepted ones).
     """
-    from memory_shards import HashingEmbedder, MiniLMEmbedder
+    from recallserve.memory_shards import HashingEmbedder, MiniLMEmbedder
 
     name, _, arg = spec.partition(":")
     if name == "minilm" and not arg:
@@ -68,7 +68,7 @@ def make_embedder(spec: str) -> Any:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The re-embed job's own flags (and ``--live``/``--app``/``--ray-address``)."""
-    from deployments.jobs._args import add_live_arguments
+    from recallserve.deployments.jobs._args import add_live_arguments
 
     add_live_arguments(p)
     p.add_argument("--embedder", default=None, help="new embedder (folder mode): minilm | minilm-int8 | hashing[:DIM]")
@@ -95,11 +95,11 @@ def reembed(opts: Any, embedder: Any, target: Path) -> Any:
 
     Raises:
         ValueError: ``target`` is the source root or inside it.
-        JobError: see :func:`deployments.jobs._common.run_shard_job`.
+        JobError: see :func:`recallserve.deployments.jobs._common.run_shard_job`.
     """
-    from memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard, ShardConfig, embed_records
+    from recallserve.memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard, ShardConfig, embed_records
 
-    from deployments.jobs._common import discover_shards, run_shard_job
+    from recallserve.deployments.jobs._common import discover_shards, run_shard_job
 
     source = opts.data_dir.resolve()
     target = target.resolve()
@@ -194,9 +194,9 @@ def catch_up(opts: Any, embedder: Any, target: Path) -> dict[str, Any]:
     """
     from collections import defaultdict
 
-    from memory_shards import MemoryShard, ShardConfig, embed_records
+    from recallserve.memory_shards import MemoryShard, ShardConfig, embed_records
 
-    from deployments.jobs._common import JobReport, discover_shards, open_shard
+    from recallserve.deployments.jobs._common import JobReport, discover_shards, open_shard
 
     source = opts.data_dir.resolve()
     target = target.resolve()
@@ -260,7 +260,7 @@ def catch_up(opts: Any, embedder: Any, target: Path) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> Any:
     """Entry used by both ``recallserve job reembed`` and ``python -m``."""
-    from deployments.jobs._args import live_from_args, options_from_args
+    from recallserve.deployments.jobs._args import live_from_args, options_from_args
 
     live = live_from_args(args)
     if live is not None:
@@ -268,8 +268,8 @@ def run(args: argparse.Namespace) -> Any:
             if getattr(args, flag):
                 raise ValueError(f"--{flag.replace('_', '-')}: not used with --live (the config's memory.migration "
                                  "names the new generation, its embedder and folder)")
-        from deployments.config import load_config
-        from deployments.jobs._reembed_live import run_live
+        from recallserve.deployments.config import load_config
+        from recallserve.deployments.jobs._reembed_live import run_live
 
         return run_live(options_from_args(args), load_config(profile=args.profile, path=args.config), live)
     for flag in ("embedder", "target"):
@@ -281,7 +281,7 @@ def run(args: argparse.Namespace) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from deployments.jobs._args import run_main
+    from recallserve.deployments.jobs._args import run_main
 
     return run_main(JOB, add_arguments, run, argv)
 

@@ -3,18 +3,18 @@
 A session is selected when ``unsummarised = message_count - 1 - summary.until_seq`` is at least
 ``--min-unsummarised`` (default 40: twice the live cooldown of 20 messages, i.e. sessions the
 request path fell behind on, or all sessions after a summariser change with ``--min-unsummarised 1``).
-Each one goes through :meth:`serve.context.ContextManager.refresh_summary` with ``force=True``
+Each one goes through :meth:`recallserve.serve.context.ContextManager.refresh_summary` with ``force=True``
 (trigger and cooldown ignored, the recent window still kept verbatim), so the job writes exactly
 what the live path would, with the same compare-and-set (a refresh that raced a live one is
 counted as ``superseded``, not overwritten).
 
 Summariser: ``extractive`` (no model; default) or ``model`` (the profile's summariser engine,
-e.g. llama.cpp on CPU, through :class:`serve.context.LLMSummariser`).
+e.g. llama.cpp on CPU, through :class:`recallserve.serve.context.LLMSummariser`).
 
 Two ways to reach the sessions:
     ``--live``: through the running app's ``state`` deployment, the one writer of the session
         store, while it serves (``--summariser model`` then uses the app's summariser deployment).
-        The way on a cluster: ``ray job submit -- python -m deployments.jobs.resummarise --live``.
+        The way on a cluster: ``ray job submit -- python -m recallserve.deployments.jobs.resummarise --live``.
     the file: ``--store`` (default the profile's ``state_dir/sessions.sqlite3``) opened here; for a
         stopped cluster, or one on this machine (SQLite's locks keep the two writers apart on a
         local disk, not over NFS).
@@ -41,7 +41,7 @@ JOB = "resummarise"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of this job (it works on the session store, not on shards)."""
-    from deployments.jobs._args import add_live_arguments
+    from recallserve.deployments.jobs._args import add_live_arguments
 
     src = p.add_mutually_exclusive_group()
     src.add_argument("--profile", default=None, help="profile giving the summariser engine (with --summariser model)")
@@ -61,9 +61,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def long_sessions(store_path: Path, min_unsummarised: int) -> list[tuple[str, str, str, int]]:
     """(session id, tenant, user, unsummarised count) of the sessions to refresh, by (id, tenant)
-    (:meth:`serve.context.SessionStore.long_sessions` on the file; WAL lets it read while the
+    (:meth:`recallserve.serve.context.SessionStore.long_sessions` on the file; WAL lets it read while the
     cluster writes)."""
-    from serve.context import SessionStore
+    from recallserve.serve.context import SessionStore
 
     store = SessionStore(store_path)
     try:
@@ -93,7 +93,7 @@ async def _work(store: Any, min_unsummarised: int, summariser: Any, ckpt: Any, d
     """List the long sessions of ``store`` after the checkpoint and refresh them (or count them)."""
     from tqdm import tqdm
 
-    from serve.context import ContextManager, SessionNotFoundError
+    from recallserve.serve.context import ContextManager, SessionNotFoundError
 
     sessions = await store.long_sessions(min_unsummarised)
     after = None if ckpt.done(0) else _resume_key(ckpt.last_id(0))
@@ -122,7 +122,7 @@ async def _work(store: Any, min_unsummarised: int, summariser: Any, ckpt: Any, d
 
 def _report(store: Any, *, min_unsummarised: int, summariser: Any, dry_run: bool, checkpoint: Path,
             restart: bool, progress: bool) -> Any:
-    from deployments.jobs._common import Checkpoint, JobReport
+    from recallserve.deployments.jobs._common import Checkpoint, JobReport
 
     if min_unsummarised < 1:
         raise ValueError(f"min_unsummarised: must be >= 1, got {min_unsummarised}")
@@ -141,7 +141,7 @@ def resummarise(store_path: Path, *, min_unsummarised: int = 40, summariser: Any
     Raises:
         ValueError: ``min_unsummarised`` < 1 or a missing store file (names the option).
     """
-    from serve.context import SessionStore
+    from recallserve.serve.context import SessionStore
 
     if not store_path.is_file():
         raise ValueError(f"store: {store_path} is not a session store file (no cluster has written sessions there; "
@@ -159,15 +159,15 @@ def resummarise_live(live: Any, *, min_unsummarised: int = 40, summariser: Calla
     """The same job through the running app's ``state`` deployment (the one writer of the sessions).
 
     Args:
-        live: :class:`deployments.jobs.LiveOptions` (which cluster and app).
+        live: :class:`recallserve.deployments.jobs.LiveOptions` (which cluster and app).
         summariser: ``summariser(cluster) -> Summariser`` (e.g. over the app's summariser
             deployment); None = the extractive summariser.
 
     Raises:
         JobError: no cluster, app or ``state`` deployment (an app deployed before it existed).
     """
-    from deployments.jobs._live import connect
-    from deployments.state import RemoteStore
+    from recallserve.deployments.jobs._live import connect
+    from recallserve.deployments.state import RemoteStore
 
     with connect(live) as cluster:
         store = RemoteStore(cluster.handle("state"), "sessions")
@@ -182,9 +182,9 @@ def _default_checkpoint(store_path: Path) -> Path:
 def _summariser(args: argparse.Namespace) -> Any:
     if args.summariser == "extractive":
         return None  # NOTE: ContextManager's default ExtractiveSummariser
-    from deployments.config import load_config
-    from deployments.engines import build_engine
-    from serve.context import LLMSummariser
+    from recallserve.deployments.config import load_config
+    from recallserve.deployments.engines import build_engine
+    from recallserve.serve.context import LLMSummariser
 
     config = load_config(profile=args.profile, path=args.config)
     return LLMSummariser(build_engine(config.summariser.engine))
@@ -193,7 +193,7 @@ def _summariser(args: argparse.Namespace) -> Any:
 def default_store(profile: str | None, config_path: Path | None) -> Path:
     """The session store of the cluster that ``profile`` (or the config file) starts:
     ``<state_dir>/sessions.sqlite3``, the file the ``state`` deployment opens."""
-    from deployments.config import load_config
+    from recallserve.deployments.config import load_config
 
     return load_config(profile=profile, path=config_path).state_dir.expanduser().resolve() / "sessions.sqlite3"
 
@@ -202,10 +202,10 @@ def _live_summariser(args: argparse.Namespace) -> Callable[[Any], Any] | None:
     """With --live and ``--summariser model``: the app's own summariser deployment, not a local model."""
     if args.summariser == "extractive":
         return None
-    from deployments.config import load_config
-    from deployments.handles import HandleEngine
-    from deployments.ingress import engine_facts
-    from serve.context import LLMSummariser
+    from recallserve.deployments.config import load_config
+    from recallserve.deployments.handles import HandleEngine
+    from recallserve.deployments.ingress import engine_facts
+    from recallserve.serve.context import LLMSummariser
 
     config = load_config(profile=args.profile, path=args.config)
     # NOTE: in cpu-local the summariser runs on the reasoner's deployment (summariser.shared_with).
@@ -215,7 +215,7 @@ def _live_summariser(args: argparse.Namespace) -> Callable[[Any], Any] | None:
 
 def run(args: argparse.Namespace) -> Any:
     """Entry used by both ``recallserve job resummarise`` and ``python -m``."""
-    from deployments.jobs._args import live_from_args
+    from recallserve.deployments.jobs._args import live_from_args
 
     live = live_from_args(args)
     if live is None:
@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from deployments.jobs._args import run_main
+    from recallserve.deployments.jobs._args import run_main
 
     return run_main(JOB, add_arguments, run, argv)
 

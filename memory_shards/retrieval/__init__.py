@@ -8,8 +8,8 @@ In-process use::
     hits = await retriever.search("acme", "paper jam on tray 2", k=16)
 """
 
-from memory_shards.retrieval.fusion import RRF_K, combined_score, rrf_fuse, time_factor
-from memory_shards.retrieval.hybrid import (
+from recallserve.memory_shards.retrieval.fusion import RRF_K, combined_score, rrf_fuse, time_factor
+from recallserve.memory_shards.retrieval.hybrid import (
     AsyncEmbed,
     HybridHit,
     HybridRetriever,
@@ -20,9 +20,9 @@ from memory_shards.retrieval.hybrid import (
     RewrittenQuery,
     local_hybrid_coordinator,
 )
-from memory_shards.retrieval.lexical import LexicalIndex
-from memory_shards.retrieval.rewrite import KeywordRewriter
-from memory_shards.retrieval.shard import Feedback, HybridShard, ShardHybridResult, lexical_text
+from recallserve.memory_shards.retrieval.lexical import LexicalIndex
+from recallserve.memory_shards.retrieval.rewrite import KeywordRewriter
+from recallserve.memory_shards.retrieval.shard import Feedback, HybridShard, ShardHybridResult, lexical_text
 
 __all__ = [
     "RRF_K",

@@ -13,7 +13,7 @@ than the BM25 half of the search itself. So the answer travels as plain tuples:
 
 On the receiving side each hit is a :class:`WireHit`: it has the attributes the fusion reads
 (``score``, ``similarity``, ``time_factor``, ``part_index``, ``shard``, ``source_id``, ``id``) as plain
-slots and ``metadata`` from the tuple, and builds its :class:`~memory_shards.records.MemoryRecord` (validated, as any record) only
+slots and ``metadata`` from the tuple, and builds its :class:`~recallserve.memory_shards.records.MemoryRecord` (validated, as any record) only
 when ``record`` is read, which the retriever does for the hits it returns. In process (no Ray),
 hits stay the shard's own ``SearchHit`` objects: nothing is packed.
 """
@@ -37,7 +37,7 @@ _METADATA = _FIELDS.index("metadata")
 class WireHit:
     """A shard hit read from the wire; its record is built on first use.
 
-    Duck-types the parts of :class:`~memory_shards.config.SearchHit` the retriever reads.
+    Duck-types the parts of :class:`~recallserve.memory_shards.config.SearchHit` the retriever reads.
     """
 
     __slots__ = ("_values", "_record", "id", "source_id", "score", "similarity", "time_factor", "part_index", "shard")

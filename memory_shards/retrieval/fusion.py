@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import TypeVar
 
-from kernels import ScoreParams
+from recallserve.kernels import ScoreParams
 
 __all__ = ["rrf_fuse", "time_factor", "combined_score", "RRF_K"]
 
@@ -55,7 +55,7 @@ def rrf_fuse(
 
 
 def time_factor(params: ScoreParams, last_access_at: float, now: float) -> float:
-    """The kernel's time factor of one record (see ``kernels.ScoreParams``).
+    """The kernel's time factor of one record (see ``recallserve.kernels.ScoreParams``).
 
     ``days = max(0, now - last_access_at) / 86400``; ``none`` -> 1, ``hyperbolic`` ->
     ``1 / (1 + lambda * days)``, ``exponential`` -> ``0.5 ** (days / half_life_days)``.

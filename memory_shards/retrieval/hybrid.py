@@ -12,7 +12,7 @@ One query runs::
                                                                          w_dense = 1, w_lex = 1.5)
 
 When the query names a time ("in May 2023", "last week", "yesterday"; rules in
-:mod:`~memory_shards.retrieval.when`, read against ``now``), the shards are asked a second time,
+:mod:`~recallserve.memory_shards.retrieval.when`, read against ``now``), the shards are asked a second time,
 concurrently, with the same query under a created-at filter for that window (plus
 ``date_slack_days`` after it), and the two window lists join the fusion with ``date_weight``::
 
@@ -30,7 +30,7 @@ call; nothing changes for memories without that key)::
     score(d) += name_boost * (w_dense / (c + rank_dense_among_named(d)) + w_lex / (c + rank_lex_among_named(d)))
 
 A second hop (``hop_hits``, off by default; 1 = one hop): each of the first ``hop_hits`` fused hits gives one more
-lexical query, the question plus that hit's new words (:mod:`~memory_shards.retrieval.hop`), asked
+lexical query, the question plus that hit's new words (:mod:`~recallserve.memory_shards.retrieval.hop`), asked
 after the first fusion (a second, serial round of BM25-only shard calls), whose lists join the fusion::
 
     score(d) += hop_weight * w_lex / (c + rank_in_hop_list(d))
@@ -48,7 +48,7 @@ Options, off by default and measured by leave-one-conversation-out on the LoCoMo
   ``unnamed_weight`` > 0 keeps the named query's dense list and adds the unnamed one's;
 * diversification (``group_cap`` > 0, ``group_decay`` < 1 or ``mmr_lambda`` < 1): the fused list is
   reordered so that one day's (or topic's) memories, or near-repeats, do not crowd the top k
-  (:mod:`~memory_shards.retrieval.diversify`).
+  (:mod:`~recallserve.memory_shards.retrieval.diversify`).
 
 A lexical-only hit (its cosine below the threshold) is kept only when its BM25 is at least
 ``lexical_min_ratio`` x the best BM25 of the query: exact names and ids the embedder misses come
@@ -68,7 +68,7 @@ from typing import Literal, NamedTuple, Protocol, runtime_checkable
 import numpy as np
 from pydantic import Field
 
-from kernels import ScoreParams, StrictModel
+from recallserve.kernels import ScoreParams, StrictModel
 
 from ..config import SearchFilters, SearchHit
 from ..coordinator import LocalShardClient, MemoryCoordinator
@@ -207,7 +207,7 @@ class HybridShardClient(Protocol):
 
 
 class LocalHybridShardClient(LocalShardClient):
-    """In-process client of a :class:`~memory_shards.retrieval.shard.HybridShard`."""
+    """In-process client of a :class:`~recallserve.memory_shards.retrieval.shard.HybridShard`."""
 
     async def hybrid_search(self, query_vector, lexical_query, tenant, dense_k, lexical_k, params, filters, now,
                             feedback=Feedback()):
@@ -457,7 +457,7 @@ class HybridRetriever:
 def local_hybrid_coordinator(n_shards: int, model_id: str, dim: int, data_root=None, **shard_options) -> MemoryCoordinator:
     """N in-process :class:`HybridShard` s (``data_root/shard-<i>``, or in memory when None).
 
-    The same layout as ``memory_shards.local_coordinator``: a Ray deployment of shard i opens
+    The same layout as ``recallserve.memory_shards.local_coordinator``: a Ray deployment of shard i opens
     the same folder, so data written in-process is served by the cluster and back.
     """
     from pathlib import Path

@@ -1,6 +1,6 @@
 """BM25 over memory records, one independent collection per tenant, updated in place.
 
-For a query with terms ``t`` (after :func:`~memory_shards.retrieval._text.analyse`, each distinct
+For a query with terms ``t`` (after :func:`~recallserve.memory_shards.retrieval._text.analyse`, each distinct
 term counted once) the score of document ``d`` in the tenant's collection is (Okapi BM25 with
 Lucene's non-negative idf)::
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import Field
 
-from kernels import StrictModel
+from recallserve.kernels import StrictModel
 
 from ..records import MemoryPart, MemoryRecord
 

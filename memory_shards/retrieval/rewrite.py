@@ -4,7 +4,7 @@ A question such as "What kind of books does Caroline like to read?" carries word
 "like", "think", "likely") that occur in a large share of chat turns and only add noise to the
 BM25 ranking; the dense side keeps the full question (MiniLM was trained on question/answer
 pairs and reads the question form well). Plug any other rewriter (an LLM, a spelling fixer)
-through :class:`~memory_shards.retrieval.hybrid.QueryRewriter`.
+through :class:`~recallserve.memory_shards.retrieval.hybrid.QueryRewriter`.
 """
 
 from __future__ import annotations

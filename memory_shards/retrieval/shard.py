@@ -1,7 +1,7 @@
 """A memory shard with a lexical (BM25) index beside its vectors: one unit for both signals.
 
 :class:`HybridShard` wraps a :class:`~memory_shards.MemoryShard` and keeps a per-tenant
-:class:`~memory_shards.retrieval.lexical.LexicalIndex` over the same records, so one call
+:class:`~recallserve.memory_shards.retrieval.lexical.LexicalIndex` over the same records, so one call
 (:meth:`HybridShard.hybrid_search`) returns the shard's dense top-k (the fused kernel path) and
 its lexical top-k, each hit with its similarity, time factor and kernel score. The lexical index
 is derived state: it is rebuilt from the shard's records when the shard opens (after WAL replay),
@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kernels import ScoreParams
+from recallserve.kernels import ScoreParams
 
 from ..config import SearchFilters, SearchHit
 from ..records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord
@@ -62,7 +62,7 @@ def lexical_text(record: MemoryRecord) -> str:
 class ShardHybridResult:
     """One shard's answer to a hybrid query (plain data, travels through Ray in its compact wire form).
 
-    Pickled (a Ray hop), it becomes one blob of plain tuples (:mod:`memory_shards.retrieval._wire`):
+    Pickled (a Ray hop), it becomes one blob of plain tuples (:mod:`recallserve.memory_shards.retrieval._wire`):
     the receiver's hits are :class:`WireHit` s that build their record only when it is read.
     """
 

@@ -6,14 +6,14 @@ to declare tools (or :class:`HttpToolConfig` from config), :func:`default_regist
 built-in and demo tools, :func:`mask_pii` for anything written to memory or logs.
 """
 
-from serve.agent._http_tools import HttpParamSpec, HttpToolConfig, build_http_tool
-from serve.agent.builtin import builtin_tools, calculator_tool, clock_tool, memory_search_tool, safe_eval
-from serve.agent.config import AgentConfig
-from serve.agent.guards import mask_pii
-from serve.agent.images import ImageDescriber, ImageError, ImageUnit, analyse_image
-from serve.agent.loop import Agent
-from serve.agent.routing import RoutingHint, RuleDecision, route_by_rules
-from serve.agent.schemas import (
+from recallserve.serve.agent._http_tools import HttpParamSpec, HttpToolConfig, build_http_tool
+from recallserve.serve.agent.builtin import builtin_tools, calculator_tool, clock_tool, memory_search_tool, safe_eval
+from recallserve.serve.agent.config import AgentConfig
+from recallserve.serve.agent.guards import mask_pii
+from recallserve.serve.agent.images import ImageDescriber, ImageError, ImageUnit, analyse_image
+from recallserve.serve.agent.loop import Agent
+from recallserve.serve.agent.routing import RoutingHint, RuleDecision, route_by_rules
+from recallserve.serve.agent.schemas import (
     AgentEvent,
     AgentMessage,
     AgentRequest,
@@ -23,7 +23,7 @@ from serve.agent.schemas import (
     ToolCallRecord,
     TraceStep,
 )
-from serve.agent.tools import Tool, ToolArgsError, ToolContext, ToolError, ToolRegistry, ToolSet
+from recallserve.serve.agent.tools import Tool, ToolArgsError, ToolContext, ToolError, ToolRegistry, ToolSet
 
 __all__ = [
     "Agent",
@@ -66,7 +66,7 @@ def default_registry(*, demo: bool = True, http_tools: list[HttpToolConfig] | No
     """Built-in tools, plus the demo world's tools when ``demo``, plus HTTP tools from config."""
     registry = ToolRegistry(builtin_tools())
     if demo:
-        from serve.agent.demo import DemoWorld, demo_tools
+        from recallserve.serve.agent.demo import DemoWorld, demo_tools
 
         for tool in demo_tools(DemoWorld()):
             registry.register(tool)

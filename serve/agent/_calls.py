@@ -1,6 +1,6 @@
 """What the routing bindings leave the loop to call.
 
-The routing rules (:mod:`serve.agent.routing`) bind a tool's arguments to the values the question
+The routing rules (:mod:`recallserve.serve.agent.routing`) bind a tool's arguments to the values the question
 gives (``bindings``: tool -> argument -> values). From those bindings these functions decide
 which call is fixed without an engine step (:func:`determined_call`), which tools have a single
 possible call (:func:`single_call_tools`) and which tools have nothing new left to call
@@ -9,10 +9,10 @@ possible call (:func:`single_call_tools`) and which tools have nothing new left 
 
 from __future__ import annotations
 
-from serve.agent._protocol import ParsedCall
-from serve.agent.routing import bind_schema
-from serve.agent.schemas import ToolCallRecord
-from serve.agent.tools import Tool, ToolSet
+from recallserve.serve.agent._protocol import ParsedCall
+from recallserve.serve.agent.routing import bind_schema
+from recallserve.serve.agent.schemas import ToolCallRecord
+from recallserve.serve.agent.tools import Tool, ToolSet
 
 __all__ = ["Bindings", "bound_values", "determined_call", "single_call_tools", "spent_tools"]
 

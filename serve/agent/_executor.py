@@ -14,12 +14,12 @@ import re
 import time
 from typing import Any
 
-from serve.agent._cache import TTLCache, cache_key
-from serve.agent._protocol import ParsedCall
-from serve.agent.grounding import numbers_in, ungrounded
-from serve.agent.guards import wrap_untrusted
-from serve.agent.schemas import ToolCallRecord
-from serve.agent.tools import ToolArgsError, ToolContext, ToolError, ToolSet
+from recallserve.serve.agent._cache import TTLCache, cache_key
+from recallserve.serve.agent._protocol import ParsedCall
+from recallserve.serve.agent.grounding import numbers_in, ungrounded
+from recallserve.serve.agent.guards import wrap_untrusted
+from recallserve.serve.agent.schemas import ToolCallRecord
+from recallserve.serve.agent.tools import ToolArgsError, ToolContext, ToolError, ToolSet
 
 __all__ = ["StepExecutor", "dedupe_calls"]
 

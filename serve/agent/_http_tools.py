@@ -14,9 +14,9 @@ from urllib.parse import quote
 
 from pydantic import ConfigDict, Field, create_model, model_validator
 
-from kernels import StrictModel
-from serve.agent.routing import RoutingHint
-from serve.agent.tools import Tool, ToolContext, ToolError
+from recallserve.kernels import StrictModel
+from recallserve.serve.agent.routing import RoutingHint
+from recallserve.serve.agent.tools import Tool, ToolContext, ToolError
 
 __all__ = ["HttpParamSpec", "HttpToolConfig", "build_http_tool"]
 

@@ -12,8 +12,8 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from serve.agent.schemas import AgentUsage
-from serve.engine import ChatMessage, GenerationParams, LLMEngine
+from recallserve.serve.agent.schemas import AgentUsage
+from recallserve.serve.engine import ChatMessage, GenerationParams, LLMEngine
 
 __all__ = ["Deadline", "MeteredCalls"]
 

@@ -8,7 +8,7 @@ request-specific goes into the last user message, after the shared prefix.
 
 from __future__ import annotations
 
-from serve.agent.tools import ToolSet
+from recallserve.serve.agent.tools import ToolSet
 
 __all__ = ["system_prompt", "direct_prompt", "ROUTER_INSTRUCTION", "PARTIAL_INSTRUCTION", "RETRY_INSTRUCTION"]
 

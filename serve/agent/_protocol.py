@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import Any
 
-from serve.agent.routing import bind_schema
-from serve.agent.tools import ToolSet
+from recallserve.serve.agent.routing import bind_schema
+from recallserve.serve.agent.tools import ToolSet
 
 __all__ = ["ParsedCall", "ParsedStep", "StepParseError", "step_schema", "router_schema", "parse_step",
            "parse_json_object", "AnswerStream", "is_final_only", "FINAL_WRAPPER_TOKENS"]
@@ -113,7 +113,7 @@ def step_schema(tools: ToolSet, *, allow_parallel: bool, allow_final: bool = Tru
     """JSON schema of one reply: one alternative per tool, optionally multi-call, and final.
 
     ``bindings`` (tool -> argument -> values found in the question, from the routing rules)
-    narrow those arguments to the found values; see :func:`serve.agent.routing.bind_schema`.
+    narrow those arguments to the found values; see :func:`recallserve.serve.agent.routing.bind_schema`.
     """
     alts: list[dict[str, Any]] = []
     args: dict[str, dict[str, Any]] = {}

@@ -16,10 +16,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from kernels import StrictModel
-from serve.agent.routing import RoutingHint
-from serve.agent.tools import Tool, ToolContext, ToolError
-from serve.turn import memory_line
+from recallserve.kernels import StrictModel
+from recallserve.serve.agent.routing import RoutingHint
+from recallserve.serve.agent.tools import Tool, ToolContext, ToolError
+from recallserve.serve.turn import memory_line
 
 __all__ = [
     "safe_eval",
@@ -258,7 +258,7 @@ async def _search(args: MemorySearchArgs, ctx: ToolContext) -> list[dict[str, An
 
 
 def _summarise_hits(hits: list[dict[str, Any]]) -> str:
-    """The observation: the hits in the prompt's memory-line format (:func:`serve.turn.memory_line`)."""
+    """The observation: the hits in the prompt's memory-line format (:func:`recallserve.serve.turn.memory_line`)."""
     if not hits:
         return "no matching memories"
     # NOTE: 300 characters a hit: the observation itself is capped (agent.observation_max_chars).

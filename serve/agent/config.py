@@ -2,7 +2,7 @@
 
 Defaults follow the CoT 3.0 seed: max 5 steps, a 5-minute result cache, summarised and capped
 observations. Recall (how many memories, shown how) is the turn's, not the agent's: see
-:class:`serve.turn.RecallConfig` and the profile's ``memory.top_k``; the history the agent sees is
+:class:`recallserve.serve.turn.RecallConfig` and the profile's ``memory.top_k``; the history the agent sees is
 what the token budget kept (context-mode), not a count of its own.
 """
 
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from kernels import StrictModel
+from recallserve.kernels import StrictModel
 
 __all__ = ["AgentConfig"]
 
 
 class AgentConfig(StrictModel):
-    """Knobs of :class:`serve.agent.Agent`; every one bounded."""
+    """Knobs of :class:`recallserve.serve.agent.Agent`; every one bounded."""
 
     max_steps: int = Field(default=5, ge=1, le=10, description="Reasoner steps before a partial answer.")
     step_max_tokens: int = Field(

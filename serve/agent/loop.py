@@ -6,20 +6,20 @@ of the exchange (PII-masked) is returned as ``result.memory_writes`` for the cal
 off the request path with :meth:`Agent.write_back`.
 
 Per request:
-1. images -> description + OCR (:mod:`serve.agent.images`);
+1. images -> description + OCR (:mod:`recallserve.serve.agent.images`);
 2. the turn's one memory recall (question + OCR text, cached with a TTL). Both are done by the
-   pipeline when it built the :class:`~serve.turn.Turn`, here only for a request without one;
-3. the routing rules (:mod:`serve.agent.routing`), or the router model when they are undecided,
+   pipeline when it built the :class:`~recallserve.serve.turn.Turn`, here only for a request without one;
+3. the routing rules (:mod:`recallserve.serve.agent.routing`), or the router model when they are undecided,
    decide ``direct`` or ``tools``, which tools (a subset of the tenant's scopes) and which ones
    the first step must call;
 4. up to ``max_steps`` reasoner steps, each one JSON object constrained by a schema; bad JSON is
    retried once, then reported back as an observation; calls run through :class:`StepExecutor`,
-   and the rules' bindings decide which calls are left (:mod:`serve.agent._calls`);
+   and the rules' bindings decide which calls are left (:mod:`recallserve.serve.agent._calls`);
 5. out of steps or time -> a partial answer stating what is known and what is missing. Every
    engine call runs under the request deadline and adds to its usage
-   (:class:`serve.agent._metered.MeteredCalls`).
+   (:class:`recallserve.serve.agent._metered.MeteredCalls`).
 
-Every prompt is the turn rendered by :func:`serve.turn.render_prompt` under the call's head
+Every prompt is the turn rendered by :func:`recallserve.serve.turn.render_prompt` under the call's head
 (protocol + tools, direct answer, router): the client's system prompt, the context-mode block and
 the history the token budget kept reach every engine call; the agent cuts no history of its own.
 """
@@ -34,29 +34,29 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from serve.agent._cache import TTLCache
-from serve.agent._calls import determined_call, spent_tools
-from serve.agent._executor import StepExecutor
-from serve.agent._metered import Deadline, MeteredCalls
-from serve.agent._prompts import PARTIAL_INSTRUCTION, RETRY_INSTRUCTION, ROUTER_INSTRUCTION, direct_prompt, \
+from recallserve.serve.agent._cache import TTLCache
+from recallserve.serve.agent._calls import determined_call, spent_tools
+from recallserve.serve.agent._executor import StepExecutor
+from recallserve.serve.agent._metered import Deadline, MeteredCalls
+from recallserve.serve.agent._prompts import PARTIAL_INSTRUCTION, RETRY_INSTRUCTION, ROUTER_INSTRUCTION, direct_prompt, \
     system_prompt
-from serve.agent._protocol import FINAL_WRAPPER_TOKENS, THOUGHT_MAX_CHARS, AnswerStream, ParsedCall, ParsedStep, \
+from recallserve.serve.agent._protocol import FINAL_WRAPPER_TOKENS, THOUGHT_MAX_CHARS, AnswerStream, ParsedCall, ParsedStep, \
     StepParseError, is_final_only, parse_json_object, parse_step, router_schema, step_schema
-from serve.agent.config import AgentConfig
-from serve.agent.guards import AnswerCheck, mask_pii
-from serve.agent.images import ImageDescriber
-from serve.agent.routing import route_by_rules
-from serve.agent.schemas import AgentEvent, AgentRequest, AgentResult, AgentUsage, RouteDecision, ToolCallRecord, \
+from recallserve.serve.agent.config import AgentConfig
+from recallserve.serve.agent.guards import AnswerCheck, mask_pii
+from recallserve.serve.agent.images import ImageDescriber
+from recallserve.serve.agent.routing import route_by_rules
+from recallserve.serve.agent.schemas import AgentEvent, AgentRequest, AgentResult, AgentUsage, RouteDecision, ToolCallRecord, \
     TraceStep
-from serve.agent.tools import ToolContext, ToolRegistry, ToolSet
-from serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
-from serve.memory import MemoryBackend, MemoryWrite
-from serve.pii import apply_pii, for_write_back
-from serve.turn import RecallConfig, Turn, analyse_images, recall_memories, render_prompt
+from recallserve.serve.agent.tools import ToolContext, ToolRegistry, ToolSet
+from recallserve.serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
+from recallserve.serve.memory import MemoryBackend, MemoryWrite
+from recallserve.serve.pii import apply_pii, for_write_back
+from recallserve.serve.turn import RecallConfig, Turn, analyse_images, recall_memories, render_prompt
 
 __all__ = ["Agent"]
 
-log = logging.getLogger("serve.agent")
+log = logging.getLogger("recallserve.serve.agent")
 
 
 class Agent:

@@ -47,10 +47,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kernels import StrictModel
+from recallserve.kernels import StrictModel
 
 if TYPE_CHECKING:
-    from serve.agent.tools import Tool
+    from recallserve.serve.agent.tools import Tool
 
 __all__ = ["ABOUT_ME", "ACTION_REQUESTS", "RoutingHint", "RuleDecision", "route_by_rules", "bind_schema", "requested_action"]
 

@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from kernels import StrictModel
-from serve.memory import MemoryWrite
+from recallserve.kernels import StrictModel
+from recallserve.serve.memory import MemoryWrite
 
 __all__ = [
     "AgentMessage",
@@ -173,7 +173,7 @@ class AgentUsage(StrictModel):
 
 
 class AgentResult(StrictModel):
-    """The outcome of :meth:`serve.agent.Agent.run`."""
+    """The outcome of :meth:`recallserve.serve.agent.Agent.run`."""
 
     answer: str = Field(description="The final answer (or the partial answer).")
     finish_reason: Literal["final", "direct", "max_steps", "timeout", "engine_error"] = Field(

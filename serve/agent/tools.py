@@ -24,8 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from serve.agent.routing import RoutingHint
-from serve.memory import MemoryBackend
+from recallserve.serve.agent.routing import RoutingHint
+from recallserve.serve.memory import MemoryBackend
 
 __all__ = ["Tool", "ToolContext", "ToolError", "ToolArgsError", "ToolRegistry", "ToolSet", "default_summary"]
 
@@ -88,7 +88,7 @@ class Tool:
         validators: extra checks ``check(args)`` raising ``ValueError`` with a message naming the field.
         cacheable: whether results may be served from the TTL cache (False for clocks and writes).
         destructive: changes state; such tools must sit under a write scope.
-        routing: when a question calls for the tool (:mod:`serve.agent.routing`); None = only
+        routing: when a question calls for the tool (:mod:`recallserve.serve.agent.routing`); None = only
             the router model can pick it.
         max_calls: calls per request after which the tool leaves the step grammar (None: no
             limit beyond the loop's steps and the refusal of repeated arguments).
@@ -96,7 +96,7 @@ class Tool:
             search): when recall found memories and the rules route the turn, the tool is offered
             only as the rules' first step (the user asked to search).
         grounded: arguments whose numbers must come from the conversation (the prompt and the
-            turn's observations; :mod:`serve.agent.grounding`): a call using another number is
+            turn's observations; :mod:`recallserve.serve.agent.grounding`): a call using another number is
             rejected with a message naming it (the calculator's expression).
     """
 
@@ -211,7 +211,7 @@ class ToolRegistry:
 
     Example:
         >>> reg = ToolRegistry()
-        >>> from serve.agent.builtin import calculator_tool
+        >>> from recallserve.serve.agent.builtin import calculator_tool
         >>> reg.register(calculator_tool())
         >>> list(reg.for_scopes(["basic"]))
         ['calculator']
@@ -229,8 +229,8 @@ class ToolRegistry:
         self._tools[tool.name] = tool
 
     def add_http_tools(self, configs: Iterable[Any]) -> None:
-        """Register HTTP tools from config (:class:`serve.agent.HttpToolConfig` items)."""
-        from serve.agent._http_tools import build_http_tool
+        """Register HTTP tools from config (:class:`recallserve.serve.agent.HttpToolConfig` items)."""
+        from recallserve.serve.agent._http_tools import build_http_tool
 
         for cfg in configs:
             self.register(build_http_tool(cfg))

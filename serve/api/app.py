@@ -7,7 +7,7 @@ Routes: ``GET /healthz``, ``GET /metrics``, ``GET /v1/models``, ``POST /v1/chat/
 At the edge, before any route: a body over ``max_body_bytes`` is a 413, a malformed
 ``x-request-id`` a 400, and an unexpected exception a 500 in the JSON error envelope; every
 error answer carries ``x-request-id`` and is logged with it. Log records of the process are
-PII-masked (:func:`serve.pii.install_log_masking`).
+PII-masked (:func:`recallserve.serve.pii.install_log_masking`).
 """
 
 from __future__ import annotations
@@ -24,16 +24,16 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.routing import compile_path
 
-from serve.api.auth import Authenticator
-from serve.api.chat_protocol import ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse
-from serve.api.errors import APIError, clip, error_body, install_error_handlers
-from serve.api.limits import (MAX_BODY_BYTES, BodyLimitMiddleware, check_content_type, check_duplicate_keys, check_query,
+from recallserve.serve.api.auth import Authenticator
+from recallserve.serve.api.chat_protocol import ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse
+from recallserve.serve.api.errors import APIError, clip, error_body, install_error_handlers
+from recallserve.serve.api.limits import (MAX_BODY_BYTES, BodyLimitMiddleware, check_content_type, check_duplicate_keys, check_query,
                               check_unicode)
-from serve.api.metrics import CONTENT_TYPE_LATEST, render_metrics
-from serve.api.observe import ObserveMiddleware
-from serve.engine import EngineError
-from serve.pii import SESSION_KEY_CHARS, PersonalDataError, apply_pii, install_log_masking, mask_id
-from serve.pipeline import ChatPipeline, RequestContext
+from recallserve.serve.api.metrics import CONTENT_TYPE_LATEST, render_metrics
+from recallserve.serve.api.observe import ObserveMiddleware
+from recallserve.serve.engine import EngineError
+from recallserve.serve.pii import SESSION_KEY_CHARS, PersonalDataError, apply_pii, install_log_masking, mask_id
+from recallserve.serve.pipeline import ChatPipeline, RequestContext
 
 __all__ = ["create_app"]
 
@@ -180,7 +180,7 @@ def create_app(
             is logged, never fatal. ``/healthz`` says ``"warm": true`` once all have finished.
         startup_wait_s: how long the app's startup waits for them (0 = not at all); past it they
             go on in the background.
-        max_body_bytes: largest request body (413 above; see ``serve.api.limits.MAX_BODY_BYTES``).
+        max_body_bytes: largest request body (413 above; see ``recallserve.serve.api.limits.MAX_BODY_BYTES``).
     """
     install_log_masking()
     background: set[asyncio.Task[None]] = set()

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 
 from fastapi import Request
 
-from serve.api.errors import APIError
-from serve.pii import PiiMode, PiiPolicy
+from recallserve.serve.api.errors import APIError
+from recallserve.serve.pii import PiiMode, PiiPolicy
 
 __all__ = ["Authenticator", "READ_ONLY_SCOPES", "RESERVED_TENANT_PREFIX"]
 

@@ -19,10 +19,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from kernels import CONTROL_CHARS, NoControl, StrictModel, check_json
-from serve.api._json_schema import schema_problem
-from serve.api.limits import path_segment_problem
-from serve.pii import SESSION_KEY_CHARS
+from recallserve.kernels import CONTROL_CHARS, NoControl, StrictModel, check_json
+from recallserve.serve.api._json_schema import schema_problem
+from recallserve.serve.api.limits import path_segment_problem
+from recallserve.serve.pii import SESSION_KEY_CHARS
 
 __all__ = [
     "TextPart",
@@ -255,7 +255,7 @@ class JSONSchemaFormat(StrictModel):
 
     NOTE: it was a free-form object: a schema of the wrong shape failed inside the engine's grammar
     compiler (a 503 engine error, or an error event mid-stream), an unknown key or a missing name
-    was ignored. Now each is a 400 naming its path (:func:`serve.api._json_schema.schema_problem`).
+    was ignored. Now each is a 400 naming its path (:func:`recallserve.serve.api._json_schema.schema_problem`).
     """
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$",

@@ -19,8 +19,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from serve.engine import EngineError
-from serve.pii import PersonalDataError
+from recallserve.serve.engine import EngineError
+from recallserve.serve.pii import PersonalDataError
 
 __all__ = ["APIError", "MAX_NAME_CHARS", "MAX_PARAM_CHARS", "MAX_WHY_CHARS", "clip", "install_error_handlers", "error_body",
            "describe_error"]

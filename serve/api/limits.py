@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from serve.api.errors import MAX_PARAM_CHARS, APIError, clip, error_body
+from recallserve.serve.api.errors import MAX_PARAM_CHARS, APIError, clip, error_body
 
 __all__ = ["MAX_BODY_BYTES", "BodyLimitMiddleware", "check_content_type", "check_duplicate_keys", "check_query",
            "check_unicode", "duplicate_key", "path_segment_problem", "undecodable_query", "unpaired_surrogate",

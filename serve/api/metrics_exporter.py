@@ -1,13 +1,13 @@
-"""Serve the summed metrics of every process on this pod: ``python -m serve.api.metrics_exporter``.
+"""Serve the summed metrics of every process on this pod: ``python -m recallserve.serve.api.metrics_exporter``.
 
 On Kubernetes a scrape of ``/metrics`` through the Serve port lands on any ingress replica of the
 cluster, so Prometheus could not tell pods or replicas apart. The Helm chart therefore runs this
 exporter beside the Ray container of every pod, on a fixed port: both mount one ``emptyDir`` at
 ``$PROMETHEUS_MULTIPROC_DIR``, the Ray processes write their metrics there, and this process
-renders their sum (:func:`serve.api.metrics.render_metrics`) for Prometheus to scrape pod by pod.
+renders their sum (:func:`recallserve.serve.api.metrics.render_metrics`) for Prometheus to scrape pod by pod.
 The pod shares one process namespace, so files of exited processes are recognised and dropped.
 
-    python -m serve.api.metrics_exporter --dir /tmp/recallserve-metrics --host 0.0.0.0 --port 9464
+    python -m recallserve.serve.api.metrics_exporter --dir /tmp/recallserve-metrics --host 0.0.0.0 --port 9464
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import os
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from serve.api.metrics import CONTENT_TYPE_LATEST, MULTIPROC_ENV, render_metrics
+from recallserve.serve.api.metrics import CONTENT_TYPE_LATEST, MULTIPROC_ENV, render_metrics
 
 __all__ = ["build_server", "main"]
 
@@ -49,7 +49,7 @@ def build_server(folder: Path, host: str, port: int) -> ThreadingHTTPServer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m serve.api.metrics_exporter", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m recallserve.serve.api.metrics_exporter", description=__doc__.split("\n")[0])
     p.add_argument("--dir", type=Path, default=os.environ.get(MULTIPROC_ENV) or None,
                    help=f"the multiprocess metrics folder (default ${MULTIPROC_ENV})")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 in a pod)")

@@ -15,7 +15,7 @@ What it does for each HTTP request:
   outside :data:`METHODS` counts as ``OTHER``), the latency taken when the response starts (time
   to headers; a stream's body is not counted);
 * ``TENANT_REQUESTS`` and ``TENANT_LATENCY`` by the tenant the API key resolved to (set on
-  ``request.state.tenant`` by :class:`~serve.api.auth.Authenticator`), for the console's Health page;
+  ``request.state.tenant`` by :class:`~recallserve.serve.api.auth.Authenticator`), for the console's Health page;
 * an exception that escapes the app before the response started becomes the JSON envelope with
   status 500 and the request id (logged with its traceback); after it started, it is logged and
   re-raised (the server closes the connection); a cancelled request (client gone) counts as 499,
@@ -33,9 +33,9 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from serve.api.errors import error_body
-from serve.api.limits import RESERVED_REQUEST_IDS, path_segment_problem, valid_request_id
-from serve.api.metrics import LATENCY, REQUESTS, TENANT_LATENCY, TENANT_REQUESTS
+from recallserve.serve.api.errors import error_body
+from recallserve.serve.api.limits import RESERVED_REQUEST_IDS, path_segment_problem, valid_request_id
+from recallserve.serve.api.metrics import LATENCY, REQUESTS, TENANT_LATENCY, TENANT_REQUESTS
 
 __all__ = ["METHODS", "ObserveMiddleware", "method_label", "new_request_id"]
 

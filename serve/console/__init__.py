@@ -7,7 +7,7 @@ Turns (``/v1/turns``), Review queue (``/v1/experiences/review`` and ``.../label`
 pages and the two console routes (``/v1/console/me``, ``/v1/console/health``).
 """
 
-from serve.console._health import HealthFigures, health_figures
-from serve.console.router import STATIC_DIR, ConsoleMe, build_console_router, tenant_records
+from recallserve.serve.console._health import HealthFigures, health_figures
+from recallserve.serve.console.router import STATIC_DIR, ConsoleMe, build_console_router, tenant_records
 
 __all__ = ["build_console_router", "ConsoleMe", "HealthFigures", "health_figures", "STATIC_DIR", "tenant_records"]

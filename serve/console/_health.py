@@ -1,5 +1,5 @@
 """The Health page's figures of one tenant, read from the per-tenant Prometheus families
-(:func:`serve.api.metrics.render_tenant_metrics`).
+(:func:`recallserve.serve.api.metrics.render_tenant_metrics`).
 
 Every figure is the caller's own (totals since the processes started; the page turns two readings
 into a rate), so no tenant learns another's traffic, errors, latency or memory count:
@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import Field
 
-from kernels import StrictModel
+from recallserve.kernels import StrictModel
 
 __all__ = ["HealthFigures", "health_figures"]
 

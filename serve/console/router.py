@@ -4,7 +4,7 @@
   and images, from the package folder ``serve/console/static`` (a fixed list read at start-up:
   no path from the request ever reaches the file system);
 * ``GET /v1/console/me``: the tenant of the API key (the sign-in check);
-* ``GET /v1/console/health``: the Health page's figures, the caller's own (:mod:`serve.console._health`).
+* ``GET /v1/console/health``: the Health page's figures, the caller's own (:mod:`recallserve.serve.console._health`).
 
 The page answers with a strict Content-Security-Policy (scripts and styles from this origin
 only, no inline code) and ``X-Frame-Options: DENY``.
@@ -21,11 +21,11 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 from pydantic import Field
 
-from kernels import StrictModel
-from memory_shards.records import tenant_key
-from serve.api.errors import APIError, clip
-from serve.api.metrics import render_tenant_metrics
-from serve.console._health import HealthFigures, health_figures
+from recallserve.kernels import StrictModel
+from recallserve.memory_shards.records import tenant_key
+from recallserve.serve.api.errors import APIError, clip
+from recallserve.serve.api.metrics import render_tenant_metrics
+from recallserve.serve.console._health import HealthFigures, health_figures
 
 __all__ = ["STATIC_DIR", "ConsoleMe", "build_console_router", "tenant_records"]
 
@@ -74,7 +74,7 @@ def build_console_router(auth: Any, memory_records: Callable[[str], Awaitable[in
     """The console's router.
 
     Args:
-        auth: the :class:`~serve.api.auth.Authenticator` (a FastAPI dependency giving the tenant).
+        auth: the :class:`~recallserve.serve.api.auth.Authenticator` (a FastAPI dependency giving the tenant).
         memory_records: a tenant's memory count (:func:`tenant_records`), for the Health page;
             None = not shown.
     """

@@ -3,23 +3,23 @@ auto), the rolling summary and the entity table.
 
 The ingress uses :class:`ContextManager` (see its module docstring for the per-request calls);
 :class:`ContextResult` goes into the response metadata; metrics live on the default Prometheus
-registry (``serve.context._metrics``).
+registry (``recallserve.serve.context._metrics``).
 """
 
-from serve.context._assemble import MESSAGE_OVERHEAD
-from serve.context._categorise import (
+from recallserve.serve.context._assemble import MESSAGE_OVERHEAD
+from recallserve.serve.context._categorise import (
     Categoriser,
     Classifier,
     LLMClassifier,
     RuleCategoriser,
 )
-from serve.context._entities import Entity, extract_entities, mask_personal
-from serve.context._manager import ContextManager
-from serve.context._retrieval import Embed
-from serve.context._store import SessionStore, default_store_path
-from serve.context._summary import ExtractiveSummariser, LLMSummariser, Summariser
-from serve.context.router import EntityOut, SessionOut, SummaryRefreshOut, build_router
-from serve.context._types import (
+from recallserve.serve.context._entities import Entity, extract_entities, mask_personal
+from recallserve.serve.context._manager import ContextManager
+from recallserve.serve.context._retrieval import Embed
+from recallserve.serve.context._store import SessionStore, default_store_path
+from recallserve.serve.context._summary import ExtractiveSummariser, LLMSummariser, Summariser
+from recallserve.serve.context.router import EntityOut, SessionOut, SummaryRefreshOut, build_router
+from recallserve.serve.context._types import (
     DEFAULT_RETENTION,
     AutoSignals,
     Category,

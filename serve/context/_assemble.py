@@ -31,10 +31,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from serve.context._entities import Entity, format_entity
-from serve.context._metrics import CONTEXT_BUDGET_REFUSALS_TOTAL
-from serve.context._retrieval import EmbeddingCache, query_discreteness
-from serve.context._types import (
+from recallserve.serve.context._entities import Entity, format_entity
+from recallserve.serve.context._metrics import CONTEXT_BUDGET_REFUSALS_TOTAL
+from recallserve.serve.context._retrieval import EmbeddingCache, query_discreteness
+from recallserve.serve.context._types import (
     AutoSignals,
     ContextBudgetError,
     ContextConfig,
@@ -45,8 +45,8 @@ from serve.context._types import (
     SummaryState,
     TokenBreakdown,
 )
-from serve.engine import ChatMessage
-from serve.tokens import TokenCounter
+from recallserve.serve.engine import ChatMessage
+from recallserve.serve.tokens import TokenCounter
 
 __all__ = ["MESSAGE_OVERHEAD", "AssemblyInput", "Assembly", "assemble", "resolve_mode"]
 
@@ -80,7 +80,7 @@ class Assembly:
 
     ``messages`` is the whole assembled prompt; ``block`` (the conversation-memory block, '' in
     full mode) and ``window`` (the history messages kept verbatim) are its parts, which the
-    chat turn renders into every engine prompt (:mod:`serve.turn`).
+    chat turn renders into every engine prompt (:mod:`recallserve.serve.turn`).
     """
 
     messages: list[ChatMessage]

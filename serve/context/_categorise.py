@@ -20,9 +20,9 @@ import json
 import re
 from typing import Protocol, runtime_checkable
 
-from serve.context._entities import has_entity
-from serve.context._types import DEFAULT_RETENTION, Category, MessageIn
-from serve.engine import ChatMessage, GenerationParams, LLMEngine
+from recallserve.serve.context._entities import has_entity
+from recallserve.serve.context._types import DEFAULT_RETENTION, Category, MessageIn
+from recallserve.serve.engine import ChatMessage, GenerationParams, LLMEngine
 
 __all__ = ["Classifier", "RuleCategoriser", "LLMClassifier", "Categoriser"]
 
@@ -110,7 +110,7 @@ class LLMClassifier:
     """A :class:`Classifier` backed by a chat model (the router), constrained to a JSON schema.
 
     Args:
-        engine: the model; any :class:`~serve.engine.LLMEngine`.
+        engine: the model; any :class:`~recallserve.serve.engine.LLMEngine`.
         max_chars: longest message prefix sent (classification needs the gist, not all of it).
     """
 

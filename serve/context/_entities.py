@@ -10,7 +10,7 @@ Personal values are masked before they are stored anywhere in the table:
 * emails -> ``m***@example.com`` (first character and the domain).
 
 Each entity keeps a short snippet of the sentence it came from (masked too, then passed through
-:func:`serve.pii.mask_pii` so ID-card numbers, SSNs and passwords never reach the table),
+:func:`recallserve.serve.pii.mask_pii` so ID-card numbers, SSNs and passwords never reach the table),
 because an amount or a date without what it refers to is of little use to the model.
 """
 
@@ -20,7 +20,7 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass
 
-from serve.pii import mask_pii
+from recallserve.serve.pii import mask_pii
 
 __all__ = ["Entity", "extract_entities", "has_entity", "mask_personal", "format_entity"]
 

@@ -27,27 +27,27 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
-from serve.context._assemble import MESSAGE_OVERHEAD, AssemblyInput, assemble
-from serve.context._categorise import Categoriser, Classifier, RuleCategoriser
-from serve.context._entities import Entity, extract_entities
-from serve.context._metrics import (
+from recallserve.serve.context._assemble import MESSAGE_OVERHEAD, AssemblyInput, assemble
+from recallserve.serve.context._categorise import Categoriser, Classifier, RuleCategoriser
+from recallserve.serve.context._entities import Entity, extract_entities
+from recallserve.serve.context._metrics import (
     CONTEXT_ASSEMBLY_SECONDS,
     CONTEXT_MODE_TOTAL,
     CONTEXT_SUMMARY_RUNS_TOTAL,
     CONTEXT_SUMMARY_SECONDS,
     CONTEXT_TOKENS,
 )
-from serve.context._retrieval import Embed, EmbeddingCache
-from serve.context._store import SessionStore
-from serve.context._summary import (
+from recallserve.serve.context._retrieval import Embed, EmbeddingCache
+from recallserve.serve.context._store import SessionStore
+from recallserve.serve.context._summary import (
     ExtractiveSummariser,
     Summariser,
     plan_batches,
     render_messages,
     summary_candidates,
 )
-from serve.pii import PiiMode, apply_pii, for_write_back
-from serve.context._types import (
+from recallserve.serve.pii import PiiMode, apply_pii, for_write_back
+from recallserve.serve.context._types import (
     DEFAULT_RETENTION,
     Category,
     ContextConfig,
@@ -59,7 +59,7 @@ from serve.context._types import (
     Session,
     SummaryState,
 )
-from serve.tokens import OFFLOAD_CHARS, CachedCounter, TiktokenCounter, TokenCounter
+from recallserve.serve.tokens import OFFLOAD_CHARS, CachedCounter, TiktokenCounter, TokenCounter
 
 __all__ = ["ContextManager"]
 
@@ -73,7 +73,7 @@ class ContextManager:
         store: the session store (None: only :meth:`fit`, for client-sent histories, works).
         config: assembly and summary settings.
         counter: token counter (default offline tiktoken cl100k_base; pass
-            :class:`~serve.tokens.EngineTokenCounter` to count with the model's own tokenizer).
+            :class:`~recallserve.serve.tokens.EngineTokenCounter` to count with the model's own tokenizer).
         embed: ``embed(texts) -> np.ndarray`` for retrieval and auto's discreteness (None disables both).
         summariser: rolling-summary writer (default: :class:`ExtractiveSummariser`, no model).
         classifier: optional router-model classifier for messages the rules call ``chat``.
@@ -128,7 +128,7 @@ class ContextManager:
 
         ``pii``: the policy applied to each content first (what is stored is what is scanned).
         ``entities``: extract them (tool results never get any); else only the categories are read.
-        Batches over :data:`~serve.tokens.OFFLOAD_CHARS` characters run in a worker thread: the
+        Batches over :data:`~recallserve.serve.tokens.OFFLOAD_CHARS` characters run in a worker thread: the
         regexes cost ~2 us per character, so a 1M-character chat held the event loop for seconds.
         """
         def run() -> list[tuple[MessageIn, Category, list[Entity]]]:

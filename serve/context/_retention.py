@@ -1,6 +1,6 @@
 """Retention evaluation: how many planted constraints and facts survive into the turn-60 context.
 
-For each conversation (:mod:`serve.context._eval_data`) the 59 turns are replayed into a fresh
+For each conversation (:mod:`recallserve.serve.context._eval_data`) the 59 turns are replayed into a fresh
 session through :class:`ContextManager` exactly as the ingress would (append each turn, then
 let the rolling summary refresh when its trigger fires; here the refresh is awaited between
 turns, standing in for the off-path job finishing before the next message). Then, for every
@@ -11,7 +11,7 @@ verbatim, in the summary, or in the entity table.
 
 Which context: with a ``prompt`` function (what ``recallserve eval retention`` passes), the prompt
 the engine receives on the chosen chat path (the pipeline's turn rendered by
-:func:`serve.turn.render_prompt`, the question's own text taken out); without one, the assembled
+:func:`recallserve.serve.turn.render_prompt`, the question's own text taken out); without one, the assembled
 context of :meth:`ContextManager.assemble` alone (a unit-level figure, blind to what the serving
 path drops on its way to the engine).
 
@@ -25,9 +25,9 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from serve.context._eval_data import Conversation, PlantedItem, normalise
-from serve.context._manager import ContextManager
-from serve.context._types import ContextBudgetError, MessageIn, Session
+from recallserve.serve.context._eval_data import Conversation, PlantedItem, normalise
+from recallserve.serve.context._manager import ContextManager
+from recallserve.serve.context._types import ContextBudgetError, MessageIn, Session
 
 __all__ = [
     "RetentionRow", "RetentionReport", "replay", "item_present", "evaluate_retention", "percentile", "GENERIC_QUESTION",

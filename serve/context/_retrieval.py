@@ -1,7 +1,7 @@
 """Similarity over a conversation's own past messages: retrieval and query discreteness.
 
 The embedder is any callable ``embed(texts) -> np.ndarray[len(texts), dim]`` (the default in
-the deployments is MiniLM from ``memory_shards.embedders.MiniLMEmbedder().embed``). Vectors are
+the deployments is MiniLM from ``recallserve.memory_shards.embedders.MiniLMEmbedder().embed``). Vectors are
 L2-normalised here, so cosine similarity is a dot product. Message vectors are cached by message
 id (messages are immutable), so each message is embedded once per process; the embed call runs
 in a worker thread to keep the event loop free.
@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from serve.context._types import Message
+from recallserve.serve.context._types import Message
 
 __all__ = ["Embed", "EmbeddingCache", "query_discreteness"]
 

@@ -17,7 +17,7 @@ tenant gives :class:`SessionNotFoundError`, exactly as for an id that does not e
 tenant is the authenticated boundary; the user is the chat request's ``user`` field).
 
 Files written before the tenant key (schema version 0: ``sessions.id`` the primary key) are
-migrated in place on open, in one transaction (:mod:`serve.context._store_schema`).
+migrated in place on open, in one transaction (:mod:`recallserve.serve.context._store_schema`).
 """
 
 from __future__ import annotations
@@ -32,17 +32,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from serve.context._entities import Entity
-from serve.context._store_schema import MSG_COLS as _MSG_COLS
-from serve.context._store_schema import ensure_schema
-from serve.context._types import (
+from recallserve.serve.context._entities import Entity
+from recallserve.serve.context._store_schema import MSG_COLS as _MSG_COLS
+from recallserve.serve.context._store_schema import ensure_schema
+from recallserve.serve.context._types import (
     Message,
     ModeName,
     Session,
     SessionNotFoundError,
     SummaryState,
 )
-from serve.envs import recallserve_home
+from recallserve.serve.envs import recallserve_home
 
 __all__ = ["SessionStore", "default_store_path"]
 
@@ -52,7 +52,7 @@ _WS = re.compile(r"\s+")
 
 
 def default_store_path() -> Path:
-    """``$RECALLSERVE_HOME/context.sqlite3`` (see :func:`serve.envs.recallserve_home`)."""
+    """``$RECALLSERVE_HOME/context.sqlite3`` (see :func:`recallserve.serve.envs.recallserve_home`)."""
     return recallserve_home() / "context.sqlite3"
 
 

@@ -3,7 +3,7 @@
 ``PRAGMA user_version`` holds the schema version of a file. Version 0 (files written before the
 tenant key) had one namespace of session ids across tenants: ``sessions.id`` was the primary key
 and messages and entities hung off the bare id. Version 1 keys all three by tenant first, so
-each tenant has its own session ids (see :mod:`serve.context._store`).
+each tenant has its own session ids (see :mod:`recallserve.serve.context._store`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Rolling summary: when to refresh it, how to batch the messages, and two summarisers.
 
 * :class:`LLMSummariser` asks a chat model (the summariser deployment, any
-  :class:`~serve.engine.LLMEngine`) to fold a batch of messages into the running summary.
+  :class:`~recallserve.serve.engine.LLMEngine`) to fold a batch of messages into the running summary.
 * :class:`ExtractiveSummariser` needs no model: it carries the constraint and fact messages
   over verbatim and notes tool uses; fast and deterministic (tests, ``--no-llm-summary``, and
   the fallback when no summariser is configured).
@@ -22,9 +22,9 @@ import time
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from serve.context._types import ContextConfig, Message, Session
-from serve.engine import ChatMessage, GenerationParams, LLMEngine
-from serve.tokens import TiktokenCounter, TokenCounter
+from recallserve.serve.context._types import ContextConfig, Message, Session
+from recallserve.serve.engine import ChatMessage, GenerationParams, LLMEngine
+from recallserve.serve.tokens import TiktokenCounter, TokenCounter
 
 __all__ = [
     "Summariser",

@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from kernels import StrictModel
-from serve.engine import ChatMessage
+from recallserve.kernels import StrictModel
+from recallserve.serve.engine import ChatMessage
 
 __all__ = [
     "Role",

@@ -20,10 +20,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import Field
 
-from kernels import NoControl, StrictModel
-from serve.context._manager import ContextManager
-from serve.context._types import ModeName, Session, SessionNotFoundError, SummaryState
-from serve.pii import SESSION_KEY_CHARS, mask_id
+from recallserve.kernels import NoControl, StrictModel
+from recallserve.serve.context._manager import ContextManager
+from recallserve.serve.context._types import ModeName, Session, SessionNotFoundError, SummaryState
+from recallserve.serve.pii import SESSION_KEY_CHARS, mask_id
 
 __all__ = ["SessionOut", "EntityOut", "SummaryRefreshOut", "build_router"]
 
@@ -67,7 +67,7 @@ def build_router(manager: ContextManager, get_tenant: Callable[..., Awaitable[st
     """The ``/v1/sessions`` router over ``manager``; every route depends on ``get_tenant``."""
     import time
 
-    from serve.api.errors import APIError
+    from recallserve.serve.api.errors import APIError
 
     router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
     tenant_dep = Depends(get_tenant)

@@ -7,17 +7,17 @@ filed in the active cache, the archival cache or the human review queue
 (:class:`ExperienceService`). Retrieved experiences are injected into the reasoner's prompt
 together with the checks they imply. :func:`build_router` exposes it over HTTP.
 
-The service, its store, caches, prompt and router load on first use (:func:`kernels.lazy_exports`):
+The service, its store, caches, prompt and router load on first use (:func:`recallserve.kernels.lazy_exports`):
 they pull in torch (through ``memory_shards``) and FastAPI, and the verification worker process
-(:mod:`serve.experience._pool`) imports this package only for the checks: importing those stays
+(:mod:`recallserve.serve.experience._pool`) imports this package only for the checks: importing those stays
 light, so a worker starts in about a second instead of tens of seconds on a busy host.
 """
 
 from typing import TYPE_CHECKING
 
-from kernels import lazy_exports
-from serve.experience._calculator import CalcError, evaluate
-from serve.experience._models import (
+from recallserve.kernels import lazy_exports
+from recallserve.serve.experience._calculator import CalcError, evaluate
+from recallserve.serve.experience._models import (
     ConflictAlert,
     ExperienceConfig,
     ExperienceHit,
@@ -28,9 +28,9 @@ from serve.experience._models import (
     SearchRequest,
     SearchResult,
 )
-from serve.experience._parser import ParseReport, ParsedTrace, parse_segmented
-from serve.experience._rules import Rule, RuleError, RuleTable
-from serve.experience._schema import (
+from recallserve.serve.experience._parser import ParseReport, ParsedTrace, parse_segmented
+from recallserve.serve.experience._rules import Rule, RuleError, RuleTable
+from recallserve.serve.experience._schema import (
     SCHEMA_VERSION,
     ExperienceContext,
     ExperienceEvaluation,
@@ -42,22 +42,22 @@ from serve.experience._schema import (
     VerificationItem,
     check_topic,
 )
-from serve.experience._units import DimensionError, parse_quantity, to_unit
-from serve.experience._verify import derive_confidence, run_check, verify_record
+from recallserve.serve.experience._units import DimensionError, parse_quantity, to_unit
+from recallserve.serve.experience._verify import derive_confidence, run_check, verify_record
 
 if TYPE_CHECKING:
-    from serve.experience._api import build_router
-    from serve.experience._caches import decay_factor, model_family, rank_active
-    from serve.experience._prompt import SYSTEM_PROMPT, build_messages
-    from serve.experience._service import Embedder, ExperienceNotFound, ExperienceService
-    from serve.experience._store import ExperienceStore, StoredRow
+    from recallserve.serve.experience._api import build_router
+    from recallserve.serve.experience._caches import decay_factor, model_family, rank_active
+    from recallserve.serve.experience._prompt import SYSTEM_PROMPT, build_messages
+    from recallserve.serve.experience._service import Embedder, ExperienceNotFound, ExperienceService
+    from recallserve.serve.experience._store import ExperienceStore, StoredRow
 
 _LAZY = {
-    "build_router": "serve.experience._api",
-    **dict.fromkeys(("decay_factor", "model_family", "rank_active"), "serve.experience._caches"),
-    **dict.fromkeys(("SYSTEM_PROMPT", "build_messages"), "serve.experience._prompt"),
-    **dict.fromkeys(("Embedder", "ExperienceNotFound", "ExperienceService"), "serve.experience._service"),
-    **dict.fromkeys(("ExperienceStore", "StoredRow"), "serve.experience._store"),
+    "build_router": "recallserve.serve.experience._api",
+    **dict.fromkeys(("decay_factor", "model_family", "rank_active"), "recallserve.serve.experience._caches"),
+    **dict.fromkeys(("SYSTEM_PROMPT", "build_messages"), "recallserve.serve.experience._prompt"),
+    **dict.fromkeys(("Embedder", "ExperienceNotFound", "ExperienceService"), "recallserve.serve.experience._service"),
+    **dict.fromkeys(("ExperienceStore", "StoredRow"), "recallserve.serve.experience._store"),
 }
 __getattr__ = lazy_exports(__name__, _LAZY)
 

@@ -26,12 +26,12 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, status
 from pydantic import Discriminator, Tag
 
-from serve.api.limits import path_segment_problem
-from serve.pii import pii_kinds
-from serve.experience._models import ExperienceView, LabelRequest, SearchRequest, SearchResult
-from serve.experience._schema import ExperienceRecord
-from serve.experience._service import ExperienceNotFound, ExperienceService
-from serve.experience._v12 import ExperienceRecordV12, from_v12, is_v12, to_v12
+from recallserve.serve.api.limits import path_segment_problem
+from recallserve.serve.pii import pii_kinds
+from recallserve.serve.experience._models import ExperienceView, LabelRequest, SearchRequest, SearchResult
+from recallserve.serve.experience._schema import ExperienceRecord
+from recallserve.serve.experience._service import ExperienceNotFound, ExperienceService
+from recallserve.serve.experience._v12 import ExperienceRecordV12, from_v12, is_v12, to_v12
 
 __all__ = ["build_router"]
 

@@ -13,7 +13,7 @@ percentage with a difference ("92 - 80 = 12" -> "12%"), which every check recomp
   must be that quantity in the asked unit ``w``: a ``unit_check`` of ``a u`` against ``a w``
   (another dimension, or the same dimension with another magnitude, fails: ``unit_mismatch``).
   Answers without a unit, dimensionless units and words that are no unit are not checked.
-* **a percent is a ratio** (:func:`is_percent`, used by :func:`serve.experience._computed.answer_computed`): when the answer is a
+* **a percent is a ratio** (:func:`is_percent`, used by :func:`recallserve.serve.experience._computed.answer_computed`): when the answer is a
   percentage (``%``, or the question asks "what percent(age)", "as a percentage" or for a
   "percentage increase / decrease / change"), a check computes it only when its expression has a
   division, a ``%`` or a factor 100.
@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import re
 
-from serve.experience._calculator import CalcError, extract_number
-from serve.experience._schema import ExperienceRecord, VerificationItem
-from serve.experience._units import parse_unit
+from recallserve.serve.experience._calculator import CalcError, extract_number
+from recallserve.serve.experience._schema import ExperienceRecord, VerificationItem
+from recallserve.serve.experience._units import parse_unit
 
 __all__ = ["ASKED", "asked_unit", "asked_unit_check", "is_percent", "is_ratio_expression", "asks_mean"]
 

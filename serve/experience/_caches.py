@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memory_shards.retrieval import RRF_K, rrf_fuse
-from serve.experience._store import StoredRow
+from recallserve.memory_shards.retrieval import RRF_K, rrf_fuse
+from recallserve.serve.experience._store import StoredRow
 
 __all__ = ["decay_factor", "rank_active", "demotions", "evicted_domains", "find_conflicts", "model_family", "Ranked",
            "Conflict"]
@@ -93,7 +93,7 @@ def rank_active(
     Hybrid (``keyword_ranking``: row ids best first by BM25 over the same rows): a row is a
     candidate when it passes ``min_similarity`` or the keyword search found it, and its
     similarity term is the reciprocal rank fusion of the two rankings, as in the memory tier
-    (:func:`memory_shards.retrieval.rrf_fuse`, ``c = 60``), scaled to [0, 1] by the best possible
+    (:func:`recallserve.memory_shards.retrieval.rrf_fuse`, ``c = 60``), scaled to [0, 1] by the best possible
     fused score (first in both lists): ``rel = rrf / (2 / (c + 1))``. ``Ranked.similarity``
     stays the cosine.
     """

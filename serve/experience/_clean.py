@@ -20,7 +20,7 @@ both the stored record's search text and every query are cleaned the same way fi
 
 The raw text of a record is kept as written (it is the fact); cleaning only decides what is
 compared. :func:`extract_quantities` reads the numbers (with their units) of a cleaned context,
-the input of the extracted checks (:mod:`serve.experience._extract`).
+the input of the extracted checks (:mod:`recallserve.serve.experience._extract`).
 """
 
 from __future__ import annotations
@@ -202,8 +202,8 @@ def extract_quantities(cleaned: str) -> list[ContextQuantity]:
     A word after a number is a unit only when the unit table knows it (``120 km`` -> km, but
     ``3 apples`` -> no unit); at most :data:`MAX_QUANTITIES` are read.
     """
-    from serve.experience._calculator import CalcError
-    from serve.experience._units import parse_unit
+    from recallserve.serve.experience._calculator import CalcError
+    from recallserve.serve.experience._units import parse_unit
 
     out: list[ContextQuantity] = []
     text = cleaned[:MAX_CLEAN_CHARS]
@@ -233,7 +233,7 @@ def extract_quantities(cleaned: str) -> list[ContextQuantity]:
 
 def _si(unit: str) -> tuple[float, tuple[int, ...]] | None:
     """SI factor and dimension of a unit of the table (None when it has no dimension)."""
-    from serve.experience._units import parse_unit
+    from recallserve.serve.experience._units import parse_unit
 
     one = parse_unit(unit)
     return (one.value, one.dims) if any(one.dims) else None

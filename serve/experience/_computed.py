@@ -3,7 +3,7 @@
 Checks can all pass and still be beside the answer (a recomputation of an intermediate value,
 a bound, the model's ``17 / 17 = 1`` that agrees with itself): :func:`answer_computed` asks that
 one passing check's computed value be the answer itself (see
-:func:`serve.experience._verify.finish_record`, tag ``answer_not_computed``).
+:func:`recallserve.serve.experience._verify.finish_record`, tag ``answer_not_computed``).
 
 A question under a registered rule (it cites ``LATE-1``) is answered by that rule: only the rule,
 run by a passing ``regulatory_check``, computes its answer. A formula the model wrote instead
@@ -17,10 +17,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from serve.experience._asked import ASKED, asks_mean, is_percent, is_ratio_expression
-from serve.experience._calculator import extract_number
-from serve.experience._schema import VerificationItem
-from serve.experience._verify import _as_bool, compare_values
+from recallserve.serve.experience._asked import ASKED, asks_mean, is_percent, is_ratio_expression
+from recallserve.serve.experience._calculator import extract_number
+from recallserve.serve.experience._schema import VerificationItem
+from recallserve.serve.experience._verify import _as_bool, compare_values
 
 __all__ = ["answer_computed", "computed_values"]
 
@@ -55,13 +55,13 @@ def answer_computed(checked: Sequence[VerificationItem], answer: str | None, que
     can all pass and still be beside the answer (a recomputation of an intermediate value, a
     bound): then the answer itself was never computed by code. A percentage (``question`` asks
     for one, or the answer has ``%``) is computed only by a check whose expression can give a
-    ratio (:func:`serve.experience._asked.is_ratio_expression`): ``92 - 80 = 12`` does not compute "12%";
+    ratio (:func:`recallserve.serve.experience._asked.is_ratio_expression`): ``92 - 80 = 12`` does not compute "12%";
     a percentage written with ``%`` is also computed as its fraction (``1,800 / 12,000 = 0.15`` for "15%").
-    A mean (:func:`serve.experience._asked.asks_mean`) is computed only by a check that divides.
+    A mean (:func:`recallserve.serve.experience._asked.asks_mean`) is computed only by a check that divides.
     ``rules``: the registered rules the question cites; when there are any, only a passing
     ``regulatory_check`` of one of them computes the answer (see the module docstring).
     ``only``: one flag per check; when given, only the checks flagged ``True`` are read (the
-    grounded passes of :func:`serve.experience._grounded.ground`).
+    grounded passes of :func:`recallserve.serve.experience._grounded.ground`).
     """
     if answer is None:
         return None

@@ -4,7 +4,7 @@ and around their stated values, with their units.
 The model's own checks can be beside the point (a recomputation of a number it invented), so
 the numbers the problem states are turned into checks too (:func:`extracted_checks`). They are
 ordinary :class:`VerificationItem` s, marked ``input.source = "context"``, and run by the same
-bounded verifier as the model's (:func:`serve.experience._verify.verify_record`). From the
+bounded verifier as the model's (:func:`recallserve.serve.experience._verify.verify_record`). From the
 trace's formula ``E`` (its first recomputation that claims the answer) and answer ``a``:
 
 * **recompute at** (``recomputation``): ``E`` evaluated as written must give ``a``;
@@ -15,7 +15,7 @@ trace's formula ``E`` (its first recomputation that claims the answer) and answe
   may be a count or carry its unit unsaid). The unit check cannot decide a formula with a number
   of unknown origin (any unit given to the others would make the dimension a guess), so such a
   formula is decided by grounding instead: its passes are ungrounded and verify nothing
-  (:mod:`serve.experience._grounded`), and the trace waits in review (``90 / 1.5`` for 90 km/h in m/s);
+  (:mod:`recallserve.serve.experience._grounded`), and the trace waits in review (``90 / 1.5`` for 90 km/h in m/s);
 * **recompute around** (``boundary_test``, two per stated quantity ``q`` used in ``E``): the
   answer must lie within the values ``E`` takes with ``q`` at ``q (1 - d)``, ``q`` and
   ``q (1 + d)`` (``d = 1%``), widened by the verifier's rounding tolerance (1% of the answer):
@@ -25,7 +25,7 @@ trace's formula ``E`` (its first recomputation that claims the answer) and answe
   numbers do not give, even moved by their rounding, fails. The bounds are the answer's, the
   values are computed by the verifier. Such a failure always comes with a failed recompute-at
   (the answer is off ``E(q)`` by more than 1%), so it adds no error tag of its own
-  (:func:`serve.experience._verify.error_tags_for`); a pass of it next to a failed recompute-at
+  (:func:`recallserve.serve.experience._verify.error_tags_for`); a pass of it next to a failed recompute-at
   says the answer is within what the inputs' rounding can give.
 
 Only what can be recomputed is: no checks when ``E`` does not evaluate at the stated values (the
@@ -43,10 +43,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from serve.experience._calculator import MAX_EXPR_CHARS, CalcError, evaluate, extract_number
-from serve.experience._clean import ContextQuantity, clean_context, extract_quantities
-from serve.experience._grounding import CHECK as GROUNDING_CHECK
-from serve.experience._grounding import (
+from recallserve.serve.experience._calculator import MAX_EXPR_CHARS, CalcError, evaluate, extract_number
+from recallserve.serve.experience._clean import ContextQuantity, clean_context, extract_quantities
+from recallserve.serve.experience._grounding import CHECK as GROUNDING_CHECK
+from recallserve.serve.experience._grounding import (
     CONVERSION_FACTORS,
     LITERAL,
     NAME,
@@ -56,8 +56,8 @@ from serve.experience._grounding import (
     not_quantities,
     not_quantity_spans,
 )
-from serve.experience._schema import ExperienceRecord, VerificationItem
-from serve.experience._units import parse_unit
+from recallserve.serve.experience._schema import ExperienceRecord, VerificationItem
+from recallserve.serve.experience._units import parse_unit
 
 __all__ = ["extracted_checks", "problem_check_types", "stated_quantities", "SOURCE", "DELTA", "ROUNDING", "MAX_AROUND", "CONVERSION_FACTORS"]
 
@@ -261,7 +261,7 @@ def stated_quantities(text: str) -> list[ContextQuantity]:
 
 
 def _grounding_item(expr: str, record: ExperienceRecord, quantities: Sequence[ContextQuantity]) -> VerificationItem:
-    """The grounding check of ``expr`` (:mod:`serve.experience._grounding`): the stated quantities
+    """The grounding check of ``expr`` (:mod:`recallserve.serve.experience._grounding`): the stated quantities
     that must be accounted for (not ids, indexes, years or dates; not a unitless 0 or 1) and the
     intermediate steps that may account for them (reasoning steps, the record's other checks as
     ``target inputs = expected``), at most 32 of each, each step cut to the schema's 1000 characters."""

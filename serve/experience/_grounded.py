@@ -9,10 +9,10 @@ to the problem. Two holes of ``recallserve eval experiences`` were passes of tha
 * **a number of unknown origin**: "Convert 90 km/h to m/s." answered ``60 m/s`` from ``90 / 1.5``,
   a divisor copied from an injected experience (held-out g3); the extracted unit check stays off
   for such a formula (the unit of 1.5 is unknown, so any unit given to 90 would make the dimension
-  a guess: :func:`serve.experience._extract._all_accounted`), and its recomputation passed.
+  a guess: :func:`recallserve.serve.experience._extract._all_accounted`), and its recomputation passed.
 
 Both are one rule here. With ``S`` the readings of the quantities the context states
-(:func:`serve.experience._extract.stated_quantities`: ids, indexes, years and dates are none; a
+(:func:`recallserve.serve.experience._extract.stated_quantities`: ids, indexes, years and dates are none; a
 compound is its whole, its last unit and its parts; a percent ``p`` is also ``p / 100`` and
 ``1 +- p / 100``), ``K`` the constants a formula may use unstated (0, 1, the conversion factors
 :data:`~._grounding.CONVERSION_FACTORS`, their reciprocals, 3.6 = 3600 / 1000 and its reciprocal,
@@ -26,14 +26,14 @@ rounds (at most one per check): ``50 * 1.2 = 60`` then ``60 * 0.9 = 54`` is grou
 is not unless a grounded check computed 18 (``25 - 7 = 18``). The answer's own number is not in
 ``S`` (a check that feeds the answer in to make 18 would ground the answer by itself).
 
-What a grounded pass is for (:func:`serve.experience._verify.finish_record`): ``high`` confidence,
+What a grounded pass is for (:func:`recallserve.serve.experience._verify.finish_record`): ``high`` confidence,
 and so the active cache without a reviewer, needs the check that computed the answer
-(:func:`serve.experience._computed.answer_computed`) to be grounded; an ungrounded pass is kept
+(:func:`recallserve.serve.experience._computed.answer_computed`) to be grounded; an ungrounded pass is kept
 and recorded (its ``notes`` end with :data:`NOTE_PREFIX` and the numbers of unknown origin) and
 the trace gets :data:`TAG` and waits in review. Boundary tests, grounding checks and the
 asked-unit check compute no answer, so they are not judged here. The formula of a recomputation
 is the side code evaluated (of ``A = B = C`` with no stated expectation, ``B``, as
-:func:`serve.experience._verify.run_check` does).
+:func:`recallserve.serve.experience._verify.run_check` does).
 
 Not grounded though right, by this rule: a formula whose intermediate number only a reasoning
 step derives (``1,800 / 12,000`` with ``13,800 - 12,000 = 1,800`` in the text): reasoning steps are
@@ -45,12 +45,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
-from serve.experience._asked import ASKED
-from serve.experience._calculator import CalcError
-from serve.experience._grounding import CONVERSION_FACTORS, NAME, RULE_ID, close, literal_value, numbers_in
-from serve.experience._rules import RuleTable
-from serve.experience._schema import ExperienceRecord, VerificationItem
-from serve.experience._units import Quantity, parse_unit
+from recallserve.serve.experience._asked import ASKED
+from recallserve.serve.experience._calculator import CalcError
+from recallserve.serve.experience._grounding import CONVERSION_FACTORS, NAME, RULE_ID, close, literal_value, numbers_in
+from recallserve.serve.experience._rules import RuleTable
+from recallserve.serve.experience._schema import ExperienceRecord, VerificationItem
+from recallserve.serve.experience._units import Quantity, parse_unit
 
 __all__ = ["ground", "ground_record", "verified_by_grounded", "grounded_numbers", "rule_numbers_of",
            "SAME_DIMENSION_UNITS", "COMPUTING", "TAG", "NOTE_PREFIX", "CONSTANTS"]
@@ -138,7 +138,7 @@ def _numbers(formula: str, env: Mapping[str, float], rule_vars: Sequence[str]) -
 
 
 def _computed_values(v: VerificationItem) -> list[float]:
-    from serve.experience._computed import computed_values
+    from recallserve.serve.experience._computed import computed_values
 
     return [float(c) for c in computed_values(v) if not isinstance(c, bool)]
 
@@ -161,7 +161,7 @@ def ground(checked: Sequence[VerificationItem], stated: Sequence[float], *,
         rule_variables: Rule id -> its variables, for a rule check that writes no input.
 
     Example:
-        >>> from serve.experience._schema import VerificationItem as V
+        >>> from recallserve.serve.experience._schema import VerificationItem as V
         >>> own = V(type="back_substitution", target="3x = 18", status="pass", notes="with x=6: ok")
         >>> ground([own], grounded_numbers([(3, ""), (7, ""), (25, "")]))[1]
         [False]
@@ -210,9 +210,9 @@ def rule_numbers_of(expressions: Iterable[str]) -> list[float]:
 def ground_record(record: ExperienceRecord, checked: Sequence[VerificationItem], rules: RuleTable | None,
                   cited: Sequence[str] = ()) -> tuple[list[VerificationItem], list[bool | None]]:
     """:func:`ground` for a record's executed checks: ``S`` from its context's raw text
-    (:func:`serve.experience._extract.stated_quantities`), the constants of the ``cited`` rules,
+    (:func:`recallserve.serve.experience._extract.stated_quantities`), the constants of the ``cited`` rules,
     the variables of every registered rule (for a rule check without inputs)."""
-    from serve.experience._extract import stated_quantities
+    from recallserve.serve.experience._extract import stated_quantities
 
     stated = grounded_numbers(r for q in stated_quantities(record.context.raw_text) for r in q.readings())
     env = {q.name: q.value for q in record.context.quantities if q.name.isidentifier()}
@@ -224,9 +224,9 @@ def ground_record(record: ExperienceRecord, checked: Sequence[VerificationItem],
 def verified_by_grounded(checked: Sequence[VerificationItem], flags: Sequence[bool | None], answer: str | None,
                          question: str, cited: Sequence[str] = ()) -> bool:
     """Whether a grounded pass verified the trace: one computed its answer
-    (:func:`serve.experience._computed.answer_computed` over the grounded passes only), or, for an
+    (:func:`recallserve.serve.experience._computed.answer_computed` over the grounded passes only), or, for an
     answer with neither a number nor a yes/no, at least one pass is grounded."""
-    from serve.experience._computed import answer_computed
+    from recallserve.serve.experience._computed import answer_computed
 
     computed = answer_computed(checked, answer, question, cited, only=flags)
     return computed if computed is not None else any(f is True for f in flags)

@@ -3,7 +3,7 @@
 A formula can agree with itself and still ignore the problem: ``17 / 17 = 1`` for "Pens cost 3
 each. How much do 17 pens cost?" passes its recomputation, its unit check and its around checks,
 and leaves out the price. The grounding check (``grounding_check``, one of the extracted checks of
-:mod:`serve.experience._extract`, run by the same bounded verifier) says *doubtful* when a stated
+:mod:`recallserve.serve.experience._extract`, run by the same bounded verifier) says *doubtful* when a stated
 quantity ``q`` is not accounted for; the trace then waits in review with the error tag
 ``ungrounded_quantity``. ``q`` is accounted for when, with ``F`` the numbers of the formula (its
 literals and the values of the record's named quantities it uses), ``U`` those literals of ``F`` that
@@ -42,7 +42,7 @@ import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
-from serve.experience._calculator import extract_number
+from recallserve.serve.experience._calculator import extract_number
 
 __all__ = ["ungrounded", "not_quantities", "not_quantity_spans", "cited_rules", "RULE_ID", "numbers_in", "TAG", "CHECK",
            "MAX_SUM_TERMS", "TOLERANCE", "CONVERSION_FACTORS", "LITERAL", "NAME", "close", "literal_value"]

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from prometheus_client import Counter, Gauge
 
-from serve.api.metrics import GAUGE_MODE, TENANT_PREFIX, TENANT_REGISTRY
+from recallserve.serve.api.metrics import GAUGE_MODE, TENANT_PREFIX, TENANT_REGISTRY
 
 __all__ = ["record_lookup", "record_verification", "record_conflicts", "set_active_freshness", "snapshot"]
 

@@ -7,11 +7,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kernels import NoControl, StrictModel
-from serve.experience._calculator import DEFAULT_MAX_STEPS, DEFAULT_SECONDS
-from serve.experience._parser import ParseReport
-from serve.experience._rules import Rule
-from serve.experience._schema import ExperienceRecord, Tier, _check_tags
+from recallserve.kernels import NoControl, StrictModel
+from recallserve.serve.experience._calculator import DEFAULT_MAX_STEPS, DEFAULT_SECONDS
+from recallserve.serve.experience._parser import ParseReport
+from recallserve.serve.experience._rules import Rule
+from recallserve.serve.experience._schema import ExperienceRecord, Tier, _check_tags
 
 __all__ = [
     "ExperienceConfig",

@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from kernels import StrictModel
-from serve.experience._schema import (
+from recallserve.kernels import StrictModel
+from recallserve.serve.experience._schema import (
     ExperienceContext,
     ExperienceMetadata,
     ExperienceOutcome,

@@ -19,7 +19,7 @@ switch intervals and the p50 of every other request of the replica rises (issue 
 * if a worker cannot start, verification falls back to a thread in this process, said once in
   a log line: slower for the neighbours, never wrong.
 
-Results are those of :func:`serve.experience._verify.verify_record` (it runs in the worker with the
+Results are those of :func:`recallserve.serve.experience._verify.verify_record` (it runs in the worker with the
 same arguments); only a timeout, a dead worker or a full queue produce the failed record of
 :func:`failed_record`.
 
@@ -41,9 +41,9 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any
 
-from serve.experience._rules import RuleTable
-from serve.experience._schema import ExperienceRecord
-from serve.experience._verify import finish_record, verify_record
+from recallserve.serve.experience._rules import RuleTable
+from recallserve.serve.experience._schema import ExperienceRecord
+from recallserve.serve.experience._verify import finish_record, verify_record
 
 __all__ = ["VerifyPool", "failed_record"]
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from serve.engine import ChatMessage
-from serve.experience._rules import Rule
-from serve.experience._extract import SOURCE
-from serve.experience._schema import ExperienceRecord, VerificationItem
+from recallserve.serve.engine import ChatMessage
+from recallserve.serve.experience._rules import Rule
+from recallserve.serve.experience._extract import SOURCE
+from recallserve.serve.experience._schema import ExperienceRecord, VerificationItem
 
 __all__ = ["SYSTEM_PROMPT", "SYSTEM_PROMPT_JSON", "build_messages", "required_checks", "rewrite_messages"]
 

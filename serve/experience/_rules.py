@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from kernels import StrictModel
-from serve.experience._calculator import CalcError, evaluate, extract_number
+from recallserve.kernels import StrictModel
+from recallserve.serve.experience._calculator import CalcError, evaluate, extract_number
 
 __all__ = ["Rule", "RuleTable", "RuleError"]
 

@@ -5,7 +5,7 @@ One reasoning trace is stored as four segments plus bookkeeping:
 * **context**: the facts only (raw text, structured quantities, constraints);
 * **reasoning**: numbered steps, each with the principle applied and its evidence;
 * **verification**: typed checks; their ``actual`` and ``status`` are written by code
-  (:mod:`serve.experience._verify`), never copied from the model's text;
+  (:mod:`recallserve.serve.experience._verify`), never copied from the model's text;
 * **outcome**: one atomic answer and a confidence derived from the verification results;
 * **metadata** (id, timestamp, source model, domain, topic path, reviewer, expiry) and
   **evaluation** (human label, error tags, retrieval score).
@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kernels import StrictModel, check_json
+from recallserve.kernels import StrictModel, check_json
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -142,7 +142,7 @@ class VerificationItem(StrictModel):
       expected = ``"0 <= v <= 100"``, ``">= 0"``, ``"[0, 100]"``).
     * ``regulatory_check``: target = rule id; input = the rule's inputs; expected = the value
       the rule gives, or ``true``/``false`` for a condition rule.
-    * ``grounding_check`` (derived from the context, :mod:`serve.experience._grounding`): target =
+    * ``grounding_check`` (derived from the context, :mod:`recallserve.serve.experience._grounding`): target =
       the answer's formula; input = ``{"stated": [..], "units": [..], "steps": [..]}``; doubtful
       when a stated quantity is not accounted for.
     """

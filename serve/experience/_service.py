@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from memory_shards.retrieval import LexicalIndex
-from serve.engine import ChatMessage, GenerationParams, LLMEngine
-from serve.experience import _metrics
-from serve.experience._caches import decay_factor, demotions, evicted_domains, find_conflicts, model_family, rank_active
-from serve.experience._clean import clean_context
-from serve.experience._extract import problem_check_types
-from serve.experience._models import (
+from recallserve.memory_shards.retrieval import LexicalIndex
+from recallserve.serve.engine import ChatMessage, GenerationParams, LLMEngine
+from recallserve.serve.experience import _metrics
+from recallserve.serve.experience._caches import decay_factor, demotions, evicted_domains, find_conflicts, model_family, rank_active
+from recallserve.serve.experience._clean import clean_context
+from recallserve.serve.experience._extract import problem_check_types
+from recallserve.serve.experience._models import (
     ConflictAlert,
     ExperienceConfig,
     ExperienceHit,
@@ -39,17 +39,17 @@ from serve.experience._models import (
     SearchRequest,
     SearchResult,
 )
-from serve.experience._parser import ParseReport, parse_segmented
-from serve.experience._pool import VerifyPool
-from serve.experience._prompt import (
+from recallserve.serve.experience._parser import ParseReport, parse_segmented
+from recallserve.serve.experience._pool import VerifyPool
+from recallserve.serve.experience._prompt import (
     SYSTEM_PROMPT,
     SYSTEM_PROMPT_JSON,
     build_messages,
     required_checks,
     rewrite_messages,
 )
-from serve.experience._rules import RuleTable
-from serve.experience._schema import (
+from recallserve.serve.experience._rules import RuleTable
+from recallserve.serve.experience._schema import (
     ExperienceContext,
     ExperienceEvaluation,
     ExperienceMetadata,
@@ -57,10 +57,10 @@ from serve.experience._schema import (
     ExperienceRecord,
     Tier,
 )
-from serve.experience._store import ExperienceStore, StoredRow
-from serve.experience._verify import exposure_tags, verify_record, with_extracted_checks
-from serve.memory import MemoryBackend, MemoryWrite
-from serve.pii import MaskedValueError, PiiMode, apply_pii, for_write_back
+from recallserve.serve.experience._store import ExperienceStore, StoredRow
+from recallserve.serve.experience._verify import exposure_tags, verify_record, with_extracted_checks
+from recallserve.serve.memory import MemoryBackend, MemoryWrite
+from recallserve.serve.pii import MaskedValueError, PiiMode, apply_pii, for_write_back
 
 __all__ = ["ExperienceService", "ExperienceNotFound", "Embedder"]
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from serve.experience._schema import ExperienceRecord, Tier
+from recallserve.serve.experience._schema import ExperienceRecord, Tier
 
 __all__ = ["StoredRow", "ExperienceStore"]
 

@@ -1,6 +1,6 @@
 """Error tags of executed checks: what a reviewer's label keeps and what the archive is searched by.
 
-Split from :mod:`serve.experience._verify` (which re-exports every name here): the mapping of a
+Split from :mod:`recallserve.serve.experience._verify` (which re-exports every name here): the mapping of a
 failed check to its tag, and the tags a problem can expose before it is answered.
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from serve.experience._grounding import CHECK as GROUNDING_CHECK
-from serve.experience._grounding import TAG as GROUNDING_TAG
-from serve.experience._schema import VerificationItem
+from recallserve.serve.experience._grounding import CHECK as GROUNDING_CHECK
+from recallserve.serve.experience._grounding import TAG as GROUNDING_TAG
+from recallserve.serve.experience._schema import VerificationItem
 
 __all__ = ["ERROR_TAGS", "UNCHECKABLE_TAG", "ANSWER_TAG", "error_tags_for", "exposure_tags"]
 

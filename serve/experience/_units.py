@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from serve.experience._calculator import CalcError, evaluate
+from recallserve.serve.experience._calculator import CalcError, evaluate
 
 __all__ = ["Quantity", "DimensionError", "parse_quantity", "parse_unit", "to_unit", "format_dims", "UNITS"]
 

@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kernels import StrictModel
-from serve.experience._schema import (
+from recallserve.kernels import StrictModel
+from recallserve.serve.experience._schema import (
     MAX_EPOCH,
     SCHEMA_VERSION,
     ExperienceContext,

@@ -21,10 +21,10 @@ archive is searched by them.
 Bounded work: a record comes from a client (``POST /v1/experiences``) or a model, so its checks
 are untrusted code-like input. Each operand is size-checked before it is read (text length,
 container sizes, number magnitudes), each calculator step is capped (see
-:mod:`serve.experience._calculator`), and one :class:`WorkBudget` of steps and time covers the
+:mod:`recallserve.serve.experience._calculator`), and one :class:`WorkBudget` of steps and time covers the
 whole record. A check that hits a cap fails with the cap as its ``notes``; once the budget is
 spent the remaining checks fail unrun. Verification is synchronous and CPU-bound: async callers
-run it in a worker process (:mod:`serve.experience._pool`) so the event loop keeps serving and
+run it in a worker process (:mod:`recallserve.serve.experience._pool`) so the event loop keeps serving and
 keeps its GIL.
 """
 
@@ -35,7 +35,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from serve.experience._calculator import (
+from recallserve.serve.experience._calculator import (
     DEFAULT_MAX_STEPS,
     DEFAULT_SECONDS,
     MAX_EXPR_CHARS,
@@ -47,13 +47,13 @@ from serve.experience._calculator import (
     evaluate,
     extract_number,
 )
-from serve.experience._grounding import CHECK as GROUNDING_CHECK
-from serve.experience._grounding import TAG as GROUNDING_TAG
-from serve.experience._grounding import cited_rules, numbers_in, ungrounded
-from serve.experience._rules import RuleError, RuleTable
-from serve.experience._schema import Confidence, ExperienceRecord, VerificationItem, VerificationStatus
-from serve.experience._tags import ANSWER_TAG, ERROR_TAGS, UNCHECKABLE_TAG, error_tags_for, exposure_tags
-from serve.experience._units import DimensionError, Quantity, format_dims, parse_quantity, parse_unit, to_unit
+from recallserve.serve.experience._grounding import CHECK as GROUNDING_CHECK
+from recallserve.serve.experience._grounding import TAG as GROUNDING_TAG
+from recallserve.serve.experience._grounding import cited_rules, numbers_in, ungrounded
+from recallserve.serve.experience._rules import RuleError, RuleTable
+from recallserve.serve.experience._schema import Confidence, ExperienceRecord, VerificationItem, VerificationStatus
+from recallserve.serve.experience._tags import ANSWER_TAG, ERROR_TAGS, UNCHECKABLE_TAG, error_tags_for, exposure_tags
+from recallserve.serve.experience._units import DimensionError, Quantity, format_dims, parse_quantity, parse_unit, to_unit
 
 __all__ = ["run_check", "verify_record", "finish_record", "with_extracted_checks", "derive_confidence",
            "compare_values", "error_tags_for", "exposure_tags", "ERROR_TAGS", "UNCHECKABLE_TAG",
@@ -450,7 +450,7 @@ def verify_record(
         seconds: wall-clock budget for the whole record, counted from this call (so time spent
             queueing for a worker thread is not charged to the record).
         extract: also run the checks derived from the cleaned context's quantities
-            (:func:`serve.experience._extract.extracted_checks`), on the same budget, appended
+            (:func:`recallserve.serve.experience._extract.extracted_checks`), on the same budget, appended
             after the record's own checks (those of an earlier verification are replaced).
     """
     if extract:
@@ -465,12 +465,12 @@ def verify_record(
 
 def with_extracted_checks(record: ExperienceRecord) -> ExperienceRecord:
     """``record`` with the checks derived from its cleaned context's quantities appended after its
-    own (:func:`serve.experience._extract.extracted_checks`; those of an earlier verification are
+    own (:func:`recallserve.serve.experience._extract.extracted_checks`; those of an earlier verification are
     replaced), at most 32 in all: the record's own are cut first, so the extracted checks always run.
     Not yet run: :func:`verify_record` runs them with the others."""
-    from serve.experience._extract import SOURCE, extracted_checks
+    from recallserve.serve.experience._extract import SOURCE, extracted_checks
 
-    from serve.experience._asked import asked_unit_check
+    from recallserve.serve.experience._asked import asked_unit_check
 
     own = [v for v in record.verification if v.input.get("source") != SOURCE]
     extra = extracted_checks(record.model_copy(update={"verification": own}))
@@ -491,16 +491,16 @@ def finish_record(record: ExperienceRecord, checked: list[VerificationItem], req
 
     Shared by :func:`verify_record` and the worker pool's failure path, so a record that could not
     be verified is shaped exactly like one that was. ``high`` needs, besides every check passing,
-    a passing check that computed the answer (:func:`serve.experience._computed.answer_computed`); else ``medium`` with the
+    a passing check that computed the answer (:func:`recallserve.serve.experience._computed.answer_computed`); else ``medium`` with the
     tag :data:`ANSWER_TAG`. ``cited``: the registered rules the context cites, whose check alone
     computes the answer then. And the check that computed it must be grounded in the context's
-    quantities (:mod:`serve.experience._grounded`: no number of unknown origin, ``rules`` gives the
+    quantities (:mod:`recallserve.serve.experience._grounded`: no number of unknown origin, ``rules`` gives the
     cited rules' constants); else ``medium`` with the tag ``ungrounded_check``.
     """
-    from serve.experience._computed import answer_computed
-    from serve.experience._grounded import TAG as UNGROUNDED_TAG
-    from serve.experience._grounded import ground_record, verified_by_grounded
-    from serve.experience._extract import SOURCE
+    from recallserve.serve.experience._computed import answer_computed
+    from recallserve.serve.experience._grounded import TAG as UNGROUNDED_TAG
+    from recallserve.serve.experience._grounded import ground_record, verified_by_grounded
+    from recallserve.serve.experience._extract import SOURCE
 
     # NOTE: a required type must be among the model's own checks; an extracted one does not count.
     present = {v.type for v in checked if v.input.get("source") != SOURCE}

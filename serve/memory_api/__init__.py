@@ -1,11 +1,11 @@
 """The memory API (``/v1/memories``): schemas, service logic and the FastAPI router factory.
 
 The ingress builds it with ``build_router(MemoryService(coordinator, embed, ...), get_tenant)``;
-the same :class:`MemoryService` is the chat pipeline's :class:`~serve.memory.MemoryBackend`.
+the same :class:`MemoryService` is the chat pipeline's :class:`~recallserve.serve.memory.MemoryBackend`.
 """
 
-from serve.memory_api.router import build_router
-from serve.memory_api.schemas import (
+from recallserve.serve.memory_api.router import build_router
+from recallserve.serve.memory_api.schemas import (
     MAX_BATCH,
     MAX_K,
     AddMemoriesRequest,
@@ -18,9 +18,9 @@ from serve.memory_api.schemas import (
     SearchResponse,
     SearchResult,
 )
-from serve.memory_api.migration import MigratingMemoryService
-from serve.memory_api.admission import SearchAdmission, SearchAdmissionConfig
-from serve.memory_api.service import MemoryOverloaded, MemoryService, MemoryUnavailable
+from recallserve.serve.memory_api.migration import MigratingMemoryService
+from recallserve.serve.memory_api.admission import SearchAdmission, SearchAdmissionConfig
+from recallserve.serve.memory_api.service import MemoryOverloaded, MemoryService, MemoryUnavailable
 
 __all__ = [
     "MAX_BATCH",

@@ -1,6 +1,6 @@
 """Search latency (``main``) and ingestion rate (:func:`ingest_bench`, ``recallserve bench ingest``) of the memory API.
 
-``python -m serve.memory_api._bench --memories 100000 --queries 200``
+``python -m recallserve.serve.memory_api._bench --memories 100000 --queries 200``
 
 Loads ``--memories`` memories into one tenant of an in-process coordinator of hybrid shards
 (written through the coordinator in bulk, WAL fsync off, to save minutes of loading), serves the
@@ -27,14 +27,14 @@ import threading
 import time
 
 import numpy as np
-from serve.ports import free_port
+from recallserve.serve.ports import free_port
 
 __all__ = ["main", "ingest_bench"]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print a JSON row."""
-    p = argparse.ArgumentParser(prog="python -m serve.memory_api._bench", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m recallserve.serve.memory_api._bench", description=__doc__.splitlines()[0])
     p.add_argument("--memories", type=int, default=100_000, help="memories in the tenant (default 100000)")
     p.add_argument("--queries", type=int, default=200, help="timed searches (default 200)")
     p.add_argument("--warmup", type=int, default=20, help="untimed searches first (default 20)")
@@ -50,13 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
     from fastapi import FastAPI
 
-    from memory_shards.embedders import build_embedder
-    from memory_shards.records import EmbeddedRecord, MemoryRecord
-    from memory_shards.retrieval import local_hybrid_coordinator
-    from memory_shards.retrieval.locomo import load_locomo
-    from serve.api.auth import Authenticator
-    from serve.api.errors import install_error_handlers
-    from serve.memory_api import MemoryService, build_router
+    from recallserve.memory_shards.embedders import build_embedder
+    from recallserve.memory_shards.records import EmbeddedRecord, MemoryRecord
+    from recallserve.memory_shards.retrieval import local_hybrid_coordinator
+    from recallserve.memory_shards.retrieval.locomo import load_locomo
+    from recallserve.serve.api.auth import Authenticator
+    from recallserve.serve.api.errors import install_error_handlers
+    from recallserve.serve.memory_api import MemoryService, build_router
 
     convs = load_locomo(args.locomo)
     turns = [t.text for c in convs for t in c.turns if t.text.strip()]
@@ -157,13 +157,13 @@ def ingest_bench(configs: list[tuple[str, int, int, str, str]], rounds: int = 8,
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
-    from memory_shards.embedders import build_embedder
-    from memory_shards.retrieval import local_hybrid_coordinator
-    from memory_shards.retrieval.locomo import load_locomo
-    from serve import envs
-    from serve.api.auth import Authenticator
-    from serve.api.errors import install_error_handlers
-    from serve.memory_api import MemoryService, build_router
+    from recallserve.memory_shards.embedders import build_embedder
+    from recallserve.memory_shards.retrieval import local_hybrid_coordinator
+    from recallserve.memory_shards.retrieval.locomo import load_locomo
+    from recallserve.serve import envs
+    from recallserve.serve.api.auth import Authenticator
+    from recallserve.serve.api.errors import install_error_handlers
+    from recallserve.serve.memory_api import MemoryService, build_router
 
     turns = list(dict.fromkeys(t.text for c in load_locomo(locomo) for t in c.turns if t.text.strip()))
     need = batch * rounds * len(configs)

@@ -38,7 +38,7 @@ from contextlib import asynccontextmanager
 
 from pydantic import Field
 
-from kernels import StrictModel
+from recallserve.kernels import StrictModel
 
 __all__ = ["AdmissionRefused", "SearchAdmission", "SearchAdmissionConfig"]
 

@@ -8,7 +8,7 @@ While a new generation (new embedder, new shard folders) is built beside the ser
                                         the target alone ("target", the last step)
     read  (search / get / list):        the generation named by ``reads`` ("current" | "target")
 
-The order is what makes the live fill job (``deployments.jobs._reembed_live``) safe without
+The order is what makes the live fill job (``recallserve.deployments.jobs._reembed_live``) safe without
 tombstones or a write pause. The job copies each record ``r`` of the current generation into the
 target with :meth:`~memory_shards.MemoryShard.insert_absent` (skipped when the target holds the
 id or the same tenant's source id), then checks that the current generation still holds ``r``
@@ -32,10 +32,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from memory_shards.records import MemoryRecord
-from serve.api.errors import APIError
-from serve.api.metrics import MEMORY_MIGRATION_WRITES
-from serve.memory_api.service import MemoryService
+from recallserve.memory_shards.records import MemoryRecord
+from recallserve.serve.api.errors import APIError
+from recallserve.serve.api.metrics import MEMORY_MIGRATION_WRITES
+from recallserve.serve.memory_api.service import MemoryService
 
 __all__ = ["MigratingMemoryService"]
 

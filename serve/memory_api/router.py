@@ -3,7 +3,7 @@
 ``build_router(service, get_tenant)`` returns an ``APIRouter`` the ingress includes; every route
 depends on ``get_tenant`` (the API key -> tenant dependency), so no route runs unauthenticated
 and the tenant never comes from the request body or path. A memory outage
-(:class:`~serve.memory_api.service.MemoryUnavailable`) leaves as a 503 in the JSON error envelope
+(:class:`~recallserve.serve.memory_api.service.MemoryUnavailable`) leaves as a 503 in the JSON error envelope
 with a ``Retry-After`` header, from every route of the router.
 """
 
@@ -17,9 +17,9 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
-from kernels import NoControl
-from serve.api.errors import error_body
-from serve.memory_api.schemas import (
+from recallserve.kernels import NoControl
+from recallserve.serve.api.errors import error_body
+from recallserve.serve.memory_api.schemas import (
     AddMemoriesRequest,
     AddMemoriesResponse,
     DeleteResponse,
@@ -28,7 +28,7 @@ from serve.memory_api.schemas import (
     SearchRequest,
     SearchResponse,
 )
-from serve.memory_api.service import MemoryService, MemoryUnavailable, hit_out, record_out
+from recallserve.serve.memory_api.service import MemoryService, MemoryUnavailable, hit_out, record_out
 
 __all__ = ["build_router"]
 

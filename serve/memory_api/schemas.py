@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kernels import NoControl, StrictModel, check_json
-from memory_shards.records import MAX_METADATA_KEYS, MAX_PARTS, MAX_TEXT_CHARS, MemoryKind, MemoryPart, Scalar
+from recallserve.kernels import NoControl, StrictModel, check_json
+from recallserve.memory_shards.records import MAX_METADATA_KEYS, MAX_PARTS, MAX_TEXT_CHARS, MemoryKind, MemoryPart, Scalar
 
 __all__ = [
     "MAX_BATCH",
@@ -234,7 +234,7 @@ class SearchRequest(StrictModel):
 
     def check_query(self) -> None:
         """Raise a 400 naming ``query`` when it is blank or longer than 8192 characters."""
-        from serve.api.errors import APIError
+        from recallserve.serve.api.errors import APIError
 
         if not self.query.strip():
             raise APIError(400, "query: must contain non-whitespace text", param="query")

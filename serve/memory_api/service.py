@@ -1,4 +1,4 @@
-"""The memory API's logic, and the chat pipeline's :class:`~serve.memory.MemoryBackend`.
+"""The memory API's logic, and the chat pipeline's :class:`~recallserve.serve.memory.MemoryBackend`.
 
 :class:`MemoryService` sits on a :class:`~memory_shards.MemoryCoordinator` whose shards are
 hybrid (dense + BM25) and an async embedder: in-process (tests, ``recallserve eval locomo``) both
@@ -8,8 +8,8 @@ tenant is always an argument from the caller's API key; no request field can nam
 Outages: a shard the answer needs that is down surfaces as :class:`MemoryUnavailable` (an
 ``APIError`` 503, type ``service_unavailable``, with ``retry_after_s``), which the router sends
 with a ``Retry-After`` header and the chat recall reports in its metadata; a shard the answer
-does not need is not waited for (see ``memory_shards.coordinator``). An API search the replica
-does not admit (``serve.memory_api.admission``: too many running and waiting) is
+does not need is not waited for (see ``recallserve.memory_shards.coordinator``). An API search the replica
+does not admit (``recallserve.serve.memory_api.admission``: too many running and waiting) is
 :class:`MemoryOverloaded`, the same 503 with its own retry hint, answered at once.
 
 Isolation rules (enforced by the shards, checked again here):
@@ -33,21 +33,21 @@ from contextlib import contextmanager
 import numpy as np
 from pydantic import ValidationError
 
-from kernels import ScoreParams
-from memory_shards.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_spans
-from memory_shards.config import SearchFilters
-from memory_shards.coordinator import MemoryCoordinator, ShardUnavailable
-from memory_shards.records import (
+from recallserve.kernels import ScoreParams
+from recallserve.memory_shards.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_spans
+from recallserve.memory_shards.config import SearchFilters
+from recallserve.memory_shards.coordinator import MemoryCoordinator, ShardUnavailable
+from recallserve.memory_shards.records import (
     MAX_TEXT_CHARS, SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, clip_middle, new_record_id, private_record_id,
     shared_record_id,
 )
-from memory_shards.retrieval import AsyncEmbed, HybridHit, HybridRetriever, QueryRewriter, RetrievalParams
-from serve.api.metrics import MEMORY_SEARCH
-from serve.api.errors import APIError, describe_error
-from serve.memory_api.admission import AdmissionRefused, SearchAdmission
-from serve.memory import MemoryHit, MemoryWrite
-from serve.pii import MaskedValueError, PiiMode, apply_pii, apply_pii_id, for_write_back, mask_id
-from serve.memory_api.schemas import MAX_BATCH, MAX_K, FiltersIn, MemoryIn, MemoryOut, SearchRequest, SearchResult, to_epoch
+from recallserve.memory_shards.retrieval import AsyncEmbed, HybridHit, HybridRetriever, QueryRewriter, RetrievalParams
+from recallserve.serve.api.metrics import MEMORY_SEARCH
+from recallserve.serve.api.errors import APIError, describe_error
+from recallserve.serve.memory_api.admission import AdmissionRefused, SearchAdmission
+from recallserve.serve.memory import MemoryHit, MemoryWrite
+from recallserve.serve.pii import MaskedValueError, PiiMode, apply_pii, apply_pii_id, for_write_back, mask_id
+from recallserve.serve.memory_api.schemas import MAX_BATCH, MAX_K, FiltersIn, MemoryIn, MemoryOut, SearchRequest, SearchResult, to_epoch
 
 __all__ = ["MemoryService", "MemoryUnavailable", "MemoryOverloaded", "record_out", "hit_out"]
 
@@ -68,7 +68,7 @@ class MemoryUnavailable(APIError):
 
 
 class MemoryOverloaded(MemoryUnavailable):
-    """An API search this replica did not admit (see ``serve.memory_api.admission``): a 503 with a retry hint."""
+    """An API search this replica did not admit (see ``recallserve.serve.memory_api.admission``): a 503 with a retry hint."""
 
     def __init__(self, exc: AdmissionRefused) -> None:
         APIError.__init__(self, 503, f"{exc}; retry after {exc.retry_after_s:g} s", type="service_unavailable",
@@ -205,7 +205,7 @@ class MemoryService:
 
         Raises:
             PersonalDataError: under ``reject``, naming the field (``memories.2.metadata.email``);
-                :class:`~serve.pii.MaskedValueError` under ``mask`` when a masked value outgrows its field.
+                :class:`~recallserve.serve.pii.MaskedValueError` under ``mask`` when a masked value outgrows its field.
         """
         mode = self.pii_for(tenant) if pii is None else pii
         now = time.time()
@@ -295,7 +295,7 @@ class MemoryService:
 
     async def list_by_source(self, tenant: str, source_id: str) -> list[MemoryRecord]:
         """Memories with ``source_id`` that ``tenant`` may see, oldest first (an id holding
-        personal data is looked up by the key its write stored, :func:`serve.pii.mask_id`)."""
+        personal data is looked up by the key its write stored, :func:`recallserve.serve.pii.mask_id`)."""
         if self.pii_for(tenant) != "allow":
             source_id = mask_id(source_id)
         with _shards_up():

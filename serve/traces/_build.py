@@ -6,10 +6,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from serve.engine import ChatMessage
-from serve.pii import SESSION_KEY_CHARS, apply_pii, mask_id
-from serve.traces._models import TURN_ID_CHARS, TraceConfig, TurnTrace
-from serve.turn import Turn
+from recallserve.serve.engine import ChatMessage
+from recallserve.serve.pii import SESSION_KEY_CHARS, apply_pii, mask_id
+from recallserve.serve.traces._models import TURN_ID_CHARS, TraceConfig, TurnTrace
+from recallserve.serve.turn import Turn
 
 __all__ = ["build_trace"]
 
@@ -65,7 +65,7 @@ def build_trace(turn: Turn, *, request_id: str, user: str, path: str, stream: bo
     call extends it) and the timings.
 
     Every string is cut to ``config.text_chars`` (the prompt to ``config.prompt_chars`` in all)
-    and then masked by :func:`serve.pii.apply_pii` (``mask``, whatever the tenant's policy: the
+    and then masked by :func:`recallserve.serve.pii.apply_pii` (``mask``, whatever the tenant's policy: the
     trace is the operator's view, as the logs are).
     """
     cutter = _Cutter(config)

@@ -1,8 +1,8 @@
 """The turn trace: what one chat turn did, as an operator reads it afterwards.
 
-A :class:`TurnTrace` is built once per answered turn by :func:`serve.traces.build_trace` from
-the :class:`~serve.turn.Turn`, the agent's result (route, steps, tool calls) and the prompt the
-reasoner received (the last :func:`serve.turn.render_prompt` of the turn, ``Turn.rendered``);
+A :class:`TurnTrace` is built once per answered turn by :func:`recallserve.serve.traces.build_trace` from
+the :class:`~recallserve.serve.turn.Turn`, the agent's result (route, steps, tool calls) and the prompt the
+reasoner received (the last :func:`recallserve.serve.turn.render_prompt` of the turn, ``Turn.rendered``);
 it is PII-masked and cut to the configured sizes before it is stored.
 """
 
@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from kernels import StrictModel
+from recallserve.kernels import StrictModel
 
 __all__ = ["TraceConfig", "TurnTrace", "TraceSummary", "TraceSession", "TraceNotFoundError", "TURN_ID_CHARS"]
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from serve.engine import ChatMessage
-from serve.traces._build import build_trace
-from serve.traces._models import TraceConfig, TraceSession, TraceSummary, TurnTrace
-from serve.turn import Turn
+from recallserve.serve.engine import ChatMessage
+from recallserve.serve.traces._build import build_trace
+from recallserve.serve.traces._models import TraceConfig, TraceSession, TraceSummary, TurnTrace
+from recallserve.serve.turn import Turn
 
 __all__ = ["TraceBackend", "TraceRecorder"]
 
 
 class TraceBackend(Protocol):
-    """The async methods of :class:`~serve.traces.TraceStore` (a ``RemoteStore`` in the cluster)."""
+    """The async methods of :class:`~recallserve.serve.traces.TraceStore` (a ``RemoteStore`` in the cluster)."""
 
     async def put(self, tenant: str, trace: TurnTrace) -> None: ...
 
@@ -42,7 +42,7 @@ class TraceRecorder:
     async def record(self, tenant: str, turn: Turn, *, request_id: str, user: str, path: str, stream: bool,
                      answer: str, finish: str, prompt_tokens: int, completion_tokens: int,
                      prompt: Sequence[ChatMessage], agent_meta: dict[str, Any] | None, started: float) -> None:
-        """Build the turn's trace (:func:`~serve.traces.build_trace`) and store it for ``tenant``."""
+        """Build the turn's trace (:func:`~recallserve.serve.traces.build_trace`) and store it for ``tenant``."""
         if not self.config.enabled:
             return
         trace = build_trace(turn, request_id=request_id, user=user, path=path, stream=stream, answer=answer,

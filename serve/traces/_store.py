@@ -8,7 +8,7 @@ but the newest ``max_per_tenant - 1`` of them, so a tenant holds at most ``max_p
 (each already cut to the config's text and prompt sizes), and a trace lives at most
 ``retention_days`` (reads also hide expired ones that no write has pruned yet).
 
-Async-safety as :class:`serve.context.SessionStore`: each call runs in a worker thread on one
+Async-safety as :class:`recallserve.serve.context.SessionStore`: each call runs in a worker thread on one
 connection under a lock, one short transaction per call. In the cluster the ``state`` deployment
 owns the file (``deployments/state.py``) and every ingress replica reaches it through a handle.
 """
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from serve.traces._models import TraceConfig, TraceNotFoundError, TraceSession, TraceSummary, TurnTrace
+from recallserve.serve.traces._models import TraceConfig, TraceNotFoundError, TraceSession, TraceSummary, TurnTrace
 
 __all__ = ["TraceStore", "MAX_LIST"]
 

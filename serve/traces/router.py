@@ -16,12 +16,12 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import Field
 
-from kernels import NoControl, StrictModel
-from serve.api.errors import APIError
-from serve.pii import SESSION_KEY_CHARS, mask_id
-from serve.traces._models import TURN_ID_CHARS, TraceNotFoundError, TraceSession, TraceSummary, TurnTrace
-from serve.traces._recorder import TraceBackend
-from serve.traces._store import MAX_LIST
+from recallserve.kernels import NoControl, StrictModel
+from recallserve.serve.api.errors import APIError
+from recallserve.serve.pii import SESSION_KEY_CHARS, mask_id
+from recallserve.serve.traces._models import TURN_ID_CHARS, TraceNotFoundError, TraceSession, TraceSummary, TurnTrace
+from recallserve.serve.traces._recorder import TraceBackend
+from recallserve.serve.traces._store import MAX_LIST
 
 __all__ = ["TurnList", "TraceSessionList", "build_router"]
 

@@ -15,9 +15,9 @@ if not torch.cuda.is_available():
     pytest.skip("CUDA is not available", allow_module_level=True)
 pytest.importorskip("triton")
 
-from kernels import ScoreParams, fused_topk, reference_fused_topk  # noqa: E402
-from kernels.bench import bench_kernels  # noqa: E402
-from kernels.fused_score import BlockConfig, triton_fused_topk  # noqa: E402
+from recallserve.kernels import ScoreParams, fused_topk, reference_fused_topk  # noqa: E402
+from recallserve.kernels.bench import bench_kernels  # noqa: E402
+from recallserve.kernels.fused_score import BlockConfig, triton_fused_topk  # noqa: E402
 from tests.conftest import assert_close, assert_topk_equal  # noqa: E402
 from tests.kernels._data import make_block, onehot_block  # noqa: E402
 

@@ -13,7 +13,7 @@ if not torch.cuda.is_available():
     pytest.skip("CUDA is not available", allow_module_level=True)
 pytest.importorskip("triton")
 
-from memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard, ScoreParams, ShardConfig  # noqa: E402
+from recallserve.memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard, ScoreParams, ShardConfig  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 NOW = 1.7e9

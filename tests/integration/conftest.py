@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serve.ports import free_port
+from recallserve.serve.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,8 +40,8 @@ def small_memory_ray(data_dir: Path, ray_dir: Path) -> Iterator[Any]:
     import ray
     from ray import serve
 
-    from deployments._ray_paths import ray_temp_dir
-    from deployments.config import load_config
+    from recallserve.deployments._ray_paths import ray_temp_dir
+    from recallserve.deployments.config import load_config
 
     config = load_config("cpu-local", overrides={
         "memory": {"num_shards": 2, "data_dir": str(data_dir), "deployment": {"num_cpus": 0.2}},

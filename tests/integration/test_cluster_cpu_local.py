@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from deployments import runner
-from deployments.config import AppConfig, load_config
-from deployments.ingress import engine_facts
-from serve.agent.images import ocr_available
+from recallserve.deployments import runner
+from recallserve.deployments.config import AppConfig, load_config
+from recallserve.deployments.ingress import engine_facts
+from recallserve.serve.agent.images import ocr_available
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -98,7 +98,7 @@ def test_replicas_run_in_serves_throughput_mode(cluster: AppConfig) -> None:
     """``ray.throughput_optimized`` (default on) reaches every worker: the gRPC data plane, no direct ingress."""
     import ray
 
-    from deployments.runner import THROUGHPUT_ENV
+    from recallserve.deployments.runner import THROUGHPUT_ENV
 
     @ray.remote(num_cpus=0)
     def flags() -> dict[str, str | None]:
@@ -216,7 +216,7 @@ def test_demo_question_with_photo_recalls_and_calls_a_tool(cluster: AppConfig) -
     """The issue's demo end to end through HTTP with the default model: a memory hit and a validated tool call."""
     import httpx
 
-    from serve.agent.demo import DEMO_QUESTION, demo_photo_data_url
+    from recallserve.serve.agent.demo import DEMO_QUESTION, demo_photo_data_url
 
     assert runner.load_demo(cluster) > 0
     start = time.perf_counter()

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from deployments import runner
-from deployments.config import ROLES, load_config
+from recallserve.deployments import runner
+from recallserve.deployments.config import ROLES, load_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -40,18 +40,18 @@ class LiveProbe:
     """A minimal ingress for the test: the real ``HandleMemoryBackend`` over the handles."""
 
     def __init__(self, embedder: Any, shards: list[Any], memory: dict[str, Any]) -> None:
-        from deployments.config import MemoryConfig
-        from deployments.memory import HandleMemoryBackend
+        from recallserve.deployments.config import MemoryConfig
+        from recallserve.deployments.memory import HandleMemoryBackend
 
         self.backend = HandleMemoryBackend(embedder, shards, MemoryConfig.model_validate(memory))
 
     async def add(self, tenant: str, items: list[dict[str, Any]]) -> list[str]:
-        from serve.memory_api import MemoryIn
+        from recallserve.serve.memory_api import MemoryIn
 
         return await self.backend.add(tenant, [MemoryIn.model_validate(i) for i in items])
 
     async def get(self, tenant: str, memory_id: str) -> dict[str, Any] | None:
-        from serve.api.errors import APIError
+        from recallserve.serve.api.errors import APIError
 
         try:
             rec = await self.backend.get(tenant, memory_id)
@@ -67,7 +67,7 @@ class LiveProbe:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
     from ray import serve
 
-    from deployments.memory import bind_memory
+    from recallserve.deployments.memory import bind_memory
 
     with small_memory_ray(tmp_path_factory.mktemp("memory"), RAY_DIR) as config:
         _, (generation,) = bind_memory(config)
@@ -78,7 +78,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any
 
 
 def _job_args(module: Any, argv: list[str]) -> argparse.Namespace:
-    from deployments.jobs._args import add_common_arguments
+    from recallserve.deployments.jobs._args import add_common_arguments
 
     p = argparse.ArgumentParser()
     add_common_arguments(p)
@@ -89,8 +89,8 @@ def _job_args(module: Any, argv: list[str]) -> argparse.Namespace:
 def test_live_sweep_and_consolidate_while_serving(cluster: tuple[Any, Any], tmp_path: Path) -> None:
     import ray
 
-    from deployments.jobs import JobError, consolidate, expiry_sweep
-    from deployments.jobs._live import find_local_cluster
+    from recallserve.deployments.jobs import JobError, consolidate, expiry_sweep
+    from recallserve.deployments.jobs._live import find_local_cluster
 
     config, handle = cluster
     # The address discovery `recallserve job ... --live` uses finds this cluster by its temp dir.
@@ -172,8 +172,8 @@ def test_live_sweep_and_consolidate_while_serving(cluster: tuple[Any, Any], tmp_
     # The BM25 index of each shard followed the jobs' deletes and rewrites.
     from ray import serve
 
-    from deployments.memory import shard_deployment_name
-    from memory_shards.shard import record_version
+    from recallserve.deployments.memory import shard_deployment_name
+    from recallserve.memory_shards.shard import record_version
 
     shard_handles = [serve.get_deployment_handle(shard_deployment_name(i), app_name=APP) for i in range(2)]
     for h in shard_handles:
@@ -192,7 +192,7 @@ def test_live_sweep_and_consolidate_while_serving(cluster: tuple[Any, Any], tmp_
 
     # The real entry point in its own process finds the cluster by address and reports (dry run).
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
-    out = subprocess.run([sys.executable, "-m", "deployments.jobs.consolidate", "--live", "--app", APP, "--data-dir",
+    out = subprocess.run([sys.executable, "-m", "recallserve.deployments.jobs.consolidate", "--live", "--app", APP, "--data-dir",
                           str(tmp_path), "--dry-run", "--json", "--no-progress"], env=env, cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

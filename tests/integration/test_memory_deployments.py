@@ -30,18 +30,18 @@ class MemoryProbe:
     """A minimal ingress for the test: the real ``HandleMemoryBackend`` over the handles."""
 
     def __init__(self, embedder: Any, shards: list[Any], memory: dict[str, Any]) -> None:
-        from deployments.config import MemoryConfig
-        from deployments.memory import HandleMemoryBackend
+        from recallserve.deployments.config import MemoryConfig
+        from recallserve.deployments.memory import HandleMemoryBackend
 
         self.backend = HandleMemoryBackend(embedder, shards, MemoryConfig.model_validate(memory))
 
     async def add(self, tenant: str, texts: list[str]) -> list[str]:
-        from serve.memory_api import MemoryIn
+        from recallserve.serve.memory_api import MemoryIn
 
         return await self.backend.add(tenant, [MemoryIn(text=t, source_id=t) for t in texts])
 
     async def get(self, tenant: str, memory_id: str) -> str | None:
-        from serve.api.errors import APIError
+        from recallserve.serve.api.errors import APIError
 
         try:
             return (await self.backend.get(tenant, memory_id)).text
@@ -49,7 +49,7 @@ class MemoryProbe:
             return None
 
     async def search(self, tenant: str, query: str, k: int) -> list[str]:
-        from serve.memory_api import SearchRequest
+        from recallserve.serve.memory_api import SearchRequest
 
         return [h.record.text for h in await self.backend.search_request(tenant, SearchRequest(query=query, k=k, threshold=0.0))]
 
@@ -58,7 +58,7 @@ class MemoryProbe:
 
     async def outcomes(self, tenant: str, memory_id: str, text: str) -> list[str]:
         """A get by id and a search of ``tenant``: "ok", "503", or what else went wrong."""
-        from serve.memory_api import MemoryUnavailable, SearchRequest
+        from recallserve.serve.memory_api import MemoryUnavailable, SearchRequest
 
         out = []
         for read in (self.backend.get(tenant, memory_id),
@@ -77,7 +77,7 @@ class MemoryProbe:
 def _deploy(config: Any) -> Any:
     from ray import serve
 
-    from deployments.memory import bind_memory
+    from recallserve.deployments.memory import bind_memory
 
     _, (generation,) = bind_memory(config)
     embedder, shards = generation["embedder"], generation["shards"]

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from deployments import runner
-from deployments._ray_paths import MAX_TEMP_DIR_BYTES, ray_temp_dir_names
-from deployments.config import load_config
-from deployments.jobs._live import find_local_cluster
+from recallserve.deployments import runner
+from recallserve.deployments._ray_paths import MAX_TEMP_DIR_BYTES, ray_temp_dir_names
+from recallserve.deployments.config import load_config
+from recallserve.deployments.jobs._live import find_local_cluster
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ deleting and searching the whole time:
 4. ``v2`` becomes the only generation (``memory.generation: v2``): the old shards go.
 
 Each step is a Serve redeploy. Deployments are versioned by code and arguments
-(``deployments._versions``), so only the probe (the ingress) restarts, successor first
+(``recallserve.deployments._versions``), so only the probe (the ingress) restarts, successor first
 (``max_surge_percent``); shards and embedders keep their replicas.
 
 Checked: no request failed, every acknowledged write is readable at the end with the new
@@ -45,8 +45,8 @@ class MigrationProbe:
     """A minimal ingress: the ingress's ``memory_backend`` over the bound generations."""
 
     def __init__(self, generations: list[dict[str, Any]], memory: dict[str, Any]) -> None:
-        from deployments.config import MemoryConfig
-        from deployments.memory import memory_backend
+        from recallserve.deployments.config import MemoryConfig
+        from recallserve.deployments.memory import memory_backend
 
         self.memory = MemoryConfig.model_validate(memory)
         self.backend = memory_backend(generations, self.memory)
@@ -56,7 +56,7 @@ class MigrationProbe:
         return {"generation": self.memory.generation, "migration": None if m is None else m.model_dump(mode="json")}
 
     async def add(self, tenant: str, text: str, source_id: str) -> str:
-        from serve.memory_api import MemoryIn
+        from recallserve.serve.memory_api import MemoryIn
 
         (rid,) = await self.backend.add(tenant, [MemoryIn(text=text, source_id=source_id)])
         return rid
@@ -65,7 +65,7 @@ class MigrationProbe:
         await self.backend.delete(tenant, memory_id)
 
     async def get(self, tenant: str, memory_id: str) -> dict[str, Any] | None:
-        from serve.api.errors import APIError
+        from recallserve.serve.api.errors import APIError
 
         try:
             rec = await self.backend.get(tenant, memory_id)
@@ -76,7 +76,7 @@ class MigrationProbe:
         return {"text": rec.text, "model": rec.embedding_model, "tenant": rec.tenant}
 
     async def search(self, tenant: str, query: str) -> list[str]:
-        from serve.memory_api import SearchRequest
+        from recallserve.serve.memory_api import SearchRequest
 
         hits = await self.backend.search_request(tenant, SearchRequest(query=query, k=5, threshold=0.0))
         return [h.record.tenant for h in hits]
@@ -85,7 +85,7 @@ class MigrationProbe:
 def _deploy(config: Any) -> None:
     from ray import serve
 
-    from deployments.memory import bind_memory
+    from recallserve.deployments.memory import bind_memory
 
     _, generations = bind_memory(config)
     # NOTE: named "ingress": `reembed --live` asks the ingress which generations it writes.
@@ -161,9 +161,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Pat
 def test_reembed_without_downtime(cluster: tuple[Any, Path]) -> None:
     from ray import serve
 
-    from deployments.config import load_config
-    from deployments.jobs._common import JobOptions, LiveOptions
-    from deployments.jobs._reembed_live import run_live
+    from recallserve.deployments.config import load_config
+    from recallserve.deployments.jobs._common import JobOptions, LiveOptions
+    from recallserve.deployments.jobs._reembed_live import run_live
 
     config, root = cluster
     handle = serve.get_app_handle(APP)
@@ -219,9 +219,9 @@ def test_reembed_without_downtime(cluster: tuple[Any, Path]) -> None:
 
 
 def test_live_reembed_refuses_a_cluster_not_writing_both(cluster: tuple[Any, Path]) -> None:
-    from deployments.config import load_config
-    from deployments.jobs._common import JobError, JobOptions, LiveOptions
-    from deployments.jobs._reembed_live import run_live
+    from recallserve.deployments.config import load_config
+    from recallserve.deployments.jobs._common import JobError, JobOptions, LiveOptions
+    from recallserve.deployments.jobs._reembed_live import run_live
 
     config, root = cluster
     opts = JobOptions(data_dir=root / "v1", model_id="x", dim=384, progress=False)

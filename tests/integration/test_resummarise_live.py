@@ -23,7 +23,7 @@ APP = "resumtest"
 
 
 def _turns(store: Any, session_id: str, n: int) -> None:
-    from serve.context import ContextManager, MessageIn
+    from recallserve.serve.context import ContextManager, MessageIn
 
     async def fill() -> None:
         manager = ContextManager(store)  # categorises and counts, as the ingress does
@@ -38,9 +38,9 @@ def _turns(store: Any, session_id: str, n: int) -> None:
 def test_resummarise_live_through_the_state_deployment(tmp_path: Path) -> None:
     from ray import serve
 
-    from deployments.jobs import JobError
-    from deployments.jobs import resummarise as job
-    from deployments.state import RemoteStore, StateStore
+    from recallserve.deployments.jobs import JobError
+    from recallserve.deployments.jobs import resummarise as job
+    from recallserve.deployments.state import RemoteStore, StateStore
 
     with small_memory_ray(tmp_path / "memory", RAY_DIR) as config:
         dep = serve.deployment(StateStore, name="state").options(**config.state_store.to_ray_options())

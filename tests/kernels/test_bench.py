@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.bench import bench_kernels, scan_bytes
+from recallserve.kernels.bench import bench_kernels, scan_bytes
 
 pytestmark = pytest.mark.kernels
 

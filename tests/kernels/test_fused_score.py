@@ -2,7 +2,7 @@
 
 ``tests/conftest.py`` sets TRITON_INTERPRET=1 before triton is imported when there is no CUDA.
 The interpreter mode is fixed per process at the first ``import triton`` (see
-``kernels.fused_score._interpreting``), so on a GPU machine these tests skip; there run
+``recallserve.kernels.fused_score._interpreting``), so on a GPU machine these tests skip; there run
 ``TRITON_INTERPRET=1 pytest tests/kernels`` on its own (``tests/gpu`` covers the compiled kernel).
 """
 
@@ -15,13 +15,13 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from kernels import ScoreParams, fused_topk, reference_fused_topk
+from recallserve.kernels import ScoreParams, fused_topk, reference_fused_topk
 from tests.conftest import assert_close, assert_topk_equal
 from tests.kernels._data import make_block, onehot_block
 
 pytest.importorskip("triton")
 
-from kernels.fused_score import BlockConfig, _interpreting, triton_fused_topk  # noqa: E402
+from recallserve.kernels.fused_score import BlockConfig, _interpreting, triton_fused_topk  # noqa: E402
 
 if not _interpreting():
     pytest.skip(
@@ -204,7 +204,7 @@ def test_many_row_blocks_on_one_grid_axis() -> None:
 
 
 def test_grid_has_no_65535_row_block_limit() -> None:
-    from kernels.fused_score import MAX_GRID_X, launch_programs
+    from recallserve.kernels.fused_score import MAX_GRID_X, launch_programs
 
     cfg = BlockConfig(block_q=16, block_n=128)
     # 10M rows: 78,125 row blocks, more than CUDA allows on grid axis 1 or 2 (65,535).

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from serve.api.metrics import render_metrics
+from recallserve.serve.api.metrics import render_metrics
 from tests.security.conftest import A, Rig
 from tests.unit.edge.conftest import assert_envelope, headers
 
@@ -182,7 +182,7 @@ def test_an_authorization_header_of_another_form_is_named(shared_rig: Rig, value
 
 
 def test_too_many_content_parts_in_all_is_400_before_they_are_validated(shared_rig: Rig) -> None:
-    from serve.api.chat_protocol import MAX_TOTAL_PARTS
+    from recallserve.serve.api.chat_protocol import MAX_TOTAL_PARTS
 
     part = {"type": "text", "text": "a"}
     msgs = [{"role": "user", "content": [part] * 256}] * (MAX_TOTAL_PARTS // 256 + 1)

@@ -267,8 +267,8 @@ def test_the_email_and_amount_scans_take_a_bounded_run_from_each_start() -> None
     in the masker; 40,000 characters of "1,": 45 s in the entity scan; a chat message may hold
     200,000). Measured with a deterministic property rather than a clock: the repeat a failed
     attempt runs through is bounded."""
-    from serve.context._entities import _PATTERNS
-    from serve.pii import _EMAIL
+    from recallserve.serve.context._entities import _PATTERNS
+    from recallserve.serve.pii import _EMAIL
 
     scans = {"masker e-mail": _EMAIL, **{f"entity {kind}": p for kind, p in _PATTERNS if kind in ("email", "amount")}}
     assert len(scans) == 3, scans

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from serve.context import ContextConfig
+from recallserve.serve.context import ContextConfig
 from tests.security.conftest import A, B, Rig, serving
 from tests.unit.edge.conftest import assert_envelope, headers
 from tests.unit.experience._records import speed_record

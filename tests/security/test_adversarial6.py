@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from serve.api.observe import new_request_id
-from serve.experience import ExperienceStore
-from serve.experience._schema import ExperienceRecord, new_experience_id
-from serve.pii import pii_kinds
+from recallserve.serve.api.observe import new_request_id
+from recallserve.serve.experience import ExperienceStore
+from recallserve.serve.experience._schema import ExperienceRecord, new_experience_id
+from recallserve.serve.pii import pii_kinds
 from tests.security.conftest import A, B, Rig, serving
 from tests.unit.edge.conftest import headers
 from tests.unit.experience._records import speed_record

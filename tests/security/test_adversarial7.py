@@ -50,12 +50,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from serve.agent import Agent, AgentConfig, default_registry
-from serve.api.app import create_app
-from serve.api.auth import Authenticator
-from serve.context import ContextManager, SessionStore
-from serve.engine import ChatDelta, ChatMessage, ChatResult, GenerationParams
-from serve.pipeline import ChatPipeline, PipelineSettings
+from recallserve.serve.agent import Agent, AgentConfig, default_registry
+from recallserve.serve.api.app import create_app
+from recallserve.serve.api.auth import Authenticator
+from recallserve.serve.context import ContextManager, SessionStore
+from recallserve.serve.engine import ChatDelta, ChatMessage, ChatResult, GenerationParams
+from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
 from tests.security.conftest import A, Rig, serving
 from tests.unit.edge.conftest import assert_envelope, headers
 from tests.unit.test_turn_prompt import OneMemory, RecordingEngine

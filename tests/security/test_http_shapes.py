@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 from starlette.routing import compile_path
 
-from serve.engine import EngineError
+from recallserve.serve.engine import EngineError
 from tests.security.conftest import Rig, routes
 from tests.security.test_inputs import VALID
 from tests.unit.edge.conftest import assert_envelope, headers

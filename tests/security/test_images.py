@@ -10,7 +10,7 @@ import base64
 
 import pytest
 
-from serve.agent.demo.scenario import demo_photo_data_url
+from recallserve.serve.agent.demo.scenario import demo_photo_data_url
 from tests.security.conftest import A, Rig
 from tests.unit.edge.conftest import assert_envelope, headers
 

@@ -32,7 +32,7 @@ import pytest
 
 from tests.security import _server
 from tests.unit.edge.conftest import headers
-from serve.ports import free_port
+from recallserve.serve.ports import free_port
 
 WRITERS = 8
 MIN_ACKED = 200

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from serve.pii import mask_id
+from recallserve.serve.pii import mask_id
 from tests.security.conftest import A, Rig
 from tests.unit.edge.conftest import RAW, headers, wait_for_source
 

@@ -11,10 +11,10 @@ import pytest
 
 pytest.importorskip("ray.serve.request_router")
 
-from deployments.affinity import SessionAffinityRouter, rank_replicas  # noqa: E402
-from deployments.config import load_config  # noqa: E402
-from deployments.options import REQUEST_ROUTERS, DeploymentOptions  # noqa: E402
-from serve.engine import engine_affinity, set_engine_affinity  # noqa: E402
+from recallserve.deployments.affinity import SessionAffinityRouter, rank_replicas  # noqa: E402
+from recallserve.deployments.config import load_config  # noqa: E402
+from recallserve.deployments.options import REQUEST_ROUTERS, DeploymentOptions  # noqa: E402
+from recallserve.serve.engine import engine_affinity, set_engine_affinity  # noqa: E402
 
 
 def _replica(rid: str) -> SimpleNamespace:
@@ -78,7 +78,7 @@ class _Seen:
         self.affinities: list[str | None] = []
 
     async def chat(self, messages, params):  # type: ignore[no-untyped-def]
-        from serve.engine import ChatResult
+        from recallserve.serve.engine import ChatResult
 
         self.affinities.append(engine_affinity.get())
         return ChatResult(text="ok", prompt_tokens=3, completion_tokens=1, finish_reason="stop", model="seen")
@@ -92,9 +92,9 @@ def test_an_http_turn_reaches_the_engine_marked_with_its_conversation() -> None:
     session id or user); a request with neither carries none."""
     from fastapi.testclient import TestClient
 
-    from serve.api.app import create_app
-    from serve.api.auth import Authenticator
-    from serve.pipeline import ChatPipeline, PipelineSettings
+    from recallserve.serve.api.app import create_app
+    from recallserve.serve.api.auth import Authenticator
+    from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
 
     engine = _Seen()
     app = create_app(ChatPipeline(engine, PipelineSettings(model_name="m")),  # type: ignore[arg-type]

@@ -11,12 +11,12 @@ from collections.abc import Sequence
 
 from fastapi.testclient import TestClient
 
-from deployments.engines import LlamaCppConfig, LlamaCppEngine
-from serve.agent import Agent, AgentConfig, default_registry
-from serve.api.app import create_app
-from serve.api.auth import Authenticator
-from serve.engine import ChatMessage, ChatResult, GenerationParams
-from serve.pipeline import ChatPipeline, PipelineSettings
+from recallserve.deployments.engines import LlamaCppConfig, LlamaCppEngine
+from recallserve.serve.agent import Agent, AgentConfig, default_registry
+from recallserve.serve.api.app import create_app
+from recallserve.serve.api.auth import Authenticator
+from recallserve.serve.engine import ChatMessage, ChatResult, GenerationParams
+from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
 
 AUTH = {"Authorization": "Bearer sk-acme"}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.cli import main
-from deployments.cli._bench_chat import TurnRow, render, summarise
+from recallserve.deployments.cli import main
+from recallserve.deployments.cli._bench_chat import TurnRow, render, summarise
 
 
 def test_refuses_other_hosts_and_a_missing_cluster(capsys: pytest.CaptureFixture[str]) -> None:
@@ -39,7 +39,7 @@ def test_bench_search_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_bench_search_split_reads_histogram_changes_from_metrics_text() -> None:
-    from deployments.cli._bench_search import _sums, split_means
+    from recallserve.deployments.cli._bench_search import _sums, split_means
 
     def page(search_sum: float, search_n: int, calls: int, forwards: int) -> str:
         return (
@@ -63,7 +63,7 @@ def test_bench_search_split_reads_histogram_changes_from_metrics_text() -> None:
 
 
 def test_bench_search_cpu_per_answer_sums_processes_of_one_title() -> None:
-    from deployments.cli._bench_search import _retry_after, cpu_per_answer
+    from recallserve.deployments.cli._bench_search import _retry_after, cpu_per_answer
 
     pids = {1: "ray::ServeReplica:app:embedder", 2: "ray::ProxyActor", 3: "ray::ProxyActor", 4: "gone"}
     got = cpu_per_answer(pids, {1: 1.0, 2: 0.0, 3: 5.0, 4: 1.0}, {1: 1.4, 2: 0.1, 3: 5.1}, 100)
@@ -75,7 +75,7 @@ def test_bench_search_cpu_per_answer_sums_processes_of_one_title() -> None:
 def test_bench_search_tells_a_proxy_refusal_from_the_ingress_admission() -> None:
     from ray.serve.exceptions import BackPressureError
 
-    from deployments.cli._bench_search import refusal_kind
+    from recallserve.deployments.cli._bench_search import refusal_kind
 
     proxy = BackPressureError(num_queued_requests=8, max_queued_requests=8).message
     assert refusal_kind(proxy) == "proxy"
@@ -86,8 +86,8 @@ def test_bench_search_tells_a_proxy_refusal_from_the_ingress_admission() -> None
 
 
 def test_the_demo_photo_prompt_sends_the_demo_question_with_its_photo() -> None:
-    from deployments.cli._bench_chat import PHOTO_PROMPT, PROMPTS, _user_content
-    from serve.agent.demo import DEMO_QUESTION
+    from recallserve.deployments.cli._bench_chat import PHOTO_PROMPT, PROMPTS, _user_content
+    from recallserve.serve.agent.demo import DEMO_QUESTION
 
     assert PHOTO_PROMPT in [name for name, _q, _m in PROMPTS]
     text, image = _user_content(PHOTO_PROMPT, "")
@@ -104,7 +104,7 @@ def test_bench_search_flood_runs_beside_the_level_and_reports_apart(capsys: pyte
 
     import httpx
 
-    from deployments.cli._bench_search import _level, render
+    from recallserve.deployments.cli._bench_search import _level, render
 
     def answer(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/metrics":

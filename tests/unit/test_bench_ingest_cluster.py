@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments.cli._bench_ingest_cluster import locomo_texts, render, split_ms
+from recallserve.deployments.cli._bench_ingest_cluster import locomo_texts, render, split_ms
 from loadtests.ingest_cluster import parse_setting
 
 

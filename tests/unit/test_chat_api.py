@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from deployments.engines import LlamaCppConfig, LlamaCppEngine
-from serve.api.app import create_app
-from serve.api.auth import Authenticator
-from serve.pipeline import ChatPipeline, PipelineSettings
+from recallserve.deployments.engines import LlamaCppConfig, LlamaCppEngine
+from recallserve.serve.api.app import create_app
+from recallserve.serve.api.auth import Authenticator
+from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
 
 AUTH = {"Authorization": "Bearer sk-test"}
 
@@ -118,8 +118,8 @@ def test_metrics_count_requests_and_tokens(client: TestClient) -> None:
 
 def test_reserved_tenant_names_are_refused() -> None:
     """No key may map to a ``__`` tenant: the ingress's start-up recall runs as ``__warm_up__``."""
-    from deployments.ingress import WARM_UP_TENANT
-    from serve.api.auth import RESERVED_TENANT_PREFIX, Authenticator
+    from recallserve.deployments.ingress import WARM_UP_TENANT
+    from recallserve.serve.api.auth import RESERVED_TENANT_PREFIX, Authenticator
 
     assert WARM_UP_TENANT.startswith(RESERVED_TENANT_PREFIX)
     with pytest.raises(ValueError, match="reserved for the server's own use"):

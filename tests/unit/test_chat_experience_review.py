@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from memory_shards import HashingEmbedder
-from serve.api.app import create_app
-from serve.api.auth import Authenticator
-from serve.experience import ExperienceConfig, ExperienceService, build_router
-from serve.pipeline import ChatPipeline, PipelineSettings
+from recallserve.memory_shards import HashingEmbedder
+from recallserve.serve.api.app import create_app
+from recallserve.serve.api.auth import Authenticator
+from recallserve.serve.experience import ExperienceConfig, ExperienceService, build_router
+from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
 from tests.unit.agent.conftest import ScriptedEngine
 
 KEYS = {"sk-acme": "acme"}
@@ -214,8 +214,8 @@ Confidence: high"""
 
 
 def _posted(c: TestClient, question: str, reply: str) -> dict[str, Any]:
-    from serve.experience import ExperienceMetadata
-    from serve.experience._parser import parse_segmented
+    from recallserve.serve.experience import ExperienceMetadata
+    from recallserve.serve.experience._parser import parse_segmented
 
     rec = parse_segmented(reply).to_record(question, ExperienceMetadata(source_model="scripted", task_domain="arithmetic",
                                                                         topic="math/arithmetic"))
@@ -391,7 +391,7 @@ Confidence: high"""
 
 
 def test_a_rule_answer_that_leaves_out_a_stated_quantity_waits_in_review(tmp_path: Path) -> None:
-    from serve.experience._eval_problems import RULES
+    from recallserve.serve.experience._eval_problems import RULES
 
     emb = HashingEmbedder(384)
     engine = ScriptedEngine([H14_WRONG, H14_WRONG, H14_RIGHT, H14_RIGHT])
@@ -502,7 +502,7 @@ H15_RIGHT = _reply("10 mugs at 7.50 each", ["10 >= 10 so 10% off: cost = 10 * 7.
 
 def test_a_rule_answer_the_rule_never_computed_waits_in_review(tmp_path: Path) -> None:
     """Held-out h15: with its prose unit check not run, only the rule requirement keeps ``$75`` out."""
-    from serve.experience._eval_problems import RULES
+    from recallserve.serve.experience._eval_problems import RULES
 
     emb = HashingEmbedder(384)
     engine = ScriptedEngine([H15_WRONG, H15_RIGHT])

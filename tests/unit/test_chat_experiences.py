@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from deployments.engines import LlamaCppConfig, LlamaCppEngine
-from memory_shards import HashingEmbedder
-from serve.api.app import create_app
-from serve.api.auth import Authenticator
-from serve.experience import ExperienceConfig, ExperienceService, build_router
-from serve.pipeline import ChatPipeline, PipelineSettings
+from recallserve.deployments.engines import LlamaCppConfig, LlamaCppEngine
+from recallserve.memory_shards import HashingEmbedder
+from recallserve.serve.api.app import create_app
+from recallserve.serve.api.auth import Authenticator
+from recallserve.serve.experience import ExperienceConfig, ExperienceService, build_router
+from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
 
 KEYS = {"sk-acme": "acme", "sk-globex": "globex"}
 

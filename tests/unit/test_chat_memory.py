@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from deployments.engines import LlamaCppConfig, LlamaCppEngine
-from memory_shards import HashingEmbedder
-from memory_shards.retrieval import local_hybrid_coordinator
-from serve.api.app import create_app
-from serve.api.auth import Authenticator
-from serve.memory_api import MemoryService, build_router
-from serve.pipeline import ChatPipeline, PipelineSettings
+from recallserve.deployments.engines import LlamaCppConfig, LlamaCppEngine
+from recallserve.memory_shards import HashingEmbedder
+from recallserve.memory_shards.retrieval import local_hybrid_coordinator
+from recallserve.serve.api.app import create_app
+from recallserve.serve.api.auth import Authenticator
+from recallserve.serve.memory_api import MemoryService, build_router
+from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
 
 KEYS = {"sk-acme": "acme", "sk-globex": "globex"}
 
@@ -83,8 +83,8 @@ def test_a_question_longer_than_a_memory_is_written_back_clipped(client: tuple[T
     (vLLM profiles): the write-back (``MemoryService.write``, what the pipeline calls off the request path)
     stores its exchange with its start and its end and ``metadata.clipped_chars``; before, it failed in the
     background and the exchange was not stored. (The test model's 2k context refuses such a chat with a 400.)"""
-    from serve.pii import for_write_back
-    from serve.write_filter import exchange_write, worth_storing
+    from recallserve.serve.pii import for_write_back
+    from recallserve.serve.write_filter import exchange_write, worth_storing
 
     c, service = client
     line = "Printer P-200 on floor 3 showed error E31 again this morning after the fuser swap. "

@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from deployments.engines import LlamaCppConfig, LlamaCppEngine
-from memory_shards import HashingEmbedder
-from memory_shards.retrieval import local_hybrid_coordinator
-from serve.agent import Agent, AgentConfig, default_registry
-from serve.api.app import create_app
-from serve.api.auth import Authenticator
-from serve.context import ContextConfig, ContextManager, LLMSummariser, SessionStore
-from serve.context import build_router as build_session_router
-from serve.memory_api import MemoryService, build_router
-from serve.pipeline import ChatPipeline, PipelineSettings
+from recallserve.deployments.engines import LlamaCppConfig, LlamaCppEngine
+from recallserve.memory_shards import HashingEmbedder
+from recallserve.memory_shards.retrieval import local_hybrid_coordinator
+from recallserve.serve.agent import Agent, AgentConfig, default_registry
+from recallserve.serve.api.app import create_app
+from recallserve.serve.api.auth import Authenticator
+from recallserve.serve.context import ContextConfig, ContextManager, LLMSummariser, SessionStore
+from recallserve.serve.context import build_router as build_session_router
+from recallserve.serve.memory_api import MemoryService, build_router
+from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
 
 KEYS = {"sk-acme": "acme", "sk-globex": "globex"}
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deployments.cli import main
+from recallserve.deployments.cli import main
 
 
 def test_deploy_without_a_running_cluster_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

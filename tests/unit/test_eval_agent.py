@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from deployments.cli._eval_agent import _pct, score_result
-from serve.agent import default_registry
-from serve.agent.demo import load_questions
-from serve.agent.schemas import AgentResult, RouteDecision, ToolCallRecord
+from recallserve.deployments.cli._eval_agent import _pct, score_result
+from recallserve.serve.agent import default_registry
+from recallserve.serve.agent.demo import load_questions
+from recallserve.serve.agent.schemas import AgentResult, RouteDecision, ToolCallRecord
 
 
 def _result(*calls: ToolCallRecord) -> AgentResult:
@@ -67,7 +67,7 @@ def test_question_schema_rejects_a_question_without_facts_or_with_an_unknown_fie
     import pytest
     from pydantic import ValidationError
 
-    from serve.agent.demo.questions import Question
+    from recallserve.serve.agent.demo.questions import Question
 
     ok = Question.model_validate({"q": "hi", "tool": None, "facts": [["hello", "hi"]]})
     assert ok.facts == [["hello", "hi"]]
@@ -80,7 +80,7 @@ def test_question_schema_rejects_a_question_without_facts_or_with_an_unknown_fie
 
 
 def test_key_fact_matching_normalises_numbers_and_respects_word_edges() -> None:
-    from serve.agent.demo.facts import normalise, score_answer
+    from recallserve.serve.agent.demo.facts import normalise, score_answer
 
     assert normalise("Total:  EUR 1,818.960\n") == "total: eur 1818.96"
     assert normalise("79.80 and 387.00 and 1,500 units") == "79.8 and 387 and 1500 units"
@@ -99,7 +99,7 @@ def test_key_fact_matching_normalises_numbers_and_respects_word_edges() -> None:
 
 
 def test_known_wrong_answer_fails_and_right_answers_pass_their_questions() -> None:
-    from deployments.cli._eval_agent import fact_row
+    from recallserve.deployments.cli._eval_agent import fact_row
 
     by_text = {q["q"]: q for q in load_questions("all")}
     flicker = by_text["search the knowledge base for anything about a flickering display"]
@@ -118,7 +118,7 @@ def test_known_wrong_answer_fails_and_right_answers_pass_their_questions() -> No
 
 
 def test_rescore_scores_an_earlier_report_by_the_current_facts() -> None:
-    from deployments.cli._eval_agent import rescore
+    from recallserve.deployments.cli._eval_agent import rescore
 
     rows = [{"q": "What is 17% of 449?", "expected": "calculator", "pass": True, "answer": "It is 76.33.",
              "elapsed_ms": 10.0, "first_token_ms": 5.0},

@@ -17,9 +17,9 @@ import httpx
 
 import pytest
 
-from deployments import _haproxy, runner
-from deployments.config import RayConfig, load_config
-from serve.ports import PORT_RANGE, free_ports
+from recallserve.deployments import _haproxy, runner
+from recallserve.deployments.config import RayConfig, load_config
+from recallserve.serve.ports import PORT_RANGE, free_ports
 
 # NOTE: the four shapes of Ray 2.60's template (ray/serve/_private/haproxy_templates.py) that matter here.
 RAY_CONFIG = """global

@@ -65,8 +65,8 @@ def test_serve_config_is_embedded_verbatim(helm: Path) -> None:
 
 
 def test_set_file_inline_serve_config_wins(helm: Path, tmp_path: Path) -> None:
-    from deployments.config import load_config
-    from deployments.serve_config import dump_serve_config, render_serve_config
+    from recallserve.deployments.config import load_config
+    from recallserve.deployments.serve_config import dump_serve_config, render_serve_config
 
     path = tmp_path / "serve.yaml"
     dump_serve_config(render_serve_config(load_config("remote"), target="kubernetes"), path)
@@ -96,8 +96,8 @@ def test_chart_refuses_bad_values(helm: Path, args: list[str], message: str) -> 
 
 @pytest.mark.parametrize(("migration_dir", "ok"), [("memory-v2", True), ("/elsewhere/memory-v2", False)])
 def test_a_migration_render_keeps_its_folder_on_the_volume(helm: Path, tmp_path: Path, migration_dir: str, ok: bool) -> None:
-    from deployments.config import load_config
-    from deployments.serve_config import dump_serve_config, render_serve_config
+    from recallserve.deployments.config import load_config
+    from recallserve.deployments.serve_config import dump_serve_config, render_serve_config
 
     config = load_config("cpu-local", overrides={"memory": {"migration": {
         "generation": "v2", "data_dir": migration_dir, "embedder": {"model": "all-MiniLM-L6-v2-int8"}}}})
@@ -117,8 +117,8 @@ def test_a_migration_render_keeps_its_folder_on_the_volume(helm: Path, tmp_path:
 
 @pytest.mark.parametrize(("state_dir", "ok"), [(".recallserve/state", True), ("/var/lib/recallserve", False)])
 def test_sessions_and_experiences_stay_on_the_volume(helm: Path, tmp_path: Path, state_dir: str, ok: bool) -> None:
-    from deployments.config import load_config
-    from deployments.serve_config import dump_serve_config, render_serve_config
+    from recallserve.deployments.config import load_config
+    from recallserve.deployments.serve_config import dump_serve_config, render_serve_config
 
     rendered = render_serve_config(load_config("cpu-local", overrides={"state_dir": state_dir}), target="kubernetes")
     path = tmp_path / "serve.yaml"
@@ -151,7 +151,7 @@ def test_every_pod_runs_the_metrics_exporter(helm: Path, enabled: bool) -> None:
             continue
         (exporter,) = rest
         assert exporter["image"] == ray["image"]  # the exporter is the pod's own recallserve code
-        assert exporter["command"][:3] == ["python", "-m", "serve.api.metrics_exporter"]
+        assert exporter["command"][:3] == ["python", "-m", "recallserve.serve.api.metrics_exporter"]
         folder = env["PROMETHEUS_MULTIPROC_DIR"]
         assert {m["mountPath"] for m in exporter["volumeMounts"]} == {folder}
         assert folder in {m["mountPath"] for m in ray["volumeMounts"]}
@@ -163,8 +163,8 @@ def test_every_pod_runs_the_metrics_exporter(helm: Path, enabled: bool) -> None:
 
 
 def test_chart_refuses_a_local_render_with_literal_keys(helm: Path, tmp_path: Path) -> None:
-    from deployments.config import load_config
-    from deployments.serve_config import dump_serve_config, render_serve_config
+    from recallserve.deployments.config import load_config
+    from recallserve.deployments.serve_config import dump_serve_config, render_serve_config
 
     path = tmp_path / "local.yaml"
     dump_serve_config(render_serve_config(load_config("cpu-local"), target="local"), path)

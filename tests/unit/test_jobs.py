@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import yaml
 
-from deployments.jobs import JobError, JobOptions, run_shard_job
-from memory_shards.shard_access import all_records, vectors_of
-from deployments.jobs.consolidate import consolidate
-from deployments.jobs.expiry_sweep import ARCHIVAL_TIER, decay_factor, sweep
-from deployments.jobs.reembed import make_embedder, reembed
-from memory_shards import HashingEmbedder, MemoryRecord, MemoryShard, ShardConfig, embed_records
+from recallserve.deployments.jobs import JobError, JobOptions, run_shard_job
+from recallserve.memory_shards.shard_access import all_records, vectors_of
+from recallserve.deployments.jobs.consolidate import consolidate
+from recallserve.deployments.jobs.expiry_sweep import ARCHIVAL_TIER, decay_factor, sweep
+from recallserve.deployments.jobs.reembed import make_embedder, reembed
+from recallserve.memory_shards import HashingEmbedder, MemoryRecord, MemoryShard, ShardConfig, embed_records
 
 EMB = HashingEmbedder(384)
 NOW = 1_800_000_000.0
@@ -218,7 +218,7 @@ def test_consolidate_keeps_the_newest_duplicate(store: Path) -> None:
 
 
 def test_python_m_entry_point_runs_a_dry_run(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from deployments.jobs.expiry_sweep import main
+    from recallserve.deployments.jobs.expiry_sweep import main
 
     code = main(["--data-dir", str(store), "--model-id", EMB.model_id, "--dim", str(EMB.dim), "--dry-run",
                  "--no-progress", "--json", "--now", str(NOW)])
@@ -231,7 +231,7 @@ def test_python_m_entry_point_runs_a_dry_run(store: Path, capsys: pytest.Capture
 def test_job_leaves_register_under_recallserve_job() -> None:
     import argparse
 
-    from deployments.cli import _jobs
+    from recallserve.deployments.cli import _jobs
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
@@ -245,7 +245,7 @@ def _session_store(path: Path, sessions: dict[str, int]) -> None:
     """Sessions with n user/assistant messages each, never summarised."""
     import asyncio
 
-    from serve.context import ContextManager, MessageIn, SessionStore
+    from recallserve.serve.context import ContextManager, MessageIn, SessionStore
 
     async def fill() -> None:
         store = SessionStore(path)
@@ -265,7 +265,7 @@ def _session_store(path: Path, sessions: dict[str, int]) -> None:
 def _summary_until(path: Path, sid: str) -> int:
     import asyncio
 
-    from serve.context import SessionStore
+    from recallserve.serve.context import SessionStore
 
     store = SessionStore(path)
     try:
@@ -275,7 +275,7 @@ def _summary_until(path: Path, sid: str) -> int:
 
 
 def test_resummarise_folds_long_sessions_only(tmp_path: Path) -> None:
-    from deployments.jobs.resummarise import long_sessions, resummarise
+    from recallserve.deployments.jobs.resummarise import long_sessions, resummarise
 
     db = tmp_path / "sessions.db"
     _session_store(db, {"s-long": 60, "s-short": 6})
@@ -293,8 +293,8 @@ def test_resummarise_folds_long_sessions_only(tmp_path: Path) -> None:
 
 
 def test_resummarise_defaults_to_the_clusters_session_store(tmp_path: Path) -> None:
-    from deployments.config import PROFILES_DIR
-    from deployments.jobs.resummarise import default_store
+    from recallserve.deployments.config import PROFILES_DIR
+    from recallserve.deployments.jobs.resummarise import default_store
 
     config = tmp_path / "profile.yaml"
     profile = yaml.safe_load((PROFILES_DIR / "cpu-local.yaml").read_text())
@@ -304,7 +304,7 @@ def test_resummarise_defaults_to_the_clusters_session_store(tmp_path: Path) -> N
 
 
 def test_reembed_catch_up_embeds_only_what_changed(store: Path, tmp_path: Path) -> None:
-    from deployments.jobs.reembed import catch_up
+    from recallserve.deployments.jobs.reembed import catch_up
 
     new = make_embedder("hashing:128")
     target = tmp_path / "memory-v2"
@@ -335,9 +335,9 @@ def test_reembed_catch_up_embeds_only_what_changed(store: Path, tmp_path: Path) 
 def test_resummarise_skips_a_session_deleted_after_the_listing(tmp_path: Path) -> None:
     import asyncio
 
-    from deployments.jobs._common import Checkpoint
-    from deployments.jobs.resummarise import _work
-    from serve.context import SessionStore
+    from recallserve.deployments.jobs._common import Checkpoint
+    from recallserve.deployments.jobs.resummarise import _work
+    from recallserve.serve.context import SessionStore
 
     db = tmp_path / "sessions.db"
     _session_store(db, {"s-long": 60})

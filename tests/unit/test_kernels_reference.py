@@ -13,7 +13,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from kernels import SHARED_TENANT, ScoreParams, TopKResult, fused_topk, reference_fused_topk
+from recallserve.kernels import SHARED_TENANT, ScoreParams, TopKResult, fused_topk, reference_fused_topk
 from tests.conftest import assert_close, assert_topk_equal
 from tests.kernels._data import NOW, make_block, onehot_block
 
@@ -135,7 +135,7 @@ def test_one_source_crowding_the_top_forces_a_wider_prefix() -> None:
 @pytest.mark.parametrize("tile", [64, 300])
 def test_row_chunks_merge_exactly(monkeypatch: pytest.MonkeyPatch, tile: int) -> None:
     """Tiny tiles force many row chunks (tile // Q rows each), incl. a source crowding them all."""
-    import kernels.reference as ref_mod
+    import recallserve.kernels.reference as ref_mod
 
     monkeypatch.setattr(ref_mod, "_MAX_TILE_ELEMENTS", tile)
     block = make_block(seed=21, n=400, d=16, q=4, n_sources=60)
@@ -256,7 +256,7 @@ def test_torch_path_never_imports_triton() -> None:
 @pytest.mark.parametrize("tile", [64, 257])
 def test_dense_slices_and_shrinking_merge_exactly(monkeypatch: pytest.MonkeyPatch, tile: int) -> None:
     """Low thresholds take the dense-slice path; a tiny survivor cap forces the top-k shrinking."""
-    import kernels.reference as ref_mod
+    import recallserve.kernels.reference as ref_mod
 
     monkeypatch.setattr(ref_mod, "_MAX_TILE_ELEMENTS", tile)
     monkeypatch.setattr(ref_mod, "_MAX_SURVIVORS", 10)

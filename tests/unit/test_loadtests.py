@@ -85,8 +85,8 @@ def test_payloads_are_valid_api_bodies() -> None:
     import random
 
     from loadtests._payloads import agent_chat_body, agent_prompts, chat_body, memory_search_body, memory_write_body
-    from serve.api.chat_protocol import ChatCompletionRequest
-    from serve.memory_api.schemas import AddMemoriesRequest, SearchRequest
+    from recallserve.serve.api.chat_protocol import ChatCompletionRequest
+    from recallserve.serve.memory_api.schemas import AddMemoriesRequest, SearchRequest
 
     rng = random.Random(0)
     prompts = agent_prompts()

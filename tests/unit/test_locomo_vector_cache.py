@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from loadtests.locomo_vector_cache import CachedEmbedder
-from memory_shards import HashingEmbedder
+from recallserve.memory_shards import HashingEmbedder
 
 
 class _Counting(HashingEmbedder):

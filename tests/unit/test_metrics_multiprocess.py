@@ -11,13 +11,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from serve.api.metrics import MULTIPROC_ENV, render_metrics
+from recallserve.serve.api.metrics import MULTIPROC_ENV, render_metrics
 
 # A replica: records 'n' requests and marks generation 'gen' as serving, then waits for stdin to close.
 _REPLICA = """
 import sys
 from prometheus_client import Counter
-from serve.api.metrics import MEMORY_ROUTING, REQUESTS
+from recallserve.serve.api.metrics import MEMORY_ROUTING, REQUESTS
 Counter("ray_internal_thing", "a metric of another component sharing the folder").inc()
 REQUESTS.labels("/v1/chat/completions", "POST", "200").inc(int(sys.argv[1]))
 MEMORY_ROUTING.labels(sys.argv[2], "serving", "true", "true").set(1)
@@ -71,7 +71,7 @@ def test_without_the_folder_this_process_registry_is_rendered(monkeypatch: pytes
 
 
 def test_exporter_serves_the_sum_on_its_port(tmp_path: Path) -> None:
-    from serve.api.metrics_exporter import build_server
+    from recallserve.serve.api.metrics_exporter import build_server
 
     replica = _replica(tmp_path, 5, "g")
     server = build_server(tmp_path, "127.0.0.1", 0)
@@ -91,7 +91,7 @@ def test_exporter_serves_the_sum_on_its_port(tmp_path: Path) -> None:
 
 
 def test_exporter_needs_a_folder(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from serve.api.metrics_exporter import main
+    from recallserve.serve.api.metrics_exporter import main
 
     monkeypatch.delenv(MULTIPROC_ENV, raising=False)
     with pytest.raises(SystemExit):
@@ -100,7 +100,7 @@ def test_exporter_needs_a_folder(monkeypatch: pytest.MonkeyPatch, capsys: pytest
 
 
 def test_the_runner_sets_the_folder_only_while_ray_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from deployments.runner import _metrics_folder
+    from recallserve.deployments.runner import _metrics_folder
 
     monkeypatch.delenv(MULTIPROC_ENV, raising=False)
     folder = tmp_path / "m"
@@ -121,9 +121,9 @@ def test_a_client_that_goes_away_is_499_not_a_server_error(monkeypatch: pytest.M
 
     from fastapi import APIRouter
 
-    from serve.api.app import create_app
-    from serve.api.auth import Authenticator
-    from serve.pipeline import ChatPipeline, PipelineSettings
+    from recallserve.serve.api.app import create_app
+    from recallserve.serve.api.auth import Authenticator
+    from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
 
     monkeypatch.delenv(MULTIPROC_ENV, raising=False)
     router = APIRouter()
@@ -153,7 +153,7 @@ def test_a_client_that_goes_away_is_499_not_a_server_error(monkeypatch: pytest.M
 
 _TENANT_REPLICA = """
 import sys
-from serve.api.metrics import TENANT_REQUESTS
+from recallserve.serve.api.metrics import TENANT_REQUESTS
 TENANT_REQUESTS.labels(sys.argv[1], "200").inc(int(sys.argv[2]))
 print("ready", flush=True)
 sys.stdin.read()
@@ -161,7 +161,7 @@ sys.stdin.read()
 
 
 def test_per_tenant_counts_add_up_over_replicas_and_stay_off_metrics(tmp_path: Path) -> None:
-    from serve.api.metrics import render_tenant_metrics
+    from recallserve.serve.api.metrics import render_tenant_metrics
 
     env = {**os.environ, MULTIPROC_ENV: str(tmp_path)}
     procs = [subprocess.Popen([sys.executable, "-c", _TENANT_REPLICA, "acme", str(n)], env=env, text=True,

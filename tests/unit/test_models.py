@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from deployments.models import (
+from recallserve.deployments.models import (
     BUILTIN_MODELS,
     DEFAULT_MODEL,
     TINY_MODEL,
@@ -31,8 +31,8 @@ from deployments.models import (
     ensure_builtin,
     resolve_model_path,
 )
-from deployments.models import _files
-from deployments.models._files import natural_key
+from recallserve.deployments.models import _files
+from recallserve.deployments.models._files import natural_key
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -200,7 +200,7 @@ def test_registry_matches_pyproject_pins() -> None:
 
 
 def _cli(argv: list[str]) -> int:
-    from deployments.cli import _models
+    from recallserve.deployments.cli import _models
 
     parser = argparse.ArgumentParser(prog="recallserve")
     _models.add_parser(parser.add_subparsers(dest="command", required=True))
@@ -217,7 +217,7 @@ def test_cli_list_shows_every_builtin(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_cli_verify_unknown_name_is_a_user_error() -> None:
-    from deployments.cli import UserError
+    from recallserve.deployments.cli import UserError
 
     with pytest.raises(UserError, match="unknown built-in model"):
         _cli(["models", "verify", "no-such-model"])

@@ -1,4 +1,4 @@
-"""serve.ports: free ports outside the ranges that Ray and the kernel hand out at random."""
+"""recallserve.serve.ports: free ports outside the ranges that Ray and the kernel hand out at random."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from serve import ports
+from recallserve.serve import ports
 
 
 def test_ports_are_distinct_bindable_and_outside_the_ephemeral_and_ray_ranges() -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from deployments import _ray_paths
-from deployments._ray_paths import MAX_TEMP_DIR_BYTES, ray_temp_dir, ray_temp_dir_names
+from recallserve.deployments import _ray_paths
+from recallserve.deployments._ray_paths import MAX_TEMP_DIR_BYTES, ray_temp_dir, ray_temp_dir_names
 
 
 def test_the_limit_leaves_room_for_rays_longest_socket() -> None:

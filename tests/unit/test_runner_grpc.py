@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from deployments.config import RayConfig
-from deployments.runner import THROUGHPUT_ENV, _throughput_mode
+from recallserve.deployments.config import RayConfig
+from recallserve.deployments.runner import THROUGHPUT_ENV, _throughput_mode
 
 
 def test_the_switches_are_on_while_ray_starts_and_taken_back_after(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -37,7 +37,7 @@ def test_the_ingress_puts_the_drivers_handles_on_the_grpc_data_plane() -> None:
     """Handles made by the driver keep actor calls unless the replica that calls them moves them."""
     from ray.serve.handle import DeploymentHandle
 
-    from deployments.handles import on_data_plane
+    from recallserve.deployments.handles import on_data_plane
 
     class Handle(DeploymentHandle):  # NOTE: a real handle's options() needs a running Serve controller
         def __init__(self) -> None:

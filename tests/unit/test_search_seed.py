@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from loadtests.search_seed import bulk_rows
-from memory_shards import HashingEmbedder
-from memory_shards.retrieval import local_hybrid_coordinator
+from recallserve.memory_shards import HashingEmbedder
+from recallserve.memory_shards.retrieval import local_hybrid_coordinator
 
 
 def test_bulk_rows_are_unit_vectors_near_their_base_with_the_bench_source_ids(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deployments.config import AppConfig, ConfigError, list_profiles, load_config
-from deployments.serve_config import (
+from recallserve.deployments.config import AppConfig, ConfigError, list_profiles, load_config
+from recallserve.deployments.serve_config import (
     DEFAULT_K8S_DATA_DIR,
     IMPORT_PATH,
     app_deployment_names,
@@ -29,7 +29,7 @@ CHART_RENDERS = {
 
 
 def _cli(argv: list[str]) -> int:
-    from deployments.cli import _serve_config
+    from recallserve.deployments.cli import _serve_config
 
     parser = argparse.ArgumentParser()
     _serve_config.add_parser(parser.add_subparsers())
@@ -139,7 +139,7 @@ def test_cli_check_detects_drift(tmp_path: Path) -> None:
 
 
 def test_cli_unknown_profile_is_a_user_error() -> None:
-    from deployments.cli import UserError
+    from recallserve.deployments.cli import UserError
 
     with pytest.raises(UserError, match="unknown profile"):
         _cli(["--profile", "no-such-profile"])
@@ -162,6 +162,6 @@ def _ray_built_names(config: AppConfig) -> list[str]:
     ``app_deployment_names``. Test-only use of ``ray.serve._private``; it fails loudly if it moves."""
     from ray.serve._private.build_app import build_app as ray_build
 
-    from deployments.app import build_app
+    from recallserve.deployments.app import build_app
 
     return [d.name for d in ray_build(build_app(config), name=config.name).deployments]

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from serve.api.app import create_app
-from serve.api.auth import Authenticator
-from serve.context import ContextManager, SessionStore
-from serve.context import build_router as build_session_router
-from serve.pipeline import ChatPipeline, PipelineSettings
+from recallserve.serve.api.app import create_app
+from recallserve.serve.api.auth import Authenticator
+from recallserve.serve.context import ContextManager, SessionStore
+from recallserve.serve.context import build_router as build_session_router
+from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
 from tests.unit.test_turn_prompt import KEYS, RecordingEngine
 
 A, B = "sk-acme", "sk-globex"

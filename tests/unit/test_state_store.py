@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from deployments.config import ConfigError, load_config
-from deployments.state import STORE_METHODS, RemoteStore, StateStore
-from serve.context import ContextManager, SessionNotFoundError, SessionStore
-from serve.context._types import Message
-from serve.experience import ExperienceRecord, ExperienceStore
-from serve.traces import TraceNotFoundError, TraceStore, TurnTrace
+from recallserve.deployments.config import ConfigError, load_config
+from recallserve.deployments.state import STORE_METHODS, RemoteStore, StateStore
+from recallserve.serve.context import ContextManager, SessionNotFoundError, SessionStore
+from recallserve.serve.context._types import Message
+from recallserve.serve.experience import ExperienceRecord, ExperienceStore
+from recallserve.serve.traces import TraceNotFoundError, TraceStore, TurnTrace
 from tests.unit.experience._records import speed_record
 
 
@@ -127,7 +127,7 @@ def test_unknown_methods_are_refused_on_both_sides(tmp_path: Path) -> None:
 def test_one_state_replica_per_folder_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A successor started while the old replica drains waits for its folder lock (Ray Serve starts
     it before the old one has stopped), so SQLite never has two writing processes."""
-    from deployments import state
+    from recallserve.deployments import state
 
     monkeypatch.setattr(state, "LOCK_WAIT_S", 0.3)
     old = StateStore(str(tmp_path / "state"))
@@ -143,7 +143,7 @@ def test_one_state_replica_per_folder_at_a_time(tmp_path: Path, monkeypatch: pyt
 def test_an_unreachable_state_replica_is_a_503(tmp_path: Path) -> None:
     from ray.serve.exceptions import BackPressureError
 
-    from serve.api.errors import APIError
+    from recallserve.serve.api.errors import APIError
 
     class _Overloaded:
         class call:  # noqa: N801 - the handle's method name

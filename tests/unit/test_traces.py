@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from serve.engine import ChatMessage
-from serve.pii import mask_pii
-from serve.traces import TraceConfig, TraceNotFoundError, TraceStore, TurnTrace, build_trace
-from serve.traces._build import MAX_ITEMS
-from serve.turn import Turn
+from recallserve.serve.engine import ChatMessage
+from recallserve.serve.pii import mask_pii
+from recallserve.serve.traces import TraceConfig, TraceNotFoundError, TraceStore, TurnTrace, build_trace
+from recallserve.serve.traces._build import MAX_ITEMS
+from recallserve.serve.turn import Turn
 from tests.unit.edge.conftest import FixedEngine, build_app, headers
 
 PII = "reach me at jane.doe@example.com or +1 415 555 0100"
@@ -149,7 +149,7 @@ def test_the_store_keeps_a_tenants_newest_traces_within_the_cap_and_the_days(tmp
 
 
 def test_tracing_can_be_switched_off(tmp_path: Path) -> None:
-    from serve.traces import TraceRecorder
+    from recallserve.serve.traces import TraceRecorder
 
     store = TraceStore(tmp_path / "t.sqlite3")
     recorder = TraceRecorder(store, TraceConfig(enabled=False))

@@ -18,17 +18,17 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from memory_shards import HashingEmbedder
-from memory_shards.records import MemoryRecord
-from serve.agent import Agent, AgentConfig, default_registry
-from serve.api.app import create_app
-from serve.api.auth import Authenticator
-from serve.context import ContextConfig, ContextManager, SessionStore
-from serve.engine import ChatMessage, GenerationParams
-from serve.experience import ExperienceConfig, ExperienceService
-from serve.memory import MemoryHit, MemoryWrite
-from serve.pipeline import ChatPipeline, PipelineSettings
-from serve.turn import RecallConfig
+from recallserve.memory_shards import HashingEmbedder
+from recallserve.memory_shards.records import MemoryRecord
+from recallserve.serve.agent import Agent, AgentConfig, default_registry
+from recallserve.serve.api.app import create_app
+from recallserve.serve.api.auth import Authenticator
+from recallserve.serve.context import ContextConfig, ContextManager, SessionStore
+from recallserve.serve.engine import ChatMessage, GenerationParams
+from recallserve.serve.experience import ExperienceConfig, ExperienceService
+from recallserve.serve.memory import MemoryHit, MemoryWrite
+from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
+from recallserve.serve.turn import RecallConfig
 from tests.unit.agent.conftest import ScriptedEngine
 
 KEYS = {"sk-acme": "acme", "sk-globex": "globex"}

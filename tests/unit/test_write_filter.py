@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serve.write_filter import WriteFilterConfig, worth_storing
+from recallserve.serve.write_filter import WriteFilterConfig, worth_storing
 
 
 @pytest.mark.parametrize("question, answer", [

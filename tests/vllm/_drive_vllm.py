@@ -22,8 +22,8 @@ SCHEMA = {
 
 
 async def drive(out: Path) -> None:
-    from deployments.engines import VLLMConfig, build_engine
-    from serve.engine import ChatMessage, GenerationParams
+    from recallserve.deployments.engines import VLLMConfig, build_engine
+    from recallserve.serve.engine import ChatMessage, GenerationParams
 
     t0 = time.perf_counter()
     # NOTE: enforce_eager skips torch.compile (minutes on 2 cores); a small KV cache budget is

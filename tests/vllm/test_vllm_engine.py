@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from serve import envs
+from recallserve.serve import envs
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -150,7 +150,7 @@ Checks: it parses, has applications, no literal API keys, shard data under the v
 - name: metrics-exporter
   image: {{ .image }}
   imagePullPolicy: {{ .root.Values.image.pullPolicy }}
-  command: ["python", "-m", "serve.api.metrics_exporter", "--host", "0.0.0.0",
+  command: ["python", "-m", "recallserve.serve.api.metrics_exporter", "--host", "0.0.0.0",
             "--port", {{ $m.port | quote }}, "--dir", {{ $m.folder | quote }}]
   ports:
     - name: rs-metrics

@@ -1,6 +1,6 @@
-"""In-process :class:`~serve.memory.MemoryBackend` for the demo and the eval: the served memory service.
+"""In-process :class:`~recallserve.serve.memory.MemoryBackend` for the demo and the eval: the served memory service.
 
-The served cluster's memory is :class:`~serve.memory_api.service.MemoryService` over shard
+The served cluster's memory is :class:`~recallserve.serve.memory_api.service.MemoryService` over shard
 deployments (hybrid dense + BM25 retrieval, the 0.35 cosine threshold, chunking, PII masking of
 write-backs). ``recallserve demo`` and ``recallserve eval agent`` run in one process, so they use
 the same service over in-process hybrid shards: what the eval measures is what a user meets.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from serve.memory_api.service import MemoryService
+from recallserve.serve.memory_api.service import MemoryService
 
 __all__ = ["LocalMemory"]
 
@@ -25,8 +25,8 @@ class LocalMemory(MemoryService):
     """The served memory service (defaults of ``memory``: top-k 16, threshold 0.35) over in-process shards."""
 
     def __init__(self, embedder: Any | None = None, n_shards: int = 1) -> None:
-        from memory_shards.embedders import MiniLMEmbedder
-        from memory_shards.retrieval import local_hybrid_coordinator
+        from recallserve.memory_shards.embedders import MiniLMEmbedder
+        from recallserve.memory_shards.retrieval import local_hybrid_coordinator
 
         # NOTE: the torch MiniLM gives the served ONNX embedder's vectors (same weights) without
         # the one-off ONNX export, which would run again in every process with no cache folder.

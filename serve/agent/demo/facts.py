@@ -1,6 +1,6 @@
 """Key-fact scoring of an answer: does it state what it must, and nothing it must not?
 
-A question of the demo sets (:mod:`serve.agent.demo.questions`) lists ``facts``: each item is one
+A question of the demo sets (:mod:`recallserve.serve.agent.demo.questions`) lists ``facts``: each item is one
 fact, given as a string or a list of acceptable alternatives (any one suffices); and ``must_not``:
 strings none of which may appear. Matching is on normalised text (:func:`normalise`):
 

@@ -6,7 +6,7 @@ developed against, 30 expecting a tool call, 10 none; ``holdout`` (``questions_h
 
 Each question is one :class:`Question` (validated on load): the text, the expected tool call
 (``tool``/``args``/``args_contain``/``result``) and the key facts its answer must state
-(``facts``) and must not state (``must_not``), scored by :func:`serve.agent.demo.facts.score_answer`.
+(``facts``) and must not state (``must_not``), scored by :func:`recallserve.serve.agent.demo.facts.score_answer`.
 The facts of the look-up questions come from the world data (``scripts/question_facts.py``).
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import Field, TypeAdapter, field_validator
 
-from kernels import StrictModel
+from recallserve.kernels import StrictModel
 
 __all__ = ["QUESTION_SETS", "Question", "load_questions"]
 
@@ -72,6 +72,6 @@ def load_questions(which: str = "tuned") -> list[dict[str, Any]]:
         raise ValueError(f"questions: expected one of {sorted(QUESTION_SETS)}, got {which!r}")
     out: list[dict[str, Any]] = []
     for name in QUESTION_SETS[which]:
-        text = resources.files("serve.agent.demo").joinpath(name).read_text(encoding="utf-8")
+        text = resources.files("recallserve.serve.agent.demo").joinpath(name).read_text(encoding="utf-8")
         out.extend(q.model_dump(exclude_unset=True) for q in _QUESTIONS.validate_json(text))
     return out

@@ -13,8 +13,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-from serve.agent.schemas import AgentRequest, AgentResult
-from serve.memory import MemoryBackend
+from recallserve.serve.agent.schemas import AgentRequest, AgentResult
+from recallserve.serve.memory import MemoryBackend
 
 __all__ = ["DEMO_QUESTION", "DEMO_TENANT", "SHARED_TENANT", "demo_photo_data_url", "load_demo_memories",
            "demo_request", "run_demo"]
@@ -60,14 +60,14 @@ def demo_photo_data_url() -> str:
 
 async def load_demo_memories(memory: MemoryBackend, tenant: str = SHARED_TENANT) -> list[str]:
     """Write the manual and the past tickets into ``memory`` (same source ids overwrite)."""
-    from serve.agent.demo.world import DemoWorld
+    from recallserve.serve.agent.demo.world import DemoWorld
 
     return await memory.write(tenant, DemoWorld().memories())
 
 
 def demo_request(question: str = DEMO_QUESTION, *, with_photo: bool = True) -> AgentRequest:
     """The demo request (OpenAI content parts: text + image_url data URL)."""
-    from serve.agent.demo.tools import DEMO_SCOPES
+    from recallserve.serve.agent.demo.tools import DEMO_SCOPES
 
     content: list[dict[str, Any]] = [{"type": "text", "text": question}]
     if with_photo:

@@ -12,10 +12,10 @@ from typing import Any
 
 from pydantic import Field
 
-from kernels import StrictModel
-from serve.agent.demo.world import DemoWorld
-from serve.agent.routing import RoutingHint
-from serve.agent.tools import Tool, ToolContext, ToolError
+from recallserve.kernels import StrictModel
+from recallserve.serve.agent.demo.world import DemoWorld
+from recallserve.serve.agent.routing import RoutingHint
+from recallserve.serve.agent.tools import Tool, ToolContext, ToolError
 
 __all__ = ["demo_tools", "DEMO_SCOPES"]
 

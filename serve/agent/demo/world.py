@@ -12,7 +12,7 @@ import threading
 from importlib import resources
 from typing import Any
 
-from serve.memory import MemoryWrite
+from recallserve.serve.memory import MemoryWrite
 
 __all__ = ["DemoWorld", "load_world_data"]
 
@@ -35,7 +35,7 @@ CREATE INDEX inventory_date ON inventory_changes(date);
 
 def load_world_data() -> dict[str, Any]:
     """The raw world (``serve/agent/demo/world.json``)."""
-    return json.loads(resources.files("serve.agent.demo").joinpath("world.json").read_text(encoding="utf-8"))
+    return json.loads(resources.files("recallserve.serve.agent.demo").joinpath("world.json").read_text(encoding="utf-8"))
 
 
 class DemoWorld:

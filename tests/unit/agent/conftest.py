@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from memory_shards.records import MemoryRecord
-from serve.engine import ChatDelta, ChatMessage, ChatResult, GenerationParams
-from serve.memory import MemoryHit, MemoryWrite
+from recallserve.memory_shards.records import MemoryRecord
+from recallserve.serve.engine import ChatDelta, ChatMessage, ChatResult, GenerationParams
+from recallserve.serve.memory import MemoryHit, MemoryWrite
 
 Reply = str | Callable[[Sequence[ChatMessage], GenerationParams], str]
 

@@ -8,14 +8,14 @@ import asyncio
 import pytest
 from pydantic import Field
 
-from kernels import StrictModel
+from recallserve.kernels import StrictModel
 
-from serve.agent import Agent, AgentConfig, AgentRequest, Tool, ToolRegistry, builtin_tools
-from serve.agent.builtin import CLOCK_PLACES, CLOCK_ROUTING
-from serve.agent.demo import DemoWorld, demo_tools
-from serve.agent.demo.tools import DEMO_SCOPES
-from serve.agent.grounding import numbers_in, ungrounded
-from serve.agent.routing import RoutingHint
+from recallserve.serve.agent import Agent, AgentConfig, AgentRequest, Tool, ToolRegistry, builtin_tools
+from recallserve.serve.agent.builtin import CLOCK_PLACES, CLOCK_ROUTING
+from recallserve.serve.agent.demo import DemoWorld, demo_tools
+from recallserve.serve.agent.demo.tools import DEMO_SCOPES
+from recallserve.serve.agent.grounding import numbers_in, ungrounded
+from recallserve.serve.agent.routing import RoutingHint
 from tests.unit.agent.conftest import ScriptedEngine, call, final
 
 pytestmark = pytest.mark.filterwarnings("error")

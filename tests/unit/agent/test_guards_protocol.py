@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from serve.agent import default_registry, mask_pii
-from serve.agent._protocol import AnswerStream, StepParseError, fixed_length, parse_step, step_schema
-from serve.agent.demo import DEMO_SCOPES
-from serve.agent.guards import luhn_ok, wrap_untrusted
+from recallserve.serve.agent import default_registry, mask_pii
+from recallserve.serve.agent._protocol import AnswerStream, StepParseError, fixed_length, parse_step, step_schema
+from recallserve.serve.agent.demo import DEMO_SCOPES
+from recallserve.serve.agent.guards import luhn_ok, wrap_untrusted
 
 
 @pytest.mark.parametrize(("text", "want"), [

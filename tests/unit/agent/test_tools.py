@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pydantic import Field, ValidationError
 
-from kernels import StrictModel
-from serve.agent import (
+from recallserve.kernels import StrictModel
+from recallserve.serve.agent import (
     HttpToolConfig,
     Tool,
     ToolArgsError,
@@ -22,7 +22,7 @@ from serve.agent import (
     default_registry,
     safe_eval,
 )
-from serve.agent.demo import DEMO_SCOPES
+from recallserve.serve.agent.demo import DEMO_SCOPES
 
 CTX = ToolContext(tenant="t1", scopes=frozenset(DEMO_SCOPES))
 
@@ -139,7 +139,7 @@ def test_http_tool_from_config(http_server: str) -> None:
         tool.validate({"order_id": "../admin"})
     with pytest.raises(ToolArgsError, match="lang"):
         tool.validate({"order_id": "104208", "lang": "fr"})
-    from serve.agent.tools import ToolError
+    from recallserve.serve.agent.tools import ToolError
 
     with pytest.raises(ToolError, match="HTTP 404"):
         asyncio.run(tool.invoke(tool.validate({"order_id": "000000"}), CTX))

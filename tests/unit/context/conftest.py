@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 import numpy as np
 import pytest
 
-from serve.context import ContextConfig, ContextManager, SessionStore
-from serve.engine import ChatDelta, ChatMessage, ChatResult, GenerationParams
+from recallserve.serve.context import ContextConfig, ContextManager, SessionStore
+from recallserve.serve.engine import ChatDelta, ChatMessage, ChatResult, GenerationParams
 
 _T = TypeVar("_T")
 _WORD = re.compile(r"[a-z0-9]+")
@@ -43,7 +43,7 @@ def run(coro: Coroutine[Any, Any, _T]) -> _T:
 
 
 class StubEngine:
-    """A test double of :class:`serve.engine.LLMEngine` that answers from a list and records prompts."""
+    """A test double of :class:`recallserve.serve.engine.LLMEngine` that answers from a list and records prompts."""
 
     def __init__(self, replies: Sequence[str], name: str = "stub-model") -> None:
         self.replies = list(replies)

@@ -8,7 +8,7 @@ import random
 import pytest
 from prometheus_client import REGISTRY
 
-from serve.context import (
+from recallserve.serve.context import (
     ContextBudgetError,
     ContextConfig,
     ContextError,
@@ -17,7 +17,7 @@ from serve.context import (
     MessageIn,
     SessionStore,
 )
-from serve.tokens import count_tokens
+from recallserve.serve.tokens import count_tokens
 
 from .conftest import hashing_embed, run
 
@@ -177,7 +177,7 @@ def test_result_is_json_metadata_and_metrics_move(manager: ContextManager) -> No
 def test_metrics_module_reload_is_safe() -> None:
     import importlib
 
-    import serve.context._metrics as metrics
+    import recallserve.serve.context._metrics as metrics
 
     first = metrics.CONTEXT_MODE_TOTAL
     importlib.reload(metrics)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serve.context import Categoriser, LLMClassifier, MessageIn, RuleCategoriser
+from recallserve.serve.context import Categoriser, LLMClassifier, MessageIn, RuleCategoriser
 
 from .conftest import StubEngine, run
 

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from serve.context import extract_entities, mask_personal
-from serve.context import _entities
-from serve.context._entities import format_entity
+from recallserve.serve.context import extract_entities, mask_personal
+from recallserve.serve.context import _entities
+from recallserve.serve.context._entities import format_entity
 
 
 def _pairs(text: str) -> list[tuple[str, str]]:
@@ -73,7 +73,7 @@ def test_no_entities_in_plain_text_and_dedup() -> None:
 
 
 def test_a_dump_is_read_up_to_the_span_cap_but_masked_whole() -> None:
-    from serve.context._entities import MAX_ENTITY_SPANS
+    from recallserve.serve.context._entities import MAX_ENTITY_SPANS
 
     dump = " ".join(f"user{i}@ex{i}.com" for i in range(MAX_ENTITY_SPANS * 4))
     found = extract_entities(dump)
@@ -85,7 +85,7 @@ def test_a_dump_is_read_up_to_the_span_cap_but_masked_whole() -> None:
 
 
 def test_an_entity_in_an_endless_sentence_keeps_its_value_but_no_snippet() -> None:
-    from serve.context._entities import _MAX_SENTENCE_CHARS
+    from recallserve.serve.context._entities import _MAX_SENTENCE_CHARS
 
     long = "Refund ORD-48213 " + "and more words " * (_MAX_SENTENCE_CHARS // 10)
     (entity,) = [e for e in extract_entities(long) if e.kind == "id"]
@@ -97,7 +97,7 @@ def test_an_entity_in_an_endless_sentence_keeps_its_value_but_no_snippet() -> No
 
 
 def test_matches_that_give_no_span_count_toward_the_cap() -> None:
-    from serve.context._entities import _EXAMINED_PER_SPAN, MAX_ENTITY_SPANS, _scan
+    from recallserve.serve.context._entities import _EXAMINED_PER_SPAN, MAX_ENTITY_SPANS, _scan
 
     # Each unit matches the phone pattern but holds 19 digits (a phone has 7-15): no span, all examined.
     noise = "+123 (1234) 1234-1234-1234 " * (MAX_ENTITY_SPANS * _EXAMINED_PER_SPAN * 2)

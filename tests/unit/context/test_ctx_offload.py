@@ -1,5 +1,5 @@
 """Large texts do not stall the event loop: entity scans and token counts over
-``serve.tokens.OFFLOAD_CHARS`` run in a worker thread, one entity scan serves both the rule category
+``recallserve.serve.tokens.OFFLOAD_CHARS`` run in a worker thread, one entity scan serves both the rule category
 and the entity table, and the token cache keys a long text by its digest."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import threading
 
 import pytest
 
-from serve.context import ContextManager, MessageIn, extract_entities
-from serve.context import _entities, _manager
-from serve.context._categorise import RuleCategoriser
-from serve.context._entities import has_entity
-from serve.tokens import OFFLOAD_CHARS, CachedCounter, TiktokenCounter, count_tokens
+from recallserve.serve.context import ContextManager, MessageIn, extract_entities
+from recallserve.serve.context import _entities, _manager
+from recallserve.serve.context._categorise import RuleCategoriser
+from recallserve.serve.context._entities import has_entity
+from recallserve.serve.tokens import OFFLOAD_CHARS, CachedCounter, TiktokenCounter, count_tokens
 
 TEXTS = [
     "", "hello there", "Refund $249.99 for ORD-48213 by March 3.", "Do you ship on Sundays?",
@@ -88,7 +88,7 @@ def test_one_entity_scan_per_message(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_long_text_is_counted_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    import serve.tokens as tokens
+    import recallserve.serve.tokens as tokens
 
     seen: list[str] = []
 

@@ -6,15 +6,15 @@ import json
 
 import pytest
 
-from deployments.cli import main
-from serve.context import RuleCategoriser
-from serve.context._eval_data import (
+from recallserve.deployments.cli import main
+from recallserve.serve.context import RuleCategoriser
+from recallserve.serve.context._eval_data import (
     PLANT_TURNS,
     PlantedItem,
     build_conversation,
     normalise,
 )
-from serve.context._retention import item_present, percentile
+from recallserve.serve.context._retention import item_present, percentile
 
 
 def test_conversations_are_deterministic_and_well_formed() -> None:
@@ -104,7 +104,7 @@ def test_cli_user_errors(argv: list[str], message: str, capsys: pytest.CaptureFi
 
 def test_cli_llm_summariser_wiring(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """The default path builds the llama.cpp engine; here a stub engine stands in for it."""
-    import deployments.engines
+    from recallserve.deployments import engines as deployment_engines
 
     from .conftest import StubEngine
 
@@ -114,7 +114,7 @@ def test_cli_llm_summariser_wiring(monkeypatch: pytest.MonkeyPatch, capsys: pyte
         built.append(cfg)
         return StubEngine(["- the customer wants a replacement"] * 50)
 
-    monkeypatch.setattr(deployments.engines, "build_engine", fake_build)
+    monkeypatch.setattr(deployment_engines, "build_engine", fake_build)
     code = main(["eval", "retention", "--embedder", "none", "--conversations", "1", "--budget", "2048",
                  "--modes", "summary", "--json"])
     assert code == 0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from serve.context import (
+from recallserve.serve.context import (
     ContextManager,
     MessageIn,
     SessionNotFoundError,

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from serve.context import (
+from recallserve.serve.context import (
     ContextConfig,
     ContextManager,
     ExtractiveSummariser,
@@ -14,13 +14,13 @@ from serve.context import (
     MessageIn,
     SessionStore,
 )
-from serve.context._summary import (
+from recallserve.serve.context._summary import (
     SUMMARY_PROMPT,
     plan_batches,
     render_messages,
     summary_candidates,
 )
-from serve.context._types import Message, Session, SummaryState
+from recallserve.serve.context._types import Message, Session, SummaryState
 
 from .conftest import StubEngine, run
 
@@ -157,7 +157,7 @@ def test_failed_refresh_is_logged_and_state_kept(tmp_path, caplog: pytest.LogCap
 
 
 def test_llm_summary_loses_repeated_lines_but_keeps_distinct_ones() -> None:
-    from serve.context._summary import drop_repeated_lines
+    from recallserve.serve.context._summary import drop_repeated_lines
 
     looped = "- **Returns**:\n  - **Returns within 30 days**\n  - Opened items are fine\n" \
              "  - **returns within 30 days**\n  -   Opened items are FINE\n\n- Order 104208 (not 104209)\n- Order 104209"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import tiktoken
 
-from serve import tokens
-from serve.tokens import (
+from recallserve.serve import tokens
+from recallserve.serve.tokens import (
     CachedCounter,
     EngineTokenCounter,
     TiktokenCounter,

@@ -20,20 +20,20 @@ import pytest
 from fastapi import APIRouter, FastAPI
 from fastapi.testclient import TestClient
 
-from memory_shards import HashingEmbedder
-from memory_shards.retrieval import local_hybrid_coordinator
-from serve.api.app import create_app
-from serve.api.auth import Authenticator
-from serve.context import ContextConfig, ContextManager, SessionStore
-from serve.context import build_router as build_session_router
-from serve.engine import ChatMessage, GenerationParams
-from serve.experience import ExperienceConfig, ExperienceService
-from serve.experience import build_router as build_experience_router
-from serve.memory_api import MemoryService, build_router
-from serve.console import build_console_router, tenant_records
-from serve.pipeline import ChatPipeline, PipelineSettings
-from serve.traces import TraceRecorder, TraceStore
-from serve.traces import build_router as build_turn_router
+from recallserve.memory_shards import HashingEmbedder
+from recallserve.memory_shards.retrieval import local_hybrid_coordinator
+from recallserve.serve.api.app import create_app
+from recallserve.serve.api.auth import Authenticator
+from recallserve.serve.context import ContextConfig, ContextManager, SessionStore
+from recallserve.serve.context import build_router as build_session_router
+from recallserve.serve.engine import ChatMessage, GenerationParams
+from recallserve.serve.experience import ExperienceConfig, ExperienceService
+from recallserve.serve.experience import build_router as build_experience_router
+from recallserve.serve.memory_api import MemoryService, build_router
+from recallserve.serve.console import build_console_router, tenant_records
+from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
+from recallserve.serve.traces import TraceRecorder, TraceStore
+from recallserve.serve.traces import build_router as build_turn_router
 from tests.unit.agent.conftest import ScriptedEngine
 
 KEYS = {"sk-acme": "acme", "sk-strict": "strict", "sk-lab": "lab", "sk-globex": "globex"}

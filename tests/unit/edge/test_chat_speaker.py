@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from serve.memory_api import MemoryService
-from serve.pipeline import PipelineSettings
-from serve.turn import RecallConfig
+from recallserve.serve.memory_api import MemoryService
+from recallserve.serve.pipeline import PipelineSettings
+from recallserve.serve.turn import RecallConfig
 
 from .conftest import assert_envelope, build_app, headers, wait_for_source
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from serve.agent.images import MAX_IMAGE_BYTES
-from serve.api.chat_protocol import MAX_IMAGE_URL_CHARS
+from recallserve.serve.agent.images import MAX_IMAGE_BYTES
+from recallserve.serve.api.chat_protocol import MAX_IMAGE_URL_CHARS
 from tests.unit.edge.conftest import assert_envelope, build_app, headers
 
 MB = "x" * 2**20

@@ -8,7 +8,7 @@ import logging
 import pytest
 from fastapi.testclient import TestClient
 
-from serve.pii import mask_pii, pii_kinds
+from recallserve.serve.pii import mask_pii, pii_kinds
 from tests.unit.edge.conftest import IDS, IDS_TEXT, PII_TEXT, RAW, assert_envelope, headers, wait_for_source
 
 TEXT = f"{PII_TEXT} {IDS_TEXT}"

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from serve.experience import ExperienceConfig, ExperienceService
+from recallserve.serve.experience import ExperienceConfig, ExperienceService
 
 DIM = 64
 DAY = 86400.0

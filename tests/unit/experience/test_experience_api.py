@@ -7,7 +7,7 @@ from fastapi import FastAPI, Header, HTTPException
 from fastapi.testclient import TestClient
 from prometheus_client import generate_latest
 
-from serve.experience import build_router
+from recallserve.serve.experience import build_router
 
 from ._records import speed_record
 
@@ -140,7 +140,7 @@ def test_audit_sample_is_active_and_queued_until_labelled(make_service, clock):
 
 
 def test_audit_share_draws_about_the_configured_share():
-    from serve.experience._service import audit_pick
+    from recallserve.serve.experience._service import audit_pick
 
     drawn = sum(audit_pick("acme", f"exp_{i:06d}", 0.05) for i in range(4000))
     assert 140 <= drawn <= 260  # 5% of 4000 = 200, binomial sd ~14: +-4 sd

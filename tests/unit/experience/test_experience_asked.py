@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serve.experience._asked import answer_unit, asked_unit, is_percent, is_ratio_expression
+from recallserve.serve.experience._asked import answer_unit, asked_unit, is_percent, is_ratio_expression
 
 
 @pytest.mark.parametrize(("question", "unit"), [

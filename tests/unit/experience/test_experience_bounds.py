@@ -16,9 +16,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from serve.experience import ExperienceRecord, RuleTable, VerificationItem, build_router, run_check, verify_record
-from serve.experience import _service
-from serve.experience._calculator import BudgetExceeded, CalcError, WorkBudget, budget_scope, evaluate
+from recallserve.serve.experience import ExperienceRecord, RuleTable, VerificationItem, build_router, run_check, verify_record
+from recallserve.serve.experience import _service
+from recallserve.serve.experience._calculator import BudgetExceeded, CalcError, WorkBudget, budget_scope, evaluate
 
 from ._records import speed_record
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serve.experience import (
+from recallserve.serve.experience import (
     ExperienceContext,
     ExperienceMetadata,
     ExperienceOutcome,
@@ -14,8 +14,8 @@ from serve.experience import (
     model_family,
     rank_active,
 )
-from serve.experience._caches import demotions, find_conflicts
-from serve.experience._store import StoredRow
+from recallserve.serve.experience._caches import demotions, find_conflicts
+from recallserve.serve.experience._store import StoredRow
 
 DAY = 86400.0
 NOW = 1_800_000_000.0

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from serve.experience import CalcError, DimensionError, evaluate, parse_quantity, to_unit
-from serve.experience._calculator import extract_number
+from recallserve.serve.experience import CalcError, DimensionError, evaluate, parse_quantity, to_unit
+from recallserve.serve.experience._calculator import extract_number
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from serve.experience import ExperienceConfig, ExperienceRecord, ExperienceService, RuleTable, SearchRequest, verify_record
-from serve.experience._clean import clean_context, extract_quantities, unify_numbers
-from serve.experience._extract import SOURCE, extracted_checks
+from recallserve.serve.experience import ExperienceConfig, ExperienceRecord, ExperienceService, RuleTable, SearchRequest, verify_record
+from recallserve.serve.experience._clean import clean_context, extract_quantities, unify_numbers
+from recallserve.serve.experience._extract import SOURCE, extracted_checks
 
 from .conftest import DIM
 
@@ -189,8 +189,8 @@ Confidence: high"""
 
 
 def test_the_84_bottles_trace_leaves_only_its_own_unreadable_unit_check_unrun() -> None:
-    from serve.experience import ExperienceMetadata
-    from serve.experience._parser import parse_segmented
+    from recallserve.serve.experience import ExperienceMetadata
+    from recallserve.serve.experience._parser import parse_segmented
 
     parsed = parse_segmented(BOTTLES_REPLY)
     rec = parsed.to_record(BOTTLES, ExperienceMetadata(source_model=QWEN, task_domain="arithmetic"))

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from deployments.cli import UserError
-from deployments.cli._eval_experiences import _load_problems, _run_condition, _summary, is_correct
-from serve.experience import ExperienceRecord, Rule, RuleTable, verify_record
-from serve.experience._eval_problems import PROBLEMS, RULES, SEEDS
+from recallserve.deployments.cli import UserError
+from recallserve.deployments.cli._eval_experiences import _load_problems, _run_condition, _summary, is_correct
+from recallserve.serve.experience import ExperienceRecord, Rule, RuleTable, verify_record
+from recallserve.serve.experience._eval_problems import PROBLEMS, RULES, SEEDS
 
 from .conftest import bag_of_words_embed
 from .test_experience_service import ScriptedEngine
@@ -131,7 +131,7 @@ def test_report_counts_unreviewed_wrong_traces_and_the_fallback():
 
 
 def test_modes_share_the_generation_and_differ_by_their_rules():
-    from deployments.cli._eval_experiences import _Memo
+    from recallserve.deployments.cli._eval_experiences import _Memo
 
     # u1 (150 km in 2.5 h): the right number in the wrong unit. Before issue 19 only the model's
     # own recomputation ran (it passes: high, filed active); after, the extracted unit check fails it.
@@ -159,7 +159,7 @@ def test_replay_verifies_stored_replies_again_without_a_model(tmp_path) -> None:
     """``--replay``: the stored replies of a run are filed again by the current rules (no model)."""
     import json
 
-    from deployments.cli import main
+    from recallserve.deployments.cli import main
 
     reply = ("Context: 5 km in 25 minutes\nReasoning:\n1. speed = distance / time [principle: v = d / t]\n"
              "Verification:\n- recomputation: 5 km / 25 minutes = 0.2 km/min\n- unit_check: 5 km / 25 minutes -> km/min\n"

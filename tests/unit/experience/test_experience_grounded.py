@@ -23,7 +23,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from serve.experience import build_router
+from recallserve.serve.experience import build_router
 
 QWEN = "Qwen2.5-Coder-1.5B-Instruct"
 EQUATION = "Solve for x: 3x + 7 = 25."
@@ -137,7 +137,7 @@ A4_GROUNDED = A4_REPLY.replace("back_substitution: 3x = 18 -> x = 6", "back_subs
 ])
 def test_the_eval_replay_files_a4_by_whether_its_check_is_grounded(tmp_path, reply: str, tier: str,
                                                                    tags: list[str]) -> None:
-    from deployments.cli import main
+    from recallserve.deployments.cli import main
 
     rows = [{"id": "a4", "mode": m, "condition": c, "raw_text": reply} for m in ("after", "before")
             for c in ("with", "without")]

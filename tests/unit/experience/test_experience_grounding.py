@@ -12,15 +12,15 @@ from collections.abc import Sequence
 
 import pytest
 
-from serve.experience import ExperienceMetadata, ExperienceRecord, RuleTable, verify_record
-from serve.experience._calculator import evaluate
-from serve.experience._eval_problems import PROBLEMS, RULES
-from serve.experience._extract import SOURCE, extracted_checks
-from serve.experience._grounding import LITERAL, TAG, literal_value, not_quantities, ungrounded
-from serve.experience._parser import parse_segmented
-from serve.experience._rules import Rule
-from serve.experience._computed import answer_computed
-from serve.experience._verify import ANSWER_TAG
+from recallserve.serve.experience import ExperienceMetadata, ExperienceRecord, RuleTable, verify_record
+from recallserve.serve.experience._calculator import evaluate
+from recallserve.serve.experience._eval_problems import PROBLEMS, RULES
+from recallserve.serve.experience._extract import SOURCE, extracted_checks
+from recallserve.serve.experience._grounding import LITERAL, TAG, literal_value, not_quantities, ungrounded
+from recallserve.serve.experience._parser import parse_segmented
+from recallserve.serve.experience._rules import Rule
+from recallserve.serve.experience._computed import answer_computed
+from recallserve.serve.experience._verify import ANSWER_TAG
 
 QWEN = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 EVAL_RULES = RuleTable([Rule.model_validate(r) for r in RULES])

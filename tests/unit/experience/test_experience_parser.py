@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from serve.experience import ExperienceMetadata, parse_segmented
-from serve.experience._parser import parse_verification_line
+from recallserve.serve.experience import ExperienceMetadata, parse_segmented
+from recallserve.serve.experience._parser import parse_verification_line
 
 JSON_FENCED = """Sure, here it is:
 ```json
@@ -143,8 +143,8 @@ def test_verification_line_without_type_is_none():
 
 
 def test_the_prompt_example_parses_and_verifies():
-    from serve.experience import RuleTable, verify_record
-    from serve.experience._prompt import SYSTEM_PROMPT
+    from recallserve.serve.experience import RuleTable, verify_record
+    from recallserve.serve.experience._prompt import SYSTEM_PROMPT
 
     example = SYSTEM_PROMPT.split("Example:\n", 1)[1]
     t = parse_segmented(example)

@@ -17,9 +17,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from serve.experience import ExperienceConfig, ExperienceRecord, RuleTable, build_router, verify_record
-from serve.experience import _pool
-from serve.experience._pool import VerifyPool
+from recallserve.serve.experience import ExperienceConfig, ExperienceRecord, RuleTable, build_router, verify_record
+from recallserve.serve.experience import _pool
+from recallserve.serve.experience._pool import VerifyPool
 
 from ._records import speed_record
 
@@ -167,7 +167,7 @@ def test_falls_back_to_a_thread_when_no_worker_starts(monkeypatch: pytest.Monkey
     monkeypatch.setattr(_pool, "_Worker", no_process)
     p = VerifyPool(size=1, queue=4, timeout_s=30.0)
     honest = ExperienceRecord.model_validate(speed_record())
-    with caplog.at_level(logging.WARNING, logger="serve.experience._pool"):
+    with caplog.at_level(logging.WARNING, logger="recallserve.serve.experience._pool"):
         assert _verify(p, honest) == verify_record(honest, RuleTable())
         assert _verify(p, honest) == verify_record(honest, RuleTable())
     assert p.fallback

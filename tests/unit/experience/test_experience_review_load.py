@@ -20,15 +20,15 @@ from collections.abc import Sequence
 
 import pytest
 
-from serve.experience import ExperienceRecord, RuleTable, VerificationItem, run_check, verify_record
-from serve.experience import _metrics
-from serve.experience._asked import asks_mean
-from serve.experience._clean import clean_context, extract_quantities
-from serve.experience._eval_problems import RULES
-from serve.experience._extract import SOURCE, stated_quantities
-from serve.experience._grounding import ungrounded
-from serve.experience._rules import Rule
-from serve.experience._verify import ANSWER_TAG, derive_confidence
+from recallserve.serve.experience import ExperienceRecord, RuleTable, VerificationItem, run_check, verify_record
+from recallserve.serve.experience import _metrics
+from recallserve.serve.experience._asked import asks_mean
+from recallserve.serve.experience._clean import clean_context, extract_quantities
+from recallserve.serve.experience._eval_problems import RULES
+from recallserve.serve.experience._extract import SOURCE, stated_quantities
+from recallserve.serve.experience._grounding import ungrounded
+from recallserve.serve.experience._rules import Rule
+from recallserve.serve.experience._verify import ANSWER_TAG, derive_confidence
 
 EVAL_RULES = RuleTable([Rule.model_validate(r) for r in RULES])
 H6 = "A train travels 210 km in 1 hour 45 minutes. What is its average speed in km/h?"

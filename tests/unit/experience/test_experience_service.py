@@ -9,15 +9,15 @@ from collections.abc import Sequence
 import pytest
 from prometheus_client import REGISTRY
 
-from serve.engine import ChatMessage, ChatResult, GenerationParams
-from serve.experience import (
+from recallserve.serve.engine import ChatMessage, ChatResult, GenerationParams
+from recallserve.serve.experience import (
     ExperienceNotFound,
     ExperienceRecord,
     LabelRequest,
     Rule,
     SearchRequest,
 )
-from serve.experience import _metrics
+from recallserve.serve.experience import _metrics
 
 from ._records import speed_record
 from .conftest import bag_of_words_embed
@@ -232,7 +232,7 @@ REPLY_NO_UNIT_CHECK = json.dumps({
 
 
 def test_produce_stores_and_injects_with_required_checks(tmp_path, clock):
-    from serve.experience import ExperienceConfig, ExperienceService
+    from recallserve.serve.experience import ExperienceConfig, ExperienceService
 
     memory = RecordingMemory()
     svc = ExperienceService(

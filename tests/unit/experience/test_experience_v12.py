@@ -9,9 +9,9 @@ import pytest
 from fastapi import FastAPI, Header, HTTPException
 from fastapi.testclient import TestClient
 
-from serve.api.errors import install_error_handlers
-from serve.experience import ExperienceRecord, build_router
-from serve.experience._v12 import from_v12, to_v12
+from recallserve.serve.api.errors import install_error_handlers
+from recallserve.serve.experience import ExperienceRecord, build_router
+from recallserve.serve.experience._v12 import from_v12, to_v12
 
 from ._records import speed_record
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serve.experience import (
+from recallserve.serve.experience import (
     ExperienceContext,
     ExperienceMetadata,
     ExperienceOutcome,

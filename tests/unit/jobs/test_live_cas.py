@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deployments.jobs import JobError, JobOptions, LiveOptions, run_access_job
-from memory_shards.shard_access import LocalShardAccess, SortedIds, page_records
-from deployments.jobs.consolidate import consolidate
-from deployments.jobs.expiry_sweep import ARCHIVAL_TIER, sweep
-from memory_shards import HashingEmbedder, MemoryRecord, MemoryShard, ShardConfig, embed_records
-from memory_shards.shard import record_version
+from recallserve.deployments.jobs import JobError, JobOptions, LiveOptions, run_access_job
+from recallserve.memory_shards.shard_access import LocalShardAccess, SortedIds, page_records
+from recallserve.deployments.jobs.consolidate import consolidate
+from recallserve.deployments.jobs.expiry_sweep import ARCHIVAL_TIER, sweep
+from recallserve.memory_shards import HashingEmbedder, MemoryRecord, MemoryShard, ShardConfig, embed_records
+from recallserve.memory_shards.shard import record_version
 
 EMB = HashingEmbedder(64)
 NOW = 1_800_000_000.0
@@ -231,9 +231,9 @@ def test_access_job_checkpoints_and_resumes_by_page(root: Path) -> None:
 def test_live_flags_and_no_cluster_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from deployments.jobs import _args
-    from deployments.jobs._live import connect
-    from deployments.jobs.expiry_sweep import add_arguments
+    from recallserve.deployments.jobs import _args
+    from recallserve.deployments.jobs._live import connect
+    from recallserve.deployments.jobs.expiry_sweep import add_arguments
 
     p = argparse.ArgumentParser()
     _args.add_common_arguments(p)

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from deployments.jobs._reembed_live import fill_batch, prune_batch
-from memory_shards.shard_access import HybridShardAccess
-from deployments.jobs.reembed import content_key
-from memory_shards import EmbeddedRecord, HashingEmbedder
-from memory_shards.retrieval import local_hybrid_coordinator
-from serve.api.errors import APIError
-from serve.memory_api import MemoryIn, MemoryService, MigratingMemoryService, SearchRequest
+from recallserve.deployments.jobs._reembed_live import fill_batch, prune_batch
+from recallserve.memory_shards.shard_access import HybridShardAccess
+from recallserve.deployments.jobs.reembed import content_key
+from recallserve.memory_shards import EmbeddedRecord, HashingEmbedder
+from recallserve.memory_shards.retrieval import local_hybrid_coordinator
+from recallserve.serve.api.errors import APIError
+from recallserve.serve.memory_api import MemoryIn, MemoryService, MigratingMemoryService, SearchRequest
 
 OLD, NEW = HashingEmbedder(384), HashingEmbedder(256)
 
@@ -242,14 +242,14 @@ def test_writes_to_the_target_alone_leave_the_old_generation_idle(gens: tuple[Me
     (["--embedder", "bogus", "--target", "/tmp/x"], "embedder: expected 'minilm', 'minilm-int8'"),
 ])
 def test_reembed_flags_are_checked(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from deployments.jobs import reembed
+    from recallserve.deployments.jobs import reembed
 
     assert reembed.main(["--no-progress", *argv]) == 2
     assert message in capsys.readouterr().err
 
 
 def test_a_write_failing_on_the_target_is_not_acknowledged_and_is_counted(gens: tuple[MemoryService, MemoryService]) -> None:
-    from serve.api.metrics import MEMORY_MIGRATION_WRITES
+    from recallserve.serve.api.metrics import MEMORY_MIGRATION_WRITES
 
     current, target = gens
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memory_shards import EmbeddedRecord, MemoryRecord
+from recallserve.memory_shards import EmbeddedRecord, MemoryRecord
 
 DIM = 16
 MODEL = "test-model"

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from kernels import ScoreParams
-from memory_shards._bench_data import make_bench_data
-from memory_shards.bench import exact_topk, fused_pipeline, recall_at_k, run_memory_bench
-from deployments.cli import main
+from recallserve.kernels import ScoreParams
+from recallserve.memory_shards._bench_data import make_bench_data
+from recallserve.memory_shards.bench import exact_topk, fused_pipeline, recall_at_k, run_memory_bench
+from recallserve.deployments.cli import main
 
 
 def test_data_has_the_masks_the_benchmark_is_about() -> None:

@@ -7,7 +7,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from memory_shards import (
+from recallserve.memory_shards import (
     EmbeddedRecord,
     HashingEmbedder,
     LocalShardClient,
@@ -137,7 +137,7 @@ class _Counting(LocalShardClient):
 
 
 def _counting_pair(refresh_s: float) -> tuple[MemoryCoordinator, list[_Counting]]:
-    from memory_shards.config import ShardCallConfig
+    from recallserve.memory_shards.config import ShardCallConfig
 
     clients = [_Counting(MemoryShard(ShardConfig(shard_id=i, model_id=MODEL, dim=DIM))) for i in range(2)]
     return MemoryCoordinator(clients, calls=ShardCallConfig(shared_refresh_s=refresh_s)), clients

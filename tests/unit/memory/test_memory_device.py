@@ -8,8 +8,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from memory_shards import EmbeddedRecord, MemoryShard, ScoreParams, ShardConfig
-from memory_shards._ivf import IvfCandidates
+from recallserve.memory_shards import EmbeddedRecord, MemoryShard, ScoreParams, ShardConfig
+from recallserve.memory_shards._ivf import IvfCandidates
 
 from .conftest import DIM, MODEL, NOW, make_items, unit
 
@@ -96,11 +96,11 @@ def test_cpu_vectors_turn_column_major_as_the_table_grows_and_score_as_the_row_m
     # capacity, column-major (each of the D components of every row one contiguous run) from there on,
     # switched at a doubling; the kernel's answer over it is the reference's answer over the same
     # columns copied row-major (ids equal, scores to float rounding), and reads see the same vectors.
-    from kernels import reference_fused_topk
-    from memory_shards import _device
-    from memory_shards._device import KernelColumns
-    from memory_shards._scan import fused_scan
-    from memory_shards.records import tenant_key
+    from recallserve.kernels import reference_fused_topk
+    from recallserve.memory_shards import _device
+    from recallserve.memory_shards._device import KernelColumns
+    from recallserve.memory_shards._scan import fused_scan
+    from recallserve.memory_shards.records import tenant_key
 
     monkeypatch.setattr(_device, "COLUMN_MAJOR_MIN_ROWS", 2048)
     shard = MemoryShard(ShardConfig(model_id=MODEL, dim=DIM, vector_dtype=dtype))

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory_shards import MemoryShard, ScoreParams, ShardConfig
+from recallserve.memory_shards import MemoryShard, ScoreParams, ShardConfig
 
 from .conftest import DIM, MODEL, NOW, make_items, unit
 
@@ -78,7 +78,7 @@ def test_second_open_of_a_data_dir_is_refused(tmp_path: Path) -> None:
 _WRITER = r"""
 import sys, numpy as np
 sys.path.insert(0, sys.argv[2])
-from memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard, ShardConfig
+from recallserve.memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard, ShardConfig
 shard = MemoryShard(ShardConfig(model_id="test-model", dim=16, data_dir=sys.argv[1], snapshot_every_ops=40))
 rng = np.random.default_rng(7)
 for batch in range(100000):

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory_shards.embedders import build_embedder
-from memory_shards.onnx_embedder import OnnxMiniLMEmbedder, ensure_onnx_model, renice_thread
+from recallserve.memory_shards.embedders import build_embedder
+from recallserve.memory_shards.onnx_embedder import OnnxMiniLMEmbedder, ensure_onnx_model, renice_thread
 
 _LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nice is per thread on Linux only")
 
@@ -47,7 +47,7 @@ def test_bulk_settings_are_checked() -> None:
 
 
 def test_embedder_config_carries_the_bulk_settings() -> None:
-    from deployments.config import ConfigError, load_config
+    from recallserve.deployments.config import ConfigError, load_config
 
     emb = load_config("cpu-local").embedder
     # NOTE: the 2-core profile: queries on 1 thread, ingestion on both cores at a lower priority.
@@ -120,7 +120,7 @@ class _GateEmbedder:
 
 def test_deployment_runs_a_query_beside_a_running_bulk_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """The query embed is answered while the ingestion batch's forward still runs (its own lane)."""
-    import deployments.memory as dm
+    import recallserve.deployments.memory as dm
 
     gate = _GateEmbedder()
     monkeypatch.setattr(dm, "build_embedder", lambda *a, **k: gate)

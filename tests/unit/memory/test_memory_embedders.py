@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memory_shards import Embedder, HashingEmbedder, MiniLMEmbedder
+from recallserve.memory_shards import Embedder, HashingEmbedder, MiniLMEmbedder
 
 
 def test_hashing_embedder_is_deterministic_normalised_and_lexical() -> None:

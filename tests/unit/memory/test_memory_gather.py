@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from memory_shards import MemoryShard, ScoreParams, ShardConfig
-from memory_shards._gather import CallGatherer, SearchGatherer
+from recallserve.memory_shards import MemoryShard, ScoreParams, ShardConfig
+from recallserve.memory_shards._gather import CallGatherer, SearchGatherer
 
 from .conftest import DIM, MODEL, NOW, make_items, unit
 
@@ -105,7 +105,7 @@ def test_concurrent_shard_searches_equal_separate_ones(rng) -> None:
 def test_gather_bench_cli_writes_rows(tmp_path, capsys) -> None:
     import json
 
-    from deployments.cli import main
+    from recallserve.deployments.cli import main
 
     out = tmp_path / "g.json"
     assert main(["bench", "gather", "--rows", "2k", "--dim", "16", "--clients", "1,4", "--seconds", "0.5",

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory_shards.embedders import (
+from recallserve.memory_shards.embedders import (
     MINILM_MODEL_ID, EMBEDDER_MODELS, Embedder, MiniLMEmbedder, build_embedder, embedder_identity, resolve_runtime,
 )
-from memory_shards.onnx_embedder import MINILM_ONNX_INT8_MODEL_ID, OnnxMiniLMEmbedder, ensure_onnx_model, length_buckets
+from recallserve.memory_shards.onnx_embedder import MINILM_ONNX_INT8_MODEL_ID, OnnxMiniLMEmbedder, ensure_onnx_model, length_buckets
 
 TEXTS = [
     "How do I get my money back?",
@@ -150,8 +150,8 @@ def test_onnx_cache_is_reused_and_a_corrupted_file_refused(onnx_cache: Path, tmp
 
 
 def test_bench_ingest_configs_name_model_and_runtime() -> None:
-    from deployments.cli import UserError
-    from deployments.cli._bench_ingest import _config
+    from recallserve.deployments.cli import UserError
+    from recallserve.deployments.cli._bench_ingest import _config
 
     assert _config("16x1") == ("fwd16-t1", 16, 1, "all-MiniLM-L6-v2", "torch")
     assert _config("16x2xonnx") == ("fwd16-t2-onnx", 16, 2, "all-MiniLM-L6-v2", "onnx")
@@ -169,10 +169,10 @@ def test_memories_api_on_the_onnx_embedder_scores_as_torch(onnx_cache: Path) -> 
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
-    from memory_shards.retrieval import local_hybrid_coordinator
-    from serve.api.auth import Authenticator
-    from serve.api.errors import install_error_handlers
-    from serve.memory_api import MemoryService, build_router
+    from recallserve.memory_shards.retrieval import local_hybrid_coordinator
+    from recallserve.serve.api.auth import Authenticator
+    from recallserve.serve.api.errors import install_error_handlers
+    from recallserve.serve.memory_api import MemoryService, build_router
 
     emb = build_embedder("all-MiniLM-L6-v2", runtime="auto", cache_dir=onnx_cache)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from memory_shards import EmbeddedRecord, MemoryPart, MemoryRecord, source_key, tenant_key
+from recallserve.memory_shards import EmbeddedRecord, MemoryPart, MemoryRecord, source_key, tenant_key
 
 
 def test_tenant_and_source_keys_are_stable_int64() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kernels import ScoreParams, reference_fused_topk
-from memory_shards._bench_data import make_bench_data
-from memory_shards._scan import fused_scan
+from recallserve.kernels import ScoreParams, reference_fused_topk
+from recallserve.memory_shards._bench_data import make_bench_data
+from recallserve.memory_shards._scan import fused_scan
 
 
 def _reference(d, rows: np.ndarray, k: int, p: ScoreParams):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard, ScoreParams, SearchFilters, ShardConfig
-from memory_shards.records import source_key, tenant_key
+from recallserve.memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard, ScoreParams, SearchFilters, ShardConfig
+from recallserve.memory_shards.records import source_key, tenant_key
 
 from .conftest import DIM, MODEL, NOW, make_items, unit
 

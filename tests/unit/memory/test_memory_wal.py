@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_shards._wal import WalCorruptError, WriteAheadLog
+from recallserve.memory_shards._wal import WalCorruptError, WriteAheadLog
 
 
 def _entries(a: int, b: int) -> list[dict]:

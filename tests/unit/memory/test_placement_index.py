@@ -7,14 +7,14 @@ import asyncio
 
 import pytest
 
-from deployments.config import ConfigError, load_config
-from memory_shards import ScoreParams
+from recallserve.deployments.config import ConfigError, load_config
+from recallserve.memory_shards import ScoreParams
 
 from .conftest import DIM, MODEL, NOW, make_items, unit
 
 
 def _shard_deployment(tmp_path, placement: dict):
-    from deployments.memory import MemoryShardDeployment
+    from recallserve.deployments.memory import MemoryShardDeployment
 
     cfg = load_config("cpu-local", overrides={"memory": {"placement": placement}})
     return MemoryShardDeployment(0, str(tmp_path), MODEL, DIM, placement=cfg.memory.placement.model_dump(mode="json"))

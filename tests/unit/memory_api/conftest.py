@@ -14,11 +14,11 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from memory_shards import HashingEmbedder
-from memory_shards.retrieval import local_hybrid_coordinator
-from serve.api.auth import Authenticator
-from serve.api.errors import install_error_handlers
-from serve.memory_api import MemoryService, build_router
+from recallserve.memory_shards import HashingEmbedder
+from recallserve.memory_shards.retrieval import local_hybrid_coordinator
+from recallserve.serve.api.auth import Authenticator
+from recallserve.serve.api.errors import install_error_handlers
+from recallserve.serve.memory_api import MemoryService, build_router
 
 KEYS = {"sk-acme": "acme", "sk-globex": "globex", "sk-shared": "shared"}
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from serve.memory import MemoryBackend, MemoryWrite
-from serve.memory_api import MemoryService
+from recallserve.serve.memory import MemoryBackend, MemoryWrite
+from recallserve.serve.memory_api import MemoryService
 
 from .conftest import auth, close_service, make_app, make_service
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from memory_shards.chunking import chunk_spans, count_tokens
+from recallserve.memory_shards.chunking import chunk_spans, count_tokens
 
 from .conftest import auth, close_service, make_app, make_service
 

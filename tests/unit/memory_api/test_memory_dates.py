@@ -6,7 +6,7 @@ import time
 
 from fastapi.testclient import TestClient
 
-from serve.memory_api import MemoryService
+from recallserve.serve.memory_api import MemoryService
 
 from .conftest import auth
 

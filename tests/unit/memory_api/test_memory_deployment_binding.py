@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from deployments.config import load_config
-from deployments.memory import bind_memory
+from recallserve.deployments.config import load_config
+from recallserve.deployments.memory import bind_memory
 
 
 def test_bind_memory_uses_config_options_and_absolute_folders() -> None:

@@ -1,7 +1,7 @@
 """The ingress's memory service over deployment bodies behind pickling handles: one Ray hop less per search.
 
 Each handle here pickles the arguments and the answer with Ray's cloudpickle, as a Ray hop does,
-so the shards' answers travel in their compact wire form (``memory_shards.retrieval._wire``);
+so the shards' answers travel in their compact wire form (``recallserve.memory_shards.retrieval._wire``);
 the embedder and shard bodies are the deployments' own classes (real MiniLM on ONNX Runtime).
 """
 
@@ -16,11 +16,11 @@ import pytest
 from fastapi.testclient import TestClient
 from ray import cloudpickle
 
-from deployments.config import EmbedderConfig, MemoryConfig
-from deployments.memory import EmbedderDeployment, MemoryShardDeployment, memory_backend
-from memory_shards.retrieval import ShardHybridResult
-from memory_shards.retrieval._wire import WireHit, pack_hits, unpack_hits
-from serve.memory_api import MemoryService
+from recallserve.deployments.config import EmbedderConfig, MemoryConfig
+from recallserve.deployments.memory import EmbedderDeployment, MemoryShardDeployment, memory_backend
+from recallserve.memory_shards.retrieval import ShardHybridResult
+from recallserve.memory_shards.retrieval._wire import WireHit, pack_hits, unpack_hits
+from recallserve.serve.memory_api import MemoryService
 
 from .conftest import auth, make_app
 
@@ -88,8 +88,8 @@ def test_a_shard_answer_crosses_a_hop_as_one_blob_and_builds_only_the_records_re
     import asyncio
     import time
 
-    from kernels import ScoreParams
-    from memory_shards.retrieval import Feedback
+    from recallserve.kernels import ScoreParams
+    from recallserve.memory_shards.retrieval import Feedback
 
     local = _backend(cluster, local=True)
     qvec = asyncio.run(local.embed(["X100 grinder jammed"]))[0]
@@ -142,8 +142,8 @@ class _SyncHandle:
 def test_context_mode_and_experience_embeds_run_in_the_ingress_too(cluster) -> None:
     """The blocking embed that context-mode and experiences call from worker threads skips the hop
     for small calls (the same vectors as the deployment's) and sends larger ones to the deployment."""
-    from deployments.ingress import _sync_embed
-    from deployments.memory import LocalEmbedders
+    from recallserve.deployments.ingress import _sync_embed
+    from recallserve.deployments.memory import LocalEmbedders
 
     embedder_body, _, _, cfg = cluster
     handle = _SyncHandle(embedder_body.body)

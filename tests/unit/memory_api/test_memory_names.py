@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from serve.memory_api import MemoryService
+from recallserve.serve.memory_api import MemoryService
 
 from .conftest import auth, search_ids
 

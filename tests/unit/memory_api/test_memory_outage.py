@@ -18,14 +18,14 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from memory_shards import HashingEmbedder, ShardCallConfig, ShardUnavailable, id_route, tenant_key
-from memory_shards.coordinator import MemoryCoordinator
-from memory_shards.records import MemoryRecord
-from memory_shards.retrieval import local_hybrid_coordinator
-from serve.api.auth import Authenticator
-from serve.api.errors import install_error_handlers
-from serve.memory_api import MemoryIn, MemoryService, MemoryUnavailable, build_router
-from serve.turn import RecallConfig, recall_memories
+from recallserve.memory_shards import HashingEmbedder, ShardCallConfig, ShardUnavailable, id_route, tenant_key
+from recallserve.memory_shards.coordinator import MemoryCoordinator
+from recallserve.memory_shards.records import MemoryRecord
+from recallserve.memory_shards.retrieval import local_hybrid_coordinator
+from recallserve.serve.api.auth import Authenticator
+from recallserve.serve.api.errors import install_error_handlers
+from recallserve.serve.memory_api import MemoryIn, MemoryService, MemoryUnavailable, build_router
+from recallserve.serve.turn import RecallConfig, recall_memories
 
 from .conftest import auth
 

@@ -1,4 +1,4 @@
-"""Admission of API searches (``serve.memory_api.admission``): slots, a bounded wait, a fast 503 with Retry-After.
+"""Admission of API searches (``recallserve.serve.memory_api.admission``): slots, a bounded wait, a fast 503 with Retry-After.
 
 No timings are asserted: a held slot is an unset event, so who waits and who is refused is decided
 by the counts alone; the one timeout used (a wait that can never get a slot) only ends the test.
@@ -14,8 +14,8 @@ import httpx
 import numpy as np
 import pytest
 
-from serve.memory_api import MemoryOverloaded, SearchAdmission, SearchAdmissionConfig
-from serve.memory_api.admission import AdmissionRefused
+from recallserve.serve.memory_api import MemoryOverloaded, SearchAdmission, SearchAdmissionConfig
+from recallserve.serve.memory_api.admission import AdmissionRefused
 from tests.unit.memory_api.conftest import auth, close_service, make_app, make_service
 
 

@@ -7,11 +7,11 @@ import asyncio
 import numpy as np
 import pytest
 
-from kernels import ScoreParams
-from memory_shards import MemoryRecord
-from memory_shards.records import EmbeddedRecord
-from memory_shards.retrieval import HybridRetriever, RetrievalParams, local_hybrid_coordinator
-from memory_shards.retrieval.diversify import diversify, mmr
+from recallserve.kernels import ScoreParams
+from recallserve.memory_shards import MemoryRecord
+from recallserve.memory_shards.records import EmbeddedRecord
+from recallserve.memory_shards.retrieval import HybridRetriever, RetrievalParams, local_hybrid_coordinator
+from recallserve.memory_shards.retrieval.diversify import diversify, mmr
 
 DAY = 86_400.0
 

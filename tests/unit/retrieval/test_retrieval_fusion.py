@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from kernels import ScoreParams, fused_topk
-from memory_shards.retrieval import combined_score, rrf_fuse, time_factor
+from recallserve.kernels import ScoreParams, fused_topk
+from recallserve.memory_shards.retrieval import combined_score, rrf_fuse, time_factor
 
 
 def test_rrf_formula_weights_and_ties() -> None:

@@ -7,11 +7,11 @@ import asyncio
 import numpy as np
 import pytest
 
-from kernels import ScoreParams
-from memory_shards import MemoryRecord
-from memory_shards.records import EmbeddedRecord
-from memory_shards.retrieval import HybridRetriever, local_hybrid_coordinator
-from memory_shards.retrieval.hop import hop_query
+from recallserve.kernels import ScoreParams
+from recallserve.memory_shards import MemoryRecord
+from recallserve.memory_shards.records import EmbeddedRecord
+from recallserve.memory_shards.retrieval import HybridRetriever, local_hybrid_coordinator
+from recallserve.memory_shards.retrieval.hop import hop_query
 
 
 def test_the_hop_adds_names_first_then_longer_words_never_the_questions_own() -> None:

@@ -7,10 +7,10 @@ import asyncio
 import numpy as np
 import pytest
 
-from kernels import ScoreParams
-from memory_shards import HashingEmbedder, MemoryRecord, embed_records
-from memory_shards.retrieval import HybridRetriever, RetrievalParams, local_hybrid_coordinator
-from memory_shards.records import EmbeddedRecord
+from recallserve.kernels import ScoreParams
+from recallserve.memory_shards import HashingEmbedder, MemoryRecord, embed_records
+from recallserve.memory_shards.retrieval import HybridRetriever, RetrievalParams, local_hybrid_coordinator
+from recallserve.memory_shards.records import EmbeddedRecord
 
 DIM = 16
 
@@ -148,7 +148,7 @@ async def _search_and_drain(r, q):
 def test_the_time_window_narrows_the_request_filters_and_never_widens_them() -> None:
     from datetime import datetime, timezone
 
-    from memory_shards.config import SearchFilters
+    from recallserve.memory_shards.config import SearchFilters
 
     now = datetime(2023, 8, 20, tzinfo=timezone.utc).timestamp()
     may, june = (datetime(2023, m, 1, tzinfo=timezone.utc).timestamp() for m in (5, 6))

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from memory_shards.retrieval import LexicalIndex
-from memory_shards.retrieval._text import analyse
+from recallserve.memory_shards.retrieval import LexicalIndex
+from recallserve.memory_shards.retrieval._text import analyse
 
 
 def _bm25(query: list[str], doc: list[str], docs: list[list[str]], k1: float = 1.2, b: float = 0.75) -> float:

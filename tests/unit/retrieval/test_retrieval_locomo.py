@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_shards.retrieval.locomo import (
+from recallserve.memory_shards.retrieval.locomo import (
     IndexOptions,
     load_locomo,
     normalise_evidence,
@@ -16,7 +16,7 @@ from memory_shards.retrieval.locomo import (
     summarise_recall,
     turn_records,
 )
-from deployments.cli import main
+from recallserve.deployments.cli import main
 
 TINY = Path(__file__).parent / "data" / "locomo_tiny.json"
 
@@ -92,7 +92,7 @@ def test_eval_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
 
 def test_leave_one_out_never_picks_on_the_held_out_conversation() -> None:
-    from deployments.cli._eval_locomo import leave_one_out
+    from recallserve.deployments.cli._eval_locomo import leave_one_out
 
     def res(r10: float) -> dict:
         return {"overall": {"n": 1.0, "recall@10": r10}, "multi-hop": {"n": 1.0, "recall@10": r10 / 2}}

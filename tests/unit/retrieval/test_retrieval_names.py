@@ -8,11 +8,11 @@ import asyncio
 import numpy as np
 import pytest
 
-from kernels import ScoreParams
-from memory_shards import MemoryRecord
-from memory_shards.records import EmbeddedRecord
-from memory_shards.retrieval import HybridRetriever, local_hybrid_coordinator
-from memory_shards.retrieval.hybrid import _without_names
+from recallserve.kernels import ScoreParams
+from recallserve.memory_shards import MemoryRecord
+from recallserve.memory_shards.records import EmbeddedRecord
+from recallserve.memory_shards.retrieval import HybridRetriever, local_hybrid_coordinator
+from recallserve.memory_shards.retrieval.hybrid import _without_names
 
 DECAY = ScoreParams(decay="none", threshold=-1.0)
 ASK = "What does Melanie do with her kids, camping?"

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from memory_shards.retrieval.when import query_time_window
+from recallserve.memory_shards.retrieval.when import query_time_window
 
 # NOTE: a Sunday afternoon, so weeks and weekends have a fixed answer.
 NOW = datetime(2023, 8, 20, 15, tzinfo=timezone.utc).timestamp()

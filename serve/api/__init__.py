@@ -1,0 +1,1 @@
+"""HTTP API of the chat turn: the FastAPI app, its schemas, auth, limits, errors and metrics."""
