@@ -6,7 +6,19 @@ Also the project's shared bases, which live at the bottom layer: the pydantic ba
 Importing this package never imports triton; ``fused_topk(..., backend="triton")`` does.
 """
 
-from recallserve.kernels._base import CONTROL_CHARS, NoControl, StrictModel, check_json, lazy_exports, no_control
+from recallserve.kernels._base import (
+    CONTROL_CHARS,
+    NoControl,
+    StrictModel,
+    check_json,
+    checkout_root_after_site_packages,
+    lazy_exports,
+    no_control,
+)
+
+# NOTE: first thing in every process that imports the project (kernels is the bottom layer):
+# the checkout's root on sys.path would shadow Hugging Face's `kernels` with this folder.
+checkout_root_after_site_packages()
 
 __all__ = [
     "CONTROL_CHARS",
@@ -15,6 +27,7 @@ __all__ = [
     "ScoreParams",
     "StrictModel",
     "check_json",
+    "checkout_root_after_site_packages",
     "TopKResult",
     "fused_topk",
     "lazy_exports",

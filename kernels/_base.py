@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import re
+import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
@@ -104,3 +107,33 @@ def lazy_exports(package: str, names: Mapping[str, str]) -> Callable[[str], Any]
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__
+
+
+def checkout_root_after_site_packages(path: list[str] | None = None) -> bool:
+    """Move the source checkout's root, if it is on ``sys.path``, behind every other entry.
+
+    NOTE: ``python -m ...`` run in the checkout (the README's ``python -m pytest``) and Ray workers of
+    a driver started there (Ray adds the driver's working directory to its workers' path) put the
+    checkout's root on ``sys.path``. There the folder ``kernels/`` (this package, installed as
+    ``recallserve.kernels``) is also importable under the generic name ``kernels``, ahead of Hugging
+    Face's ``kernels`` that transformers imports: every import of transformers then fails. Behind
+    site-packages the root still serves what only it has (``tests``) and shadows nothing. An
+    installed (non-editable) copy has no checkout root: nothing moves.
+
+    Args:
+        path: the search path to edit in place (default: ``sys.path``).
+
+    Returns:
+        Whether an entry moved.
+    """
+    path = sys.path if path is None else path
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "pyproject.toml").is_file():
+        return False
+    hits = [p for p in path if Path(p or os.curdir).resolve() == root]
+    if not hits or path[-len(hits):] == hits:
+        return False
+    for p in hits:
+        path.remove(p)
+    path.extend(hits)
+    return True

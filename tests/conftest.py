@@ -13,6 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+# NOTE: imported first: it moves the checkout's root (that `python -m pytest` puts first on sys.path)
+# behind site-packages, so a test that imports transformers gets Hugging Face's `kernels`, not kernels/.
+import recallserve.kernels  # noqa: F401
+
 
 def _interpret_triton_without_cuda() -> None:
     """Run Triton kernels in its interpreter when there is no GPU (``tests/kernels``).

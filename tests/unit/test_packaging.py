@@ -51,7 +51,7 @@ def test_the_only_top_level_name_is_recallserve() -> None:
     dist = distribution("recallserve")
     tops = {(f.parts[0] if len(f.parts) > 1 else f.stem) for f in dist.files or []
             if not f.parts[0].endswith((".dist-info", ".pth")) and not f.parts[0].startswith("__editable__")
-            and f.parts[0] not in ("..", "bin")}
+            and f.parts[0] not in ("..", "bin", "__pycache__")}
     assert tops <= {"recallserve"}, tops
     import recallserve.kernels
     import recallserve.serve
@@ -70,3 +70,31 @@ def test_hugging_face_kernels_installs_beside_ours() -> None:
     import recallserve.kernels
 
     assert hasattr(recallserve.kernels, "fused_topk")
+
+
+def test_run_from_the_checkout_the_generic_kernels_name_is_not_ours() -> None:
+    """``python -c``/``-m`` in the checkout puts its root first on sys.path: after importing the project,
+    ``import kernels`` (what transformers does) must not find the folder ``kernels/``."""
+    import subprocess
+    import sys
+
+    code = ("import importlib.util, recallserve.kernels; s = importlib.util.find_spec('kernels'); "
+            "print(s.origin if s else 'none')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    assert Path(out.stdout.strip()).resolve().parent != ROOT / "kernels", out.stdout
+
+
+def test_the_checkout_root_moves_behind_site_packages() -> None:
+    from recallserve.kernels import checkout_root_after_site_packages
+
+    path = ["", "/usr/lib/python3.11", str(ROOT), "/site-packages"]
+    import os
+
+    here = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        assert checkout_root_after_site_packages(path) is True
+    finally:
+        os.chdir(here)
+    assert path == ["/usr/lib/python3.11", "/site-packages", "", str(ROOT)]
+    assert checkout_root_after_site_packages(path) is False
