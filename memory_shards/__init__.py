@@ -66,7 +66,7 @@ _LAZY = {
     "MemoryRecord": "recallserve.memory_shards.records",
     "MemoryShard": "recallserve.memory_shards.shard",
     "MiniLMEmbedder": "recallserve.memory_shards.embedders",
-    "ScoreParams": "kernels",
+    "ScoreParams": "recallserve.kernels",
     "SearchFilters": "recallserve.memory_shards.config",
     "SearchHit": "recallserve.memory_shards.config",
     "ShardCallConfig": "recallserve.memory_shards.config",

@@ -42,7 +42,7 @@ def _write(out: Path, name: str, rows: object) -> None:
 
 
 def step_imports(cpu: bool, out: Path) -> int:
-    mods = ["kernels", "recallserve.kernels.bench", "recallserve.kernels.reference", "recallserve.memory_shards.shard", "recallserve.memory_shards.bench",
+    mods = ["recallserve.kernels", "recallserve.kernels.bench", "recallserve.kernels.reference", "recallserve.memory_shards.shard", "recallserve.memory_shards.bench",
             "recallserve.memory_shards._ivf", "recallserve.memory_shards.config"]
     import torch
 
@@ -53,7 +53,7 @@ def step_imports(cpu: bool, out: Path) -> int:
     for m in mods:
         importlib.import_module(m)
     leaked = sorted(m for m in sys.modules if m.split(".")[0] in ABSENT)
-    own = {"kernels", "memory_shards", "__main__"}
+    own = {"recallserve", "__main__"}
     third = sorted({m.split(".")[0] for m in sys.modules} - set(sys.stdlib_module_names) - own)
     print(f"imports ok: {', '.join(mods)}; absent modules imported: {leaked or 'none'}")
     print(f"third-party packages loaded: {', '.join(r for r in third if not r.startswith('_'))}")
