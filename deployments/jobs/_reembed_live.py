@@ -25,7 +25,7 @@ Why the reads are in that order: a user's write reaches the serving generation b
 one, so the serving copy read *after* the new one is never older than it; writing it into the
 new generation at worst lands just before the user's own write there, which replaces it.
 "content" is the record without ``last_access_at`` and ``embedding_model``
-(:func:`recallserve.deployments.jobs.reembed.content_key`).
+(:func:`recallserve.memory_shards.records.content_key`).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from recallserve.memory_shards import EmbeddedRecord, MemoryRecord
+from recallserve.memory_shards.records import content_key
 from recallserve.memory_shards.shard import record_version
 from recallserve.memory_shards.shard_access import ShardAccess
 
@@ -45,12 +46,6 @@ EmbedFn = Callable[[list[str]], np.ndarray]
 
 FILL_JOB = "reembed-fill"
 PRUNE_JOB = "reembed-prune"
-
-
-def _content_key(record: MemoryRecord) -> str:
-    from recallserve.deployments.jobs.reembed import content_key
-
-    return content_key(record)
 
 
 def _embed(embed: EmbedFn, records: Sequence[MemoryRecord], model_id: str, dim: int) -> list[EmbeddedRecord]:
@@ -91,7 +86,7 @@ def fill_batch(source: ShardAccess, target: ShardAccess, embed: EmbedFn, model_i
             counts["gone"] += 1
         elif old is None:
             missing.append(cur)
-        elif _content_key(old) != _content_key(cur):
+        elif content_key(old) != content_key(cur):
             changed.append(cur)
             expected[cur.id] = record_version(old)
         else:

@@ -40,7 +40,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["make_embedder", "add_arguments", "reembed", "catch_up", "content_key", "run", "main"]
+from recallserve.memory_shards.records import content_key
+
+__all__ = ["make_embedder", "add_arguments", "reembed", "catch_up", "run", "main"]
 
 JOB = "reembed"
 
@@ -168,12 +170,6 @@ def reembed(opts: Any, embedder: Any, target: Path) -> Any:
                     "switch": f"set memory.data_dir to {target}, memory.generation to a new name and memory.embedder to the "
                               f"model of {embedder.model_id}, then redeploy (or re-embed with --live: README.md)"}
     return report
-
-
-def content_key(record: Any) -> str:
-    """What a user write changes: the record as canonical JSON without ``last_access_at`` (a
-    recall renews it) and ``embedding_model`` (the target's differs by design)."""
-    return json.dumps(record.model_dump(mode="json", exclude={"last_access_at", "embedding_model"}), sort_keys=True)
 
 
 def catch_up(opts: Any, embedder: Any, target: Path) -> dict[str, Any]:

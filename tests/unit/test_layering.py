@@ -85,7 +85,8 @@ def _top_level_names(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("package", ["recallserve.kernels", "recallserve.memory_shards", "recallserve.serve.experience"])
+@pytest.mark.parametrize("package", ["recallserve.kernels", "recallserve.memory_shards", "recallserve.serve.experience",
+                                     "recallserve.deployments.jobs"])
 def test_every_lazy_export_names_a_project_module_that_defines_it(graph: grimp.ImportGraph, package: str) -> None:
     """A lazy export is an import by string: a wrong module path fails only when the name is first used."""
     lazy = lazy_exports(package)
@@ -97,6 +98,7 @@ def test_every_lazy_export_names_a_project_module_that_defines_it(graph: grimp.I
             continue
         path = ROOT / Path(*module.split(".")[1:])
         source = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-        if name not in _top_level_names(source):
+        # NOTE: a package may pass the name on from its own lazy exports (memory_shards -> kernels).
+        if name not in _top_level_names(source) and name not in lazy_exports(module):
             wrong.append(f"{name}: not defined at the top of {module}")
     assert wrong == []
