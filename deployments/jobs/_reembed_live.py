@@ -35,7 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from recallserve.memory_shards import EmbeddedRecord, MemoryRecord
+from recallserve.deployments.jobs._live import connect
+from recallserve.deployments.jobs._options import JobError, JobReport
+from recallserve.memory_shards import EmbeddedRecord, MemoryRecord, embedder_identity
 from recallserve.memory_shards.records import content_key
 from recallserve.memory_shards.shard import record_version
 from recallserve.memory_shards.shard_access import ShardAccess
@@ -133,8 +135,6 @@ def _check_dual_writes(cluster: Any, app: str, generation: str) -> None:
 
     The app is RUNNING (checked on connect), so every ingress replica runs the same config.
     """
-    from recallserve.deployments.jobs._common import JobError
-
     routing = cluster.handle("ingress").memory_routing.remote().result(timeout_s=60)
     m = routing.get("migration")
     if not m or m.get("generation") != generation or m.get("writes") != "both":
@@ -156,10 +156,7 @@ def run_live(opts: Any, config: Any, live: Any) -> Any:
     """
     import time
 
-    from recallserve.memory_shards import embedder_identity
-
-    from recallserve.deployments.jobs import _live
-    from recallserve.deployments.jobs._common import JobError, JobReport, run_access_job
+    from recallserve.deployments.jobs._common import run_access_job
 
     migration = config.memory.migration
     if migration is None:
@@ -173,7 +170,7 @@ def run_live(opts: Any, config: Any, live: Any) -> Any:
     started = time.monotonic()
     source_live = live.model_copy(update={"generation": current.name})
     target_live = live.model_copy(update={"generation": target.name})
-    with _live.connect(source_live) as cluster:
+    with connect(source_live) as cluster:
         missing = [n for n in [target.embedder_deployment, *target.shard_names(config.memory.num_shards)]
                    if n not in cluster.deployments]
         if missing:

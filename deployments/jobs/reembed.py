@@ -40,6 +40,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from recallserve.deployments.jobs._args import add_live_arguments, live_from_args, options_from_args, run_main
+from recallserve.deployments.jobs._options import JobReport
+from recallserve.memory_shards import HashingEmbedder, MiniLMEmbedder
 from recallserve.memory_shards.records import content_key
 
 __all__ = ["make_embedder", "add_arguments", "reembed", "catch_up", "run", "main"]
@@ -53,8 +56,6 @@ def make_embedder(spec: str) -> Any:
     Raises:
         ValueError: an unknown spec (names the accepted ones).
     """
-    from recallserve.memory_shards import HashingEmbedder, MiniLMEmbedder
-
     name, _, arg = spec.partition(":")
     if name == "minilm" and not arg:
         return MiniLMEmbedder()
@@ -70,8 +71,6 @@ def make_embedder(spec: str) -> Any:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The re-embed job's own flags (and ``--live``/``--app``/``--ray-address``)."""
-    from recallserve.deployments.jobs._args import add_live_arguments
-
     add_live_arguments(p)
     p.add_argument("--embedder", default=None, help="new embedder (folder mode): minilm | minilm-int8 | hashing[:DIM]")
     p.add_argument("--target", type=Path, default=None, help="data root of the new shards, folder mode (must differ from --data-dir)")
@@ -192,7 +191,7 @@ def catch_up(opts: Any, embedder: Any, target: Path) -> dict[str, Any]:
 
     from recallserve.memory_shards import MemoryShard, ShardConfig, embed_records
 
-    from recallserve.deployments.jobs._common import JobReport, discover_shards, open_shard
+    from recallserve.deployments.jobs._common import discover_shards, open_shard
 
     source = opts.data_dir.resolve()
     target = target.resolve()
@@ -256,8 +255,6 @@ def catch_up(opts: Any, embedder: Any, target: Path) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> Any:
     """Entry used by both ``recallserve job reembed`` and ``python -m``."""
-    from recallserve.deployments.jobs._args import live_from_args, options_from_args
-
     live = live_from_args(args)
     if live is not None:
         for flag in ("embedder", "target", "catch_up"):
@@ -277,8 +274,6 @@ def run(args: argparse.Namespace) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from recallserve.deployments.jobs._args import run_main
-
     return run_main(JOB, add_arguments, run, argv)
 
 
