@@ -1,4 +1,5 @@
-"""What every maintenance job shares: options, the checkpoint file, opening shards, the loop.
+"""What every maintenance job shares: the checkpoint file, opening shards, the loop (its options,
+report and error are in ``_options``).
 
 A job walks the shards of a memory data root (``<data_dir>/shard-<i>``) one at a time and the
 records of a shard in id order, in batches. After each batch it applies its changes (unless
@@ -39,8 +40,7 @@ from recallserve.deployments.jobs._options import JobError, JobOptions, JobRepor
 from recallserve.memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard, ShardConfig
 from recallserve.memory_shards.shard_access import LocalShardAccess, ShardAccess, all_records
 
-__all__ = ["JobError", "JobOptions", "JobReport", "LiveOptions", "Checkpoint", "discover_shards", "open_shard",
-           "run_access_job", "run_shard_job"]
+__all__ = ["Checkpoint", "discover_shards", "open_shard", "run_access_job", "run_shard_job"]
 
 CHECKPOINT_FORMAT = 1
 

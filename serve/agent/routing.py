@@ -50,7 +50,7 @@ from recallserve.kernels import StrictModel
 from recallserve.serve.agent.hints import RoutingHint, ci_pattern
 from recallserve.serve.agent.tools import Tool
 
-__all__ = ["ABOUT_ME", "ACTION_REQUESTS", "RoutingHint", "RuleDecision", "route_by_rules", "bind_schema", "requested_action"]
+__all__ = ["ABOUT_ME", "ACTION_REQUESTS", "RuleDecision", "route_by_rules", "bind_schema", "requested_action"]
 
 
 #: Requests for an action (label -> case-insensitive pattern of asking for it). When no tool of the
