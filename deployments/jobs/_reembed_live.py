@@ -30,6 +30,7 @@ new generation at worst lands just before the user's own write there, which repl
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -154,8 +155,6 @@ def run_live(opts: Any, config: Any, live: Any) -> Any:
         JobError: no migration in the config, its deployments missing from the app, or the app
             not RUNNING (a roll-out in progress: not every ingress replica writes both yet).
     """
-    import time
-
     from recallserve.deployments.jobs._common import run_access_job
 
     migration = config.memory.migration

@@ -36,6 +36,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -187,8 +188,6 @@ def catch_up(opts: Any, embedder: Any, target: Path) -> dict[str, Any]:
         ValueError: ``target`` holds no finished re-embed (no ``REEMBED.json``) or one made with
             another embedder (names ``--target`` / ``--embedder``).
     """
-    from collections import defaultdict
-
     from recallserve.memory_shards import MemoryShard, ShardConfig, embed_records
 
     from recallserve.deployments.jobs._common import discover_shards, open_shard
