@@ -19,6 +19,7 @@ from recallserve.deployments.engines import EngineConfig
 from recallserve.deployments.options import DeploymentOptions
 from recallserve.kernels import StrictModel
 from recallserve.memory_shards.config import ShardCallConfig, ShardPlacement
+from recallserve.memory_shards.embedders import resolve_runtime
 from recallserve.memory_shards.retrieval.hybrid import RetrievalParams
 from recallserve.serve.agent import AgentConfig
 from recallserve.serve.api.auth import READ_ONLY_SCOPES
@@ -203,8 +204,6 @@ class EmbedderConfig(StrictModel):
 
     @model_validator(mode="after")
     def _runtime_fits(self) -> EmbedderConfig:
-        from recallserve.memory_shards.embedders import resolve_runtime
-
         if self.model.endswith("-int8") and self.device != "cpu":
             raise ValueError(f"model: {self.model} runs on the CPU only; set device: cpu or the fp32 model")
         if self.ingress_max_texts and (self.device != "cpu" or self.ingress_max_texts >= self.bulk_min_texts):

@@ -27,6 +27,7 @@ from recallserve.deployments.state import RemoteStore
 from recallserve.serve.api.app import create_app
 from recallserve.serve.api.auth import RESERVED_TENANT_PREFIX, Authenticator
 from recallserve.serve.agent import Agent, default_registry
+from recallserve.serve.agent.demo import load_demo_memories
 from recallserve.serve.context import ContextManager, LLMSummariser, SessionStore
 from recallserve.serve.context import build_router as build_session_router
 from recallserve.serve.experience import ExperienceService, ExperienceStore
@@ -106,8 +107,6 @@ class Ingress(PlacementInfo):
         Used by ``recallserve up --demo``: shared records are visible to every tenant, and an API
         key can only write its own tenant's records, so this goes through a handle, not HTTP.
         """
-        from recallserve.serve.agent.demo import load_demo_memories
-
         return len(await load_demo_memories(self._backend))
 
 

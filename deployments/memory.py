@@ -47,7 +47,7 @@ from recallserve.memory_shards.retrieval import Feedback, HybridShard, ShardHybr
 from recallserve.memory_shards.shard import MemoryShard
 from recallserve.serve import envs
 from recallserve.serve.api.errors import APIError
-from recallserve.serve.api.metrics import MEMORY_HOP
+from recallserve.serve.api.metrics import MEMORY_HOP, MEMORY_ROUTING
 from recallserve.serve.memory_api import MemoryService, MigratingMemoryService, SearchAdmission
 from recallserve.serve.pii import PiiMode
 
@@ -396,8 +396,6 @@ def memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig,
 
 def _memory_backend(generations: Sequence[dict[str, Any]], memory: MemoryConfig,
                     embedder: EmbedderConfig | None, local: LocalEmbedders) -> MemoryService:
-    from recallserve.serve.api.metrics import MEMORY_ROUTING
-
     configs = [g.embedder for g in memory.generations(embedder)] if embedder is not None else [None] * len(generations)
     services = [HandleMemoryBackend(g["embedder"], g["shards"], memory, local.get(c), c.ingress_max_texts if c else 0)
                 for g, c in zip(generations, configs, strict=True)]

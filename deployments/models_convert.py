@@ -19,6 +19,9 @@ import json
 import sys
 from pathlib import Path
 
+from recallserve.deployments.models import ModelError, ModelSpec, resolve_model_path
+from recallserve.serve import envs
+
 __all__ = ["convert_gguf_to_hf", "ensure_hf_folder", "main"]
 
 # NOTE: written last by a conversion; its presence marks a complete folder.
@@ -78,8 +81,6 @@ def ensure_hf_folder(gguf: Path, *, dtype: str = "float32") -> Path:
     The folder is keyed on the GGUF's file name and dtype; a folder without the completion
     marker (an interrupted conversion) is converted again.
     """
-    from recallserve.serve import envs
-
     out = envs.recallserve_home() / "hf" / f"{gguf.name.removesuffix('.gguf')}-{dtype}"
     if (out / _DONE).is_file():
         return out
@@ -93,7 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out_dir", type=Path, help="destination Hugging Face model folder")
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     args = parser.parse_args(argv)
-    from recallserve.deployments.models import ModelError, ModelSpec, resolve_model_path
 
     try:
         gguf = resolve_model_path(ModelSpec.model_validate(args.model))

@@ -20,6 +20,7 @@ from pathlib import Path
 from recallserve.deployments._ray_paths import ray_temp_dir
 from recallserve.deployments.config import ROLES, AppConfig
 from recallserve.deployments.engines import LlamaCppConfig
+from recallserve.deployments.jobs._live import ray_connection
 from recallserve.deployments.models import resolve_model_path
 from recallserve.serve.api.metrics import MULTIPROC_ENV
 
@@ -212,8 +213,6 @@ def redeploy(config: AppConfig, *, address: str | None = None, timeout_s: float 
     """
     from ray import serve
     from ray.serve.exceptions import RayServeException
-
-    from recallserve.deployments.jobs._live import ray_connection
 
     # NOTE: its JobError (no cluster, unreachable) is a RuntimeError, as documented below.
     with ray_connection(address or config.ray.address, config.ray.temp_dir, config.ray.auth_disabled):

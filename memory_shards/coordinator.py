@@ -50,9 +50,9 @@ import numpy as np
 
 from recallserve.kernels import ScoreParams
 
+from ._embedder_base import Embedder
 from ._fanout import ShardCalls, ShardUnavailable
 from .config import SearchFilters, SearchHit, ShardCallConfig, ShardConfig
-from .embedders import Embedder
 from .records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, id_route, source_key, tenant_key
 from .shard import MemoryShard
 

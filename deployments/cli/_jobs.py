@@ -9,14 +9,15 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from recallserve.deployments.cli import UserError
+from recallserve.deployments.jobs import JOBS
+from recallserve.deployments.jobs._args import add_common_arguments, print_report
+
 __all__ = ["add_parser"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register every job under ``recallserve job``."""
-    from recallserve.deployments.jobs import JOBS
-    from recallserve.deployments.jobs._args import add_common_arguments
-
     for name, spec in JOBS.items():
         p = subparsers.add_parser(name, help=spec.help)
         if spec.shard_flags:
@@ -29,9 +30,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 def _runner(module: str):  # type: ignore[no-untyped-def]
     def run(args: argparse.Namespace) -> int:
         """Run the job and print its report; errors become one line (exit 2)."""
-        from recallserve.deployments.cli import UserError
-        from recallserve.deployments.jobs._args import print_report
-
         try:
             report = importlib.import_module(module).run(args)
         except (ValueError, RuntimeError) as exc:

@@ -5,6 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 
+from recallserve.deployments.cli import UserError
+from recallserve.deployments.models import (
+    BUILTIN_MODELS,
+    ModelError,
+    ModelNotInstalledError,
+    builtin_status,
+    ensure_builtin,
+    get_builtin,
+)
+from recallserve.serve import envs
+
 __all__ = ["add_parser"]
 
 
@@ -41,9 +52,6 @@ def _yes(flag: bool) -> str:
 
 
 def _run_list(args: argparse.Namespace) -> int:
-    from recallserve.deployments.models import BUILTIN_MODELS, builtin_status
-    from recallserve.serve import envs
-
     print(f"cache folder: {envs.models_dir()}  (set RECALLSERVE_HOME to move it)")
     header = f"{'name':<38} {'installed':<9} {'joined':<6} {'verified':<8} {'size':>9}  source"
     print(header)
@@ -68,9 +76,6 @@ def _run_list(args: argparse.Namespace) -> int:
 
 
 def _run_path(args: argparse.Namespace) -> int:
-    from recallserve.deployments.models import ModelError, ensure_builtin, get_builtin
-    from recallserve.deployments.cli import UserError
-
     try:
         path = ensure_builtin(get_builtin(args.name))
     except ModelError as exc:
@@ -80,9 +85,6 @@ def _run_path(args: argparse.Namespace) -> int:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    from recallserve.deployments.models import BUILTIN_MODELS, ModelError, ModelNotInstalledError, ensure_builtin, get_builtin
-    from recallserve.deployments.cli import UserError
-
     if args.name is not None:
         try:
             models = [get_builtin(args.name)]

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from recallserve.deployments.cli import UserError, add_profile_arguments
+
 __all__ = ["add_parser"]
 
 
@@ -15,7 +17,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "serve-config",
         help="render a profile as a Ray Serve config file (serve deploy, KubeRay serveConfigV2, the Helm chart)",
     )
-    from recallserve.deployments.cli import add_profile_arguments
 
     add_profile_arguments(p)
     p.add_argument(
@@ -35,7 +36,6 @@ def run(args: argparse.Namespace) -> int:
     """Render and write (or check) the Serve config; returns the exit code."""
     from recallserve.deployments.config import ConfigError, load_config
     from recallserve.deployments.serve_config import dropped_auth_keys, dump_serve_config, render_serve_config
-    from recallserve.deployments.cli import UserError
 
     try:
         config = load_config(profile=args.profile, path=args.config)

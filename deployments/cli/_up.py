@@ -5,15 +5,14 @@ from __future__ import annotations
 import argparse
 import time
 
-from recallserve.deployments.cli import UserError
+from recallserve.deployments.cli import UserError, add_profile_arguments
+from recallserve.deployments.models import ModelError
 
 __all__ = ["add_parser"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser("up", help="start the cluster and serve the OpenAI-compatible API until Ctrl-C")
-    from recallserve.deployments.cli import add_profile_arguments
-
     add_profile_arguments(p)
     p.add_argument("--host", default=None, help="bind address (default from the profile: 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="HTTP port (default from the profile: 8000)")
@@ -24,7 +23,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 
 def run(args: argparse.Namespace) -> int:
     from recallserve.deployments.config import ConfigError, load_config
-    from recallserve.deployments.models import ModelError
 
     server: dict[str, object] = {}
     if args.host:

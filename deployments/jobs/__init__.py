@@ -26,7 +26,10 @@ memory migration (``memory.migration`` in the deployed config) while every write
 generations; see ``reembed`` and README "Re-embedding without downtime".
 """
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from recallserve.deployments.jobs._options import JobError, JobOptions, JobReport, LiveOptions
+from recallserve.kernels import lazy_exports
 
 __all__ = [
     "JOBS",
@@ -69,13 +72,6 @@ JOBS: dict[str, JobSpec] = {
 
 # NOTE: names from _common load on first use, so that ``recallserve --help`` (which imports the
 # light ``_args`` module of this package) does not import torch through memory_shards.
-_LAZY = {"Checkpoint", "JobError", "JobOptions", "JobReport", "LiveOptions", "discover_shards", "open_shard",
-         "run_access_job", "run_shard_job"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from recallserve.deployments.jobs import _common
-
-        return getattr(_common, name)
-    raise AttributeError(f"module 'recallserve.deployments.jobs' has no attribute {name!r}")
+_LAZY = dict.fromkeys(("Checkpoint", "discover_shards", "open_shard", "run_access_job", "run_shard_job"),
+                      "recallserve.deployments.jobs._common")
+__getattr__ = lazy_exports(__name__, _LAZY)

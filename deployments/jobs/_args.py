@@ -13,6 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from recallserve.deployments.jobs import JOBS
+from recallserve.deployments.jobs._options import JobOptions, LiveOptions
+from recallserve.memory_shards.embedders import embedder_identity
+
 __all__ = ["add_common_arguments", "add_live_arguments", "live_from_args", "options_from_args", "print_report", "run_main"]
 
 
@@ -54,7 +58,6 @@ def live_from_args(args: argparse.Namespace) -> Any:
                 raise ValueError(f"--{flag.replace('_', '-')}: only meaningful with --live")
         return None
     from recallserve.deployments.config import load_config
-    from recallserve.deployments.jobs._common import LiveOptions
 
     config = load_config(profile=args.profile, path=args.config)
     # NOTE: the serving generation's shards (memory_shard_<generation>_<i> once a re-embed made a
@@ -67,13 +70,10 @@ def live_from_args(args: argparse.Namespace) -> Any:
 def options_from_args(args: argparse.Namespace) -> Any:
     """Build :class:`JobOptions` from the flags, filling gaps from the profile."""
     from recallserve.deployments.config import load_config
-    from recallserve.deployments.jobs._common import JobOptions
 
     config = load_config(profile=args.profile, path=args.config)
     model_id, dim = args.model_id, args.dim
     if model_id is None or dim is None:
-        from recallserve.memory_shards.embedders import embedder_identity
-
         # NOTE: the memory tier's embedder: its own (memory.embedder) or the cluster's.
         default_id, default_dim = embedder_identity((config.memory.embedder or config.embedder).model)
         model_id, dim = model_id or default_id, dim or default_dim
@@ -113,8 +113,6 @@ def run_main(job: str, add_arguments: Callable[[argparse.ArgumentParser], None],
     ``job`` is the job's name in :data:`recallserve.deployments.jobs.JOBS` (its help and whether it takes the
     shared shard flags come from there).
     """
-    from recallserve.deployments.jobs import JOBS
-
     spec = JOBS[job]
     p = argparse.ArgumentParser(description=spec.help)
     if spec.shard_flags:

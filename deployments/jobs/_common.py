@@ -1,4 +1,5 @@
-"""What every maintenance job shares: options, the checkpoint file, opening shards, the loop.
+"""What every maintenance job shares: the checkpoint file, opening shards, the loop (its options,
+report and error are in ``_options``).
 
 A job walks the shards of a memory data root (``<data_dir>/shard-<i>``) one at a time and the
 records of a shard in id order, in batches. After each batch it applies its changes (unless
@@ -34,58 +35,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
-
-from recallserve.kernels import StrictModel
+from recallserve.deployments.jobs._live import LiveCluster, connect
+from recallserve.deployments.jobs._options import JobError, JobOptions, JobReport, LiveOptions
 from recallserve.memory_shards import EmbeddedRecord, MemoryRecord, MemoryShard, ShardConfig
 from recallserve.memory_shards.shard_access import LocalShardAccess, ShardAccess, all_records
 
-__all__ = ["JobError", "JobOptions", "JobReport", "LiveOptions", "Checkpoint", "discover_shards", "open_shard",
-           "run_access_job", "run_shard_job"]
+__all__ = ["Checkpoint", "discover_shards", "open_shard", "run_access_job", "run_shard_job"]
 
 CHECKPOINT_FORMAT = 1
-
-
-class JobError(RuntimeError):
-    """A job cannot run (bad data root, a shard held by a running cluster, a foreign checkpoint)."""
-
-
-class JobOptions(StrictModel):
-    """Options common to every job."""
-
-    data_dir: Path = Field(description="Memory data root holding shard-<i> folders.")
-    num_shards: int | None = Field(default=None, ge=1, le=4096, description="Shards to process; None = every shard-<i> folder found.")
-    model_id: str = Field(min_length=1, description="Embedding model id of the stored vectors.")
-    dim: int = Field(gt=0, le=8192, description="Vector dimension of the stored vectors.")
-    checkpoint: Path | None = Field(default=None, description="Checkpoint file; default <data_dir>/.jobs/<job>.json.")
-    restart: bool = Field(default=False, description="Ignore (and replace) an existing checkpoint.")
-    dry_run: bool = Field(default=False, description="Report what would change; write nothing (not even the checkpoint).")
-    batch_size: int = Field(default=256, ge=1, le=100_000, description="Records per batch (one checkpoint per batch).")
-    progress: bool = Field(default=True, description="Show a progress bar per shard.")
-
-
-class LiveOptions(StrictModel):
-    """Where a live job finds the running cluster and the app whose shard deployments it works through."""
-
-    app: str = Field(min_length=1, max_length=256, description="Ray Serve application holding the memory_shard_<i> deployments.")
-    address: str | None = Field(default=None, max_length=512, description="Ray address; None: RAY_ADDRESS, else the local cluster using temp_dir.")
-    temp_dir: Path = Field(default=Path(".recallserve/ray"), description="Ray temp folder of the local cluster (the runner's ray.temp_dir).")
-    auth_disabled: bool = Field(default=True, description="Set RAY_AUTH_MODE=disabled before connecting (as the runner does).")
-    call_timeout_s: float = Field(default=300.0, gt=0, le=3600, description="Seconds one shard call may take before the job stops.")
-    generation: str = Field(default="", max_length=16, description="Memory generation whose shards the job walks ('' = memory_shard_<i>).")
-
-
-class JobReport(StrictModel):
-    """What a job did (or, in a dry run, would do)."""
-
-    job: str = Field(description="Job name.")
-    dry_run: bool = Field(description="True when nothing was written.")
-    resumed: bool = Field(description="True when the run continued from a checkpoint.")
-    shards: int = Field(description="Shards processed in this run (including resumed ones).")
-    stats: dict[str, int] = Field(description="Counters (seen, deleted, demoted, ...).")
-    seconds: float = Field(description="Wall time of this run.")
-    checkpoint: str | None = Field(description="Checkpoint file path (None in a dry run).")
-    extra: dict[str, Any] = Field(default_factory=dict, description="Job-specific results (e.g. the re-embed target).")
 
 
 class Checkpoint:
@@ -254,7 +211,7 @@ def run_access_job(
     process_batch: Callable[[dict[str, Any]], AccessBatchFn],
     *,
     live: LiveOptions | None = None,
-    cluster: Any = None,
+    cluster: LiveCluster | None = None,
     after_shard: Callable[[int], None] | None = None,
 ) -> JobReport:
     """Page through every shard's records in id order through :class:`ShardAccess`, with checkpoints.
@@ -270,7 +227,7 @@ def run_access_job(
         params: the job's own options; stored in the checkpoint (``now`` is sticky).
         process_batch: given the effective params, returns the batch function.
         live: work through the shard deployments of a running app instead of the folders.
-        cluster: an already connected ``_live.LiveCluster`` to use with ``live`` (not closed here).
+        cluster: an already connected :class:`~recallserve.deployments.jobs._live.LiveCluster` to use with ``live`` (not closed here).
         after_shard: called with the index of each shard finished in this run (not in a dry run).
 
     Raises:
@@ -288,10 +245,8 @@ def run_access_job(
             indices = discover_shards(opts.data_dir, opts.num_shards)
             scope = functools.partial(_local_scope, opts)
         else:
-            from recallserve.deployments.jobs import _live
-
             if cluster is None:
-                cluster = stack.enter_context(_live.connect(live))
+                cluster = stack.enter_context(connect(live))
             indices = cluster.shard_indices(opts.num_shards)
             scope = functools.partial(cluster.shard, generation=live.generation)
         for index in indices:

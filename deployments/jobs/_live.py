@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from recallserve.deployments._ray_paths import ray_temp_dir_names
+from recallserve.deployments.jobs._options import JobError, LiveOptions
 from recallserve.memory_shards import EmbeddedRecord, MemoryRecord
-
-from ._common import JobError, LiveOptions
 
 __all__ = ["LiveCluster", "LiveShardAccess", "connect", "find_local_cluster", "ray_connection"]
 

@@ -25,17 +25,21 @@ Why the reads are in that order: a user's write reaches the serving generation b
 one, so the serving copy read *after* the new one is never older than it; writing it into the
 new generation at worst lands just before the user's own write there, which replaces it.
 "content" is the record without ``last_access_at`` and ``embedding_model``
-(:func:`recallserve.deployments.jobs.reembed.content_key`).
+(:func:`recallserve.memory_shards.records.content_key`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from recallserve.memory_shards import EmbeddedRecord, MemoryRecord
+from recallserve.deployments.jobs._live import connect
+from recallserve.deployments.jobs._options import JobError, JobReport
+from recallserve.memory_shards import EmbeddedRecord, MemoryRecord, embedder_identity
+from recallserve.memory_shards.records import content_key
 from recallserve.memory_shards.shard import record_version
 from recallserve.memory_shards.shard_access import ShardAccess
 
@@ -45,12 +49,6 @@ EmbedFn = Callable[[list[str]], np.ndarray]
 
 FILL_JOB = "reembed-fill"
 PRUNE_JOB = "reembed-prune"
-
-
-def _content_key(record: MemoryRecord) -> str:
-    from recallserve.deployments.jobs.reembed import content_key
-
-    return content_key(record)
 
 
 def _embed(embed: EmbedFn, records: Sequence[MemoryRecord], model_id: str, dim: int) -> list[EmbeddedRecord]:
@@ -91,7 +89,7 @@ def fill_batch(source: ShardAccess, target: ShardAccess, embed: EmbedFn, model_i
             counts["gone"] += 1
         elif old is None:
             missing.append(cur)
-        elif _content_key(old) != _content_key(cur):
+        elif content_key(old) != content_key(cur):
             changed.append(cur)
             expected[cur.id] = record_version(old)
         else:
@@ -138,8 +136,6 @@ def _check_dual_writes(cluster: Any, app: str, generation: str) -> None:
 
     The app is RUNNING (checked on connect), so every ingress replica runs the same config.
     """
-    from recallserve.deployments.jobs._common import JobError
-
     routing = cluster.handle("ingress").memory_routing.remote().result(timeout_s=60)
     m = routing.get("migration")
     if not m or m.get("generation") != generation or m.get("writes") != "both":
@@ -159,12 +155,7 @@ def run_live(opts: Any, config: Any, live: Any) -> Any:
         JobError: no migration in the config, its deployments missing from the app, or the app
             not RUNNING (a roll-out in progress: not every ingress replica writes both yet).
     """
-    import time
-
-    from recallserve.memory_shards import embedder_identity
-
-    from recallserve.deployments.jobs import _live
-    from recallserve.deployments.jobs._common import JobError, JobReport, run_access_job
+    from recallserve.deployments.jobs._common import run_access_job
 
     migration = config.memory.migration
     if migration is None:
@@ -178,7 +169,7 @@ def run_live(opts: Any, config: Any, live: Any) -> Any:
     started = time.monotonic()
     source_live = live.model_copy(update={"generation": current.name})
     target_live = live.model_copy(update={"generation": target.name})
-    with _live.connect(source_live) as cluster:
+    with connect(source_live) as cluster:
         missing = [n for n in [target.embedder_deployment, *target.shard_names(config.memory.num_shards)]
                    if n not in cluster.deployments]
         if missing:

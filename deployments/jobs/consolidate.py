@@ -33,6 +33,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from recallserve.deployments.jobs._args import add_live_arguments, live_from_args, options_from_args, run_main
+from recallserve.memory_shards import EmbeddedRecord
+
 __all__ = ["add_arguments", "consolidate", "run", "main"]
 
 JOB = "consolidate"
@@ -40,8 +43,6 @@ JOB = "consolidate"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The consolidation job's own flags (and ``--live``/``--app``/``--ray-address``)."""
-    from recallserve.deployments.jobs._args import add_live_arguments
-
     add_live_arguments(p)
     p.add_argument("--threshold", type=float, default=0.95, help="cosine at or above which two memories are duplicates")
     p.add_argument("--neighbours", type=int, default=16, help="candidates examined per record")
@@ -58,7 +59,6 @@ def consolidate(opts: Any, *, threshold: float = 0.95, neighbours: int = 16, liv
     Raises:
         ValueError: ``threshold`` outside (0, 1] or ``neighbours`` < 2 (names the option).
     """
-    from recallserve.memory_shards import EmbeddedRecord
     from recallserve.memory_shards.shard import record_version
 
     from recallserve.deployments.jobs._common import run_access_job
@@ -106,15 +106,11 @@ def consolidate(opts: Any, *, threshold: float = 0.95, neighbours: int = 16, liv
 
 def run(args: argparse.Namespace) -> Any:
     """Entry used by both ``recallserve job consolidate`` and ``python -m``."""
-    from recallserve.deployments.jobs._args import live_from_args, options_from_args
-
     return consolidate(options_from_args(args), threshold=args.threshold, neighbours=args.neighbours,
                        live=live_from_args(args))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from recallserve.deployments.jobs._args import run_main
-
     return run_main(JOB, add_arguments, run, argv)
 
 

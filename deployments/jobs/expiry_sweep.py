@@ -42,6 +42,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from recallserve.deployments.jobs._args import add_live_arguments, live_from_args, options_from_args, run_main
+from recallserve.memory_shards import EmbeddedRecord, MemoryRecord
+
 __all__ = ["ARCHIVAL_TIER", "decay_factor", "add_arguments", "run", "sweep", "main"]
 
 ARCHIVAL_TIER = "archival"
@@ -56,8 +59,6 @@ def decay_factor(last_access_at: float, now: float, decay_lambda: float) -> floa
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The sweep's own flags (and ``--live``/``--app``/``--ray-address``)."""
-    from recallserve.deployments.jobs._args import add_live_arguments
-
     add_live_arguments(p)
     p.add_argument("--archive-below", type=float, default=0.3, help="demote when the decay factor is below this (0 disables)")
     p.add_argument("--decay-lambda", type=float, default=0.1, help="lambda of the decay 1/(1 + lambda * days)")
@@ -78,7 +79,6 @@ def sweep(opts: Any, *, archive_below: float = 0.3, decay_lambda: float = 0.1, n
         ValueError: a bound out of range (names the option).
         JobError: see :func:`recallserve.deployments.jobs.run_access_job`.
     """
-    from recallserve.memory_shards import EmbeddedRecord, MemoryRecord
     from recallserve.memory_shards.shard import record_version
     from pydantic import ValidationError
 
@@ -138,15 +138,11 @@ def sweep(opts: Any, *, archive_below: float = 0.3, decay_lambda: float = 0.1, n
 
 def run(args: argparse.Namespace) -> Any:
     """Entry used by both ``recallserve job expiry-sweep`` and ``python -m``."""
-    from recallserve.deployments.jobs._args import live_from_args, options_from_args
-
     return sweep(options_from_args(args), archive_below=args.archive_below, decay_lambda=args.decay_lambda,
                  now=args.now, delete_expired=not args.keep_expired, live=live_from_args(args))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from recallserve.deployments.jobs._args import run_main
-
     return run_main(JOB, add_arguments, run, argv)
 
 

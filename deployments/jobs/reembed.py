@@ -36,11 +36,17 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["make_embedder", "add_arguments", "reembed", "catch_up", "content_key", "run", "main"]
+from recallserve.deployments.jobs._args import add_live_arguments, live_from_args, options_from_args, run_main
+from recallserve.deployments.jobs._options import JobReport
+from recallserve.memory_shards import HashingEmbedder, MiniLMEmbedder
+from recallserve.memory_shards.records import content_key
+
+__all__ = ["make_embedder", "add_arguments", "reembed", "catch_up", "run", "main"]
 
 JOB = "reembed"
 
@@ -51,8 +57,6 @@ def make_embedder(spec: str) -> Any:
     Raises:
         ValueError: an unknown spec (names the accepted ones).
     """
-    from recallserve.memory_shards import HashingEmbedder, MiniLMEmbedder
-
     name, _, arg = spec.partition(":")
     if name == "minilm" and not arg:
         return MiniLMEmbedder()
@@ -68,8 +72,6 @@ def make_embedder(spec: str) -> Any:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The re-embed job's own flags (and ``--live``/``--app``/``--ray-address``)."""
-    from recallserve.deployments.jobs._args import add_live_arguments
-
     add_live_arguments(p)
     p.add_argument("--embedder", default=None, help="new embedder (folder mode): minilm | minilm-int8 | hashing[:DIM]")
     p.add_argument("--target", type=Path, default=None, help="data root of the new shards, folder mode (must differ from --data-dir)")
@@ -170,12 +172,6 @@ def reembed(opts: Any, embedder: Any, target: Path) -> Any:
     return report
 
 
-def content_key(record: Any) -> str:
-    """What a user write changes: the record as canonical JSON without ``last_access_at`` (a
-    recall renews it) and ``embedding_model`` (the target's differs by design)."""
-    return json.dumps(record.model_dump(mode="json", exclude={"last_access_at", "embedding_model"}), sort_keys=True)
-
-
 def catch_up(opts: Any, embedder: Any, target: Path) -> dict[str, Any]:
     """Bring a finished re-embed ``target`` up to date with the sources, incrementally.
 
@@ -192,11 +188,9 @@ def catch_up(opts: Any, embedder: Any, target: Path) -> dict[str, Any]:
         ValueError: ``target`` holds no finished re-embed (no ``REEMBED.json``) or one made with
             another embedder (names ``--target`` / ``--embedder``).
     """
-    from collections import defaultdict
-
     from recallserve.memory_shards import MemoryShard, ShardConfig, embed_records
 
-    from recallserve.deployments.jobs._common import JobReport, discover_shards, open_shard
+    from recallserve.deployments.jobs._common import discover_shards, open_shard
 
     source = opts.data_dir.resolve()
     target = target.resolve()
@@ -260,8 +254,6 @@ def catch_up(opts: Any, embedder: Any, target: Path) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> Any:
     """Entry used by both ``recallserve job reembed`` and ``python -m``."""
-    from recallserve.deployments.jobs._args import live_from_args, options_from_args
-
     live = live_from_args(args)
     if live is not None:
         for flag in ("embedder", "target", "catch_up"):
@@ -281,8 +273,6 @@ def run(args: argparse.Namespace) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from recallserve.deployments.jobs._args import run_main
-
     return run_main(JOB, add_arguments, run, argv)
 
 

@@ -34,6 +34,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from recallserve.deployments.engines import build_engine
+from recallserve.deployments.jobs._args import add_live_arguments, live_from_args, run_main
+from recallserve.deployments.jobs._live import connect
+from recallserve.deployments.jobs._options import JobReport
+
 __all__ = ["add_arguments", "default_store", "long_sessions", "resummarise", "resummarise_live", "run", "main"]
 
 JOB = "resummarise"
@@ -41,8 +46,6 @@ JOB = "resummarise"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of this job (it works on the session store, not on shards)."""
-    from recallserve.deployments.jobs._args import add_live_arguments
-
     src = p.add_mutually_exclusive_group()
     src.add_argument("--profile", default=None, help="profile giving the summariser engine (with --summariser model)")
     src.add_argument("--config", type=Path, default=None, help="a profile YAML file instead")
@@ -122,7 +125,7 @@ async def _work(store: Any, min_unsummarised: int, summariser: Any, ckpt: Any, d
 
 def _report(store: Any, *, min_unsummarised: int, summariser: Any, dry_run: bool, checkpoint: Path,
             restart: bool, progress: bool) -> Any:
-    from recallserve.deployments.jobs._common import Checkpoint, JobReport
+    from recallserve.deployments.jobs._common import Checkpoint
 
     if min_unsummarised < 1:
         raise ValueError(f"min_unsummarised: must be >= 1, got {min_unsummarised}")
@@ -166,7 +169,6 @@ def resummarise_live(live: Any, *, min_unsummarised: int = 40, summariser: Calla
     Raises:
         JobError: no cluster, app or ``state`` deployment (an app deployed before it existed).
     """
-    from recallserve.deployments.jobs._live import connect
     from recallserve.deployments.state import RemoteStore
 
     with connect(live) as cluster:
@@ -183,7 +185,6 @@ def _summariser(args: argparse.Namespace) -> Any:
     if args.summariser == "extractive":
         return None  # NOTE: ContextManager's default ExtractiveSummariser
     from recallserve.deployments.config import load_config
-    from recallserve.deployments.engines import build_engine
     from recallserve.serve.context import LLMSummariser
 
     config = load_config(profile=args.profile, path=args.config)
@@ -215,8 +216,6 @@ def _live_summariser(args: argparse.Namespace) -> Callable[[Any], Any] | None:
 
 def run(args: argparse.Namespace) -> Any:
     """Entry used by both ``recallserve job resummarise`` and ``python -m``."""
-    from recallserve.deployments.jobs._args import live_from_args
-
     live = live_from_args(args)
     if live is None:
         store = args.store or default_store(args.profile, args.config)
@@ -232,8 +231,6 @@ def run(args: argparse.Namespace) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from recallserve.deployments.jobs._args import run_main
-
     return run_main(JOB, add_arguments, run, argv)
 
 

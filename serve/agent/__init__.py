@@ -12,7 +12,8 @@ from recallserve.serve.agent.config import AgentConfig
 from recallserve.serve.agent.guards import mask_pii
 from recallserve.serve.agent.images import ImageDescriber, ImageError, ImageUnit, analyse_image
 from recallserve.serve.agent.loop import Agent
-from recallserve.serve.agent.routing import RoutingHint, RuleDecision, route_by_rules
+from recallserve.serve.agent.hints import RoutingHint
+from recallserve.serve.agent.routing import RuleDecision, route_by_rules
 from recallserve.serve.agent.schemas import (
     AgentEvent,
     AgentMessage,
@@ -70,6 +71,6 @@ def default_registry(*, demo: bool = True, http_tools: list[HttpToolConfig] | No
 
         for tool in demo_tools(DemoWorld()):
             registry.register(tool)
-    if http_tools:
-        registry.add_http_tools(http_tools)
+    for cfg in http_tools or ():
+        registry.register(build_http_tool(cfg))
     return registry

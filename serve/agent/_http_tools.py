@@ -15,7 +15,7 @@ from urllib.parse import quote
 from pydantic import ConfigDict, Field, create_model, model_validator
 
 from recallserve.kernels import StrictModel
-from recallserve.serve.agent.routing import RoutingHint
+from recallserve.serve.agent.hints import RoutingHint
 from recallserve.serve.agent.tools import Tool, ToolContext, ToolError
 
 __all__ = ["HttpParamSpec", "HttpToolConfig", "build_http_tool"]

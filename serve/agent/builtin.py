@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from recallserve.kernels import StrictModel
-from recallserve.serve.agent.routing import RoutingHint
+from recallserve.serve.agent.hints import RoutingHint
 from recallserve.serve.agent.tools import Tool, ToolContext, ToolError
 from recallserve.serve.turn import memory_line
 

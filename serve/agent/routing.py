@@ -1,6 +1,6 @@
 """Routing rules: decide from a tool's declared evidence whether a question needs it.
 
-Each :class:`Tool` may carry a :class:`RoutingHint`: case-insensitive regexes over the question
+Each :class:`Tool` may carry a :class:`~recallserve.serve.agent.hints.RoutingHint`: case-insensitive regexes over the question
 (and the OCR text of attached images) saying when the tool applies. The rules decide before any
 model call, in microseconds, and deterministically:
 
@@ -41,18 +41,16 @@ the rules are ``undecided`` and the router model (or the loop with every tool) d
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field
 
 from recallserve.kernels import StrictModel
+from recallserve.serve.agent.hints import RoutingHint, ci_pattern
+from recallserve.serve.agent.tools import Tool
 
-if TYPE_CHECKING:
-    from recallserve.serve.agent.tools import Tool
-
-__all__ = ["ABOUT_ME", "ACTION_REQUESTS", "RoutingHint", "RuleDecision", "route_by_rules", "bind_schema", "requested_action"]
+__all__ = ["ABOUT_ME", "ACTION_REQUESTS", "RuleDecision", "route_by_rules", "bind_schema", "requested_action"]
 
 
 #: Requests for an action (label -> case-insensitive pattern of asking for it). When no tool of the
@@ -78,108 +76,6 @@ ABOUT_ME = r"\bwho are you\b|\bwhat are you\b|\bwhat (?:can|do) you do\b|\bwhat 
            r"help\b|\bhow can you help\b|\bwhat can i ask\b|\bwhat are you able to\b"
 
 
-@lru_cache(maxsize=512)
-def _rx(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern, re.IGNORECASE)
-
-
-def _check_patterns(values: Sequence[str], field: str) -> None:
-    for i, p in enumerate(values):
-        try:
-            re.compile(p)
-        except re.error as exc:
-            raise ValueError(f"{field}[{i}]: invalid regex {p!r}: {exc}") from None
-
-
-class RoutingHint(StrictModel):
-    """When a question calls for a tool (all patterns are case-insensitive Python regexes)."""
-
-    requires: list[str] = Field(
-        default_factory=list, max_length=4,
-        description="Entity patterns that must all match for the tool to be a candidate (each adds 2 to its score).",
-    )
-    keywords: list[str] = Field(
-        default_factory=list, max_length=32,
-        description="If not empty, at least one must match too (adds 1 to the score).",
-    )
-    prefer: list[str] = Field(
-        default_factory=list, max_length=32,
-        description="Each pattern that matches adds 1: ranks tools that take the same entity.",
-    )
-    bind: dict[str, str] = Field(
-        default_factory=dict, max_length=8,
-        description="Argument -> pattern; the values found become the argument's enum in the grammar "
-        "(group 1 if the pattern has a group, else the whole match).",
-    )
-    aliases: dict[str, dict[str, str]] = Field(
-        default_factory=dict, max_length=8,
-        description="Argument -> {found text, lower case -> value}: a bound value written another way "
-        "(a city for its time zone).",
-    )
-    near_miss: list[str] = Field(
-        default_factory=list, max_length=8,
-        description="Patterns of a malformed version of the entity (e.g. a 5-digit order id): answer directly and ask.",
-    )
-
-    @field_validator("requires", "keywords", "prefer", "near_miss")
-    @classmethod
-    def _compile(cls, v: list[str], info: Any) -> list[str]:
-        _check_patterns(v, info.field_name)
-        return v
-
-    @field_validator("bind")
-    @classmethod
-    def _compile_bind(cls, v: dict[str, str]) -> dict[str, str]:
-        for arg, p in v.items():
-            _check_patterns([p], f"bind.{arg}")
-        return v
-
-    @field_validator("aliases")
-    @classmethod
-    def _lower_aliases(cls, v: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-        return {arg: {k.lower(): value for k, value in table.items()} for arg, table in v.items()}
-
-    @model_validator(mode="after")
-    def _aliases_bound(self) -> RoutingHint:
-        for arg in self.aliases:
-            if arg not in self.bind:
-                raise ValueError(f"aliases.{arg}: the argument has no bind pattern")
-        return self
-
-    def score(self, text: str) -> int | None:
-        """The tool's score for ``text``, or None when it is not a candidate."""
-        if not all(_rx(p).search(text) for p in self.requires):
-            return None
-        keyword = any(_rx(p).search(text) for p in self.keywords)
-        if self.keywords and not keyword:
-            return None
-        return 2 * len(self.requires) + int(keyword) + sum(1 for p in self.prefer if _rx(p).search(text))
-
-    def bindings(self, text: str) -> dict[str, list[str]]:
-        """Argument -> distinct values found in ``text`` (in order of appearance); absent args are omitted."""
-        out: dict[str, list[str]] = {}
-        for arg, p in self.bind.items():
-            rx = _rx(p)
-            found = [m.group(1) if rx.groups else m.group(0) for m in rx.finditer(text)]
-            alias = self.aliases.get(arg, {})
-            values = list(dict.fromkeys(alias.get(v.lower(), v) for v in found if v))
-            if values:
-                out[arg] = values
-        return out
-
-    def near_missed(self, text: str) -> bool:
-        """Whether a malformed version of the tool's entity is in ``text``."""
-        return self.near_miss_text(text) is not None
-
-    def near_miss_text(self, text: str) -> str | None:
-        """The first malformed version of the tool's entity in ``text`` (e.g. ``order 10423``), or None."""
-        for p in self.near_miss:
-            m = _rx(p).search(text)
-            if m:
-                return m.group(0).strip()
-        return None
-
-
 class RuleDecision(StrictModel):
     """What the rules decided for one question."""
 
@@ -200,7 +96,7 @@ class RuleDecision(StrictModel):
 
 def requested_action(text: str) -> str | None:
     """The label of the first :data:`ACTION_REQUESTS` entry ``text`` asks for, or None."""
-    return next((label for label, p in ACTION_REQUESTS.items() if _rx(p).search(text)), None)
+    return next((label for label, p in ACTION_REQUESTS.items() if ci_pattern(p).search(text)), None)
 
 
 def _declined(action: str) -> tuple[str, str]:
@@ -295,7 +191,7 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
                             f"{'; '.join(dict.fromkeys(formats)) or 'a valid id'}). Do not guess it: ask the user for the correct id.",
                             reply=f"I can't look that up yet: \u201c{seen}\u201d doesn't look like a valid id (expected "
                             f"{expected}). Could you check it and send it again?")
-    if _rx(ABOUT_ME).search(text):
+    if ci_pattern(ABOUT_ME).search(text):
         names = [n.replace("_", " ") for n in sorted(allowed)]
         can = (", ".join(names[:-1]) + " and " + names[-1]) if len(names) > 1 else "".join(names) or "general questions"
         return RuleDecision(route="direct", scores=scores, reason="asks what the assistant is or can do",

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from recallserve.serve.agent.routing import RoutingHint
+from recallserve.serve.agent.hints import RoutingHint
 from recallserve.serve.memory import MemoryBackend
 
 __all__ = ["Tool", "ToolContext", "ToolError", "ToolArgsError", "ToolRegistry", "ToolSet", "default_summary"]
@@ -227,13 +227,6 @@ class ToolRegistry:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is already registered")
         self._tools[tool.name] = tool
-
-    def add_http_tools(self, configs: Iterable[Any]) -> None:
-        """Register HTTP tools from config (:class:`recallserve.serve.agent.HttpToolConfig` items)."""
-        from recallserve.serve.agent._http_tools import build_http_tool
-
-        for cfg in configs:
-            self.register(build_http_tool(cfg))
 
     def names(self) -> list[str]:
         """All tool names, sorted."""

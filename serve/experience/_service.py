@@ -24,10 +24,10 @@ from pydantic import ValidationError
 
 from recallserve.memory_shards.retrieval import LexicalIndex
 from recallserve.serve.engine import ChatMessage, GenerationParams, LLMEngine
-from recallserve.serve.experience import _metrics
 from recallserve.serve.experience._caches import decay_factor, demotions, evicted_domains, find_conflicts, model_family, rank_active
 from recallserve.serve.experience._clean import clean_context
 from recallserve.serve.experience._extract import problem_check_types
+from recallserve.serve.experience._metrics import record_conflicts, record_lookup, record_verification, set_active_freshness
 from recallserve.serve.experience._models import (
     ConflictAlert,
     ExperienceConfig,
@@ -156,7 +156,7 @@ class ExperienceService:
                               decay=decay_factor(now, row.last_used_at, self.config.decay_rate))
 
     async def _refresh_freshness(self, now: float) -> None:
-        _metrics.set_active_freshness(await self.store.active_freshness(now, self.config.decay_rate))
+        set_active_freshness(await self.store.active_freshness(now, self.config.decay_rate))
 
     async def _enforce_scope(self, tenant: str, domain: str, now: float) -> dict[str, int]:
         rows = await self.store.query(tenant, tiers=("active",), domain=domain)
@@ -203,7 +203,7 @@ class ExperienceService:
             verified = await asyncio.to_thread(verify_record, record, self.rules, **kwargs)
         else:
             verified = await self._pool.verify(record, self.rules, tenant=tenant, **kwargs)
-        _metrics.record_verification((v.status for v in verified.verification), tenant)
+        record_verification((v.status for v in verified.verification), tenant)
         return verified
 
     async def create(self, tenant: str, record: ExperienceRecord, *, required: Sequence[str] = (),
@@ -325,10 +325,10 @@ class ExperienceService:
             result.conflicts.append(ConflictAlert(topic=md_a.topic, active_id=md_a.id, newer_id=md_n.id,
                                                   active_timestamp=md_a.timestamp, newer_timestamp=md_n.timestamp,
                                                   message=msg))
-        _metrics.record_conflicts(len(conflicts))
+        record_conflicts(len(conflicts))
         await self.store.touch(tenant, used)
         if query is not None:
-            _metrics.record_lookup(bool(result.hits), tenant)
+            record_lookup(bool(result.hits), tenant)
         if req.archival_k:
             result.archival = await self._search_archival(tenant, req, family, query, now)
         await self._refresh_freshness(now)
@@ -432,7 +432,7 @@ class ExperienceService:
                 for reason, n in (await self._enforce_scope(tenant, d, now)).items():
                     demoted[reason] = demoted.get(reason, 0) + n
         fresh = await self.store.active_freshness(now, self.config.decay_rate)
-        _metrics.set_active_freshness(fresh)
+        set_active_freshness(fresh)
         return MaintenanceReport(expired_deleted=expired, demoted=demoted, freshness=fresh)
 
     # ------------------------------------------------------------------ generation

@@ -162,7 +162,7 @@ def test_reembed_without_downtime(cluster: tuple[Any, Path]) -> None:
     from ray import serve
 
     from recallserve.deployments.config import load_config
-    from recallserve.deployments.jobs._common import JobOptions, LiveOptions
+    from recallserve.deployments.jobs._options import JobOptions, LiveOptions
     from recallserve.deployments.jobs._reembed_live import run_live
 
     config, root = cluster
@@ -220,7 +220,7 @@ def test_reembed_without_downtime(cluster: tuple[Any, Path]) -> None:
 
 def test_live_reembed_refuses_a_cluster_not_writing_both(cluster: tuple[Any, Path]) -> None:
     from recallserve.deployments.config import load_config
-    from recallserve.deployments.jobs._common import JobError, JobOptions, LiveOptions
+    from recallserve.deployments.jobs._options import JobError, JobOptions, LiveOptions
     from recallserve.deployments.jobs._reembed_live import run_live
 
     config, root = cluster

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from recallserve.kernels import StrictModel
 from recallserve.serve.agent.demo.world import DemoWorld
-from recallserve.serve.agent.routing import RoutingHint
+from recallserve.serve.agent.hints import RoutingHint
 from recallserve.serve.agent.tools import Tool, ToolContext, ToolError
 
 __all__ = ["demo_tools", "DEMO_SCOPES"]

@@ -130,8 +130,7 @@ def test_http_tool_from_config(http_server: str) -> None:
                 "lang": {"type": "string", "enum": ["en", "de"], "required": False}},
         scope="orders:read",
     )
-    reg = ToolRegistry()
-    reg.add_http_tools([cfg])
+    reg = default_registry(demo=False, http_tools=[cfg])
     tool = reg.get("shipment_tracking")
     out = asyncio.run(tool.invoke(tool.validate({"order_id": "104208", "lang": "de"}), CTX))
     assert out == {"path": "/track/104208?lang=de", "carrier": "DHL"}

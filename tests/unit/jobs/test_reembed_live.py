@@ -16,7 +16,7 @@ import pytest
 
 from recallserve.deployments.jobs._reembed_live import fill_batch, prune_batch
 from recallserve.memory_shards.shard_access import HybridShardAccess
-from recallserve.deployments.jobs.reembed import content_key
+from recallserve.memory_shards.records import content_key
 from recallserve.memory_shards import EmbeddedRecord, HashingEmbedder
 from recallserve.memory_shards.retrieval import local_hybrid_coordinator
 from recallserve.serve.api.errors import APIError

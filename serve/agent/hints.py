@@ -1,0 +1,122 @@
+"""The routing hint a tool declares: when a question calls for it, from the question's own words.
+
+A :class:`RoutingHint` holds case-insensitive regexes; it scores a question for its tool, binds
+argument values found in it and spots malformed ids. The rules that compare the hints of a
+tenant's tools and decide the route are in :mod:`recallserve.serve.agent.routing`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from recallserve.kernels import StrictModel
+
+__all__ = ["RoutingHint", "ci_pattern"]
+
+
+@lru_cache(maxsize=512)
+def ci_pattern(regex: str) -> re.Pattern[str]:
+    """``regex`` compiled case-insensitively (cached: hints are matched against every question)."""
+    return re.compile(regex, re.IGNORECASE)
+
+
+def _check_patterns(values: Sequence[str], field: str) -> None:
+    for i, p in enumerate(values):
+        try:
+            re.compile(p)
+        except re.error as exc:
+            raise ValueError(f"{field}[{i}]: invalid regex {p!r}: {exc}") from None
+
+
+class RoutingHint(StrictModel):
+    """When a question calls for a tool (all patterns are case-insensitive Python regexes)."""
+
+    requires: list[str] = Field(
+        default_factory=list, max_length=4,
+        description="Entity patterns that must all match for the tool to be a candidate (each adds 2 to its score).",
+    )
+    keywords: list[str] = Field(
+        default_factory=list, max_length=32,
+        description="If not empty, at least one must match too (adds 1 to the score).",
+    )
+    prefer: list[str] = Field(
+        default_factory=list, max_length=32,
+        description="Each pattern that matches adds 1: ranks tools that take the same entity.",
+    )
+    bind: dict[str, str] = Field(
+        default_factory=dict, max_length=8,
+        description="Argument -> pattern; the values found become the argument's enum in the grammar "
+        "(group 1 if the pattern has a group, else the whole match).",
+    )
+    aliases: dict[str, dict[str, str]] = Field(
+        default_factory=dict, max_length=8,
+        description="Argument -> {found text, lower case -> value}: a bound value written another way "
+        "(a city for its time zone).",
+    )
+    near_miss: list[str] = Field(
+        default_factory=list, max_length=8,
+        description="Patterns of a malformed version of the entity (e.g. a 5-digit order id): answer directly and ask.",
+    )
+
+    @field_validator("requires", "keywords", "prefer", "near_miss")
+    @classmethod
+    def _compile(cls, v: list[str], info: Any) -> list[str]:
+        _check_patterns(v, info.field_name)
+        return v
+
+    @field_validator("bind")
+    @classmethod
+    def _compile_bind(cls, v: dict[str, str]) -> dict[str, str]:
+        for arg, p in v.items():
+            _check_patterns([p], f"bind.{arg}")
+        return v
+
+    @field_validator("aliases")
+    @classmethod
+    def _lower_aliases(cls, v: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        return {arg: {k.lower(): value for k, value in table.items()} for arg, table in v.items()}
+
+    @model_validator(mode="after")
+    def _aliases_bound(self) -> RoutingHint:
+        for arg in self.aliases:
+            if arg not in self.bind:
+                raise ValueError(f"aliases.{arg}: the argument has no bind pattern")
+        return self
+
+    def score(self, text: str) -> int | None:
+        """The tool's score for ``text``, or None when it is not a candidate."""
+        if not all(ci_pattern(p).search(text) for p in self.requires):
+            return None
+        keyword = any(ci_pattern(p).search(text) for p in self.keywords)
+        if self.keywords and not keyword:
+            return None
+        return 2 * len(self.requires) + int(keyword) + sum(1 for p in self.prefer if ci_pattern(p).search(text))
+
+    def bindings(self, text: str) -> dict[str, list[str]]:
+        """Argument -> distinct values found in ``text`` (in order of appearance); absent args are omitted."""
+        out: dict[str, list[str]] = {}
+        for arg, p in self.bind.items():
+            rx = ci_pattern(p)
+            found = [m.group(1) if rx.groups else m.group(0) for m in rx.finditer(text)]
+            alias = self.aliases.get(arg, {})
+            values = list(dict.fromkeys(alias.get(v.lower(), v) for v in found if v))
+            if values:
+                out[arg] = values
+        return out
+
+    def near_missed(self, text: str) -> bool:
+        """Whether a malformed version of the tool's entity is in ``text``."""
+        return self.near_miss_text(text) is not None
+
+    def near_miss_text(self, text: str) -> str | None:
+        """The first malformed version of the tool's entity in ``text`` (e.g. ``order 10423``), or None."""
+        for p in self.near_miss:
+            m = ci_pattern(p).search(text)
+            if m:
+                return m.group(0).strip()
+        return None
