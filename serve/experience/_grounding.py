@@ -52,7 +52,7 @@ CONVERSION_FACTORS = frozenset({1.0, 2.0, 7.0, 10.0, 12.0, 24.0, 60.0, 100.0, 36
 
 CHECK = "grounding_check"
 TAG = "ungrounded_quantity"
-# NOTE: the verifier's rounding tolerance (_verify._REL_DOUBT): a step rounded to 2-3 digits still uses its inputs.
+# NOTE: the verifier's rounding tolerance (_compare._REL_DOUBT): a step rounded to 2-3 digits still uses its inputs.
 TOLERANCE = 0.01
 # NOTE: sums of 2..4 of the first 12 stated values: at most C(12,2)+C(12,3)+C(12,4) = 781 sums.
 MAX_SUM_TERMS = 12

@@ -54,9 +54,9 @@ from recallserve.serve.experience._grounding import TAG as GROUNDING_TAG
 from recallserve.serve.experience._grounding import cited_rules, numbers_in, ungrounded
 from recallserve.serve.experience._rules import RuleError, RuleTable
 from recallserve.serve.experience._schema import Confidence, ExperienceRecord, VerificationItem, VerificationStatus
-from recallserve.serve.experience.checks import added_checks, answer_forms, gates
 from recallserve.serve.experience._tags import ANSWER_TAG, ERROR_TAGS, UNCHECKABLE_TAG, error_tags_for, exposure_tags
 from recallserve.serve.experience._units import DimensionError, Quantity, format_dims, parse_quantity, parse_unit, to_unit
+from recallserve.serve.experience.checks import added_checks, answer_forms, gates
 
 __all__ = ["run_check", "verify_record", "finish_record", "with_extracted_checks", "derive_confidence",
            "compare_values", "error_tags_for", "exposure_tags", "ERROR_TAGS", "UNCHECKABLE_TAG",
