@@ -13,7 +13,9 @@ Then, at the default cut, for each absolute floor ``f`` (``similarity >= f`` for
 best match included): the needed memories kept, and the memories shown to questions that need
 none (what a floor saves). The default floor is the memory tier's threshold (the design's 0.35
 cosine), not a fit: the table shows that it keeps every needed memory of both sets. These rows pass
-the question as the query, so the id and fault-code rules of :func:`recallserve.serve.turn.relevance_cut` apply.
+the question as the query, so the id and topic-code rules of :func:`recallserve.serve.turn.relevance_cut`
+apply with ``RecallConfig``'s default patterns; a last block reports, per query, which memories each
+of those two rules keeps (``--show``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import asyncio
 
 from recallserve.serve.agent.demo import DEMO_QUESTION, DEMO_TENANT, demo_photo_data_url, load_demo_memories, load_questions
 from recallserve.serve.agent.demo._memory import LocalMemory
-from recallserve.serve.turn import RecallConfig, Turn, analyse_images, relevance_cut
+from recallserve.serve.turn import RecallConfig, Turn, analyse_images, relevance_cut, relevance_patterns
 
 #: The memories a right answer needs, per question text (tuned and held-out sets, and the demo).
 NEEDED = {
@@ -45,7 +47,7 @@ CUTS = (0.0, 0.7, 0.75, 0.8, 0.85, 0.88, 0.9, 0.95)
 FLOORS = (-1.0, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5)
 
 
-async def _main(which: str) -> None:
+async def _main(which: str, show: bool) -> None:
     memory = LocalMemory()
     await load_demo_memories(memory)
     queries = [q["q"] for q in load_questions(which)]
@@ -64,21 +66,38 @@ async def _main(which: str) -> None:
         found = sum(len(NEEDED[q] & kept[q]) for q in hits if q in NEEDED)
         shown = sum(len(v) for v in kept.values())
         print(f"relative_cut {cut:.2f}: needed kept {found}/{need}, memories shown {shown}")
-    cut = RecallConfig().relative_cut
+    config = RecallConfig()
+    cut = config.relative_cut
+    ids, codes = relevance_patterns(config)
     for floor in FLOORS:
-        kept = {q: {h.source_id for h in relevance_cut(hs, cut, floor, q)} for q, hs in hits.items()}
+        kept = {q: {h.source_id for h in relevance_cut(hs, cut, floor, q, id_pattern=ids, topic_code_pattern=codes)}
+                for q, hs in hits.items()}
         found = sum(len(NEEDED[q] & kept[q]) for q in hits if q in NEEDED)
         idle = sum(len(v) for q, v in kept.items() if q not in NEEDED)
         busy = sum(len(v) for q, v in kept.items() if q in NEEDED)
         print(f"relative_cut {cut:.2f}, min_similarity {floor:+.2f}: needed kept {found}/{need}, "
               f"memories shown to the {len(hits) - len(set(hits) & set(NEEDED))} questions that need none {idle}, "
               f"to the {len(set(hits) & set(NEEDED))} that need some {busy}")
+    # What the id and topic-code rules change, at the default cut and the tier's threshold.
+    floor = float(getattr(memory, "threshold", 0.35))
+    rules = {"none": (None, None), "id": (ids, None), "id+code": (ids, codes)}
+    for name, (id_p, code_p) in rules.items():
+        kept = {q: {h.source_id for h in relevance_cut(hs, cut, floor, q, id_pattern=id_p, topic_code_pattern=code_p)}
+                for q, hs in hits.items()}
+        found = sum(len(NEEDED[q] & kept[q]) for q in hits if q in NEEDED)
+        shown = sum(len(v) for v in kept.values())
+        print(f"rules {name:8s} (cut {cut:.2f}, floor {floor:.2f}): needed kept {found}/{need}, memories shown {shown}")
+        if show:
+            for q, v in kept.items():
+                print(f"    {q[:60]!r}: {sorted(v)}")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--questions", default="tuned", choices=("tuned", "holdout"))
-    asyncio.run(_main(p.parse_args().questions))
+    p.add_argument("--show", action="store_true", help="print the memories each rule keeps, per query")
+    args = p.parse_args()
+    asyncio.run(_main(args.questions, args.show))
 
 
 if __name__ == "__main__":

@@ -22,12 +22,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from recallserve.kernels import StrictModel
 from recallserve.serve.engine import ChatMessage
@@ -37,7 +38,7 @@ if TYPE_CHECKING:  # NOTE: typing only; serve.agent imports this module.
     from recallserve.serve.agent.images import ImageDescriber, ImageUnit
     from recallserve.serve.context import MessageIn, Session
 
-__all__ = ["RecallConfig", "Turn", "recall_memories", "relevance_cut", "analyse_images", "format_memories", "memory_line", "render_prompt", "memory_meta",
+__all__ = ["RecallConfig", "Turn", "recall_memories", "relevance_cut", "relevance_patterns", "topic_codes", "analyse_images", "format_memories", "memory_line", "render_prompt", "memory_meta",
            "RECALL_KINDS", "CLIENT_HEADER"]
 
 log = logging.getLogger("recallserve.turn")
@@ -65,8 +66,8 @@ class RecallConfig(StrictModel):
     relative_cut: float = Field(
         default=0.85, ge=0.0, le=1.0,
         description="Relevance cut: keep a recalled memory only when its similarity (cosine) is at least this share "
-        "of the best one's (0 = keep the memory tier's whole top-k). 0.85 is the largest cut that keeps every memory the tuned "
-        "demo questions need (scripts/recall_cut.py); a memory far below the best is usually another fault.",
+        "of the best one's (0 = keep the memory tier's whole top-k). A memory far below the best match is usually "
+        "about another topic; scripts/recall_cut.py reports what each cut keeps on the tuned and held-out questions.",
     )
     min_similarity: float | None = Field(
         default=None, ge=-1.0, le=1.0,
@@ -75,11 +76,33 @@ class RecallConfig(StrictModel):
         "(memory.threshold, 0.35 cosine by design); scripts/recall_cut.py reports what each floor keeps on the "
         "tuned and held-out demo questions.",
     )
+    id_pattern: str | None = Field(
+        default=r"\b(?:[A-Z]{1,4}-\d{3,}|\d{6,})\b",
+        description="Regular expression of an identifier (order, ticket, customer id). A memory that names an id the "
+        "query names passes the absolute floor whatever its cosine: it is about the thing asked. None = no id rule.",
+    )
+    topic_code_pattern: str | None = Field(
+        default=r"\bE-?\d{2,3}\b",
+        description="Regular expression of a code that names one of several mutually exclusive topics (a device's "
+        "fault code by default; dashes are folded, so 'E-42' and 'E42' are one code). When the query names codes "
+        "and some memory names one of them, the memories naming none are dropped. None = no code rule.",
+    )
     item_chars: int = Field(default=400, ge=40, le=8000, description="Most characters of one memory in the prompt.")
     prompt_chars: int = Field(
         default=3000, ge=0, le=100_000, description="Most characters of all recalled memories in the prompt."
     )
     timeout_s: float = Field(default=10.0, gt=0, le=600, description="Deadline of the recall step; then no memories.")
+
+    @field_validator("id_pattern", "topic_code_pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        """A pattern that does not compile is refused at load, not at the first turn."""
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from exc
+        return value
 
 
 @dataclass
@@ -196,72 +219,80 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
         return [], f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     # NOTE: one threshold for the tier's dense cut and the prompt's floor unless the recall sets its own.
     floor = config.min_similarity if config.min_similarity is not None else getattr(memory, "threshold", None)
-    hits = relevance_cut(hits, config.relative_cut, -1.0 if floor is None else float(floor), query)
+    id_pattern, code_pattern = relevance_patterns(config)
+    hits = relevance_cut(hits, config.relative_cut, -1.0 if floor is None else float(floor), query,
+                         id_pattern=id_pattern, topic_code_pattern=code_pattern)
     if cache is not None:
         cache.put(key, hits)
     return list(hits), ""
 
 
-def relevance_cut(hits: Sequence[MemoryHit], relative: float, floor: float = -1.0, query: str = "") -> list[MemoryHit]:
-    """The hits whose similarity is at least ``relative`` times the best hit's and at least
-    ``floor`` (or that name an id ``query`` names), in the given order.
+def relevance_cut(
+    hits: Sequence[MemoryHit],
+    relative: float,
+    floor: float = -1.0,
+    query: str = "",
+    *,
+    id_pattern: re.Pattern[str] | None = None,
+    topic_code_pattern: re.Pattern[str] | None = None,
+) -> list[MemoryHit]:
+    """The hits worth showing for ``query``, in the given order.
+
+    Rules, applied in this order:
+
+    1. Floor: keep ``h`` when ``h.similarity >= floor``, or when it names an id (``id_pattern``)
+       that ``query`` names: such a memory is about the thing asked whatever its wording.
+    2. Topic codes: when ``query`` names codes (``topic_code_pattern``, dashes folded) and some
+       hit names one of them, drop the hits that name none (they are about another topic). When
+       no hit names the code, nothing is dropped.
+    3. Relative cut: keep ``h`` when ``h.similarity >= relative * best`` (``best`` = the largest
+       similarity left), or when it is the hybrid retriever's best lexical match
+       (``lexical_rank == 1``: an exact id or code is what BM25 finds and a small embedder may
+       miss). ``relative <= 0`` keeps all.
 
     Relative, not absolute: how high the best cosine gets depends on the query's length and
-    wording; what marks a memory as another topic is its distance below the best match. Measured
-    on the demo: "display flickers and goes blank" recalled T-1121 (the display fault) at cosine
-    0.75 and four thermal-fuse tickets at 0.48-0.54, whose fix the 1.5B model then reported; at
-    0.85 only T-1121 remains.
+    wording; what marks a memory as another topic is its distance below the best match.
 
     NOTE: on the hit's ``similarity`` (the query-record cosine), not its ``score``: through the
     memory tier the score is the hybrid retriever's reciprocal-rank fusion, which compresses any
-    top 4 into a narrow band (measured through the cluster on the same question: 0.12, 0.11, 0.11,
-    0.10), so a cut on it kept all four tickets and the answer gave the fuse's fix for the display.
+    top four into a narrow band, so a cut on it keeps nearly everything.
 
-    The hybrid retriever's best lexical match (BM25 rank 1) is kept whatever its cosine: an exact
-    id or error code ("E12") is what BM25 finds and a small embedder may not (MiniLM put an E42
-    ticket first for an E12 question).
-
-    The absolute ``floor`` (``RecallConfig.min_similarity``, by default the memory tier's
-    ``memory.threshold``) applies to every hit, that one too, except a memory that names an id the
-    query names (an order, ticket, batch or customer id: ``recallserve.serve.agent.guards.ID_PATTERN``), which
-    is about the thing asked whatever its cosine (the relative cut still applies to it). The
-    hybrid retriever returns BM25 matches that the dense threshold never saw: measured on the demo,
-    "Where is my order 104255?" (an order with no ticket) showed four other orders' tickets at
-    cosine 0.12-0.21; "order 104208" must keep T-1042, that order's own ticket (cosine 0.15).
-    Without the id rule the floor cost key facts in `recallserve eval agent` (the C-1010 answer
-    lost its ticket T-1063).
-
-    Fault codes: when the query names a fault code (``E42``, ``E-31``:
-    ``recallserve.serve.agent.guards.FAULT_CODE_PATTERN``) and some hit names one of the same codes, the hits
-    that name none of them are other faults and are dropped (before the relative cut, so the best
-    is taken among the rest), whatever their cosine or ids. A product photo's OCR line ("E42
-    BrewMaster 3000 BATCH B-2207 ...") puts the product's name in the query, which lifts every
-    ticket about that product into one band (measured on the demo photo: cosine 0.61-0.70 for five
-    E42 tickets, the E12 pump ticket, the display, steam-wand and leak tickets), so the relative cut
-    alone kept nine memories (1,056 of the answer step's 1,402 evaluated prompt tokens) and the
-    answer step saw an E12 fix beside the E42 ones. When no hit names the code (a fault described
-    only in words), nothing is dropped.
+    NOTE: the code rule runs before the relative cut, so the best is taken among the hits that
+    share the query's code. A query that carries a product name (a photo's OCR text) lifts every
+    memory about that product into one cosine band, which the relative cut alone cannot split.
     """
     ids: set[str] = set()
     codes: set[str] = set()
-    if query:
-        from recallserve.serve.agent.guards import ID_PATTERN, fault_codes  # NOTE: lazy: serve.agent imports this module
-
-        ids = set(ID_PATTERN.findall(query))
-        codes = fault_codes(query)
+    if query and id_pattern is not None:
+        ids = set(id_pattern.findall(query))
+    if query and topic_code_pattern is not None:
+        codes = topic_codes(query, topic_code_pattern)
 
     def names_an_id(h: MemoryHit) -> bool:
         return bool(ids) and any(i in h.record.text for i in ids)
 
     hits = [h for h in hits if h.similarity >= floor or names_an_id(h)]
-    if codes:
-        same_fault = [h for h in hits if fault_codes(h.record.text) & codes]
-        hits = same_fault or hits
+    if codes and topic_code_pattern is not None:
+        same_topic = [h for h in hits if topic_codes(h.record.text, topic_code_pattern) & codes]
+        hits = same_topic or hits
     if not hits or relative <= 0:
         return hits
     best = max(h.similarity for h in hits)
     cut = relative * best if best > 0 else best
     return [h for h in hits if h.similarity >= cut or getattr(h, "lexical_rank", None) == 1]
+
+
+def topic_codes(text: str, pattern: re.Pattern[str]) -> set[str]:
+    """The codes ``pattern`` finds in ``text``, dashes folded (``"E-42"`` and ``"E42"`` are one code)."""
+    return {code.replace("-", "") for code in pattern.findall(text)}
+
+
+def relevance_patterns(config: RecallConfig) -> tuple[re.Pattern[str] | None, re.Pattern[str] | None]:
+    """``config``'s id and topic-code patterns, compiled (None where switched off)."""
+    return (
+        None if config.id_pattern is None else re.compile(config.id_pattern),
+        None if config.topic_code_pattern is None else re.compile(config.topic_code_pattern),
+    )
 
 
 async def analyse_images(turn: Turn, describer: ImageDescriber | None = None) -> None:

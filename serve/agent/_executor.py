@@ -16,7 +16,7 @@ from typing import Any
 
 from recallserve.serve.agent._cache import TTLCache, cache_key
 from recallserve.serve.agent._protocol import ParsedCall
-from recallserve.serve.agent.grounding import numbers_in, ungrounded
+from recallserve.serve.agent.given_numbers import numbers_in, ungrounded
 from recallserve.serve.agent.guards import wrap_untrusted
 from recallserve.serve.agent.schemas import ToolCallRecord
 from recallserve.serve.agent.tools import ToolArgsError, ToolContext, ToolError, ToolSet

@@ -10,16 +10,12 @@ import re
 
 from recallserve.serve.pii import luhn_ok, mask_pii
 
-__all__ = ["mask_pii", "luhn_ok", "wrap_untrusted", "INJECTION_MARKERS", "ID_PATTERN", "FAULT_CODE_PATTERN", "fault_codes",
+__all__ = ["mask_pii", "luhn_ok", "wrap_untrusted", "INJECTION_MARKERS", "ID_PATTERN",
            "REPEAT_MIN_CHARS", "AnswerCheck"]
 
 #: What an id looks like in an answer: a prefix of capitals and a dash before 3+ digits (ticket
 #: T-1071, batch B-2207, customer C-1001) or 6+ digits (order 104208).
 ID_PATTERN = re.compile(r"\b(?:[A-Z]{1,4}-\d{3,}|\d{6,})\b")
-#: What a device's fault code looks like: E and 2-3 digits, with or without a dash (E42, E-31).
-#: Not an id (ids have 3+ digits after a dash and name a thing, not a fault); ``fault_codes`` folds
-#: the dash so "E-42" and "E42" are one code.
-FAULT_CODE_PATTERN = re.compile(r"\bE-?\d{2,3}\b")
 # The end of a text that may still grow into an id (the next delta decides).
 _ID_TAIL = re.compile(r"(?:\b[A-Z]{1,4}-?\d*|\d+)$")
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)|\n")
@@ -30,11 +26,6 @@ INJECTION_MARKERS = (
     "ignore previous", "ignore all previous", "ignore the above", "disregard previous", "system prompt",
     "you are now", "new instructions", "enable tool", "grant scope", "call the tool", "admin mode",
 )
-
-
-def fault_codes(text: str) -> set[str]:
-    """The fault codes ``text`` names, dash folded: ``"E-42 then E12"`` -> ``{"E42", "E12"}``."""
-    return {code.replace("-", "") for code in FAULT_CODE_PATTERN.findall(text)}
 
 
 def wrap_untrusted(text: str) -> tuple[str, bool]:

@@ -96,7 +96,7 @@ class Tool:
             search): when recall found memories and the rules route the turn, the tool is offered
             only as the rules' first step (the user asked to search).
         grounded: arguments whose numbers must come from the conversation (the prompt and the
-            turn's observations; :mod:`recallserve.serve.agent.grounding`): a call using another number is
+            turn's observations; :mod:`recallserve.serve.agent.given_numbers`): a call using another number is
             rejected with a message naming it (the calculator's expression).
     """
 

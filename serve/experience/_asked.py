@@ -1,43 +1,38 @@
-"""What the question asks for, as checks on the answer's form: its unit, and a percent.
+"""What the question asks for, as checks on the answer's form: its unit, a percent, a mean.
 
-Found on `recallserve eval experiences` (24 problems, E-CoT on): three wrong traces reached the
-active cache with every check passing. Two answered in another unit than the one asked
-("0.2 km/min" for "the speed in km/h", "0.06 L/km" for "how many liters ... for 250 km"); their
-formulas carried units, so no check was derived from the context's numbers. One answered a
-percentage with a difference ("92 - 80 = 12" -> "12%"), which every check recomputed correctly.
+A check can pass and still answer another question than the one asked: every check of a trace
+recomputes its own formula, so a wrong form (another unit, a difference given as a percentage, a
+sum given as an average) passes them all. The question names the form; these rules read it.
 
 * **the asked unit** (:func:`asked_unit_check`): a question ending in ``in <unit>?``, asking
   ``how many <unit>`` or ``convert ... to <unit>`` names the unit of its answer; a unit may be
   written with ``per`` and a count (``liters per 100 km`` is ``liters/(100 km)``). A question that
-  converts a stated quantity (``Convert 90 km/h to m/s.``) is checked against that quantity. An answer with a unit ``u`` and number ``a``
-  must be that quantity in the asked unit ``w``: a ``unit_check`` of ``a u`` against ``a w``
-  (another dimension, or the same dimension with another magnitude, fails: ``unit_mismatch``).
-  Answers without a unit, dimensionless units and words that are no unit are not checked.
-* **a percent is a ratio** (:func:`is_percent`, used by :func:`recallserve.serve.experience._computed.answer_computed`): when the answer is a
-  percentage (``%``, or the question asks "what percent(age)", "as a percentage" or for a
-  "percentage increase / decrease / change"), a check computes it only when its expression has a
-  division, a ``%`` or a factor 100.
+  converts a stated quantity (``Convert 90 km/h to m/s.``) is checked against that quantity. An
+  answer with a unit ``u`` and number ``a`` must be that quantity in the asked unit ``w``: a
+  ``unit_check`` of ``a u`` against ``a w`` (another dimension, or the same dimension with another
+  magnitude, fails: ``unit_mismatch``). Answers without a unit, dimensionless units and words
+  that are no unit are not checked.
+* **a percent is a ratio** (:data:`PERCENT_FORM`): when the answer is a percentage (``%``, or the
+  question asks "what percent(age)", "as a percentage" or for a "percentage increase / decrease /
+  change"), a check computes it only when its expression has a division, a ``%`` or a factor 100.
+* **a mean divides** (:data:`MEAN_FORM`): when the question asks for the average or mean of its
+  numbers, a check computes the answer only when its expression divides.
 
-* **a mean divides** (:func:`asks_mean`, also used by ``answer_computed``): when the question asks
-  for the average or mean of its numbers, a check computes the answer only when its expression
-  divides. With checks written in prose counted as not run, nothing else held back a sum given as
-  the average (shipped a5: ``4 + 8 + 15 + 23 = 50`` for "the average of 4, 8, 15 and 23", every
-  executed check passing); this rule was written after seeing that trace.
-
-The three forms ``convert ... to``, ``per 100 km`` and "the percentage increase" were not read
-before (held-out h7, h10, h2 of ``recallserve eval experiences``): their answers were not checked
-against the form asked.
+The two forms are read by :func:`recallserve.serve.experience._computed.answer_computed` through
+the registry (:mod:`recallserve.serve.experience.checks`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from recallserve.serve.experience._calculator import CalcError, extract_number
 from recallserve.serve.experience._schema import ExperienceRecord, VerificationItem
 from recallserve.serve.experience._units import parse_unit
 
-__all__ = ["ASKED", "asked_unit", "asked_unit_check", "is_percent", "is_ratio_expression", "asks_mean"]
+__all__ = ["AnswerForm", "PERCENT_FORM", "MEAN_FORM", "ASKED", "asked_unit", "asked_unit_check", "is_percent", "is_ratio_expression", "asks_mean"]
 
 ASKED = "asked"
 """``input`` key of the asked-unit check: it tests the answer's form and computes no answer."""
@@ -98,9 +93,9 @@ def asked_unit_check(record: ExperienceRecord) -> VerificationItem | None:
     """The asked-unit ``unit_check`` of ``record`` (see the module docstring), not yet run.
 
     A conversion of a stated quantity ("Convert 90 km/h to m/s.") checks the magnitude too: the
-    quantity as stated, in the asked unit, must be the answer. NOTE: found on the second held-out
-    set (g3, E-CoT on): ``90 / 1.5 = 60`` copied from an injected experience, answered "60 m/s", passed
-    every other check (1.5 is of unknown origin, so no extracted unit check).
+    quantity as stated, in the asked unit, must be the answer. A formula with a divisor of unknown
+    origin gets no extracted unit check (its dimension would be a guess), so only the question's
+    own quantity can check such an answer's magnitude.
     """
     answer = record.outcome.answer or ""
     asked = asked_unit(record.context.raw_text)
@@ -129,3 +124,24 @@ def is_ratio_expression(expression: str) -> bool:
 def asks_mean(question: str) -> bool:
     """Whether the question asks for the average (mean) of its numbers: then its answer is a quotient."""
     return bool(_MEAN_ASKED.search(question[:_MAX_CHARS]))
+
+
+@dataclass(frozen=True)
+class AnswerForm:
+    """A form of answer the question may ask for, and which expressions can compute it.
+
+    Attributes:
+        name: the registry's name of the rule.
+        asked: ``(answer, question) -> bool``: whether the answer must have this form.
+        computes: ``expression -> bool``: whether a check with this expression can compute it.
+    """
+
+    name: str
+    asked: Callable[[str, str], bool]
+    computes: Callable[[str], bool]
+
+
+#: A percentage is a ratio: only an expression that divides, or has ``%`` or a factor 100, computes it.
+PERCENT_FORM = AnswerForm("percent_is_ratio", is_percent, is_ratio_expression)
+#: A mean is a quotient: only an expression that divides computes it.
+MEAN_FORM = AnswerForm("mean_divides", lambda _answer, question: asks_mean(question), lambda expr: "/" in expr)

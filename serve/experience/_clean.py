@@ -30,6 +30,9 @@ import unicodedata
 import warnings
 from dataclasses import dataclass
 
+from recallserve.serve.experience._calculator import CalcError
+from recallserve.serve.experience._units import parse_unit
+
 __all__ = ["clean_context", "unify_numbers", "extract_quantities", "ContextQuantity", "MAX_CLEAN_CHARS"]
 
 # NOTE: the schema's bound on a context (8000 characters); longer input is cut before any regex.
@@ -202,8 +205,6 @@ def extract_quantities(cleaned: str) -> list[ContextQuantity]:
     A word after a number is a unit only when the unit table knows it (``120 km`` -> km, but
     ``3 apples`` -> no unit); at most :data:`MAX_QUANTITIES` are read.
     """
-    from recallserve.serve.experience._calculator import CalcError
-    from recallserve.serve.experience._units import parse_unit
 
     out: list[ContextQuantity] = []
     text = cleaned[:MAX_CLEAN_CHARS]
@@ -233,7 +234,6 @@ def extract_quantities(cleaned: str) -> list[ContextQuantity]:
 
 def _si(unit: str) -> tuple[float, tuple[int, ...]] | None:
     """SI factor and dimension of a unit of the table (None when it has no dimension)."""
-    from recallserve.serve.experience._units import parse_unit
 
     one = parse_unit(unit)
     return (one.value, one.dims) if any(one.dims) else None

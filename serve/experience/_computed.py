@@ -1,15 +1,14 @@
 """Whether code computed a trace's answer: ``high`` confidence needs a passing check that did.
 
 Checks can all pass and still be beside the answer (a recomputation of an intermediate value,
-a bound, the model's ``17 / 17 = 1`` that agrees with itself): :func:`answer_computed` asks that
-one passing check's computed value be the answer itself (see
-:func:`recallserve.serve.experience._verify.finish_record`, tag ``answer_not_computed``).
+a bound, a formula that agrees with itself such as ``17 / 17 = 1``): :func:`answer_computed` asks
+that one passing check's computed value be the answer itself (the registry's ``answer_computed``
+gate, :mod:`recallserve.serve.experience.checks`; tag ``answer_not_computed``).
 
-A question under a registered rule (it cites ``LATE-1``) is answered by that rule: only the rule,
+A question under a registered rule (it cites a rule id) is answered by that rule: only the rule,
 run by a passing ``regulatory_check``, computes its answer. A formula the model wrote instead
-(``10 * 7.50 = 75`` for DISC-1, which takes 10% off at 10 items) agrees with itself and leaves the
-rule out; read apart, the model's checks written in prose were all that kept such traces from the
-active cache (held-out h15, shipped r7).
+agrees with itself and leaves the rule out (a flat 10% discount where the rule takes it only
+from a threshold on), so it does not count.
 """
 
 from __future__ import annotations
@@ -17,10 +16,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from recallserve.serve.experience._asked import ASKED, asks_mean, is_percent, is_ratio_expression
+from recallserve.serve.experience._asked import ASKED, AnswerForm
 from recallserve.serve.experience._calculator import extract_number
+from recallserve.serve.experience._compare import as_bool, compare_values
 from recallserve.serve.experience._schema import VerificationItem
-from recallserve.serve.experience._verify import _as_bool, compare_values
 
 __all__ = ["answer_computed", "computed_values"]
 
@@ -46,18 +45,19 @@ def computed_values(v: VerificationItem) -> list[float | bool]:
 
 
 def answer_computed(checked: Sequence[VerificationItem], answer: str | None, question: str = "",
-                    rules: Sequence[str] = (), only: Sequence[bool | None] | None = None) -> bool | None:
+                    rules: Sequence[str] = (), only: Sequence[bool | None] | None = None,
+                    forms: Sequence[AnswerForm] = ()) -> bool | None:
     """Whether a passing check (the model's or an extracted one) computed the trace's answer.
 
     The answer's number ``a`` must be one computed value ``c`` up to rounding
     (:func:`compare_values` not ``fail``: ``|c - a| <= 1% max(|c|, |a|)``); a yes/no answer must
     be a rule's boolean result. ``None`` when the answer has neither (nothing to compare). Checks
     can all pass and still be beside the answer (a recomputation of an intermediate value, a
-    bound): then the answer itself was never computed by code. A percentage (``question`` asks
-    for one, or the answer has ``%``) is computed only by a check whose expression can give a
-    ratio (:func:`recallserve.serve.experience._asked.is_ratio_expression`): ``92 - 80 = 12`` does not compute "12%";
-    a percentage written with ``%`` is also computed as its fraction (``1,800 / 12,000 = 0.15`` for "15%").
-    A mean (:func:`recallserve.serve.experience._asked.asks_mean`) is computed only by a check that divides.
+    bound): then the answer itself was never computed by code. ``forms``: the answer forms
+    (:class:`~recallserve.serve.experience._asked.AnswerForm`) to respect: when a form is asked,
+    only a check whose expression ``computes`` it counts (a difference does not compute a
+    percentage). A percentage written with ``%`` is also computed as its fraction
+    (``1,800 / 12,000 = 0.15`` for "15%").
     ``rules``: the registered rules the question cites; when there are any, only a passing
     ``regulatory_check`` of one of them computes the answer (see the module docstring).
     ``only``: one flag per check; when given, only the checks flagged ``True`` are read (the
@@ -65,9 +65,9 @@ def answer_computed(checked: Sequence[VerificationItem], answer: str | None, que
     """
     if answer is None:
         return None
-    percent, mean = is_percent(answer, question), asks_mean(question)
+    asked = [f for f in forms if f.asked(answer, question)]
     a = extract_number(answer)
-    b = _as_bool(answer) if a is None else None
+    b = as_bool(answer) if a is None else None
     if a is None and b is None:
         return None
     # NOTE: "15%" is 0.15 as the calculator reads it; a check that computed 0.15 computed the answer.
@@ -76,7 +76,7 @@ def answer_computed(checked: Sequence[VerificationItem], answer: str | None, que
         if only is not None and (i >= len(only) or only[i] is not True):
             continue
         expression = v.input.get("expression") if isinstance(v.input.get("expression"), str) else v.target
-        if percent and not is_ratio_expression(str(expression or "")) or mean and "/" not in str(expression or ""):
+        if not all(f.computes(str(expression or "")) for f in asked):
             continue
         if rules:
             ran = _RULE_RAN.match(v.notes) if v.type == "regulatory_check" else None

@@ -63,7 +63,7 @@ __all__ = ["extracted_checks", "problem_check_types", "stated_quantities", "SOUR
 
 SOURCE = "context"
 DELTA = 0.01
-# NOTE: the verifier's rounding tolerance (_verify._REL_DOUBT): an answer rounded to 2-3
+# NOTE: the verifier's rounding tolerance (_compare._REL_DOUBT): an answer rounded to 2-3
 # significant digits is doubtful at recompute-at, so it must not be out of bounds around.
 ROUNDING = 0.01
 # NOTE: at most 4 quantities are moved (2 items each): with the two other items, 10 items, well

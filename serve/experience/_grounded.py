@@ -1,15 +1,14 @@
 """Grounded checks: a passing check verifies the answer only when its numbers come from the problem.
 
 A check executed by code proves that its formula gives its result, not that the formula belongs
-to the problem. Two holes of ``recallserve eval experiences`` were passes of that kind:
+to the problem. Two kinds of pass say nothing of the problem:
 
-* **the model's own equation**: "Solve for x: 3x + 7 = 25." answered 6 with the back-substitution
-  ``3x = 18`` (shipped a4, a8 ``5y = 20``). ``x = 6`` satisfies the equation the model derived;
-  whether ``3x = 18`` follows from ``3x + 7 = 25`` no check asked (``3x = 32`` would pass as well);
-* **a number of unknown origin**: "Convert 90 km/h to m/s." answered ``60 m/s`` from ``90 / 1.5``,
-  a divisor copied from an injected experience (held-out g3); the extracted unit check stays off
-  for such a formula (the unit of 1.5 is unknown, so any unit given to 90 would make the dimension
-  a guess: :func:`recallserve.serve.experience._extract._all_accounted`), and its recomputation passed.
+* **the model's own equation**: for "3x + 7 = 25" a back-substitution of ``x = 6`` into ``3x = 18``
+  passes; whether ``3x = 18`` follows from the problem no check asked (``3x = 32`` passes as well);
+* **a number of unknown origin**: a divisor copied from an injected experience (``90 / 1.5`` for a
+  km/h to m/s conversion) recomputes correctly; the extracted unit check stays off for such a
+  formula (the unit of 1.5 is unknown, so any unit given to 90 would make the dimension a guess:
+  :func:`recallserve.serve.experience._extract._all_accounted`).
 
 Both are one rule here. With ``S`` the readings of the quantities the context states
 (:func:`recallserve.serve.experience._extract.stated_quantities`: ids, indexes, years and dates are none; a
@@ -45,8 +44,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
-from recallserve.serve.experience._asked import ASKED
+from recallserve.serve.experience._asked import ASKED, AnswerForm
 from recallserve.serve.experience._calculator import CalcError
+from recallserve.serve.experience._computed import answer_computed, computed_values
+from recallserve.serve.experience._extract import stated_quantities
 from recallserve.serve.experience._grounding import CONVERSION_FACTORS, NAME, RULE_ID, close, literal_value, numbers_in
 from recallserve.serve.experience._rules import RuleTable
 from recallserve.serve.experience._schema import ExperienceRecord, VerificationItem
@@ -138,8 +139,6 @@ def _numbers(formula: str, env: Mapping[str, float], rule_vars: Sequence[str]) -
 
 
 def _computed_values(v: VerificationItem) -> list[float]:
-    from recallserve.serve.experience._computed import computed_values
-
     return [float(c) for c in computed_values(v) if not isinstance(c, bool)]
 
 
@@ -212,8 +211,6 @@ def ground_record(record: ExperienceRecord, checked: Sequence[VerificationItem],
     """:func:`ground` for a record's executed checks: ``S`` from its context's raw text
     (:func:`recallserve.serve.experience._extract.stated_quantities`), the constants of the ``cited`` rules,
     the variables of every registered rule (for a rule check without inputs)."""
-    from recallserve.serve.experience._extract import stated_quantities
-
     stated = grounded_numbers(r for q in stated_quantities(record.context.raw_text) for r in q.readings())
     env = {q.name: q.value for q in record.context.quantities if q.name.isidentifier()}
     table = rules.rules() if rules is not None else []
@@ -222,11 +219,9 @@ def ground_record(record: ExperienceRecord, checked: Sequence[VerificationItem],
 
 
 def verified_by_grounded(checked: Sequence[VerificationItem], flags: Sequence[bool | None], answer: str | None,
-                         question: str, cited: Sequence[str] = ()) -> bool:
+                         question: str, cited: Sequence[str] = (), forms: Sequence[AnswerForm] = ()) -> bool:
     """Whether a grounded pass verified the trace: one computed its answer
     (:func:`recallserve.serve.experience._computed.answer_computed` over the grounded passes only), or, for an
     answer with neither a number nor a yes/no, at least one pass is grounded."""
-    from recallserve.serve.experience._computed import answer_computed
-
-    computed = answer_computed(checked, answer, question, cited, only=flags)
+    computed = answer_computed(checked, answer, question, cited, only=flags, forms=forms)
     return computed if computed is not None else any(f is True for f in flags)

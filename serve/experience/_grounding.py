@@ -52,7 +52,7 @@ CONVERSION_FACTORS = frozenset({1.0, 2.0, 7.0, 10.0, 12.0, 24.0, 60.0, 100.0, 36
 
 CHECK = "grounding_check"
 TAG = "ungrounded_quantity"
-# NOTE: the verifier's rounding tolerance (_verify._REL_DOUBT): a step rounded to 2-3 digits still uses its inputs.
+# NOTE: the verifier's rounding tolerance (_compare._REL_DOUBT): a step rounded to 2-3 digits still uses its inputs.
 TOLERANCE = 0.01
 # NOTE: sums of 2..4 of the first 12 stated values: at most C(12,2)+C(12,3)+C(12,4) = 781 sums.
 MAX_SUM_TERMS = 12
@@ -62,8 +62,8 @@ _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\d])")
 # NOTE: a formula's number literals and names, as the extracted checks read them (shared with _extract).
 # NOTE: a literal's thousands separators are read as the calculator reads them (a comma after a
 # digit and before exactly three digits is dropped: ``1,200`` is 1200, as in normalise_expression):
-# read as ``1`` and ``200`` the around checks of ``2% of 1,200`` moved the ``1`` into a list
-# ``min(2% of (0.99),200, ...)`` that passed whatever the answer (held-out h14, eval experiences).
+# read as ``1`` and ``200``, a perturbed ``1`` of ``2% of 1,200`` lands inside an argument list
+# (``min(2% of (0.99),200, ...)``) and the around check passes whatever the answer.
 LITERAL = re.compile(r"(?<![\w.])\d+(?:,\d{3}(?!\d))*(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
 NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?![\w(])")
 _COMPARES = re.compile(r"[<>≤≥]|\b(?:less|more|greater|fewer|at least|at most|below|above|exceeds?|under|over|"
@@ -223,8 +223,8 @@ def ungrounded(formula: str, stated: Sequence[float], units: Sequence[str], step
     in_formula = literals + names
     # NOTE: 0 and 1 are no derived values (q / q, q - q); small factors (2, 7) make any half or week.
     # A constant of a cited rule, as written there or as a percent (0.02 as ``2%``), is given by the
-    # rule, not derived from a stated value: counted as derived, the ``2`` of ``2% of 1,200`` for
-    # LATE-1 "grounded" the unused 5 months as 10 / 5 (held-out h14, eval experiences).
+    # rule, not derived from a stated value: counted as derived, a rule's ``2`` (of ``2%``) would
+    # account for any stated quantity q with 2 q or q / 2 among the formula's numbers.
     given = [r for x in rule_numbers[:_MAX_ITEMS] for r in ((x, x * 100) if 0 < abs(x) < 1 else (x,))]
     unexplained = [v for v in literals if not _member(v, stated) and v not in (0.0, 1.0) and not _member(v, given)]
     factors = [f for f in factors if f >= 10]

@@ -47,6 +47,8 @@ from recallserve.serve.experience._calculator import (
     evaluate,
     extract_number,
 )
+from recallserve.serve.experience._compare import as_bool, compare_values
+from recallserve.serve.experience._extract import SOURCE, extracted_checks
 from recallserve.serve.experience._grounding import CHECK as GROUNDING_CHECK
 from recallserve.serve.experience._grounding import TAG as GROUNDING_TAG
 from recallserve.serve.experience._grounding import cited_rules, numbers_in, ungrounded
@@ -54,19 +56,12 @@ from recallserve.serve.experience._rules import RuleError, RuleTable
 from recallserve.serve.experience._schema import Confidence, ExperienceRecord, VerificationItem, VerificationStatus
 from recallserve.serve.experience._tags import ANSWER_TAG, ERROR_TAGS, UNCHECKABLE_TAG, error_tags_for, exposure_tags
 from recallserve.serve.experience._units import DimensionError, Quantity, format_dims, parse_quantity, parse_unit, to_unit
+from recallserve.serve.experience.checks import added_checks, answer_forms, gates
 
 __all__ = ["run_check", "verify_record", "finish_record", "with_extracted_checks", "derive_confidence",
            "compare_values", "error_tags_for", "exposure_tags", "ERROR_TAGS", "UNCHECKABLE_TAG",
            "ANSWER_TAG"]
 
-# NOTE: 1e-6 relative is "the same number"; up to 1% is what rounding an answer to 2-3
-# significant digits produces (33.3 for 33.33...), so it is doubtful rather than wrong.
-_REL_PASS = 1e-6
-_REL_DOUBT = 1e-2
-_ABS_EPS = 1e-9
-
-_TRUE = {"true", "yes", "pass", "passed", "compliant", "ok", "allowed", "holds", "valid", "1"}
-_FALSE = {"false", "no", "fail", "failed", "violation", "non-compliant", "noncompliant", "not allowed", "invalid", "0"}
 _EQ_SPLIT = re.compile(r"(?<![<>=!])=(?!=)|==")
 # NOTE: operand bounds, checked before any regex or parse reads them: text twice the calculator's
 # expression limit (an expected value may carry a unit and words), 32 entries per container
@@ -93,29 +88,6 @@ def derive_confidence(statuses: Iterable[VerificationStatus]) -> Confidence:
     return "high"
 
 
-def compare_values(actual: float, expected: float) -> VerificationStatus:
-    """``pass`` within 1e-6 relative, ``doubtful`` within 1% (rounding), else ``fail``."""
-    if math.isnan(actual) or math.isnan(expected):
-        return "fail"
-    err = abs(actual - expected)
-    scale = max(abs(actual), abs(expected))
-    if err <= max(_ABS_EPS, _REL_PASS * scale):
-        return "pass"
-    if err <= _REL_DOUBT * scale:
-        return "doubtful"
-    return "fail"
-
-
-def _as_bool(x: Any) -> bool | None:
-    if isinstance(x, bool):
-        return x
-    if isinstance(x, str) and x.strip().lower() in _TRUE:
-        return True
-    if isinstance(x, str) and x.strip().lower() in _FALSE:
-        return False
-    return None
-
-
 def _value(x: Any, variables: Mapping[str, Any], *, loose: bool = False) -> float | bool | Quantity:
     """A number, bool or quantity from a literal, expression or quantity expression.
 
@@ -128,7 +100,7 @@ def _value(x: Any, variables: Mapping[str, Any], *, loose: bool = False) -> floa
         return float(x)
     if not isinstance(x, str) or not x.strip():
         raise CalcError("no value given")
-    b = _as_bool(x)
+    b = as_bool(x)
     if b is not None and not x.strip().isdigit():
         return b
     try:
@@ -324,7 +296,7 @@ def _regulatory_check(
     expected = item.expected if item.expected not in (None, "") else (True if isinstance(result, bool) else answer)
     if expected is None:
         return item.model_copy(update={"actual": result, "status": "doubtful", "notes": "nothing to compare with"})
-    exp_val = _as_bool(expected) if isinstance(result, bool) else _value(expected, env, loose=True)
+    exp_val = as_bool(expected) if isinstance(result, bool) else _value(expected, env, loose=True)
     if exp_val is None:
         return item.model_copy(update={"actual": result, "status": "doubtful", "notes": f"expected {expected!r} unreadable"})
     status, note = _compare_any(result, exp_val)
@@ -468,15 +440,10 @@ def with_extracted_checks(record: ExperienceRecord) -> ExperienceRecord:
     own (:func:`recallserve.serve.experience._extract.extracted_checks`; those of an earlier verification are
     replaced), at most 32 in all: the record's own are cut first, so the extracted checks always run.
     Not yet run: :func:`verify_record` runs them with the others."""
-    from recallserve.serve.experience._extract import SOURCE, extracted_checks
-
-    from recallserve.serve.experience._asked import asked_unit_check
-
     own = [v for v in record.verification if v.input.get("source") != SOURCE]
     extra = extracted_checks(record.model_copy(update={"verification": own}))
-    asked = asked_unit_check(record)
-    if asked is not None:
-        extra.insert(0, asked)  # NOTE: first, so the cut below never drops it
+    asked = [item for check in added_checks() if (item := check.make(record)) is not None]
+    extra[:0] = asked  # NOTE: first, so the cut below never drops them
     # NOTE: the schema holds 32 checks; the record's own come first, then the extracted ones, and
     # the extracted ones keep their room: a reply that fills all 32 slots with its own checks
     # would otherwise skip the grounding and recompute checks code derives from the problem.
@@ -495,13 +462,9 @@ def finish_record(record: ExperienceRecord, checked: list[VerificationItem], req
     tag :data:`ANSWER_TAG`. ``cited``: the registered rules the context cites, whose check alone
     computes the answer then. And the check that computed it must be grounded in the context's
     quantities (:mod:`recallserve.serve.experience._grounded`: no number of unknown origin, ``rules`` gives the
-    cited rules' constants); else ``medium`` with the tag ``ungrounded_check``.
+    cited rules' constants); else ``medium`` with the tag ``ungrounded_check``. Both conditions are
+    the confidence gates of the registry (:mod:`recallserve.serve.experience.checks`).
     """
-    from recallserve.serve.experience._computed import answer_computed
-    from recallserve.serve.experience._grounded import TAG as UNGROUNDED_TAG
-    from recallserve.serve.experience._grounded import ground_record, verified_by_grounded
-    from recallserve.serve.experience._extract import SOURCE
-
     # NOTE: a required type must be among the model's own checks; an extracted one does not count.
     present = {v.type for v in checked if v.input.get("source") != SOURCE}
     for typ in required:
@@ -515,17 +478,15 @@ def finish_record(record: ExperienceRecord, checked: list[VerificationItem], req
         stated = record.outcome.confidence
     confidence = derive_confidence(v.status for v in checked)
     new_tags = error_tags_for(checked)
-    if confidence == "high" and answer_computed(checked, record.outcome.answer, record.context.raw_text, cited) is False:
-        # NOTE: high confidence means the code computed the answer, not only that every check agreed.
-        confidence = "medium"
-        new_tags.append(ANSWER_TAG)
-    checked, grounded = ground_record(record, checked, rules, cited)
-    if confidence == "high" and not verified_by_grounded(checked, grounded, record.outcome.answer,
-                                                         record.context.raw_text, cited):
-        # NOTE: a pass of the model's own equation (3x = 18) or of a number of unknown origin
-        # (90 / 1.5) proves its formula, not that the formula is the problem's: review.
-        confidence = "medium"
-        new_tags.append(UNGROUNDED_TAG)
+    forms = answer_forms()
+    for gate in gates():
+        verdict = gate.judge(record, checked, cited, rules, forms)
+        checked = verdict.checked
+        if confidence == "high" and not verdict.holds:
+            # NOTE: high confidence means code computed the answer from the problem's numbers,
+            # not only that every check agreed with itself (see recallserve.serve.experience.checks).
+            confidence = "medium"
+            new_tags.append(gate.tag)
     outcome = record.outcome.model_copy(update={"confidence": confidence, "stated_confidence": stated})
     # NOTE: the failures' tags join the tags already on the record (a client's or a reviewer's).
     tags = list(record.evaluation.error_tags)

@@ -19,7 +19,7 @@ from recallserve.serve.agent import Agent, AgentConfig, AgentRequest, default_re
 from recallserve.serve.agent.demo import DEMO_SCOPES
 from recallserve.memory_shards.records import MemoryRecord
 from recallserve.serve.memory import MemoryHit
-from recallserve.serve.turn import RecallConfig, relevance_cut
+from recallserve.serve.turn import RecallConfig, relevance_cut, relevance_patterns, topic_codes
 from tests.unit.agent.conftest import ScriptedEngine, final
 
 FLICKER = ("My BrewMaster from batch B-2320 has a display that flickers and sometimes goes blank. Has anyone had "
@@ -156,28 +156,43 @@ def test_a_memory_naming_the_questions_id_passes_the_floor(memory) -> None:
     assert "ticket:T-1063" in _first_prompt(memory, "Has customer C-1010 contacted support before?", RecallConfig())
 
 
-def test_fault_codes_fold_the_dash_and_skip_ids() -> None:
-    from recallserve.serve.agent.guards import fault_codes
+def test_topic_codes_fold_the_dash_and_skip_ids() -> None:
+    _, codes = relevance_patterns(RecallConfig())
+    assert codes is not None
+    assert topic_codes("E-42 first, then E12; order 104208, ticket T-1071, supplier S-01, EN-7", codes) == {"E42", "E12"}
+    assert topic_codes("no code here, E1234 is not one", codes) == set()
 
-    assert fault_codes("E-42 first, then E12; order 104208, ticket T-1071, supplier S-01, EN-7") == {"E42", "E12"}
-    assert fault_codes("no code here, E1234 is not one") == set()
+
+def _coded(source_id: str, similarity: float) -> MemoryHit:
+    record = MemoryRecord(id=source_id, tenant="t", source_id=source_id, kind="text", text=source_id, created_at=0.0)
+    return MemoryHit(record=record, score=0.1, similarity=similarity, time_factor=1.0, part_index=0, shard=0)
 
 
-def test_a_named_fault_code_drops_the_other_faults() -> None:
-    def coded(source_id: str, similarity: float) -> MemoryHit:
-        record = MemoryRecord(id=source_id, tenant="t", source_id=source_id, kind="text", text=source_id,
-                              created_at=0.0)
-        return MemoryHit(record=record, score=0.1, similarity=similarity, time_factor=1.0, part_index=0, shard=0)
-
-    # NOTE: cosines as measured on the demo photo's query: one band for every ticket of the product
-    hits = [coded("T-1057 Fault: E42", 0.70), coded("T-1071 Fault: E12", 0.65), coded("T-1121 display flickers", 0.62),
-            coded("T-1042 Fault: E-42", 0.62)]
+def test_a_named_topic_code_drops_the_other_topics() -> None:
+    ids, codes = relevance_patterns(RecallConfig())
+    # NOTE: one cosine band for every memory of the product the query names
+    hits = [_coded("T-1057 Fault: E42", 0.70), _coded("T-1071 Fault: E12", 0.65), _coded("T-1121 display flickers", 0.62),
+            _coded("T-1042 Fault: E-42", 0.62)]
     query = "Has this fault happened before? E42 BrewMaster 3000 BATCH B-2207"
-    assert [h.source_id for h in relevance_cut(hits, 0.85, -1.0, query)] == ["T-1057 Fault: E42", "T-1042 Fault: E-42"]
-    # the control: without the code in the query the band stays whole
-    assert len(relevance_cut(hits, 0.85, -1.0, "Has this fault happened before?")) == 4
-    # a code no memory names drops nothing
-    assert len(relevance_cut(hits, 0.85, -1.0, "My machine shows E99")) == 4
+    kept = relevance_cut(hits, 0.85, -1.0, query, id_pattern=ids, topic_code_pattern=codes)
+    assert [h.source_id for h in kept] == ["T-1057 Fault: E42", "T-1042 Fault: E-42"]
+    # the controls: no code in the query, a code no memory names, or the rule switched off: the band stays whole
+    assert len(relevance_cut(hits, 0.85, -1.0, "Has this fault happened before?", topic_code_pattern=codes)) == 4
+    assert len(relevance_cut(hits, 0.85, -1.0, "My machine shows E99", topic_code_pattern=codes)) == 4
+    assert len(relevance_cut(hits, 0.85, -1.0, query, topic_code_pattern=None)) == 4
+
+
+def test_the_topic_code_pattern_is_config() -> None:
+    """Another product's codes (here ``ERR-n``) are a profile setting, not code."""
+    _, codes = relevance_patterns(RecallConfig(topic_code_pattern=r"\bERR-?\d+\b"))
+    hits = [_coded("router ERR-7 reboot loop", 0.70), _coded("router ERR-9 no link", 0.68)]
+    kept = relevance_cut(hits, 0.85, -1.0, "what fixes ERR7?", topic_code_pattern=codes)
+    assert [h.source_id for h in kept] == ["router ERR-7 reboot loop"]
+    assert relevance_patterns(RecallConfig(id_pattern=None, topic_code_pattern=None)) == (None, None)
+    with pytest.raises(ValueError, match="regular expression"):
+        RecallConfig(topic_code_pattern="(")
+    with pytest.raises(ValueError):
+        RecallConfig(topic_pattern="x")  # NOTE: unknown fields are refused
 
 
 def test_demo_photo_prompt_shows_only_the_same_fault_tickets(memory) -> None:

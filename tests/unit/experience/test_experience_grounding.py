@@ -21,6 +21,7 @@ from recallserve.serve.experience._parser import parse_segmented
 from recallserve.serve.experience._rules import Rule
 from recallserve.serve.experience._computed import answer_computed
 from recallserve.serve.experience._verify import ANSWER_TAG
+from recallserve.serve.experience.checks import answer_forms
 
 QWEN = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 EVAL_RULES = RuleTable([Rule.model_validate(r) for r in RULES])
@@ -191,7 +192,7 @@ def test_checks_that_pass_beside_the_answer_do_not_make_it_high() -> None:
 def test_answer_computed(checks: list[dict], answer: str, want: bool | None) -> None:
     checked = verify_record(_record("q", checks, answer), EVAL_RULES).verification
     assert [v.status for v in checked] == ["fail" if answer == "34" else "pass"], checked
-    assert answer_computed(checked, answer) is want
+    assert answer_computed(checked, answer, forms=answer_forms()) is want
 
 
 def test_a_reply_that_fills_every_check_slot_still_gets_the_grounding_check() -> None:

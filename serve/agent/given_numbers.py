@@ -1,4 +1,4 @@
-"""Grounded numbers: a tool argument may only use numbers that the conversation gives.
+"""Given numbers: a tool argument may only use numbers that the conversation gives.
 
 The evidence is the prompt of the turn (the user's messages, the recalled memories, the image
 notes) plus every observation of the turn so far. A number ``v`` of an argument is grounded when
@@ -10,12 +10,14 @@ notes) plus every observation of the turn so far. A number ``v`` of an argument 
   counts and unit factors a question gives in words or not at all ("two kettles", "an average
   of three", "per hour"). A count has no decimals; ``10.00`` is an amount, and an amount must be given.
 
-NOTE: measured on the eval's tuned question 22 ("If I return 2 kettles at 39.90 each, how much
-refund do I get?"): the 1.5B model called the calculator with ``(2 * 39.90) - 2 * 19.90``, a
-number nobody gave, and answered 40.00. The grammar cannot know which numbers are real; this
-check refuses the call and says which number is not given, and the model calls again. In a later
-run (stop 27) the same question came back as ``(2 * 39.90) - 10.00``: 10 was free as a count, so
-a free number now has to be written as one.
+NOTE: a small model computes with numbers nobody gave (an amount it half-remembers, a discount
+it assumes); the tool grammar cannot know which numbers are real, so this check refuses the call,
+names the number that was not given, and the model calls again. A free number must be written as
+a count (no decimals): an amount written ``10.00`` must be given, or a made-up amount passes as a
+count.
+
+Not the experience verifier's grounding (:mod:`recallserve.serve.experience._grounded`), which
+judges a finished trace's checks; this one gates a tool call before it runs.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from recallserve.serve.agent import Agent, AgentConfig, AgentRequest, Tool, Tool
 from recallserve.serve.agent.builtin import CLOCK_PLACES, CLOCK_ROUTING
 from recallserve.serve.agent.demo import DemoWorld, demo_tools
 from recallserve.serve.agent.demo.tools import DEMO_SCOPES
-from recallserve.serve.agent.grounding import numbers_in, ungrounded
+from recallserve.serve.agent.given_numbers import numbers_in, ungrounded
 from recallserve.serve.agent.routing import RoutingHint
 from tests.unit.agent.conftest import ScriptedEngine, call, final
 
