@@ -101,18 +101,26 @@ class QueryRewriter(Protocol):
 class RetrievalParams(StrictModel):
     """Knobs of the hybrid fusion."""
 
+    # NOTE: 64 per list: a fixed depth, never varied by leave-one-out. RRF gives a candidate at rank 64
+    # w / (c + 64), under a third of a rank-1 term at c = 20, so deeper lists change the top k little
+    # while every extra candidate costs a BM25 pass and a best-part product on the shard.
     dense_candidates: int = Field(default=64, ge=1, le=4096, description="Dense candidates fused per query (at least k).")
     lexical_candidates: int = Field(default=64, ge=0, le=4096, description="BM25 candidates fused per query; 0 = dense only.")
-    # NOTE: c = 20 and a lexical weight of 1.5 were measured on the LoCoMo dev file (recall@10
-    # 0.800 vs 0.753 with c = 60 and equal weights); BM25 over turns with their neighbours is the
-    # stronger list there, MiniLM the complement that lifts recall@20-50.
+    # NOTE: c = 20 and a lexical weight of 1.5: leave-one-conversation-out on the LoCoMo dev file among
+    # c / w_dense / w_lex 20/1/1.5, 20/1/1, 40/1/1.25, 60/1/1.5, 60/1/1 picks c = 20 in every fold and
+    # w_lex 1.5 in two of three; held out R@10 0.790 (0.757-0.827), vs 0.755 for 60/1/1 on the same three
+    # conversations (loadtests/results/locomo-dev-loo.json). Why in general: a small c lets the head of
+    # each list outweigh its tail, and memories are short texts whose exact names and rare words a
+    # small sentence embedder reads poorly, so BM25 is the stronger list and the dense one the complement.
     rrf_k: float = Field(default=20.0, ge=0, le=10_000, description="RRF constant c in w / (c + rank).")
     dense_weight: float = Field(default=1.0, ge=0, le=100, description="RRF weight of the dense list.")
     lexical_weight: float = Field(default=1.5, ge=0, le=100, description="RRF weight of the lexical list.")
-    # NOTE: 0.5 and 30 days: chosen by leave-one-conversation-out on the LoCoMo dev file among
-    # weights 0 / 0.5 / 1 and slack 7 / 30 (2 of 3 folds pick the window on; on all three
-    # conversations 0.5/30 ties "off" at R@10 0.804 and is ahead at R@5, 0.712 vs 0.708;
-    # loadtests/results/locomo-dev-dates-loo.json).
+    # NOTE: 0.5 and 30 days, on by default. Leave-one-conversation-out on the LoCoMo dev file among
+    # weights 0 / 0.5 / 1 x slack 7 / 30 picks the window on in 2 of 3 folds (0.5/30 and 1/7; the third
+    # picks off), but held out R@10 is 0.798 (0.757-0.829), under off's 0.804: no held-out gain at R@10.
+    # On all three conversations 0.5/30 ties off at R@10 (0.804) and is ahead at R@5 (0.712 vs 0.708);
+    # loadtests/results/locomo-dev-dates-loo.md. Why in general: a memory written inside the time a
+    # question names is likelier to tell what happened then; a window is a hint, so nothing is dropped.
     date_weight: float = Field(
         default=0.5, ge=0, le=100,
         description="Weight of the candidates inside the time window the query names ('in May 2023', 'last week'; "
@@ -120,6 +128,9 @@ class RetrievalParams(StrictModel):
     date_slack_days: float = Field(
         default=30.0, ge=0, le=3660,
         description="Days after the named window whose memories still count as inside it (an event is told after it happened).")
+    # NOTE: 0.5: set when hybrid retrieval was introduced, never varied by leave-one-out. It keeps a
+    # lexical-only hit (an exact name or id the embedder misses) when its BM25 is within a factor 2 of the
+    # query's best, and drops weak single-word overlaps below the cosine threshold.
     lexical_min_ratio: float = Field(
         default=0.5, ge=0, le=1,
         description="A hit below the cosine threshold is kept only if its BM25 >= this x the query's best BM25.",
