@@ -102,7 +102,7 @@ class RetrievalParams(StrictModel):
     """Knobs of the hybrid fusion."""
 
     # NOTE: 64 per list: a fixed depth, never varied by leave-one-out. RRF gives a candidate at rank 64
-    # w / (c + 64), under a third of a rank-1 term at c = 20, so deeper lists change the top k little
+    # w / (c + 64), a quarter of a rank-1 term at c = 20, so deeper lists change the top k little
     # while every extra candidate costs a BM25 pass and a best-part product on the shard.
     dense_candidates: int = Field(default=64, ge=1, le=4096, description="Dense candidates fused per query (at least k).")
     lexical_candidates: int = Field(default=64, ge=0, le=4096, description="BM25 candidates fused per query; 0 = dense only.")
