@@ -282,7 +282,7 @@ class MemoryConfig(StrictModel):
     retrieval: RetrievalParams = Field(
         default_factory=RetrievalParams,
         description="Hybrid search of every recall (chat, agent, POST /v1/memories/search): candidates, RRF fusion, "
-                    "date-aware scoring of the time the query names, BM25 feedback.",
+                    "date-aware scoring of the time the query names, lists of the speaker the query names, a second hop.",
     )
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions, description="Resources per shard.")
     placement: ShardPlacement = Field(

@@ -43,7 +43,7 @@ from recallserve.memory_shards.coordinator import MemoryCoordinator, ShardUnavai
 from recallserve.memory_shards.embedders import MiniLMEmbedder, build_embedder, embedder_identity
 from recallserve.memory_shards.onnx_embedder import OnnxMiniLMEmbedder
 from recallserve.memory_shards.records import EmbeddedRecord, MemoryRecord
-from recallserve.memory_shards.retrieval import Feedback, HybridShard, ShardHybridResult
+from recallserve.memory_shards.retrieval import HybridShard, ShardHybridResult
 from recallserve.memory_shards.shard import MemoryShard
 from recallserve.serve import envs
 from recallserve.serve.api.errors import APIError
@@ -205,11 +205,10 @@ class MemoryShardDeployment(PlacementInfo):
     async def search(self, queries, tenant, k, params, filters, now, touch):
         return await self._run(self._shard.search, queries, tenant, k, params, filters, now, touch)
 
-    async def hybrid_search(self, query_vector, lexical_query, tenant, dense_k, lexical_k, params, filters, now,
-                            feedback=Feedback()):
+    async def hybrid_search(self, query_vector, lexical_query, tenant, dense_k, lexical_k, params, filters, now):
         with MEMORY_HOP.labels("shard_search").time():
             return await self._run(self._shard.hybrid_search, query_vector, lexical_query, tenant, dense_k, lexical_k,
-                                   params, filters, now, feedback)
+                                   params, filters, now)
 
     async def touch(self, ids: Sequence[str], at: Sequence[float]) -> None:
         await self._run(self._shard.touch, list(ids), list(at))
@@ -298,10 +297,10 @@ class HandleShardClient:
         return await self._call("search", queries, tenant, k, params, filters, now, touch)
 
     async def hybrid_search(self, query_vector, lexical_query, tenant, dense_k, lexical_k, params, filters,
-                            now, feedback=Feedback()) -> ShardHybridResult:
+                            now) -> ShardHybridResult:
         with MEMORY_HOP.labels("shard_call").time():
             return await self._call("hybrid_search", query_vector, lexical_query, tenant, dense_k, lexical_k, params,
-                                    filters, now, tuple(feedback))
+                                    filters, now)
 
     async def touch(self, ids: Sequence[str], at: Sequence[float]) -> None:
         await self._call("touch", list(ids), list(at))

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     from recallserve.memory_shards._device import COLUMN_MAJOR_MIN_ROWS
     from recallserve.memory_shards.config import ShardConfig
     from recallserve.memory_shards.embedders import build_embedder
-    from recallserve.memory_shards.retrieval import Feedback, HybridShard
+    from recallserve.memory_shards.retrieval import HybridShard
     from recallserve.memory_shards.shard import MemoryShard
 
     torch.set_num_threads(args.threads)
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             ("dense", q, lambda q=q: shard.shard.search(qv[:q], "local", 64, params, None, time.time(), touch=False))
             for q in counts]
         calls.append(("hybrid", 1, lambda: [[h for h, _ in r.lexical] + list(r.dense) for r in [shard.hybrid_search(
-            qv[0], asked[0], "local", 64, 64, params, None, time.time(), Feedback())]]))
+            qv[0], asked[0], "local", 64, 64, params, None, time.time())]]))
         for call, q, fn in calls:
 
             def run(layout: str) -> list:

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     from loadtests.search_seed import bulk_rows
     from recallserve.memory_shards.config import ShardConfig
     from recallserve.memory_shards.embedders import build_embedder
-    from recallserve.memory_shards.retrieval import Feedback, HybridShard
+    from recallserve.memory_shards.retrieval import HybridShard
     from recallserve.memory_shards.shard import MemoryShard
 
     torch.set_num_threads(1)
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def search(lexical: int) -> object:
             i = next(calls) % len(queries)
-            return shard.hybrid_search(qv[i], queries[i], "local", 64, lexical, params, None, time.time(), Feedback())
+            return shard.hybrid_search(qv[i], queries[i], "local", 64, lexical, params, None, time.time())
 
         search(64)
         out[f"hybrid_{n}"] = _cpu_ms(lambda: search(64), args.repeats)

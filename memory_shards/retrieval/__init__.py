@@ -22,12 +22,11 @@ from recallserve.memory_shards.retrieval.hybrid import (
 )
 from recallserve.memory_shards.retrieval.lexical import LexicalIndex
 from recallserve.memory_shards.retrieval.rewrite import KeywordRewriter
-from recallserve.memory_shards.retrieval.shard import Feedback, HybridShard, ShardHybridResult, lexical_text
+from recallserve.memory_shards.retrieval.shard import HybridShard, ShardHybridResult, lexical_text
 
 __all__ = [
     "RRF_K",
     "AsyncEmbed",
-    "Feedback",
     "HybridHit",
     "HybridRetriever",
     "HybridShard",

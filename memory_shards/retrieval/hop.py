@@ -1,10 +1,11 @@
 """Second hop: a lexical query per first hit, made of the question and that hit's new words.
 
-Why: a multi-hop question names one thing ("Caroline's grandma") and its answer is told where
-another is named ("the necklace from Sweden"). The first hits of the question hold the bridging
-word ("necklace"); a second BM25 query with it finds the turn that holds the answer. Unlike pooled
-pseudo-relevance feedback (``Feedback``, measured worse: it pulls in more turns of the first hits'
-single topic), each first hit gets its own query, so each hop follows one direction.
+Why: a multi-hop question names one thing and its answer is told where another thing is named;
+the question's first hits hold the bridging word, and a second BM25 query with it finds the memory
+that holds the answer. Each first hit gets its own query, so each hop follows one direction (pooled
+pseudo-relevance feedback over the first hits, measured worse by leave-one-conversation-out on the
+LoCoMo dev file, pulls in more memories of the first hits' single topic and was removed;
+``loadtests/results/locomo-dev-feedback-loo.md``).
 
 For each of the first ``hop_hits`` fused hits ``h``::
 
@@ -39,9 +40,9 @@ def hop_query(query: str, text: str, n_terms: int) -> str | None:
     """``query`` plus up to ``n_terms`` new words of ``text``; None when ``text`` adds none.
 
     Example:
-        >>> hop_query("What country is Caroline's grandma from?",
-        ...           "Caroline said on 3 May 2023: This necklace from Lena was my grandma's.", 2)
-        "What country is Caroline's grandma from? Lena necklace"
+        >>> hop_query("What country is Alice's grandma from?",
+        ...           "Alice said on 3 May 2023: This necklace from Lena was my grandma's.", 2)
+        "What country is Alice's grandma from? Lena necklace"
     """
     if n_terms <= 0:
         return None

@@ -21,7 +21,8 @@ concurrently, with the same query under a created-at filter for that window (plu
 so a memory written in the named window moves up without memories outside it being dropped (a
 window is a hint: what a memory tells may have happened before it was written).
 
-Named speakers (a question about what Melanie did is mostly answered by what Melanie said): for
+Named speakers (a question about what a person did is mostly answered by what that person said
+or wrote, while other people's memories that address them echo the question's words): for
 each capitalised word of the query (at most 2, not the first word), the main dense and lexical
 candidates whose ``metadata[name_key]`` (default ``speaker``) is that word, ranked among
 themselves, join the fusion as one more pair of lists with ``name_boost`` (default 0.5; no shard
@@ -35,20 +36,10 @@ after the first fusion (a second, serial round of BM25-only shard calls), whose 
 
     score(d) += hop_weight * w_lex / (c + rank_in_hop_list(d))
 
-Options, off by default and measured by leave-one-conversation-out on the LoCoMo dev file
-(``loadtests/results/locomo-dev-{names,hop,diversify,candidates}-loo.md``):
-
-* ``name_weight`` > 0: per name, one more dense + BM25 search of the shards filtered to
-  ``metadata[name_key] == name`` (candidates beyond the main lists, at the cost of a second search);
-* ``name_depth`` > the main depth: a query naming someone asks the shards for that many candidates
-  per list, the main lists keep their first ``dense_candidates`` / ``lexical_candidates`` and only
-  the named speaker's lists read the rest;
-* ``strip_names``: the query is embedded without the names it names (a name says who said a
-  memory; inside another speaker's memory it is mostly the addressee, "Melanie, do you still...");
-  ``unnamed_weight`` > 0 keeps the named query's dense list and adds the unnamed one's;
-* diversification (``group_cap`` > 0, ``group_decay`` < 1 or ``mmr_lambda`` < 1): the fused list is
-  reordered so that one day's (or topic's) memories, or near-repeats, do not crowd the top k
-  (:mod:`~recallserve.memory_shards.retrieval.diversify`).
+One more option is off by default though leave-one-conversation-out on the LoCoMo dev file picks it
+(``loadtests/results/locomo-dev-names-loo.md``): ``name_weight`` > 0, per name one more dense + BM25
+search of the shards filtered to ``metadata[name_key] == name``, which can bring in candidates beyond
+the main lists at the cost of a second full search (a metadata filter is checked per visible row).
 
 A lexical-only hit (its cosine below the threshold) is kept only when its BM25 is at least
 ``lexical_min_ratio`` x the best BM25 of the query: exact names and ids the embedder misses come
@@ -63,7 +54,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Literal, NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 from pydantic import Field
@@ -72,11 +63,9 @@ from recallserve.kernels import ScoreParams, StrictModel
 
 from ..config import SearchFilters, SearchHit
 from ..coordinator import LocalShardClient, MemoryCoordinator
-from ._text import analyse
-from .diversify import diversify, mmr
 from .fusion import rrf_fuse
 from .hop import hop_query
-from .shard import Feedback, ShardHybridResult
+from .shard import ShardHybridResult
 from .when import query_time_window
 
 __all__ = [
@@ -112,21 +101,26 @@ class QueryRewriter(Protocol):
 class RetrievalParams(StrictModel):
     """Knobs of the hybrid fusion."""
 
+    # NOTE: 64 per list: a fixed depth, never varied by leave-one-out. RRF gives a candidate at rank 64
+    # w / (c + 64), a quarter of a rank-1 term at c = 20, so deeper lists change the top k little
+    # while every extra candidate costs a BM25 pass and a best-part product on the shard.
     dense_candidates: int = Field(default=64, ge=1, le=4096, description="Dense candidates fused per query (at least k).")
     lexical_candidates: int = Field(default=64, ge=0, le=4096, description="BM25 candidates fused per query; 0 = dense only.")
-    # NOTE: c = 20 and a lexical weight of 1.5 were measured on the LoCoMo dev file (recall@10
-    # 0.800 vs 0.753 with c = 60 and equal weights); BM25 over turns with their neighbours is the
-    # stronger list there, MiniLM the complement that lifts recall@20-50.
+    # NOTE: c = 20 and a lexical weight of 1.5: leave-one-conversation-out on the LoCoMo dev file among
+    # c / w_dense / w_lex 20/1/1.5, 20/1/1, 40/1/1.25, 60/1/1.5, 60/1/1 picks c = 20 in every fold and
+    # w_lex 1.5 in two of three; held out R@10 0.790 (0.757-0.827), vs 0.755 for 60/1/1 on the same three
+    # conversations (loadtests/results/locomo-dev-loo.json). Why in general: a small c lets the head of
+    # each list outweigh its tail, and memories are short texts whose exact names and rare words a
+    # small sentence embedder reads poorly, so BM25 is the stronger list and the dense one the complement.
     rrf_k: float = Field(default=20.0, ge=0, le=10_000, description="RRF constant c in w / (c + rank).")
     dense_weight: float = Field(default=1.0, ge=0, le=100, description="RRF weight of the dense list.")
     lexical_weight: float = Field(default=1.5, ge=0, le=100, description="RRF weight of the lexical list.")
-    feedback_docs: int = Field(default=0, ge=0, le=50, description="Pseudo-relevance feedback: top BM25 documents expanding the lexical query (0 = off).")
-    feedback_terms: int = Field(default=10, ge=0, le=100, description="Expansion terms added by feedback.")
-    feedback_weight: float = Field(default=0.3, ge=0, le=1, description="Weight of an expansion term (query terms weigh 1).")
-    # NOTE: 0.5 and 30 days: chosen by leave-one-conversation-out on the LoCoMo dev file among
-    # weights 0 / 0.5 / 1 and slack 7 / 30 (2 of 3 folds pick the window on; on all three
-    # conversations 0.5/30 ties "off" at R@10 0.804 and is ahead at R@5, 0.712 vs 0.708;
-    # loadtests/results/locomo-dev-dates-loo.json).
+    # NOTE: 0.5 and 30 days, on by default. Leave-one-conversation-out on the LoCoMo dev file among
+    # weights 0 / 0.5 / 1 x slack 7 / 30 picks the window on in 2 of 3 folds (0.5/30 and 1/7; the third
+    # picks off), but held out R@10 is 0.798 (0.757-0.829), under off's 0.804: no held-out gain at R@10.
+    # On all three conversations 0.5/30 ties off at R@10 (0.804) and is ahead at R@5 (0.712 vs 0.708);
+    # loadtests/results/locomo-dev-dates-loo.md. Why in general: a memory written inside the time a
+    # question names is likelier to tell what happened then; a window is a hint, so nothing is dropped.
     date_weight: float = Field(
         default=0.5, ge=0, le=100,
         description="Weight of the candidates inside the time window the query names ('in May 2023', 'last week'; "
@@ -134,6 +128,9 @@ class RetrievalParams(StrictModel):
     date_slack_days: float = Field(
         default=30.0, ge=0, le=3660,
         description="Days after the named window whose memories still count as inside it (an event is told after it happened).")
+    # NOTE: 0.5: set when hybrid retrieval was introduced, never varied by leave-one-out. It keeps a
+    # lexical-only hit (an exact name or id the embedder misses) when its BM25 is within a factor 2 of the
+    # query's best, and drops weak single-word overlaps below the cosine threshold.
     lexical_min_ratio: float = Field(
         default=0.5, ge=0, le=1,
         description="A hit below the cosine threshold is kept only if its BM25 >= this x the query's best BM25.",
@@ -157,33 +154,7 @@ class RetrievalParams(StrictModel):
     # off, about +1 ms p50 in process and no shard call; loadtests/results/locomo-dev-names-loo.md.
     name_weight: float = Field(default=0.0, ge=0, le=100, description="Weight of a search filtered to metadata[name_key] == a name the query names; 0 = off.")
     name_boost: float = Field(default=0.5, ge=0, le=100, description="Weight of the main candidates of a named speaker, ranked among themselves (no shard call); 0 = off.")
-    # NOTE: name_depth and strip_names are off (loadtests/results/locomo-dev-candidates-loo.md). Deeper named
-    # lists (128 / 256 / 512) leave R@10 within +-0.01 per conversation at p50 +3 to +20 ms: evidence at main
-    # rank 65-200 enters the named list near rank 30-100, where RRF (c = 20, weight 0.5) adds too little.
-    # strip_names lifts conv-26 (0.788 -> 0.820, multi-hop 0.458 -> 0.500) but drops conv-30 (0.841 -> 0.817).
-    name_depth: int = Field(
-        default=0, ge=0, le=4096,
-        description="Candidates per list the shards return when the query names someone, for name_boost's lists only "
-                    "(the main lists keep their first dense/lexical_candidates); 0 = the main depth.")
-    strip_names: bool = Field(
-        default=False,
-        description="Embed the query without the names it names (and search name_weight's filtered lists without them): "
-                    "a name says who said a memory, and in other speakers' memories it is mostly the addressee.")
-    # NOTE: off: leave-one-out over 0 / 0.5 / 1 (with hop_hits 1) holds out 0.827 vs 0.828 for off, conv-41
-    # falls (0.830 < 0.834), p50 +12 ms in process (locomo-dev-candidates-loo.md).
-    unnamed_weight: float = Field(
-        default=0.0, ge=0, le=100,
-        description="Weight of one more dense list, of the query without the names it names (embedded in the same "
-                    "call, asked concurrently, only for a query naming someone); 0 = off.")
     name_key: str = Field(default="speaker", min_length=1, max_length=64, description="Metadata key holding who said or wrote a memory (name_weight, name_boost).")
-    # NOTE: MMR and the group cap/decay are off: every fold picks the cap off, MMR held out gives
-    # R@10 0.799 vs 0.804 (loadtests/results/locomo-dev-diversify-loo.md).
-    mmr_lambda: float = Field(default=1.0, ge=0, le=1, description="MMR: lambda x relevance - (1 - lambda) x word overlap with picked hits (diversify.mmr); 1 = off.")
-    mmr_pool: int = Field(default=50, ge=1, le=4096, description="Fused candidates MMR reorders (the rest follow in order).")
-    group_by: Literal["day", "topic"] = Field(default="day", description="Diversification group: a memory's UTC creation day, or its topic_path.")
-    group_cap: int = Field(default=0, ge=0, le=4096, description="Hits of one group before every other had its turn (the rest pushed down; diversify); 0 = off.")
-    group_decay: float = Field(default=1.0, gt=0, le=1, description="A group's n-th next hit ranks by fused score x decay^n (soft diversification); 1 = off.")
-
 
 class HybridHit(SearchHit):
     """One fused result and every part of its score (``score`` is the fused RRF score, the ranking key)."""
@@ -200,7 +171,7 @@ class HybridShardClient(Protocol):
 
     async def hybrid_search(
         self, query_vector: np.ndarray, lexical_query: str, tenant: str, dense_k: int, lexical_k: int,
-        params: ScoreParams, filters: SearchFilters | None, now: float, feedback: Feedback = ...,
+        params: ScoreParams, filters: SearchFilters | None, now: float,
     ) -> ShardHybridResult: ...
 
     async def touch(self, ids: Sequence[str], at: Sequence[float]) -> None: ...
@@ -209,18 +180,10 @@ class HybridShardClient(Protocol):
 class LocalHybridShardClient(LocalShardClient):
     """In-process client of a :class:`~recallserve.memory_shards.retrieval.shard.HybridShard`."""
 
-    async def hybrid_search(self, query_vector, lexical_query, tenant, dense_k, lexical_k, params, filters, now,
-                            feedback=Feedback()):
+    async def hybrid_search(self, query_vector, lexical_query, tenant, dense_k, lexical_k, params, filters, now):
         return await asyncio.to_thread(
             self.shard.hybrid_search, query_vector, lexical_query, tenant, dense_k, lexical_k, params, filters, now,
-            feedback,
         )
-
-
-def _group(by_source: dict[str, dict], group_by: str, key: str) -> object:
-    """The diversification group of fused candidate ``key``: its creation day (UTC) or its topic."""
-    record = by_source[key]["hit"].record
-    return record.topic_path if group_by == "topic" else int(record.created_at // 86_400)
 
 
 _NAME = re.compile(r"\b([A-Z][a-z]+)(?:'s)?\b")
@@ -228,22 +191,13 @@ _NAME = re.compile(r"\b([A-Z][a-z]+)(?:'s)?\b")
 
 
 def _query_names(query: str) -> list[str]:
-    """The names ``query`` names (capitalised words after its first, "Melanie's" -> "Melanie"), at most 2."""
+    """The names ``query`` names (capitalised words after its first, "Alice's" -> "Alice"), at most 2."""
     return list(dict.fromkeys(m.group(1) for m in _NAME.finditer(query) if m.start() > 0))[:2]
 
 
 def _is_named(speaker: object, names: set[str]) -> bool:
-    """``speaker`` is one of ``names``, or a full name one of whose words is ("Melanie Smith" for "Melanie")."""
+    """``speaker`` is one of ``names``, or a full name one of whose words is ("Alice Smith" for "Alice")."""
     return isinstance(speaker, str) and (speaker in names or not names.isdisjoint(speaker.split()))
-
-
-def _without_names(text: str, names: list[str]) -> str:
-    """``text`` with each of ``names`` (and its "'s") removed; ``text`` itself when nothing else would remain."""
-    if not names:
-        return text
-    out = re.sub(r"\b(?:" + "|".join(map(re.escape, names)) + r")(?:'s)?\b", " ", text)
-    out = " ".join(out.split())
-    return out if analyse(out) else text
 
 
 def _named(dense: list, lexical: list, query: str, key: str) -> tuple[list, list]:
@@ -253,11 +207,6 @@ def _named(dense: list, lexical: list, query: str, key: str) -> tuple[list, list
         return [], []
     return ([x for x in dense if _is_named(x[0].metadata.get(key), names)],
             [x for x in lexical if _is_named(x[0].metadata.get(key), names)])
-
-
-def _terms(by_source: dict[str, dict], key: str) -> frozenset[str]:
-    """The index terms of fused candidate ``key``'s main text (MMR's word sets)."""
-    return frozenset(analyse(by_source[key]["hit"].record.text))
 
 
 def _merge(lists: list[list[tuple[float, SearchHit, float]]], n: int) -> list[tuple[SearchHit, float]]:
@@ -314,34 +263,19 @@ class HybridRetriever:
         decay = decay or ScoreParams()
         now = time.time() if now is None else float(now)
         rq = self.rewriter(query) if self.rewriter is not None else RewrittenQuery(query, query)
-        strip = _query_names(query) if p.strip_names else []
-        unnamed = _without_names(rq.dense, _query_names(query)) if p.unnamed_weight > 0 else rq.dense
-        texts = [_without_names(rq.dense, strip)] + ([unnamed] if unnamed != rq.dense else [])
-        vecs = np.asarray(await self.embed(texts), dtype=np.float32)
-        qvec = vecs[0]
+        qvec = np.asarray(await self.embed([rq.dense]), dtype=np.float32)[0]
         dense_k = max(k, p.dense_candidates)
         lex_k = max(k, p.lexical_candidates) if p.lexical_candidates > 0 else 0
-        feedback = Feedback(p.feedback_docs, p.feedback_terms, p.feedback_weight)
         ask = partial(self._candidates, tenant, qvec, dense_k, lex_k, decay, now)
         window = self._window_filters(query, filters, now, p)
         # NOTE: the window's candidates are asked concurrently with the main ones (one more shard
         # call each, only for a query that names a time).
         named = self._name_filters(query, filters, p)
-        # NOTE: a query naming someone asks the shards for name_depth candidates per list; the main
-        # lists are their first dense_k / lex_k (the lists a shallower call gives), and only the
-        # named speaker's lists read the rest (see the module docstring).
-        deep = p.name_depth if p.name_boost > 0 and p.name_depth > 0 and _query_names(query) else 0
-        main_ask = partial(self._candidates, tenant, qvec, max(dense_k, deep), max(lex_k, deep) if lex_k else 0,
-                           decay, now) if deep else ask
-        unnamed_ask = ([self._candidates(tenant, vecs[1], dense_k, 0, decay, now, rq.lexical, filters, Feedback())]
-                       if len(vecs) > 1 else [])
-        main, *extra = await asyncio.gather(main_ask(rq.lexical, filters, feedback), *unnamed_ask,
-                                            *([ask(rq.lexical, window, feedback)] if window is not None else []),
-                                            *(ask(_without_names(rq.lexical, strip), f, feedback) for f in named))
+        main, *extra = await asyncio.gather(ask(rq.lexical, filters),
+                                            *([ask(rq.lexical, window)] if window is not None else []),
+                                            *(ask(rq.lexical, f) for f in named))
         dense, lexical = main[0][:dense_k], main[1][:lex_k]
         lists = [(dense, lexical, 1.0)]
-        if unnamed_ask:
-            lists.append((extra.pop(0)[0], [], p.unnamed_weight))
         if window is not None:
             lists.append((*extra.pop(0), p.date_weight))
         lists += [(d, lx, p.name_weight) for d, lx in extra]
@@ -351,7 +285,7 @@ class HybridRetriever:
             first = self._fuse(lists, p.hop_hits, p, decay.threshold)
             hops = [q for h in first if (q := hop_query(rq.lexical, h.record.text, p.hop_terms)) is not None]
             # NOTE: lexical only (dense_k 0): a hop costs one BM25 pass per shard, no embedding.
-            more = await asyncio.gather(*(self._candidates(tenant, qvec, 0, lex_k, decay, now, q, filters, Feedback())
+            more = await asyncio.gather(*(self._candidates(tenant, qvec, 0, lex_k, decay, now, q, filters)
                                           for q in hops))
             lists += [(d, lx, p.hop_weight) for d, lx in more]
         hits = self._fuse(lists, k, p, decay.threshold)
@@ -385,15 +319,15 @@ class HybridRetriever:
         return [f.model_copy(update={"metadata": {**(f.metadata or {}), p.name_key: name}}) for name in _query_names(query)]
 
     async def _candidates(self, tenant: str, qvec: np.ndarray, dense_k: int, lex_k: int, decay: ScoreParams,
-                          now: float, lexical_query: str, filters: SearchFilters | None, feedback: Feedback):
+                          now: float, lexical_query: str, filters: SearchFilters | None):
         """Every needed shard's dense and lexical candidates, merged: ``(dense, lexical)`` lists."""
         # NOTE: only the shards the tenant's answer needs must answer (its home shard and those
         # that may hold shared rows); see memory_shards.coordinator for what "complete" means.
         coord = self.coordinator
         targets, needed = coord.read_plan(tenant, search=True)
         got: dict[int, ShardHybridResult] = await coord.calls.gather(
-            {s: partial(coord.shards[s].hybrid_search, qvec, lexical_query, tenant, dense_k, lex_k, decay, filters, now,
-                        feedback) for s in targets},
+            {s: partial(coord.shards[s].hybrid_search, qvec, lexical_query, tenant, dense_k, lex_k, decay, filters, now)
+             for s in targets},
             needed,
         )
         for s, r in got.items():
@@ -432,12 +366,8 @@ class HybridRetriever:
             rankings += [[h.source_id for h, _ in dense], lex_keys]
             weights += [p.dense_weight * weight, p.lexical_weight * weight]
         fused = [kv for kv in rrf_fuse(rankings, c=p.rrf_k, weights=weights) if kv[0] in by_source]
-        group_of = partial(_group, by_source, p.group_by)
         out = []
-        if p.mmr_lambda < 1.0:
-            pool = max(k, p.mmr_pool)
-            fused = mmr(fused[:pool], partial(_terms, by_source), pool, p.mmr_lambda) + fused[pool:]
-        for key, score in diversify(fused, group_of, k, cap=p.group_cap, decay=p.group_decay):
+        for key, score in fused[:k]:
             e = by_source[key]
             h: SearchHit = e["hit"]
             out.append(HybridHit(record=h.record, score=score, similarity=h.similarity, time_factor=h.time_factor,

@@ -22,7 +22,7 @@ import math
 import threading
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -184,48 +184,18 @@ class LexicalIndex:
         fresh.total_len = coll.total_len
         self._collections[tenant] = fresh
 
-    def expansion_terms(self, tenant: str, record_ids: Sequence[str], n_terms: int,
-                        exclude: Iterable[str] = ()) -> list[str]:
-        """Pseudo-relevance feedback: the ``n_terms`` best terms of the given documents.
-
-        A term's weight is ``idf(t) x (number of the feedback documents containing t)``, so
-        terms shared by several top documents and rare in the tenant's collection win (a
-        simplified RM3, Lavrenko & Croft 2001). Terms in ``exclude`` (the query's) are skipped.
-        """
-        skip = set(exclude)
-        with self._lock:
-            coll = self._collections.get(tenant)
-            if coll is None:
-                return []
-            big_n = coll.live
-            weights: Counter[str] = Counter()
-            for record_id in record_ids:
-                entry = coll.doc_terms.get(record_id)
-                if entry is None:
-                    continue
-                for term in entry[1]:
-                    if term in skip:
-                        continue
-                    df = coll.df.get(term, 0)
-                    if df > 0:
-                        weights[term] += math.log(1.0 + (big_n - df + 0.5) / (df + 0.5))
-        return [t for t, _ in sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))[:n_terms]]
-
     def search(
-        self, tenant: str, query: str | Mapping[str, float], n: int, accept: Callable[[str], bool] | None = None
+        self, tenant: str, query: str, n: int, accept: Callable[[str], bool] | None = None
     ) -> list[tuple[str, float]]:
         """Best ``n`` documents of ``tenant`` for ``query`` as ``(record_id, bm25)``, best first.
 
-        ``query`` is text, or analysed terms with weights (each term's BM25 contribution is
-        multiplied by its weight; used by pseudo-relevance feedback). Only documents with a
-        positive score (sharing at least one term) are returned; ties go to the earlier-indexed
-        document. ``accept`` filters candidates (kind, expiry...) before the cut, so filtered
+        Only documents with a positive score (sharing at least one term of ``query``) are
+        returned; ties go to the earlier-indexed document. ``accept`` filters candidates (kind, expiry...) before the cut, so filtered
         searches still return up to ``n`` hits.
         """
         if n < 1:
             raise ValueError(f"n: must be >= 1, got {n}")
-        weighted = dict.fromkeys(analyse(query), 1.0) if isinstance(query, str) else dict(query)
-        terms = list(weighted)
+        terms = list(dict.fromkeys(analyse(query)))
         with self._lock:
             coll = self._collections.get(tenant)
             if coll is None or not terms:
@@ -241,7 +211,7 @@ class LexicalIndex:
                 df = coll.df.get(term, 0)
                 if post is None or df <= 0:
                     continue
-                idf = weighted[term] * math.log(1.0 + (big_n - df + 0.5) / (df + 0.5))
+                idf = math.log(1.0 + (big_n - df + 0.5) / (df + 0.5))
                 docs, tfs = post.arrays()
                 # NOTE: a slot occurs at most once per posting list, so fancy-index += is exact.
                 scores[docs] += idf * tfs * (self.k1 + 1.0) / (tfs + norm[docs])

@@ -17,7 +17,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -26,23 +26,11 @@ from recallserve.kernels import ScoreParams
 from ..config import SearchFilters, SearchHit
 from ..records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord
 from ..shard import MemoryShard
-from ._text import analyse
 from ._wire import WireHit, pack_hits, unpack_hits
 from .fusion import combined_score, time_factor
 from .lexical import LexicalIndex
 
-__all__ = ["Feedback", "HybridShard", "ShardHybridResult", "lexical_text"]
-
-
-class Feedback(NamedTuple):
-    """Pseudo-relevance feedback of the lexical search (``docs=0`` turns it off)."""
-
-    docs: int = 0
-    """Top BM25 documents whose terms expand the query."""
-    terms: int = 0
-    """Expansion terms added."""
-    weight: float = 0.0
-    """Weight of each expansion term (the query's own terms weigh 1)."""
+__all__ = ["HybridShard", "ShardHybridResult", "lexical_text"]
 
 
 def lexical_text(record: MemoryRecord) -> str:
@@ -165,7 +153,6 @@ class HybridShard:
         params: ScoreParams,
         filters: SearchFilters | None,
         now: float | None = None,
-        feedback: Feedback = Feedback(),
     ) -> ShardHybridResult:
         """Dense top-``dense_k`` and lexical top-``lexical_k`` for one query of ``tenant``.
 
@@ -183,7 +170,6 @@ class HybridShard:
             params: decay and threshold.
             filters: masks shared by both lists.
             now: epoch seconds (default now).
-            feedback: pseudo-relevance feedback of the lexical list (off by default).
         """
         now = time.time() if now is None else float(now)
         q = np.asarray(query_vector, dtype=np.float32).reshape(-1)
@@ -191,10 +177,10 @@ class HybridShard:
         if dense_k > 0:
             out.dense = self.shard.search(q[None, :], tenant, dense_k, params, filters, now, touch=False)[0]
         if lexical_k > 0 and lexical_query.strip():
-            out.lexical = self._lexical(q, lexical_query, tenant, lexical_k, params, filters, now, Feedback(*feedback))
+            out.lexical = self._lexical(q, lexical_query, tenant, lexical_k, params, filters, now)
         return out
 
-    def _lexical(self, q, text, tenant, n, params, filters, now, feedback: Feedback) -> list[tuple[SearchHit, float]]:
+    def _lexical(self, q, text, tenant, n, params, filters, now) -> list[tuple[SearchHit, float]]:
         records: dict[str, MemoryRecord] = {}
 
         def accept(record_id: str) -> bool:
@@ -206,21 +192,12 @@ class HybridShard:
             records[record_id] = rec
             return True
 
-        def both(query) -> list[tuple[str, float]]:
-            found = self.lexical.search(tenant, query, n, accept)
-            if tenant != SHARED_TENANT_NAME:
-                found += self.lexical.search(SHARED_TENANT_NAME, query, n, accept)
-                # NOTE: merging two collections by raw BM25 mixes two idf statistics; shared
-                # collections are small side sets, so this only reorders their few hits.
-                found = sorted(found, key=lambda x: -x[1])[:n]
-            return found
-
-        found = both(text)
-        if feedback.docs > 0 and feedback.terms > 0 and found:
-            own = analyse(text)
-            extra = self.lexical.expansion_terms(tenant, [r for r, _ in found[: feedback.docs]], feedback.terms, own)
-            if extra:
-                found = both({**dict.fromkeys(extra, feedback.weight), **dict.fromkeys(own, 1.0)})
+        found = self.lexical.search(tenant, text, n, accept)
+        if tenant != SHARED_TENANT_NAME:
+            found += self.lexical.search(SHARED_TENANT_NAME, text, n, accept)
+            # NOTE: merging two collections by raw BM25 mixes two idf statistics; shared
+            # collections are small side sets, so this only reorders their few hits.
+            found = sorted(found, key=lambda x: -x[1])[:n]
         out = []
         for (record_id, bm25), best in zip(found, self.shard.best_parts([r for r, _ in found], q)):
             if best is None:  # deleted between the BM25 pass and now

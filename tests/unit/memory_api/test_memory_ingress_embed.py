@@ -89,12 +89,11 @@ def test_a_shard_answer_crosses_a_hop_as_one_blob_and_builds_only_the_records_re
     import time
 
     from recallserve.kernels import ScoreParams
-    from recallserve.memory_shards.retrieval import Feedback
 
     local = _backend(cluster, local=True)
     qvec = asyncio.run(local.embed(["X100 grinder jammed"]))[0]
     answers = [s.body._shard.hybrid_search(qvec, "X100 grinder jammed", "acme", 8, 8, ScoreParams(threshold=0.2), None,
-                                           time.time(), Feedback()) for s in cluster[1]]
+                                           time.time()) for s in cluster[1]]
     answer = max(answers, key=lambda a: len(a.dense) + len(a.lexical))
     assert answer.dense and answer.lexical
     wire = cloudpickle.loads(cloudpickle.dumps(answer))

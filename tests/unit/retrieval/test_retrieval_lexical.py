@@ -89,18 +89,3 @@ def test_stop_words_and_empty_queries() -> None:
     assert idx.search("t", "what did", 5) == []  # only stop words
     with pytest.raises(ValueError, match="n: must be >= 1"):
         idx.search("t", "x", 0)
-
-
-def test_feedback_terms_and_weighted_queries() -> None:
-    idx = LexicalIndex()
-    idx.add("t", "a", "pottery class glaze kiln")
-    idx.add("t", "b", "pottery glaze bowl kiln")
-    idx.add("t", "c", "marathon training schedule")
-    idx.add("t", "d", "kiln repair invoice")
-    # weight = idf x feedback docs holding the term: glaze 2 x ln 2 = 1.39 > bowl = class = ln(1 + 3.5/1.5)
-    # = 1.20 (ties by name) > kiln 2 x ln(1 + 1.5/3.5) = 0.71 (common in the collection)
-    assert idx.expansion_terms("t", ["a", "b"], 4, exclude=analyse("pottery")) == ["glaze", "bowl", "class", "kiln"]
-    assert idx.expansion_terms("other", ["a"], 3) == []
-    plain = dict(idx.search("t", "pottery", 5))
-    half = dict(idx.search("t", {"potteri": 0.5}, 5))
-    assert half == pytest.approx({k: v * 0.5 for k, v in plain.items()})
