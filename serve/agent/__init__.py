@@ -15,7 +15,6 @@ from recallserve.serve.agent.loop import Agent
 from recallserve.serve.agent.routing import RoutingHint, RuleDecision, route_by_rules
 from recallserve.serve.agent.schemas import (
     AgentEvent,
-    AgentMessage,
     AgentRequest,
     AgentResult,
     AgentUsage,
@@ -29,7 +28,6 @@ __all__ = [
     "Agent",
     "AgentConfig",
     "AgentEvent",
-    "AgentMessage",
     "AgentRequest",
     "AgentResult",
     "AgentUsage",
