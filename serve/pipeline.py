@@ -73,7 +73,7 @@ from recallserve.serve.turn import (
     render_prompt,
 )
 
-__all__ = ["RequestContext", "PipelineSettings", "ChatPipeline", "Answer"]
+__all__ = ["RequestContext", "PipelineSettings", "ChatPipeline", "Answer", "agent_turn"]
 
 log = logging.getLogger("recallserve.pipeline")
 # The request field behind each field of a Session (for a 400 naming what the client sent).
@@ -652,3 +652,23 @@ class ChatPipeline:
             yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(content=result.answer))])
         async for chunk in self._tail(req, ctx, turn, cid, created, self._agent_answer(result)):
             yield chunk
+
+
+async def agent_turn(agent: Agent, messages: list[dict[str, Any]], *, tenant: str, scopes: list[str],
+                     mode: str = "auto") -> tuple[AgentRequest, Turn]:
+    """The agent's request and turn for OpenAI ``messages``, built exactly as for ``POST /v1/chat/completions``
+    (:meth:`ChatPipeline.build_turn`: budget, context-mode, images, the one recall), for callers that
+    run the agent in-process (``recallserve eval agent``, ``recallserve demo``, the agent's tests).
+
+    Example:
+        >>> request, turn = await agent_turn(agent, [{"role": "user", "content": "2+2?"}], tenant="t1",
+        ...                                  scopes=["basic"])  # doctest: +SKIP
+        >>> result = await agent.run(request, turn)  # doctest: +SKIP
+    """
+    pipeline = ChatPipeline(agent.reasoner, PipelineSettings(recall=agent.recall, write_back=False),
+                            memory=agent.memory, agent=agent)
+    req = ChatCompletionRequest.model_validate({"model": pipeline.settings.model_name, "messages": messages,
+                                                "metadata": {"agent": mode}})
+    ctx = RequestContext(tenant=tenant, scopes=scopes)
+    turn, _ = await pipeline.build_turn(req, ctx)
+    return pipeline._agent_request(req, ctx, turn), turn
