@@ -51,6 +51,7 @@ from recallserve.serve.context import (
     ContextBudgetError,
     ContextError,
     ContextManager,
+    ContextResult,
     MessageIn,
     SessionNotFoundError,
     TokenBreakdown,
@@ -357,50 +358,59 @@ class ChatPipeline:
         meta = req.metadata or {}
         session_id, mode = meta.get("session_id"), meta.get("context_mode")
         session = None
-        try:
-            if session_id:
+        if session_id:
+            try:
                 session = await self.context.open_session(ctx.tenant, ctx.user, session_id)
-                pending = list(msgs_in.values())
-                result = await self.context.assemble(session, pending, context_window=window,
-                                                     reserved_output=reserved, system=system, mode=mode)  # type: ignore[arg-type]
-                earlier = [ChatMessage(role=m.role, content=m.content)
-                           for i, m in msgs_in.items() if i != ask]
-            else:
-                pending = [msgs_in[ask]] if ask in msgs_in else []
-                result = await self.context.fit([m for i, m in msgs_in.items() if i < ask], pending,
-                                                context_window=window, reserved_output=reserved, system=system,
-                                                mode=mode)  # type: ignore[arg-type]
-                # NOTE: messages after the question (a client echo) stay after the kept history.
-                earlier = [ChatMessage(role=m.role, content=m.content)
-                           for i, m in msgs_in.items() if i > ask]
-        except SessionNotFoundError as exc:
-            raise APIError(404, f"metadata.session_id: {exc}", type="not_found_error", param="metadata.session_id") from None
-        except ValidationError as exc:
-            # NOTE: what the request schema lets through but a session cannot hold (a session id or
-            # user over 128 characters, an unknown context mode): the field by its request name.
-            err = exc.errors()[0]
-            param = _SESSION_FIELDS.get(str(err["loc"][0]) if err["loc"] else "", "metadata")
-            raise APIError(400, f"{param}: {err['msg']} (sessions)", param=param) from None
-        except ContextBudgetError as exc:
-            raise APIError(400, f"messages: {exc}", param="messages", code="context_budget_exceeded") from None
-        except ContextError as exc:
-            # NOTE: no session store (sessions off), or a mode this server cannot run (retrieval
-            # without an embedder).
-            param = "metadata.session_id" if session_id and self.context.store is None else "metadata.context_mode"
-            raise APIError(400, f"{param}: {exc}", param=param) from None
+            except Exception as exc:  # noqa: BLE001 - mapped to the client's 4xx, or raised unchanged
+                raise self._context_error(exc, session_id) from None
+
+        async def fit(reserve: int) -> tuple[ContextResult, list[MessageIn], list[ChatMessage]]:
+            try:
+                if session is not None:
+                    pending = list(msgs_in.values())
+                    result = await self.context.assemble(session, pending, context_window=window,
+                                                         reserved_output=reserve, system=system, mode=mode)  # type: ignore[arg-type]
+                    earlier = [ChatMessage(role=m.role, content=m.content) for i, m in msgs_in.items() if i != ask]
+                else:
+                    pending = [msgs_in[ask]] if ask in msgs_in else []
+                    result = await self.context.fit([m for i, m in msgs_in.items() if i < ask], pending,
+                                                    context_window=window, reserved_output=reserve, system=system,
+                                                    mode=mode)  # type: ignore[arg-type]
+                    # NOTE: messages after the question (a client echo) stay after the kept history.
+                    earlier = [ChatMessage(role=m.role, content=m.content) for i, m in msgs_in.items() if i > ask]
+            except Exception as exc:  # noqa: BLE001 - mapped to the client's 4xx, or raised unchanged
+                raise self._context_error(exc, session_id) from None
+            return result, pending, earlier
+
+        result, pending, earlier = await fit(reserved)
         t = time.perf_counter()
         memories, memory_error = await recall_memories(
             self.memory, ctx.tenant, recall_query(question, images), self.settings.recall,
             self.agent.cache if self.agent is not None else None)
         recall_ms = round((time.perf_counter() - t) * 1e3, 2)
-        turn = Turn(question=question, instructions=instructions, context=result.block,
-                    history=(*result.window, *earlier), image_urls=image_urls, images=tuple(images),
-                    memories=tuple(memories), memory_error=memory_error, session=session, pending=tuple(pending),
-                    timings=TurnTimings(images_ms=images_ms, recall_ms=recall_ms), started=started)
-        # NOTE: the budget on the prompt the engine receives, not on context-mode's estimate: the
-        # reserve above (memories at ~4 characters a token, the agent's head) is a guess made before
-        # the memories were recalled; this count is the path's first reasoner call, rendered.
+
+        def make(result: ContextResult, pending: list[MessageIn], earlier: list[ChatMessage]) -> Turn:
+            return Turn(question=question, instructions=instructions, context=result.block,
+                        history=(*result.window, *earlier), image_urls=image_urls, images=tuple(images),
+                        memories=tuple(memories), memory_error=memory_error, session=session,
+                        pending=tuple(pending), timings=TurnTimings(images_ms=images_ms, recall_ms=recall_ms),
+                        started=started)
+
+        # NOTE: the budget is checked on the prompt the engine receives (the path's first reasoner
+        # call, rendered), not on context-mode's estimate: the reserve above (memories at ~4
+        # characters a token, agent_overhead_tokens for the agent's head) is a guess made before the
+        # memories were recalled. When the rendered prompt overruns, the history is fitted once more
+        # with the measured rest of the prompt as the reserve:
+        #     reserve = max_tokens + (rendered tokens - context-mode's own share of them)
+        # and a prompt that still overruns is the client's 400.
+        turn = make(result, pending, earlier)
         used = await prompt_tokens(self.first_prompt(req, ctx, turn), self.context.counter)
+        if used + params.max_tokens > window:
+            measured = params.max_tokens + max(0, used - result.breakdown.total)
+            if measured < window:
+                result, pending, earlier = await fit(measured)
+                turn = make(result, pending, earlier)
+                used = await prompt_tokens(self.first_prompt(req, ctx, turn), self.context.counter)
         if used + params.max_tokens > window:
             name = req.max_tokens_param()
             raise APIError(400, f"messages: the prompt ({used} tokens) and {name} ({params.max_tokens}) exceed the "
@@ -412,6 +422,26 @@ class ChatPipeline:
                              requested_mode=result.requested_mode, budget=result.budget, breakdown=breakdown,
                              dropped_messages=result.dropped_messages, latency_ms=round(result.latency_ms, 2))
         return replace(turn, report=report)
+
+    def _context_error(self, exc: Exception, session_id: str | None) -> Exception:
+        """The client's error for what context-mode raised while building a turn (``exc`` itself when
+        it is not the client's)."""
+        if isinstance(exc, SessionNotFoundError):
+            return APIError(404, f"metadata.session_id: {exc}", type="not_found_error", param="metadata.session_id")
+        if isinstance(exc, ValidationError):
+            # NOTE: what the request schema lets through but a session cannot hold (a session id or
+            # user over 128 characters, an unknown context mode): the field by its request name.
+            err = exc.errors()[0]
+            param = _SESSION_FIELDS.get(str(err["loc"][0]) if err["loc"] else "", "metadata")
+            return APIError(400, f"{param}: {err['msg']} (sessions)", param=param)
+        if isinstance(exc, ContextBudgetError):
+            return APIError(400, f"messages: {exc}", param="messages", code="context_budget_exceeded")
+        if isinstance(exc, ContextError):
+            # NOTE: no session store (sessions off), or a mode this server cannot run (retrieval
+            # without an embedder).
+            param = "metadata.session_id" if session_id and self.context.store is None else "metadata.context_mode"
+            return APIError(400, f"{param}: {exc}", param=param)
+        return exc
 
     def _metadata(self, ctx: RequestContext, turn: Turn, answer: Answer) -> dict[str, Any]:
         """The response's ``recallserve`` field: the request id, what context-mode did, the recalled
@@ -522,12 +552,12 @@ class ChatPipeline:
 
     def first_prompt(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn) -> list[ChatMessage]:
         """The prompt of the path's first reasoner call for ``turn``, without calling the engine: the
-        agent's step prompt over the tenant's tools, the segmented prompt, or the plain one.
-        ``recallserve eval retention`` scores what the engine receives with it."""
+        agent's (:meth:`~recallserve.serve.agent.Agent.first_prompt`), the segmented prompt, or the plain
+        one. The turn's budget is checked on it; ``recallserve eval retention`` scores it."""
         head = self._head(req)
         if head is None:
             assert self.agent is not None
-            return self.agent.step_prompt(turn, ctx.scopes)
+            return self.agent.first_prompt(turn, self._agent_request(req, ctx, turn))
         return self._render(turn, head, f"Problem: {turn.asked}" if self._segmented(req) else None)
 
     async def answer(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn,

@@ -125,9 +125,15 @@ class Agent:
             await self.reasoner.chat(msgs, GenerationParams(max_tokens=1, temperature=0.0))
         return time.perf_counter() - t
 
-    def step_prompt(self, turn: Turn, scopes: list[str]) -> list[ChatMessage]:
-        """The prompt of a loop step's first call for ``turn`` over the tools ``scopes`` allow."""
-        return render_prompt(turn, system_prompt(self.tools.for_scopes(scopes)), self.recall)
+    def first_prompt(self, turn: Turn, request: AgentRequest) -> list[ChatMessage]:
+        """The prompt of the run's first reasoner call, before routing: a direct answer's when the
+        request allows no tool (mode ``off``, or no tool in its scopes), else a loop step's over all
+        its tools (the largest a routed step can get: routing only narrows the tools).
+        """
+        tools = self.tools.for_scopes(request.scopes)
+        if request.mode == "off" or not tools:
+            return render_prompt(turn, direct_prompt(tools), self.recall)
+        return render_prompt(turn, system_prompt(tools), self.recall)
 
     async def write_back(self, tenant: str, result: AgentResult) -> list[str]:
         """Store ``result.memory_writes`` (already PII-masked); call it off the request path."""
