@@ -685,7 +685,7 @@ class ChatPipeline:
 
 
 async def agent_turn(agent: Agent, messages: list[dict[str, Any]], *, tenant: str, scopes: list[str],
-                     mode: str = "auto") -> tuple[AgentRequest, Turn]:
+                     mode: str = "auto", max_tokens: int | None = None) -> tuple[AgentRequest, Turn]:
     """The agent's request and turn for OpenAI ``messages``, built exactly as for ``POST /v1/chat/completions``
     (:meth:`ChatPipeline.build_turn`: budget, context-mode, images, the one recall), for callers that
     run the agent in-process (``recallserve eval agent``, ``recallserve demo``, the agent's tests).
@@ -697,8 +697,10 @@ async def agent_turn(agent: Agent, messages: list[dict[str, Any]], *, tenant: st
     """
     pipeline = ChatPipeline(agent.reasoner, PipelineSettings(recall=agent.recall, write_back=False),
                             memory=agent.memory, agent=agent)
-    req = ChatCompletionRequest.model_validate({"model": pipeline.settings.model_name, "messages": messages,
-                                                "metadata": {"agent": mode}})
+    body: dict[str, Any] = {"model": pipeline.settings.model_name, "messages": messages, "metadata": {"agent": mode}}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    req = ChatCompletionRequest.model_validate(body)
     ctx = RequestContext(tenant=tenant, scopes=scopes)
     turn, _ = await pipeline.build_turn(req, ctx)
     return pipeline._agent_request(req, ctx, turn), turn

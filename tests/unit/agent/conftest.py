@@ -129,12 +129,13 @@ def user(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 async def turn_for(agent: Agent, messages: str | list[dict[str, Any]], *, tenant: str = "t1",
                    scopes: Sequence[str] | None = None, mode: str = "auto",
-                   session_id: str | None = None) -> tuple[AgentRequest, Turn]:
+                   session_id: str | None = None, max_tokens: int | None = None) -> tuple[AgentRequest, Turn]:
     """The agent's request and turn for ``messages`` (a string = one user message), built by the
     chat pipeline exactly as for an HTTP request (:func:`recallserve.serve.pipeline.agent_turn`).
     ``session_id``: the id write-backs are stored with (no session store is opened here)."""
     msgs = user(messages) if isinstance(messages, str) else messages
-    request, turn = await agent_turn(agent, msgs, tenant=tenant, scopes=list(scopes or DEMO_SCOPES), mode=mode)
+    request, turn = await agent_turn(agent, msgs, tenant=tenant, scopes=list(scopes or DEMO_SCOPES), mode=mode,
+                                     max_tokens=max_tokens)
     return (request.model_copy(update={"session_id": session_id}) if session_id else request), turn
 
 
