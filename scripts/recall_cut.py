@@ -25,7 +25,8 @@ import asyncio
 
 from recallserve.serve.agent.demo import DEMO_QUESTION, DEMO_TENANT, demo_photo_data_url, load_demo_memories, load_questions
 from recallserve.serve.agent.demo._memory import LocalMemory
-from recallserve.serve.turn import RecallConfig, Turn, analyse_images, relevance_cut, relevance_patterns
+from recallserve.serve.agent.images import analyse_images
+from recallserve.serve.turn import RecallConfig, recall_query, relevance_cut, relevance_patterns
 
 #: The memories a right answer needs, per question text (tuned and held-out sets, and the demo).
 NEEDED = {
@@ -52,9 +53,8 @@ async def _main(which: str, show: bool) -> None:
     await load_demo_memories(memory)
     queries = [q["q"] for q in load_questions(which)]
     if which == "tuned":
-        turn = Turn(question=DEMO_QUESTION, image_urls=[demo_photo_data_url()])
-        await analyse_images(turn)
-        queries.append(turn.recall_query())
+        images, _ = await analyse_images([demo_photo_data_url()], DEMO_QUESTION)
+        queries.append(recall_query(DEMO_QUESTION, images))
     hits = {}
     for q in queries:
         key = DEMO_QUESTION if q.startswith(DEMO_QUESTION) else q

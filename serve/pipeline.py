@@ -23,7 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import Field, ValidationError
@@ -46,16 +46,35 @@ from recallserve.serve.api.errors import APIError
 from recallserve.serve.api.metrics import TIME_TO_FIRST_TOKEN, TOKENS
 from recallserve.serve.agent import Agent, AgentConfig, AgentRequest, AgentResult
 from recallserve.serve.api.auth import READ_ONLY_SCOPES
-from recallserve.serve.context import ContextBudgetError, ContextError, ContextManager, MessageIn, SessionNotFoundError
+from recallserve.serve.agent.images import analyse_images
+from recallserve.serve.context import (
+    ContextBudgetError,
+    ContextError,
+    ContextManager,
+    ContextResult,
+    MessageIn,
+    SessionNotFoundError,
+    TokenBreakdown,
+)
 from recallserve.serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine, set_engine_affinity
-from recallserve.serve.experience import ExperienceService, ProduceResult, check_topic
+from recallserve.serve.experience import ExperienceService, check_topic
 from recallserve.serve.memory import MemoryBackend
 from recallserve.serve.pii import PiiMode, apply_pii, for_write_back
 from recallserve.serve.traces import TraceRecorder
 from recallserve.serve.write_filter import WriteFilterConfig, exchange_write, speaker_name, with_speaker, worth_storing
-from recallserve.serve.turn import RecallConfig, Turn, analyse_images, memory_meta, recall_memories, render_prompt
+from recallserve.serve.turn import (
+    RecallConfig,
+    Turn,
+    TurnContext,
+    TurnTimings,
+    memory_meta,
+    prompt_tokens,
+    recall_memories,
+    recall_query,
+    render_prompt,
+)
 
-__all__ = ["RequestContext", "PipelineSettings", "ChatPipeline", "Answer"]
+__all__ = ["RequestContext", "PipelineSettings", "ChatPipeline", "Answer", "agent_turn"]
 
 log = logging.getLogger("recallserve.pipeline")
 # The request field behind each field of a Session (for a 400 naming what the client sent).
@@ -65,7 +84,7 @@ _SESSION_FIELDS = {"id": "metadata.session_id", "user": "user", "mode": "metadat
 
 
 def _image_error(req: ChatCompletionRequest, error: str) -> APIError:
-    """The 400 of the question's first bad image (``turn.image_errors``' ``image N: why``), naming
+    """The 400 of the question's first bad image (``analyse_images``' error ``image N: why``), naming
     the part as the client wrote it: ``messages.<m>.content.<p>.image_url.url``."""
     head, _, why = error.partition(": ")
     n = int(head.split()[-1]) if head.startswith("image ") and head.split()[-1].isdigit() else 0
@@ -139,15 +158,26 @@ class PipelineSettings(StrictModel):
         return max(self.engine_timeout_s, agent.request_timeout_s + self.timeout_grace_s)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Answer:
-    """The answer to one turn, before it is stored and sent."""
+    """The answer to one turn, before it is stored and sent.
+
+    Attributes:
+        prompt: what the path's reasoner call received before any step was appended (the trace
+            stores it; empty when no model was called, e.g. a routing rule's fixed reply).
+        agent_result: the agent's run (agent path).
+        experience: the stored segmented trace's figures (segmented path).
+        engine_model: the model the engine reported (plain path).
+    """
 
     text: str
     finish: str
     prompt_tokens: int
     completion_tokens: int
+    prompt: tuple[ChatMessage, ...] = ()
     agent_result: AgentResult | None = None
+    experience: dict[str, Any] | None = None
+    engine_model: str | None = None
     cached_tokens: int = 0  # of prompt_tokens, reused from the engines' prefix caches
 
 
@@ -241,18 +271,23 @@ class ChatPipeline:
     def _render(self, turn: Turn, head: str, question: str | None = None) -> list[ChatMessage]:
         return render_prompt(turn, head, self.settings.recall, question=question)
 
-    async def _produce(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn) -> ProduceResult:
+    async def _produce(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn) -> Answer:
         """E-CoT: a segmented trace (context / reasoning / verification / outcome), checked by code
         and stored; experiences of the same model family are injected into the prompt, which is the
         turn rendered under the segmented format."""
         assert self.experiences is not None
         meta = req.metadata or {}
+        prompts: list[list[ChatMessage]] = []
+
+        def render(head: str, text: str) -> list[ChatMessage]:
+            prompts.append(self._render(turn, head, text))  # NOTE: kept for the trace: the last one was sent
+            return prompts[-1]
+
         result = await self.experiences.produce(ctx.tenant, self.reasoner, turn.asked,
                                                 domain=meta.get("task_domain", "general"),
-                                                topic=meta.get("topic", "general"),
-                                                prompt=lambda head, text: self._render(turn, head, text))
+                                                topic=meta.get("topic", "general"), prompt=render)
         exp = result.experience
-        turn.meta["experience"] = {
+        experience = {
             "id": exp.record.metadata.id if exp is not None else None,
             "tier": exp.tier if exp is not None else None,
             "confidence": exp.record.outcome.confidence if exp is not None else None,
@@ -263,7 +298,8 @@ class ChatPipeline:
             "searched_tags": result.searched_tags,
             "parsed": result.answer is not None, "rewritten": result.first_report is not None,
         }
-        return result
+        return Answer(result.answer or result.raw_text, "stop", result.prompt_tokens, result.completion_tokens,
+                      prompt=tuple(prompts[-1]) if prompts else (), experience=experience)
 
     def _head(self, req: ChatCompletionRequest) -> str | None:
         """The fixed instructions of the request's path: the segmented format, the plain system
@@ -283,9 +319,10 @@ class ChatPipeline:
 
     # ---- step 1: the turn ------------------------------------------------------------------
     async def _build_turn(self, req: ChatCompletionRequest, ctx: RequestContext, params: GenerationParams) -> Turn:
-        """The request as one :class:`~recallserve.serve.turn.Turn`: the client's system prompt, the history
-        the token budget keeps (the session's, else the client's messages, by the same rules), the
-        context-mode block, the question and its images, and the turn's one memory recall."""
+        """The request as one frozen :class:`~recallserve.serve.turn.Turn`: the client's system prompt, the
+        history the token budget keeps (the session's, else the client's messages, by the same rules),
+        the context-mode block, the question and its analysed images, and the turn's one memory recall;
+        then the budget is checked on the tokens of the prompt the engine receives."""
         started = time.perf_counter()
         instructions = "\n\n".join(m.text().strip() for m in req.messages
                                     if m.role in ("system", "developer") and m.text().strip())
@@ -293,13 +330,16 @@ class ChatPipeline:
         ask = max((i for i, m in enumerate(convo) if m.role == "user"), default=None)
         if ask is None:
             raise APIError(400, "messages: at least one message with role 'user' is required", param="messages")
+        question, image_urls = convo[ask].text(), tuple(convo[ask].images())
         # NOTE: the question's images first, before any session is opened or written: a bad one (a
         # remote URL, not base64, not an image) is the client's error, a 400 naming its part, never
         # dropped from the prompt in silence (the plain and streaming paths have no step to report it).
-        probe = Turn(question=convo[ask].text(), image_urls=convo[ask].images())
-        await analyse_images(probe, self.agent.describer if self.agent is not None else None)
-        if probe.image_errors:
-            raise _image_error(req, probe.image_errors[0])
+        t = time.perf_counter()
+        images, image_errors = await analyse_images(image_urls, question,
+                                                    describer=self.agent.describer if self.agent is not None else None)
+        images_ms = round((time.perf_counter() - t) * 1e3, 2)
+        if image_errors:
+            raise _image_error(req, image_errors[0])
         # NOTE: an empty message adds nothing to the history: skipped rather than stored empty.
         texts = [(i, m, m.history_text() or ("[image attached]" if m.images() else "")) for i, m in enumerate(convo)]
         msgs_in = {i: MessageIn(role=m.role, content=t) for i, m, t in texts if t}  # type: ignore[arg-type]
@@ -318,52 +358,105 @@ class ChatPipeline:
         meta = req.metadata or {}
         session_id, mode = meta.get("session_id"), meta.get("context_mode")
         session = None
-        try:
-            if session_id:
+        if session_id:
+            try:
                 session = await self.context.open_session(ctx.tenant, ctx.user, session_id)
-                pending = list(msgs_in.values())
-                result = await self.context.assemble(session, pending, context_window=window,
-                                                     reserved_output=reserved, system=system, mode=mode)  # type: ignore[arg-type]
-                earlier = [ChatMessage(role=m.role, content=m.content)
-                           for i, m in msgs_in.items() if i != ask]
-            else:
-                pending = [msgs_in[ask]] if ask in msgs_in else []
-                result = await self.context.fit([m for i, m in msgs_in.items() if i < ask], pending,
-                                                context_window=window, reserved_output=reserved, system=system,
-                                                mode=mode)  # type: ignore[arg-type]
-                # NOTE: messages after the question (a client echo) stay after the kept history.
-                earlier = [ChatMessage(role=m.role, content=m.content)
-                           for i, m in msgs_in.items() if i > ask]
-        except SessionNotFoundError as exc:
-            raise APIError(404, f"metadata.session_id: {exc}", type="not_found_error", param="metadata.session_id") from None
-        except ValidationError as exc:
+            except Exception as exc:  # noqa: BLE001 - mapped to the client's 4xx, or raised unchanged
+                raise self._context_error(exc, session_id) from None
+
+        async def fit(reserve: int) -> tuple[ContextResult, list[MessageIn], list[ChatMessage]]:
+            try:
+                if session is not None:
+                    pending = list(msgs_in.values())
+                    result = await self.context.assemble(session, pending, context_window=window,
+                                                         reserved_output=reserve, system=system, mode=mode)  # type: ignore[arg-type]
+                    earlier = [ChatMessage(role=m.role, content=m.content) for i, m in msgs_in.items() if i != ask]
+                else:
+                    pending = [msgs_in[ask]] if ask in msgs_in else []
+                    result = await self.context.fit([m for i, m in msgs_in.items() if i < ask], pending,
+                                                    context_window=window, reserved_output=reserve, system=system,
+                                                    mode=mode)  # type: ignore[arg-type]
+                    # NOTE: messages after the question (a client echo) stay after the kept history.
+                    earlier = [ChatMessage(role=m.role, content=m.content) for i, m in msgs_in.items() if i > ask]
+            except Exception as exc:  # noqa: BLE001 - mapped to the client's 4xx, or raised unchanged
+                raise self._context_error(exc, session_id) from None
+            return result, pending, earlier
+
+        result, pending, earlier = await fit(reserved)
+        t = time.perf_counter()
+        memories, memory_error = await recall_memories(
+            self.memory, ctx.tenant, recall_query(question, images), self.settings.recall,
+            self.agent.cache if self.agent is not None else None)
+        recall_ms = round((time.perf_counter() - t) * 1e3, 2)
+
+        def make(result: ContextResult, pending: list[MessageIn], earlier: list[ChatMessage]) -> Turn:
+            return Turn(question=question, instructions=instructions, context=result.block,
+                        history=(*result.window, *earlier), image_urls=image_urls, images=tuple(images),
+                        memories=tuple(memories), memory_error=memory_error, session=session,
+                        pending=tuple(pending), timings=TurnTimings(images_ms=images_ms, recall_ms=recall_ms),
+                        started=started)
+
+        # NOTE: the budget is checked on the prompt the engine receives (the path's first reasoner
+        # call, rendered), not on context-mode's estimate: the reserve above (memories at ~4
+        # characters a token, agent_overhead_tokens for the agent's head) is a guess made before the
+        # memories were recalled. When the rendered prompt overruns, the history is fitted once more
+        # with the measured rest of the prompt as the reserve:
+        #     reserve = max_tokens + (rendered tokens - context-mode's own share of them)
+        # and a prompt that still overruns is the client's 400.
+        turn = make(result, pending, earlier)
+        used = await prompt_tokens(self.first_prompt(req, ctx, turn), self.context.counter)
+        if used + params.max_tokens > window:
+            measured = params.max_tokens + max(0, used - result.breakdown.total)
+            if measured < window:
+                result, pending, earlier = await fit(measured)
+                turn = make(result, pending, earlier)
+                used = await prompt_tokens(self.first_prompt(req, ctx, turn), self.context.counter)
+        if used + params.max_tokens > window:
+            name = req.max_tokens_param()
+            raise APIError(400, f"messages: the prompt ({used} tokens) and {name} ({params.max_tokens}) exceed the "
+                           f"{window}-token context: shorten the messages or lower {name}", param="messages",
+                           code="context_budget_exceeded")
+        parts = result.breakdown.model_dump(exclude={"system", "total"})
+        breakdown = TokenBreakdown(system=max(0, used - sum(parts.values())), total=used, **parts)
+        report = TurnContext(session_id=session.id if session is not None else None, mode=result.mode,
+                             requested_mode=result.requested_mode, budget=result.budget, breakdown=breakdown,
+                             dropped_messages=result.dropped_messages, latency_ms=round(result.latency_ms, 2))
+        return replace(turn, report=report)
+
+    def _context_error(self, exc: Exception, session_id: str | None) -> Exception:
+        """The client's error for what context-mode raised while building a turn (``exc`` itself when
+        it is not the client's)."""
+        if isinstance(exc, SessionNotFoundError):
+            return APIError(404, f"metadata.session_id: {exc}", type="not_found_error", param="metadata.session_id")
+        if isinstance(exc, ValidationError):
             # NOTE: what the request schema lets through but a session cannot hold (a session id or
             # user over 128 characters, an unknown context mode): the field by its request name.
             err = exc.errors()[0]
             param = _SESSION_FIELDS.get(str(err["loc"][0]) if err["loc"] else "", "metadata")
-            raise APIError(400, f"{param}: {err['msg']} (sessions)", param=param) from None
-        except ContextBudgetError as exc:
-            raise APIError(400, f"messages: {exc}", param="messages", code="context_budget_exceeded") from None
-        except ContextError as exc:
+            return APIError(400, f"{param}: {err['msg']} (sessions)", param=param)
+        if isinstance(exc, ContextBudgetError):
+            return APIError(400, f"messages: {exc}", param="messages", code="context_budget_exceeded")
+        if isinstance(exc, ContextError):
             # NOTE: no session store (sessions off), or a mode this server cannot run (retrieval
             # without an embedder).
             param = "metadata.session_id" if session_id and self.context.store is None else "metadata.context_mode"
-            raise APIError(400, f"{param}: {exc}", param=param) from None
-        turn = Turn(question=convo[ask].text(), instructions=instructions, context=result.block,
-                    history=[*result.window, *earlier], image_urls=convo[ask].images(), session=session,
-                    pending=pending, started=started, images=probe.images, timings_ms=probe.timings_ms)
-        turn.meta["context"] = {
-            "session_id": session.id if session is not None else None, "mode": result.mode,
-            "requested_mode": result.requested_mode, "budget": result.budget,
-            "breakdown": result.breakdown.model_dump(), "dropped_messages": result.dropped_messages,
-            "latency_ms": round(result.latency_ms, 2)}
-        t = time.perf_counter()
-        turn.memories, turn.memory_error = await recall_memories(
-            self.memory, ctx.tenant, turn.recall_query(), self.settings.recall,
-            self.agent.cache if self.agent is not None else None)
-        turn.timings_ms["recall"] = round((time.perf_counter() - t) * 1e3, 2)
-        turn.meta.update(memory_meta(turn.memories, turn.memory_error))
-        return turn
+            return APIError(400, f"{param}: {exc}", param=param)
+        return exc
+
+    def _metadata(self, ctx: RequestContext, turn: Turn, answer: Answer) -> dict[str, Any]:
+        """The response's ``recallserve`` field: the request id, what context-mode did, the recalled
+        memories, and what the answer's path adds (the agent's trace, the experience, the engine's model)."""
+        meta: dict[str, Any] = {"request_id": ctx.request_id}
+        if turn.report is not None:
+            meta["context"] = turn.report.model_dump(mode="json")
+        meta.update(memory_meta(turn.memories, turn.memory_error))
+        if answer.experience is not None:
+            meta["experience"] = answer.experience
+        if answer.agent_result is not None:
+            meta["agent"] = answer.agent_result.metadata()
+        if answer.engine_model is not None:
+            meta["engine_model"] = answer.engine_model
+        return meta
 
     # ---- step 2b: the agent ----------------------------------------------------------------------
     def _agent_request(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn) -> AgentRequest:
@@ -373,8 +466,10 @@ class ChatPipeline:
                             session_id=session_id, max_answer_tokens=req.requested_max_tokens(), pii=ctx.pii,
                             temperature=req.temperature, top_p=req.top_p, seed=req.seed, **req.penalties())
 
-    def _agent_meta(self, turn: Turn, result: AgentResult) -> None:
-        turn.meta["agent"] = result.metadata()
+    @staticmethod
+    def _agent_answer(result: AgentResult) -> Answer:
+        return Answer(result.answer, result.openai_finish(), result.usage.prompt_tokens, result.usage.completion_tokens,
+                      prompt=tuple(result.prompt), agent_result=result, cached_tokens=result.usage.cached_tokens)
 
     # ---- step 3: after the answer ------------------------------------------------------------------
     def _background_task(self, coro: Awaitable[Any], what: str, ctx: RequestContext) -> None:
@@ -415,17 +510,17 @@ class ChatPipeline:
 
     def _record_trace(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn, answer: Answer) -> None:
         """Store the turn's trace off the request path: route, steps, tool calls, memories, and the
-        prompt the path's reasoner call received (``turn.rendered``; empty when no model was called,
+        prompt the path's reasoner call received (``answer.prompt``; empty when no model was called,
         e.g. a routing rule's fixed reply)."""
         if self.traces is None or not self.traces.config.enabled:
             return
         path = "segmented" if self._segmented(req) else "agent" if self._use_agent(req) else "plain"
-        prompt = list(turn.rendered)
         meta = answer.agent_result.metadata() if answer.agent_result is not None else None
         self._background_task(self.traces.record(
             ctx.tenant, turn, request_id=ctx.request_id, user=ctx.user, path=path, stream=bool(req.stream),
             answer=answer.text, finish=answer.finish, prompt_tokens=answer.prompt_tokens,
-            completion_tokens=answer.completion_tokens, prompt=prompt, agent_meta=meta, started=turn.started),
+            completion_tokens=answer.completion_tokens, prompt=list(answer.prompt), agent_meta=meta,
+            experience=answer.experience, started=turn.started),
             "turn trace", ctx)
 
     # ---- non-streaming ------------------------------------------------------------------------------
@@ -444,7 +539,7 @@ class ChatPipeline:
             usage=Usage(prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
                         total_tokens=answer.prompt_tokens + answer.completion_tokens,
                         prompt_tokens_details=PromptTokensDetails(cached_tokens=answer.cached_tokens)),
-            recallserve={"request_id": ctx.request_id, **turn.meta},
+            recallserve=self._metadata(ctx, turn, answer),
         )
 
     async def build_turn(self, req: ChatCompletionRequest, ctx: RequestContext) -> tuple[Turn, GenerationParams]:
@@ -457,12 +552,12 @@ class ChatPipeline:
 
     def first_prompt(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn) -> list[ChatMessage]:
         """The prompt of the path's first reasoner call for ``turn``, without calling the engine: the
-        agent's step prompt over the tenant's tools, the segmented prompt, or the plain one.
-        ``recallserve eval retention`` scores what the engine receives with it."""
+        agent's (:meth:`~recallserve.serve.agent.Agent.first_prompt`), the segmented prompt, or the plain
+        one. The turn's budget is checked on it; ``recallserve eval retention`` scores it."""
         head = self._head(req)
         if head is None:
             assert self.agent is not None
-            return self.agent.step_prompt(turn, ctx.scopes)
+            return self.agent.first_prompt(turn, self._agent_request(req, ctx, turn))
         return self._render(turn, head, f"Problem: {turn.asked}" if self._segmented(req) else None)
 
     async def answer(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn,
@@ -473,19 +568,14 @@ class ChatPipeline:
         try:
             async with asyncio.timeout(deadline):
                 if self._segmented(req):
-                    produced = await self._produce(req, ctx, turn)
-                    return Answer(produced.answer or produced.raw_text, "stop", produced.prompt_tokens,
-                                  produced.completion_tokens)
+                    return await self._produce(req, ctx, turn)
                 if self._use_agent(req):
                     assert self.agent is not None
-                    result = await self.agent.run(self._agent_request(req, ctx, turn), turn)
-                    self._agent_meta(turn, result)
-                    return Answer(result.answer, result.openai_finish(), result.usage.prompt_tokens, result.usage.completion_tokens,
-                                  result, result.usage.cached_tokens)
-                out = await self.reasoner.chat(self._render(turn, self.settings.system_prompt), params)
-                turn.meta["engine_model"] = out.model
+                    return self._agent_answer(await self.agent.run(self._agent_request(req, ctx, turn), turn))
+                prompt = self._render(turn, self.settings.system_prompt)
+                out = await self.reasoner.chat(prompt, params)
                 return Answer(out.text, out.finish_reason, out.prompt_tokens, out.completion_tokens,
-                              cached_tokens=out.cached_tokens)
+                              prompt=tuple(prompt), engine_model=out.model, cached_tokens=out.cached_tokens)
         except TimeoutError as exc:
             raise TimeoutError(f"no answer within {deadline:.0f} s") from exc
 
@@ -503,18 +593,17 @@ class ChatPipeline:
         return ChatCompletionChunk(id=cid, created=created, model=req.model, **kw)
 
     async def _tail(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn, cid: str, created: int,
-                    answer: str, finish: str, prompt_tokens: int, completion_tokens: int,
-                    agent_result: AgentResult | None) -> AsyncIterator[ChatCompletionChunk]:
-        TOKENS.labels("reasoner", "prompt").inc(prompt_tokens)
-        TOKENS.labels("reasoner", "completion").inc(completion_tokens)
-        await self._finish_turn(req, ctx, turn, answer, agent_result)
-        self._record_trace(req, ctx, turn, Answer(answer, finish, prompt_tokens, completion_tokens, agent_result))
-        yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(), finish_reason=finish)],  # type: ignore[arg-type]
-                          recallserve={"request_id": ctx.request_id, **turn.meta})
+                    answer: Answer) -> AsyncIterator[ChatCompletionChunk]:
+        TOKENS.labels("reasoner", "prompt").inc(answer.prompt_tokens)
+        TOKENS.labels("reasoner", "completion").inc(answer.completion_tokens)
+        await self._finish_turn(req, ctx, turn, answer.text, answer.agent_result)
+        self._record_trace(req, ctx, turn, answer)
+        yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(), finish_reason=answer.finish)],  # type: ignore[arg-type]
+                          recallserve=self._metadata(ctx, turn, answer))
         if req.stream_options and req.stream_options.include_usage:
             yield self._chunk(req, cid, created, choices=[],
-                              usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                                          total_tokens=prompt_tokens + completion_tokens))
+                              usage=Usage(prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
+                                          total_tokens=answer.prompt_tokens + answer.completion_tokens))
 
     async def _stream_engine(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn,
                              messages: list[ChatMessage], params: GenerationParams) -> AsyncIterator[ChatCompletionChunk]:
@@ -544,8 +633,8 @@ class ChatPipeline:
                     prompt_tokens, completion_tokens = delta.prompt_tokens or 0, delta.completion_tokens or 0
         finally:
             await agen.aclose()
-        async for chunk in self._tail(req, ctx, turn, cid, created, "".join(answer), finish, prompt_tokens,
-                                      completion_tokens, None):
+        done = Answer("".join(answer), finish, prompt_tokens, completion_tokens, prompt=tuple(messages))
+        async for chunk in self._tail(req, ctx, turn, cid, created, done):
             yield chunk
 
     async def _stream_segmented(self, req: ChatCompletionRequest, ctx: RequestContext,
@@ -560,10 +649,8 @@ class ChatPipeline:
                 produced = await self._produce(req, ctx, turn)
         except TimeoutError as exc:
             raise EngineError(f"segmented reasoning exceeded {seconds:.0f} s") from exc
-        text = produced.answer or produced.raw_text
-        yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(content=text))])
-        async for chunk in self._tail(req, ctx, turn, cid, created, text, "stop", produced.prompt_tokens,
-                                      produced.completion_tokens, None):
+        yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(content=produced.text))])
+        async for chunk in self._tail(req, ctx, turn, cid, created, produced):
             yield chunk
 
     async def _stream_agent(self, req: ChatCompletionRequest, ctx: RequestContext,
@@ -593,7 +680,27 @@ class ChatPipeline:
             raise EngineError("agent stream ended without a result")
         if not sent and result.answer:
             yield self._chunk(req, cid, created, choices=[ChunkChoice(delta=DeltaMessage(content=result.answer))])
-        self._agent_meta(turn, result)
-        async for chunk in self._tail(req, ctx, turn, cid, created, result.answer, result.openai_finish(), result.usage.prompt_tokens,
-                                      result.usage.completion_tokens, result):
+        async for chunk in self._tail(req, ctx, turn, cid, created, self._agent_answer(result)):
             yield chunk
+
+
+async def agent_turn(agent: Agent, messages: list[dict[str, Any]], *, tenant: str, scopes: list[str],
+                     mode: str = "auto", max_tokens: int | None = None) -> tuple[AgentRequest, Turn]:
+    """The agent's request and turn for OpenAI ``messages``, built exactly as for ``POST /v1/chat/completions``
+    (:meth:`ChatPipeline.build_turn`: budget, context-mode, images, the one recall), for callers that
+    run the agent in-process (``recallserve eval agent``, ``recallserve demo``, the agent's tests).
+
+    Example:
+        >>> request, turn = await agent_turn(agent, [{"role": "user", "content": "2+2?"}], tenant="t1",
+        ...                                  scopes=["basic"])  # doctest: +SKIP
+        >>> result = await agent.run(request, turn)  # doctest: +SKIP
+    """
+    pipeline = ChatPipeline(agent.reasoner, PipelineSettings(recall=agent.recall, write_back=False),
+                            memory=agent.memory, agent=agent)
+    body: dict[str, Any] = {"model": pipeline.settings.model_name, "messages": messages, "metadata": {"agent": mode}}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    req = ChatCompletionRequest.model_validate(body)
+    ctx = RequestContext(tenant=tenant, scopes=scopes)
+    turn, _ = await pipeline.build_turn(req, ctx)
+    return pipeline._agent_request(req, ctx, turn), turn

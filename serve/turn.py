@@ -1,11 +1,14 @@
-"""One chat turn: built once from the request, rendered into every engine prompt by one formatter.
+"""One chat turn: built once from the request, rendered into every engine prompt by one pure function.
 
-A request changes form once, at the edge (:class:`~recallserve.serve.pipeline.ChatPipeline`), into a
-:class:`Turn`; the agent (router, loop steps, direct answers), the plain path, streaming and
-segmented reasoning all call :func:`render_prompt` on it. So whatever a feature adds to the turn
-(the client's system prompt, the context-mode block, the budgeted history, the recalled memories,
-the image notes) reaches the model on every path, and a test of the prompt the engine receives
-tests the feature.
+A request changes form once, at the edge (:meth:`recallserve.serve.pipeline.ChatPipeline.build_turn`,
+the one builder: HTTP, ``recallserve eval agent``, ``recallserve demo`` and ``recallserve eval
+retention`` all go through it), into a frozen :class:`Turn`: the budgeted history, the context-mode
+block, the analysed images and the recalled memories are all in it before any engine call, and
+nothing writes into it afterwards. The agent (router, loop steps, direct answers), the plain path,
+streaming and segmented reasoning all call :func:`render_prompt` on it, which returns the prompt and
+changes nothing. So whatever a feature adds to the turn (the client's system prompt, the
+context-mode block, the budgeted history, the recalled memories, the image notes) reaches the model
+on every path, and a test of the prompt the engine receives tests the feature.
 
 The rendered prompt, in order (a stable prefix first, for llama.cpp's prompt cache and vLLM's
 prefix cache)::
@@ -28,18 +31,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from recallserve.kernels import StrictModel
+from recallserve.serve.context import MESSAGE_OVERHEAD, MessageIn, ModeName, ResolvedMode, Session, TokenBreakdown
 from recallserve.serve.engine import ChatMessage
 from recallserve.serve.memory import MemoryBackend, MemoryHit
+from recallserve.serve.tokens import TokenCounter
 
 if TYPE_CHECKING:  # NOTE: typing only; serve.agent imports this module.
-    from recallserve.serve.agent.images import ImageDescriber, ImageUnit
-    from recallserve.serve.context import MessageIn, Session
+    from recallserve.serve.agent.images import ImageUnit
 
-__all__ = ["RecallConfig", "Turn", "recall_memories", "relevance_cut", "relevance_patterns", "topic_codes", "analyse_images", "format_memories", "memory_line", "render_prompt", "memory_meta",
-           "RECALL_KINDS", "CLIENT_HEADER"]
+__all__ = ["RecallConfig", "Turn", "TurnContext", "TurnTimings", "recall_memories", "recall_query", "relevance_cut",
+           "relevance_patterns", "topic_codes", "format_memories", "memory_line", "render_prompt", "prompt_tokens",
+           "memory_meta", "RECALL_KINDS", "CLIENT_HEADER"]
 
 log = logging.getLogger("recallserve.turn")
 
@@ -105,9 +110,41 @@ class RecallConfig(StrictModel):
         return value
 
 
-@dataclass
+class TurnContext(StrictModel):
+    """What context-mode did for the turn (the ``context`` field of the response metadata and the trace).
+
+    ``breakdown.total`` is the token count of the prompt the engine receives (the path's first
+    reasoner call, rendered by :func:`render_prompt`), the figure the budget is checked against;
+    the other parts are context-mode's, and ``breakdown.system`` is the rest of that prompt (the
+    path's head, the client's instructions, the block's framing, recalled memories, image notes).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    session_id: str | None = Field(default=None, description="Server-side session of the turn (None: client-sent history).")
+    mode: ResolvedMode = Field(description="Context mode used.")
+    requested_mode: ModeName = Field(description="Mode asked for (request, session or config default).")
+    budget: int = Field(ge=0, description="History budget = context_window - reserved - system - pending, tokens.")
+    breakdown: TokenBreakdown = Field(description="Tokens per part; total = the rendered prompt's tokens.")
+    dropped_messages: int = Field(ge=0, description="History messages left out (covered by summary or dropped).")
+    latency_ms: float = Field(ge=0, description="Assembly time, milliseconds.")
+
+
+@dataclass(frozen=True)
+class TurnTimings:
+    """Durations of the turn's steps before the answer, milliseconds."""
+
+    images_ms: float = 0.0
+    recall_ms: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        """``{"images": ms, "recall": ms}`` (the trace's ``timings_ms``)."""
+        return {"images": self.images_ms, "recall": self.recall_ms}
+
+
+@dataclass(frozen=True)
 class Turn:
-    """What one chat turn carries from the request to every prompt.
+    """What one chat turn carries from the request to every prompt; frozen, complete when built.
 
     Attributes:
         question: text of the last user message (what is asked).
@@ -115,34 +152,29 @@ class Turn:
         context: the context-mode block (constraints, summary, entities, retrieved turns; '' = none).
         history: earlier messages the token budget kept, oldest first (roles user/assistant/tool).
         image_urls: image data URLs of the question's message.
-        images: analysed images (None = not analysed yet).
-        image_errors: why an image was rejected, one line each.
-        memories: recalled memories (None = not recalled yet).
+        images: the analysed images, one per URL (a bad image is the request's 400, never here).
+        memories: the turn's one recall, most relevant first.
         memory_error: why recall failed ('' = it did not).
         session: the server-side session (None without ``metadata.session_id``).
         pending: the request's new messages, appended to the session after the answer.
-        meta: response metadata collected on the way (``recallserve`` field of the response).
-        timings_ms: durations of the turn's steps (images, recall), milliseconds.
-        started: ``time.perf_counter()`` when the turn was built (the trace's total time).
-        rendered: the last prompt :func:`render_prompt` made of this turn: what the path's reasoner
-            call received before any step was appended (the turn's trace stores it).
+        report: what context-mode did (None for a turn not built from a request, e.g. a warm-up).
+        timings: durations of the image and recall steps.
+        started: ``time.perf_counter()`` when the turn's building started (the trace's total time).
     """
 
     question: str
     instructions: str = ""
     context: str = ""
-    history: list[ChatMessage] = field(default_factory=list)
-    image_urls: list[str] = field(default_factory=list)
-    images: list[ImageUnit] | None = None
-    image_errors: list[str] = field(default_factory=list)
-    memories: list[MemoryHit] | None = None
+    history: tuple[ChatMessage, ...] = ()
+    image_urls: tuple[str, ...] = ()
+    images: tuple[ImageUnit, ...] = ()
+    memories: tuple[MemoryHit, ...] = ()
     memory_error: str = ""
     session: Session | None = None
-    pending: list[MessageIn] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
-    timings_ms: dict[str, float] = field(default_factory=dict)
+    pending: tuple[MessageIn, ...] = ()
+    report: TurnContext | None = None
+    timings: TurnTimings = field(default_factory=TurnTimings)
     started: float = field(default_factory=time.perf_counter)
-    rendered: list[ChatMessage] = field(default_factory=list)
 
     @property
     def asked(self) -> str:
@@ -156,37 +188,21 @@ class Turn:
         return "(no text; see the attached image)" if self.image_urls else "(an empty message)"
 
     def recall_query(self) -> str:
-        """The recall query: the question plus the text OCR read in its images (<= 1000 chars)."""
-        ocr = [u.ocr_text for u in self.images or [] if u.ocr_text]
-        return " ".join([self.question, *ocr]).strip()[:1000]
+        """The recall query of this turn (see :func:`recall_query`)."""
+        return recall_query(self.question, self.images)
 
     def image_notes(self) -> list[str]:
         """One prompt line per analysed image."""
-        return [u.note() for u in self.images or []]
+        return [u.note() for u in self.images]
 
-    @classmethod
-    def from_messages(cls, messages: Sequence[Any]) -> Turn:
-        """A turn from messages with ``role``, ``text`` and ``images`` (agent or API messages),
-        with no budget applied: every earlier message is history (for callers outside the pipeline).
 
-        Raises:
-            ValueError: no message has the role ``user``.
-        """
-        def text(m: Any) -> str:
-            return m.text() if callable(m.text) else m.text
+def recall_query(question: str, images: Sequence[ImageUnit]) -> str:
+    """The recall query: the question plus the text OCR read in its images (<= 1000 chars).
 
-        def images(m: Any) -> list[str]:
-            return list(m.images() if callable(m.images) else m.images)
-
-        last = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), None)
-        if last is None:
-            raise ValueError("messages: at least one message with role 'user' is required")
-        instructions = "\n\n".join(text(m).strip() for m in messages if m.role in ("system", "developer")
-                                   and text(m).strip())
-        history = [ChatMessage(role=m.role, content=text(m)) for m in messages[:last]
-                   if m.role in ("user", "assistant", "tool") and text(m).strip()]
-        return cls(question=text(messages[last]), instructions=instructions, history=history,
-                   image_urls=images(messages[last]))
+    NOTE: 1000 characters: the embedder reads at most 256 tokens (MiniLM), ~1000 characters of English.
+    """
+    ocr = [u.ocr_text for u in images if u.ocr_text]
+    return " ".join([question, *ocr]).strip()[:1000]
 
 
 class _Cache(Protocol):
@@ -295,22 +311,6 @@ def relevance_patterns(config: RecallConfig) -> tuple[re.Pattern[str] | None, re
     )
 
 
-async def analyse_images(turn: Turn, describer: ImageDescriber | None = None) -> None:
-    """Describe and OCR the question's images into ``turn.images`` (a bad one into
-    ``turn.image_errors``, never an exception: the rest of the turn still runs)."""
-    from recallserve.serve.agent.images import ImageError, analyse_image
-
-    t = time.perf_counter()
-    units = []
-    for i, url in enumerate(turn.image_urls):
-        try:
-            units.append(await analyse_image(url, turn.question, describer=describer))
-        except ImageError as exc:
-            turn.image_errors.append(f"image {i}: {exc}")
-    turn.images = units
-    turn.timings_ms["images"] = round((time.perf_counter() - t) * 1e3, 2)
-
-
 def memory_line(n: int, kind: str, source_id: str, created_at: float, text: str, item_chars: int) -> str:
     """One recalled memory as a prompt line: ``[n] (source_id, date) text`` (``(kind source_id,
     date)`` for a kind other than ``text``), the text whitespace-folded and cut to ``item_chars``
@@ -347,7 +347,8 @@ def format_memories(hits: Sequence[MemoryHit], *, item_chars: int, total_chars: 
 
 
 def render_prompt(turn: Turn, head: str, recall: RecallConfig, *, question: str | None = None) -> list[ChatMessage]:
-    """The engine prompt of ``turn`` under the system text ``head`` (see the module docstring).
+    """The engine prompt of ``turn`` under the system text ``head`` (see the module docstring): a pure
+    function of its arguments (a new list each call; the turn is not touched).
 
     Args:
         turn: the turn.
@@ -365,14 +366,23 @@ def render_prompt(turn: Turn, head: str, recall: RecallConfig, *, question: str 
     messages = [ChatMessage(role="system", content="\n\n".join(system))] if system else []
     messages += turn.history
     parts = []
-    memories = format_memories(turn.memories or [], item_chars=recall.item_chars, total_chars=recall.prompt_chars)
+    memories = format_memories(turn.memories, item_chars=recall.item_chars, total_chars=recall.prompt_chars)
     if memories:
         parts.append(memories)
     parts += [f"Attached image: {note}" for note in turn.image_notes()]
     parts.append(question if question is not None else f"Question: {turn.asked}")
     messages.append(ChatMessage(role="user", content="\n\n".join(parts)))
-    turn.rendered = list(messages)
     return messages
+
+
+async def prompt_tokens(messages: Sequence[ChatMessage], counter: TokenCounter) -> int:
+    """Tokens of a rendered prompt: ``sum(count(content) + MESSAGE_OVERHEAD)`` over its messages.
+
+    The same count context-mode's budget uses (``MESSAGE_OVERHEAD`` for each message's role and
+    separators), so the check ``prompt_tokens + max_tokens <= context_window`` is in the units the
+    history was fitted in.
+    """
+    return sum([await counter.count(m.content) + MESSAGE_OVERHEAD for m in messages])
 
 
 def memory_meta(hits: Sequence[MemoryHit], error: str) -> dict[str, object]:

@@ -16,7 +16,8 @@ async def _main(model: str, threads: int) -> int:
     from recallserve.deployments.cli._eval_agent import build_llama_engine
     from recallserve.serve.agent import Agent, AgentConfig, default_registry
     from recallserve.serve.agent.demo._memory import LocalMemory
-    from recallserve.serve.agent.demo.scenario import load_demo_memories, run_demo
+    from recallserve.serve.agent.demo.scenario import DEMO_TENANT, demo_messages, load_demo_memories
+    from recallserve.serve.pipeline import agent_turn
 
     engine = build_llama_engine(model, threads)
     memory = LocalMemory()
@@ -27,7 +28,9 @@ async def _main(model: str, threads: int) -> int:
     from recallserve.serve.agent.demo.tools import DEMO_SCOPES
 
     print(f"prompt cache warm-up: {await agent.warm_up(DEMO_SCOPES):.1f} s")
-    result = await run_demo(agent)
+    # NOTE: the turn is built as for POST /v1/chat/completions (budget, images, the one recall).
+    request, turn = await agent_turn(agent, demo_messages(), tenant=DEMO_TENANT, scopes=DEMO_SCOPES)
+    result = await agent.run(request, turn)
     for s in result.steps:
         print(f"[{s.step}] {s.kind:12s} {s.elapsed_ms:8.0f} ms  {s.content[:220]}")
     print("\nANSWER:", result.answer)

@@ -2,7 +2,7 @@
 
 For each question of a shipped set (``--questions tuned|holdout|all``, see
 :mod:`recallserve.serve.agent.demo.questions`) the full agent runs (memory recall over the demo world, router,
-loop). Two verdicts per question:
+loop) on the turn the chat pipeline builds for the same request (:func:`recallserve.serve.pipeline.agent_turn`). Two verdicts per question:
 
 * **tool choice**: the trace holds the expected call with arguments that passed validation and
   match the expected values (calculator: the computed result within 0.01), or, when no tool is
@@ -29,7 +29,8 @@ from typing import Any
 
 from recallserve.serve.agent.demo.facts import score_answer
 from recallserve.serve.agent.demo.questions import QUESTION_SETS, load_questions
-from recallserve.serve.agent.schemas import AgentRequest, AgentResult, ToolCallRecord
+from recallserve.serve.agent.schemas import AgentResult, ToolCallRecord
+from recallserve.serve.pipeline import agent_turn
 
 __all__ = ["add_model_arguments", "add_parser", "build_llama_engine", "evaluate", "fact_row", "rescore", "run",
            "run_with_model", "score_result", "summarise"]
@@ -105,8 +106,10 @@ async def evaluate(agent: Any, questions: list[tuple[int, dict[str, Any]]], scop
     (``on_row`` gets the rows so far after each question)."""
     rows = []
     for n, q in questions:
-        req = AgentRequest.from_messages("eval-user", [{"role": "user", "content": q["q"]}], scopes=scopes)
-        result = await agent.run(req)
+        # NOTE: the turn is built as for POST /v1/chat/completions (budget, context-mode, the one recall).
+        request, turn = await agent_turn(agent, [{"role": "user", "content": q["q"]}], tenant="eval-user",
+                                         scopes=scopes)
+        result = await agent.run(request, turn)
         ok = score_result(q, result)
         calls = [(c.name, c.args, c.status) for c in result.tool_calls]
         row = {"n": n, "q": q["q"], "expected": q["tool"], "pass": ok, **fact_row(q, result.answer),

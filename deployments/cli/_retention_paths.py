@@ -100,7 +100,8 @@ def pipeline_prompt_fn(managers: dict[str, ContextManager], path: str, reserved_
         # precedes "Question:" (the recalled memories, none here).
         last = messages[-1].content.rsplit("Question:", 1)[0]
         context = "\n".join([*(m.content for m in messages[:-1]), last])
-        return context, turn.meta["context"]["mode"], latency
+        assert turn.report is not None  # NOTE: build_turn always reports what context-mode did
+        return context, turn.report.mode, latency
 
     return prompt
 

@@ -16,7 +16,6 @@ from recallserve.serve.agent.hints import RoutingHint
 from recallserve.serve.agent.routing import RuleDecision, route_by_rules
 from recallserve.serve.agent.schemas import (
     AgentEvent,
-    AgentMessage,
     AgentRequest,
     AgentResult,
     AgentUsage,
@@ -30,7 +29,6 @@ __all__ = [
     "Agent",
     "AgentConfig",
     "AgentEvent",
-    "AgentMessage",
     "AgentRequest",
     "AgentResult",
     "AgentUsage",

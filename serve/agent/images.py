@@ -19,6 +19,7 @@ import io
 import os
 import re
 import shlex
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import Field
@@ -27,7 +28,7 @@ from recallserve.kernels import StrictModel
 from recallserve.serve.agent.guards import mask_pii
 from recallserve.serve.memory import MemoryWrite
 
-__all__ = ["ImageError", "ImageUnit", "ImageDescriber", "decode_data_url", "analyse_image", "ocr_available"]
+__all__ = ["ImageError", "ImageUnit", "ImageDescriber", "decode_data_url", "analyse_image", "analyse_images", "ocr_available"]
 
 # NOTE: limits against decompression bombs and oversized uploads (a phone photo is ~3-12 MP).
 MAX_IMAGE_BYTES = 12 * 1024 * 1024
@@ -227,3 +228,19 @@ async def analyse_image(
         description = (await describer.describe(raw, mime)).strip() or description
     return ImageUnit(sha256=digest, mime=mime, width=w, height=h, description=description, ocr_text=text,
                      user_text=user_text)
+
+
+async def analyse_images(
+    urls: Sequence[str], user_text: str = "", *, describer: ImageDescriber | None = None,
+) -> tuple[list[ImageUnit], list[str]]:
+    """Analyse the question's images in order: ``(units, errors)``, one error line ``image <i>: why``
+    per bad image (never an exception: the caller decides; the chat turn answers the first with a 400).
+    """
+    units: list[ImageUnit] = []
+    errors: list[str] = []
+    for i, url in enumerate(urls):
+        try:
+            units.append(await analyse_image(url, user_text, describer=describer))
+        except ImageError as exc:
+            errors.append(f"image {i}: {exc}")
+    return units, errors

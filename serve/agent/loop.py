@@ -5,17 +5,16 @@ pieces as they happen, :meth:`Agent.run` returns the finished :class:`AgentResul
 of the exchange (PII-masked) is returned as ``result.memory_writes`` for the caller to schedule
 off the request path with :meth:`Agent.write_back`.
 
-Per request:
-1. images -> description + OCR (:mod:`recallserve.serve.agent.images`);
-2. the turn's one memory recall (question + OCR text, cached with a TTL). Both are done by the
-   pipeline when it built the :class:`~recallserve.serve.turn.Turn`, here only for a request without one;
-3. the routing rules (:mod:`recallserve.serve.agent.routing`), or the router model when they are undecided,
+Per request, on the :class:`~recallserve.serve.turn.Turn` the pipeline built (its images already
+described and OCR'd, its one memory recall already made: the agent reads them, never redoes them):
+1. the images and the recalled memories become trace steps;
+2. the routing rules (:mod:`recallserve.serve.agent.routing`), or the router model when they are undecided,
    decide ``direct`` or ``tools``, which tools (a subset of the tenant's scopes) and which ones
    the first step must call;
-4. up to ``max_steps`` reasoner steps, each one JSON object constrained by a schema; bad JSON is
+3. up to ``max_steps`` reasoner steps, each one JSON object constrained by a schema; bad JSON is
    retried once, then reported back as an observation; calls run through :class:`StepExecutor`,
    and the rules' bindings decide which calls are left (:mod:`recallserve.serve.agent._calls`);
-5. out of steps or time -> a partial answer stating what is known and what is missing. Every
+4. out of steps or time -> a partial answer stating what is known and what is missing. Every
    engine call runs under the request deadline and adds to its usage
    (:class:`recallserve.serve.agent._metered.MeteredCalls`).
 
@@ -52,7 +51,7 @@ from recallserve.serve.agent.tools import ToolContext, ToolRegistry, ToolSet
 from recallserve.serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
 from recallserve.serve.memory import MemoryBackend, MemoryWrite
 from recallserve.serve.pii import apply_pii, for_write_back
-from recallserve.serve.turn import RecallConfig, Turn, analyse_images, recall_memories, render_prompt
+from recallserve.serve.turn import RecallConfig, Turn, render_prompt
 
 __all__ = ["Agent"]
 
@@ -68,12 +67,13 @@ class Agent:
         router: engine of the routing decision (default: the reasoner).
         memory: memory backend for recall and the ``memory_search`` tool (None = no memory).
         config: loop settings.
-        recall: how a turn that comes without memories recalls them, and how memories are shown.
+        recall: how memories are shown in the prompt (the pipeline recalled them with the same settings).
         describer: vision model for image captions (GPU profiles); None = pixel description.
 
     Example:
         >>> agent = Agent(engine, registry, memory=backend)  # doctest: +SKIP
-        >>> result = await agent.run(AgentRequest.from_messages("t1", [{"role": "user", "content": "2+2?"}]))
+        >>> turn, _ = await pipeline.build_turn(chat_request, ctx)  # doctest: +SKIP
+        >>> result = await agent.run(AgentRequest(tenant="t1"), turn)  # doctest: +SKIP
     """
 
     def __init__(
@@ -90,7 +90,7 @@ class Agent:
         self.describer = describer
         self.cache = cache if cache is not None else TTLCache(self.config.cache_ttl_s, self.config.cache_max_entries)
 
-    async def run(self, request: AgentRequest, turn: Turn | None = None) -> AgentResult:
+    async def run(self, request: AgentRequest, turn: Turn) -> AgentResult:
         """Run the loop to the end and return the result (see :meth:`stream`)."""
         result: AgentResult | None = None
         async for event in self.stream(request, turn):
@@ -99,13 +99,13 @@ class Agent:
         assert result is not None  # NOTE: stream() always ends with a done event.
         return result
 
-    async def stream(self, request: AgentRequest, turn: Turn | None = None) -> AsyncIterator[AgentEvent]:
+    async def stream(self, request: AgentRequest, turn: Turn) -> AsyncIterator[AgentEvent]:
         """Yield ``trace`` events, ``answer_delta`` pieces of the final answer, then ``done``.
 
         Args:
             request: who asks, the scopes and the mode.
-            turn: the turn the pipeline built (budgeted history, context block, images, memories);
-                None = one made from ``request.messages`` (every earlier message as history).
+            turn: the turn :meth:`recallserve.serve.pipeline.ChatPipeline.build_turn` built (budgeted
+                history, context block, analysed images, recalled memories).
         """
         async for event in _Run(self, request, turn).events():
             yield event
@@ -125,9 +125,15 @@ class Agent:
             await self.reasoner.chat(msgs, GenerationParams(max_tokens=1, temperature=0.0))
         return time.perf_counter() - t
 
-    def step_prompt(self, turn: Turn, scopes: list[str]) -> list[ChatMessage]:
-        """The prompt of a loop step's first call for ``turn`` over the tools ``scopes`` allow."""
-        return render_prompt(turn, system_prompt(self.tools.for_scopes(scopes)), self.recall)
+    def first_prompt(self, turn: Turn, request: AgentRequest) -> list[ChatMessage]:
+        """The prompt of the run's first reasoner call, before routing: a direct answer's when the
+        request allows no tool (mode ``off``, or no tool in its scopes), else a loop step's over all
+        its tools (the largest a routed step can get: routing only narrows the tools).
+        """
+        tools = self.tools.for_scopes(request.scopes)
+        if request.mode == "off" or not tools:
+            return render_prompt(turn, direct_prompt(tools), self.recall)
+        return render_prompt(turn, system_prompt(tools), self.recall)
 
     async def write_back(self, tenant: str, result: AgentResult) -> list[str]:
         """Store ``result.memory_writes`` (already PII-masked); call it off the request path."""
@@ -139,11 +145,12 @@ class Agent:
 class _Run:
     """State of one request."""
 
-    def __init__(self, agent: Agent, request: AgentRequest, turn: Turn | None) -> None:
+    def __init__(self, agent: Agent, request: AgentRequest, turn: Turn) -> None:
         self.a = agent
         self.cfg = agent.config
         self.req = request
-        self.turn = turn if turn is not None else Turn.from_messages(request.messages)
+        self.turn = turn
+        self.prompt: list[ChatMessage] = []  # NOTE: what the reasoner call received before any step (the trace's)
         self.t0 = time.perf_counter()
         self.deadline = self.t0 + self.cfg.request_timeout_s
         self.trace: list[TraceStep] = []
@@ -201,26 +208,20 @@ class _Run:
         return GenerationParams(max_tokens=max_tokens, temperature=temperature, seed=seed, json_schema=schema, **extra)
 
     # -- phases ---------------------------------------------------------------------------------
-    async def _images(self) -> AsyncIterator[AgentEvent]:
-        if self.turn.images is None:
-            await analyse_images(self.turn, self.a.describer)
-        ms = self.turn.timings_ms.get("images", 0.0)
-        for i, error in enumerate(self.turn.image_errors):
-            yield self._add(0, "image", f"image rejected: {error}", ms, error=error)
-        for i, unit in enumerate(self.turn.images or []):
-            yield self._add(0, "image", unit.note(), ms, index=i, sha256=unit.sha256, ocr_chars=len(unit.ocr_text))
+    def _images(self) -> list[AgentEvent]:
+        """The turn's analysed images as trace steps."""
+        ms = self.turn.timings.images_ms
+        return [self._add(0, "image", unit.note(), ms, index=i, sha256=unit.sha256, ocr_chars=len(unit.ocr_text))
+                for i, unit in enumerate(self.turn.images)]
 
-    async def _recall(self) -> AsyncIterator[AgentEvent]:
-        found = self.turn.memories is not None
-        if not found:
-            self.turn.memories, self.turn.memory_error = await recall_memories(
-                self.a.memory, self.req.tenant, self.turn.recall_query(), self.a.recall, self.a.cache)
-        hits = self.turn.memories or []
+    def _recall(self) -> list[AgentEvent]:
+        """The turn's recalled memories as one trace step (none without a memory tier or with recall off)."""
         if self.a.memory is None or not self.a.recall.enabled:
-            return
-        yield self._add(0, "memory", f"{len(hits)} memories recalled", self.turn.timings_ms.get("recall", 0.0),
-                        precomputed=found, error=self.turn.memory_error or None,
-                        hits=[{"source_id": h.source_id, "kind": h.kind, "score": round(h.score, 4)} for h in hits])
+            return []
+        hits = self.turn.memories
+        return [self._add(0, "memory", f"{len(hits)} memories recalled", self.turn.timings.recall_ms,
+                          error=self.turn.memory_error or None,
+                          hits=[{"source_id": h.source_id, "kind": h.kind, "score": round(h.score, 4)} for h in hits])]
 
     async def _route(self, tools: ToolSet, base: list[ChatMessage]) -> RouteDecision:
         t = time.perf_counter()
@@ -262,12 +263,11 @@ class _Run:
     # -- the run --------------------------------------------------------------------------------
     async def events(self) -> AsyncIterator[AgentEvent]:
         log.info("agent request tenant=%s question=%s", self.req.tenant, mask_pii(self.question)[:200])
-        async for ev in self._images():
-            yield ev
-        async for ev in self._recall():
+        for ev in [*self._images(), *self._recall()]:
             yield ev
         toolset = self.a.tools.for_scopes(self.req.scopes)
         messages = self._base_messages(toolset)
+        self.prompt = list(messages)
         answer: str | None = None
         finish = "final"
         try:
@@ -369,9 +369,10 @@ class _Run:
             cut_by_length=self._cut and finish == "direct",
             route=route, steps=self.trace, tool_calls=self.calls,
             memory_hits=[{"id": h.id, "source_id": h.source_id, "kind": h.kind, "score": round(h.score, 4),
-                          "text": h.text[:300]} for h in self.turn.memories or []],
+                          "text": h.text[:300]} for h in self.turn.memories],
             usage=self.usage, elapsed_ms=self._ms(self.t0), first_token_ms=self.first_token_ms,
             memory_writes=self._writes(answer, partial=finish in ("timeout", "engine_error", "max_steps")),
+            prompt=self.prompt,
         )
         yield AgentEvent(type="done", result=result)
 
@@ -387,6 +388,7 @@ class _Run:
             return
         msgs = render_prompt(self.turn, direct_prompt(self.a.tools.for_scopes(self.req.scopes), route.advice),
                              self.a.recall)
+        self.prompt = list(msgs)
         params = self._params(None, self.req.max_answer_tokens or self.cfg.step_max_tokens)
         t = time.perf_counter()
         check = self._answer_check(msgs)
@@ -514,13 +516,13 @@ class _Run:
         """Image units always; the exchange only when the loop reached a real answer (a partial
         "I could not finish" text is not worth remembering)."""
         session = self.req.session_id
-        writes = [u.to_memory_write(session) for u in self.turn.images or []]
+        writes = [u.to_memory_write(session) for u in self.turn.images]
         if partial:
             return writes
         tools_used = ",".join(sorted({c.name for c in self.calls if c.status in ("ok", "cached")}))
         text = apply_pii(f"User asked: {self.question}\nAgent answered: {answer}", for_write_back(self.req.pii))
         digest = hashlib.sha256(f"{session}|{self.question}|{answer}".encode()).hexdigest()[:16]
-        meta: dict[str, Any] = {"tools": tools_used, "images": ",".join(u.sha256 for u in self.turn.images or [])}
+        meta: dict[str, Any] = {"tools": tools_used, "images": ",".join(u.sha256 for u in self.turn.images)}
         if session:
             meta["session_id"] = session
         writes.append(MemoryWrite(text=text, kind="message", source_id=f"exchange:{digest}", metadata=meta))

@@ -1,7 +1,7 @@
 """Input and output types of the agent: the request, the trace, the result, the stream events.
 
-The HTTP ingress converts an OpenAI ``ChatCompletionRequest`` into an :class:`AgentRequest`
-(:meth:`AgentRequest.from_messages` accepts the API's message objects or plain dicts) and puts
+The chat pipeline turns an OpenAI ``ChatCompletionRequest`` into a :class:`~recallserve.serve.turn.Turn`
+(the conversation) and an :class:`AgentRequest` (who asks, scopes, mode, sampling), and puts
 :class:`AgentResult` fields into the response (``answer`` as the message, the rest as metadata).
 """
 
@@ -12,10 +12,10 @@ from typing import Any, Literal
 from pydantic import Field
 
 from recallserve.kernels import StrictModel
+from recallserve.serve.engine import ChatMessage
 from recallserve.serve.memory import MemoryWrite
 
 __all__ = [
-    "AgentMessage",
     "AgentRequest",
     "RouteDecision",
     "ToolCallRecord",
@@ -26,25 +26,16 @@ __all__ = [
 ]
 
 
-class AgentMessage(StrictModel):
-    """One conversation message: its text and its images (``data:`` URLs)."""
-
-    role: Literal["system", "developer", "user", "assistant", "tool"] = Field(description="Author role.")
-    text: str = Field(default="", max_length=200_000, description="Text content (text parts joined).")
-    images: list[str] = Field(default_factory=list, max_length=8, description="Image data URLs of this message.")
-
-
 class AgentRequest(StrictModel):
-    """What one agent run needs: who asks, what they may use, and the conversation."""
+    """What one agent run needs besides its turn: who asks, what they may use, how to sample.
+
+    The conversation itself is the :class:`~recallserve.serve.turn.Turn` the pipeline built.
+    """
 
     tenant: str = Field(min_length=1, max_length=256, description="Tenant (user) id; memories are scoped to it.")
     scopes: list[str] = Field(
         default_factory=lambda: ["basic", "memory:read"],
         description="Permission scopes of the tenant; only tools whose scope is listed are offered.",
-    )
-    messages: list[AgentMessage] = Field(
-        default_factory=list, max_length=1000,
-        description="The conversation, when no turn is given to the agent; the last user message is asked.",
     )
     mode: Literal["auto", "on", "off"] = Field(
         default="auto", description="auto: the router decides; on: always the tool loop; off: answer without tools."
@@ -66,50 +57,6 @@ class AgentRequest(StrictModel):
                              description="Sampling seed of the answering calls (None: AgentConfig's).")
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, description="Presence penalty of the answering calls.")
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, description="Frequency penalty of the answering calls.")
-
-    @classmethod
-    def from_messages(
-        cls, tenant: str, messages: list[Any], *, scopes: list[str] | None = None, mode: str = "auto",
-        session_id: str | None = None,
-    ) -> AgentRequest:
-        """Build a request from OpenAI-style messages.
-
-        Accepts dicts (``{"role", "content"}`` with a string or a list of ``text`` /
-        ``image_url`` parts) or the API's message objects (with ``.text()`` and ``.images()``).
-
-        Example:
-            >>> AgentRequest.from_messages("t1", [{"role": "user", "content": "hi"}]).messages[0].text
-            'hi'
-        """
-        out: list[AgentMessage] = []
-        for i, m in enumerate(messages):
-            if hasattr(m, "text") and callable(m.text):
-                out.append(AgentMessage(role=m.role, text=m.text(), images=list(m.images())))
-                continue
-            if not isinstance(m, dict):
-                raise TypeError(f"messages[{i}]: expected a dict or a message object, got {type(m).__name__}")
-            content = m.get("content")
-            texts: list[str] = []
-            images: list[str] = []
-            if isinstance(content, str):
-                texts.append(content)
-            elif isinstance(content, list):
-                for j, part in enumerate(content):
-                    kind = part.get("type") if isinstance(part, dict) else None
-                    if kind == "text":
-                        texts.append(str(part.get("text", "")))
-                    elif kind == "image_url":
-                        url = part.get("image_url")
-                        images.append(url.get("url", "") if isinstance(url, dict) else str(url))
-                    else:
-                        raise ValueError(f"messages[{i}].content[{j}].type: expected 'text' or 'image_url', got {kind!r}")
-            elif content is not None:
-                raise ValueError(f"messages[{i}].content: expected a string or a list of parts")
-            out.append(AgentMessage(role=m.get("role", "user"), text="\n".join(texts), images=images))
-        kwargs: dict[str, Any] = {"tenant": tenant, "messages": out, "mode": mode, "session_id": session_id}
-        if scopes is not None:
-            kwargs["scopes"] = scopes
-        return cls(**kwargs)
 
 
 class RouteDecision(StrictModel):
@@ -192,6 +139,9 @@ class AgentResult(StrictModel):
     memory_writes: list[MemoryWrite] = Field(
         default_factory=list, description="PII-masked memories to write off the request path (Agent.write_back)."
     )
+    prompt: list[ChatMessage] = Field(
+        default_factory=list,
+        description="What the reasoner call received before any step was appended (the turn trace stores it).")
 
     def openai_finish(self) -> Literal["stop", "length"]:
         """The OpenAI ``finish_reason`` of the answer.

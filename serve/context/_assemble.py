@@ -78,12 +78,11 @@ class AssemblyInput:
 class Assembly:
     """What :func:`assemble` returns (the manager wraps it into a ContextResult).
 
-    ``messages`` is the whole assembled prompt; ``block`` (the conversation-memory block, '' in
-    full mode) and ``window`` (the history messages kept verbatim) are its parts, which the
-    chat turn renders into every engine prompt (:mod:`recallserve.serve.turn`).
+    What the chat turn needs and nothing more: ``block`` (the conversation-memory block, '' in
+    full mode) and ``window`` (the history messages kept verbatim); the turn renders them into
+    every engine prompt (:func:`recallserve.serve.turn.render_prompt`), under the path's own head.
     """
 
-    messages: list[ChatMessage]
     mode: ResolvedMode
     budget: int
     breakdown: TokenBreakdown
@@ -310,9 +309,6 @@ async def assemble(
     block = "\n\n".join(block_parts) if len(block_parts) > 1 else ""
     system_text = "\n\n".join(p for p in (inp.system, block) if p)
     kept = [ChatMessage(role=m.role, content=m.content) for m in window]
-    messages = ([ChatMessage(role="system", content=system_text)] if system_text else [])
-    messages += kept
-    messages += [ChatMessage(role=m.role, content=m.content) for m in inp.pending]
 
     part = {
         "constraints": await _text_cost(counter, sections[0][1]) + sum(m.tokens for m in window if m.retention >= 3),
@@ -321,13 +317,16 @@ async def assemble(
         "retrieved": await _text_cost(counter, sections[3][1]),
         "recent": sum(m.tokens for m in window if m.retention < 3),
     }
-    total = sum([await counter.count(m.content) + MESSAGE_OVERHEAD for m in messages])
+    # NOTE: the context's own share of a prompt (system text with the block, window, pending); the
+    # chat turn replaces the total with its rendered prompt's tokens (serve.turn.TurnContext).
+    system_cost = await counter.count(system_text) + MESSAGE_OVERHEAD if system_text else 0
+    total = system_cost + sum(m.tokens for m in window) + pending_tokens
     breakdown = TokenBreakdown(
         system=max(0, total - pending_tokens - sum(part.values())), pending=pending_tokens, total=total, **part,
     )
     included = {m.id for m in window} | {m.id for m in block_pinned} | {m.id for m in retrieved}
     return Assembly(
-        messages=messages, mode=mode, budget=budget, breakdown=breakdown, signals=signals,
+        mode=mode, budget=budget, breakdown=breakdown, signals=signals,
         dropped=len(history) - len(included), included_ids=included, block=block, window=kept,
     )
 
@@ -348,9 +347,6 @@ async def _render_full(
         used -= m.tokens
     selected = [m for m in history if m.id in kept]
     window = [ChatMessage(role=m.role, content=m.content) for m in selected]
-    messages = ([ChatMessage(role="system", content=inp.system)] if inp.system else [])
-    messages += window
-    messages += [ChatMessage(role=m.role, content=m.content) for m in inp.pending]
     breakdown = TokenBreakdown(
         system=sys_tokens,
         constraints=sum(m.tokens for m in selected if m.retention >= 3),
@@ -359,6 +355,6 @@ async def _render_full(
         total=sys_tokens + used + pending_tokens,
     )
     return Assembly(
-        messages=messages, mode="full", budget=budget, breakdown=breakdown, signals=signals,
+        mode="full", budget=budget, breakdown=breakdown, signals=signals,
         dropped=len(history) - len(selected), included_ids=kept, window=window,
     )

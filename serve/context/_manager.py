@@ -6,7 +6,8 @@ Per request the ingress does::
     result = await ctx.assemble(session, [MessageIn(role="user", content=q)],
                                 context_window=engine.context_window, reserved_output=max_tokens,
                                 system=system_prompt, mode=request_mode)   # ContextBudgetError -> 400
-    reply = await engine.chat(result.messages, params)  # response metadata: result.response_metadata()
+    prompt = render(result.block, result.window, pending)  # the caller's renderer (the chat turn's)
+    reply = await engine.chat(prompt, params)  # response metadata: result.response_metadata()
     await ctx.append(session, [MessageIn(role="user", content=q), MessageIn(role="assistant", content=reply.text)])
     ctx.start_summary(session)        # off the request path: a task (result None when not due)
 
@@ -176,7 +177,7 @@ class ContextManager:
         self, session: Session, pending: Sequence[MessageIn], *, context_window: int, reserved_output: int,
         system: str | None = None, mode: ModeName | None = None,
     ) -> ContextResult:
-        """Build the prompt for one request.
+        """Fit the session's history for one request: the block and the window the prompt needs.
 
         Args:
             session: the session (reloaded here: its summary may have moved on).
@@ -257,7 +258,7 @@ class ContextManager:
         for part, value in out.breakdown.model_dump().items():
             CONTEXT_TOKENS.labels(part=part).observe(value)
         return ContextResult(
-            session_id=session_id, messages=out.messages, block=out.block, window=out.window, mode=out.mode,
+            session_id=session_id, block=out.block, window=out.window, mode=out.mode,
             requested_mode=requested, budget=out.budget, breakdown=out.breakdown, signals=out.signals,
             dropped_messages=out.dropped, summary_covers_until=summary.until_seq, latency_ms=elapsed * 1000.0,
         )

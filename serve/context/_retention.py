@@ -190,7 +190,7 @@ async def evaluate_retention(
                                 reserved_output=reserved_output, system=EVAL_SYSTEM, mode=mode,  # type: ignore[arg-type]
                             )
                             resolved, latency = result.mode, result.latency_ms
-                            context = "\n".join(m.content for m in result.messages[:-1])
+                            context = "\n".join([EVAL_SYSTEM, result.block, *(m.content for m in result.window)])
                     except ContextBudgetError:
                         refused += 1
                         by_kind[item.kind].append(False)

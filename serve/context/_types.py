@@ -203,7 +203,10 @@ class TokenBreakdown(StrictModel):
     recent: int = Field(default=0, ge=0, description="Recent window (verbatim newest messages).")
     retrieved: int = Field(default=0, ge=0, description="Past messages retrieved by similarity.")
     pending: int = Field(default=0, ge=0, description="The request's new messages.")
-    total: int = Field(default=0, ge=0, description="Sum of the parts (the prompt size).")
+    total: int = Field(
+        default=0, ge=0,
+        description="Sum of the parts. From context-mode alone: its share of a prompt (system text with the block, "
+        "window, pending); in a chat turn's metadata: the tokens of the prompt the engine receives.")
 
 
 class AutoSignals(StrictModel):
@@ -218,10 +221,13 @@ class AutoSignals(StrictModel):
 
 
 class ContextResult(StrictModel):
-    """The assembled prompt for one request, with its accounting."""
+    """What context-mode gives one request's prompt (its block and window), with its accounting.
+
+    No whole prompt: the caller renders the block and window under its own head (the chat turn:
+    :func:`recallserve.serve.turn.render_prompt`), so nothing here is built to be thrown away.
+    """
 
     session_id: str = Field(description="Session the context belongs to.")
-    messages: list[ChatMessage] = Field(description="Messages to send to the model, system first, pending last.")
     block: str = Field(default="", description="The conversation-memory block of the system message ('' in full mode).")
     window: list[ChatMessage] = Field(
         default_factory=list, description="History messages kept verbatim, oldest first (pending excluded)."
@@ -237,4 +243,4 @@ class ContextResult(StrictModel):
 
     def response_metadata(self) -> dict[str, Any]:
         """Everything but the messages, JSON-ready: what the ingress puts in the response metadata."""
-        return self.model_dump(mode="json", exclude={"messages", "block", "window"})
+        return self.model_dump(mode="json", exclude={"block", "window"})

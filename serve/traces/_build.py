@@ -58,11 +58,12 @@ class _Cutter:
 
 def build_trace(turn: Turn, *, request_id: str, user: str, path: str, stream: bool, answer: str, finish: str,
                 prompt_tokens: int, completion_tokens: int, prompt: Sequence[ChatMessage],
-                agent_meta: dict[str, Any] | None, started: float, config: TraceConfig) -> TurnTrace:
+                agent_meta: dict[str, Any] | None, started: float, config: TraceConfig,
+                experience: dict[str, Any] | None = None) -> TurnTrace:
     """The trace of ``turn``: its question and answer, the agent's route, steps and tool calls
     (``agent_meta`` = ``AgentResult.metadata()``, raw tool results already left out), the recalled
     memories, the context-mode figures, the prompt the turn rendered for its reasoner (every loop
-    call extends it) and the timings.
+    call extends it), the segmented path's ``experience`` figures and the timings.
 
     Every string is cut to ``config.text_chars`` (the prompt to ``config.prompt_chars`` in all)
     and then masked by :func:`recallserve.serve.pii.apply_pii` (``mask``, whatever the tenant's policy: the
@@ -72,8 +73,8 @@ def build_trace(turn: Turn, *, request_id: str, user: str, path: str, stream: bo
     agent_meta = agent_meta or {}
     memories = [{"id": h.id, "source_id": h.source_id, "kind": h.kind, "score": round(h.score, 4),
                  "similarity": round(h.similarity, 4), "time_factor": round(h.time_factor, 4), "text": h.text}
-                for h in turn.memories or []]
-    timings = dict(turn.timings_ms)
+                for h in turn.memories]
+    timings = turn.timings.as_dict()
     timings["total"] = round((time.perf_counter() - started) * 1e3, 2)
     if "elapsed_ms" in agent_meta:
         timings["agent"] = round(float(agent_meta["elapsed_ms"]), 2)
@@ -81,9 +82,9 @@ def build_trace(turn: Turn, *, request_id: str, user: str, path: str, stream: bo
         "path": path, "stream": stream, "question": turn.question, "answer": answer, "finish_reason":
         str(agent_meta.get("finish_reason") or finish), "route": agent_meta.get("route"),
         "steps": agent_meta.get("steps") or [], "tool_calls": agent_meta.get("tool_calls") or [],
-        "memories": memories, "memory_error": turn.memory_error, "context": turn.meta.get("context") or {},
+        "memories": memories, "memory_error": turn.memory_error, "context": turn.report.model_dump(mode="json") if turn.report is not None else {},
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
-        "timings_ms": timings, "experience": turn.meta.get("experience"),
+        "timings_ms": timings, "experience": experience,
     }
     raw = cutter.deep(raw)
     # NOTE: ids are never cut (a request id may be 128 characters), only masked.
@@ -94,7 +95,7 @@ def build_trace(turn: Turn, *, request_id: str, user: str, path: str, stream: bo
     masked = apply_pii(raw, "mask")
     # NOTE: memory ids are the server's hex keys; a run of hex digits can pass a masker's check
     # (an IBAN's mod-97), and a masked id opens nothing.
-    for item, hit in zip(masked["memories"], turn.memories or []):
+    for item, hit in zip(masked["memories"], turn.memories):
         item["id"] = hit.id
     # NOTE: the session id and user are keys (``GET /v1/turns?session_id=``): masked to distinct
     # keys (a masked one, as a masking tenant's turn has, is unchanged), never to a shared [EMAIL].

@@ -2,7 +2,8 @@
 
 A :class:`TurnTrace` is built once per answered turn by :func:`recallserve.serve.traces.build_trace` from
 the :class:`~recallserve.serve.turn.Turn`, the agent's result (route, steps, tool calls) and the prompt the
-reasoner received (the last :func:`recallserve.serve.turn.render_prompt` of the turn, ``Turn.rendered``);
+reasoner received (``Answer.prompt`` of :mod:`recallserve.serve.pipeline`, rendered by
+:func:`recallserve.serve.turn.render_prompt`);
 it is PII-masked and cut to the configured sizes before it is stored.
 """
 

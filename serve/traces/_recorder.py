@@ -41,11 +41,13 @@ class TraceRecorder:
 
     async def record(self, tenant: str, turn: Turn, *, request_id: str, user: str, path: str, stream: bool,
                      answer: str, finish: str, prompt_tokens: int, completion_tokens: int,
-                     prompt: Sequence[ChatMessage], agent_meta: dict[str, Any] | None, started: float) -> None:
+                     prompt: Sequence[ChatMessage], agent_meta: dict[str, Any] | None, started: float,
+                     experience: dict[str, Any] | None = None) -> None:
         """Build the turn's trace (:func:`~recallserve.serve.traces.build_trace`) and store it for ``tenant``."""
         if not self.config.enabled:
             return
         trace = build_trace(turn, request_id=request_id, user=user, path=path, stream=stream, answer=answer,
                             finish=finish, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                            prompt=prompt, agent_meta=agent_meta, started=started, config=self.config)
+                            prompt=prompt, agent_meta=agent_meta, started=started, config=self.config,
+                            experience=experience)
         await self.store.put(tenant, trace)

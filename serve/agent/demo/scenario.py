@@ -13,11 +13,10 @@ import io
 from pathlib import Path
 from typing import Any
 
-from recallserve.serve.agent.schemas import AgentRequest, AgentResult
 from recallserve.serve.memory import MemoryBackend
 
 __all__ = ["DEMO_QUESTION", "DEMO_TENANT", "SHARED_TENANT", "demo_photo_data_url", "load_demo_memories",
-           "demo_request", "run_demo"]
+           "demo_messages"]
 
 DEMO_TENANT = "demo-user"
 # NOTE: company knowledge (manual, tickets) lives under memory_shards' shared tenant, visible to all.
@@ -65,17 +64,10 @@ async def load_demo_memories(memory: MemoryBackend, tenant: str = SHARED_TENANT)
     return await memory.write(tenant, DemoWorld().memories())
 
 
-def demo_request(question: str = DEMO_QUESTION, *, with_photo: bool = True) -> AgentRequest:
-    """The demo request (OpenAI content parts: text + image_url data URL)."""
-    from recallserve.serve.agent.demo.tools import DEMO_SCOPES
-
+def demo_messages(question: str = DEMO_QUESTION, *, with_photo: bool = True) -> list[dict[str, Any]]:
+    """The demo conversation as OpenAI messages (content parts: text + image_url data URL); run it with
+    :func:`recallserve.serve.pipeline.agent_turn` (the HTTP path's turn building) and the agent."""
     content: list[dict[str, Any]] = [{"type": "text", "text": question}]
     if with_photo:
         content.append({"type": "image_url", "image_url": {"url": demo_photo_data_url()}})
-    return AgentRequest.from_messages(DEMO_TENANT, [{"role": "user", "content": content}], scopes=DEMO_SCOPES,
-                                      session_id="demo")
-
-
-async def run_demo(agent: Any, question: str = DEMO_QUESTION) -> AgentResult:
-    """Run the demo question with the photo through ``agent`` (whose memory holds the demo world)."""
-    return await agent.run(demo_request(question))
+    return [{"role": "user", "content": content}]

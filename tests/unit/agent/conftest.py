@@ -12,6 +12,10 @@ import pytest
 from recallserve.memory_shards.records import MemoryRecord
 from recallserve.serve.engine import ChatDelta, ChatMessage, ChatResult, GenerationParams
 from recallserve.serve.memory import MemoryHit, MemoryWrite
+from recallserve.serve.agent import Agent, AgentRequest, AgentResult
+from recallserve.serve.agent.demo.tools import DEMO_SCOPES
+from recallserve.serve.pipeline import agent_turn
+from recallserve.serve.turn import Turn
 
 Reply = str | Callable[[Sequence[ChatMessage], GenerationParams], str]
 
@@ -116,3 +120,29 @@ def memory() -> SubstringMemory:
         "ticket:T-1042": "Ticket T-1042: error E42 on batch B-2207, fixed by replacing the TF-185 thermal fuse.",
         "manual:7.1": "Warranty: two years on all parts.",
     })
+
+
+def user(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One OpenAI user message (text, or content parts)."""
+    return [{"role": "user", "content": content}]
+
+
+async def turn_for(agent: Agent, messages: str | list[dict[str, Any]], *, tenant: str = "t1",
+                   scopes: Sequence[str] | None = None, mode: str = "auto",
+                   session_id: str | None = None, max_tokens: int | None = None) -> tuple[AgentRequest, Turn]:
+    """The agent's request and turn for ``messages`` (a string = one user message), built by the
+    chat pipeline exactly as for an HTTP request (:func:`recallserve.serve.pipeline.agent_turn`).
+    ``session_id``: the id write-backs are stored with (no session store is opened here)."""
+    msgs = user(messages) if isinstance(messages, str) else messages
+    request, turn = await agent_turn(agent, msgs, tenant=tenant, scopes=list(scopes or DEMO_SCOPES), mode=mode,
+                                     max_tokens=max_tokens)
+    return (request.model_copy(update={"session_id": session_id}) if session_id else request), turn
+
+
+def run_agent(agent: Agent, messages: str | list[dict[str, Any]], **kw: Any) -> AgentResult:
+    """Run ``agent`` to the end on the turn :func:`turn_for` builds."""
+    async def go() -> AgentResult:
+        request, turn = await turn_for(agent, messages, **kw)
+        return await agent.run(request, turn)
+
+    return asyncio.run(go())

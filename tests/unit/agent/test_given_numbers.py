@@ -3,20 +3,18 @@ bound to the clock's time zone; both proven on the prompt the engine receives.""
 
 from __future__ import annotations
 
-import asyncio
 
 import pytest
 from pydantic import Field
 
 from recallserve.kernels import StrictModel
 
-from recallserve.serve.agent import Agent, AgentConfig, AgentRequest, Tool, ToolRegistry, builtin_tools
+from recallserve.serve.agent import Agent, AgentConfig, Tool, ToolRegistry, builtin_tools
 from recallserve.serve.agent.builtin import CLOCK_PLACES, CLOCK_ROUTING
 from recallserve.serve.agent.demo import DemoWorld, demo_tools
-from recallserve.serve.agent.demo.tools import DEMO_SCOPES
 from recallserve.serve.agent.given_numbers import numbers_in, ungrounded
 from recallserve.serve.agent.routing import RoutingHint
-from tests.unit.agent.conftest import ScriptedEngine, call, final
+from tests.unit.agent.conftest import ScriptedEngine, call, final, run_agent
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -27,8 +25,6 @@ def _agent(eng: ScriptedEngine, **cfg: object) -> Agent:
     return Agent(eng, ToolRegistry(builtin_tools() + demo_tools(DemoWorld())), config=AgentConfig(**cfg))
 
 
-def _req(text: str) -> AgentRequest:
-    return AgentRequest.from_messages("t1", [{"role": "user", "content": text}], scopes=DEMO_SCOPES)
 
 
 @pytest.mark.parametrize(("expression", "evidence", "bad"), [
@@ -56,7 +52,7 @@ def test_an_invented_number_is_refused_and_the_model_corrects_it() -> None:
         call("calculator", expression="2 * 39.90"),
         final("You get 79.80 back."),
     ])
-    result = asyncio.run(_agent(eng, use_router=False, routing_rules=False).run(_req(REFUND)))
+    result = run_agent(_agent(eng, use_router=False, routing_rules=False), REFUND)
     first, second = result.tool_calls
     assert first.status == "invalid" and "19.90" in first.observation and first.result is None
     assert second.status == "ok" and second.result["result"] == 79.8
@@ -75,8 +71,7 @@ def test_numbers_from_an_earlier_observation_are_grounded() -> None:
                           call("calculator", expression="123.45 * 17"), final("2098.65")])
     reg = ToolRegistry([*builtin_tools(), price])
     agent = Agent(eng, reg, config=AgentConfig(use_router=False, routing_rules=False))
-    result = asyncio.run(agent.run(AgentRequest.from_messages(
-        "t1", [{"role": "user", "content": "What do 17 BM3-PRO cost?"}], scopes=["basic"])))
+    result = run_agent(agent, "What do 17 BM3-PRO cost?", scopes=["basic"])
     # 123.45 came from the observation, 17 from the question; 13.5 from nowhere
     assert [c.status for c in result.tool_calls] == ["ok", "invalid", "ok"]
     assert "uses 13.5," in result.tool_calls[1].observation
@@ -89,7 +84,7 @@ def test_a_named_place_binds_the_clock_and_the_grammar_allows_only_its_zone() ->
     assert CLOCK_ROUTING.bindings("what time is it?") == {}
     # the holdout question 23: one place, so the rules make the call without the model
     eng = ScriptedEngine([final("It is the evening in Tokyo.")])
-    result = asyncio.run(_agent(eng).run(_req("what time is it in Tokyo right now?")))
+    result = run_agent(_agent(eng), "what time is it in Tokyo right now?")
     (rec,) = result.tool_calls
     assert rec.name == "current_time" and rec.args == {"timezone": "Asia/Tokyo"} and rec.status == "ok"
     assert "+09:00" in eng.calls[-1][0][-1].content

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from recallserve.serve.agent import AgentRequest, ImageError, analyse_image, default_registry
+from recallserve.serve.agent import ImageError, analyse_image, default_registry
 from recallserve.serve.agent.demo import DEMO_SCOPES, DemoWorld, demo_photo_data_url
 from recallserve.serve.agent.images import decode_data_url, ocr_available
 from recallserve.serve.agent.tools import ToolContext, ToolError
@@ -56,15 +56,6 @@ def test_bad_images_are_rejected_with_the_field(url: str, msg: str) -> None:
             asyncio.run(analyse_image(url, ocr=False))
         else:
             decode_data_url(url)
-
-
-def test_request_from_openai_content_parts() -> None:
-    url = demo_photo_data_url()
-    req = AgentRequest.from_messages("t1", [{"role": "user", "content": [
-        {"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": url}}]}])
-    assert req.messages[0].text == "what is this?" and req.messages[0].images == [url]
-    with pytest.raises(ValueError, match=r"messages\[0\].content\[0\].type"):
-        AgentRequest.from_messages("t1", [{"role": "user", "content": [{"type": "audio"}]}])
 
 
 def test_demo_tools_do_real_lookups() -> None:

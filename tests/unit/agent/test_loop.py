@@ -12,18 +12,19 @@ import pytest
 from pydantic import Field
 
 from recallserve.kernels import StrictModel
-from recallserve.serve.agent import Agent, AgentConfig, AgentRequest, Tool, ToolContext, ToolRegistry, builtin_tools
+from recallserve.serve.agent import Agent, AgentConfig, Tool, ToolContext, ToolRegistry, builtin_tools
 from recallserve.serve.agent._cache import TTLCache
 from recallserve.serve.engine import ChatMessage
 from recallserve.serve.agent.demo import DemoWorld, demo_tools
 from recallserve.serve.agent.demo.tools import DEMO_SCOPES
-from tests.unit.agent.conftest import ScriptedEngine, SubstringMemory, call, final, route
+from tests.unit.agent.conftest import ScriptedEngine, SubstringMemory, call, final, route, run_agent, turn_for
 
 pytestmark = pytest.mark.filterwarnings("error")
 
 
-def _req(text: str, scopes: list[str] | None = None, **kw: Any) -> AgentRequest:
-    return AgentRequest.from_messages("t1", [{"role": "user", "content": text}], scopes=scopes or DEMO_SCOPES, **kw)
+def _req(text: str | list[dict[str, Any]], scopes: list[str] | None = None, **kw: Any) -> dict[str, Any]:
+    """What :func:`turn_for` needs for ``text`` (the turn is built by the chat pipeline, as over HTTP)."""
+    return {"messages": text, "scopes": scopes or DEMO_SCOPES, **kw}
 
 
 def _registry(world: DemoWorld | None = None, extra: list[Tool] = ()) -> ToolRegistry:
@@ -33,8 +34,8 @@ def _registry(world: DemoWorld | None = None, extra: list[Tool] = ()) -> ToolReg
     return reg
 
 
-def _run(agent: Agent, req: AgentRequest):
-    return asyncio.run(agent.run(req))
+def _run(agent: Agent, req: dict[str, Any]):
+    return run_agent(agent, **req)
 
 
 def test_direct_route_streams_answer_and_offers_no_tools() -> None:
@@ -43,7 +44,8 @@ def test_direct_route_streams_answer_and_offers_no_tools() -> None:
     events = []
 
     async def go() -> None:
-        async for ev in agent.stream(_req("hi there")):
+        request, turn = await turn_for(agent, **_req("hi there"))
+        async for ev in agent.stream(request, turn):
             events.append(ev)
 
     asyncio.run(go())
@@ -231,7 +233,7 @@ def test_cache_is_per_tenant() -> None:
     eng = ScriptedEngine([call("calculator", expression="2*21"), final("42")] * 2)
     agent = Agent(eng, _registry(), config=AgentConfig(use_router=False, routing_rules=False), cache=cache)
     assert _run(agent, _req("2 times 21?")).tool_calls[0].status == "ok"
-    other = AgentRequest.from_messages("t2", [{"role": "user", "content": "2 times 21?"}], scopes=DEMO_SCOPES)
+    other = _req("2 times 21?", tenant="t2")
     assert _run(agent, other).tool_calls[0].status == "ok"
 
 
@@ -352,7 +354,7 @@ def test_mode_off_and_on_skip_the_router() -> None:
 
 
 def _run_prompt(agent: Agent, text: str) -> list[ChatMessage]:
-    _run(agent, AgentRequest.from_messages("t1", [{"role": "user", "content": text}], scopes=DEMO_SCOPES, mode="off"))
+    _run(agent, _req(text, mode="off"))
     return agent.reasoner.calls[0][0]  # type: ignore[attr-defined]
 
 
@@ -360,7 +362,7 @@ def test_history_and_client_system_go_after_the_stable_prefix() -> None:
     eng = ScriptedEngine([final("x")])
     msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "earlier q"},
             {"role": "assistant", "content": "earlier a"}, {"role": "user", "content": "now"}]
-    req = AgentRequest.from_messages("t1", msgs, scopes=DEMO_SCOPES, mode="off")
+    req = _req(msgs, mode="off")
     _run(Agent(eng, _registry()), req)
     sent = eng.calls[0][0]
     assert [m.role for m in sent] == ["system", "user", "assistant", "user"]

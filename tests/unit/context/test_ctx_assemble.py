@@ -17,6 +17,7 @@ from recallserve.serve.context import (
     MessageIn,
     SessionStore,
 )
+from recallserve.serve.engine import ChatMessage
 from recallserve.serve.tokens import count_tokens
 
 from .conftest import hashing_embed, run
@@ -42,8 +43,15 @@ def _conversation(mgr: ContextManager, turns: int = 40, sid: str = "s") -> objec
     return run(go())
 
 
+def _prompt(res: ContextResult, system: str | None = "Be helpful.", question: str = "What is my order number?") -> list[ChatMessage]:
+    """The prompt a caller renders of ``res`` (context-mode returns only its block and window)."""
+    system_text = "\n\n".join(p for p in (system, res.block) if p)
+    return [*([ChatMessage(role="system", content=system_text)] if system_text else []), *res.window,
+            ChatMessage(role="user", content=question)]
+
+
 def _ctx(res: ContextResult) -> str:
-    return "\n".join(m.content for m in res.messages)
+    return "\n".join(m.content for m in _prompt(res))
 
 
 def _assemble(mgr: ContextManager, s: object, mode: str, window: int = 1500, reserved: int = 200,
@@ -58,14 +66,14 @@ def test_fits_window_and_keeps_retention3(manager: ContextManager, mode: str, wi
     s = _conversation(manager)
     res = _assemble(manager, s, mode, window=window)
     # the real prompt size (content + per-message overhead) stays inside window - reserved
-    real = sum(count_tokens(m.content) + 4 for m in res.messages)
+    prompt = _prompt(res)
+    real = sum(count_tokens(m.content) + 4 for m in prompt)
     assert real <= window - 200, (real, res.breakdown)
     assert res.breakdown.total == real
     parts = res.breakdown.model_dump()
     assert sum(v for k, v in parts.items() if k != "total") == parts["total"]
     assert "Please never call me before 10:45am." in _ctx(res)
-    assert res.messages[-1].content == "What is my order number?"
-    assert res.messages[0].role == "system" and res.messages[0].content.startswith("Be helpful.")
+    assert "What is my order number?" not in [m.content for m in res.window]
     assert res.budget == window - 200 - (count_tokens("Be helpful.") + 4) - (count_tokens("What is my order number?") + 4)
 
 
@@ -204,4 +212,4 @@ def test_random_conversations_never_overflow(store: SessionStore) -> None:
                 res = _assemble(mgr, s, mode, window=window, reserved=100)
             except ContextBudgetError:
                 continue
-            assert sum(count_tokens(m.content) + 4 for m in res.messages) <= window - 100
+            assert sum(count_tokens(m.content) + 4 for m in _prompt(res)) <= window - 100

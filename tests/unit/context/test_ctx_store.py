@@ -191,7 +191,7 @@ def test_new_session_starts_with_users_constraints_and_facts(manager: ContextMan
         # carried messages show up in the new session's context with their origin
         res = await manager.assemble(s2, [MessageIn(role="user", content="hi")], context_window=2048,
                                      reserved_output=128, mode="sliding")
-        text = "\n".join(m.content for m in res.messages)
+        text = "\n".join([res.block, *(m.content for m in res.window)])
         assert "Never call me before 9am." in text
 
     run(go())
