@@ -1,7 +1,7 @@
 """``recallserve bench memory``: retrieve-then-filter baselines vs the fused scan on the same data.
 
 Every pipeline answers the same 64 queries (top-k, cosine threshold, hyperbolic decay, tenant /
-expiry masks, dedup by source id) over the same synthetic shard (:mod:`._bench_data`):
+expiry masks, dedup by source id) over the same synthetic shard (:mod:`._data`):
 
 * ``naive``: FAISS ``IndexFlatIP`` search of ``k * 3`` neighbours, then masks, threshold, decay
   and dedup in Python loops (the usual retrieve-then-filter code).
@@ -37,9 +37,9 @@ import numpy as np
 
 from recallserve.kernels import ScoreParams
 
-from ._bench_data import BenchData, make_bench_data
-from ._device import KernelColumns
-from ._scan import SECONDS_PER_DAY, fused_scan
+from ._data import BenchData, make_bench_data
+from .._device import KernelColumns
+from .._scan import SECONDS_PER_DAY, fused_scan
 
 __all__ = ["run_memory_bench", "naive_pipeline", "numpy_pipeline", "fused_pipeline", "exact_topk", "recall_at_k"]
 
@@ -314,8 +314,8 @@ def _run(sizes, dim, n_queries, k, repeats, seed, backend, progress, device, vec
 
     from recallserve.kernels.bench import _peak_for, scan_bytes
 
-    from ._device import DTYPES
-    from ._ivf import faiss_gpu_available
+    from .._device import DTYPES
+    from .._ivf import faiss_gpu_available
 
     note = progress or (lambda msg, frac: None)
     env = _environment()

@@ -18,9 +18,9 @@ import numpy as np
 
 from recallserve.kernels import ScoreParams
 
-from .config import ShardConfig
-from .records import EmbeddedRecord, MemoryRecord
-from .shard import MemoryShard
+from ..config import ShardConfig
+from ..records import EmbeddedRecord, MemoryRecord
+from ..shard import MemoryShard
 
 __all__ = ["run_gather_bench"]
 
