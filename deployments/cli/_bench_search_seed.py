@@ -28,6 +28,7 @@ import random
 import time
 from pathlib import Path
 
+from recallserve.deployments.cli import UserError
 from recallserve.deployments.cli._bench_args import check_range
 
 NAME = "search-seed"
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     """Embed the base texts, write the rows shard by shard, snapshot, print the figures."""
     import numpy as np
 
-    from recallserve.deployments.config import load_config
+    from recallserve.deployments.config import ConfigError, load_config
     from recallserve.memory_shards.bench import bulk_rows, ticket_text
     from recallserve.memory_shards.embedders import build_embedder, embedder_identity
     from recallserve.memory_shards.retrieval import local_hybrid_coordinator
@@ -61,7 +62,10 @@ def run(args: argparse.Namespace) -> int:
     check_range("distinct", args.distinct, 100, min(args.memories, 100_000))
     check_range("sigma", args.sigma, 0, 1)
     check_range("batch", args.batch, 100, 50_000)
-    config = load_config(path=args.config)
+    try:
+        config = load_config(path=args.config)
+    except ConfigError as exc:
+        raise UserError(f"--config: {exc}") from None
     model_id, dim = embedder_identity(config.embedder.model)
     rng = random.Random(args.seed)
     # NOTE: the words after "Ticket T-<n>: " and before the final "." of the bench's own texts.
