@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+import torch
 
 from recallserve.kernels import ScoreParams
 
@@ -78,8 +79,6 @@ def run_scan_layout_bench(sizes: list[int], counts: list[int], repeats: int = 0,
         raise ValueError(f"rows: sizes within [1000, 1000000]; queries: counts within [1, 256]; got {sizes} and {counts}")
     if not 50 <= distinct <= 5000 or not 0 <= repeats <= 1000 or not 1 <= threads <= 64:
         raise ValueError("distinct within [50, 5000], repeats within [0, 1000], threads within [1, 64]")
-    import torch
-
     torch.set_num_threads(threads)
     emb = build_embedder("all-MiniLM-L6-v2", device="cpu", batch_size=16, torch_threads=threads)
     rng = random.Random(0)

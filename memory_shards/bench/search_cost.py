@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+import torch
 
 from recallserve.kernels import ScoreParams
 
@@ -51,8 +52,6 @@ def run_search_cost(sizes: list[int], distinct: int = 200, repeats: int = 20) ->
         raise ValueError(f"rows: sizes within [1000, 1000000], got {sizes}")
     if not 50 <= distinct <= 5000 or not 1 <= repeats <= 1000:
         raise ValueError(f"distinct: within [50, 5000] and repeats within [1, 1000], got {distinct} and {repeats}")
-    import torch
-
     torch.set_num_threads(1)
     emb = build_embedder("all-MiniLM-L6-v2", device="cpu", batch_size=16, torch_threads=1)
     rng = random.Random(0)
