@@ -4,14 +4,13 @@
 # stop the cluster (SIGTERM to its PID). One Ray cluster per machine: run it under the Ray lock, e.g.
 #   flock /tmp/recallserve-ray.lock loadtests/bench_search_cluster.sh SCRATCH -- --memories 2000 --out X.json
 # SCRATCH holds the cluster's memory, state and Ray files (reused by a rerun: a seeded set is kept; the
-# offline bulk seed `python -m loadtests.search_seed --config SCRATCH/profile.yaml` writes there too).
+# offline bulk seed `recallserve bench search-seed --config SCRATCH/profile.yaml` writes there too).
 # Environment: PROFILE (default cpu-local), PORT (default 8731), KEYS ("key:tenant,..." added to the
 # profile's API keys), WARM_S (most seconds to wait after ready for the agent's prompt warm-up, which
 # keeps the reasoner busy; the wait ends once the reasoner replica is idle; default 300), OVERRIDES (JSON of
 # config sections merged over the profile's, e.g. '{"ray": {"haproxy_per_key_max": 0}}' for an A/B run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD
 scratch=$(realpath -m "$1"); shift; [ "${1:-}" = "--" ] && shift
 port=${PORT:-8731}; profile=${PROFILE:-cpu-local}
 mkdir -p "$scratch"
@@ -32,8 +31,9 @@ auth["keys"] = {**auth.get("keys", {}), **dict(kv.split(":", 1) for kv in keys.s
 (scratch / "profile.yaml").write_text(yaml.safe_dump(data))
 PY
 log="$scratch/up.log"
-cli='import sys; from deployments.cli import main; sys.exit(main(sys.argv[1:]))'
-python -c "$cli" up --config "$scratch/profile.yaml" >"$log" 2>&1 &
+# NOTE: the installed package (`pip install -e .` of this checkout), run with this python.
+cli=(-m recallserve.deployments.cli)
+python "${cli[@]}" up --config "$scratch/profile.yaml" >"$log" 2>&1 &
 up=$!
 trap 'kill -TERM $up 2>/dev/null || true; for _ in $(seq 60); do kill -0 $up 2>/dev/null || break; sleep 1; done; kill -KILL $up 2>/dev/null || true' EXIT
 for _ in $(seq 450); do
@@ -57,7 +57,7 @@ uptime
 args=()
 for a in "$@" ---; do
   if [ "$a" = "---" ]; then
-    python -c "$cli" bench search --url "http://127.0.0.1:$port" "${args[@]}"; uptime; args=()
+    python "${cli[@]}" bench search --url "http://127.0.0.1:$port" "${args[@]}"; uptime; args=()
   else
     args+=("$a")
   fi

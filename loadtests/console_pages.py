@@ -70,6 +70,19 @@ def _chat_body(model: str, s: int, turn: int, turns: int, agent: bool) -> dict[s
     return body if agent else body | {"max_tokens": 8}
 
 
+def _review_record() -> dict[str, Any]:
+    """An E-CoT record whose recomputation fails (120 km / 1.5 h is 80 km/h, not 95), so it waits for review."""
+    return {
+        "metadata": {"source_model": "qwen2.5-7b", "task_domain": "units", "topic": "physics/speed"},
+        "context": {"raw_text": "A car drives 120 km in 1.5 h. What is its speed?",
+                    "quantities": [{"name": "d", "value": 120, "unit": "km"}]},
+        "reasoning": [{"step_id": 1, "text": "divide distance by time", "principle": "v = d / t"}],
+        "verification": [{"type": "recomputation", "target": "d / 1.5"},
+                         {"type": "unit_check", "target": "120 km / 1.5 h", "expected": "km/h"}],
+        "outcome": {"answer": "95 km/h", "confidence": "high"},
+    }
+
+
 def _seed(url: str, key: str, model: str, *, memories: int, sessions: int, turns: int, reviews: int,
           agent: bool, clients: int, first_session: int = 0, seed_seconds: float | None = None) -> dict[str, Any]:
     """Write one tenant's data through the API; returns the seconds each part took and the counts.
@@ -78,8 +91,6 @@ def _seed(url: str, key: str, model: str, *, memories: int, sessions: int, turns
     200. Sessions are numbered from ``first_session``; none starts after ``seed_seconds`` (the
     report gives the counts the tenant holds).
     """
-    from tests.unit.experience._records import speed_record
-
     auth = {"Authorization": f"Bearer {key}"}
     took: dict[str, Any] = {}
     with httpx.Client(base_url=url, headers=auth, timeout=600) as c:
@@ -108,7 +119,7 @@ def _seed(url: str, key: str, model: str, *, memories: int, sessions: int, turns
             list(pool.map(session, range(first_session, first_session + sessions)))
         took["sessions_s"] = time.perf_counter() - t
         for _ in range(reviews):
-            c.post("/v1/experiences", json=speed_record(answer="95 km/h", model="qwen2.5-7b")).raise_for_status()
+            c.post("/v1/experiences", json=_review_record()).raise_for_status()
         deadline = time.monotonic() + 120
         while True:  # NOTE: traces are written off the request path
             listed = c.get("/v1/turns/sessions", params={"limit": 500}).json()["data"]

@@ -1,7 +1,7 @@
 """Ingestion through a real cluster, per embedder setting, in one run: ``recallserve bench ingest --url``.
 
 ``python -m loadtests.ingest_cluster --scratch /tmp/ingest-cluster --port 8741 \\
-    --setting 'bulk={}' --setting 'before={"bulk_min_texts": 100000}' -- --batches 20 --chat "..."``
+    --setting 'bulk={}' --setting 'before={"bulk_min_texts": 100000}' -- --locomo FILE --batches 20 --chat "..."``
 
 Starts ``recallserve up`` from this checkout on the ``cpu-local`` profile with its folders under
 ``--scratch`` and HTTP on 127.0.0.1:``--port``; for each ``--setting LABEL=JSON`` (JSON merged
@@ -32,7 +32,8 @@ from typing import Any
 __all__ = ["main", "parse_setting"]
 
 _ROOT = Path(__file__).resolve().parents[1]
-_CLI = "import sys; from deployments.cli import main; sys.exit(main(sys.argv[1:]))"
+# NOTE: the CLI of this checkout with this interpreter (``python -m``), not whichever ``recallserve`` is on PATH.
+_CLI = ["-m", "recallserve.deployments.cli"]
 
 
 def parse_setting(text: str) -> tuple[str, dict[str, Any]]:
@@ -86,8 +87,7 @@ def _wait_reasoner_idle(limit_s: float) -> None:
 
 
 def _cli(*argv: str, log: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(_ROOT)}
-    return subprocess.run([sys.executable, "-c", _CLI, *argv], cwd=_ROOT, env=env, text=True, check=False,
+    return subprocess.run([sys.executable, *_CLI, *argv], cwd=_ROOT, text=True, check=False,
                           stdout=subprocess.PIPE if log is None else log.open("a"), stderr=subprocess.STDOUT)
 
 
@@ -111,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     log = scratch / "up.log"
     profile = _write_profile(scratch, args.port, settings[0][1])
     # NOTE: unbuffered, so the log holds the last words of an `up` that dies.
-    env = {**os.environ, "PYTHONPATH": str(_ROOT), "PYTHONUNBUFFERED": "1"}
-    up = subprocess.Popen([sys.executable, "-c", _CLI, "up", "--config", str(profile)], cwd=_ROOT, env=env,
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    up = subprocess.Popen([sys.executable, *_CLI, "up", "--config", str(profile)], cwd=_ROOT, env=env,
                           stdout=log.open("w"), stderr=subprocess.STDOUT)
     reports: list[tuple[str, dict[str, Any]]] = []
     try:

@@ -8,7 +8,7 @@ tier's search budget. Results: loadtests/results/locomo-dev-hop-loo.md.
 
 Usage (from the repo root)::
 
-    python -m loadtests.locomo_decompose_cost [N]
+    python -m loadtests.locomo_decompose_cost LOCOMO_FILE [N]
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ PROMPT = ("Split the question into at most 3 short search queries, one per line,
           "in a chat history. Write only the queries.\nQuestion: {q}")
 
 
-def main(n: int) -> dict:
+def main(path: str, n: int) -> dict:
     from llama_cpp import Llama
 
-    questions = [q.question for c in load_locomo("/work/shared/eval/locomo_dev.json") for q in c.questions if q.category == 1][:n]
+    questions = [q.question for c in load_locomo(path) for q in c.questions if q.category == 1][:n]
     t0 = time.perf_counter()
     llm = Llama(model_path=str(MODEL), n_ctx=1024, n_threads=2, verbose=False)
     load_s = time.perf_counter() - t0
@@ -45,4 +45,6 @@ def main(n: int) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(int(sys.argv[1]) if len(sys.argv) > 1 else 5), indent=1))
+    if len(sys.argv) < 2:
+        sys.exit(f"usage: python -m loadtests.locomo_decompose_cost LOCOMO_FILE [N]\n{__doc__}")
+    print(json.dumps(main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 5), indent=1))

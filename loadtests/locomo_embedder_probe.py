@@ -15,7 +15,7 @@ Usage (from the repo root, 1 thread)::
     OMP_NUM_THREADS=1 python -m loadtests.locomo_embedder_probe OUT.json minilm e5-qp [e5-qq e5-pp]
 
 VARIANT: minilm | e5-qp (query:/passage:) | e5-qq (query: on both) | e5-pp (passage: on both).
-FILE: env LOCOMO_FILE (default /work/shared/eval/locomo_dev.json); fusion settings: env FUSION.
+FILE: env LOCOMO_FILE (required: a LoCoMo-format JSON); fusion settings: env FUSION.
 """
 
 import contextlib
@@ -31,7 +31,7 @@ import numpy as np
 from recallserve.memory_shards import embedders
 from recallserve.memory_shards.retrieval.locomo import load_locomo
 
-FILE = os.environ.get("LOCOMO_FILE", "/work/shared/eval/locomo_dev.json")
+FILE = os.environ.get("LOCOMO_FILE") or sys.exit("LOCOMO_FILE: set it to a LoCoMo-format JSON file (none ships with the repository)")
 convs = load_locomo(FILE)
 QUESTIONS = {q.question for c in convs for q in c.questions}
 

@@ -4,7 +4,7 @@ Steps:
   imports  -- the modules the check uses import without faiss, ray or vllm (blocked here).
   pytest   -- ``tests/gpu`` (compiled Triton vs the torch reference), in process.
   kernels  -- ``recallserve.kernels.bench.bench_kernels``: torch vs Triton, GB/s and share of HBM peak.
-  memory   -- ``recallserve.memory_shards.bench.run_memory_bench`` with device-resident columns.
+  memory   -- ``recallserve.memory_shards.bench.run_memory_bench`` (``recallserve bench memory``) with device-resident columns.
   shard    -- a device-resident ``MemoryShard`` (fp32 and fp16) against the torch reference on CPU.
 
 ``--cpu`` runs every step on the CPU with small sizes (the dry run: same code, no GPU figures).
@@ -42,7 +42,7 @@ def _write(out: Path, name: str, rows: object) -> None:
 
 
 def step_imports(cpu: bool, out: Path) -> int:
-    mods = ["recallserve.kernels", "recallserve.kernels.bench", "recallserve.kernels.reference", "recallserve.memory_shards.shard", "recallserve.memory_shards.bench",
+    mods = ["recallserve.kernels", "recallserve.kernels.bench", "recallserve.kernels.reference", "recallserve.memory_shards.shard", "recallserve.memory_shards.bench.memory",
             "recallserve.memory_shards._ivf", "recallserve.memory_shards.config"]
     import torch
 

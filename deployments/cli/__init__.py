@@ -29,18 +29,29 @@ def add_profile_arguments(p: argparse.ArgumentParser) -> None:
 # NOTE: the one list of commands; its order is the order shown in --help. "GROUP NAME" registers
 # NAME under the group GROUP (created on first use, with its help from _GROUP_HELP); each module
 # has add_parser(subparsers). The leaves of ``job`` are deployments.jobs.JOBS, which _jobs reads.
+# The bench leaves go up the layers: kernels, the memory tier in process, the serve layer in
+# process, then Ray and a running cluster; they share the arguments of _bench_args.
 COMMANDS: dict[str, str] = {
     "up": "recallserve.deployments.cli._up",
     "deploy": "recallserve.deployments.cli._deploy",
     "models": "recallserve.deployments.cli._models",
     "serve-config": "recallserve.deployments.cli._serve_config",
     "demo": "recallserve.deployments.cli._demo",
+    "bench kernels": "recallserve.deployments.cli._bench_kernels",
     "bench memory": "recallserve.deployments.cli._bench_memory",
-    "bench restart": "recallserve.deployments.cli._bench_restart",
     "bench gather": "recallserve.deployments.cli._bench_gather",
-    "bench chat": "recallserve.deployments.cli._bench_chat",
-    "bench search": "recallserve.deployments.cli._bench_search",
+    "bench restart": "recallserve.deployments.cli._bench_restart",
+    "bench scan-layout": "recallserve.deployments.cli._bench_scan_layout",
+    "bench search-cost": "recallserve.deployments.cli._bench_search_cost",
+    "bench api-search": "recallserve.deployments.cli._bench_api_search",
     "bench ingest": "recallserve.deployments.cli._bench_ingest",
+    "bench verify": "recallserve.deployments.cli._bench_verify",
+    "bench embed-gather": "recallserve.deployments.cli._bench_embed_gather",
+    "bench prefix-states": "recallserve.deployments.cli._bench_prefix_states",
+    "bench state-store": "recallserve.deployments.cli._bench_state_store",
+    "bench search-seed": "recallserve.deployments.cli._bench_search_seed",
+    "bench search": "recallserve.deployments.cli._bench_search",
+    "bench chat": "recallserve.deployments.cli._bench_chat",
     "eval agent": "recallserve.deployments.cli._eval_agent",
     "eval retention": "recallserve.deployments.cli._eval_retention",
     "eval experiences": "recallserve.deployments.cli._eval_experiences",

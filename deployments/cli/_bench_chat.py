@@ -31,11 +31,11 @@ import json
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from recallserve.deployments.cli import UserError, add_profile_arguments
-from recallserve.deployments.cli._cluster_client import add_cluster_arguments, cluster_base, write_json
+from recallserve.deployments.cli._bench_args import add_out_argument, add_repeats_argument, check_range, write_report
+from recallserve.deployments.cli._cluster_client import add_cluster_arguments, cluster_base, sync_client
 
 NAME = "chat"
 
@@ -193,10 +193,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p = subparsers.add_parser(NAME, help="chat turns through the running cluster (and the raw engine), timed")
     add_profile_arguments(p)
     add_cluster_arguments(p)
-    p.add_argument("--repeats", type=int, default=3, help="turns per prompt (1-20, default 3)")
+    add_repeats_argument(p, 3, "turns per prompt (1-20)")
     p.add_argument("--raw", action="store_true", help="also time the raw reasoner engine in this process")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds one turn may take (default 600)")
-    p.add_argument("--out", type=Path, default=None, help="JSON output (default: bench-results/chat-<time>.json)")
+    add_out_argument(p, NAME)
     p.set_defaults(func=run)
 
 
@@ -204,16 +204,13 @@ def run(args: argparse.Namespace) -> int:
     """Time the prompts through the cluster (then the raw engine), print the table, write JSON."""
     import asyncio
 
-    import httpx
-
     from recallserve.deployments.config import load_config
 
-    if not 1 <= args.repeats <= 20:
-        raise UserError(f"--repeats must be within [1, 20], got {args.repeats}")
+    check_range("repeats", args.repeats, 1, 20)
     base = cluster_base(args.url)
     config = load_config(str(args.config) if args.config else (args.profile or "cpu-local"))
     rows: list[TurnRow] = []
-    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {args.key}"}, timeout=args.timeout) as http:
+    with sync_client(base, args.key, args.timeout) as http:
         for repeat in range(args.repeats):
             for name, question, max_tokens in PROMPTS:
                 row = _cluster_turn(http, config.chat.model_name, name, question, max_tokens, repeat)
@@ -224,6 +221,6 @@ def run(args: argparse.Namespace) -> int:
         rows += asyncio.run(_raw_turns(config, args.repeats))
     summary = summarise(rows)
     print(render(summary))
-    write_json(args.out, "chat", {"url": base, "profile": config.name, "repeats": args.repeats,
-                                  "summary": summary, "turns": [asdict(r) for r in rows]})
+    write_report(args, {"url": base, "profile": config.name, "repeats": args.repeats,
+                        "summary": summary, "turns": [asdict(r) for r in rows]})
     return 0 if all(r.status == 200 for r in rows) else 1

@@ -7,10 +7,11 @@ In process by default (the memory API alone, several embedder settings interleav
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from recallserve.deployments.cli import UserError
+from recallserve.deployments.cli._bench_args import add_out_argument, write_report
+from recallserve.deployments.cli._bench_ingest_cluster import add_cluster_phase_arguments, render, run_cluster
+from recallserve.deployments.cli._cluster_client import add_cluster_arguments
 
 NAME = "ingest"
 
@@ -48,65 +49,41 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "(default: 16x1,16x1xonnx,16x2xonnx,16x1xonnx-int8,16x2xonnx-int8)")
     p.add_argument("--rounds", type=int, default=8, help="timed batches per configuration (default: 8)")
     p.add_argument("--batch", type=int, default=50, help="memories per request (default: 50)")
-    p.add_argument("--locomo", default="../shared/eval/locomo_dev.json", help="source of the texts")
-    p.add_argument("--out", type=Path, default=None,
-                   help="JSON output (default: loadtests/results/memory-ingest-cpu-local.json; with --url "
-                        "bench-results/ingest-cluster-<time>.json); a Markdown table goes beside it (.md)")
+    p.add_argument("--locomo", required=True, help="LoCoMo-format JSON: the source of the texts (and of the questions "
+                                                   "with --url)")
+    add_out_argument(p, NAME, markdown=True)
     cluster = p.add_argument_group("through a running cluster (--url)")
-    cluster.add_argument("--url", default=None, help="a running cluster (loopback only): time it instead of an in-process app")
-    cluster.add_argument("--key", default="sk-local", help="API key (default: the cpu-local profile's sk-local)")
-    cluster.add_argument("--label", default="cluster", help="names the configuration in the table (default: cluster)")
-    cluster.add_argument("--batches", type=int, default=20, help="batches per ingest phase (default: 20)")
-    cluster.add_argument("--probes", type=int, default=20, help="memory searches timed on an idle cluster (default: 20)")
-    cluster.add_argument("--probe-gap-s", type=float, default=0.25, help="pause between searches during ingestion (default: 0.25)")
-    cluster.add_argument("--chat", default=None, help="a chat question timed alone and during ingestion (default: none)")
-    cluster.add_argument("--chat-turns", type=int, default=1, help="chat turns per phase (default: 1)")
-    cluster.add_argument("--chat-tokens", type=int, default=32, help="max_tokens of a chat turn (default: 32)")
+    add_cluster_arguments(cluster, optional=True)
+    add_cluster_phase_arguments(cluster)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the benchmark, print a table, write the JSON row."""
-    import sys
-
-    from recallserve.serve.memory_api._bench import ingest_bench
+    """Run the benchmark, print a table, write the JSON row and the table beside it."""
+    from recallserve.serve.bench import ingest_bench
 
     if not 1 <= args.batch <= 256 or args.rounds < 1:
         raise UserError("--batch must be in 1..256 and --rounds >= 1")
+    command = "recallserve " + " ".join(getattr(args, "argv", []))
     if args.url is not None:
-        return _run_cluster(args)
-    args.out = args.out or Path("loadtests/results/memory-ingest-cpu-local.json")
+        report = run_cluster(args, command)
+        report["label"] = args.label
+        table = render([(args.label, report)])
+        print(table)
+        write_report(args, report, f"# bench ingest --url\n\n`{command}`; load average (1 min) before/after "
+                                   f"{report['load_avg_1m_before_after']} on {report['cpus']} CPUs.\n\n{table}")
+        return 0
     configs = [_config(c) for c in args.configs.split(",") if c.strip()]
     try:
         row = ingest_bench(configs, rounds=args.rounds, batch=args.batch, locomo=args.locomo)
     except (ValueError, OSError) as exc:
         raise UserError(str(exc)) from None
-    row["command"] = " ".join(["recallserve", *sys.argv[1:]])
+    row["command"] = command
     table = markdown_table(row)
     print(table)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(row, indent=2) + "\n")
-    md = args.out.with_suffix(".md")
-    md.write_text(f"# bench ingest\n\n`{row['command']}`\n\n{row['server']}; batch {row['batch']}, {row['rounds']} rounds; "
-                  f"load average (1 min) before/after {row['load_avg_1m_before_after']} on {row['cpus']} CPUs.\n\n{table}\n")
-    print(f"wrote {args.out} and {md}")
-    return 0
-
-
-def _run_cluster(args: argparse.Namespace) -> int:
-    """``--url``: the phases of :mod:`recallserve.deployments.cli._bench_ingest_cluster`; JSON and a Markdown table."""
-    import sys
-
-    from recallserve.deployments.cli._bench_ingest_cluster import render, run_cluster
-    from recallserve.deployments.cli._cluster_client import write_json
-
-    report = run_cluster(args, " ".join(["recallserve", *sys.argv[1:]]))
-    report["label"] = args.label
-    table = render([(args.label, report)])
-    print(table)
-    path = write_json(args.out, "ingest-cluster", report)
-    path.with_suffix(".md").write_text(f"# bench ingest --url\n\n`{report['command']}`; load average (1 min) before/after "
-                                       f"{report['load_avg_1m_before_after']} on {report['cpus']} CPUs.\n\n{table}")
+    write_report(args, row, f"# bench ingest\n\n`{command}`\n\n{row['server']}; batch {row['batch']}, {row['rounds']} "
+                            f"rounds; load average (1 min) before/after {row['load_avg_1m_before_after']} on "
+                            f"{row['cpus']} CPUs.\n\n{table}\n")
     return 0
 
 

@@ -38,8 +38,9 @@ from typing import Any
 from recallserve.deployments.cli import UserError
 from recallserve.deployments.cli._bench_search import _cpu_seconds, _quantile, _ray_processes, cpu_per_answer
 from recallserve.deployments.cli._bench_search import _sums as search_sums
+from recallserve.deployments.cli._cluster_client import async_client, cluster_base
 
-__all__ = ["INGEST_SPLIT", "locomo_texts", "run_cluster", "split_ms", "render"]
+__all__ = ["INGEST_SPLIT", "add_cluster_phase_arguments", "locomo_texts", "run_cluster", "split_ms", "render"]
 
 #: split name -> (histogram family, its labels) read from ``/metrics`` before and after a phase.
 INGEST_SPLIT: dict[str, tuple[str, dict[str, str]]] = {
@@ -49,8 +50,21 @@ INGEST_SPLIT: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 
+def add_cluster_phase_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The phases' own arguments (see the module docstring); ``--url`` / ``--key`` come from ``add_cluster_arguments``."""
+    p.add_argument("--label", default="cluster", help="names the configuration in the table (default: cluster)")
+    p.add_argument("--batches", type=int, default=20, help="batches per ingest phase (default: 20)")
+    p.add_argument("--probes", type=int, default=20, help="memory searches timed on an idle cluster (default: 20)")
+    p.add_argument("--probe-gap-s", type=float, default=0.25, help="pause between searches during ingestion (default: 0.25)")
+    p.add_argument("--chat", default=None, help="a chat question timed alone and during ingestion (default: none)")
+    p.add_argument("--chat-turns", type=int, default=1, help="chat turns per phase (default: 1)")
+    p.add_argument("--chat-tokens", type=int, default=32, help="max_tokens of a chat turn (default: 32)")
+
+
 def locomo_texts(path: str) -> Iterator[str]:
     """LoCoMo turn texts, distinct, endlessly: past the file's end, ``"<text> [cycle n]"``."""
+    # NOTE: here, not at the top: the retrieval package imports torch, and ``recallserve --help``
+    # imports every command module.
     from recallserve.memory_shards.retrieval.locomo import load_locomo
 
     turns = list(dict.fromkeys(t.text for c in load_locomo(path) for t in c.turns if t.text.strip()))
@@ -135,14 +149,12 @@ async def _ingest(http: Any, texts: Iterator[str], batches: int, batch: int, unt
 
 
 async def _phases(args: argparse.Namespace, base: str) -> dict[str, Any]:
-    import httpx
-
     from recallserve.memory_shards.retrieval.locomo import load_locomo
 
     questions = [q.question for c in load_locomo(args.locomo) for q in c.questions] or ["What happened?"]
     texts = locomo_texts(args.locomo)
     qs = itertools.cycle(questions)
-    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {args.key}"}, timeout=600.0) as http:
+    async with async_client(base, args.key, 600.0) as http:
         await _ingest(http, texts, 2, args.batch, None)  # NOTE: warm-up (first-call costs), not reported
         alone = {"search": _latency([await _search(http, next(qs)) for _ in range(args.probes)])}
         if args.chat:
@@ -184,8 +196,6 @@ async def _phases(args: argparse.Namespace, base: str) -> dict[str, Any]:
 
 def run_cluster(args: argparse.Namespace, command: str) -> dict[str, Any]:
     """Run the three phases against ``args.url``; the report (see the module docstring)."""
-    from recallserve.deployments.cli._cluster_client import cluster_base
-
     if args.batches < 1 or args.probes < 1 or args.chat_turns < 1 or args.probe_gap_s < 0:
         raise UserError("--batches, --probes and --chat-turns must be >= 1 and --probe-gap-s >= 0")
     load_before = os.getloadavg()

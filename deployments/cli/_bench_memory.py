@@ -3,45 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
-import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TypeVar
 
 from recallserve.deployments.cli import UserError
+from recallserve.deployments.cli._bench_args import (add_out_argument, add_repeats_argument, check_range, parse_ints,
+                                                     with_progress, write_report)
 
 NAME = "memory"
-T = TypeVar("T")
-
-
-def _parse_size(text: str) -> int:
-    text = text.strip().lower()
-    mult = 1
-    if text.endswith("k"):
-        mult, text = 1_000, text[:-1]
-    elif text.endswith("m"):
-        mult, text = 1_000_000, text[:-1]
-    try:
-        value = int(float(text) * mult)
-    except ValueError:
-        raise UserError(f"--sizes: {text!r} is not a size (e.g. 200k, 1M, 50000)") from None
-    if value < 1_000:
-        raise UserError(f"--sizes: {value} is below the minimum of 1000 rows")
-    return value
-
-
-def with_progress(console: Any, work: Callable[[Callable[[str, float | None], None]], T]) -> T:
-    """Run ``work(progress)`` under a transient rich progress bar; ``progress(message, fraction or None)``."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
-        task = bar.add_task("starting", total=1.0)
-
-        def progress(msg: str, frac: float | None) -> None:
-            bar.update(task, description=msg, completed=frac if frac is not None else 0.0, total=1.0 if frac is not None else None)
-
-        return work(progress)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -51,7 +18,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dim", type=int, default=384, help="vector dimension (default: 384)")
     p.add_argument("--queries", type=int, default=64, help="queries per batch (default: 64)")
     p.add_argument("--k", type=int, default=20, help="results per query (default: 20)")
-    p.add_argument("--repeats", type=int, default=3, help="timed runs per method; median reported (default: 3)")
+    add_repeats_argument(p, 3, "timed runs per method; median reported")
     p.add_argument("--seed", type=int, default=0, help="data seed (default: 0)")
     p.add_argument("--backend", choices=["torch", "triton", "auto"], default="auto",
                    help="fused kernel backend (triton: compiled, CUDA only; auto: triton on CUDA, else torch)")
@@ -63,19 +30,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="CPU threads of torch and FAISS (default: torch's); 1 is steadier on a loaded shared machine")
     p.add_argument("--target-recall", type=float, default=0.99,
                    help="recall the calibrated baselines are oversampled to (default: 0.99)")
-    p.add_argument("--out", default=None, help="JSON output (default: bench-results/memory-<timestamp>.json)")
+    add_out_argument(p, NAME)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark, print the table, write the JSON rows."""
-    sizes = [_parse_size(s) for s in args.sizes.split(",") if s.strip()]
-    if not sizes:
-        raise UserError("--sizes: give at least one size")
+    sizes = parse_ints("sizes", args.sizes, 1_000, 100_000_000, size=True)
     for name in ("dim", "queries", "k", "repeats"):
-        if getattr(args, name) < 1:
-            raise UserError(f"--{name}: must be >= 1, got {getattr(args, name)}")
-    out = Path(args.out or f"bench-results/memory-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json")
+        check_range(name, getattr(args, name), 1, 1_000_000)
+    check_range("target-recall", args.target_recall, 1e-9, 1.0)
 
     from rich.console import Console
     from rich.table import Table
@@ -83,8 +47,6 @@ def run(args: argparse.Namespace) -> int:
     from recallserve.memory_shards.bench import run_memory_bench
 
     console = Console()
-    if not 0.0 < args.target_recall <= 1.0:
-        raise UserError(f"--target-recall: must be in (0, 1], got {args.target_recall}")
     try:
         rows = with_progress(console, lambda progress: run_memory_bench(
             sizes, args.dim, args.queries, args.k, args.repeats, args.seed, args.backend, progress,
@@ -106,13 +68,6 @@ def run(args: argparse.Namespace) -> int:
         if "speedup_vs_best_baseline" in r:
             console.print(f"{r['size']:,} rows: fused {r['speedup_vs_best_baseline']:.2f}x the fastest baseline with "
                           f"recall >= {args.target_recall} ({r['best_baseline']})")
-    return print_and_write(console, table, rows, out)
-
-
-def print_and_write(console: Any, table: Any, rows: list[dict[str, Any]], out: Path) -> int:
-    """Print a bench's table, write its JSON rows to ``out``; the command's exit status (0)."""
     console.print(table)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(rows, indent=1), encoding="utf-8")
-    console.print(f"wrote {len(rows)} rows to {out}")
+    write_report(args, rows)
     return 0

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
-import time
-from pathlib import Path
 
-from recallserve.deployments.cli import UserError
-from recallserve.deployments.cli._bench_memory import _parse_size, with_progress
+from recallserve.deployments.cli._bench_args import (add_out_argument, add_repeats_argument, check_range, parse_size,
+                                                     with_progress, write_report)
 
 NAME = "restart"
 
@@ -20,26 +17,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dim", type=int, default=384, help="vector dimension (default: 384)")
     p.add_argument("--snapshot-every-ops", type=int, default=None,
                    help="snapshot policy to bound (default: ShardConfig.snapshot_every_ops)")
-    p.add_argument("--repeats", type=int, default=3, help="opens per case; median reported (default: 3)")
+    add_repeats_argument(p, 3, "opens per case; median reported")
     p.add_argument("--workdir", default=None, help="parent of the temporary shard folders (default: system temp)")
-    p.add_argument("--out", default=None, help="JSON output (default: bench-results/restart-<timestamp>.json)")
+    add_out_argument(p, NAME)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Build the three shard folders, time their opens, print the table, write the JSON rows."""
-    records = _parse_size(args.records)
-    for name in ("dim", "repeats"):
-        if getattr(args, name) < 1:
-            raise UserError(f"--{name}: must be >= 1, got {getattr(args, name)}")
-    if args.snapshot_every_ops is not None and args.snapshot_every_ops < 1:
-        raise UserError(f"--snapshot-every-ops: must be >= 1, got {args.snapshot_every_ops}")
-    out = Path(args.out or f"bench-results/restart-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json")
+    records = parse_size("records", args.records)
+    check_range("dim", args.dim, 1, 8192)
+    check_range("repeats", args.repeats, 1, 100)
+    if args.snapshot_every_ops is not None:
+        check_range("snapshot-every-ops", args.snapshot_every_ops, 1, 10**9)
 
     from rich.console import Console
     from rich.table import Table
 
-    from recallserve.memory_shards.restart_bench import run_restart_bench
+    from recallserve.memory_shards.bench import run_restart_bench
 
     console = Console()
     rows = with_progress(console, lambda progress: run_restart_bench(
@@ -53,7 +48,5 @@ def run(args: argparse.Namespace) -> int:
     console.print(table)
     console.print(f"snapshot write at {records:,} records: {rows[0]['snapshot_write_s']:.2f} s "
                   f"(policy: every {rows[0]['snapshot_every_ops']:,} WAL entries)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(rows, indent=1), encoding="utf-8")
-    console.print(f"wrote {len(rows)} rows to {out}")
+    write_report(args, rows)
     return 0

@@ -42,24 +42,17 @@ import ssl
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from recallserve.deployments.cli import UserError
-from recallserve.deployments.cli._cluster_client import add_cluster_arguments, cluster_base, write_json
+from recallserve.deployments.cli._bench_args import (add_out_argument, add_seconds_argument, check_range, parse_ints,
+                                                     write_report)
+from recallserve.deployments.cli._cluster_client import add_cluster_arguments, async_client, cluster_base
+from recallserve.memory_shards.bench import query_text, ticket_text
 
 __all__ = ["SPLIT", "add_parser", "cpu_per_answer", "render", "run", "split_means"]
 
 NAME = "search"
-_WORDS = ("printer jam tray roller toner drum fuser paper error code cartridge scanner wifi driver firmware "
-          "invoice refund order delivery courier parcel return label warranty repair boiler valve pump pressure "
-          "display ribbon cable thermal fuse grinder burr espresso milk frother descale filter").split()
-
-
-def _text(rng: random.Random, i: int) -> str:
-    words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(12, 40)))
-    return f"Ticket T-{10_000 + i}: {words}."
-
 
 #: split name -> (histogram family, its labels) read from ``/metrics`` (see the module docstring).
 SPLIT: dict[str, tuple[str, dict[str, str]]] = {
@@ -191,7 +184,7 @@ async def _seed(http: Any, n: int, tag: str, rng: random.Random) -> float:
         return 0.0
     start = time.perf_counter()
     for lo in range(0, n, 50):
-        batch = [{"text": _text(rng, i), "source_id": f"bench-search-{tag}-{i}", "topic": "bench/search"}
+        batch = [{"text": ticket_text(rng, i), "source_id": f"bench-search-{tag}-{i}", "topic": "bench/search"}
                  for i in range(lo, min(n, lo + 50))]
         r = await http.post("/v1/memories", json={"memories": batch})
         if r.status_code != 200:
@@ -210,7 +203,7 @@ async def _flood(connect: Callable[[], Any], clients: int, stop: float, rng: ran
     async def one() -> None:
         async with connect() as http:
             while time.perf_counter() < stop:
-                query = " ".join(rng.choice(_WORDS) for _ in range(4))
+                query = query_text(rng)
                 try:
                     r = await http.post("/v1/memories/search", json={"query": query, "k": 10})
                     status = str(r.status_code)
@@ -250,7 +243,7 @@ async def _level(http: Any, clients: int, seconds: float, rng: random.Random,
 
     async def _client_loop(http: Any) -> None:
         while time.perf_counter() < stop:
-            query = " ".join(rng.choice(_WORDS) for _ in range(4))
+            query = query_text(rng)
             t0 = time.perf_counter()
             wait = 0.0
             try:
@@ -336,29 +329,23 @@ def render(report: dict[str, Any], title: str | None = None) -> str:
                   + " ".join(f"{k}:{v}" for k, v in sorted((row['flood']['statuses'] or {}).items())) + " |"
                   for row in floods]
     lines += ["", "Server-side columns are means in ms from the cluster's /metrics over the level (see "
-              "deployments/cli/_bench_search.py); '-' where the cluster did not export them."]
+              "recallserve.deployments.cli._bench_search); '-' where the cluster did not export them."]
     return "\n".join(lines) + "\n"
 
 
 async def _main(args: argparse.Namespace, base: str) -> dict[str, Any]:
-    import httpx
-
     rng = random.Random(args.seed)
-    limits = httpx.Limits(max_connections=max(args.clients) + 4)
-    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {args.key}"}, timeout=60.0,
-                                 limits=limits) as http:
+    async with async_client(base, args.key, 60.0, max_connections=max(args.clients) + 4) as http:
         seeded = await _seed(http, args.memories, args.tag, rng)
         if seeded:
             print(f"seeded {args.memories} memories in {seeded:.1f} s ({args.memories / seeded:.1f}/s)", flush=True)
         tls = ssl.create_default_context()  # NOTE: once: ~6 ms of CPU per client otherwise, inside the timed level
 
-        def connect() -> httpx.AsyncClient:
-            return httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {args.key}"}, timeout=60.0,
-                                     limits=httpx.Limits(max_connections=1), verify=tls)
+        def connect() -> Any:
+            return async_client(base, args.key, 60.0, max_connections=1, verify=tls)
 
-        def connect_flood() -> httpx.AsyncClient:
-            return httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {args.flood_key}"}, timeout=60.0,
-                                     limits=httpx.Limits(max_connections=1), verify=tls)
+        def connect_flood() -> Any:
+            return async_client(base, args.flood_key, 60.0, max_connections=1, verify=tls)
 
         flood = (connect_flood, args.flood_clients) if args.flood_key else None
         await _level(http, 1, 2.0, rng, connect)  # NOTE: warm-up, not reported
@@ -370,7 +357,6 @@ async def _main(args: argparse.Namespace, base: str) -> dict[str, Any]:
                   + (f"; flood of {args.flood_clients}: {row['flood']['statuses']}" if flood else ""), flush=True)
             levels.append(row)
     return {"url": base, "memories": args.memories, "seconds": args.seconds, "seeding_s": seeded, "levels": levels,
-            "command": "recallserve " + " ".join(getattr(args, "argv", [])),
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "load_average": [round(x, 2) for x in os.getloadavg()]}
 
@@ -381,33 +367,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     add_cluster_arguments(p)
     p.add_argument("--memories", type=int, default=2000, help="memories in the tenant (50-1000000, default 2000)")
     p.add_argument("--clients", default="1,4,16,64", help="comma-separated concurrency levels (default 1,4,16,64)")
-    p.add_argument("--seconds", type=float, default=10.0, help="seconds per level (1-600, default 10)")
+    add_seconds_argument(p, 10.0, "per level (1-600)")
     p.add_argument("--tag", default="v1", help="names the seeded set, so a rerun reuses it (default v1)")
     p.add_argument("--seed", type=int, default=0, help="random seed of texts and queries")
     p.add_argument("--flood-key", default=None,
                    help="API key of another tenant that floods the cluster with searches during every level (tenant "
                    "isolation: the measured clients' latency and refusals beside the flood)")
     p.add_argument("--flood-clients", type=int, default=48, help="the flood's closed-loop clients (1-256, default 48)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="JSON output (default: bench-results/search-<time>.json); a Markdown table goes beside it (.md)")
+    add_out_argument(p, NAME, markdown=True)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Seed, time each level, print, write JSON."""
-    try:
-        args.clients = [int(c) for c in args.clients.split(",") if c.strip()]
-    except ValueError:
-        raise UserError(f"--clients: expected numbers like 1,4,16, got {args.clients!r}") from None
-    if not args.clients or not all(1 <= c <= 256 for c in args.clients):
-        raise UserError("--clients: each level must be within [1, 256]")
-    if not 1 <= args.flood_clients <= 256:
-        raise UserError("--flood-clients must be within [1, 256]")
+    args.clients = parse_ints("clients", args.clients, 1, 256)
+    check_range("flood-clients", args.flood_clients, 1, 256)
     if args.flood_key is not None and args.flood_key == args.key:
         raise UserError("--flood-key: must be another tenant's key than --key")
-    if not 50 <= args.memories <= 1_000_000 or not 1 <= args.seconds <= 600:
-        raise UserError("--memories must be within [50, 1000000] and --seconds within [1, 600]")
+    check_range("memories", args.memories, 50, 1_000_000)
+    check_range("seconds", args.seconds, 1, 600)
     report = asyncio.run(_main(args, cluster_base(args.url)))
-    path = write_json(args.out, "search", report)
-    path.with_suffix(".md").write_text(render(report))
+    report["command"] = "recallserve " + " ".join(getattr(args, "argv", []))
+    write_report(args, report, render(report))
     return 0

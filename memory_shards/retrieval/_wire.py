@@ -3,7 +3,7 @@
 A shard answers a hybrid query with up to ``dense_k + lexical_k`` hits (128 by default), each
 carrying its whole record, while the retriever keeps only the fused top-k (16 by default). Sent
 as pydantic models, that answer cost the shard 2.7 ms of CPU to cloudpickle and the ingress 1.7 ms
-to rebuild, per search (2,000 rows, 109 distinct records; ``loadtests/search_profile.py``): more
+to rebuild, per search (2,000 rows, 109 distinct records; ``recallserve bench search-cost``): more
 than the BM25 half of the search itself. So the answer travels as plain tuples:
 
 * each distinct record once, as the tuple of its field values (``MemoryRecord.model_fields`` order;

@@ -188,7 +188,7 @@ def test_hostile_record_is_verified_in_a_worker_process_of_the_ingress(cluster: 
     import httpx
     import psutil
 
-    from loadtests.verify_bench import hostile_record
+    from recallserve.serve.bench import hostile_record
 
     base = f"http://127.0.0.1:{cluster.server.port}"
     auth = {"Authorization": "Bearer sk-local"}

@@ -3,7 +3,7 @@
 Issue 14: a check computing ``round(5, -10**7)`` took 6 s of CPU on the ingress event loop and
 larger exponents never returned. Every case here must finish and report its cap; the time bound
 is deliberately loose (NOTE: 2 s on a shared 2-core machine; the real cost is well under 10 ms)
-so the test proves "bounded", not a benchmark figure (``loadtests/verify_bench.py`` measures).
+so the test proves "bounded", not a benchmark figure (``recallserve bench verify`` measures).
 """
 
 from __future__ import annotations

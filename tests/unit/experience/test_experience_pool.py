@@ -27,7 +27,7 @@ STEPS, SECONDS = 20_000, 0.1
 
 
 def _hostile() -> ExperienceRecord:
-    from loadtests.verify_bench import hostile_record
+    from recallserve.serve.bench import hostile_record
 
     return ExperienceRecord.model_validate(hostile_record())
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from recallserve.kernels import ScoreParams
-from recallserve.memory_shards._bench_data import make_bench_data
-from recallserve.memory_shards.bench import exact_topk, fused_pipeline, recall_at_k, run_memory_bench
+from recallserve.memory_shards.bench._data import make_bench_data
+from recallserve.memory_shards.bench.memory import exact_topk, fused_pipeline, recall_at_k, run_memory_bench
 from recallserve.deployments.cli import main
 
 

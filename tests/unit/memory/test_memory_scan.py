@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from recallserve.kernels import ScoreParams, reference_fused_topk
-from recallserve.memory_shards._bench_data import make_bench_data
+from recallserve.memory_shards.bench._data import make_bench_data
 from recallserve.memory_shards._scan import fused_scan
 
 

@@ -26,9 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from .config import ShardConfig
-from .records import EmbeddedRecord, MemoryRecord
-from .shard import MemoryShard
+from ..config import ShardConfig
+from ..records import EmbeddedRecord, MemoryRecord
+from ..retrieval.shard import HybridShard
+from ..shard import MemoryShard
 
 __all__ = ["run_restart_bench"]
 
@@ -69,8 +70,6 @@ def _fill(folder: Path, start: int, n: int, dim: int, rng: np.random.Generator,
 
 
 def _time_open(folder: Path, dim: int, repeats: int) -> dict[str, Any]:
-    from .retrieval.shard import HybridShard
-
     opens, bm25 = [], []
     stats: dict[str, Any] = {}
     for _ in range(repeats):

@@ -1,17 +1,19 @@
-"""What the state deployment costs a chat turn: session-store calls through a Ray handle vs in process.
+"""``recallserve bench state-store``: what the state deployment costs a chat turn, session-store calls through a
+Ray handle vs in process.
 
 A chat turn with a ``session_id`` makes three session-store calls (open, snapshot, append). Since
 sessions moved into the one-replica ``state`` deployment, each is a handle call instead of a local
 SQLite call. This starts a scratch Ray on this machine (nothing listens on a network port),
 deploys only the ``state`` deployment with the cpu-local options, and times the same three calls
 per turn both ways in the same run: sequential turns (latency), then ``--clients``
-concurrent sessions (throughput). Prints a table and writes it to ``--out`` (Markdown + JSON).
+concurrent sessions (throughput). Prints a table and writes it beside the JSON figures.
 
-    python -m loadtests.state_store_bench --turns 200 --clients 8
+    recallserve bench state-store --turns 200 --clients 8
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import statistics
 import tempfile
@@ -20,15 +22,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from loadtests._report import bench_parser, write_report
+from recallserve.deployments.cli._bench_args import add_out_argument, check_range, write_report
+from recallserve.serve.context._types import Message
 
-__all__ = ["main"]
+NAME = "state-store"
 
 
 async def _turn(store: Any, session_id: str, n: int) -> float:
     """One chat turn's store calls; returns its seconds."""
-    from recallserve.serve.context._types import Message
-
     start = time.perf_counter()
     session = await store.open("bench", "u1", session_id)
     await store.append(session, [Message(role="user", content=f"question {n} about order 104208"),
@@ -83,13 +84,19 @@ def _run(turns: int, clients: int) -> dict[str, Any]:
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = bench_parser("state_store_bench", __doc__ or "", "state-store-bench")
-    p.add_argument("--turns", type=int, default=200, help="turns per measurement (default 200)")
-    p.add_argument("--clients", type=int, default=8, help="concurrent sessions in the throughput run (default 8)")
-    args = p.parse_args(argv)
-    if args.turns < 20 or args.clients < 1:
-        p.error("--turns must be >= 20 and --clients >= 1")
+def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register ``bench state-store``."""
+    p = subparsers.add_parser(NAME, help="session-store calls through the state deployment vs in process (starts Ray)")
+    p.add_argument("--turns", type=int, default=200, help="turns per measurement, >= 20 (default: 200)")
+    p.add_argument("--clients", type=int, default=8, help="concurrent sessions in the throughput run, >= 1 (default: 8)")
+    add_out_argument(p, NAME, markdown=True)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start a scratch Ray with the state deployment, time both stores, print and write the table."""
+    check_range("turns", args.turns, 20, 1_000_000)
+    check_range("clients", args.clients, 1, 1024)
     results = _run(args.turns, args.clients)
     base, remote = results["in process"], results["state deployment"]
     lines = [f"# Session store: in process vs the state deployment ({time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())})",
@@ -100,9 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", f"Overhead per turn (p50): {remote['p50_ms'] - base['p50_ms']:.1f} ms "
                   f"({remote['p50_ms'] / base['p50_ms']:.1f}x in-process); throughput ratio "
                   f"{remote['turns_per_s'] / base['turns_per_s']:.2f}."]
-    write_report(args.out, "\n".join(lines) + "\n", {"turns": args.turns, "clients": args.clients, **results})
+    table = "\n".join(lines) + "\n"
+    print(table)
+    write_report(args, {"turns": args.turns, "clients": args.clients, **results}, table)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """``recallserve bench memory``: retrieve-then-filter baselines vs the fused scan on the same data.
 
 Every pipeline answers the same 64 queries (top-k, cosine threshold, hyperbolic decay, tenant /
-expiry masks, dedup by source id) over the same synthetic shard (:mod:`._bench_data`):
+expiry masks, dedup by source id) over the same synthetic shard (:mod:`._data`):
 
 * ``naive``: FAISS ``IndexFlatIP`` search of ``k * 3`` neighbours, then masks, threshold, decay
   and dedup in Python loops (the usual retrieve-then-filter code).
@@ -34,12 +34,17 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import torch
 
 from recallserve.kernels import ScoreParams
+from recallserve.kernels._select import select_topk_scores, time_factor
+from recallserve.kernels.bench import _peak_for, scan_bytes
+from recallserve.kernels.reference import masked_scores, normalize_queries
 
-from ._bench_data import BenchData, make_bench_data
-from ._device import KernelColumns
-from ._scan import SECONDS_PER_DAY, fused_scan
+from .._device import DTYPES, KernelColumns
+from .._ivf import faiss_gpu_available
+from ._data import BenchData, make_bench_data
+from .._scan import SECONDS_PER_DAY, fused_scan
 
 __all__ = ["run_memory_bench", "naive_pipeline", "numpy_pipeline", "fused_pipeline", "exact_topk", "recall_at_k"]
 
@@ -116,11 +121,6 @@ def fused_pipeline(data: BenchData, k: int, params: ScoreParams, backend: str = 
 def unfused_torch_pipeline(data: BenchData, cols: KernelColumns, k: int, params: ScoreParams) -> list[list[int]]:
     """Unfused torch on the columns' device: the dense ``[Q, N]`` cosine, mask and score matrices, then an exact
     dedup + top-k (``recallserve.kernels._select.select_topk_scores``): what the fused kernel saves is those passes."""
-    import torch
-
-    from recallserve.kernels._select import select_topk_scores, time_factor
-    from recallserve.kernels.reference import masked_scores, normalize_queries
-
     q = normalize_queries(torch.from_numpy(data.queries).to(cols.vectors.device))
     days = ((data.now - cols.last_access).clamp_min(0.0) / SECONDS_PER_DAY).to(torch.float32)
     row_ok = cols.valid & (cols.expires > data.now)
@@ -187,8 +187,6 @@ def _timed(fn: Callable[[], list[list[int]]], repeats: int) -> tuple[list[list[i
 
 
 def _environment() -> dict[str, Any]:
-    import torch
-
     try:
         import faiss
 
@@ -232,8 +230,6 @@ def calibrate_oversample(run: Callable[[int], list[list[int]]], truth: list[list
 
 def _bench_device(backend: str, device: str | None) -> str:
     """Where the fused columns live: ``device`` when given; CUDA for triton/auto when present; else CPU."""
-    import torch
-
     if device is None:
         device = "cuda" if torch.cuda.is_available() and backend in ("auto", "triton") else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -287,8 +283,6 @@ def run_memory_bench(
     Raises:
         ValueError: a CUDA device or the triton backend asked for without CUDA.
     """
-    import torch
-
     device = _bench_device(backend, device)
     try:
         import faiss
@@ -310,13 +304,6 @@ def run_memory_bench(
 
 
 def _run(sizes, dim, n_queries, k, repeats, seed, backend, progress, device, vector_dtype, target_recall, faiss):
-    import torch
-
-    from recallserve.kernels.bench import _peak_for, scan_bytes
-
-    from ._device import DTYPES
-    from ._ivf import faiss_gpu_available
-
     note = progress or (lambda msg, frac: None)
     env = _environment()
     params = ScoreParams(decay="hyperbolic", decay_lambda=0.1, combine="product", threshold=0.35)

@@ -1,4 +1,5 @@
-"""Prompt tokens evaluated by the reasoner engine over mixed traffic, with and without saved prompt states.
+"""``recallserve bench prefix-states``: prompt tokens the reasoner engine evaluates over mixed traffic, with and
+without saved prompt states.
 
 The sequence is what a cpu-local reasoner sees when users mix questions: agent turns (the real
 tool prompt of the profile's default scopes + a question) interleaved with direct answers and
@@ -8,23 +9,25 @@ is the prompt's cost. The same sequence runs on two engines of the profile's rea
 profile's setting, interleaved call by call so both see the same machine load. Reported per
 engine: prompt tokens, tokens evaluated (prompt - cached), engine seconds, and the ratios.
 
-    python -m loadtests.prefix_states_bench            # cpu-local's reasoner (Qwen2.5-Coder 1.5B)
+    recallserve bench prefix-states --out loadtests/results/prefix-states.json   # cpu-local's reasoner
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 from typing import Any
 
+from recallserve.deployments.cli import UserError, add_profile_arguments
+from recallserve.deployments.cli._bench_args import add_out_argument, write_report
 from recallserve.deployments.config import load_config
 from recallserve.deployments.engines import LlamaCppConfig, LlamaCppEngine
-from loadtests._report import bench_parser, write_report
 from recallserve.serve.agent import default_registry
 from recallserve.serve.agent._prompts import direct_prompt, system_prompt
 from recallserve.serve.context._summary import SUMMARY_PROMPT
 from recallserve.serve.engine import ChatMessage, GenerationParams
 
-__all__ = ["main"]
+NAME = "prefix-states"
 
 _QUESTIONS = ["What is the status of order 104333?", "Which orders were made from batch B-2315?",
               "What does error E42 mean on a BrewMaster?"]
@@ -44,11 +47,10 @@ def _sequence(tool_prompt: str) -> list[tuple[str, list[ChatMessage]]]:
     return out
 
 
-async def _run(profile: str) -> dict[str, Any]:
-    cfg = load_config(profile)
+async def _run(cfg: Any) -> dict[str, Any]:
     engine_cfg = cfg.reasoner.engine
     if not isinstance(engine_cfg, LlamaCppConfig):
-        raise SystemExit(f"{profile}: the reasoner is not a llama.cpp engine")
+        raise UserError(f"{cfg.name}: the reasoner is not a llama.cpp engine")
     tools = default_registry(demo=cfg.agent_demo_tools).for_scopes(list(cfg.auth.default_scopes))
     engines = {"states off": LlamaCppEngine(engine_cfg.model_copy(update={"prefix_states": 0})),
                f"states {engine_cfg.prefix_states}": LlamaCppEngine(engine_cfg)}
@@ -64,17 +66,23 @@ async def _run(profile: str) -> dict[str, Any]:
     finally:
         for engine in engines.values():
             await engine.close()
-    return {"profile": profile, "model": engine_cfg.model.display_name, "calls": rows}
+    return {"profile": cfg.name, "model": engine_cfg.model.display_name, "calls": rows}
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the sequence on both engines and write ``loadtests/results/prefix-states.{md,json}``."""
-    p = bench_parser("prefix_states_bench", __doc__ or "", "prefix-states")
-    p.add_argument("--profile", default="cpu-local", help="profile whose reasoner engine is measured")
-    args = p.parse_args(argv)
-    data = asyncio.run(_run(args.profile))
+def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register ``bench prefix-states``."""
+    p = subparsers.add_parser(NAME, help="reasoner prompt tokens evaluated over mixed traffic, with and without saved states")
+    add_profile_arguments(p)
+    add_out_argument(p, NAME, markdown=True)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the sequence on both engines; print and write the table."""
+    cfg = load_config(str(args.config) if args.config else (args.profile or "cpu-local"))
+    data = asyncio.run(_run(cfg))
     lines = [f"# Saved prompt states: {data['model']}, mixed traffic, prefill only", "",
-             "`python -m loadtests.prefix_states_bench`", "",
+             f"`recallserve {' '.join(getattr(args, 'argv', []))}`", "",
              "| engine | calls | prompt tokens | evaluated | agent-turn tokens evaluated | engine s |",
              "|---|---:|---:|---:|---:|---:|"]
     totals = {}
@@ -88,8 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     lines += ["", f"Tokens evaluated: {off_ev / max(on_ev, 1):.2f}x fewer with saved states; engine time "
               f"{off_s / max(on_s, 1e-9):.2f}x less (calls interleaved, same load)."]
     data["summary"] = {"evaluated_ratio": off_ev / max(on_ev, 1), "engine_time_ratio": off_s / max(on_s, 1e-9)}
-    write_report(args.out, "\n".join(lines) + "\n", data)
-
-
-if __name__ == "__main__":
-    main()
+    table = "\n".join(lines) + "\n"
+    print(table)
+    write_report(args, data, table)
+    return 0

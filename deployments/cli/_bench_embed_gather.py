@@ -1,4 +1,5 @@
-"""Embed calls gathered while a forward pass runs: Ray Serve's ``@serve.batch`` vs ``CallGatherer``.
+"""``recallserve bench embed-gather``: embed calls gathered while a forward pass runs, Ray Serve's
+``@serve.batch`` vs ``CallGatherer``.
 
 In process, no Ray cluster: the real MiniLM embedder (the cpu-local settings: 1 thread, 16 texts
 per pass) behind each batcher, and ``--clients`` closed-loop callers that each embed one 4-word
@@ -11,12 +12,12 @@ Reports per mode: embed calls/s, mean calls per forward, p50 / p95 call latency 
 ratio of the gatherer's calls/s to ``@serve.batch``'s measured in the same run.
 
 NOTE: ``@serve.batch`` reads the replica's ``max_ongoing_requests`` through
-``recallserve.serve.get_replica_context()``, which exists only inside a replica; the benchmark supplies that
+``ray.serve.get_replica_context()``, which exists only inside a replica; the benchmark supplies that
 one value (64) so the decorator runs unchanged in process.
 
 Example::
 
-    nice -n 10 python -m loadtests.embed_gather_bench --clients 16 --seconds 8
+    nice -n 10 recallserve bench embed-gather --clients 16 --seconds 8
 """
 
 from __future__ import annotations
@@ -27,11 +28,15 @@ import json
 import random
 import time
 import types
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from recallserve.deployments.cli._bench_args import (add_out_argument, add_seconds_argument, check_range,
+                                                     write_report)
+
+NAME = "embed-gather"
+# NOTE: the words of the 4-word queries; their content does not change a forward pass's cost.
 _WORDS = "printer fuse order ticket refund courier invoice battery screen laptop delivery warranty".split()
 
 
@@ -79,7 +84,7 @@ async def _level(call, clients: int, seconds: float, gap_s: float, seed: int) ->
     return latencies
 
 
-def run(clients: int, seconds: float, gap_ms: float, rounds: int, seed: int) -> dict[str, Any]:
+def measure(clients: int, seconds: float, gap_ms: float, rounds: int, seed: int) -> dict[str, Any]:
     """Alternate the two modes ``rounds`` times; figures summed over rounds per mode."""
     from recallserve.memory_shards import build_embedder
 
@@ -111,24 +116,25 @@ def run(clients: int, seconds: float, gap_ms: float, rounds: int, seed: int) -> 
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--clients", type=int, default=16, help="concurrent callers (1-256)")
-    ap.add_argument("--seconds", type=float, default=8.0, help="seconds per mode and round (1-120)")
-    ap.add_argument("--gap-ms", type=float, default=40.0, help="most ms a caller spends between embed calls (0-1000)")
-    ap.add_argument("--rounds", type=int, default=2, help="alternations of the two modes (1-10)")
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--out", type=Path, default=None, help="JSON output")
-    a = ap.parse_args(argv)
-    if not (1 <= a.clients <= 256 and 1 <= a.seconds <= 120 and 0 <= a.gap_ms <= 1000 and 1 <= a.rounds <= 10):
-        ap.error("--clients 1-256, --seconds 1-120, --gap-ms 0-1000, --rounds 1-10")
-    report = run(a.clients, a.seconds, a.gap_ms, a.rounds, a.seed)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if a.out is not None:
-        a.out.write_text(text + "\n")
+def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register ``bench embed-gather``."""
+    p = subparsers.add_parser(NAME, help="embed calls/s of Ray Serve's @serve.batch vs CallGatherer, in process")
+    p.add_argument("--clients", type=int, default=16, help="concurrent callers, 1-256 (default: 16)")
+    add_seconds_argument(p, 8.0, "per mode and round (1-120)")
+    p.add_argument("--gap-ms", type=float, default=40.0, help="most ms a caller spends between embed calls, 0-1000 (default: 40)")
+    p.add_argument("--rounds", type=int, default=2, help="alternations of the two modes, 1-10 (default: 2)")
+    p.add_argument("--seed", type=int, default=7, help="random seed of the callers (default: 7)")
+    add_out_argument(p, NAME)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Alternate the modes, print and write the JSON report."""
+    check_range("clients", args.clients, 1, 256)
+    check_range("seconds", args.seconds, 1, 120)
+    check_range("gap-ms", args.gap_ms, 0, 1000)
+    check_range("rounds", args.rounds, 1, 10)
+    report = measure(args.clients, args.seconds, args.gap_ms, args.rounds, args.seed)
+    print(json.dumps(report, indent=2))
+    write_report(args, report)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

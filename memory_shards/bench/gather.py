@@ -8,6 +8,7 @@ throughput (answers / wall time), p50 / p95 latency, and the mean queries per sc
 
 from __future__ import annotations
 
+import platform
 import statistics
 import threading
 import time
@@ -15,12 +16,13 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import torch
 
 from recallserve.kernels import ScoreParams
 
-from .config import ShardConfig
-from .records import EmbeddedRecord, MemoryRecord
-from .shard import MemoryShard
+from ..config import ShardConfig
+from ..records import EmbeddedRecord, MemoryRecord
+from ..shard import MemoryShard
 
 __all__ = ["run_gather_bench"]
 
@@ -87,10 +89,6 @@ def run_gather_bench(rows: int, dim: int = 384, clients: list[int] | None = None
     (the default: searches that arrive while one runs share the next scan). Same shard data,
     same queries, levels in the same order for both modes.
     """
-    import platform
-
-    import torch
-
     note = progress or (lambda msg, frac: None)
     clients = clients or [1, 16, 64]
     out: list[dict[str, Any]] = []

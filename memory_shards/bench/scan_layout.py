@@ -3,7 +3,7 @@
 A shard stores its vectors row-major while small and column-major from
 ``recallserve.memory_shards._device.COLUMN_MAJOR_MIN_ROWS`` rows of capacity (``vector_block``). This benchmark
 builds one hybrid shard per size with the bench's rows (MiniLM vectors of ``--distinct`` bench texts
-plus noise, as ``loadtests.search_seed`` writes them) and times two calls on the same rows stored
+plus noise, as :func:`._rows.bulk_rows` writes them) and times two calls on the same rows stored
 both ways (``np.ascontiguousarray`` / ``np.asfortranarray`` of the table's vectors):
 
 * ``dense``: ``MemoryShard.search(queries, tenant, k=64, touch=False)`` for ``--queries`` stacked
@@ -17,26 +17,33 @@ the baseline of every ratio. The answers are compared rank by rank: the same row
 scores tie to float rounding (the largest score gap is reported; over 1e-5 stops the run).
 
 Figures: median and p95 wall ms per call, and the calling thread's CPU ms per call
-(``time.thread_time``; torch runs on that thread with ``--threads 1``).
+(``time.thread_time``; torch runs on that thread with ``threads`` 1).
 
 Example::
 
-    python -m loadtests.scan_layout_bench --rows 2000,100000 --queries 1,16 --out loadtests/results/scan-layout-cpu
+    recallserve bench scan-layout --rows 2000,100000 --queries 1,16 --out loadtests/results/scan-layout-cpu.json
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
+import torch
 
-__all__ = ["main"]
+from recallserve.kernels import ScoreParams
+
+from .._device import COLUMN_MAJOR_MIN_ROWS
+from ..config import ShardConfig
+from ..embedders import build_embedder
+from ..retrieval import HybridShard
+from ..shard import MemoryShard
+from ._rows import bulk_rows, query_text, ticket_text
+
+__all__ = ["render", "run_scan_layout_bench"]
 
 
 def _timed(fn: Callable[[], object]) -> tuple[float, float]:
@@ -52,40 +59,32 @@ def _row(label: str, walls: list[float], cpus: list[float]) -> dict[str, float]:
             f"{label}_cpu_ms": round(statistics.fmean(cpus), 2)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Measure, print a markdown table, and write ``--out``.md / .json when given."""
-    p = argparse.ArgumentParser(prog="python -m loadtests.scan_layout_bench", description=__doc__.split("\n")[0])
-    p.add_argument("--rows", default="2000,20000,100000,200000", help="comma-separated shard sizes (1000-1000000)")
-    p.add_argument("--queries", default="1,16,64", help="comma-separated queries per call (1-256)")
-    p.add_argument("--repeats", type=int, default=0, help="timed calls per layout (0: 40 below 50k rows, else 12)")
-    p.add_argument("--distinct", type=int, default=200, help="base texts embedded for the rows (50-5000)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (the shard replica's default is 1)")
-    p.add_argument("--out", type=Path, default=None, help="write OUT.md and OUT.json")
-    args = p.parse_args(argv)
-    sizes = [int(x) for x in args.rows.split(",") if x.strip()]
-    counts = [int(x) for x in args.queries.split(",") if x.strip()]
-    if not sizes or not all(1000 <= n <= 1_000_000 for n in sizes) or not all(1 <= q <= 256 for q in counts):
-        p.error("--rows: sizes within [1000, 1000000]; --queries: counts within [1, 256]")
-    if not 50 <= args.distinct <= 5000 or not 0 <= args.repeats <= 1000 or not 1 <= args.threads <= 64:
-        p.error("--distinct within [50, 5000], --repeats within [0, 1000], --threads within [1, 64]")
+def run_scan_layout_bench(sizes: list[int], counts: list[int], repeats: int = 0, distinct: int = 200,
+                          threads: int = 1, progress: Callable[[str, float | None], None] | None = None) -> list[dict[str, float | int | bool | str]]:
+    """One row per (size, call, queries): both layouts' p50 / p95 / CPU ms, the speed-up and the answers' agreement.
 
-    import torch
+    Args:
+        sizes: rows of the shard per measurement (1000-1000000).
+        counts: queries per dense call (1-256); the hybrid call always has one.
+        repeats: timed calls per layout (0: 40 below 50k rows, else 12).
+        distinct: base texts embedded for the rows (50-5000).
+        threads: torch threads (the shard replica's default is 1).
+        progress: ``progress(message, fraction or None)`` after each row.
 
-    from recallserve.deployments.cli._bench_search import _WORDS, _text
-    from recallserve.kernels import ScoreParams
-    from loadtests.search_seed import bulk_rows
-    from recallserve.memory_shards._device import COLUMN_MAJOR_MIN_ROWS
-    from recallserve.memory_shards.config import ShardConfig
-    from recallserve.memory_shards.embedders import build_embedder
-    from recallserve.memory_shards.retrieval import HybridShard
-    from recallserve.memory_shards.shard import MemoryShard
-
-    torch.set_num_threads(args.threads)
-    emb = build_embedder("all-MiniLM-L6-v2", device="cpu", batch_size=16, torch_threads=args.threads)
+    Raises:
+        ValueError: an argument out of its range.
+        RuntimeError: the two layouts' answers differ by more than float rounding.
+    """
+    if not sizes or not all(1000 <= n <= 1_000_000 for n in sizes) or not counts or not all(1 <= q <= 256 for q in counts):
+        raise ValueError(f"rows: sizes within [1000, 1000000]; queries: counts within [1, 256]; got {sizes} and {counts}")
+    if not 50 <= distinct <= 5000 or not 0 <= repeats <= 1000 or not 1 <= threads <= 64:
+        raise ValueError("distinct within [50, 5000], repeats within [0, 1000], threads within [1, 64]")
+    torch.set_num_threads(threads)
+    emb = build_embedder("all-MiniLM-L6-v2", device="cpu", batch_size=16, torch_threads=threads)
     rng = random.Random(0)
-    words = [_text(rng, i).split(": ", 1)[1][:-1] for i in range(args.distinct)]
+    words = [ticket_text(rng, i).split(": ", 1)[1][:-1] for i in range(distinct)]
     base = np.asarray(emb.embed(words), dtype=np.float32)
-    asked = [" ".join(rng.choice(_WORDS) for _ in range(4)) for _ in range(max(counts))]
+    asked = [query_text(rng) for _ in range(max(counts))]
     qv = np.asarray(emb.embed(asked), dtype=np.float32)
     params = ScoreParams(threshold=0.35)
     # NOTE: through the cluster a shard's caches are cold when a search arrives (the ingress's embed,
@@ -100,12 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     for n in sizes:
         shard = HybridShard(MemoryShard(ShardConfig(shard_id=0, model_id=emb.model_id, dim=emb.dim)))
         for lo in range(0, n, 10_000):
-            shard.upsert(bulk_rows(min(n, lo + 10_000), args.distinct, base, words, "local", "layout", 0.2, 0, lo))
+            shard.upsert(bulk_rows(min(n, lo + 10_000), distinct, base, words, "local", "layout", 0.2, 0, lo))
         table = shard.shard._table
         default = "column" if table.vectors.flags.f_contiguous else "row"
         layouts = {"row": np.ascontiguousarray(table.vectors), "column": np.asfortranarray(table.vectors)}
         own = table.vectors
-        repeats = args.repeats or (40 if n < 50_000 else 12)
+        reps = repeats or (40 if n < 50_000 else 12)
         calls: list[tuple[str, int, Callable[[], list]]] = [
             ("dense", q, lambda q=q: shard.shard.search(qv[:q], "local", 64, params, None, time.time(), touch=False))
             for q in counts]
@@ -123,10 +122,11 @@ def main(argv: list[str] | None = None) -> int:
             a, b = run("row"), run("column")
             same = [[h.record.id for h in hs] for hs in a] == [[h.record.id for h in hs] for hs in b]
             gap = max((abs(x.score - y.score) for ha, hb in zip(a, b) for x, y in zip(ha, hb)), default=0.0)
-            assert all(len(ha) == len(hb) for ha, hb in zip(a, b)) and gap < 1e-5, f"answers differ: {gap}"
+            if not all(len(ha) == len(hb) for ha, hb in zip(a, b)) or gap >= 1e-5:
+                raise RuntimeError(f"{n:,} rows, {call} x{q}: the layouts' answers differ (largest score gap {gap})")
             walls: dict[str, list[float]] = {"row": [], "column": []}
             cpus: dict[str, list[float]] = {"row": [], "column": []}
-            for _ in range(repeats):
+            for _ in range(reps):
                 for layout in ("row", "column"):
                     evict()
                     w, c = _timed(lambda: run(layout))
@@ -134,28 +134,24 @@ def main(argv: list[str] | None = None) -> int:
                     cpus[layout].append(c)
             table.vectors = own
             row: dict[str, float | int | bool | str] = {
-                "rows": n, "call": call, "queries": q, "calls": repeats, "shard_layout": default,
+                "rows": n, "call": call, "queries": q, "calls": reps, "shard_layout": default,
                 "column_major_min_rows": COLUMN_MAJOR_MIN_ROWS, "same_rows": same, "max_score_gap": float(f"{gap:.1e}")}
             row.update(_row("row_major", walls["row"], cpus["row"]))
             row.update(_row("column_major", walls["column"], cpus["column"]))
             row["speedup_p50"] = round(row["row_major_p50_ms"] / row["column_major_p50_ms"], 2)  # type: ignore[operator]
             rows_out.append(row)
-            print(json.dumps(row), flush=True)
+            if progress is not None:
+                progress(f"{n:,} rows, {call} x{q}: {row['speedup_p50']}x", None)
         shard.close()
+    return rows_out
+
+
+def render(rows: list[dict[str, float | int | bool | str]]) -> str:
+    """The rows of :func:`run_scan_layout_bench` as a Markdown table."""
     lines = ["| rows | call | queries | the shard's layout | row-major p50 / p95 ms | column-major p50 / p95 ms | speed-up (p50) | CPU ms row / column | same rows | largest score gap, rank by rank |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows_out:
+    for r in rows:
         lines.append(f"| {r['rows']:,} | {r['call']} | {r['queries']} | {r['shard_layout']} | {r['row_major_p50_ms']} / {r['row_major_p95_ms']} | "
                      f"{r['column_major_p50_ms']} / {r['column_major_p95_ms']} | **{r['speedup_p50']}x** | "
                      f"{r['row_major_cpu_ms']} / {r['column_major_cpu_ms']} | {r['same_rows']} | {r['max_score_gap']} |")
-    table_md = "\n".join(lines)
-    print(table_md)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".json").write_text(json.dumps({"argv": argv, "threads": args.threads, "rows": rows_out}, indent=1))
-        args.out.with_suffix(".md").write_text(table_md + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return "\n".join(lines) + "\n"

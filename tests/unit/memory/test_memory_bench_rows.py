@@ -1,4 +1,4 @@
-"""``loadtests.search_seed``: the bulk rows the offline seed writes (no model: base vectors are given)."""
+"""``recallserve.memory_shards.bench.bulk_rows``: the rows the offline seed and the shard benches write (no model: base vectors are given)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loadtests.search_seed import bulk_rows
+from recallserve.memory_shards.bench import bulk_rows
 from recallserve.memory_shards import HashingEmbedder
 from recallserve.memory_shards.retrieval import local_hybrid_coordinator
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._device import DTYPES, KernelColumns
+from .._device import DTYPES, KernelColumns
 
 __all__ = ["BenchData", "make_bench_data"]
 
