@@ -54,8 +54,20 @@ __all__ = ["assert_close", "assert_topk_equal", "to_numpy"]
 
 SLOW_MARKERS = ("integration", "vllm")
 """Markers whose tests are all slow: Ray Serve and a real small model, or vllm in its own venv."""
-SLOW_FIXTURES = frozenset({"browser"})
-"""Fixtures whose tests are slow: ``browser`` (tests/console) launches headless Chromium."""
+SLOW_FIXTURES = frozenset({
+    "tests/console::browser",  # headless Chromium
+    "tests/unit/test_chat_api.py::client",  # the llama.cpp engine on the tiny GGUF model
+    "tests/unit/test_engines.py::engine",
+    "tests/unit/test_chat_memory.py::client",
+    "tests/unit/test_chat_experiences.py::client",
+    "tests/unit/test_chat_sessions_agent.py::client",
+    "tests/unit/agent/test_recall_relevance.py::memory",  # the MiniLM embedder
+    "tests/unit/memory/test_memory_onnx_embedder.py::onnx_cache",  # MiniLM exported to ONNX
+    "tests/unit/memory/test_memory_embed_bulk.py::onnx_cache",
+})
+"""Fixtures, as ``<where defined>::<name>``, whose tests are slow: each loads a model, starts a
+server process or the browser. NOTE: qualified by where they are defined, since names such as
+``client`` or ``memory`` are also light fixtures elsewhere."""
 HEAVY_CALLS = (
     ("llama_cpp", "Llama", "loads a GGUF model with llama.cpp"),
     ("onnxruntime", "InferenceSession", "loads an ONNX model"),
@@ -79,8 +91,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     NOTE: tryfirst: the marks must be on the items before pytest's own hook deselects by ``-m``.
     """
     for item in items:
-        if any(item.get_closest_marker(m) for m in SLOW_MARKERS) or SLOW_FIXTURES & set(item.fixturenames):
+        if any(item.get_closest_marker(m) for m in SLOW_MARKERS) or SLOW_FIXTURES & _fixtures_used(item):
             item.add_marker(pytest.mark.slow)
+
+
+def _fixtures_used(item: pytest.Item) -> set[str]:
+    """``<where defined>::<name>`` of each fixture ``item`` uses (the definition that applies to it)."""
+    info = getattr(item, "_fixtureinfo", None)  # NOTE: pytest keeps the resolved definitions private
+    if info is None:
+        return set()
+    return {f"{defs[-1].baseid}::{name}" for name, defs in info.name2fixturedefs.items() if defs}
 
 
 def _is_fast_pass(config: pytest.Config) -> bool:
