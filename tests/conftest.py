@@ -64,6 +64,7 @@ SLOW_FIXTURES = frozenset({
     "tests/unit/agent/test_recall_relevance.py::memory",  # the MiniLM embedder
     "tests/unit/memory/test_memory_onnx_embedder.py::onnx_cache",  # MiniLM exported to ONNX
     "tests/unit/memory/test_memory_embed_bulk.py::onnx_cache",
+    "tests/unit/memory_api/test_memory_ingress_embed.py::cluster",  # shards embedding with ONNX MiniLM
 })
 """Fixtures, as ``<where defined>::<name>``, whose tests are slow: each loads a model, starts a
 server process or the browser. NOTE: qualified by where they are defined, since names such as
