@@ -133,6 +133,7 @@ def _fast_pass_guard(request: pytest.FixtureRequest) -> Iterator[None]:
             mp.setattr(module, attr, _refuse(what, f"{module_name}.{attr}"))
         yield
 
+
 # NOTE: fixed so a failing case reproduces; tests that loop over seeds pass their own.
 DEFAULT_SEED = 1234
 

@@ -76,7 +76,6 @@ def test_a_plain_name_and_source_id_are_still_accepted(shared_rig: Rig) -> None:
     assert r.status_code == 200 and len(r.json()["data"]) == 1, r.text
 
 
-
 def _json(rig: Rig, method: str, url: str, body: Any = None, tenant: str = A, **kw: Any) -> Any:
     return rig.client.request(method, url, json=body, headers=headers(tenant), **kw)
 
@@ -172,7 +171,6 @@ def test_a_request_id_that_names_a_turns_route_is_a_400_naming_the_header(rig: R
     assert "names a route" in error["message"], error
     r = rig.client.post("/v1/chat/completions", json=CHAT, headers={**headers(A), "x-request-id": "sessions-2"})
     assert r.status_code == 200 and r.json()["recallserve"]["request_id"] == "sessions-2", r.text
-
 
 
 def _until(check: Any, timeout_s: float = 10.0) -> Any:

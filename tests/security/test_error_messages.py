@@ -26,6 +26,7 @@ def test_a_memory_404_names_its_field_in_the_message(rig: Rig, method: str) -> N
     error = assert_envelope(rig.client.request(method, "/v1/memories/" + "0" * 32, headers=headers(A)), 404, "memory_id")
     assert error["message"].startswith("memory_id: "), error
 
+
 CHAT: dict[str, Any] = {"model": "recallserve", "metadata": {"agent": "off"},
                         "messages": [{"role": "user", "content": "hi"}]}
 

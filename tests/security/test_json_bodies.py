@@ -87,7 +87,6 @@ def test_an_identity_encoded_body_is_read(shared_rig: Rig) -> None:
     assert r.status_code == 200, r.text
 
 
-
 def _json(rig: Rig, method: str, url: str, body: Any = None, tenant: str = A, **kw: Any) -> Any:
     return rig.client.request(method, url, json=body, headers=headers(tenant), **kw)
 

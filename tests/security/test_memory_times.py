@@ -28,6 +28,8 @@ def test_a_memory_created_at_the_epoch_keeps_its_time(rig: Rig, created_at: Any)
     assert r.status_code == 200, r.text
     got = _json(rig, "GET", f"/v1/memories/{r.json()['ids'][0]}").json()
     assert got["created_at"] == 0.0, got  # NOTE: it was stored as created now (the "or now" of a falsy 0)
+
+
 YEAR_5138 = 1e11
 """Epoch seconds past 2e10, where pydantic switches to reading milliseconds."""
 
