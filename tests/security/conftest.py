@@ -1,4 +1,4 @@
-"""The adversarial suite's rig: the whole ingress app in-process, two tenants on the default PII
+"""The security suite's rig: the whole ingress app in-process, two tenants on the default PII
 policy (acme and its neighbour globex), driven through HTTP only.
 
 The app is the one the edge tests build (``tests/unit/edge/conftest.py``: real memory service on

@@ -12,6 +12,7 @@ import json
 from typing import Any
 from urllib.parse import quote
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
@@ -20,6 +21,9 @@ from tests.security.conftest import TEST_ONLY, Rig, routes
 from tests.security.test_inputs import VALID
 from tests.unit.experience._records import speed_record
 from tests.unit.edge.conftest import assert_envelope, headers
+
+# NOTE: slow: past the marker's ~30 s (see EXAMPLES).
+pytestmark = pytest.mark.slow
 
 # NOTE: 40 examples x 16 operations: about a minute on the 2-core CI machine.
 EXAMPLES = 40

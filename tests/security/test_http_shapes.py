@@ -53,7 +53,7 @@ def _events(text: str) -> list[str]:
 @pytest.mark.parametrize("exc", [RuntimeError("bug"), ValueError("bug"), KeyError("bug"), EngineError("down")],
                          ids=lambda e: type(e).__name__)
 # NOTE: the rig runs no agent loop, where ``agent: on`` is a 400 (it was the plain path in silence):
-# the agent path's stream is test_adversarial7's test_a_failure_mid_stream_on_the_agent_path_...
+# the agent path's stream is test_chat_options.py's test_a_failure_mid_stream_on_the_agent_path_...
 @pytest.mark.parametrize("agent", ["off", "auto"])
 def test_a_failure_mid_stream_is_an_error_event_then_done(rig: Rig, exc: Exception, agent: str) -> None:
     def fail(*_: Any) -> str:

@@ -7,6 +7,7 @@ streaming paths: the answer came back 200 as if no image had been sent.
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import pytest
 
@@ -51,3 +52,17 @@ def test_a_readable_image_is_answered(rig: Rig) -> None:
     r = rig.client.post("/v1/chat/completions", json=body, headers=headers(A))
     assert r.status_code == 200, r.text
     assert "image" in rig.prompts()[-1]
+
+
+ASK = {"role": "user", "content": "Weather in Paris?"}
+
+
+def _chat(rig: Rig, messages: list[dict[str, Any]] | None = None, *, stream: bool = False, **extra: Any) -> Any:
+    body = {"model": "recallserve", "metadata": {"agent": "off"}, "messages": messages or [ASK], "stream": stream}
+    return rig.client.post("/v1/chat/completions", json={**body, **extra}, headers=headers(A))
+
+
+def test_an_empty_question_is_not_said_to_hold_an_image(rig: Rig) -> None:
+    assert _chat(rig, [{"role": "user", "content": ""}]).status_code == 200
+    prompt = rig.prompts()[-1]
+    assert "image" not in prompt and "Question: (an empty message)" in prompt, prompt

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.security.conftest import TEST_ONLY, Rig
+from tests.security.conftest import TEST_ONLY, A, Rig
 from tests.unit.edge.conftest import assert_envelope, build_app, headers
 from tests.unit.experience._records import speed_record
 
@@ -142,3 +142,35 @@ def test_body_over_the_cap_is_413_on_every_route(tmp_path: Path) -> None:
     finally:
         for shard_client in memory.coordinator.shards:
             shard_client.shard.close()
+
+
+CHAT = {"model": "recallserve", "metadata": {"agent": "off"}, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_a_memory_batch_over_the_total_text_bound_is_400_and_stores_nothing(rig: Rig) -> None:
+    # NOTE: every field is within its own bound (32,000 characters); the batch is not (40 x 30,000).
+    memories = [{"text": f"note {i} " + "word " * 6_000, "source_id": f"big:{i}"} for i in range(40)]
+    r = rig.client.post("/v1/memories", json={"memories": memories}, headers=headers(A))
+    err = assert_envelope(r, 400, "memories")
+    assert "in all" in err["message"], err
+    listed = rig.client.get("/v1/memories", params={"source_id": "big:0"}, headers=headers(A))
+    assert listed.status_code == 200 and listed.json()["data"] == [], listed.text
+
+
+def test_a_memory_batch_within_the_bound_is_stored(rig: Rig) -> None:
+    memories = [{"text": f"note {i} " + "word " * 6_000, "source_id": f"big:{i}"} for i in range(6)]
+    r = rig.client.post("/v1/memories", json={"memories": memories}, headers=headers(A))
+    assert r.status_code == 200 and len(r.json()["ids"]) == 6, r.text
+
+
+def test_too_many_content_parts_in_all_is_400_before_they_are_validated(shared_rig: Rig) -> None:
+    from recallserve.serve.api.chat_protocol import MAX_TOTAL_PARTS
+
+    part = {"type": "text", "text": "a"}
+    msgs = [{"role": "user", "content": [part] * 256}] * (MAX_TOTAL_PARTS // 256 + 1)
+    r = shared_rig.client.post("/v1/chat/completions", json={**CHAT, "messages": msgs}, headers=headers(A))
+    error = assert_envelope(r, 400, "messages")
+    assert f"at most {MAX_TOTAL_PARTS}" in error["message"], error
+    ok = [{"role": "user", "content": [part] * 256}] * (MAX_TOTAL_PARTS // 256)
+    r = shared_rig.client.post("/v1/chat/completions", json={**CHAT, "messages": ok}, headers=headers(A))
+    assert r.status_code == 200, r.text

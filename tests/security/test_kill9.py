@@ -34,6 +34,9 @@ from tests.security import _server
 from tests.unit.edge.conftest import headers
 from recallserve.serve.ports import free_port
 
+# NOTE: slow: it starts the server as a process (twice) and kills it with SIGKILL.
+pytestmark = pytest.mark.slow
+
 WRITERS = 8
 MIN_ACKED = 200
 

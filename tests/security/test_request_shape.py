@@ -8,6 +8,8 @@ decides the tenant). Each is now a 4xx naming it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.security.conftest import Rig
@@ -58,3 +60,24 @@ def test_two_authorization_headers_are_401(shared_rig: Rig, pair: tuple[str, str
     assert assert_envelope(r, 401, "authorization")["code"] == "ambiguous_api_key"
     r = shared_rig.client.get("/v1/memories?source_id=doc:1", headers=[("api-key", "sk-acme"), ("api-key", "sk-globex")])
     assert assert_envelope(r, 401, "api-key")["code"] == "ambiguous_api_key"
+
+
+@pytest.mark.parametrize("value", ["Bearer\tsk-a", "Basic dXNlcjpwYXNz", "Bearer", "Bearer   ", "sk-a"])
+def test_an_authorization_header_of_another_form_is_named(shared_rig: Rig, value: str) -> None:
+    r = shared_rig.client.post("/v1/memories/search", json={"query": "kettle"}, headers={"Authorization": value})
+    error = assert_envelope(r, 401, "authorization")
+    assert error["code"] == "invalid_authorization" and "Bearer <key>" in error["message"], error
+
+
+CHAT: dict[str, Any] = {"model": "recallserve", "metadata": {"agent": "off"},
+                        "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_two_different_request_ids_are_400_naming_the_header(rig: Rig) -> None:
+    raw = [("authorization", "Bearer sk-acme"), ("x-request-id", "first-1"), ("x-request-id", "second-2")]
+    r = rig.client.post("/v1/chat/completions", json=CHAT, headers=raw)
+    error = assert_envelope(r, 400, "x-request-id")
+    assert "2 times" in error["message"], error
+    assert rig.engine.calls == []
+    same = [("authorization", "Bearer sk-acme"), ("x-request-id", "same-1"), ("x-request-id", "same-1")]
+    assert rig.client.post("/v1/chat/completions", json=CHAT, headers=same).headers["x-request-id"] == "same-1"

@@ -224,7 +224,7 @@ def _console_me(rig: Rig) -> None:
 
 @probe("GET", "/v1/console/health")
 def _console_health(rig: Rig) -> None:
-    # NOTE: each tenant's own figures (test_adversarial6): acme's write shows in acme's count and
+    # NOTE: each tenant's own figures (test_console_health_tenancy.py): acme's write shows in acme's count and
     # changes nothing globex reads (the request counters are the process's, so compared before/after).
     before = rig.client.get("/v1/console/health", headers=headers(B)).json()
     mine = rig.client.get("/v1/console/health", headers=headers(A)).json()["memory_records"]

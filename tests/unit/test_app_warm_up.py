@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+import pytest
 from fastapi.testclient import TestClient
 
 from recallserve.deployments.engines import LlamaCppConfig, LlamaCppEngine
@@ -37,6 +38,7 @@ class _Recording:
         return out
 
 
+@pytest.mark.slow
 def test_first_turn_after_ready_reuses_the_warmed_agent_prefix() -> None:
     engine = _Recording(LlamaCppEngine(LlamaCppConfig(model="smollm2-135m-instruct-q4_1", n_ctx=2048, n_threads=1)))
     agent = Agent(engine, default_registry(demo=True),  # type: ignore[arg-type]

@@ -190,6 +190,7 @@ _BUSY = {"now": 0, "most": 0}
 _BUSY_LOCK = threading.Lock()
 
 
+@pytest.mark.slow
 def test_the_real_haproxy_holds_the_excess_and_refuses_it_after_the_queue_timeout(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One slot (maxconn 1), a backend that takes 1 s: the second request waits in HAProxy, never at the
@@ -211,6 +212,7 @@ def test_the_real_haproxy_holds_the_excess_and_refuses_it_after_the_queue_timeou
         assert _BUSY["most"] == 1
 
 
+@pytest.mark.slow
 def test_the_real_haproxy_bounds_each_api_keys_requests_in_flight(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Per key at most 2 in flight (4 replica slots): a third request of key A gets the JSON 429 at once,
@@ -241,6 +243,7 @@ def test_the_real_haproxy_bounds_each_api_keys_requests_in_flight(tmp_path: Path
             assert [client.get(url, headers=a).status_code for _ in range(3)] == [200, 200, 200]
 
 
+@pytest.mark.slow
 def test_the_real_haproxy_closes_a_connection_whose_headers_never_end(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Slowloris: a client sending its headers a byte at a time gets a 408 and loses the connection

@@ -47,6 +47,7 @@ def _sample(text: str, prefix: str) -> float | None:
     return None
 
 
+@pytest.mark.slow
 def test_counters_add_up_over_replicas_and_exited_ones_keep_their_counts(tmp_path: Path) -> None:
     requests = 'recallserve_http_requests_total{method="POST",route="/v1/chat/completions",status="200"}'
     old, live = _replica(tmp_path, 3, "old"), _replica(tmp_path, 4, "new")
@@ -70,6 +71,7 @@ def test_without_the_folder_this_process_registry_is_rendered(monkeypatch: pytes
     assert b"# HELP recallserve_http_requests_total" in render_metrics()
 
 
+@pytest.mark.slow
 def test_exporter_serves_the_sum_on_its_port(tmp_path: Path) -> None:
     from recallserve.serve.api.metrics_exporter import build_server
 
@@ -160,6 +162,7 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.slow
 def test_per_tenant_counts_add_up_over_replicas_and_stay_off_metrics(tmp_path: Path) -> None:
     from recallserve.serve.api.metrics import render_tenant_metrics
 

