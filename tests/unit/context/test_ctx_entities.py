@@ -106,10 +106,12 @@ def test_matches_that_give_no_span_count_toward_the_cap() -> None:
 
 
 def _corpus() -> list[str]:
-    """Prose with and without digits: the README's lines and the texts of these tests."""
+    """Prose with and without digits: the lines of the README and the docs/ pages, and the texts of these tests."""
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8").splitlines()
+    root = Path(__file__).resolve().parents[3]
+    readme = [line for page in [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+              for line in page.read_text(encoding="utf-8").splitlines()]
     own = [
         "Refund $249.99 for ORD-48213 by March 3.", "call me at +44 7970 800 2208", "My name is John Smith.",
         "mail a.b@example.com or c@d.io", "I spoke to Dr. Maria José Alvarez-Lopez yesterday", "no digits here at all",
