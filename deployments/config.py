@@ -234,7 +234,7 @@ class MemoryMigration(StrictModel):
     While it is set, every write goes to the current generation first and then to this one (a
     request is acknowledged only when both hold it); reads follow ``reads``. ``recallserve job
     reembed --live`` fills this generation with what the current one held before. See
-    README.md, "Re-embedding without downtime", for the whole roll-out.
+    docs/operations.md, "Re-embedding without downtime", for the whole roll-out.
     """
 
     generation: str = Field(pattern=_GENERATION, min_length=1,

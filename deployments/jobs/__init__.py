@@ -23,7 +23,7 @@ shards lock). The per-batch logic is the same in both modes (``run_access_job`` 
 record's content version, so a job never overwrites a write a user made after it read the
 record (those are counted as ``conflicts``). ``reembed --live`` fills the new generation of a
 memory migration (``memory.migration`` in the deployed config) while every write goes to both
-generations; see ``reembed`` and README "Re-embedding without downtime".
+generations; see ``reembed`` and docs/operations.md, "Re-embedding without downtime".
 """
 
 from typing import NamedTuple

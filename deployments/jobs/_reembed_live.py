@@ -1,6 +1,6 @@
 """``reembed --live``: fill a migration's new generation from the serving one while both serve.
 
-The roll-out (README.md, "Re-embedding without downtime") deploys a config with ``memory.migration``: the new
+The roll-out (docs/operations.md, "Re-embedding without downtime") deploys a config with ``memory.migration``: the new
 generation's embedder and shards run beside the serving ones, and the ingress writes every
 change to the serving generation first, then to the new one (``MigratingMemoryService``). What
 the serving generation held before that is copied by this job, in two passes per shard:
@@ -160,7 +160,7 @@ def run_live(opts: Any, config: Any, live: Any) -> Any:
     migration = config.memory.migration
     if migration is None:
         raise JobError("memory.migration: the config has no migration; deploy one that sets memory.migration "
-                       "(README.md, 'Re-embedding without downtime'), then run this job with that config")
+                       "(docs/operations.md, 'Re-embedding without downtime'), then run this job with that config")
     if migration.writes != "both":
         raise JobError("memory.migration.writes: the fill needs writes: both (the old generation still getting every "
                        "write); with writes: target it would copy stale records over newer ones")
@@ -210,4 +210,4 @@ def run_live(opts: Any, config: Any, live: Any) -> Any:
                      stats=stats, seconds=round(time.monotonic() - started, 3), checkpoint=None,
                      extra={"mode": "live", "from": current.name or "(unnamed)", "to": target.name, "model_id": model_id,
                             "next": "deploy migration.reads: target, then writes: target, then make "
-                                    f"{target.name!r} the only generation (README.md, 'Re-embedding without downtime')"})
+                                    f"{target.name!r} the only generation (docs/operations.md, 'Re-embedding without downtime')"})

@@ -24,7 +24,7 @@ beside the serving ones and every write goes to both; ``recallserve job reembed 
 --config that.yaml`` copies what the serving generation held before into the new one through the
 deployments (:mod:`recallserve.deployments.jobs._reembed_live`: fill and prune passes, compare-and-set,
 checkpointed). Then switch reads (``migration.reads: target``) and finally make the new
-generation the only one (README.md, "Re-embedding without downtime", has the whole roll-out).
+generation the only one (docs/operations.md, "Re-embedding without downtime", has the whole roll-out).
 The folder mode above remains for offline clusters.
 """
 

@@ -26,7 +26,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from tests.unit.edge.conftest import FixedEngine, build_app
+from tests.unit.edge.conftest import FixedEngine, assert_envelope, build_app, headers
 
 A, B = "acme", "globex"
 # Routes that hold no tenant data (and so need no cross-tenant check); every other route does.
@@ -87,3 +87,20 @@ def normalised(r: Any, *ids: str) -> tuple[int, Any]:
     for i in ids:
         text = re.sub(re.escape(i), "<id>", text)
     return r.status_code, text
+
+
+#: A question for the chat tests that need any.
+ASK = {"role": "user", "content": "Weather in Paris?"}
+
+
+def chat_with_agent_off(rig: Rig, messages: list[dict[str, Any]] | None = None, *, stream: bool = False, **extra: Any) -> Any:
+    """POST one chat turn with ``metadata.agent: off`` (``extra`` merged into the body)."""
+    body = {"model": "recallserve", "metadata": {"agent": "off"}, "messages": messages or [ASK], "stream": stream}
+    return rig.client.post("/v1/chat/completions", json={**body, **extra}, headers=headers(A))
+
+
+def refused(rig: Rig, r: Any, param: str) -> dict[str, Any]:
+    """``r`` is a 400 naming ``param`` (first in its message too) and no engine call was made."""
+    error = assert_envelope(r, 400, param)
+    assert error["message"].startswith(f"{param}: "), error
+    return error

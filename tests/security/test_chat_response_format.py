@@ -21,10 +21,9 @@ from typing import Any
 
 import pytest
 
-from tests.security.conftest import A, Rig, serving
-from tests.unit.edge.conftest import assert_envelope, headers
-
-ASK = {"role": "user", "content": "Weather in Paris?"}
+from tests.security.conftest import Rig, serving
+from tests.security.conftest import chat_with_agent_off as _chat
+from tests.security.conftest import refused as _refused
 
 
 @pytest.fixture(scope="module")
@@ -32,18 +31,6 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     """One rig for the module (no case reads another's state)."""
     with serving(tmp_path_factory.mktemp("rig")) as r:
         yield r
-
-
-def _chat(rig: Rig, messages: list[dict[str, Any]] | None = None, *, stream: bool = False, **extra: Any) -> Any:
-    body = {"model": "recallserve", "metadata": {"agent": "off"}, "messages": messages or [ASK], "stream": stream}
-    return rig.client.post("/v1/chat/completions", json={**body, **extra}, headers=headers(A))
-
-
-def _refused(rig: Rig, r: Any, param: str) -> dict[str, Any]:
-    """``r`` is a 400 naming ``param`` (first in its message too) and no engine call was made."""
-    error = assert_envelope(r, 400, param)
-    assert error["message"].startswith(f"{param}: "), error
-    return error
 
 
 # ---- response_format.json_schema ------------------------------------------------------------------
