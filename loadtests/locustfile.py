@@ -25,7 +25,7 @@ from pathlib import Path
 
 from locust import HttpUser, between, events, tag, task
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from loadtests._guard import HostRefused, check_host  # noqa: E402
 from loadtests._payloads import (  # noqa: E402

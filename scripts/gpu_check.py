@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # for `tests`; behind site-packages, where it shadows nothing
 
 #: Not on the GPU machine; the check must not need them (the FAISS baselines are skipped).
 ABSENT = ("faiss", "ray", "vllm")

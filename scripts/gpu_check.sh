@@ -47,7 +47,13 @@ OUT_DIR=${OUT:-$ROOT/gpu-check-results/$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT_DIR"
 LOG=$OUT_DIR/gpu_check.log
 exec > >(tee -a "$LOG") 2>&1
-export PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+# NOTE: the GPU machine runs the checkout without installing it. The import package `recallserve` is
+# mapped from the top-level folders (pyproject's package-dir); a folder of links gives the same names.
+# The checkout's root stays on the path, behind them, for `tests` and `scripts`.
+NS=$(mktemp -d /tmp/recallserve-ns.XXXX)
+mkdir "$NS/recallserve"
+for d in kernels memory_shards serve deployments; do ln -s "$ROOT/$d" "$NS/recallserve/$d"; done
+export PYTHONUNBUFFERED=1 PYTHONPATH="$NS:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 echo "gpu_check: mode=$MODE out=$OUT_DIR start=$(date -u +%FT%TZ)"
 
 if ! "$PY" -c "import pydantic" 2>/dev/null; then

@@ -305,7 +305,7 @@ def validate_values(helm: Path, name: str, values: list[Path], extra: list[str] 
 
 
 def main() -> int:
-    sys.path.insert(0, str(ROOT))
+    sys.path.append(str(ROOT))  # NOTE: for `scripts`; behind site-packages, where kernels/ shadows nothing
     from scripts.get_helm import HelmUnavailable, ensure_helm
 
     try:

@@ -18,7 +18,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "recallserve"
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # NOTE: for `scripts`; behind site-packages, where kernels/ shadows nothing
 
 from scripts.validate_chart import VALUE_SETS, check_rayservice, validate_values  # noqa: E402
 

@@ -46,9 +46,12 @@ def test_the_package_list_names_every_package_folder() -> None:
 
 def test_the_only_top_level_name_is_recallserve() -> None:
     """The installed distribution puts one name into site-packages: ``recallserve`` (nothing generic to shadow)."""
-    from importlib.metadata import distribution
+    import sys
+    from importlib.metadata import distributions
 
-    dist = distribution("recallserve")
+    # NOTE: the installed copy's record, not the build's egg-info that `pip install -e .` leaves in the checkout.
+    outside = [p for p in sys.path if Path(p or ".").resolve() != ROOT]
+    dist = next(iter(distributions(name="recallserve", path=outside)))
     tops = {(f.parts[0] if len(f.parts) > 1 else f.stem) for f in dist.files or []
             if not f.parts[0].endswith((".dist-info", ".pth")) and not f.parts[0].startswith("__editable__")
             and f.parts[0] not in ("..", "bin", "__pycache__")}

@@ -70,7 +70,7 @@ def test_every_profile_renders_and_round_trips(profile: str, target: str) -> Non
 @pytest.mark.parametrize("profile", list_profiles())
 def test_rendered_config_passes_ray_serve_schema(profile: str) -> None:
     pytest.importorskip("ray.serve.schema", reason="Ray Serve is not installed")
-    sys.path.insert(0, str(ROOT))
+    sys.path.append(str(ROOT))
     from scripts.validate_chart import check_serve_config
 
     text = dump_serve_config(render_serve_config(load_config(profile), target="kubernetes"))
@@ -79,7 +79,7 @@ def test_rendered_config_passes_ray_serve_schema(profile: str) -> None:
 
 def test_ray_schema_check_catches_a_misspelt_option() -> None:
     pytest.importorskip("ray.serve.schema", reason="Ray Serve is not installed")
-    sys.path.insert(0, str(ROOT))
+    sys.path.append(str(ROOT))
     from scripts.validate_chart import check_serve_config
 
     out = render_serve_config(load_config("cpu-local"))
