@@ -10,7 +10,8 @@ short transaction by a :class:`Database`. The two backends differ only here:
 - :class:`PostgresDatabase`: a ``psycopg_pool`` pool per process, so every ingress replica of a
   cluster talks to the database itself (no single replica on the path). Writers run
   ``SERIALIZABLE`` and are retried on a serialization failure (at most :data:`PG_TRIES` runs), so
-  a read-modify-write such as "next seq = message_count" behaves as under SQLite's one writer;
+  a read-modify-write such as "next seq = message_count" behaves as under SQLite's one writer
+  (a unique violation is retried too: the collision of two such writers shows as one);
   readers run ``REPEATABLE READ READ ONLY`` so a multi-query read (``snapshot``) sees one state.
 
 The stores write their SQL once, with ``?`` placeholders and the portable subset of both
@@ -261,8 +262,14 @@ class PostgresDatabase:
                             conn.execute("ROLLBACK")
                         raise
                     return out
-            except psycopg.errors.TransactionRollback:  # serialization failure or deadlock: run it again
+            except (psycopg.errors.TransactionRollback, psycopg.errors.UniqueViolation) as exc:
+                # NOTE: a serialization failure or deadlock: run it again. A unique violation too,
+                # as PostgreSQL's manual advises under SERIALIZABLE: two appends that both read
+                # message_count = n collide on the key (n, ...) before the serialization check can
+                # report it. A real duplicate is raised as itself after the last try.
                 if attempt == PG_TRIES - 1:
+                    if isinstance(exc, psycopg.errors.UniqueViolation):
+                        raise
                     raise StateUnavailableError("state database: too much contention on this record; retry") from None
                 # NOTE: jittered backoff, 2^attempt ms up to ~128 ms, so the colliding writers part.
                 time.sleep(random.uniform(0.5, 1.0) * 0.001 * 2 ** attempt)
