@@ -346,6 +346,10 @@ class MemoryConfig(StrictModel):
         return out
 
 
+#: The environment variable ``recallserve up --state-dsn`` and the Helm chart put the PostgreSQL DSN in.
+STATE_DSN_ENV = "RECALLSERVE_STATE_DSN"
+
+
 class StateDBConfig(StrictModel):
     """Where the session, experience and trace stores live: embedded SQLite (default) or PostgreSQL.
 

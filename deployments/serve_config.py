@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 import yaml
 
-from recallserve.deployments.config import AppConfig, ConfigError
+from recallserve.deployments.config import STATE_DSN_ENV, AppConfig, ConfigError
 
 __all__ = [
     "IMPORT_PATH",
@@ -59,7 +59,7 @@ IMPORT_PATH = "recallserve.deployments.app:app_builder"
 # a serve config whose memory.data_dir is elsewhere.
 DEFAULT_K8S_DATA_DIR = "/data/recallserve/memory"
 #: The variable holding the PostgreSQL DSN in the chart's pods (from the stateDatabase Secret).
-K8S_STATE_DSN_ENV = "RECALLSERVE_STATE_DSN"
+K8S_STATE_DSN_ENV = STATE_DSN_ENV
 Target = Literal["local", "kubernetes"]
 _TARGETS = ("local", "kubernetes")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 from recallserve.deployments.cli import UserError, add_profile_arguments
@@ -18,19 +19,32 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--port", type=int, default=None, help="HTTP port (default from the profile: 8000)")
     p.add_argument("--demo", action="store_true",
                    help="load the demo customer-service world (repair manual, past tickets) as shared memories")
+    p.add_argument("--state-dsn", default=None, metavar="DSN",
+                   help="keep sessions, experiences and traces in this PostgreSQL database (every ingress replica "
+                        "opens its own pool) instead of SQLite in state_dir; also $RECALLSERVE_STATE_DSN")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from recallserve.deployments.config import ConfigError, load_config
+    from recallserve.deployments.config import STATE_DSN_ENV, ConfigError, load_config
 
     server: dict[str, object] = {}
+    overrides: dict[str, object] = {}
+    if args.state_dsn:
+        # NOTE: through the environment (inherited by the local Ray's workers), never the deployment
+        # config Ray shows: the DSN carries a password.
+        os.environ[STATE_DSN_ENV] = args.state_dsn
+        overrides["state_db"] = {"dsn_env": STATE_DSN_ENV}
     if args.host:
         server["host"] = args.host
     if args.port:
         server["port"] = args.port
     try:
-        config = load_config(profile=args.profile, path=args.config, overrides={"server": server} if server else None)
+        if server:
+            overrides["server"] = server
+        config = load_config(profile=args.profile, path=args.config, overrides=overrides or None)
+        if config.state_db.enabled:
+            config.state_db.resolve()  # NOTE: a missing DSN fails here, not on every replica
     except ConfigError as exc:
         raise UserError(str(exc)) from None
 
