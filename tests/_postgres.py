@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["PG_BIN", "fresh_schema_dsn", "postgres_server"]
+__all__ = ["PG_BIN", "fresh_schema_dsn", "postgres_server", "stop_server"]
 
 PG_BIN = Path(os.environ.get("RECALLSERVE_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
@@ -63,6 +63,16 @@ def postgres_server(root: Path) -> Iterator[str]:
         subprocess.run(_as_server_user([str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]),
                        capture_output=True, timeout=60)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def stop_server(dsn: str) -> None:
+    """Stop the server of ``dsn`` at once (``pg_ctl stop -m immediate``, as a crash): a test of the outage."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        data = conn.execute("SHOW data_directory").fetchone()[0]  # type: ignore[index]
+    subprocess.run(_as_server_user([str(PG_BIN / "pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop"]),
+                   check=True, capture_output=True, timeout=60)
 
 
 def fresh_schema_dsn(dsn: str) -> str:

@@ -179,3 +179,34 @@ def test_sqlite_database_rolls_back_a_failed_write(tmp_path: Path) -> None:
         db.run(fail, write=True)
     assert db.run(lambda c: c.execute("SELECT COUNT(*) FROM t").fetchone()[0], write=False) == 0
     db.close()
+
+
+@pytest.mark.slow
+def test_a_lost_database_is_a_503_with_retry_after_through_http(tmp_path: Path) -> None:
+    """The database goes away under a running app: a session turn is a 503 in the API's envelope
+    with Retry-After (nothing half-done), never a 500 or a hang."""
+    import tempfile
+
+    from fastapi.testclient import TestClient
+
+    from recallserve.serve.statedb import PostgresDatabase
+    from tests._postgres import postgres_server, stop_server
+    from tests.unit.edge.conftest import assert_envelope, build_app, headers
+
+    with postgres_server(Path(tempfile.mkdtemp(prefix="rs-pg-"))) as dsn:
+        db = PostgresDatabase(dsn, pool_size=2, acquire_timeout_s=2.0)
+        app, memory = build_app(tmp_path, db=db)
+        body = {"model": "recallserve", "metadata": {"agent": "off", "session_id": "s1"},
+                "messages": [{"role": "user", "content": "Where is order 104208?"}]}
+        with TestClient(app, raise_server_exceptions=False) as c:
+            assert c.post("/v1/chat/completions", json=body, headers=headers("acme")).status_code == 200
+            stop_server(dsn)
+            start = time.monotonic()
+            r = c.post("/v1/chat/completions", json=body, headers=headers("acme"))
+            assert time.monotonic() - start < 30
+            error = assert_envelope(r, 503)
+            assert error["code"] == "state_unavailable" and r.headers["retry-after"] == "1"
+            assert "postgresql://" not in r.text
+        for shard_client in memory.coordinator.shards:
+            shard_client.shard.close()
+        db.close()
