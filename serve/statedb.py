@@ -201,6 +201,17 @@ def _pg_sql(sql: str) -> str:
     return sql.replace("%", "%%").replace("?", "%s")
 
 
+def _pg_params(params: Iterable[Any]) -> tuple[Any, ...]:
+    """``params`` with NUL in text replaced by U+FFFD.
+
+    NOTE: PostgreSQL's text cannot hold NUL (psycopg refuses the value: a 500), while SQLite stores
+    it. The API refuses control characters in every key (tenant, user, session and record ids), so
+    only free text (a message's content) can carry one, and it is stored with U+FFFD instead of a
+    refused write on one backend only.
+    """
+    return tuple(p.replace("\x00", "\ufffd") if isinstance(p, str) and "\x00" in p else p for p in params)
+
+
 class PgConnection:
     """A psycopg connection seen through :class:`Connection` (``?`` placeholders)."""
 
@@ -209,11 +220,11 @@ class PgConnection:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         # NOTE: params is never None: psycopg then parses the placeholders and undoubles "%%".
-        return self._conn.execute(_pg_sql(sql), tuple(params))
+        return self._conn.execute(_pg_sql(sql), _pg_params(params))
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
         cur = self._conn.cursor()
-        cur.executemany(_pg_sql(sql), [tuple(r) for r in rows])
+        cur.executemany(_pg_sql(sql), [_pg_params(r) for r in rows])
         return cur
 
 
