@@ -210,3 +210,38 @@ def test_a_lost_database_is_a_503_with_retry_after_through_http(tmp_path: Path) 
         for shard_client in memory.coordinator.shards:
             shard_client.shard.close()
         db.close()
+
+
+def test_a_state_dsn_removes_the_state_replica_and_a_missing_one_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from recallserve.deployments.app import deployment_names
+    from recallserve.deployments.config import ConfigError, load_config
+
+    assert "state" in deployment_names(load_config("cpu-local"))
+    config = load_config("cpu-local", overrides={"state_db": {"dsn_env": "RS_TEST_STATE_DSN"}})
+    assert "state" not in deployment_names(config) and "ingress" in deployment_names(config)
+    monkeypatch.delenv("RS_TEST_STATE_DSN", raising=False)
+    with pytest.raises(ConfigError, match="state_db.dsn_env: environment variable RS_TEST_STATE_DSN"):
+        config.state_db.resolve()
+    monkeypatch.setenv("RS_TEST_STATE_DSN", "postgresql://u@h/db")
+    assert config.state_db.resolve() == "postgresql://u@h/db"
+    with pytest.raises(ConfigError, match="state_db"):
+        load_config("cpu-local", overrides={"state_db": {"dsn_env": "postgresql://u:pw@h/db"}})  # a DSN is not a name
+
+
+@pytest.mark.slow
+def test_an_ingress_replica_opens_its_stores_on_postgres(postgres_dsn: str) -> None:
+    from recallserve.deployments.state import open_state_stores
+    from recallserve.serve.traces import TraceConfig
+    from tests._postgres import fresh_schema_dsn
+
+    stores, db = open_state_stores(fresh_schema_dsn(postgres_dsn), TraceConfig(max_per_tenant=5), pool_size=2)
+
+    async def scenario() -> None:
+        session = await stores.sessions.open("acme", "u1", "s1")
+        await stores.sessions.append(session, [Message(role="user", content="hello")], [[]])
+        assert [m.content for m in await stores.sessions.messages("acme", "u1", "s1")] == ["hello"]
+        assert await stores.turns.count("acme") == 0 and await stores.experiences.tenants() == []
+
+    asyncio.run(scenario())
+    assert stores.turns.config.max_per_tenant == 5
+    db.close()
