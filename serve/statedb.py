@@ -55,7 +55,7 @@ _T = TypeVar("_T")
 #: Key of the advisory lock that serialises schema migrations across processes (any fixed 64-bit int).
 MIGRATION_LOCK = 0x7265_6361_6C6C_5F31  # b"recall_1"
 #: Most runs of one write transaction under serialization failures (then 503).
-PG_TRIES = 8
+PG_TRIES = 10
 
 
 class StateUnavailableError(Exception):
@@ -260,6 +260,11 @@ class PostgresDatabase:
         import psycopg
         import psycopg_pool
 
+        # NOTE: psycopg's SerializationFailure and DeadlockDetected are OperationalErrors (not
+        # TransactionRollback's subclasses): named here, before the "unavailable" branch below.
+        errors = psycopg.errors
+        retried = (errors.SerializationFailure, errors.DeadlockDetected, errors.TransactionRollback,
+                    errors.UniqueViolation)
         begin = "BEGIN ISOLATION LEVEL SERIALIZABLE" if write else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
         for attempt in range(PG_TRIES):
             try:
@@ -273,7 +278,7 @@ class PostgresDatabase:
                             conn.execute("ROLLBACK")
                         raise
                     return out
-            except (psycopg.errors.TransactionRollback, psycopg.errors.UniqueViolation) as exc:
+            except retried as exc:
                 # NOTE: a serialization failure or deadlock: run it again. A unique violation too,
                 # as PostgreSQL's manual advises under SERIALIZABLE: two appends that both read
                 # message_count = n collide on the key (n, ...) before the serialization check can
@@ -282,7 +287,7 @@ class PostgresDatabase:
                     if isinstance(exc, psycopg.errors.UniqueViolation):
                         raise
                     raise StateUnavailableError("state database: too much contention on this record; retry") from None
-                # NOTE: jittered backoff, 2^attempt ms up to ~128 ms, so the colliding writers part.
+                # NOTE: jittered backoff, 2^attempt ms up to ~0.5 s, so the colliding writers part.
                 time.sleep(random.uniform(0.5, 1.0) * 0.001 * 2 ** attempt)
             except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
                 raise StateUnavailableError(f"state database unavailable ({type(exc).__name__}); retry") from None

@@ -155,6 +155,19 @@ def test_concurrent_appends_on_two_pools_get_unique_seqs(postgres_dsn: str) -> N
         return [m.seq for m in await sb.messages("acme", "u1", "s1")]
 
     assert asyncio.run(scenario()) == list(range(24))
+
+    async def many_sessions() -> int:
+        # NOTE: 32 sessions of one user opened at once (the opens all read that user's memory):
+        # serializable conflicts, retried, none refused.
+        async def turn(i: int) -> None:
+            store = sa if i % 2 else sb
+            session = await store.open("acme", "u1", f"many-{i}")
+            await store.append(session, [Message(role="user", content=f"hello {i}")], [[]])
+
+        await asyncio.gather(*(turn(i) for i in range(32)))
+        return sum([len(await sa.messages("acme", "u1", f"many-{i}")) for i in range(32)])
+
+    assert asyncio.run(many_sessions()) == 32
     a.close(), b.close()
 
 
