@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, PrivateAttr, SerializerFunctionWrapHandler, ValidationError, model_serializer, model_validator
 
+from recallserve.deployments._node_placement import spread
 from recallserve.deployments._ray_config import RayConfig
 from recallserve.deployments.engines import EngineConfig
 from recallserve.deployments.options import DeploymentOptions
@@ -512,7 +513,15 @@ class AppConfig(StrictModel):
                 opts[gen.embedder_deployment] = gen.embedder.deployment
             for name in gen.shard_names(self.memory.num_shards):
                 opts[name] = self.memory.deployment
+        if self.ray.nodes > 1 and self.ray.address is None:
+            # NOTE: several raylets on this host: shards spread over the workers, ingress >= 2 replicas,
+            # the rest on the head (deployments._node_placement).
+            opts = spread(opts, self.shard_deployment_names())
         return opts
+
+    def shard_deployment_names(self) -> list[str]:
+        """Names of every memory shard deployment (all generations)."""
+        return [n for gen in self.memory.generations(self.embedder) for n in gen.shard_names(self.memory.num_shards)]
 
 
 def list_profiles() -> list[str]:

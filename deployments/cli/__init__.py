@@ -34,6 +34,7 @@ def add_profile_arguments(p: argparse.ArgumentParser) -> None:
 COMMANDS: dict[str, str] = {
     "up": "recallserve.deployments.cli._up",
     "deploy": "recallserve.deployments.cli._deploy",
+    "status": "recallserve.deployments.cli._status",
     "models": "recallserve.deployments.cli._models",
     "serve-config": "recallserve.deployments.cli._serve_config",
     "demo": "recallserve.deployments.cli._demo",
