@@ -74,7 +74,7 @@ class RayConfig(StrictModel):
     nodes: int = Field(
         default=1, ge=1, le=8,
         description="Raylets the embedded Ray starts on this host: 1 = one node (ray.init); N > 1 = a head and N-1 worker "
-        "nodes on 127.0.0.1 (separate raylets, as Ray's own cluster tests run them), with the memory shards spread over "
+        "nodes on this host (separate raylets, as Ray's own cluster tests run them), with the memory shards spread over "
         "the workers and at least 2 ingress replicas (deployments.local_nodes; `recallserve up --nodes N`). For "
         "development and tests: one host is still one failure domain.",
     )

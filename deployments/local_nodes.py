@@ -1,4 +1,4 @@
-"""Several Ray nodes on one host: a head and workers, each its own raylet on 127.0.0.1.
+"""Several Ray nodes on one host: a head and workers, each its own raylet.
 
 ``recallserve up --nodes N`` (``ray.nodes: N``) starts them the way Ray's own cluster tests do
 (``ray.cluster_utils.Cluster``): one ``ray._private.node.Node`` per raylet, the workers joining the
@@ -7,6 +7,9 @@ head's GCS. The ``Cluster`` helper itself is not used because it writes the clus
 
 Each node offers the custom resources of :mod:`recallserve.deployments._node_placement`, so shards,
 ingress replicas and the rest land where the placement says. Ports are picked by Ray (0 = free).
+The raylets take the host's address as the one-node ``ray.init`` does (Ray's driver rewrites a
+127.0.0.1 GCS address to the host's, so a GCS bound to loopback only would not be found); the
+HTTP API stays on ``server.host`` (127.0.0.1), served by the head's proxy only.
 
 GCS settings (``_system_config`` of the head, read by every raylet):
 
@@ -37,7 +40,6 @@ __all__ = ["LocalNodes", "REDIS_PASSWORD_ENV"]
 log = logging.getLogger("recallserve.local_nodes")
 
 REDIS_PASSWORD_ENV = "RECALLSERVE_REDIS_PASSWORD"
-LOOPBACK = "127.0.0.1"
 WORKER_CPUS = 2.0
 """Logical CPUs of a worker node: a shard (0.25), an ingress replica or two (0.2 each), and spare."""
 _OBJECT_STORE_BYTES = 100 * 1024 * 1024
@@ -47,7 +49,7 @@ _JOIN_TIMEOUT_S = 60.0
 
 def _free_port() -> int:
     with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
+        s.bind(("", 0))
         return int(s.getsockname()[1])
 
 
@@ -92,7 +94,7 @@ class LocalNodes:
         from ray._private.parameter import RayParams
 
         return RayParams(
-            node_ip_address=LOOPBACK, num_gpus=0, object_store_memory=_OBJECT_STORE_BYTES, min_worker_port=0,
+            num_gpus=0, object_store_memory=_OBJECT_STORE_BYTES, min_worker_port=0,
             max_worker_port=0, temp_dir=str(self.temp_dir), include_dashboard=False,
             resources=node_resources(head, self.nodes, self.shard_deployments), **extra)
 
@@ -177,7 +179,8 @@ class LocalNodes:
         deadline = time.monotonic() + _JOIN_TIMEOUT_S
         while time.monotonic() < deadline:
             with socket.socket() as s:
-                if s.connect_ex((LOOPBACK, int(self.gcs_address.rsplit(":", 1)[1]))) == 0:
+                host, port = self.gcs_address.rsplit(":", 1)
+                if s.connect_ex((host, int(port))) == 0:
                     return
             time.sleep(0.2)
         raise TimeoutError(f"GCS not listening on {self.gcs_address} after {_JOIN_TIMEOUT_S:.0f} s")

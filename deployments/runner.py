@@ -21,7 +21,7 @@ from recallserve.deployments._ray_paths import ray_temp_dir
 from recallserve.deployments.config import ROLES, AppConfig
 from recallserve.deployments.engines import LlamaCppConfig
 from recallserve.deployments.jobs._live import ray_connection
-from recallserve.deployments.local_nodes import LOOPBACK, LocalNodes
+from recallserve.deployments.local_nodes import LocalNodes
 from recallserve.deployments.models import resolve_model_path
 from recallserve.serve.api.metrics import MULTIPROC_ENV
 
@@ -99,7 +99,7 @@ def _start_local_nodes(config: AppConfig, temp_dir: Path) -> None:
                        config.ray.redis_address)
     _LOCAL_NODES.append(nodes)
     nodes.start()
-    ray.init(address=nodes.gcs_address, _node_ip_address=LOOPBACK, log_to_driver=False, configure_logging=True,
+    ray.init(address=nodes.gcs_address, log_to_driver=False, configure_logging=True,
              logging_level=logging.WARNING)
 
 

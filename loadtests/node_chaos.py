@@ -46,7 +46,8 @@ if str(ROOT) not in sys.path:
 
 from loadtests._guard import check_host  # noqa: E402
 
-__all__ = ["parse_args", "classify", "pick_tenants", "outage_success", "render_markdown", "main"]
+__all__ = ["parse_args", "classify", "pick_tenants", "home_shard", "outage_success", "RedisServer", "Load", "start_load",
+           "tenant_keys_env", "kill_nodes", "gcs_outage", "verify", "summarise", "render_markdown", "main"]
 
 USER = "node-chaos"
 KEYS = ("sk-node-a", "sk-node-b")
@@ -63,10 +64,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--recovery-timeout", type=float, default=120.0, help="seconds a lost shard may take to answer")
     p.add_argument("--port", type=int, default=8019, help="HTTP port on 127.0.0.1 (not 8000: leave that to `up`)")
     p.add_argument("--seed", type=int, default=37, help="random seed of the load")
+    p.add_argument("--gcs-outage", type=float, default=0.0,
+                   help="after the kills, kill the head's GCS for this many seconds and start it again (GCS fault "
+                        "tolerance: the run starts its own redis-server on 127.0.0.1); 0 = no outage (0-300)")
     p.add_argument("--out", type=Path, default=Path("loadtests/results/node-chaos"), help="report path without suffix")
     args = p.parse_args(argv)
     for name, lo, hi in [("nodes", 3, 6), ("kills", 1, 200), ("every", 5, 300), ("recovery_timeout", 5, 600),
-                         ("port", 1024, 65535)]:
+                         ("port", 1024, 65535), ("gcs_outage", 0, 300)]:
         if not lo <= getattr(args, name) <= hi:
             p.error(f"--{name.replace('_', '-')} must be within [{lo}, {hi}], got {getattr(args, name)}")
     return args
@@ -107,6 +111,50 @@ def outage_success(records: list[dict[str, Any]], tenant: str, start: float, end
     """(answered ok, requests) of ``tenant`` that started inside [start, end]."""
     inside = [r for r in records if r["tenant"] == tenant and start <= r["t0"] <= end]
     return sum(1 for r in inside if r["ok"]), len(inside)
+
+
+class RedisServer:
+    """Debian's ``redis-server`` on 127.0.0.1 and a free port, in ``folder``, no persistence (the run's GCS tables)."""
+
+    def __init__(self, folder: Path) -> None:
+        import socket
+
+        self.folder = folder
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = int(sock.getsockname()[1])
+        self.address = f"127.0.0.1:{self.port}"
+        self.proc: Any = None
+
+    def start(self) -> None:
+        """Start it and wait until it answers PING (10 s)."""
+        import shutil
+        import socket
+        import subprocess
+
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server not found: install Debian's redis-server (scripts/system_deps.sh)")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen([binary, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.folder),
+                                      "--save", "", "--appendonly", "no", "--protected-mode", "yes"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"redis-server on {self.address} did not answer PING within 10 s")
+
+    def stop(self) -> None:
+        """Terminate it (this process started it) and wait."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
 
 
 class Load:
@@ -219,44 +267,45 @@ def render_markdown(report: dict[str, Any]) -> str:
     for kind, row in sorted(c["by_kind"].items()):
         fails = ", ".join(f"{k}: {v}" for k, v in sorted(row["failed"].items())) or "-"
         lines.append(f"| {kind} | {row['ok']} | {fails} |")
+    g = report.get("gcs_outage")
+    if g:
+        kinds = "; ".join(f"{k} {v['ok']}/{v['requests']}" for k, v in g["by_kind"].items())
+        lines += ["", "## GCS outage (GCS fault tolerance, external Redis)", "",
+                  f"The head's GCS (pid {g['gcs_pid']}) was killed and started again after {g['down_s']} s. Requests "
+                  f"started meanwhile: {g['ok']} of {g['requests']} answered ok "
+                  f"({kinds}). "
+                  f"After it returned: {g['nodes_alive_after']} nodes alive, {g['replicas_alive_after']} replicas alive."]
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    from loadtests._cluster import scratch_config
+def start_load(config: Any, port: int) -> tuple[Load, tuple[str, str], list[int], threading.Thread]:
+    """Two tenants' clients against the running cluster (keys as set by :func:`tenant_keys_env`)."""
+    tenants = pick_tenants(config.memory.num_shards)
+    homes = [home_shard(t, config.memory.num_shards) for t in tenants]
+    load = Load(check_host(f"http://127.0.0.1:{port}"), config.chat.model_name, dict(zip(tenants, KEYS)))
+    thread = threading.Thread(target=lambda: asyncio.run(load.run()), daemon=True)
+    thread.start()
+    return load, tenants, homes, thread
 
-    scratch = ROOT / ".recallserve" / time.strftime("node-chaos-%Y%m%dT%H%M%S", time.gmtime())
-    config = scratch_config(args.profile, args.port, scratch, args.model,
-                            ray={"temp_dir": str(scratch / "ray"), "nodes": args.nodes, "ingress": "proxy"})
-    base = check_host(f"http://127.0.0.1:{args.port}")
-    num_shards = config.memory.num_shards
-    tenants = pick_tenants(num_shards)
-    homes = [home_shard(t, num_shards) for t in tenants]
-    # NOTE: the replicas read the keys from the environment the raylets start with.
-    os.environ["RECALLSERVE_API_KEYS"] = ",".join(f"{k}:{t}" for k, t in zip(KEYS, tenants))
 
+def tenant_keys_env(num_shards: int) -> str:
+    """``RECALLSERVE_API_KEYS`` for the two tenants (the replicas read it from the raylets' environment)."""
+    return ",".join(f"{k}:{t}" for k, t in zip(KEYS, pick_tenants(num_shards)))
+
+
+def kill_nodes(config: Any, nodes: Any, load: Load, tenants: tuple[str, str], homes: list[int], kills: int,
+               every: float, recovery_timeout: float) -> list[dict[str, Any]]:
+    """``kills`` times: wait ``every`` s, SIGKILL the worker node holding a shard (alternating tenants), start a
+    replacement node, probe the lost shard's tenant with searches until one is answered 200."""
     import httpx
 
-    from recallserve.deployments import runner
-
-    load = Load(base, config.chat.model_name, dict(zip(tenants, KEYS)))
-    kills: list[dict[str, Any]] = []
-    runner.prepare_models(config, progress=False)
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    base = load.base
+    out: list[dict[str, Any]] = []
+    probes = {t: httpx.Client(headers={"Authorization": f"Bearer {k}"}, timeout=10.0) for t, k in zip(tenants, KEYS)}
     try:
-        runner.start_ray(config)
-        runner.deploy(config, timeout_s=900)
-        nodes = runner.local_nodes()
-        assert nodes is not None
-        thread = threading.Thread(target=lambda: asyncio.run(load.run()), daemon=True)
-        thread.start()
-        print(f"node_chaos: {args.nodes} nodes up; tenants {tenants} on shards {homes}; {args.kills} kills", flush=True)
-        probes = {t: httpx.Client(headers={"Authorization": f"Bearer {k}"}, timeout=10.0) for t, k in zip(tenants, KEYS)}
-        for i in range(args.kills):
-            time.sleep(args.every)
+        for i in range(kills):
+            time.sleep(every)
             shard_nodes = _shard_nodes(config.name)
-            victim_tenant = tenants[i % 2]
             wanted = shard_nodes.get(homes[i % 2])
             node = next((w for w in nodes.workers if nodes.node_id(w) == wanted), None)
             if node is None:  # NOTE: that shard is not placed (yet): take any worker holding a shard
@@ -268,8 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             pids = nodes.kill_worker(node)
             nodes.add_worker()
             recovery = None
-            probe_tenant = affected[0] if affected else victim_tenant
-            while time.time() - t0 < args.recovery_timeout:
+            probe_tenant = affected[0] if affected else tenants[i % 2]
+            while time.time() - t0 < recovery_timeout:
                 try:
                     if probes[probe_tenant].post(f"{base}/v1/memories/search", json={"query": "pump", "k": 3}).status_code == 200:
                         recovery = time.time() - t0
@@ -277,33 +326,60 @@ def main(argv: list[str] | None = None) -> int:
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.25)
-            end = t0 + (recovery if recovery is not None else args.recovery_timeout)
+            end = t0 + (recovery if recovery is not None else recovery_timeout)
             ok, n = outage_success(load.records, other, t0, end) if other else (0, 0)
-            kills.append({"t": t0, "shards": lost, "tenants_affected": affected, "pids": pids,
-                          "recovery_s": None if recovery is None else round(recovery, 2), "other_ok": ok, "other_requests": n})
-            print(f"node_chaos: kill {i + 1}/{args.kills}: shards {lost} ({len(pids)} processes), answered again in "
-                  f"{kills[-1]['recovery_s']} s; other tenant {ok}/{n}", flush=True)
-        time.sleep(min(args.every, 15))
-        load.stop.set()
-        thread.join(timeout=120)
-        with httpx.Client(timeout=30.0) as http:
-            writes_lost = exps_lost = 0
-            for tenant, key in zip(tenants, KEYS):
-                h = {"Authorization": f"Bearer {key}"}
-                writes_lost += sum(1 for rid in load.acked_ids[tenant]
-                                   if http.get(f"{base}/v1/memories/{rid}", headers=h).status_code != 200)
-                exps_lost += sum(1 for eid in load.acked_exps[tenant]
-                                 if http.get(f"{base}/v1/experiences/{eid}", headers=h).status_code != 200)
-            counts = {}
-            for sid, tenant_key_ in ((f"node-chaos-{t}", k) for t, k in zip(tenants, KEYS)):
-                r = http.get(f"{base}/v1/sessions/{sid}", params={"user": USER},
-                             headers={"Authorization": f"Bearer {tenant_key_}"})
-                counts[sid] = r.json().get("message_count", 0) if r.status_code == 200 else 0
+            out.append({"t": t0, "shards": lost, "tenants_affected": affected, "pids": pids,
+                        "recovery_s": None if recovery is None else round(recovery, 2), "other_ok": ok, "other_requests": n})
+            print(f"node_chaos: kill {i + 1}/{kills}: shards {lost} ({len(pids)} processes), answered again in "
+                  f"{out[-1]['recovery_s']} s; other tenant {ok}/{n}", flush=True)
     finally:
-        load.stop.set()
-        runner.shutdown()
+        for c in probes.values():
+            c.close()
+    return out
+
+
+def gcs_outage(nodes: Any, load: Load, seconds: float) -> dict[str, Any]:
+    """Kill the head's GCS for ``seconds`` under the load, start it again; the requests answered meanwhile."""
+    t0 = time.time()
+    pid = nodes.stop_gcs()
+    time.sleep(seconds)
+    t1 = time.time()
+    nodes.start_gcs()
+    inside = [r for r in load.records if t0 <= r["t0"] <= t1]
+    by_kind: dict[str, list[int]] = {}
+    for r in inside:
+        by_kind.setdefault(r["kind"], [0, 0])
+        by_kind[r["kind"]][0] += r["ok"]
+        by_kind[r["kind"]][1] += 1
+    return {"gcs_pid": pid, "down_s": round(t1 - t0, 1), "ok": sum(r["ok"] for r in inside), "requests": len(inside),
+            "by_kind": {k: {"ok": v[0], "requests": v[1]} for k, v in sorted(by_kind.items())}}
+
+
+def verify(load: Load, tenants: tuple[str, str]) -> dict[str, Any]:
+    """Read back every acknowledged memory, experience and session turn (after the load stopped)."""
+    import httpx
+
     from loadtests.chaos_run import lost_turns
 
+    writes_lost = exps_lost = 0
+    counts = {}
+    with httpx.Client(timeout=30.0) as http:
+        for tenant, key in zip(tenants, KEYS):
+            h = {"Authorization": f"Bearer {key}"}
+            writes_lost += sum(1 for rid in load.acked_ids[tenant]
+                               if http.get(f"{load.base}/v1/memories/{rid}", headers=h).status_code != 200)
+            exps_lost += sum(1 for eid in load.acked_exps[tenant]
+                             if http.get(f"{load.base}/v1/experiences/{eid}", headers=h).status_code != 200)
+            sid = f"node-chaos-{tenant}"
+            r = http.get(f"{load.base}/v1/sessions/{sid}", params={"user": USER}, headers=h)
+            counts[sid] = r.json().get("message_count", 0) if r.status_code == 200 else 0
+    return {"acked_writes": sum(map(len, load.acked_ids.values())), "writes_lost": writes_lost,
+            "acked_experiences": sum(map(len, load.acked_exps.values())), "experiences_lost": exps_lost,
+            "acked_turns": sum(load.turns.values()), "turns_lost": lost_turns(load.turns, counts), "message_counts": counts}
+
+
+def summarise(load: Load, kills: list[dict[str, Any]], lost: dict[str, Any]) -> dict[str, Any]:
+    """The report's checks: losses, failures by kind, recovery p50/max, the other tenant's success."""
     by_kind: dict[str, dict[str, Any]] = {}
     for r in load.records:
         row = by_kind.setdefault(r["kind"], {"ok": 0, "failed": {}})
@@ -313,19 +389,63 @@ def main(argv: list[str] | None = None) -> int:
             row["failed"][r["fail"]] = row["failed"].get(r["fail"], 0) + 1
     rs = [k["recovery_s"] for k in kills if k["recovery_s"] is not None]
     other_ok, other_n = sum(k["other_ok"] for k in kills), sum(k["other_requests"] for k in kills)
-    checks = {"requests": len(load.records), "failed": sum(1 for r in load.records if not r["ok"]), "by_kind": by_kind,
-              "acked_writes": sum(map(len, load.acked_ids.values())), "writes_lost": writes_lost,
-              "acked_experiences": sum(map(len, load.acked_exps.values())), "experiences_lost": exps_lost,
-              "acked_turns": sum(load.turns.values()), "turns_lost": lost_turns(load.turns, counts), "message_counts": counts,
-              "recovery_p50_s": round(statistics.median(rs), 2) if rs else None, "recovery_max_s": max(rs) if rs else None,
-              "not_recovered": len(kills) - len(rs), "other_ok": other_ok, "other_requests": other_n,
-              "other_tenant_success_pct": round(100 * other_ok / other_n, 2) if other_n else None,
-              "failure_samples": load.samples}
+    return {"requests": len(load.records), "failed": sum(1 for r in load.records if not r["ok"]), "by_kind": by_kind, **lost,
+            "recovery_p50_s": round(statistics.median(rs), 2) if rs else None, "recovery_max_s": max(rs) if rs else None,
+            "not_recovered": len(kills) - len(rs), "other_ok": other_ok, "other_requests": other_n,
+            "other_tenant_success_pct": round(100 * other_ok / other_n, 2) if other_n else None,
+            "failure_samples": load.samples}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from loadtests._cluster import scratch_config
+
+    scratch = ROOT / ".recallserve" / time.strftime("node-chaos-%Y%m%dT%H%M%S", time.gmtime())
+    redis = RedisServer(scratch / "redis") if args.gcs_outage else None
+    ray_opts: dict[str, Any] = {"temp_dir": str(scratch / "ray"), "nodes": args.nodes, "ingress": "proxy"}
+    if redis is not None:
+        ray_opts["redis_address"] = redis.address
+    config = scratch_config(args.profile, args.port, scratch, args.model, ray=ray_opts)
+    os.environ["RECALLSERVE_API_KEYS"] = tenant_keys_env(config.memory.num_shards)
+
+    from recallserve.deployments import runner
+
+    runner.prepare_models(config, progress=False)
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    gcs: dict[str, Any] | None = None
+    try:
+        if redis is not None:
+            redis.start()
+        runner.start_ray(config)
+        runner.deploy(config, timeout_s=900)
+        nodes = runner.local_nodes()
+        assert nodes is not None
+        load, tenants, homes, thread = start_load(config, args.port)
+        print(f"node_chaos: {args.nodes} nodes up; tenants {tenants} on shards {homes}; {args.kills} kills", flush=True)
+        kills = kill_nodes(config, nodes, load, tenants, homes, args.kills, args.every, args.recovery_timeout)
+        if args.gcs_outage:
+            time.sleep(5)
+            gcs = gcs_outage(nodes, load, args.gcs_outage)
+            time.sleep(10)
+            from recallserve.deployments.cluster_status import cluster_status
+
+            after = cluster_status()
+            gcs["nodes_alive_after"] = sum(n["alive"] for n in after["nodes"])
+            gcs["replicas_alive_after"] = sum(r["state"] == "ALIVE" for r in after["replicas"])
+            print(f"node_chaos: GCS down {gcs['down_s']} s: {gcs['ok']}/{gcs['requests']} answered", flush=True)
+        time.sleep(min(args.every, 15))
+        load.stop.set()
+        thread.join(timeout=120)
+        lost = verify(load, tenants)
+    finally:
+        runner.shutdown()
+        if redis is not None:
+            redis.stop()
     report = {"meta": {"started_utc": started, "profile": args.profile, "model": args.model, "nodes": args.nodes,
                        "every": args.every, "seed": args.seed, "tenants": list(tenants), "homes": homes,
                        "command": "python -m loadtests.node_chaos " + " ".join(argv if argv is not None else sys.argv[1:])},
-              "kills": kills, "checks": checks,
-              "ok": writes_lost == exps_lost == checks["turns_lost"] == 0}
+              "kills": kills, "gcs_outage": gcs, "checks": summarise(load, kills, lost)}
+    report["ok"] = lost["writes_lost"] == lost["experiences_lost"] == lost["turns_lost"] == 0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     args.out.with_suffix(".md").write_text(render_markdown(report))

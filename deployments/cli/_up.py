@@ -17,7 +17,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--host", default=None, help="bind address (default from the profile: 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="HTTP port (default from the profile: 8000)")
     p.add_argument("--nodes", type=int, default=None, metavar="N",
-                   help="start a head and N-1 worker raylets on 127.0.0.1 (development and tests): memory shards on "
+                   help="start a head and N-1 worker raylets on this host (development and tests): memory shards on "
                         "different workers, at least 2 ingress replicas, Serve's proxy on the head (ray.nodes)")
     p.add_argument("--redis-address", default=None, metavar="HOST:PORT",
                    help="with --nodes: keep the GCS's tables in this Redis (GCS fault tolerance; password from "
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         runner.prepare_models(config)
     except ModelError as exc:
         raise UserError(str(exc)) from None
-    where = f"{config.ray.nodes} Ray nodes on 127.0.0.1" if config.ray.nodes > 1 else "Ray"
+    where = f"{config.ray.nodes} Ray nodes on this host" if config.ray.nodes > 1 else "Ray"
     print(f"recallserve: starting {where} (files in {config.ray.temp_dir}) and deploying "
           f"{len(config.deployment_options())} deployments...", flush=True)
 
