@@ -253,6 +253,13 @@ def render_markdown(report: dict[str, Any]) -> str:
         rec = f"{k['recovery_s']:.1f} s" if k["recovery_s"] is not None else "not recovered"
         lines.append(f"| {i} | {', '.join(map(str, k['shards']))} | {len(k['pids'])} | {rec} | "
                      f"{k['other_ok']} / {k['other_requests']} |")
+    st = report.get("status_at_start") or {"nodes": [], "replicas": []}
+    placed = {}
+    for r in st["replicas"]:
+        placed.setdefault(r["deployment"], []).append(r["node_id"][:8] if r["node_id"] else "-")
+    roles = {n["node_id"][:8]: n["role"] for n in st["nodes"]}
+    where = {d: ", ".join(f"{nid} ({roles.get(nid, '?')})" for nid in ns) for d, ns in sorted(placed.items())}
+    lines += ["", "Placement at start (`recallserve status`): " + "; ".join(f"{d} on {w}" for d, w in where.items())]
     lines += ["", "| figure | value | target |", "|---|---:|---|",
               f"| node kills | {len(report['kills'])} | >= 10 |",
               f"| acknowledged memory writes lost | {c['writes_lost']} of {c['acked_writes']} | 0 |",
@@ -420,6 +427,10 @@ def main(argv: list[str] | None = None) -> int:
         runner.deploy(config, timeout_s=900)
         nodes = runner.local_nodes()
         assert nodes is not None
+        from recallserve.deployments.cluster_status import cluster_status, render_status
+
+        status_at_start = cluster_status()
+        print(render_status(status_at_start), flush=True)
         load, tenants, homes, thread = start_load(config, args.port)
         print(f"node_chaos: {args.nodes} nodes up; tenants {tenants} on shards {homes}; {args.kills} kills", flush=True)
         kills = kill_nodes(config, nodes, load, tenants, homes, args.kills, args.every, args.recovery_timeout)
@@ -427,8 +438,6 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(5)
             gcs = gcs_outage(nodes, load, args.gcs_outage)
             time.sleep(10)
-            from recallserve.deployments.cluster_status import cluster_status
-
             after = cluster_status()
             gcs["nodes_alive_after"] = sum(n["alive"] for n in after["nodes"])
             gcs["replicas_alive_after"] = sum(r["state"] == "ALIVE" for r in after["replicas"])
@@ -444,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"meta": {"started_utc": started, "profile": args.profile, "model": args.model, "nodes": args.nodes,
                        "every": args.every, "seed": args.seed, "tenants": list(tenants), "homes": homes,
                        "command": "python -m loadtests.node_chaos " + " ".join(argv if argv is not None else sys.argv[1:])},
-              "kills": kills, "gcs_outage": gcs, "checks": summarise(load, kills, lost)}
+              "status_at_start": status_at_start, "kills": kills, "gcs_outage": gcs, "checks": summarise(load, kills, lost)}
     report["ok"] = lost["writes_lost"] == lost["experiences_lost"] == lost["turns_lost"] == 0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
