@@ -53,6 +53,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _redis_password() -> dict[str, str]:
+    """``redis_password`` for RayParams when $RECALLSERVE_REDIS_PASSWORD is set (else Ray's default, no password)."""
+    password = os.environ.get(REDIS_PASSWORD_ENV)
+    return {"redis_password": password} if password else {}
+
+
 @contextmanager
 def _environment(env: Mapping[str, str]) -> Iterator[None]:
     """``env`` set while a node starts (its raylet, and so every worker, inherits it), then taken back."""
@@ -113,7 +119,7 @@ class LocalNodes:
             system_config["gcs_rpc_server_reconnect_timeout_s"] = _RECONNECT_S
             # NOTE: RayParams' external_addresses is [primary, shard]; one Redis serves both (Ray does the same).
             extra = {"external_addresses": [self.redis_address, self.redis_address], "num_redis_shards": 1,
-                     "gcs_server_port": _free_port(), "redis_password": os.environ.get(REDIS_PASSWORD_ENV)}
+                     "gcs_server_port": _free_port(), **_redis_password()}
         with _environment(self.env):
             self.head = Node(self._params(True, num_cpus=self.head_cpus, _system_config=system_config, **extra),
                              head=True, shutdown_at_exit=True, spawn_reaper=True)
@@ -127,7 +133,7 @@ class LocalNodes:
         from ray._private.node import Node
 
         params = self._params(False, num_cpus=WORKER_CPUS, gcs_address=self.gcs_address, include_log_monitor=False,
-                              node_manager_port=0, redis_password=os.environ.get(REDIS_PASSWORD_ENV))
+                              node_manager_port=0, **_redis_password())
         params.dashboard_agent_listen_port = None  # NOTE: Ray picks a free one (the head's is taken)
         with _environment(self.env):
             node = Node(params, head=False, shutdown_at_exit=True, spawn_reaper=True)
