@@ -35,7 +35,7 @@ from typing import Any
 
 from recallserve.deployments._node_placement import node_resources
 
-__all__ = ["LocalNodes", "REDIS_PASSWORD_ENV"]
+__all__ = ["LocalNodes", "REDIS_PASSWORD_ENV", "environment"]
 
 log = logging.getLogger("recallserve.local_nodes")
 
@@ -60,8 +60,8 @@ def _redis_password() -> dict[str, str]:
 
 
 @contextmanager
-def _environment(env: Mapping[str, str]) -> Iterator[None]:
-    """``env`` set while a node starts (its raylet, and so every worker, inherits it), then taken back."""
+def environment(env: Mapping[str, str]) -> Iterator[None]:
+    """``env`` set for the block (a raylet started inside inherits it, and so every worker), then taken back."""
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     try:
@@ -120,7 +120,7 @@ class LocalNodes:
             # NOTE: RayParams' external_addresses is [primary, shard]; one Redis serves both (Ray does the same).
             extra = {"external_addresses": [self.redis_address, self.redis_address], "num_redis_shards": 1,
                      "gcs_server_port": _free_port(), **_redis_password()}
-        with _environment(self.env):
+        with environment(self.env):
             self.head = Node(self._params(True, num_cpus=self.head_cpus, _system_config=system_config, **extra),
                              head=True, shutdown_at_exit=True, spawn_reaper=True)
         self._gcs_address = str(self.head.gcs_address)
@@ -135,7 +135,7 @@ class LocalNodes:
         params = self._params(False, num_cpus=WORKER_CPUS, gcs_address=self.gcs_address, include_log_monitor=False,
                               node_manager_port=0, **_redis_password())
         params.dashboard_agent_listen_port = None  # NOTE: Ray picks a free one (the head's is taken)
-        with _environment(self.env):
+        with environment(self.env):
             node = Node(params, head=False, shutdown_at_exit=True, spawn_reaper=True)
         ray._private.services.wait_for_node(node.gcs_address, node.plasma_store_socket_name, _JOIN_TIMEOUT_S)
         self.workers.append(node)
@@ -180,7 +180,7 @@ class LocalNodes:
 
     def start_gcs(self) -> None:
         """Start the head's GCS again on its port; it reloads its tables from Redis."""
-        with _environment(self.env):
+        with environment(self.env):
             self.head.start_gcs_server()
         deadline = time.monotonic() + _JOIN_TIMEOUT_S
         while time.monotonic() < deadline:

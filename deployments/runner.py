@@ -21,7 +21,7 @@ from recallserve.deployments._ray_paths import ray_temp_dir
 from recallserve.deployments.config import ROLES, AppConfig
 from recallserve.deployments.engines import LlamaCppConfig
 from recallserve.deployments.jobs._live import ray_connection
-from recallserve.deployments.local_nodes import LocalNodes
+from recallserve.deployments.local_nodes import LocalNodes, environment
 from recallserve.deployments.models import resolve_model_path
 from recallserve.serve.api.metrics import MULTIPROC_ENV
 
@@ -118,16 +118,8 @@ def _haproxy_ingress(config: AppConfig, temp_dir: Path) -> Iterator[None]:
     env = haproxy_env(haproxy_folder(temp_dir), config.server.host, config.ingress.queue_full_retry_after_s or 1.0,
                       config.ingress.max_ongoing_requests, config.ray.haproxy_queue_s,
                       config.ray.haproxy_request_timeout_s, haproxy_per_key_max(config))
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
+    with environment(env):
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @contextlib.contextmanager
