@@ -47,7 +47,7 @@ if str(ROOT) not in sys.path:
 from loadtests._guard import check_host  # noqa: E402
 
 __all__ = ["parse_args", "classify", "pick_tenants", "home_shard", "outage_success", "RedisServer", "Load", "start_load",
-           "tenant_keys_env", "kill_nodes", "gcs_outage", "verify", "summarise", "render_markdown", "main"]
+           "tenant_keys_env", "kill_nodes", "gcs_outage", "outage_requests", "verify", "summarise", "render_markdown", "main"]
 
 USER = "node-chaos"
 KEYS = ("sk-node-a", "sk-node-b")
@@ -242,7 +242,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     """The report as a markdown page."""
     m, c = report["meta"], report["checks"]
     lines = [f"# Node-loss chaos ({m['started_utc']})", "",
-             f"Profile {m['profile']} on {m['nodes']} raylets on 127.0.0.1 (head + {m['nodes'] - 1} workers), chat model "
+             f"Profile {m['profile']} on {m['nodes']} raylets on this host (head + {m['nodes'] - 1} workers), chat model "
              f"{m['model']}; tenants {m['tenants'][0]} (home shard {m['homes'][0]}) and {m['tenants'][1]} (home shard "
              f"{m['homes'][1]}), each a chat client and a memory client; a whole worker node SIGKILLed every {m['every']} s "
              f"and a replacement started at once, {len(report['kills'])} kills.", "",
@@ -345,21 +345,30 @@ def kill_nodes(config: Any, nodes: Any, load: Load, tenants: tuple[str, str], ho
     return out
 
 
-def gcs_outage(nodes: Any, load: Load, seconds: float) -> dict[str, Any]:
-    """Kill the head's GCS for ``seconds`` under the load, start it again; the requests answered meanwhile."""
+def gcs_outage(nodes: Any, seconds: float) -> dict[str, Any]:
+    """Kill the head's GCS for ``seconds`` (under the load), start it again; the window it was down.
+
+    Count the requests of the window with :func:`outage_requests` once the load has stopped: a request
+    started during the outage may be answered after it (a chat turn takes seconds), and only then is it
+    recorded.
+    """
     t0 = time.time()
     pid = nodes.stop_gcs()
     time.sleep(seconds)
     t1 = time.time()
     nodes.start_gcs()
-    inside = [r for r in load.records if t0 <= r["t0"] <= t1]
-    by_kind: dict[str, list[int]] = {}
+    return {"gcs_pid": pid, "t0": t0, "t1": t1, "down_s": round(t1 - t0, 1)}
+
+
+def outage_requests(records: list[dict[str, Any]], t0: float, t1: float) -> dict[str, Any]:
+    """Requests started inside [t0, t1]: answered ok / sent, in all and by kind."""
+    inside = [r for r in records if t0 <= r["t0"] <= t1]
+    by_kind: dict[str, dict[str, int]] = {}
     for r in inside:
-        by_kind.setdefault(r["kind"], [0, 0])
-        by_kind[r["kind"]][0] += r["ok"]
-        by_kind[r["kind"]][1] += 1
-    return {"gcs_pid": pid, "down_s": round(t1 - t0, 1), "ok": sum(r["ok"] for r in inside), "requests": len(inside),
-            "by_kind": {k: {"ok": v[0], "requests": v[1]} for k, v in sorted(by_kind.items())}}
+        row = by_kind.setdefault(r["kind"], {"ok": 0, "requests": 0})
+        row["ok"] += r["ok"]
+        row["requests"] += 1
+    return {"ok": sum(r["ok"] for r in inside), "requests": len(inside), "by_kind": dict(sorted(by_kind.items()))}
 
 
 def verify(load: Load, tenants: tuple[str, str]) -> dict[str, Any]:
@@ -436,16 +445,18 @@ def main(argv: list[str] | None = None) -> int:
         kills = kill_nodes(config, nodes, load, tenants, homes, args.kills, args.every, args.recovery_timeout)
         if args.gcs_outage:
             time.sleep(5)
-            gcs = gcs_outage(nodes, load, args.gcs_outage)
+            gcs = gcs_outage(nodes, args.gcs_outage)
             time.sleep(10)
             after = cluster_status()
             gcs["nodes_alive_after"] = sum(n["alive"] for n in after["nodes"])
             gcs["replicas_alive_after"] = sum(r["state"] == "ALIVE" for r in after["replicas"])
-            print(f"node_chaos: GCS down {gcs['down_s']} s: {gcs['ok']}/{gcs['requests']} answered", flush=True)
         time.sleep(min(args.every, 15))
         load.stop.set()
         thread.join(timeout=120)
         lost = verify(load, tenants)
+        if gcs is not None:
+            gcs.update(outage_requests(load.records, gcs["t0"], gcs["t1"]))
+            print(f"node_chaos: GCS down {gcs['down_s']} s: {gcs['ok']}/{gcs['requests']} answered", flush=True)
     finally:
         runner.shutdown()
         if redis is not None:

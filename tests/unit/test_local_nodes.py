@@ -92,3 +92,12 @@ def test_chaos_helpers() -> None:
     assert nc.outage_success(recs, a, 0.5, 3.0) == (1, 2)
     with pytest.raises(SystemExit):
         nc.parse_args(["--kills", "0"])
+
+
+def test_outage_requests_count_by_start_time() -> None:
+    from loadtests import node_chaos as nc
+
+    recs = [{"t0": 1.0, "kind": "turn", "ok": True}, {"t0": 5.0, "kind": "turn", "ok": False},
+            {"t0": 6.0, "kind": "write", "ok": True}, {"t0": 11.0, "kind": "write", "ok": False}]
+    assert nc.outage_requests(recs, 4.0, 10.0) == {
+        "ok": 1, "requests": 2, "by_kind": {"turn": {"ok": 0, "requests": 1}, "write": {"ok": 1, "requests": 1}}}
