@@ -75,7 +75,7 @@ def environment(env: Mapping[str, str]) -> Iterator[None]:
 
 
 class LocalNodes:
-    """A head and ``nodes - 1`` worker raylets on 127.0.0.1 (see the module docstring).
+    """A head and ``nodes - 1`` worker raylets on this host (see the module docstring).
 
     Args:
         temp_dir: Ray's temp folder (short enough for its sockets; ``_ray_paths.ray_temp_dir``).

@@ -84,7 +84,7 @@ def local_nodes() -> LocalNodes | None:
 
 
 def _start_local_nodes(config: AppConfig, temp_dir: Path) -> None:
-    """A head and ``ray.nodes - 1`` workers on 127.0.0.1 (``deployments.local_nodes``), then connect to them.
+    """A head and ``ray.nodes - 1`` workers on this host (``deployments.local_nodes``), then connect to them.
 
     The variables the one-node start sets while Ray starts (metrics folder, worker niceness, Serve's
     mode) are captured once and given to every raylet, the replacement workers included.
