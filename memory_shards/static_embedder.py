@@ -35,14 +35,6 @@ WORDLLAMA_FILES: dict[str, str] = {
 """Files of the wordllama 0.4.0.post1 wheel (relative to its package folder) and their sha256."""
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 class WordLlamaEmbedder:
     """WordLlama l2_supercat (256-d) from the ``wordllama`` wheel; weights load and are verified on first use.
 
@@ -74,7 +66,9 @@ class WordLlamaEmbedder:
                     path = root / rel
                     if not path.is_file():
                         raise FileNotFoundError(f"wordllama: {path} missing (expected in the 0.4.0.post1 wheel)")
-                    if _sha256(path) != digest:
+                    with path.open("rb") as fh:
+                        got = hashlib.file_digest(fh, "sha256").hexdigest()
+                    if got != digest:
                         raise ValueError(f"wordllama: {path} sha256 mismatch (expected {digest})")
                 # NOTE: cache_dir = the package folder, where the wheel's tokenizer sits under tokenizers/ (the
                 # package's own look-up reads tokenizer/, singular, and would go to Hugging Face); downloads off.
