@@ -167,7 +167,8 @@ class RetrievalParams(StrictModel):
                     "the packaged model) before the top k is cut; 0 = off.")
 
 class HybridHit(SearchHit):
-    """One fused result and every part of its score (``score`` is the fused RRF score, the ranking key)."""
+    """One fused result and every part of its score (``score`` is the fused RRF score, the ranking key; when the
+    learned ranker ordered the hits, ``rerank_depth`` > 0, the key is ``ranker_score``)."""
 
     dense_score: float = Field(description="Kernel score: cos x time (or the weighted mix).")
     dense_rank: int | None = Field(default=None, description="1-based rank in the dense list; None if absent.")
