@@ -1,0 +1,156 @@
+"""``/mcp``: the Model Context Protocol endpoint of the ingress (streamable HTTP, the official SDK).
+
+Transport: the SDK's :class:`StreamableHTTPSessionManager`, stateless with JSON answers (every
+POST carries its own key and needs no session affinity across ingress replicas; there is no SSE
+stream to hold). The legacy SSE transport is not served (a GET of ``/mcp`` is a 405).
+
+Each tool call is the REST route it names, run in process: :class:`~recallserve.client.AsyncRecallServe`
+over ``httpx.ASGITransport`` of this same app, with the caller's ``Authorization`` / ``api-key``
+headers. So the key check, tenancy, PII policy, bounds, admission (503 + Retry-After) and error
+messages are the route's own code, not a second copy; a route's error becomes an MCP tool error
+(``isError: true``) whose text is the route's message, never a transport failure.
+
+The request itself is authenticated at the edge (the same :class:`Authenticator`): no key, a bad
+key or two keys is the REST API's 401 envelope, before any MCP message is read. DNS-rebinding
+protection of the SDK (a Host allow-list) is off: the server is reached under names the SDK cannot
+know (a Service, a proxy), and a browser page without the API key gets the 401.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from mcp import types
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import AnyUrl
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from recallserve.client import AsyncRecallServe, RecallServeError, RetryPolicy
+from recallserve.client import _calls as calls
+from recallserve.serve.api.auth import Authenticator
+from recallserve.serve.api.errors import APIError, error_body
+from recallserve.serve.mcp._tools import TOOLS, ToolArgumentError
+
+__all__ = ["McpEndpoint", "MEMORY_URI"]
+
+#: The memory resources' URI template (``resources/read`` of ``memory://<id>``).
+MEMORY_URI = "memory://{memory_id}"
+_FORWARDED = ("authorization", "api-key")
+_INSTRUCTIONS = ("Long-term memory for this user's agent: add_memories stores facts, search_memories recalls "
+                 "them (hybrid dense + BM25), ask runs one chat turn of the recallserve agent with its memories.")
+
+
+class ToolFailed(Exception):
+    """A route's error answer, as the tool error the MCP client sees (the route's message)."""
+
+
+class McpEndpoint:
+    """The ``/mcp`` ASGI endpoint of ``app`` (mount it, and enter :meth:`running` in the app's lifespan).
+
+    Args:
+        app: the ingress app whose routes the tools call (in process).
+        auth: the app's authenticator (the same keys, checked at ``/mcp`` itself).
+        name, version: what MCP clients show of the server.
+    """
+
+    def __init__(self, app: ASGIApp, auth: Authenticator, name: str = "recallserve", version: str = "0.1.0") -> None:
+        self.auth = auth
+        self.app = app
+        self.server: Server[Any, Request] = Server(name, version=version, instructions=_INSTRUCTIONS)
+        self._api: AsyncRecallServe | None = None
+        self._manager: StreamableHTTPSessionManager | None = None
+        self._register()
+
+    def _register(self) -> None:
+        server = self.server
+
+        @server.list_tools()
+        async def list_tools() -> list[types.Tool]:
+            return [types.Tool(name=t.name, description=t.description, inputSchema=t.input_schema(),
+                               annotations=types.ToolAnnotations(readOnlyHint=t.read_only,
+                                                                 destructiveHint=t.name == "delete_memory"))
+                    for t in TOOLS.values()]
+
+        # NOTE: validate_input=False: the route validates, so the message is the REST API's own.
+        @server.call_tool(validate_input=False)
+        async def call_tool(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            tool = TOOLS.get(name)
+            if tool is None:
+                raise ToolFailed(f"name: unknown tool {name[:64]!r}; the tools are {', '.join(TOOLS)}")
+            try:
+                result = await self.api().send(tool.call(arguments), headers=self._caller_headers())
+            except (RecallServeError, ToolArgumentError) as exc:
+                raise ToolFailed(exc.message if isinstance(exc, RecallServeError) else str(exc)) from None
+            return tool.result(result)
+
+        @server.list_resource_templates()
+        async def templates() -> list[types.ResourceTemplate]:
+            return [types.ResourceTemplate(uriTemplate=MEMORY_URI, name="memory", mimeType="application/json",
+                                           description="One of the caller's memories by id, as GET /v1/memories/{id}.")]
+
+        @server.list_resources()
+        async def resources() -> list[types.Resource]:
+            # NOTE: memories are found by search, not enumerated (a tenant may hold millions).
+            return []
+
+        @server.read_resource()
+        async def read(uri: AnyUrl) -> str:
+            text = str(uri)
+            if not text.startswith("memory://") or len(text) == len("memory://"):
+                raise ValueError(f"uri: expected {MEMORY_URI}, got {text[:200]!r}")
+            try:
+                memory = await self.api().send(calls.get_memory(text.removeprefix("memory://")), headers=self._caller_headers())
+            except RecallServeError as exc:
+                raise ValueError(exc.message) from None
+            return json.dumps(memory.model_dump(mode="json"))
+
+    def api(self) -> AsyncRecallServe:
+        """The in-process client of the app's routes (while :meth:`running`)."""
+        assert self._api is not None, "McpEndpoint.running() is entered in the app's lifespan"
+        return self._api
+
+    def _caller_headers(self) -> dict[str, str]:
+        """The caller's key headers, as its ``/mcp`` request sent them (checked there already)."""
+        request = self.server.request_context.request
+        assert request is not None, "an MCP request over HTTP carries its HTTP request"
+        return {h: request.headers[h] for h in _FORWARDED if h in request.headers}
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The SDK's session manager for the app's lifetime (one per start: it runs once)."""
+        # NOTE: no retries in process: a 503 or 429 goes back to the MCP caller, which decides.
+        self._api = AsyncRecallServe("http://recallserve.internal", transport=httpx.ASGITransport(app=self.app),
+                                     retry=RetryPolicy(max_retries=0), timeout=None)
+        self._manager = StreamableHTTPSessionManager(
+            app=self.server, json_response=True, stateless=True,
+            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+        try:
+            async with self._manager.run():
+                yield
+        finally:
+            self._manager = None
+            await self._api.aclose()
+            self._api = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        try:
+            await self.auth(Request(scope, receive))
+        except APIError as exc:
+            await JSONResponse(error_body(exc.message, exc.type, exc.param, exc.code), status_code=exc.status)(
+                scope, receive, send)
+            return
+        if self._manager is None:
+            await JSONResponse(error_body("mcp: the server is starting or stopping; retry", "service_unavailable"),
+                               status_code=503, headers={"Retry-After": "1"})(scope, receive, send)
+            return
+        await self._manager.handle_request(scope, receive, send)
