@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 from mcp import types
 from mcp.server.lowlevel import Server
+from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AnyUrl
@@ -102,7 +103,7 @@ class McpEndpoint:
             return []
 
         @server.read_resource()
-        async def read(uri: AnyUrl) -> str:
+        async def read(uri: AnyUrl) -> list[ReadResourceContents]:
             text = str(uri)
             if not text.startswith("memory://") or len(text) == len("memory://"):
                 raise ValueError(f"uri: expected {MEMORY_URI}, got {text[:200]!r}")
@@ -110,7 +111,7 @@ class McpEndpoint:
                 memory = await self.api().send(calls.get_memory(text.removeprefix("memory://")), headers=self._caller_headers())
             except RecallServeError as exc:
                 raise ValueError(exc.message) from None
-            return json.dumps(memory.model_dump(mode="json"))
+            return [ReadResourceContents(json.dumps(memory.model_dump(mode="json")), "application/json")]
 
     def api(self) -> AsyncRecallServe:
         """The in-process client of the app's routes (while :meth:`running`)."""

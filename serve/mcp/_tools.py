@@ -60,10 +60,10 @@ def _ask(arguments: Mapping[str, Any]) -> Call[Any]:
 
 
 def _answer(result: Any) -> dict[str, Any]:
-    """The chat answer as the tool's result: the text, the turn id (GET /v1/turns/{id}) and the usage."""
+    """The chat answer as the tool's result: the text, the completion id and the token usage."""
     choice = result.choices[0] if result.choices else None
     return {"answer": choice.message.content if choice else "", "finish_reason": choice.finish_reason if choice else None,
-            "turn_id": result.id, "usage": result.usage.model_dump(mode="json")}
+            "id": result.id, "usage": result.usage.model_dump(mode="json")}
 
 
 @dataclass(frozen=True)
