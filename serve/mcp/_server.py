@@ -2,7 +2,8 @@
 
 Transport: the SDK's :class:`StreamableHTTPSessionManager`, stateless with JSON answers (every
 POST carries its own key and needs no session affinity across ingress replicas; there is no SSE
-stream to hold). The legacy SSE transport is not served (a GET of ``/mcp`` is a 405).
+stream to hold). The legacy SSE transport is not served, nor the optional GET stream: any method
+but POST is a 405 naming POST, which the spec lets a client read as "no server-initiated stream".
 
 Each tool call is the REST route it names, run in process: :class:`~recallserve.client.AsyncRecallServe`
 over ``httpx.ASGITransport`` of this same app, with the caller's ``Authorization`` / ``api-key``
@@ -148,6 +149,14 @@ class McpEndpoint:
             await self.auth(Request(scope, receive))
         except APIError as exc:
             await JSONResponse(error_body(exc.message, exc.type, exc.param, exc.code), status_code=exc.status)(
+                scope, receive, send)
+            return
+        if scope["method"] != "POST":
+            # NOTE: stateless, so no server-initiated message could reach a GET's stream: the spec's
+            # 405 (clients then POST only), not an SSE stream held open for nothing.
+            await JSONResponse(error_body(f"method: {scope['method'][:32]} is not allowed on /mcp (it takes POST; "
+                                          "streamable HTTP, stateless)", "invalid_request_error", "method",
+                                          "method_not_allowed"), status_code=405, headers={"allow": "POST"})(
                 scope, receive, send)
             return
         if self._manager is None:
