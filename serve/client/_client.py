@@ -18,7 +18,7 @@ import httpx
 from pydantic import BaseModel
 
 from recallserve.serve.api.chat_protocol import ChatCompletionResponse
-from recallserve.client import _calls as calls
+import recallserve.client._calls as calls
 from recallserve.client._core import DEFAULT_URL, IDEMPOTENT, Call, RetryPolicy, decode, headers_for, retry_delay, retryable_status
 from recallserve.client._errors import ConnectionFailed
 from recallserve.serve.context import SessionOut, SummaryRefreshOut

@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from recallserve.client import AsyncRecallServe, RecallServeError, RetryPolicy
-from recallserve.client import _calls as calls
+import recallserve.client._calls as calls
 from recallserve.serve.api.auth import Authenticator
 from recallserve.serve.api.errors import APIError, error_body
 from recallserve.serve.mcp._tools import TOOLS, ToolArgumentError

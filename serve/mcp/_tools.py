@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field, ValidationError
 
 from recallserve.client import Call
-from recallserve.client import _calls as calls
+import recallserve.client._calls as calls
 from recallserve.kernels import StrictModel
 from recallserve.serve.api.errors import describe_error
 from recallserve.serve.experience import SearchRequest as ExperienceSearchRequest
