@@ -46,6 +46,11 @@ def health() -> Call[dict[str, Any]]:
     return Call("GET", "/healthz", dict[str, Any])
 
 
+def metrics() -> Call[str]:
+    """Prometheus text (read as text, not JSON)."""
+    return Call("GET", "/metrics", str)
+
+
 def add_memories(memories: Sequence[MemoryIn | Mapping[str, Any]]) -> Call[AddMemoriesResponse]:
     return add_body({"memories": [_dump(m) for m in memories]})
 

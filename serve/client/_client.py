@@ -3,12 +3,14 @@
 Both send the calls of :mod:`._calls` through one httpx client each, with the retry rules of
 :mod:`._core`; their methods mirror each other one to one (the async ones are awaited), as the
 OpenAI SDK's two clients do. Streaming chat is the OpenAI SDK's job: ``openai_base_url`` is the
-address to give it (see docs/mcp.md).
+address to give it (see docs/mcp.md). ``http`` is the configured httpx client itself (base URL,
+key, pool), for what is not an API call with a model: a bench timing raw SSE chunks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -35,9 +37,11 @@ T = TypeVar("T")
 Body = Mapping[str, Any] | BaseModel
 
 
-def _client_args(base_url: str, api_key: str | None, timeout: float | httpx.Timeout,
-                 headers: Mapping[str, str] | None) -> dict[str, Any]:
-    return {"base_url": base_url.rstrip("/"), "timeout": timeout, "headers": {**headers_for(api_key), **(headers or {})}}
+def _client_args(base_url: str, api_key: str | None, timeout: float | httpx.Timeout | None,
+                 headers: Mapping[str, str] | None, limits: httpx.Limits | None, verify: ssl.SSLContext | bool) -> dict[str, Any]:
+    pool = {"limits": limits} if limits is not None else {}
+    return {"base_url": base_url.rstrip("/"), "timeout": timeout, "headers": {**headers_for(api_key), **(headers or {})},
+            "verify": verify, **pool}
 
 
 def _no_answer(call: Call[Any], exc: httpx.HTTPError) -> ConnectionFailed:
@@ -54,6 +58,8 @@ class RecallServe:
         retry: retries of 429/503 answers and of failed idempotent requests.
         transport: an httpx transport (tests, or ``httpx.ASGITransport(app)`` in process).
         headers: extra headers on every request.
+        limits: the connection pool's bounds (httpx's default: 100 connections).
+        verify: TLS verification (one ``ssl.SSLContext`` may be shared by many clients).
 
     Example:
         >>> with RecallServe(api_key="sk-local") as rs:  # doctest: +SKIP
@@ -61,10 +67,11 @@ class RecallServe:
         ...     rs.memories.search("what is E-31?", k=3).data[0].text
     """
 
-    def __init__(self, base_url: str = DEFAULT_URL, api_key: str | None = None, *, timeout: float | httpx.Timeout = 60.0,
-                 retry: RetryPolicy | None = None, transport: httpx.BaseTransport | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
-        self.http = httpx.Client(transport=transport, **_client_args(base_url, api_key, timeout, headers))
+    def __init__(self, base_url: str = DEFAULT_URL, api_key: str | None = None, *,
+                 timeout: float | httpx.Timeout | None = 60.0, retry: RetryPolicy | None = None,
+                 transport: httpx.BaseTransport | None = None, headers: Mapping[str, str] | None = None,
+                 limits: httpx.Limits | None = None, verify: ssl.SSLContext | bool = True) -> None:
+        self.http = httpx.Client(transport=transport, **_client_args(base_url, api_key, timeout, headers, limits, verify))
         self.retry = retry or RetryPolicy()
         self.openai_base_url = f"{base_url.rstrip('/')}/v1"
         self.memories = Memories(self)
@@ -72,25 +79,30 @@ class RecallServe:
         self.sessions = Sessions(self)
         self.turns = Turns(self)
 
-    def send(self, call: Call[T]) -> T:
-        """``call``'s answer as its model; retries per :attr:`retry`; raises ``RecallServeError``."""
-        for attempt in range(self.retry.max_retries + 1):
-            last = attempt == self.retry.max_retries
+    def send(self, call: Call[T], retry: RetryPolicy | None = None) -> T:
+        """``call``'s answer as its model; retries per ``retry`` (default :attr:`retry`); raises ``RecallServeError``."""
+        policy = retry or self.retry
+        for attempt in range(policy.max_retries + 1):
+            last = attempt == policy.max_retries
             try:
                 response = self.http.request(call.method, call.path, json=call.json, params=call.params or None)
             except httpx.TransportError as exc:
                 if last or call.method not in IDEMPOTENT:
                     raise _no_answer(call, exc) from exc
-                time.sleep(retry_delay(self.retry, attempt, None))
+                time.sleep(retry_delay(policy, attempt, None))
                 continue
             if last or not retryable_status(call, response.status_code):
                 return decode(call, response)
-            time.sleep(retry_delay(self.retry, attempt, response))
+            time.sleep(retry_delay(policy, attempt, response))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def health(self) -> dict[str, Any]:
         """``GET /healthz``: status, models, warm-up state."""
         return self.send(calls.health())
+
+    def metrics(self) -> str:
+        """``GET /metrics``: the Prometheus text of the replica that answered."""
+        return self.send(calls.metrics())
 
     def chat(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> ChatCompletionResponse:
         """One plain chat turn (``options``: ``max_tokens``, ``metadata``, ``user``, ...)."""
@@ -114,11 +126,11 @@ class RecallServe:
 class AsyncRecallServe:
     """Async client of a recallserve cluster; the same arguments and methods as :class:`RecallServe`, awaited."""
 
-    def __init__(self, base_url: str = DEFAULT_URL, api_key: str | None = None, *, timeout: float | httpx.Timeout = 60.0,
-                 retry: RetryPolicy | None = None, transport: httpx.AsyncBaseTransport | None = None,
-                 headers: Mapping[str, str] | None = None, limits: httpx.Limits | None = None) -> None:
-        pool = {"limits": limits} if limits is not None else {}
-        self.http = httpx.AsyncClient(transport=transport, **_client_args(base_url, api_key, timeout, headers), **pool)
+    def __init__(self, base_url: str = DEFAULT_URL, api_key: str | None = None, *,
+                 timeout: float | httpx.Timeout | None = 60.0, retry: RetryPolicy | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None, headers: Mapping[str, str] | None = None,
+                 limits: httpx.Limits | None = None, verify: ssl.SSLContext | bool = True) -> None:
+        self.http = httpx.AsyncClient(transport=transport, **_client_args(base_url, api_key, timeout, headers, limits, verify))
         self.retry = retry or RetryPolicy()
         self.openai_base_url = f"{base_url.rstrip('/')}/v1"
         self.memories = AsyncMemories(self)
@@ -126,28 +138,32 @@ class AsyncRecallServe:
         self.sessions = AsyncSessions(self)
         self.turns = AsyncTurns(self)
 
-    async def send(self, call: Call[T], headers: Mapping[str, str] | None = None) -> T:
-        """``call``'s answer as its model; retries per :attr:`retry`; raises ``RecallServeError``.
+    async def send(self, call: Call[T], headers: Mapping[str, str] | None = None, retry: RetryPolicy | None = None) -> T:
+        """``call``'s answer as its model; retries per ``retry`` (default :attr:`retry`); raises ``RecallServeError``.
 
         ``headers``: extra headers of this request alone (the MCP tools pass the caller's key).
         """
-        for attempt in range(self.retry.max_retries + 1):
-            last = attempt == self.retry.max_retries
+        policy = retry or self.retry
+        for attempt in range(policy.max_retries + 1):
+            last = attempt == policy.max_retries
             try:
                 response = await self.http.request(call.method, call.path, json=call.json, params=call.params or None,
                                                    headers=headers)
             except httpx.TransportError as exc:
                 if last or call.method not in IDEMPOTENT:
                     raise _no_answer(call, exc) from exc
-                await asyncio.sleep(retry_delay(self.retry, attempt, None))
+                await asyncio.sleep(retry_delay(policy, attempt, None))
                 continue
             if last or not retryable_status(call, response.status_code):
                 return decode(call, response)
-            await asyncio.sleep(retry_delay(self.retry, attempt, response))
+            await asyncio.sleep(retry_delay(policy, attempt, response))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def health(self) -> dict[str, Any]:
         return await self.send(calls.health())
+
+    async def metrics(self) -> str:
+        return await self.send(calls.metrics())
 
     async def chat(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> ChatCompletionResponse:
         return await self.send(calls.chat(messages, **options))

@@ -35,7 +35,7 @@ IDEMPOTENT = frozenset({"GET", "HEAD", "DELETE"})
 class RetryPolicy(StrictModel):
     """How often and how long the client retries (see the module docstring for the rules)."""
 
-    max_retries: int = Field(default=2, ge=0, le=10, description="Retries after the first try (0 = none).")
+    max_retries: int = Field(default=2, ge=0, le=100, description="Retries after the first try (0 = none).")
     backoff_s: float = Field(default=0.5, ge=0, le=60, description="Wait before the first retry without Retry-After.")
     max_backoff_s: float = Field(default=20.0, ge=0, le=600, description="Longest single wait (Retry-After included).")
 
@@ -90,6 +90,8 @@ def decode(call: Call[T], response: httpx.Response) -> T:
             body = response.text
         raise RecallServeError.from_body(response.status_code, body, response.headers.get("x-request-id"),
                                          _retry_after(response))
+    if call.result is str:
+        return response.text  # type: ignore[return-value]
     if isinstance(call.result, type) and issubclass(call.result, BaseModel):
         return call.result.model_validate_json(response.content)  # type: ignore[return-value]
     return TypeAdapter(call.result).validate_json(response.content)  # type: ignore[no-any-return]
