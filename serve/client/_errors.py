@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from recallserve.serve.api.errors import APIError
+
 __all__ = ["RecallServeError", "ConnectionFailed"]
 
 
-class RecallServeError(Exception):
-    """An error answer of the API (4xx/5xx), carrying its envelope's fields.
+class RecallServeError(APIError):
+    """An error answer of the API (4xx/5xx), carrying its envelope's fields: the server's
+    :class:`~recallserve.serve.api.errors.APIError` as the client received it.
 
     Attributes:
         status: the HTTP status (400, 401, 404, 413, 429, 503, ...).
         message: the API's message, the field first (``"query: must contain non-whitespace text"``).
-        type: the envelope's ``type`` (``invalid_request_error``, ``authentication_error``, ...).
+        type: the envelope's ``type`` (``invalid_request_error``, ``authentication_error``, ...; ``error``
+            when the answer was not the API's envelope).
         param: the field at fault, when the API named one.
         code: the envelope's ``code`` (``invalid_api_key``, ``personal_data``, ...), when given.
         request_id: the answer's ``x-request-id`` (what the server logged it under).
@@ -22,17 +26,12 @@ class RecallServeError(Exception):
 
     def __init__(self, status: int, message: str, *, type: str | None = None, param: str | None = None,
                  code: str | None = None, request_id: str | None = None, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.param = param
-        self.code = code
+        super().__init__(status, message, type=type or "error", param=param, code=code)
         self.request_id = request_id
         self.retry_after_s = retry_after_s
 
     def __str__(self) -> str:
-        return f"{self.status} {self.type or 'error'}: {self.message}"
+        return f"{self.status} {self.type}: {self.message}"
 
     @classmethod
     def from_body(cls, status: int, body: Any, request_id: str | None, retry_after_s: float | None) -> RecallServeError:
