@@ -39,6 +39,7 @@ from recallserve.client import AsyncRecallServe, RecallServeError, RetryPolicy
 import recallserve.client._calls as calls
 from recallserve.serve.api.auth import Authenticator
 from recallserve.serve.api.errors import APIError, error_body
+from recallserve.serve.api.limits import MAX_BODY_BYTES
 from recallserve.serve.mcp._tools import TOOLS, ToolArgumentError
 
 __all__ = ["McpEndpoint", "MEMORY_URI"]
@@ -61,11 +62,15 @@ class McpEndpoint:
         app: the ingress app whose routes the tools call (in process).
         auth: the app's authenticator (the same keys, checked at ``/mcp`` itself).
         name, version: what MCP clients show of the server.
+        max_body_bytes: the app's body bound, given to the SDK too (its own default is 4 MiB), so a
+            tool call carries what the REST route takes; above it the app's middleware answers the 413.
     """
 
-    def __init__(self, app: ASGIApp, auth: Authenticator, name: str = "recallserve", version: str = "0.1.0") -> None:
+    def __init__(self, app: ASGIApp, auth: Authenticator, name: str = "recallserve", version: str = "0.1.0",
+                 max_body_bytes: int = MAX_BODY_BYTES) -> None:
         self.auth = auth
         self.app = app
+        self.max_body_bytes = max_body_bytes
         self.server: Server[Any, Request] = Server(name, version=version, instructions=_INSTRUCTIONS)
         self._api: AsyncRecallServe | None = None
         self._manager: StreamableHTTPSessionManager | None = None
@@ -132,7 +137,7 @@ class McpEndpoint:
         self._api = AsyncRecallServe("http://recallserve.internal", transport=httpx.ASGITransport(app=self.app),
                                      retry=RetryPolicy(max_retries=0), timeout=None)
         self._manager = StreamableHTTPSessionManager(
-            app=self.server, json_response=True, stateless=True,
+            app=self.server, json_response=True, stateless=True, max_request_body_size=self.max_body_bytes,
             security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False))
         try:
             async with self._manager.run():

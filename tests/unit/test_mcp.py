@@ -135,3 +135,22 @@ def test_the_key_is_checked_at_the_edge_as_rest_does(tmp_path: Path) -> None:
             assert (await http.get("/mcp", headers={**headers("acme"), "accept": "text/event-stream"})).status_code == 405
 
     _run(tmp_path, flow)
+
+
+def test_a_body_over_the_bound_is_the_rest_413(tmp_path: Path) -> None:
+    app, memory = build_app(tmp_path, max_body_bytes=4096)
+
+    async def main() -> None:
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rs") as http:
+                call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                        "params": {"name": "add_memories", "arguments": {"memories": [{"text": "x" * 5000}]}}}
+                r = await http.post("/mcp", json=call, headers={**headers("acme"), "accept": "application/json, text/event-stream"})
+                rest = await http.post("/v1/memories", json=call["params"]["arguments"], headers=headers("acme"))
+                assert r.status_code == rest.status_code == 413 and r.json()["error"]["code"] == "request_too_large", r.text
+
+    try:
+        asyncio.run(main())
+    finally:
+        for shard_client in memory.coordinator.shards:
+            shard_client.shard.close()
