@@ -47,6 +47,7 @@ if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 
 from loadtests._guard import check_host  # noqa: E402
+from recallserve.client import RecallServe, RecallServeError, RetryPolicy  # noqa: E402
 
 __all__ = ["summarise", "render_markdown", "main"]
 
@@ -184,15 +185,22 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 
 def _verify(base: str, key: str, load: Load, app: str, num_shards: int, model_id: str) -> dict[str, int]:
-    import httpx
     from ray import serve
 
     missing = resurrected = 0
-    with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=60.0) as http:
+
+    def status(rs: RecallServe, rid: str) -> int:
+        try:
+            rs.memories.get(rid)
+        except RecallServeError as exc:
+            return exc.status
+        return 200
+
+    with RecallServe(base, key, timeout=60.0, retry=RetryPolicy(max_retries=0)) as rs:
         for rid in sorted(load.acked - load.deleted):
-            missing += http.get(f"{base}/v1/memories/{rid}").status_code != 200
+            missing += status(rs, rid) != 200
         for rid in sorted(load.deleted):
-            resurrected += http.get(f"{base}/v1/memories/{rid}").status_code != 404
+            resurrected += status(rs, rid) != 404
     records = wrong = 0
     for i in range(num_shards):
         shard = serve.get_deployment_handle(f"memory_shard_v2_{i}", app_name=app)
@@ -216,8 +224,6 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or ROOT / "bench-results" / time.strftime("reembed-%Y%m%dT%H%M%SZ", time.gmtime())
     out.mkdir(parents=True, exist_ok=True)
 
-    import httpx
-
     from recallserve.deployments import runner
     from recallserve.deployments.jobs._common import JobOptions, LiveOptions
     from recallserve.deployments.jobs._reembed_live import run_live
@@ -231,13 +237,11 @@ def main(argv: list[str] | None = None) -> int:
         runner.start_ray(config)
         runner.deploy(config)
         steps_done.append({"name": "start", "seconds": time.monotonic() - started})
-        with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=300.0) as http:
+        with RecallServe(base, key, timeout=300.0) as rs:
             for start in range(0, args.seed, 50):
-                body = {"memories": [{"text": f"archived ticket {i}: model {i % 23} fan noise after firmware 2.{i % 7}"}
-                                     for i in range(start, min(start + 50, args.seed))]}
-                r = http.post(f"{base}/v1/memories", json=body)
-                r.raise_for_status()
-                load.acked.update(r.json()["ids"])
+                load.acked.update(rs.memories.add([
+                    {"text": f"archived ticket {i}: model {i % 23} fan noise after firmware 2.{i % 7}"}
+                    for i in range(start, min(start + 50, args.seed))]).ids)
         print(f"reembed_check: running; {args.seed} memories seeded; {args.clients} clients start", flush=True)
         thread = threading.Thread(target=lambda: asyncio.run(load.run()), daemon=True)
         thread.start()
