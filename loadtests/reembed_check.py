@@ -47,7 +47,7 @@ if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 
 from loadtests._guard import check_host  # noqa: E402
-from recallserve.client import RecallServe, RecallServeError, RetryPolicy  # noqa: E402
+from recallserve.client import AsyncRecallServe, ConnectionFailed, RecallServe, RecallServeError, RetryPolicy  # noqa: E402
 
 __all__ = ["summarise", "render_markdown", "main"]
 
@@ -95,8 +95,7 @@ class Load:
     """Closed-loop HTTP clients; every request is recorded as (t, step, kind, status, seconds)."""
 
     def __init__(self, base: str, key: str, model: str, clients: int) -> None:
-        self.base, self.model, self.clients = base, model, clients
-        self.headers = {"Authorization": f"Bearer {key}"}
+        self.base, self.key, self.model, self.clients = base, key, model, clients
         self.step = "start"
         self.records: list[tuple[float, str, str, int, float]] = []
         self.acked: set[str] = set()
@@ -104,32 +103,30 @@ class Load:
         self.stop = threading.Event()
         self._n = 0
 
-    async def _one(self, http: Any, rng: random.Random) -> None:
+    async def _one(self, rs: AsyncRecallServe, rng: random.Random) -> None:
         self._n += 1
         n = self._n
         roll = rng.random()
         kind = "add" if roll < 0.45 or not self.acked else "delete" if roll < 0.6 else "search" if roll < 0.9 else "chat"
         start = time.monotonic()
-        status, rid = 0, None
+        status, rid = 200, None
         try:
             if kind == "add":
-                body = {"memories": [{"text": f"ticket {n}: unit {n % 17} shows error E{n % 9}; fixed by step {n % 5}"}]}
-                r = await http.post(f"{self.base}/v1/memories", json=body)
-                if r.status_code == 200:
-                    rid = r.json()["ids"][0]
+                rid = (await rs.memories.add([{"text": f"ticket {n}: unit {n % 17} shows error E{n % 9}; "
+                                                       f"fixed by step {n % 5}"}])).ids[0]
             elif kind == "delete":
                 rid = rng.choice(sorted(self.acked))
                 self.acked.discard(rid)
-                r = await http.delete(f"{self.base}/v1/memories/{rid}")
+                await rs.memories.delete(rid)
             elif kind == "search":
-                r = await http.post(f"{self.base}/v1/memories/search", json={"query": f"error E{n % 9} fix", "k": 5})
+                await rs.memories.search(f"error E{n % 9} fix", k=5)
             else:
-                r = await http.post(f"{self.base}/v1/chat/completions", json={
-                    "model": self.model, "max_tokens": 8, "messages": [{"role": "user", "content": "Say OK."}]})
-            status = r.status_code
-        except Exception as exc:  # noqa: BLE001 - a transport failure is a failed request here
+                await rs.chat([{"role": "user", "content": "Say OK."}], model=self.model, max_tokens=8)
+        except ConnectionFailed as exc:  # NOTE: no answer is a failed request here
             status = -1
-            print(f"reembed_check: {kind} failed: {type(exc).__name__}: {exc}", flush=True)
+            print(f"reembed_check: {kind} failed: {exc}", flush=True)
+        except RecallServeError as exc:
+            status = exc.status
         seconds = time.monotonic() - start
         self.records.append((time.time(), self.step, kind, status, seconds))
         if kind == "add" and rid is not None:
@@ -138,13 +135,12 @@ class Load:
             self.deleted.add(rid)
 
     async def run(self) -> None:
-        import httpx
-
         async def client(i: int) -> None:
             rng = random.Random(i)
-            async with httpx.AsyncClient(headers=self.headers, timeout=300.0) as http:
+            # NOTE: retries off: every refusal during the roll-out is counted.
+            async with AsyncRecallServe(self.base, self.key, timeout=300.0, retry=RetryPolicy(max_retries=0)) as rs:
                 while not self.stop.is_set():
-                    await self._one(http, rng)
+                    await self._one(rs, rng)
 
         await asyncio.gather(*(client(i) for i in range(self.clients)))
 
