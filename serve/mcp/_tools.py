@@ -59,11 +59,11 @@ def _ask(arguments: Mapping[str, Any]) -> Call[Any]:
     return calls.ask(a.question, session_id=a.session_id, user=a.user, max_tokens=a.max_tokens)
 
 
-def _answer(result: Any) -> dict[str, Any]:
-    """The chat answer as the tool's result: the text, the completion id and the token usage."""
-    choice = result.choices[0] if result.choices else None
-    return {"answer": choice.message.content if choice else "", "finish_reason": choice.finish_reason if choice else None,
-            "id": result.id, "usage": result.usage.model_dump(mode="json")}
+def _answer(result: dict[str, Any]) -> dict[str, Any]:
+    """The chat answer (the route's JSON) as the tool's result: the text, the completion id and the token usage."""
+    choice = result["choices"][0] if result.get("choices") else {}
+    return {"answer": (choice.get("message") or {}).get("content") or "", "finish_reason": choice.get("finish_reason"),
+            "id": result.get("id"), "usage": result.get("usage")}
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,8 @@ class Tool:
     description: str
     schema: type[BaseModel]
     call: Callable[[Mapping[str, Any]], Call[Any]]
-    result: Callable[[Any], dict[str, Any]] = lambda r: r.model_dump(mode="json")
+    #: The tool's structured result from the route's JSON answer (None: the answer as it is).
+    result: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     read_only: bool = True
 
     def input_schema(self) -> dict[str, Any]:
