@@ -45,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "bench scan-layout": "recallserve.deployments.cli._bench_scan_layout",
     "bench search-cost": "recallserve.deployments.cli._bench_search_cost",
     "bench api-search": "recallserve.deployments.cli._bench_api_search",
+    "bench mcp-search": "recallserve.deployments.cli._bench_mcp_search",
     "bench ingest": "recallserve.deployments.cli._bench_ingest",
     "bench verify": "recallserve.deployments.cli._bench_verify",
     "bench embed-gather": "recallserve.deployments.cli._bench_embed_gather",
