@@ -332,3 +332,18 @@ def test_every_ray_pod_takes_the_state_dsn_from_a_secret(helm: Path, values: lis
             assert ref["name"] in secrets and ref["key"] in secrets[ref["name"]]["data"]
         else:
             assert ref["name"] == "managed-pg" and ref["name"] not in secrets
+def test_gcs_fault_tolerance_renders_redis_address_and_password_secret(helm: Path) -> None:
+    """Issue 37: gcsFaultToleranceOptions carries the Redis address from values and the password from a Secret."""
+    on = ["--set", "gcsFaultTolerance.enabled=true", "--set", "gcsFaultTolerance.redisAddress=redis-master.redis:6379",
+          "--set", "gcsFaultTolerance.passwordSecret.name=redis-auth"]
+    proc = _template(helm, *on)
+    assert proc.returncode == 0, proc.stderr
+    (rs,) = [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "RayService"]
+    assert check_rayservice(rs) == []
+    assert rs["spec"]["rayClusterConfig"]["gcsFaultToleranceOptions"] == {
+        "redisAddress": "redis-master.redis:6379",
+        "redisPassword": {"valueFrom": {"secretKeyRef": {"name": "redis-auth", "key": "redis-password"}}}}
+    missing = _template(helm, "--set", "gcsFaultTolerance.enabled=true")
+    assert missing.returncode != 0 and "gcsFaultTolerance.redisAddress" in missing.stderr
+    (off,) = [d for d in yaml.safe_load_all(_template(helm).stdout) if d and d["kind"] == "RayService"]
+    assert "gcsFaultToleranceOptions" not in off["spec"]["rayClusterConfig"]
