@@ -59,6 +59,7 @@ from recallserve.serve.context import (
 from recallserve.serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine, set_engine_affinity
 from recallserve.serve.experience import ExperienceService, check_topic
 from recallserve.serve.memory import MemoryBackend
+from recallserve.serve.memory_api.admission import SearchAdmissionConfig
 from recallserve.serve.pii import PiiMode, apply_pii, for_write_back
 from recallserve.serve.traces import TraceRecorder
 from recallserve.serve.write_filter import WriteFilterConfig, exchange_write, speaker_name, with_speaker, worth_storing
@@ -134,6 +135,13 @@ class PipelineSettings(StrictModel):
         default=300.0, ge=0.0, le=3600.0,
         description="Seconds a starting ingress waits for its warm-up (recall path, the agent's prompt prefix in the "
         "reasoner) before it reports ready; past it the warm-up finishes in the background. 0 = do not wait.",
+    )
+    admission: SearchAdmissionConfig = Field(
+        default_factory=SearchAdmissionConfig,
+        description="Chat turns one ingress replica runs at once (max_in_flight: what the reasoner runs at once; 0 = no "
+        "bound), how many more wait (max_waiting) and for how long (max_wait_s: a turn still without a slot then "
+        "could not be served in time and is answered 503 in the API's envelope with Retry-After). Waiters queue per "
+        "tenant, round robin (serve.memory_api.admission): a key alone is never refused while it can be served in time.",
     )
     write_back: bool = Field(default=True, description="Store exchanges as memories, off the request path.")
     write_filter: WriteFilterConfig = Field(

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -33,6 +34,7 @@ from recallserve.serve.api.limits import (MAX_BODY_BYTES, BodyLimitMiddleware, c
 from recallserve.serve.api.metrics import CONTENT_TYPE_LATEST, render_metrics
 from recallserve.serve.api.observe import ObserveMiddleware
 from recallserve.serve.engine import EngineError
+from recallserve.serve.memory_api.admission import AdmissionRefused, SearchAdmission
 from recallserve.serve.mcp import McpEndpoint
 from recallserve.serve.pii import SESSION_KEY_CHARS, PersonalDataError, apply_pii, install_log_masking, mask_id
 from recallserve.serve.pipeline import ChatPipeline, RequestContext
@@ -59,6 +61,23 @@ def _stream_error(exc: Exception, request_id: str) -> dict[str, object]:
 
 _END = object()
 """The queue item :func:`_detached` puts after a stream's last chunk."""
+
+
+async def _holding(chunks: AsyncIterator[ChatCompletionChunk],
+                   held: contextlib.AsyncExitStack) -> AsyncIterator[ChatCompletionChunk]:
+    """``chunks``; ``held`` (the turn's admission slot) is given back when the stream ends or fails."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:
+        await held.aclose()
+
+
+def _refused(exc: AdmissionRefused) -> JSONResponse:
+    """A chat turn not admitted in time (``chat.admission``): 503 in the API's envelope with ``Retry-After``."""
+    return JSONResponse(error_body(f"{exc}; retry after {exc.retry_after_s:g} s", "service_unavailable", None,
+                                   "chat_overloaded"),
+                        status_code=503, headers={"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))})
 
 
 async def _detached(chunks: AsyncIterator[ChatCompletionChunk], request_id: str,
@@ -186,6 +205,7 @@ def create_app(
     """
     install_log_masking()
     background: set[asyncio.Task[None]] = set()
+    admission = SearchAdmission(pipeline.settings.admission, what="chat")
     warm = asyncio.Event()
 
     @contextlib.asynccontextmanager
@@ -246,11 +266,24 @@ def create_app(
                 body.metadata = {**body.metadata, "session_id": mask_id(body.metadata["session_id"], SESSION_KEY_CHARS)}
         ctx = RequestContext(tenant=tenant, user=user, request_id=request.state.request_id,
                              scopes=auth.scopes_for(tenant), pii=pii)
+        # NOTE: the turn waits here for one of the reasoner's slots (chat.admission), per tenant in turn, while it
+        # can still be served in time; else the API's 503 with Retry-After, not a proxy's plain-text one (issue 37).
+        held = contextlib.AsyncExitStack()
+        try:
+            await held.enter_async_context(admission.slot(tenant))
+        except AdmissionRefused as exc:
+            return _refused(exc)
         if body.stream:
-            chunks = _detached(await pipeline.stream(body, ctx), ctx.request_id, background)
+            try:
+                chunks = await pipeline.stream(body, ctx)
+            except BaseException:
+                await held.aclose()
+                raise
+            chunks = _detached(_holding(chunks, held), ctx.request_id, background)
             return StreamingResponse(_sse(chunks, ctx.request_id), media_type="text/event-stream",
                                      headers={"cache-control": "no-cache", "x-request-id": ctx.request_id})
-        return await pipeline.complete(body, ctx)
+        async with held:
+            return await pipeline.complete(body, ctx)
 
     for router in routers:
         app.include_router(router)

@@ -27,6 +27,13 @@ tenant's search was refused). The waiters queue per tenant, and
 
 So a tenant never waits behind more than one search of each other tenant, and its searches are
 refused only when it holds at least as many waiting places as any other tenant.
+
+Chat turns (issue 37): the ingress admits ``POST /v1/chat/completions`` with the same class
+(``chat.admission``, ``what="chat"``): ``max_in_flight`` = the turns the reasoner runs at once, the
+others wait (up to ``max_waiting``) while they can still be served in time (``max_wait_s``, the
+turn's admission deadline), and only then get the API's JSON 503 with ``Retry-After``. A key alone
+holds every waiting place (nobody to push it out); beyond its fair share it loses places only to
+tenants that wait less.
 """
 
 from __future__ import annotations
@@ -55,7 +62,8 @@ class SearchAdmissionConfig(StrictModel):
         description="Searches that may wait for a slot; one more is answered 503 at once.",
     )
     max_wait_s: float = Field(
-        default=0.25, gt=0, le=60, description="Longest wait for a slot; a search still waiting then is answered 503.",
+        default=0.25, gt=0, le=600,
+        description="Longest wait for a slot; a request still waiting then is answered 503 (for chats: the admission deadline).",
     )
     retry_after_s: float = Field(default=1.0, gt=0, le=300, description="Retry-After (seconds) of a refused search.")
 
@@ -77,6 +85,7 @@ class SearchAdmission:
 
     Args:
         config: the bound; ``max_in_flight`` 0 admits everything.
+        what: what is admitted, named in a refusal's message ("memory search", "chat").
 
     Example:
         >>> admission = SearchAdmission(SearchAdmissionConfig(max_in_flight=8))
@@ -84,8 +93,9 @@ class SearchAdmission:
         ...     hits = await retriever.search(...)  # doctest: +SKIP
     """
 
-    def __init__(self, config: SearchAdmissionConfig) -> None:
+    def __init__(self, config: SearchAdmissionConfig, what: str = "memory search") -> None:
         self.config = config
+        self.what = what
         self.running = 0
         self.refused = 0
         # NOTE: tenant -> its waiters, oldest first; the dict's order is the round robin (a tenant served
@@ -121,7 +131,7 @@ class SearchAdmission:
 
     def _refuse(self, reason: str) -> AdmissionRefused:
         self.refused += 1
-        return AdmissionRefused(f"memory search overloaded: {reason}", self.config.retry_after_s)
+        return AdmissionRefused(f"{self.what} overloaded: {reason}", self.config.retry_after_s)
 
     async def _acquire(self, tenant: str) -> None:
         c = self.config
@@ -157,7 +167,7 @@ class SearchAdmission:
         if not self._queues[most]:
             del self._queues[most]
         if not victim.done():  # NOTE: a done one is already leaving (its wait ran out or was cancelled)
-            victim.set_exception(self._refuse("another tenant's search took its waiting place"))
+            victim.set_exception(self._refuse(f"another tenant's {self.what} took its waiting place"))
         return True
 
     def _forget(self, tenant: str, fut: asyncio.Future[None]) -> None:
