@@ -239,7 +239,7 @@ def test_max_queued_requests_renders_ray_backpressure() -> None:
         with pytest.raises(ValueError, match="max_queued_requests"):
             DeploymentOptions(max_queued_requests=bad)
     cpu = load_config("cpu-local").deployment_options()["ingress"]
-    assert cpu.max_queued_requests == 4 and cpu.max_ongoing_requests == 16
+    assert cpu.max_queued_requests == 64 and cpu.max_ongoing_requests == 128
 
 
 def test_max_queued_requests_passes_ray_schema() -> None:

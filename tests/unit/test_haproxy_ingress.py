@@ -296,14 +296,14 @@ def test_the_variables_are_set_only_while_ray_starts(tmp_path: Path, monkeypatch
         assert len(os.environ["RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH"]) + 57 <= 97
     assert "RAY_SERVE_ENABLE_HA_PROXY" not in os.environ
     assert os.environ["RAY_SERVE_HAPROXY_BINARY_PATH"] == "/bin/true"
-    # cpu-local bounds each API key to 3/4 of the ingress's 16 slots.
-    assert "sc0_conn_cur gt 12 }" in (_haproxy.haproxy_folder(tmp_path) / "haproxy").read_text()
+    # cpu-local bounds each API key to 3/4 of the ingress's 128 slots.
+    assert "sc0_conn_cur gt 96 }" in (_haproxy.haproxy_folder(tmp_path) / "haproxy").read_text()
 
 
 def test_the_bound_per_key_follows_the_ingress_slots_and_can_be_chosen_or_turned_off() -> None:
-    assert _haproxy.haproxy_per_key_max(load_config("cpu-local")) == 12
-    assert _haproxy.haproxy_per_key_max(load_config("cpu-local", overrides={"ingress": {"num_replicas": 2}})) == 24
+    assert _haproxy.haproxy_per_key_max(load_config("cpu-local")) == 96
+    assert _haproxy.haproxy_per_key_max(load_config("cpu-local", overrides={"ingress": {"num_replicas": 2}})) == 192
     scaled = {"ingress": {"num_replicas": 4, "autoscaling": {"min_replicas": 1, "max_replicas": 4}}}
-    assert _haproxy.haproxy_per_key_max(load_config("cpu-local", overrides=scaled)) == 12  # only the minimum is sure
+    assert _haproxy.haproxy_per_key_max(load_config("cpu-local", overrides=scaled)) == 96  # only the minimum is sure
     assert _haproxy.haproxy_per_key_max(load_config("cpu-local", overrides={"ray": {"haproxy_per_key_max": 5}})) == 5
     assert _haproxy.haproxy_per_key_max(load_config("cpu-local", overrides={"ray": {"haproxy_per_key_max": 0}})) is None
