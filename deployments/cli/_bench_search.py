@@ -154,11 +154,11 @@ def _status(exc: RecallServeError) -> str:
 def refusal_kind(body: str) -> str:
     """Who refused a search: ``proxy`` (Ray Serve's backpressure text), ``haproxy_queue`` (HAProxy's queue
     timeout, a 503), ``per_key`` (HAProxy's bound on one API key's requests in flight, a 429),
-    ``memory_overloaded`` (the ingress's search admission) or ``other``."""
+    ``memory_overloaded`` (the ingress's search admission), ``chat_overloaded`` (its chat admission) or ``other``."""
     if "Request dropped due to backpressure" in body:
         return "proxy"
     for code, kind in (("ingress_unavailable", "haproxy_queue"), ("too_many_requests_in_flight", "per_key"),
-                       ("memory_overloaded", "memory_overloaded")):
+                       ("memory_overloaded", "memory_overloaded"), ("chat_overloaded", "chat_overloaded")):
         if code in body:
             return kind
     return "other"
