@@ -90,3 +90,22 @@ def test_a_waiting_turn_past_its_deadline_is_refused_and_another_tenant_is_serve
             shard.shard.close()
     assert [r.status_code for r in answers] == [200, 200, 200, 503], [r.text for r in answers]
     assert answers[3].headers["retry-after"] == "1" and answers[3].json()["error"]["code"] == "chat_overloaded"
+
+
+def test_a_streamed_turn_gives_its_slot_back_when_the_stream_ends(tmp_path: Path) -> None:
+    # NOTE: one slot and no waiting place: the second stream is answered only if the first one's slot came back.
+    admission = SearchAdmissionConfig(max_in_flight=1, max_waiting=0, max_wait_s=1, retry_after_s=1)
+    app, memory = build_app(tmp_path, engine=_engine(0.0), settings=PipelineSettings(admission=admission, write_back=False))
+
+    async def two_streams() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as client:
+            return [await client.post("/v1/chat/completions", json={**_body(i), "stream": True},
+                                      headers=headers("acme")) for i in range(2)]
+    try:
+        answers = asyncio.run(two_streams())
+    finally:
+        for shard in memory.coordinator.shards:
+            shard.shard.close()
+    assert [r.status_code for r in answers] == [200, 200], [r.text for r in answers]
+    assert all("data: [DONE]" in r.text for r in answers)
