@@ -93,7 +93,7 @@ def test_a_waiting_turn_past_its_deadline_is_refused_and_another_tenant_is_serve
 
 
 def test_a_streamed_turn_gives_its_slot_back_when_the_stream_ends(tmp_path: Path) -> None:
-    # NOTE: one slot and no waiting place: the second stream is answered only if the first one's slot came back.
+    # NOTE: one slot and no waiting place: the second stream is answered only once the first one's slot is back.
     admission = SearchAdmissionConfig(max_in_flight=1, max_waiting=0, max_wait_s=1, retry_after_s=1)
     app, memory = build_app(tmp_path, engine=_engine(0.0), settings=PipelineSettings(admission=admission, write_back=False))
 
