@@ -49,7 +49,7 @@ from recallserve.serve.agent.schemas import AgentEvent, AgentRequest, AgentResul
     TraceStep
 from recallserve.serve.agent.tools import ToolContext, ToolRegistry, ToolSet
 from recallserve.serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
-from recallserve.serve.memory import MemoryBackend, MemoryWrite
+from recallserve.serve.memory import MemoryBackend, MemoryWrite, cited_sources, derived_metadata
 from recallserve.serve.pii import apply_pii, for_write_back
 from recallserve.serve.turn import RecallConfig, Turn, render_prompt
 
@@ -522,7 +522,12 @@ class _Run:
         tools_used = ",".join(sorted({c.name for c in self.calls if c.status in ("ok", "cached")}))
         text = apply_pii(f"User asked: {self.question}\nAgent answered: {answer}", for_write_back(self.req.pii))
         digest = hashlib.sha256(f"{session}|{self.question}|{answer}".encode()).hexdigest()[:16]
-        meta: dict[str, Any] = {"tools": tools_used, "images": ",".join(u.sha256 for u in self.turn.images)}
+        # NOTE: the answer is a conclusion, stored as derived with the records it cited: the memory tier
+        # ranks it below every source record, and the chat recall shows it only beside a cited one.
+        searched = [h["id"] for c in self.calls if c.status in ("ok", "cached") and isinstance(c.result, list)
+                    for h in c.result if isinstance(h, dict) and isinstance(h.get("id"), str)]
+        meta: dict[str, Any] = {"tools": tools_used, "images": ",".join(u.sha256 for u in self.turn.images),
+                                **derived_metadata(cited_sources(answer, self.turn.memories, searched))}
         if session:
             meta["session_id"] = session
         writes.append(MemoryWrite(text=text, kind="message", source_id=f"exchange:{digest}", metadata=meta))
