@@ -98,8 +98,8 @@ class RecallConfig(StrictModel):
     )
     timeout_s: float = Field(default=10.0, gt=0, le=600, description="Deadline of the recall step; then no memories.")
     max_parts: int = Field(
-        default=3, ge=1, le=8,
-        description="Most question sentences of one message searched as parts of their own, besides the whole "
+        default=4, ge=1, le=8,
+        description="Most sentences of a message asking several questions searched as parts of their own, besides the whole "
         "message (see serve.turn.question_parts); 1 = one search of the whole message.",
     )
     max_derived: int = Field(
@@ -230,17 +230,17 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
     1. one search per query of :func:`question_parts`: the whole query, and for a compound
        question each of its parts; the source records of each list (:data:`RECALL_KINDS`, no
        write-back) get their own :func:`relevance_cut` (its best match, its ids and codes), and
-       the lists are merged: the whole query's first, then each part's in turn, no memory twice;
+       the lists are merged in turn (:func:`_merge`), no memory twice;
     2. ``config.max_derived`` > 0: the derived conclusions of the whole query's list
        (:func:`recallserve.serve.memory.is_derived`: written-back answers) above the floor are
        shown after the sources, and only when one cites a source step 1 kept: it adds what an
        earlier answer concluded from a record and never stands in for it. The same search finds
        them (one search for a one-part question).
 
-    NOTE: per part because the relevance cut assumes one topic: measured on the demo, "My BrewMaster
-    shows E42 and my GrindPro 200 grinder stops after a few seconds" kept only E42 tickets (the code
-    rule drops every memory naming no code, the grinder ticket included); its second part alone
-    recalls the grinder ticket.
+    NOTE: per part because the relevance cut assumes one topic: a message about an E42 fault and a
+    grinder that stops keeps only E42 memories (the code rule drops every memory naming no code, the
+    grinder ticket included, and the relative cut whatever is far below the best match); the
+    grinder sentence searched alone recalls its ticket.
 
     Results are cached per (tenant, query, kinds) when a cache is given (CoT 3.0: retrieval results
     are reused for minutes); an empty result is not cached (a recall made before the memories were
@@ -283,12 +283,15 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
 
 
 def _merge(lists: Sequence[Sequence[MemoryHit]]) -> list[MemoryHit]:
-    """The first list, then the others taken in turn (round robin), each memory once (by id)."""
-    out: list[MemoryHit] = list(lists[0]) if lists else []
-    seen = {h.id for h in out}
-    rest = [list(x) for x in lists[1:]]
-    for i in range(max((len(x) for x in rest), default=0)):
-        for x in rest:
+    """The lists taken in turn (round robin: every list's best before any list's second), each memory once.
+
+    NOTE: round robin, not the whole message's list first: the prompt shows memories up to
+    ``prompt_chars``, and a part's best match placed after a long list of the other part's fell out.
+    """
+    out: list[MemoryHit] = []
+    seen: set[str] = set()
+    for i in range(max((len(x) for x in lists), default=0)):
+        for x in lists:
             if i < len(x) and x[i].id not in seen:
                 seen.add(x[i].id)
                 out.append(x[i])
@@ -299,23 +302,23 @@ _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 def question_parts(query: str, max_parts: int) -> list[str]:
-    """The recall queries of ``query``: itself, plus one per question sentence when it asks several.
+    """The recall queries of ``query``: itself, plus each of its sentences when it asks several questions.
 
-    A part is one question sentence (ending in ``?``) with every sentence that is no question (what
-    the user states, the photo's OCR text): "My display flickers, batch B-2320. Has this happened
-    before? Which other orders came from that batch?" gives the whole text, "My display flickers,
-    batch B-2320. Has this happened before?" and "My display flickers, batch B-2320. Which other
-    orders came from that batch?". Statements carry the referents ("that batch", "this fault") the
-    question sentences point back to. One question sentence or fewer: ``[query]``. At most
-    ``max_parts`` parts (the first ones) besides the whole query; 1 = no parts.
+    A message with two or more question sentences (ending in ``?``) is compound; each of its
+    sentences (statements too: "it is from batch B-2320", the photo's OCR text) is searched alone
+    besides the whole message, so that every part gets its own best match, ids and codes in the
+    relevance cut; a sentence that names nothing a memory holds recalls nothing (the floor). At
+    most ``max_parts`` sentences (the first ones) besides the whole message; 1 = no parts.
+
+    NOTE: a part is one sentence, not a question with the statements before it: measured on a
+    two-topic message ("My BrewMaster shows E42. Has this happened before? My GrindPro 200 grinder
+    stops after a few seconds, why?"), a grinder part carrying the E42 statement lost the grinder
+    ticket to the topic-code rule again.
     """
     sentences = [x.strip() for x in _SENTENCE_SPLIT.split(query) if x and x.strip()]
-    asked = [i for i, x in enumerate(sentences) if x.endswith("?")]
-    if len(asked) < 2 or max_parts < 2:
+    if sum(x.endswith("?") for x in sentences) < 2 or max_parts < 2:
         return [query]
-    stated = [i for i in range(len(sentences)) if i not in asked]
-    parts = [" ".join(sentences[j] for j in sorted([*stated, i])) for i in asked[:max_parts]]
-    return [query, *parts]
+    return [query, *sentences[:max_parts]]
 
 
 def relevance_cut(
