@@ -229,8 +229,9 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
 
     1. one search per query of :func:`question_parts`: the whole query, and for a compound
        question each of its parts; the source records of each list (:data:`RECALL_KINDS`, no
-       write-back) get their own :func:`relevance_cut` (its best match, its ids and codes), and
-       the lists are merged in turn (:func:`_merge`), no memory twice;
+       write-back) get their own :func:`relevance_cut` (its best match, its ids and codes); a
+       part's memory stays only when its similarity is at least ``relative_cut`` x the best of the
+       whole message's list; the lists are merged in turn (:func:`_merge`), no memory twice;
     2. ``config.max_derived`` > 0: the derived conclusions of the whole query's list
        (:func:`recallserve.serve.memory.is_derived`: written-back answers) above the floor are
        shown after the sources, and only when one cites a source step 1 kept: it adds what an
@@ -273,6 +274,13 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
     kept = [relevance_cut([h for h in found if source(h)], config.relative_cut, floor_value, q,
                           id_pattern=id_pattern, topic_code_pattern=code_pattern)
             for q, found in zip(queries, found_lists, strict=True)]
+    if len(kept) > 1 and kept[0]:
+        # NOTE: the relative cut spans the parts: a part's memory joins when it is as close to its
+        # part as the message's own kept memories are to the message. A sentence that only sets the
+        # scene ("my espresso machine shows this error, see the photo") matches every ticket of the
+        # product loosely and brought the demo's other faults back past the photo's code.
+        bar = config.relative_cut * max(h.similarity for h in kept[0])
+        kept = [kept[0], *([h for h in part if h.similarity >= bar] for part in kept[1:])]
     hits = _merge(kept)
     sources = {h.source_id for h in hits}
     derived = [h for h in found_lists[0] if is_derived(h) and h.similarity >= floor_value and set(cites_of(h)) & sources]
