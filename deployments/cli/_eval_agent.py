@@ -119,6 +119,7 @@ async def evaluate(agent: Any, questions: list[tuple[int, dict[str, Any]]], scop
         searches = [Search(s["source"], s["ran"], tuple(s["found"])) for s in result.searches]
         row = {"n": n, "q": q["q"], "expected": q["tool"], "pass": ok, **fact_row(q, result.answer),
                "absence_unsupported": unsupported_absence(result.answer, searches, q["q"]),
+               "absence_left_out": [d for st in result.steps if st.kind == "guard" for d in st.data.get("dropped", ())],
                "searches": [(s.source, s.ran, len(s.found)) for s in searches],
                "route": result.route.model_dump(), "calls": calls, "answer": result.answer,
                "memories": [h["source_id"] for h in result.memory_hits], "elapsed_ms": result.elapsed_ms,
@@ -145,6 +146,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "no_tool_score": _share([r for r in rows if not r["expected"]]),
         "facts_passed": sum(r["facts_pass"] for r in rows), "facts_score": _share(rows, "facts_pass"),
         "absence_without_search": sum(len(r.get("absence_unsupported") or ()) for r in rows),
+        "absence_left_out": sum(len(r.get("absence_left_out") or ()) for r in rows),
         "both_score": sum(r["pass"] and r["facts_pass"] for r in rows) / max(1, len(rows)),
         "facts_failed": [{"n": r["n"], "q": r["q"], "missing": r["missing"], "forbidden": r["forbidden"]}
                          for r in rows if not r["facts_pass"]],
@@ -200,7 +202,7 @@ def _print_summary(report: dict[str, Any]) -> None:
     for name, s in report["sets"].items():
         print(f"{name}: tool choice {s['passed']}/{s['questions']} = {s['score']:.3f}; key facts "
               f"{s['facts_passed']}/{s['questions']} = {s['facts_score']:.3f}; claims of absence without a search "
-              f"{s.get('absence_without_search', 'n/a')}")
+              f"{s.get('absence_without_search', 'n/a')} (left out by the check: {s.get('absence_left_out', 'n/a')})")
         for f in s["facts_failed"]:
             print(f"  {name} #{f['n']} facts FAIL missing={f['missing']} forbidden={f['forbidden']} | {f['q'][:70]}")
 
