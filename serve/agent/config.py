@@ -50,6 +50,11 @@ class AgentConfig(StrictModel):
         "on record unless a search of the turn came back empty for it, and say so when no search ran "
         "(serve.agent.grounding).",
     )
+    quote_record: bool = Field(
+        default=True,
+        description="After the answer to a question about earlier cases or a fix, quote the best recalled record that "
+        "names the question's ids and codes (its fault and fix in its own words; serve.agent.grounding.record_note).",
+    )
     rule_replies: bool = Field(
         default=True,
         description="When the rules alone settle a direct answer (a malformed id, an action outside the tenant's "

@@ -42,7 +42,8 @@ from recallserve.serve.agent._prompts import PARTIAL_INSTRUCTION, RETRY_INSTRUCT
 from recallserve.serve.agent._protocol import FINAL_WRAPPER_TOKENS, THOUGHT_MAX_CHARS, AnswerStream, ParsedCall, ParsedStep, \
     StepParseError, is_final_only, parse_json_object, parse_step, router_schema, step_schema
 from recallserve.serve.agent.config import AgentConfig
-from recallserve.serve.agent.grounding import NOT_SEARCHED, NOT_SHOWN, Search, turn_searches, unsupported_absence
+from recallserve.serve.agent.grounding import NOT_SEARCHED, NOT_SHOWN, Search, record_note, turn_searches, \
+    unsupported_absence
 from recallserve.serve.agent.guards import AnswerCheck, mask_pii
 from recallserve.serve.agent.images import ImageDescriber
 from recallserve.serve.agent.routing import route_by_rules
@@ -50,7 +51,7 @@ from recallserve.serve.agent.schemas import AgentEvent, AgentRequest, AgentResul
     TraceStep
 from recallserve.serve.agent.tools import ToolContext, ToolRegistry, ToolSet
 from recallserve.serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
-from recallserve.serve.memory import MemoryBackend, MemoryWrite, cited_sources, derived_metadata
+from recallserve.serve.memory import MemoryBackend, MemoryWrite, cited_sources, derived_metadata, is_derived
 from recallserve.serve.pii import apply_pii, for_write_back
 from recallserve.serve.turn import RecallConfig, Turn, render_prompt
 
@@ -194,6 +195,13 @@ class _Run:
             claims = lambda sentence: bool(unsupported_absence(sentence, searches, self.question))  # noqa: E731
         return AnswerCheck("\n".join(m.content for m in messages), ids=self.cfg.check_ids,
                            repeats=self.cfg.stop_repeats, claims=claims)
+
+    def _record_note(self, answer: str) -> str:
+        """The quote of the record a history question rests on (:func:`record_note`), "" when none."""
+        if not self.cfg.quote_record:
+            return ""
+        sources = [(h.source_id, h.text) for h in self.turn.memories if not is_derived(h)]
+        return record_note(self.question, sources, answer)
 
     def _not_searched(self, step: int, check: AnswerCheck) -> AgentEvent | None:
         """After an answer whose claims of absence were left out: the trace step, and when no search
@@ -450,6 +458,9 @@ class _Run:
                 yield note
             if self._pending_note:
                 yield self._delta((" " if self._streamed.strip() else "") + self._pending_note)
+        quote = self._record_note(self._streamed) if self._streamed.strip() else ""
+        if quote:
+            yield self._delta("\n\n" + quote)
         yield self._add(1, "final", self._streamed.strip(), self._ms(t))
 
     def _reminder(self) -> str:
@@ -515,6 +526,11 @@ class _Run:
                 if check.stopped:
                     parsed.answer = check.answer or self._partial_text(check.reason)
                     yield self._guard(step, check)
+            if parsed.type == "final" and parsed.answer.strip():
+                quote = self._record_note(parsed.answer)
+                if quote:
+                    parsed.answer = f"{parsed.answer.rstrip()}\n\n{quote}"
+                    yield self._delta("\n\n" + quote)
             if parsed.type != "final":
                 yield self._add(step, "action", json.dumps([{"name": c.name, "args": c.args} for c in parsed.calls]),
                                 calls=[{"id": c.id, "name": c.name, "args": c.args} for c in parsed.calls])

@@ -8,7 +8,9 @@ from collections.abc import Sequence
 
 from recallserve.memory_shards.records import MemoryRecord
 from recallserve.serve.agent import Agent, AgentConfig, default_registry
-from recallserve.serve.agent.grounding import NOT_SEARCHED, Search, absence_claims, asked_ids, unsupported_absence
+from recallserve.serve.agent.grounding import (
+    NOT_SEARCHED, Search, absence_claims, asked_ids, record_note, unsupported_absence,
+)
 from recallserve.serve.memory import (
     CITES_KEY, DERIVED_KEY, MemoryHit, cited_sources, cites_of, derived_metadata, is_derived, sources_first,
 )
@@ -47,10 +49,24 @@ def test_a_claim_the_recall_contradicts_is_left_out_of_the_streamed_answer() -> 
                                 "the kettle was replaced.")])
     agent = Agent(eng, default_registry(), memory=memory, config=AgentConfig(max_steps=2, rule_first_call=False))
     result = run_agent(agent, "My kettle does not switch off when the water boils. Has this happened before?")
-    assert result.answer == "Ticket T-1135: the steam sensor was faulty and the kettle was replaced."
+    assert result.answer.startswith("Ticket T-1135: the steam sensor was faulty and the kettle was replaced.")
+    assert "not been fixed before" not in result.answer
     assert any(s.kind == "guard" and "absence" in s.content for s in result.steps)
     assert result.searches[0]["source"] == "recall" and result.searches[0]["ran"]
-    assert unsupported_absence(result.answer, [Search(**s) for s in result.searches], KETTLE_Q) == []
+    assert unsupported_absence(result.answer, [Search(s["source"], s["ran"], tuple(s["found"])) for s in result.searches],
+                               KETTLE_Q) == []
+
+
+def test_a_history_answer_quotes_the_record_it_rests_on() -> None:
+    memory = SubstringMemory({"ticket:T-1135": KETTLE, "ticket:T-1142": "Ticket T-1142 (batch B-2315): kettle lid; new lid sent."})
+    eng = ScriptedEngine([final("Yes, it happened before; the kettle was replaced.")])
+    agent = Agent(eng, default_registry(), memory=memory, config=AgentConfig(max_steps=2, rule_first_call=False))
+    result = run_agent(agent, "My kettle does not switch off when the water boils. Has this happened before?")
+    assert result.answer.startswith("Yes, it happened before; the kettle was replaced.\n\nRecord T-1135: Ticket T-1135")
+    assert "steam sensor" in result.answer  # the failed part, in the record's words
+    assert record_note("Where is order 104208?", [("ticket:T-1135", KETTLE)], "") == ""  # no history question
+    # a record naming none of the question's codes is not quoted (E99 is on no record)
+    assert record_note("Has E99 happened before?", [("ticket:T-1135", KETTLE)], "") == ""
 
 
 class _FailingMemory(SubstringMemory):
