@@ -14,7 +14,7 @@ from recallserve.serve.agent.grounding import (
 from recallserve.serve.memory import (
     CITES_KEY, DERIVED_KEY, MemoryHit, cited_sources, cites_of, derived_metadata, is_derived, sources_first,
 )
-from recallserve.serve.turn import question_parts
+from recallserve.serve.turn import RecallConfig, question_parts, recall_memories
 from tests.unit.agent.conftest import ScriptedEngine, SubstringMemory, final, run_agent
 
 KETTLE = ("Ticket T-1135 (Kettle 17 electric kettle, batch B-2315, opened 2025-06-30). Fault: Kettle 17 does not "
@@ -157,8 +157,6 @@ class _PartsMemory:
 
 
 def test_each_part_keeps_its_own_memories_and_a_derived_one_only_beside_its_source() -> None:
-    from recallserve.serve.turn import RecallConfig, recall_memories
-
     memory = _PartsMemory()
     q = "My BrewMaster shows E42. Has this happened before? My GrindPro 200 grinder stops after a few seconds, why?"
     hits, error = asyncio.run(recall_memories(memory, "t1", q, RecallConfig()))  # type: ignore[arg-type]
