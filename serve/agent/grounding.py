@@ -12,7 +12,8 @@ call. A search **came back empty for the question** when it ran and::
 
 and an absence claim (:func:`absence_claims`: "has not happened before", "no record of",
 "there are no other tickets", "I could not find", "this is the first time" ...) is **supported**
-when at least one search came back empty for the question (:func:`unsupported_absence`).
+when at least one search came back empty for it: for the ids and codes the claim names, or the
+question's when it names none (:func:`unsupported_absence`).
 
 The agent holds each answer sentence until it ends and leaves out an unsupported claim
 (:class:`recallserve.serve.agent.guards.AnswerCheck`); when no search ran at all, the answer says
@@ -113,11 +114,11 @@ def unsupported_absence(answer: str, searches: Sequence[Search], question: str) 
         >>> unsupported_absence("There is no record of E99.", [Search("recall", True, ("E42 fuse",))], "E99 seen?")
         []
     """
-    claims = absence_claims(answer)
-    if not claims:
-        return []
-    ids = asked_ids(question)
-    return [] if any(empty_for(s, ids) for s in searches) else claims
+    # NOTE: "for it": the ids and codes the claim names (else the question's). Measured on the compound
+    # held-out set: "error E77 has not been reported" was left out because the batch the question's
+    # other part named (B-2302) was on a recalled ticket; no search had found E77.
+    return [c for c in absence_claims(answer)
+            if not any(empty_for(s, asked_ids(c) or asked_ids(question)) for s in searches)]
 
 
 def _found(result: Any, status: str, observation: str) -> tuple[str, ...] | None:

@@ -41,6 +41,10 @@ def test_absence_claims_are_found_and_only_an_empty_search_supports_them() -> No
     # a search whose results name none of the asked ids came back empty for them
     assert asked_ids("Did we see E-99 on B-2207?") == {"E99", "B-2207"}
     assert not unsupported_absence("There is no record of E99.", [Search("recall", True, ("E42 fuse",))], "E99 seen?")
+    # "for it": the claim's own code, not another id the question names for its other part
+    batch = Search("recall", True, ("Ticket T-1095 (batch B-2302): grinder burrs",))
+    assert not unsupported_absence("Error E77 has not been reported.", [batch], "E77 ever reported? When was B-2302 made?")
+    assert unsupported_absence("It has not happened before.", [batch], "Grinder on B-2302 stops. Happened before?")
 
 
 def test_a_claim_the_recall_contradicts_is_left_out_of_the_streamed_answer() -> None:
