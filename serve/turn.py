@@ -269,7 +269,8 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
     floor_value = -1.0 if floor is None else float(floor)
     id_pattern, code_pattern = relevance_patterns(config)
     def source(h: MemoryHit) -> bool:
-        return not is_derived(h) and (config.recall_exchanges or h.kind in RECALL_KINDS)
+        # NOTE: recall_exchanges recalls the write-backs themselves, derived or not, as records.
+        return config.recall_exchanges or (not is_derived(h) and h.kind in RECALL_KINDS)
 
     kept = [relevance_cut([h for h in found if source(h)], config.relative_cut, floor_value, q,
                           id_pattern=id_pattern, topic_code_pattern=code_pattern)
@@ -283,7 +284,8 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
         kept = [kept[0], *([h for h in part if h.similarity >= bar] for part in kept[1:])]
     hits = _merge(kept)
     sources = {h.source_id for h in hits}
-    derived = [h for h in found_lists[0] if is_derived(h) and h.similarity >= floor_value and set(cites_of(h)) & sources]
+    derived = [h for h in found_lists[0] if is_derived(h) and h.similarity >= floor_value and set(cites_of(h)) & sources
+               and h.source_id not in sources]
     hits += derived[: config.max_derived]
     if cache is not None and hits:
         cache.put(key, hits)
