@@ -470,14 +470,8 @@ class _Run:
         sentence of a three-part question and ignored the recalled tickets (far above in the
         prompt); restating the question at the end, where small models attend most, fixes that.
         """
-        if not self.turn.memories:
-            return f"\n\nUsing these observations, answer every part of: {self.question[:600]}"
-        # NOTE: the record's own words: measured on the compound set (issue 40), answers that used a
-        # recalled ticket left out the part that failed or turned "reseated the cable" into "replace
-        # the cable"; the record says both, the model's paraphrase loses them.
-        return (f"\n\nUsing these observations and the recalled memories above, answer every part of: "
-                f"{self.question[:600]}\nWhere a recalled record tells how a fault was fixed, name its id and give the "
-                "part that failed and the fix in the record's own words.")
+        memories = " and the recalled memories above" if self.turn.memories else ""
+        return f"\n\nUsing these observations{memories}, answer every part of: {self.question[:600]}"
 
     def _delta(self, text: str) -> AgentEvent:
         if self.first_token_ms is None:
