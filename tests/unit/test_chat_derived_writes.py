@@ -23,6 +23,8 @@ from recallserve.serve.memory_api import MemoryService, build_router
 from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
 from recallserve.serve.write_filter import WriteFilterConfig
 
+pytestmark = pytest.mark.slow  # NOTE: the tiny real model (llama.cpp)
+
 KEY = {"Authorization": "Bearer sk-acme"}
 TICKET = "Ticket T-1121 (batch B-2320): the display flickers and goes blank. Fix: reseated the loose LCD ribbon cable."
 QUESTION = "My display flickers, batch B-2320. Has this happened before?"
