@@ -33,6 +33,8 @@ class MemoryWrite(StrictModel):
     topic: str | None = Field(default=None, description="Topic path, e.g. 'printers/jams'.")
     created_at: float | None = Field(default=None, description="Epoch seconds; default now.")
     expires_at: float | None = Field(default=None, description="Epoch seconds; default never.")
+    user: str | None = Field(default=None, min_length=1, max_length=128,
+                             description="End user who owns it (the chat request's stored `user` key); None = the tenant.")
 
 
 @runtime_checkable

@@ -285,7 +285,7 @@ class ChatPipeline:
 
         result = await self.experiences.produce(ctx.tenant, self.reasoner, turn.asked,
                                                 domain=meta.get("task_domain", "general"),
-                                                topic=meta.get("topic", "general"), prompt=render)
+                                                topic=meta.get("topic", "general"), prompt=render, user=ctx.user)
         exp = result.experience
         experience = {
             "id": exp.record.metadata.id if exp is not None else None,
@@ -497,8 +497,8 @@ class ChatPipeline:
         speaker = speaker_name(req.messages, pii)
         if agent_result is not None and self.agent is not None:
             # NOTE: the agent's exchange write is its one "message"; image units stay (their own kind).
-            writes = with_speaker([w for w in agent_result.memory_writes if kept is not None or w.kind != "message"],
-                                  speaker)
+            writes = with_speaker([w.model_copy(update={"user": ctx.user}) for w in agent_result.memory_writes
+                                   if kept is not None or w.kind != "message"], speaker)
             agent_result = agent_result.model_copy(update={"memory_writes": writes})
             self._background_task(self.agent.write_back(ctx.tenant, agent_result), "memory write-back", ctx)
             return

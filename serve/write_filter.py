@@ -178,7 +178,7 @@ def exchange_write(kept: str, *, speaker: str, user: str, request_id: str, sessi
     metadata holds the end user's id, the speaker's name (:func:`speaker_name`) and the session.
     """
     return MemoryWrite(text=apply_pii(kept, pii), kind="message", source_id=f"chat:{user}:{request_id}",
-                       metadata={"user": user, "speaker": speaker, "session_id": session})
+                       metadata={"user": user, "speaker": speaker, "session_id": session}, user=user)
 
 
 def with_speaker(writes: Sequence[MemoryWrite], speaker: str) -> list[MemoryWrite]:

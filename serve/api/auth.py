@@ -6,6 +6,7 @@ A missing or unknown key is a 401 with an OpenAI-style body.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
 
@@ -14,13 +15,18 @@ from fastapi import Request
 from recallserve.serve.api.errors import APIError
 from recallserve.serve.pii import PiiMode, PiiPolicy
 
-__all__ = ["Authenticator", "READ_ONLY_SCOPES", "RESERVED_TENANT_PREFIX"]
+__all__ = ["Authenticator", "READ_ONLY_SCOPES", "RESERVED_TENANT_PREFIX", "key_id"]
 
 #: Tenant names the server keeps for itself (the ingress's start-up recall runs as ``__warm_up__``);
 #: no API key may map to one, so no client can read or write them.
 RESERVED_TENANT_PREFIX = "__"
 #: Tool scopes a tenant gets when the auth config names none for it: read-only (least privilege).
 READ_ONLY_SCOPES: tuple[str, ...] = ("basic", "memory:read", "orders:read", "tickets:read", "inventory:read")
+
+
+def key_id(key: str) -> str:
+    """A non-secret id of an API key for audit logs: ``key_`` + 12 hex of its SHA-256."""
+    return "key_" + hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 class Authenticator:
@@ -99,4 +105,6 @@ class Authenticator:
             raise APIError(401, "invalid API key", type="authentication_error", code="invalid_api_key")
         # NOTE: read by the request metrics (serve.api.observe) for the tenant's own Health figures.
         request.state.tenant = tenant
+        # NOTE: the audit of erasures and exports names the key that asked by this id, never the key.
+        request.state.key_id = key_id(key)
         return tenant

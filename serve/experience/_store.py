@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from recallserve.serve.erasure.sqlite import checkpoint, harden
 from recallserve.serve.experience._schema import ExperienceRecord, Tier
 
 __all__ = ["StoredRow", "ExperienceStore"]
@@ -101,6 +102,7 @@ class ExperienceStore:
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        harden(self._db)
         self._db.executescript(_SCHEMA)
 
     def close(self) -> None:
@@ -199,6 +201,37 @@ class ExperienceStore:
         with self._lock:
             cur = self._db.execute("DELETE FROM experiences WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
         return cur.rowcount
+
+    @staticmethod
+    def _owner_where(tenant: str, user: str | None) -> tuple[str, tuple[str, ...]]:
+        # NOTE: the owner lives in the record's JSON (metadata.user); the tenant's index narrows first.
+        if user is None:
+            return "tenant = ?", (tenant,)
+        return "tenant = ? AND json_extract(record, '$.metadata.user') = ?", (tenant, user)
+
+    @_in_thread
+    def erase_user(self, tenant: str, user: str | None) -> dict[str, object]:
+        """Delete every record of ``user`` (None: of the whole tenant), then truncate the SQLite WAL.
+
+        Returns:
+            ``{"experiences": rows deleted, "ids": their ids}`` (the ids find their memory segments,
+            source ids ``experience:<id>:<segment>``, written before a record carried its owner).
+        """
+        where, args = self._owner_where(tenant, user)
+        with self._lock:
+            ids = [r[0] for r in self._db.execute(f"SELECT id FROM experiences WHERE {where}", args)]
+            n = self._db.execute(f"DELETE FROM experiences WHERE {where}", args).rowcount
+            checkpoint(self._db)
+        return {"experiences": n, "ids": ids}
+
+    @_in_thread
+    def export_user(self, tenant: str, user: str | None) -> dict[str, Any]:
+        """Every record :meth:`erase_user` would delete, with its tier and use count, oldest first."""
+        where, args = self._owner_where(tenant, user)
+        with self._lock:
+            rows = self._db.execute(f"SELECT tier, use_count, record FROM experiences WHERE {where} "
+                                    "ORDER BY created_at, id", args).fetchall()
+        return {"experiences": [{"tier": t, "use_count": int(u), "record": json.loads(r)} for t, u, r in rows]}
 
     @_in_thread
     def tenants(self) -> list[str]:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from recallserve.serve.erasure.sqlite import checkpoint, harden
 from recallserve.serve.traces._models import TraceConfig, TraceNotFoundError, TraceSession, TraceSummary, TurnTrace
 
 __all__ = ["TraceStore", "MAX_LIST"]
@@ -68,6 +69,7 @@ class TraceStore:
         with self._lock:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
+            harden(self._conn)
             for stmt in _SCHEMA:
                 self._conn.execute(stmt)
 
@@ -159,6 +161,32 @@ class TraceStore:
                                         last_at=r["created_at"], last_turn_id=r["id"], mode=context.get("mode"),
                                         breakdown=context.get("breakdown") or {}))
             return out
+
+        return await self._call(fn)
+
+    async def erase_user(self, tenant: str, user: str | None) -> dict[str, int]:
+        """Delete every trace of ``user`` (None: of the whole tenant), then truncate the SQLite WAL.
+
+        A trace holds the turn's question, answer, recalled memories and rendered prompt: all of
+        it goes with the row. Returns ``{"turns": rows deleted}``.
+        """
+        where, args = ("tenant = ?", (tenant,)) if user is None else ("tenant = ? AND user_id = ?", (tenant, user))
+        n = await self._call(lambda c: c.execute(f"DELETE FROM turns WHERE {where}", args).rowcount, write=True)
+
+        def truncate() -> None:
+            with self._lock:
+                checkpoint(self._conn)
+
+        await asyncio.to_thread(truncate)
+        return {"turns": n}
+
+    async def export_user(self, tenant: str, user: str | None) -> dict[str, Any]:
+        """Every trace :meth:`erase_user` would delete (expired ones not yet pruned included), oldest first."""
+        where, args = ("tenant = ?", (tenant,)) if user is None else ("tenant = ? AND user_id = ?", (tenant, user))
+
+        def fn(conn: sqlite3.Connection) -> dict[str, Any]:
+            rows = conn.execute(f"SELECT body FROM turns WHERE {where} ORDER BY created_at", args).fetchall()
+            return {"turns": [json.loads(r["body"]) for r in rows]}
 
         return await self._call(fn)
 
