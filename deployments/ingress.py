@@ -30,6 +30,8 @@ from recallserve.serve.agent import Agent, default_registry
 from recallserve.serve.agent.demo import load_demo_memories
 from recallserve.serve.context import ContextManager, LLMSummariser, SessionStore
 from recallserve.serve.context import build_router as build_session_router
+from recallserve.serve.erasure import ErasureLog, ErasureService, OwnedStore
+from recallserve.serve.erasure import build_router as build_erasure_router
 from recallserve.serve.experience import ExperienceService, ExperienceStore
 from recallserve.serve.experience import build_router as build_experience_router
 from recallserve.serve.memory_api import MemoryService, SearchRequest
@@ -147,6 +149,10 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
                                     pii_for=auth.pii_for, rewriter=engines["router"])
     # NOTE: one trace file for every replica, on the state deployment (as the sessions).
     traces = TraceRecorder(cast(TraceStore, RemoteStore(state, "turns")), config.traces)
+    erasure = ErasureService(cast(ErasureLog, RemoteStore(state, "erasures")), backend.coordinators(), {
+        "sessions": cast(OwnedStore, RemoteStore(state, "sessions")),
+        "experiences": cast(OwnedStore, RemoteStore(state, "experiences")),
+        "turns": cast(OwnedStore, RemoteStore(state, "turns"))})
     pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=config.chat, memory=backend, context=context,
                             agent=agent, experiences=experiences, traces=traces)
 
@@ -174,8 +180,16 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
             seconds = await agent.warm_up(config.auth.default_scopes)
             log.info("agent prompt prefix warmed in %.1f s", seconds)
 
-    app = create_app(pipeline, auth, health=health, on_startup=[warm_up], startup_wait_s=config.chat.warm_up_wait_s,
+    async def resume_erasures() -> None:
+        # NOTE: every ingress replica resumes the unfinished ones: each step is idempotent.
+        started = await erasure.resume()
+        if started:
+            log.info("resumed %d unfinished erasures", started)
+
+    app = create_app(pipeline, auth, health=health, on_startup=[warm_up, resume_erasures],
+                     startup_wait_s=config.chat.warm_up_wait_s,
                      routers=[build_memory_router(backend, auth), build_experience_router(experiences, auth),
                               build_session_router(context, auth), build_turn_router(traces.store, auth),
-                              build_console_router(auth, tenant_records(backend.coordinator.stats))])
+                              build_console_router(auth, tenant_records(backend.coordinator.stats)),
+                              build_erasure_router(erasure, auth)])
     return app, backend

@@ -37,6 +37,7 @@ from recallserve.deployments._placement import PlacementInfo
 from recallserve.serve.api.errors import APIError
 from recallserve.serve.api.metrics import STATE_CALL
 from recallserve.serve.context import SessionStore
+from recallserve.serve.erasure import ErasureLog
 from recallserve.serve.experience import ExperienceStore
 from recallserve.serve.traces import TraceConfig, TraceStore
 
@@ -44,7 +45,7 @@ __all__ = ["LOCK_WAIT_S", "STORE_METHODS", "RemoteStore", "StateStore", "StoreNa
 
 log = logging.getLogger(__name__)
 
-StoreName = Literal["sessions", "experiences", "turns"]
+StoreName = Literal["sessions", "experiences", "turns", "erasures"]
 _UNAVAILABLE = (RayError, RayServeException, BackPressureError)
 # NOTE: the public async methods of each store; tests check these against the classes, so a new
 # store method cannot be forgotten here (it would fail as an AttributeError on the ingress).
@@ -54,6 +55,7 @@ STORE_METHODS: dict[str, frozenset[str]] = {
     "experiences": frozenset({"put", "get", "query", "set_tier", "touch", "delete_expired", "tenants",
                               "active_freshness", "active_domains", "erase_user", "export_user"}),
     "turns": frozenset({"put", "recent", "get", "sessions", "count", "erase_user", "export_user"}),
+    "erasures": frozenset({"begin", "started", "finish", "fail", "exported", "get", "unfinished", "recent"}),
 }
 
 
@@ -62,7 +64,8 @@ class StateStore(PlacementInfo):
 
     Args:
         state_dir: absolute folder of ``sessions.sqlite3``, ``experiences/experiences.sqlite3``
-            (the same files the ingress opened before this deployment existed) and ``turns.sqlite3``.
+            (the same files the ingress opened before this deployment existed), ``turns.sqlite3``
+            and ``erasures.sqlite3`` (the erasure and export log, ``recallserve.serve.erasure``).
         traces: the ``traces`` config section as plain data (retention days, per-tenant cap).
     """
 
@@ -74,6 +77,7 @@ class StateStore(PlacementInfo):
             "sessions": SessionStore(root / "sessions.sqlite3"),
             "experiences": ExperienceStore(root / "experiences"),
             "turns": TraceStore(root / "turns.sqlite3", TraceConfig.model_validate(traces or {})),
+            "erasures": ErasureLog(root / "erasures.sqlite3"),
         }
         log.info("state stores open in %s", root)
 

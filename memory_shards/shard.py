@@ -56,6 +56,9 @@ from .records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, kind_code
 
 __all__ = ["MemoryShard", "record_version"]
 
+#: Owners erased by this process that a re-embed's fill skips (the most recent ones).
+_ERASED_OWNERS_MAX = 100_000
+
 
 class MemoryShard:
     """A single shard, usable in-process or wrapped by a Ray actor/deployment.
@@ -84,6 +87,8 @@ class MemoryShard:
         self._seq = 0
         self._purge_due: float | None = None
         self._purge_timer: threading.Timer | None = None
+        # NOTE: insertion-ordered, the oldest dropped beyond _ERASED_OWNERS_MAX (a bound, see _was_erased).
+        self._erased_owners: dict[tuple[str, str | None], None] = {}
         self.device = resolve_device(config.device)
         self._dtype = DTYPES[config.vector_dtype]
         self._ivf = BackgroundIvf(config, self.device, self._lock, lambda: self._table)
@@ -218,6 +223,12 @@ class MemoryShard:
         with self._lock:
             return [r for r in self._table.records() if r.tenant == tenant and (user is None or r.user == user)]
 
+    def _was_erased(self, rec: MemoryRecord) -> bool:
+        # NOTE: in memory only (the owner is an erased id: never written to a file); a fill runs
+        # in the lifetime of the shard process that saw the erasure, and the erasure's own
+        # re-run after a restart removes what a fill racing a crash put back.
+        return (rec.tenant, None) in self._erased_owners or (rec.tenant, rec.user) in self._erased_owners
+
     def erase(self, tenant: str, user: str | None) -> list[str]:
         """Delete every record of ``tenant`` owned by ``user`` (None: every record of the tenant) and
         rewrite the files without them; returns the ids deleted.
@@ -230,6 +241,9 @@ class MemoryShard:
         if tenant == SHARED_TENANT_NAME:
             raise ValueError("tenant: the shared collection is not erased by owner")
         with self._lock:
+            self._erased_owners[(tenant, user)] = None
+            while len(self._erased_owners) > _ERASED_OWNERS_MAX:
+                del self._erased_owners[next(iter(self._erased_owners))]
             ids = [r.id for r in self.owned(tenant, user)]
             if ids:
                 self._log([{"seq": self._seq + 1, "op": "delete", "ids": ids}])
@@ -313,6 +327,9 @@ class MemoryShard:
         the record being inserted was read). This is the fill step of a live re-embed: a record
         written by the dual-writing cluster always wins over the copy of its older state.
 
+        A record of an owner erased by this process (:meth:`erase`) is skipped too: the fill copies
+        state read before the erasure, which must not come back in the new generation.
+
         Returns:
             The ids inserted, in order.
         """
@@ -321,6 +338,7 @@ class MemoryShard:
                 it for it in items
                 if self._table.get(it.record.id) is None
                 and (it.record.tenant_key, it.record.source_key) not in self._table.by_tenant_source
+                and not self._was_erased(it.record)
             ]
             return self.upsert(fresh) if fresh else []
 

@@ -33,7 +33,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
 from recallserve.memory_shards.records import MemoryRecord
@@ -76,19 +76,20 @@ class ErasureService:
 
     Args:
         erasures: the erasure / export log.
-        memory: the memory coordinator (None: no memory tier).
+        memories: the coordinators of every memory generation (``MemoryService.coordinators()``;
+            both during a live re-embed).
         stores: holder name -> store (``sessions``, ``experiences``, ``turns``; any may be missing).
         retry_s: wait before re-running a failed erasure.
         max_attempts: runs of one erasure per process before it waits for :meth:`resume`.
     """
 
-    def __init__(self, erasures: ErasureLog, memory: OwnedMemory | None, stores: dict[str, OwnedStore], *,
+    def __init__(self, erasures: ErasureLog, memories: Sequence[OwnedMemory], stores: dict[str, OwnedStore], *,
                  retry_s: float = 5.0, max_attempts: int = 20) -> None:
         unknown = sorted(set(stores) - set(HOLDERS))
         if unknown:
             raise ValueError(f"stores: unknown holders {unknown}; known: {', '.join(HOLDERS)}")
         self.erasures = erasures
-        self.memory = memory
+        self.memories = list(memories)
         self.stores = dict(stores)
         self.retry_s = retry_s
         self.max_attempts = max_attempts
@@ -148,8 +149,9 @@ class ErasureService:
         counts: dict[str, int] = {}
         for name in HOLDERS:
             if name == "memories":
-                if self.memory is not None:
-                    counts["memories"] = len(await self.memory.erase(tenant, user))
+                if self.memories:
+                    erased = [await m.erase(tenant, user) for m in self.memories]
+                    counts["memories"] = len({i for ids in erased for i in ids})
                 continue
             store = self.stores.get(name)
             if store is None:
@@ -167,9 +169,10 @@ class ErasureService:
             json.dumps(user).encode()
         for name in HOLDERS:
             if name == "memories":
-                if self.memory is None:
+                if not self.memories:
                     continue
-                records = await self.memory.owned(tenant, user)
+                # NOTE: the serving generation's copy (a re-embed's target holds the same records).
+                records = await self.memories[0].owned(tenant, user)
                 counts["memories"] = len(records)
                 yield b',"memories":['
                 for i, rec in enumerate(records):

@@ -198,6 +198,10 @@ class MemoryService:
         self.retriever = HybridRetriever(coordinator, embed, retrieval, rewriter)
         self.admission = admission
 
+    def coordinators(self) -> list[MemoryCoordinator]:
+        """Every memory generation this service writes to (an erasure must reach each)."""
+        return [self.coordinator]
+
     # ---- writes -------------------------------------------------------------------------
     async def add(self, tenant: str, items: Sequence[MemoryIn], *, pii: PiiMode | None = None) -> list[str]:
         """Store API memories for ``tenant``; durable on return; ids in order.
