@@ -152,7 +152,7 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
     erasure = ErasureService(cast(ErasureLog, RemoteStore(state, "erasures")), backend.coordinators(), {
         "sessions": cast(OwnedStore, RemoteStore(state, "sessions")),
         "experiences": cast(OwnedStore, RemoteStore(state, "experiences")),
-        "turns": cast(OwnedStore, RemoteStore(state, "turns"))})
+        "turns": cast(OwnedStore, RemoteStore(state, "turns"))}, caches=[agent.cache.clear] if agent is not None else [])
     pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=config.chat, memory=backend, context=context,
                             agent=agent, experiences=experiences, traces=traces)
 

@@ -108,6 +108,7 @@ class SearchFilters(StrictModel):
     created_after: float | None = Field(default=None, ge=0, description="Keep records created at or after this epoch second.")
     created_before: float | None = Field(default=None, ge=0, description="Keep records created before this epoch second.")
     user: str | None = Field(default=None, min_length=1, max_length=256, description="Keep records owned by this end user.")
+    with_unowned: bool = Field(default=False, description="With ``user``: also keep the tenant's records without an owner.")
 
     @model_validator(mode="after")
     def _check_range(self) -> SearchFilters:
@@ -124,7 +125,7 @@ class SearchFilters(StrictModel):
         """Whether ``record`` passes every filter (the reference used by the column masks)."""
         if self.kinds is not None and record.kind not in self.kinds:
             return False
-        if self.user is not None and record.user != self.user:
+        if self.user is not None and record.user != self.user and not (self.with_unowned and record.user is None):
             return False
         if self.topic_prefix is not None and not record.topic_path.startswith(self.topic_prefix):
             return False

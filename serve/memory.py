@@ -43,10 +43,11 @@ class MemoryBackend(Protocol):
 
     async def search(
         self, tenant: str, query: str, k: int | None = None, *, threshold: float | None = None,
-        kinds: Sequence[str] | None = None, topic_prefix: str | None = None,
+        kinds: Sequence[str] | None = None, topic_prefix: str | None = None, user: str | None = None,
     ) -> list[MemoryHit]:
         """Top-k memories of ``tenant`` (plus shared ones) for ``query``; ``k`` and ``threshold``
-        None = the backend's configured defaults (``memory.top_k``, ``memory.threshold``)."""
+        None = the backend's configured defaults (``memory.top_k``, ``memory.threshold``); ``user``:
+        only that end user's memories and the tenant's unowned ones (a chat turn's recall)."""
         ...
 
     async def write(self, tenant: str, items: Sequence[MemoryWrite]) -> list[str]:

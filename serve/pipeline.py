@@ -386,7 +386,7 @@ class ChatPipeline:
         t = time.perf_counter()
         memories, memory_error = await recall_memories(
             self.memory, ctx.tenant, recall_query(question, images), self.settings.recall,
-            self.agent.cache if self.agent is not None else None)
+            self.agent.cache if self.agent is not None else None, user=ctx.user)
         recall_ms = round((time.perf_counter() - t) * 1e3, 2)
 
         def make(result: ContextResult, pending: list[MessageIn], earlier: list[ChatMessage]) -> Turn:

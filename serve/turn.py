@@ -212,8 +212,11 @@ class _Cache(Protocol):
 
 
 async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str, config: RecallConfig,
-                          cache: _Cache | None = None) -> tuple[list[MemoryHit], str]:
+                          cache: _Cache | None = None, user: str | None = None) -> tuple[list[MemoryHit], str]:
     """The turn's one recall: the tenant's top-k for ``query`` (k and threshold: the memory tier's).
+
+    ``user`` (the request's stored user key) scopes it to that end user's memories and the
+    tenant's unowned ones: one user's turn never sees (nor copies into its trace) another's.
 
     Results are cached per (tenant, query, kinds) when a cache is given (CoT 3.0: retrieval results
     are reused for minutes). A failing or slow memory tier degrades to no memories; the reason comes
@@ -222,14 +225,14 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
     if memory is None or not config.enabled or not query.strip():
         return [], ""
     kinds = None if config.recall_exchanges else RECALL_KINDS
-    key = "recall\x00" + json.dumps([tenant, query, kinds])
+    key = "recall\x00" + json.dumps([tenant, user, query, kinds])
     if cache is not None:
         found, hits = cache.get(key)
         if found:
             return list(hits), ""
     try:
         async with asyncio.timeout(config.timeout_s):
-            hits = await memory.search(tenant, query, None, kinds=kinds)
+            hits = await memory.search(tenant, query, None, kinds=kinds, user=user)
     except Exception as exc:  # noqa: BLE001 - any memory failure must not fail the chat
         log.warning("memory recall failed: %s", exc)
         return [], f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -33,7 +33,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
 from recallserve.memory_shards.records import MemoryRecord
@@ -81,16 +81,19 @@ class ErasureService:
         stores: holder name -> store (``sessions``, ``experiences``, ``turns``; any may be missing).
         retry_s: wait before re-running a failed erasure.
         max_attempts: runs of one erasure per process before it waits for :meth:`resume`.
+        caches: clear functions of this process's caches that may hold recalled rows (the turn's
+            recall cache); called after every erasure run.
     """
 
     def __init__(self, erasures: ErasureLog, memories: Sequence[OwnedMemory], stores: dict[str, OwnedStore], *,
-                 retry_s: float = 5.0, max_attempts: int = 20) -> None:
+                 caches: Sequence[Callable[[], None]] = (), retry_s: float = 5.0, max_attempts: int = 20) -> None:
         unknown = sorted(set(stores) - set(HOLDERS))
         if unknown:
             raise ValueError(f"stores: unknown holders {unknown}; known: {', '.join(HOLDERS)}")
         self.erasures = erasures
         self.memories = list(memories)
         self.stores = dict(stores)
+        self.caches = list(caches)
         self.retry_s = retry_s
         self.max_attempts = max_attempts
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -158,6 +161,8 @@ class ErasureService:
                 continue
             got = await store.erase_user(tenant, user)
             counts.update({k: int(v) for k, v in got.items() if isinstance(v, int)})
+        for clear in self.caches:
+            clear()
         return counts
 
     # ---- export ---------------------------------------------------------------------------

@@ -208,6 +208,8 @@ class FiltersIn(StrictModel):
     created_before: datetime | None = Field(default=None, description="Created before (ISO 8601 or epoch seconds).")
     user: Annotated[str | None, NoControl] = Field(default=None, min_length=1, max_length=128,
                                                    description="Keep only memories owned by this end user.")
+    include_tenant: bool = Field(strict=True, default=False,
+                                 description="With user: also the tenant's memories that have no owner.")
     _seconds = field_validator("created_after", "created_before", mode="before")(lambda cls, v: epoch_seconds(v))
 
     @model_validator(mode="after")

@@ -153,7 +153,7 @@ def _filters(f: FiltersIn | None, mode: PiiMode) -> SearchFilters | None:
         topic = None if topic is None else apply_pii(topic, "mask")
     return SearchFilters(kinds=f.kinds, topic_prefix=topic, metadata=metadata,
                          created_after=to_epoch(f.created_after), created_before=to_epoch(f.created_before),
-                         user=None if f.user is None else user_key(f.user, mode))
+                         user=None if f.user is None else user_key(f.user, mode), with_unowned=f.include_tenant)
 
 
 class MemoryService:
@@ -340,13 +340,16 @@ class MemoryService:
 
     # ---- serve.memory.MemoryBackend -----------------------------------------------------
     async def search(self, tenant: str, query: str, k: int | None = None, *, threshold: float | None = None,
-                     kinds: Sequence[str] | None = None, topic_prefix: str | None = None) -> list[MemoryHit]:
-        """The chat pipeline's recall: hybrid top-k of ``tenant`` (plus shared) for ``query``."""
+                     kinds: Sequence[str] | None = None, topic_prefix: str | None = None,
+                     user: str | None = None) -> list[MemoryHit]:
+        """The chat pipeline's recall: hybrid top-k of ``tenant`` (plus shared) for ``query``; with
+        ``user`` (a stored user key), only that user's memories and the tenant's unowned ones."""
         if not query.strip():
             return []
         filters = None
-        if kinds or topic_prefix:
-            filters = FiltersIn(kinds=list(kinds) if kinds else None, topic_prefix=topic_prefix or None)
+        if kinds or topic_prefix or user:
+            filters = FiltersIn(kinds=list(kinds) if kinds else None, topic_prefix=topic_prefix or None,
+                                user=user or None, include_tenant=bool(user))
         req = SearchRequest(query=query, k=min(max(k or self.top_k, 1), MAX_K), threshold=threshold, filters=filters)
         return list(await self.search_request(tenant, req, caller="chat"))
 
