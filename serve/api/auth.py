@@ -38,6 +38,7 @@ class Authenticator:
         default_scopes: scopes of a tenant ``scopes`` does not name.
         pii: tenant -> ``mask | reject | allow`` (auth config ``auth.pii``).
         default_pii: policy of a tenant ``pii`` does not name (``mask``).
+        retention: tenant -> retention limits in days (auth config ``auth.retention``; shown by the console).
 
     Example:
         >>> auth = Authenticator({"sk-local": "local"}, {"local": ["basic", "orders:write"]})
@@ -47,7 +48,7 @@ class Authenticator:
 
     def __init__(self, keys: Mapping[str, str], scopes: Mapping[str, Sequence[str]] | None = None,
                  default_scopes: Sequence[str] = READ_ONLY_SCOPES, pii: Mapping[str, PiiMode] | None = None,
-                 default_pii: PiiMode = "mask") -> None:
+                 default_pii: PiiMode = "mask", retention: Mapping[str, Mapping[str, float | None]] | None = None) -> None:
         if not keys:
             raise ValueError("auth: no API keys configured (set auth.keys or RECALLSERVE_API_KEYS)")
         reserved = sorted({t for t in keys.values() if t.startswith(RESERVED_TENANT_PREFIX)})
@@ -58,6 +59,12 @@ class Authenticator:
         self._scopes = {t: list(s) for t, s in (scopes or {}).items()}
         self._default_scopes = list(default_scopes)
         self.pii = PiiPolicy(pii, default_pii)
+        self._retention = {t: dict(r) for t, r in (retention or {}).items()}
+
+    def retention_for(self, tenant: str) -> dict[str, float | None]:
+        """Retention limits of ``tenant`` in days (``memories_days``, ``sessions_days``, ``traces_days``;
+        None or missing = kept until deleted), from the auth config's ``retention``."""
+        return dict(self._retention.get(tenant, {}))
 
     def scopes_for(self, tenant: str) -> list[str]:
         """Tool scopes of ``tenant`` (the default scopes when the config names none for it)."""

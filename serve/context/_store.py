@@ -244,6 +244,27 @@ class SessionStore:
             with self._lock:
                 checkpoint(self._conn)
 
+    async def expire_before(self, tenant: str, before: float) -> dict[str, int]:
+        """Delete ``tenant``'s sessions whose last message (or creation) is before ``before``
+        (a retention limit), with their messages, summaries and entities; then truncate the WAL."""
+
+        def fn(conn: sqlite3.Connection) -> dict[str, int]:
+            old = [r["id"] for r in conn.execute(
+                "SELECT s.id FROM sessions s WHERE s.tenant = ? AND COALESCE((SELECT MAX(m.timestamp) FROM messages m "
+                "WHERE m.tenant = s.tenant AND m.session_id = s.id), s.created_at) < ?", (tenant, before))]
+            counts = {"sessions": 0, "messages": 0, "entities": 0}
+            for sid in old:
+                for table in ("messages", "entities"):
+                    counts[table] += conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND session_id = ?",
+                                                  (tenant, sid)).rowcount
+                counts["sessions"] += conn.execute("DELETE FROM sessions WHERE tenant = ? AND id = ?",
+                                                   (tenant, sid)).rowcount
+            return counts
+
+        counts = await self._call(fn, write=True)
+        await asyncio.to_thread(self._checkpoint)
+        return counts
+
     async def export_user(self, tenant: str, user: str | None) -> dict[str, Any]:
         """Everything :meth:`erase_user` would delete, as JSON-ready dicts (``sessions`` with their
         messages, summary and entities; ``user_memory``)."""

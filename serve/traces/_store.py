@@ -180,6 +180,18 @@ class TraceStore:
         await asyncio.to_thread(truncate)
         return {"turns": n}
 
+    async def expire_before(self, tenant: str, before: float) -> dict[str, int]:
+        """Delete ``tenant``'s traces created before ``before`` (a retention limit); then truncate the WAL."""
+        n = await self._call(lambda c: c.execute("DELETE FROM turns WHERE tenant = ? AND created_at < ?",
+                                                 (tenant, before)).rowcount, write=True)
+
+        def truncate() -> None:
+            with self._lock:
+                checkpoint(self._conn)
+
+        await asyncio.to_thread(truncate)
+        return {"turns": n}
+
     async def export_user(self, tenant: str, user: str | None) -> dict[str, Any]:
         """Every trace :meth:`erase_user` would delete (expired ones not yet pruned included), oldest first."""
         where, args = ("tenant = ?", (tenant,)) if user is None else ("tenant = ? AND user_id = ?", (tenant, user))

@@ -222,6 +222,9 @@ def test_erasing_a_user_leaves_no_byte_and_no_answer_and_keeps_the_other_user(
         kept_export = stack.client.get(f"/v1/users/{kept}/export", headers=H).text
         assert all(n in kept_export for n in planted[kept]), "another user's data was lost"
 
+    audit = s.client.get("/v1/erasures", headers=H)
+    assert audit.status_code == 200 and {r["object"] for r in audit.json()["data"]} == {"erasure", "export"}
+    assert gone not in audit.text and eid in audit.text
     check(s)
     s.close()
     again = Stack(tmp_path, engine)

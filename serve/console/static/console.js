@@ -102,7 +102,9 @@ async function signIn(key) {
   const me = await api("GET", "/v1/console/me");
   state.tenant = me.tenant;
   sessionStorage.setItem(KEY_STORE, key);
-  $("#tenant").textContent = "tenant " + me.tenant;
+  const kept = Object.entries(me.retention || {}).filter(([, d]) => d != null)
+    .map(([k, d]) => `${k.replace("_days", "")} ${d} d`);
+  $("#tenant").textContent = "tenant " + me.tenant + " · retention: " + (kept.length ? kept.join(", ") : "no limits");
   $("#signin-panel").hidden = true;
   $("#nav").hidden = false;
   $("#who").hidden = false;
