@@ -59,3 +59,35 @@ def test_sessions_and_traces_retention_on_the_state_folder(tmp_path: Path) -> No
             sessions.close()
 
     assert asyncio.run(left()) == (1, 2, 1)
+
+
+def test_operator_erase_job_erases_a_whole_tenant_from_the_folders(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    import yaml
+
+    from recallserve.deployments.config import PROFILES_DIR
+    from recallserve.deployments.jobs.erase import main
+
+    from .test_jobs import EMB
+
+    root = tmp_path / "memory"
+    _write(root, 0, [_rec("t1-a", "t1", "zqtenant note one"), _rec("t2-a", "t2", "other tenant note")])
+    _write(root, 1, [_rec("t1-b", "t1", "zqtenant note two")])
+    config = tmp_path / "profile.yaml"
+    profile = yaml.safe_load((PROFILES_DIR / "cpu-local.yaml").read_text())
+    config.write_text(yaml.safe_dump({**profile, "state_dir": str(tmp_path / "state")}))
+
+    async def plant() -> None:
+        traces = TraceStore(tmp_path / "state" / "turns.sqlite3")
+        await traces.put("t1", TurnTrace(id="turn-1", created_at=time.time(), user="u", question="zqtenant question",
+                                         answer="a", path="plain", finish_reason="stop"))
+        traces.close()
+
+    asyncio.run(plant())
+    args = ["--config", str(config), "--data-dir", str(root), "--model-id", EMB.model_id, "--dim", str(EMB.dim),
+            "--tenant", "t1", "--json"]
+    assert main(args) == 0
+    assert '"memories": 2' in capsys.readouterr().out
+    held = [p for p in tmp_path.rglob("*") if p.is_file() and b"zqtenant" in p.read_bytes()]
+    assert held == []
+    assert set(_read(root, 0)) == {"t2-a"}
+    assert main([*args[:-3], "--tenant", "shared"]) == 2
