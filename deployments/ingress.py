@@ -42,6 +42,9 @@ from recallserve.serve.traces import build_router as build_turn_router
 from recallserve.serve.console import build_console_router, tenant_records
 from recallserve.serve.pipeline import ChatPipeline
 
+#: Seconds between an erasure's two passes on the cluster (see ErasureService.settle_s).
+ERASURE_SETTLE_S = 20.0
+
 __all__ = ["WARM_UP_TENANT", "Ingress", "build_ingress_app", "engine_facts"]
 
 #: The tenant of the start-up recall; no API key maps to it (``RESERVED_TENANT_PREFIX``).
@@ -153,7 +156,11 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
     erasure = ErasureService(cast(ErasureLog, RemoteStore(state, "erasures")), backend.coordinators(), {
         "sessions": cast(OwnedStore, RemoteStore(state, "sessions")),
         "experiences": cast(OwnedStore, RemoteStore(state, "experiences")),
-        "turns": cast(OwnedStore, RemoteStore(state, "turns"))}, caches=[agent.cache.clear] if agent is not None else [])
+        "turns": cast(OwnedStore, RemoteStore(state, "turns"))}, caches=[agent.cache.clear] if agent is not None else [],
+        # NOTE: a second pass 20 s after the first catches the background append, trace and write-back
+        # of a turn answered just before the erasure, inside the 60 s target; a turn still generating
+        # for longer is not waited for (docs/erasure.md says so).
+        settle_s=ERASURE_SETTLE_S)
     pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=config.chat, memory=backend, context=context,
                             agent=agent, experiences=experiences, traces=traces)
 

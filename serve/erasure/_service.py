@@ -83,10 +83,15 @@ class ErasureService:
         max_attempts: runs of one erasure per process before it waits for :meth:`resume`.
         caches: clear functions of this process's caches that may hold recalled rows (the turn's
             recall cache); called after every erasure run.
+        settle_s: a second pass this long after the first (the longest chat turn: the pipeline's
+            deadline plus its background write-back): a turn of the user that was in flight when
+            the erasure started stores its session append, trace and write-back after the first
+            pass; the erasure is ``done`` only after the second.
     """
 
     def __init__(self, erasures: ErasureLog, memories: Sequence[OwnedMemory], stores: dict[str, OwnedStore], *,
-                 caches: Sequence[Callable[[], None]] = (), retry_s: float = 5.0, max_attempts: int = 20) -> None:
+                 caches: Sequence[Callable[[], None]] = (), retry_s: float = 5.0, max_attempts: int = 20,
+                 settle_s: float = 0.0) -> None:
         unknown = sorted(set(stores) - set(HOLDERS))
         if unknown:
             raise ValueError(f"stores: unknown holders {unknown}; known: {', '.join(HOLDERS)}")
@@ -94,6 +99,9 @@ class ErasureService:
         self.memories = list(memories)
         self.stores = dict(stores)
         self.caches = list(caches)
+        if settle_s < 0:
+            raise ValueError(f"settle_s: must be >= 0, got {settle_s}")
+        self.settle_s = settle_s
         self.retry_s = retry_s
         self.max_attempts = max_attempts
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -135,6 +143,10 @@ class ErasureService:
             await self.erasures.started(row.id)
             try:
                 counts = await self.erase_now(row.tenant, user)
+                if self.settle_s > 0:
+                    await asyncio.sleep(self.settle_s)
+                    late = await self.erase_now(row.tenant, user)
+                    counts = {k: counts.get(k, 0) + late.get(k, 0) for k in {*counts, *late}}
             except Exception as exc:  # noqa: BLE001 - logged without content and retried
                 why = f"{type(exc).__name__}: {str(exc)[:200]}"
                 await self.erasures.fail(row.id, why)
