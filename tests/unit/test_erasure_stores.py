@@ -119,3 +119,31 @@ def test_erasure_log_is_idempotent_forgets_the_user_and_resumes_after_a_restart(
     asyncio.run(run())
     assert _bytes_hold(tmp_path, "zqone") == []
     assert _bytes_hold(tmp_path, "zqtwo-note")
+
+
+def test_a_write_back_landing_between_the_passes_is_erased_before_done(tmp_path: Path) -> None:
+    emb = HashingEmbedder(64)
+
+    async def embed(texts: list[str]):  # type: ignore[no-untyped-def]
+        return emb.embed(texts)
+
+    async def run() -> None:
+        coord = local_hybrid_coordinator(1, emb.model_id, emb.dim, data_root=tmp_path / "memory")
+        memory = MemoryService(coord, embed, threshold=0.0)
+        await memory.add("acme", [MemoryIn(text="zqone first note", user="u1")])
+        log = ErasureLog(tmp_path / "erasures.sqlite3")
+        service = ErasureService(log, memory.coordinators(), {}, settle_s=0.5)
+        row = await service.request("acme", "u1", "key_x")
+        await asyncio.sleep(0.2)  # NOTE: the first pass is done; a turn in flight stores its write-back now
+        await memory.add("acme", [MemoryIn(text="zqone late write-back", user="u1")])
+        assert (await log.get("acme", row.id)).status == "pending"
+        await service.wait(row.id)
+        done = await log.get("acme", row.id)
+        assert done.status == "done" and done.counts == {"memories": 2}
+        assert await coord.owned("acme", "u1") == []
+        log.close()
+        for c in coord.shards:
+            c.shard.close()
+
+    asyncio.run(run())
+    assert _bytes_hold(tmp_path, "zqone") == []
