@@ -74,10 +74,12 @@ class RetentionLimits(StrictModel):
     """How long one tenant's data is kept (None: no limit); the expiry job enforces it
     (``recallserve job expiry-sweep``), counting from creation (a session: from its last message)."""
 
-    memories_days: float | None = Field(default=None, gt=0, le=36_500, description="Memories older than this are deleted.")
+    memories_days: float | None = Field(default=None, gt=0, le=36_500,
+                                        description="Memories older than this are deleted.")
     sessions_days: float | None = Field(default=None, gt=0, le=36_500,
                                         description="Sessions whose last message is older than this are deleted.")
-    traces_days: float | None = Field(default=None, gt=0, le=36_500, description="Turn traces older than this are deleted.")
+    traces_days: float | None = Field(default=None, gt=0, le=36_500,
+                                      description="Turn traces older than this are deleted.")
 
 
 class AuthConfig(StrictModel):

@@ -156,7 +156,8 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
     erasure = ErasureService(cast(ErasureLog, RemoteStore(state, "erasures")), backend.coordinators(), {
         "sessions": cast(OwnedStore, RemoteStore(state, "sessions")),
         "experiences": cast(OwnedStore, RemoteStore(state, "experiences")),
-        "turns": cast(OwnedStore, RemoteStore(state, "turns"))}, caches=[agent.cache.clear] if agent is not None else [],
+        "turns": cast(OwnedStore, RemoteStore(state, "turns"))},
+        caches=[agent.cache.clear] if agent is not None else [],
         # NOTE: a second pass 20 s after the first catches the background append, trace and write-back
         # of a turn answered just before the erasure, inside the 60 s target; a turn still generating
         # for longer is not waited for (docs/erasure.md says so).

@@ -462,7 +462,7 @@ class ChatPipeline:
     def _agent_request(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn) -> AgentRequest:
         mode = "off" if req.tool_choice == "none" else (req.metadata or {}).get("agent", "auto")  # NOTE: "none": no tool runs
         session_id = turn.session.id if turn.session is not None else (req.metadata or {}).get("session_id")
-        return AgentRequest(tenant=ctx.tenant, scopes=list(ctx.scopes), mode=mode,  # type: ignore[arg-type]
+        return AgentRequest(tenant=ctx.tenant, user=ctx.user, scopes=list(ctx.scopes), mode=mode,  # type: ignore[arg-type]
                             session_id=session_id, max_answer_tokens=req.requested_max_tokens(), pii=ctx.pii,
                             temperature=req.temperature, top_p=req.top_p, seed=req.seed, **req.penalties())
 

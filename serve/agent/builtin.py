@@ -252,7 +252,7 @@ class MemorySearchArgs(StrictModel):
 async def _search(args: MemorySearchArgs, ctx: ToolContext) -> list[dict[str, Any]]:
     if ctx.memory is None:
         raise ToolError("memory is not available on this server")
-    hits = await ctx.memory.search(ctx.tenant, args.query, max(args.k, MEMORY_SEARCH_MIN_K))
+    hits = await ctx.memory.search(ctx.tenant, args.query, max(args.k, MEMORY_SEARCH_MIN_K), user=ctx.user)
     return [{"id": h.source_id, "kind": h.kind, "created_at": h.created_at, "score": round(h.score, 3), "text": h.text}
             for h in hits]
 
