@@ -16,7 +16,8 @@ ready the exact scan serves. The kernel's columns live on ``ShardConfig.device``
 kernel, faiss-gpu index when installed; CPU: torch reference, CPU FAISS).
 
 Durability: each acknowledged write batch is in the fsync'ed WAL before ``upsert``/``delete``
-return; snapshots bound replay time.
+return; snapshots bound replay time. Last-access renewals from searches are batched (every
+``touch_every_hits`` hits or ``touch_every_seconds``, or on :meth:`MemoryShard.flush`).
 
 Erasure on disk: a deleted record's text stays in the WAL segment that holds its upsert (and in
 the last snapshot) until a snapshot rewrites both without it. :meth:`MemoryShard.erase` deletes
@@ -24,8 +25,7 @@ and snapshots at once; a plain :meth:`MemoryShard.delete` schedules that snapsho
 ``ShardConfig.purge_deleted_within_s``. A snapshot is written to a temp folder and renamed, then
 the segments it covers are unlinked; a crash between the two steps leaves covered segments and
 older snapshots, which opening the shard removes before it serves (so a kill -9 at any moment
-never leaves a purged record's text behind once the shard is open again). Last-access renewals from searches are batched (every
-``touch_every_hits`` hits or ``touch_every_seconds``, or on :meth:`MemoryShard.flush`).
+never leaves a purged record's text behind once the shard is open again).
 """
 
 from __future__ import annotations
