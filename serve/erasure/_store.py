@@ -21,7 +21,7 @@ from typing import Literal, TypeVar
 from pydantic import Field
 
 from recallserve.kernels import StrictModel
-from recallserve.serve.erasure.sqlite import checkpoint, harden
+from recallserve.serve.erasure.sqlite import checkpoint, connect
 
 __all__ = ["ErasureLog", "ErasureRow", "ErasureStatus"]
 
@@ -66,15 +66,10 @@ class ErasureLog:
     """The log in one SQLite file; every public method is a coroutine (one short transaction)."""
 
     def __init__(self, path: str | Path) -> None:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30.0)
-        self._conn.row_factory = sqlite3.Row
+        # NOTE: FULL: an acknowledged erasure request must survive a power loss (it is resumed).
+        self._conn = connect(path, synchronous="FULL")
         self._lock = threading.Lock()
         with self._lock:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")
-            harden(self._conn)
             for stmt in _SCHEMA:
                 self._conn.execute(stmt)
 

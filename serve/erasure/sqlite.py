@@ -14,11 +14,25 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from pathlib import Path
 
-__all__ = ["harden", "checkpoint"]
+__all__ = ["harden", "checkpoint", "connect"]
 
 #: Tries of a checkpoint that found the WAL busy, 50 ms apart (a 1 s bound).
 _TRIES = 20
+
+
+def connect(path: str | Path, synchronous: str = "NORMAL") -> sqlite3.Connection:
+    """An autocommit connection in WAL mode with rows by name and :func:`harden` applied (its
+    parent folder created), for one store's single connection under that store's lock."""
+    if str(path) != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30.0)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    harden(conn)
+    return conn
 
 
 def harden(conn: sqlite3.Connection) -> None:

@@ -82,11 +82,15 @@ def test_trace_and_experience_stores_erase_by_owner(tmp_path: Path) -> None:
     assert _bytes_hold(tmp_path, "zqtwo-answer") and _bytes_hold(tmp_path, "zqtwo-car")
 
 
-def test_erasure_log_is_idempotent_forgets_the_user_and_resumes_after_a_restart(tmp_path: Path) -> None:
-    emb = HashingEmbedder(64)
+EMB = HashingEmbedder(64)
 
-    async def embed(texts: list[str]):  # type: ignore[no-untyped-def]
-        return emb.embed(texts)
+
+async def embed(texts: list[str]):  # type: ignore[no-untyped-def]
+    return EMB.embed(texts)
+
+
+def test_erasure_log_is_idempotent_forgets_the_user_and_resumes_after_a_restart(tmp_path: Path) -> None:
+    emb = EMB
 
     async def run() -> None:
         coord = local_hybrid_coordinator(2, emb.model_id, emb.dim, data_root=tmp_path / "memory")
@@ -122,10 +126,7 @@ def test_erasure_log_is_idempotent_forgets_the_user_and_resumes_after_a_restart(
 
 
 def test_a_write_back_landing_between_the_passes_is_erased_before_done(tmp_path: Path) -> None:
-    emb = HashingEmbedder(64)
-
-    async def embed(texts: list[str]):  # type: ignore[no-untyped-def]
-        return emb.embed(texts)
+    emb = EMB
 
     async def run() -> None:
         coord = local_hybrid_coordinator(1, emb.model_id, emb.dim, data_root=tmp_path / "memory")
