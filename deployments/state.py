@@ -51,10 +51,11 @@ _UNAVAILABLE = (RayError, RayServeException, BackPressureError)
 # store method cannot be forgotten here (it would fail as an AttributeError on the ingress).
 STORE_METHODS: dict[str, frozenset[str]] = {
     "sessions": frozenset({"get", "open", "set_mode", "delete", "append", "messages", "entities", "snapshot",
-                           "long_sessions", "user_memory", "save_summary", "erase_user", "export_user"}),
+                           "long_sessions", "user_memory", "save_summary", "erase_user", "export_user",
+                           "expire_before"}),
     "experiences": frozenset({"put", "get", "query", "set_tier", "touch", "delete_expired", "tenants",
                               "active_freshness", "active_domains", "erase_user", "export_user"}),
-    "turns": frozenset({"put", "recent", "get", "sessions", "count", "erase_user", "export_user"}),
+    "turns": frozenset({"put", "recent", "get", "sessions", "count", "erase_user", "export_user", "expire_before"}),
     "erasures": frozenset({"begin", "started", "finish", "fail", "exported", "get", "unfinished", "recent"}),
 }
 
