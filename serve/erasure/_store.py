@@ -21,7 +21,7 @@ from typing import Literal, TypeVar
 from pydantic import Field
 
 from recallserve.kernels import StrictModel
-from recallserve.serve.erasure.sqlite import checkpoint, connect
+from recallserve.serve.statedb import checkpoint, connect
 
 __all__ = ["ErasureLog", "ErasureRow", "ErasureStatus"]
 
