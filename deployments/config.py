@@ -71,6 +71,18 @@ class ServerConfig(StrictModel):
     )
 
 
+class RetentionLimits(StrictModel):
+    """How long one tenant's data is kept (None: no limit); the expiry job enforces it
+    (``recallserve job expiry-sweep``), counting from creation (a session: from its last message)."""
+
+    memories_days: float | None = Field(default=None, gt=0, le=36_500,
+                                        description="Memories older than this are deleted.")
+    sessions_days: float | None = Field(default=None, gt=0, le=36_500,
+                                        description="Sessions whose last message is older than this are deleted.")
+    traces_days: float | None = Field(default=None, gt=0, le=36_500,
+                                      description="Turn traces older than this are deleted.")
+
+
 class AuthConfig(StrictModel):
     """API keys and the tenants they map to."""
 
@@ -97,6 +109,11 @@ class AuthConfig(StrictModel):
     )
     default_pii: Literal["mask", "reject", "allow"] = Field(
         default="mask", description="PII policy of a tenant `pii` does not name (mask: personal data never stored raw).",
+    )
+    retention: dict[str, RetentionLimits] = Field(
+        default_factory=dict,
+        description="Tenant -> retention limits of its memories, sessions and traces (enforced by the expiry job; "
+        "the console shows them).",
     )
 
     def resolve(self) -> dict[str, str]:

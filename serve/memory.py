@@ -44,6 +44,8 @@ class MemoryWrite(StrictModel):
     topic: str | None = Field(default=None, description="Topic path, e.g. 'printers/jams'.")
     created_at: float | None = Field(default=None, description="Epoch seconds; default now.")
     expires_at: float | None = Field(default=None, description="Epoch seconds; default never.")
+    user: str | None = Field(default=None, min_length=1, max_length=128,
+                             description="End user who owns it (the chat request's stored `user` key); None = the tenant.")
 
 
 def derived_metadata(cites: Sequence[str]) -> dict[str, Any]:
@@ -110,10 +112,11 @@ class MemoryBackend(Protocol):
 
     async def search(
         self, tenant: str, query: str, k: int | None = None, *, threshold: float | None = None,
-        kinds: Sequence[str] | None = None, topic_prefix: str | None = None,
+        kinds: Sequence[str] | None = None, topic_prefix: str | None = None, user: str | None = None,
     ) -> list[MemoryHit]:
         """Top-k memories of ``tenant`` (plus shared ones) for ``query``; ``k`` and ``threshold``
-        None = the backend's configured defaults (``memory.top_k``, ``memory.threshold``)."""
+        None = the backend's configured defaults (``memory.top_k``, ``memory.threshold``); ``user``:
+        only that end user's memories and the tenant's unowned ones (a chat turn's recall)."""
         ...
 
     async def write(self, tenant: str, items: Sequence[MemoryWrite]) -> list[str]:

@@ -285,7 +285,7 @@ class ChatPipeline:
 
         result = await self.experiences.produce(ctx.tenant, self.reasoner, turn.asked,
                                                 domain=meta.get("task_domain", "general"),
-                                                topic=meta.get("topic", "general"), prompt=render)
+                                                topic=meta.get("topic", "general"), prompt=render, user=ctx.user)
         exp = result.experience
         experience = {
             "id": exp.record.metadata.id if exp is not None else None,
@@ -386,7 +386,7 @@ class ChatPipeline:
         t = time.perf_counter()
         memories, memory_error = await recall_memories(
             self.memory, ctx.tenant, recall_query(question, images), self.settings.recall,
-            self.agent.cache if self.agent is not None else None)
+            self.agent.cache if self.agent is not None else None, user=ctx.user)
         recall_ms = round((time.perf_counter() - t) * 1e3, 2)
 
         def make(result: ContextResult, pending: list[MessageIn], earlier: list[ChatMessage]) -> Turn:
@@ -462,7 +462,7 @@ class ChatPipeline:
     def _agent_request(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn) -> AgentRequest:
         mode = "off" if req.tool_choice == "none" else (req.metadata or {}).get("agent", "auto")  # NOTE: "none": no tool runs
         session_id = turn.session.id if turn.session is not None else (req.metadata or {}).get("session_id")
-        return AgentRequest(tenant=ctx.tenant, scopes=list(ctx.scopes), mode=mode,  # type: ignore[arg-type]
+        return AgentRequest(tenant=ctx.tenant, user=ctx.user, scopes=list(ctx.scopes), mode=mode,  # type: ignore[arg-type]
                             session_id=session_id, max_answer_tokens=req.requested_max_tokens(), pii=ctx.pii,
                             temperature=req.temperature, top_p=req.top_p, seed=req.seed, **req.penalties())
 
@@ -497,8 +497,8 @@ class ChatPipeline:
         speaker = speaker_name(req.messages, pii)
         if agent_result is not None and self.agent is not None:
             # NOTE: the agent's exchange write is its one "message"; image units stay (their own kind).
-            writes = with_speaker([w for w in agent_result.memory_writes if kept is not None or w.kind != "message"],
-                                  speaker)
+            writes = with_speaker([w.model_copy(update={"user": ctx.user}) for w in agent_result.memory_writes
+                                   if kept is not None or w.kind != "message"], speaker)
             agent_result = agent_result.model_copy(update={"memory_writes": writes})
             self._background_task(self.agent.write_back(ctx.tenant, agent_result), "memory write-back", ctx)
             return

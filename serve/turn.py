@@ -222,7 +222,7 @@ class _Cache(Protocol):
 
 
 async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str, config: RecallConfig,
-                          cache: _Cache | None = None) -> tuple[list[MemoryHit], str]:
+                          cache: _Cache | None = None, user: str | None = None) -> tuple[list[MemoryHit], str]:
     """The turn's one recall: the tenant's top-k for ``query`` (k and threshold: the memory tier's).
 
     Steps (the searches of one step run at once; every one is bounded by ``config.timeout_s``):
@@ -243,6 +243,9 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
     grinder ticket included, and the relative cut whatever is far below the best match); the
     grinder sentence searched alone recalls its ticket.
 
+    ``user`` (the request's stored user key) scopes it to that end user's memories and the
+    tenant's unowned ones: one user's turn never sees (nor copies into its trace) another's.
+
     Results are cached per (tenant, query, kinds) when a cache is given (CoT 3.0: retrieval results
     are reused for minutes); an empty result is not cached (a recall made before the memories were
     written would otherwise hide them for the cache's lifetime). A failing or slow memory tier
@@ -252,7 +255,7 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
     if memory is None or not config.enabled or not query.strip():
         return [], ""
     kinds = None if config.recall_exchanges or config.max_derived else RECALL_KINDS
-    key = "recall\x00" + json.dumps([tenant, query, kinds, config.max_parts, config.max_derived])
+    key = "recall\x00" + json.dumps([tenant, user, query, kinds, config.max_parts, config.max_derived])
     if cache is not None:
         found, hits = cache.get(key)
         if found:
@@ -260,7 +263,8 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
     queries = question_parts(query, config.max_parts)
     try:
         async with asyncio.timeout(config.timeout_s):
-            found_lists = await asyncio.gather(*(memory.search(tenant, q, None, kinds=kinds) for q in queries))
+            found_lists = await asyncio.gather(*(memory.search(tenant, q, None, kinds=kinds, user=user)
+                                                 for q in queries))
     except Exception as exc:  # noqa: BLE001 - any memory failure must not fail the chat
         log.warning("memory recall failed: %s", exc)
         return [], f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

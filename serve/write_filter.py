@@ -180,7 +180,8 @@ def exchange_write(kept: str, *, speaker: str, user: str, request_id: str, sessi
     cited (``cites``; :func:`recallserve.serve.memory.cited_sources`).
     """
     return MemoryWrite(text=apply_pii(kept, pii), kind="message", source_id=f"chat:{user}:{request_id}",
-                       metadata={"user": user, "speaker": speaker, "session_id": session, **derived_metadata(cites)})
+                       metadata={"user": user, "speaker": speaker, "session_id": session, **derived_metadata(cites)},
+                       user=user)
 
 
 def with_speaker(writes: Sequence[MemoryWrite], speaker: str) -> list[MemoryWrite]:

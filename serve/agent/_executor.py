@@ -208,7 +208,8 @@ class StepExecutor:
                                 "Answer from the results you have.")
         self.uses[tool.name] = self.uses.get(tool.name, 0) + 1
         self.seen.add(key)
-        tenant_key = cache_key(self.ctx.tenant, tool.name, clean)
+        # NOTE: the end user too: a memory tool's result is scoped to them (ToolContext.user).
+        tenant_key = cache_key(self.ctx.tenant, self.ctx.user, tool.name, clean)
         if tool.cacheable:
             found, value = self.cache.get(tenant_key)
             if found:

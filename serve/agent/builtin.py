@@ -253,7 +253,7 @@ class MemorySearchArgs(StrictModel):
 async def _search(args: MemorySearchArgs, ctx: ToolContext) -> list[dict[str, Any]]:
     if ctx.memory is None:
         raise ToolError("memory is not available on this server")
-    hits = await ctx.memory.search(ctx.tenant, args.query, max(args.k, MEMORY_SEARCH_MIN_K))
+    hits = await ctx.memory.search(ctx.tenant, args.query, max(args.k, MEMORY_SEARCH_MIN_K), user=ctx.user)
     # NOTE: the memory service ranks derived conclusions (earlier answers) after every source record.
     return [{"id": h.source_id, "kind": "earlier answer" if is_derived(h) else h.kind, "created_at": h.created_at,
              "score": round(h.score, 3), "text": h.text} for h in hits]

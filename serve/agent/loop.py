@@ -325,7 +325,8 @@ class _Run:
                 # asked for one (the rules' first step). Measured on the demo with its photo: two
                 # memory_search steps (~25 s) recalled nothing the recalled E42 tickets lacked.
                 allowed = ToolSet(t for n, t in allowed.items() if not t.covered_by_recall or n in route.first_step)
-            executor = StepExecutor(allowed, ToolContext(self.req.tenant, frozenset(self.req.scopes), self.a.memory),
+            tools_ctx = ToolContext(self.req.tenant, frozenset(self.req.scopes), self.a.memory, self.req.user)
+            executor = StepExecutor(allowed, tools_ctx,
                                     self.a.cache, self.cfg.observation_max_chars,
                                     evidence="\n".join(m.content for m in messages))
             parallel = self.cfg.allow_parallel_calls

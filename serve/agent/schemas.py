@@ -40,6 +40,9 @@ class AgentRequest(StrictModel):
     mode: Literal["auto", "on", "off"] = Field(
         default="auto", description="auto: the router decides; on: always the tool loop; off: answer without tools."
     )
+    user: str | None = Field(default=None, min_length=1, max_length=128,
+                             description="End user's stored key: the memory tool sees only their memories and the "
+                                         "tenant's unowned ones (None: the whole tenant's).")
     session_id: str | None = Field(default=None, max_length=256, description="Session id stored with write-backs.")
     max_steps: int | None = Field(default=None, ge=1, le=10, description="Override of AgentConfig.max_steps.")
     max_answer_tokens: int | None = Field(

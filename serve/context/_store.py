@@ -24,6 +24,7 @@ migrated in place on open, in one transaction (:mod:`recallserve.serve.context._
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import re
 import time
@@ -184,6 +185,87 @@ class SessionStore:
             conn.execute("DELETE FROM sessions WHERE tenant = ? AND id = ?", (tenant, session_id))
 
         await self._call(fn, write=True)
+
+    # -- erasure and export (serve.erasure) ------------------------------------------------
+    @staticmethod
+    def _owned_sessions(conn: sqlite3.Connection, tenant: str, user: str | None) -> list[str]:
+        if user is None:
+            return [r["id"] for r in conn.execute("SELECT id FROM sessions WHERE tenant = ?", (tenant,))]
+        return [r["id"] for r in conn.execute("SELECT id FROM sessions WHERE tenant = ? AND user_id = ?", (tenant, user))]
+
+    async def erase_user(self, tenant: str, user: str | None) -> dict[str, int]:
+        """Delete every session of ``user`` (None: of the whole tenant) with its messages, rolling
+        summary and entity table, and the user's carried memory; then truncate the SQLite WAL.
+
+        Returns:
+            Rows deleted per table (``sessions``, ``messages``, ``entities``, ``user_memory``).
+        """
+
+        def fn(conn: sqlite3.Connection) -> dict[str, int]:
+            counts = {"sessions": 0, "messages": 0, "entities": 0, "user_memory": 0}
+            for sid in self._owned_sessions(conn, tenant, user):
+                for table in ("messages", "entities"):
+                    counts[table] += conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND session_id = ?",
+                                                  (tenant, sid)).rowcount
+                counts["sessions"] += conn.execute("DELETE FROM sessions WHERE tenant = ? AND id = ?",
+                                                   (tenant, sid)).rowcount
+            if user is None:
+                counts["user_memory"] = conn.execute("DELETE FROM user_memory WHERE tenant = ?", (tenant,)).rowcount
+            else:
+                counts["user_memory"] = conn.execute("DELETE FROM user_memory WHERE tenant = ? AND user_id = ?",
+                                                     (tenant, user)).rowcount
+            return counts
+
+        counts = await self._call(fn, write=True)
+        await asyncio.to_thread(self._checkpoint)
+        return counts
+
+    def _checkpoint(self) -> None:
+        if self.path != ":memory:":
+            if isinstance(self.db, SqliteDatabase):
+                self.db.truncate_wal()
+
+    async def expire_before(self, tenant: str, before: float) -> dict[str, int]:
+        """Delete ``tenant``'s sessions whose last message (or creation) is before ``before``
+        (a retention limit), with their messages, summaries and entities; then truncate the WAL."""
+
+        def fn(conn: sqlite3.Connection) -> dict[str, int]:
+            old = [r["id"] for r in conn.execute(
+                "SELECT s.id FROM sessions s WHERE s.tenant = ? AND COALESCE((SELECT MAX(m.timestamp) FROM messages m "
+                "WHERE m.tenant = s.tenant AND m.session_id = s.id), s.created_at) < ?", (tenant, before))]
+            counts = {"sessions": 0, "messages": 0, "entities": 0}
+            for sid in old:
+                for table in ("messages", "entities"):
+                    counts[table] += conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND session_id = ?",
+                                                  (tenant, sid)).rowcount
+                counts["sessions"] += conn.execute("DELETE FROM sessions WHERE tenant = ? AND id = ?",
+                                                   (tenant, sid)).rowcount
+            return counts
+
+        counts = await self._call(fn, write=True)
+        await asyncio.to_thread(self._checkpoint)
+        return counts
+
+    async def export_user(self, tenant: str, user: str | None) -> dict[str, Any]:
+        """Everything :meth:`erase_user` would delete, as JSON-ready dicts (``sessions`` with their
+        messages, summary and entities; ``user_memory``)."""
+
+        def fn(conn: sqlite3.Connection) -> dict[str, Any]:
+            sessions = []
+            for sid in self._owned_sessions(conn, tenant, user):
+                row = conn.execute("SELECT * FROM sessions WHERE tenant = ? AND id = ?", (tenant, sid)).fetchone()
+                sessions.append({
+                    "id": sid, "user": row["user_id"], "created_at": row["created_at"], "summary": row["summary"],
+                    "messages": [m.model_dump(mode="json") for m in self._messages(conn, tenant, sid, -1)],
+                    "entities": [dataclasses.asdict(e) for e in self._entities(conn, tenant, sid)],
+                })
+            where, args = ("tenant = ?", (tenant,)) if user is None else ("tenant = ? AND user_id = ?", (tenant, user))
+            carried = [dict(r) for r in conn.execute(
+                f"SELECT user_id, content, category, retention, created_at, source_session FROM user_memory "
+                f"WHERE {where} ORDER BY created_at", args)]
+            return {"sessions": sessions, "user_memory": carried}
+
+        return await self._call(fn)
 
     # -- messages -------------------------------------------------------------------------
     async def append(

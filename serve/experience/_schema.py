@@ -183,6 +183,8 @@ class ExperienceMetadata(StrictModel):
     task_domain: str = Field(default="general", min_length=1, max_length=64, description="Task domain, e.g. 'units'.")
     topic: str = Field(default="general", max_length=200, description="Topic tree path, e.g. 'physics/speed'.")
     reviewer: str | None = Field(default=None, max_length=200, description="Who reviewed the trace, if anyone.")
+    user: str | None = Field(default=None, min_length=1, max_length=128,
+                             description="End user the trace was produced for (the chat request's `user`); None = the tenant.")
     expires_at: float | None = Field(strict=True, default=None, ge=0, le=MAX_EPOCH, description="Hard expiry, epoch seconds; None = never.")
 
     @field_validator("topic")

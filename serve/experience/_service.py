@@ -60,7 +60,7 @@ from recallserve.serve.experience._schema import (
 from recallserve.serve.experience._store import ExperienceStore, StoredRow
 from recallserve.serve.experience._verify import exposure_tags, verify_record, with_extracted_checks
 from recallserve.serve.memory import MemoryBackend, MemoryWrite
-from recallserve.serve.pii import MaskedValueError, PiiMode, apply_pii, for_write_back
+from recallserve.serve.pii import MaskedValueError, PiiMode, apply_pii, for_write_back, user_key
 
 __all__ = ["ExperienceService", "ExperienceNotFound", "Embedder"]
 
@@ -220,7 +220,12 @@ class ExperienceService:
             PersonalDataError: under ``reject``, naming the field (``context.raw_text``).
         """
         now = self._clock()
-        record = _scrubbed(record, self._pii_for(tenant) if pii is None else pii)
+        mode = self._pii_for(tenant) if pii is None else pii
+        record = _scrubbed(record, mode)
+        if record.metadata.user is not None:
+            # NOTE: the owner is stored under the key the chat turn and the erasure use (serve.pii.user_key).
+            record = record.model_copy(update={"metadata": record.metadata.model_copy(
+                update={"user": user_key(record.metadata.user, mode)})})
         verified = await self._verify(tenant, record, required)
         md = verified.metadata
         if md.expires_at is None and self.config.default_ttl_days is not None:
@@ -248,7 +253,7 @@ class ExperienceService:
         md = record.metadata
         writes = [
             MemoryWrite(text=text, kind="experience", source_id=f"experience:{md.id}:{seg}", topic=md.topic,
-                        created_at=md.timestamp, expires_at=md.expires_at,
+                        created_at=md.timestamp, expires_at=md.expires_at, user=md.user,
                         metadata={"experience_id": md.id, "segment": seg, "tier": tier,
                                   "source_model": md.source_model, "task_domain": md.task_domain})
             for seg, text in record.segment_texts().items() if text.strip()
@@ -444,7 +449,7 @@ class ExperienceService:
     async def produce(
         self, tenant: str, engine: LLMEngine, question: str, *, domain: str = "general", topic: str = "general",
         inject: bool = True, params: GenerationParams | None = None, store: bool = True,
-        prompt: Callable[[str, str], list[ChatMessage]] | None = None,
+        prompt: Callable[[str, str], list[ChatMessage]] | None = None, user: str | None = None,
     ) -> ProduceResult:
         """Ask the reasoner for the four segments, parse, verify by code and store the trace.
 
@@ -458,7 +463,8 @@ class ExperienceService:
         ``prompt(head, problem)`` renders the engine prompt from the segmented format (system) and
         the problem text with its injected experiences (the chat turn passes its renderer, so the
         client's system prompt, the context block, history and memories reach the model too);
-        None = just those two messages.
+        None = just those two messages. ``user``: the end user's stored key, kept as ``metadata.user``
+        (what erasing that user finds the trace and its memory segments by).
         """
         experiences: list[ExperienceRecord] = []
         archival: list[ExperienceRecord] = []
@@ -496,11 +502,11 @@ class ExperienceService:
         view: ExperienceView | None = None
         if not parsed.answer and store and result.text.strip():
             view = await self.create(tenant, _unparsed(question, result.text, ExperienceMetadata(
-                source_model=engine.model_name, task_domain=domain, topic=topic, timestamp=self._clock())),
+                source_model=engine.model_name, task_domain=domain, topic=topic, timestamp=self._clock(), user=user)),
                 pii=for_write_back(self._pii_for(tenant)))
         if parsed.answer:
             record = parsed.to_record(question, ExperienceMetadata(
-                source_model=engine.model_name, task_domain=domain, topic=topic, timestamp=self._clock()))
+                source_model=engine.model_name, task_domain=domain, topic=topic, timestamp=self._clock(), user=user))
             if store:
                 view = await self.create(tenant, record, required=required,
                                          pii=for_write_back(self._pii_for(tenant)))

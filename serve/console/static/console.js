@@ -102,7 +102,10 @@ async function signIn(key) {
   const me = await api("GET", "/v1/console/me");
   state.tenant = me.tenant;
   sessionStorage.setItem(KEY_STORE, key);
+  const kept = Object.entries(me.retention || {}).filter(([, d]) => d != null)
+    .map(([k, d]) => `${k.replace("_days", "")} ${d} d`);
   $("#tenant").textContent = "tenant " + me.tenant;
+  $("#retention").textContent = "retention: " + (kept.length ? kept.join(", ") : "no limits");
   $("#signin-panel").hidden = true;
   $("#nav").hidden = false;
   $("#who").hidden = false;
@@ -124,7 +127,8 @@ function signOut(clear = true) {
 function stopTimer() { if (state.timer) { clearInterval(state.timer); clearTimeout(state.timer); state.timer = null; } }
 
 // ---- pages ---------------------------------------------------------------------------------
-const PAGES = { memories: memoriesPage, sessions: sessionsPage, turns: turnsPage, review: reviewPage, health: healthPage };
+const PAGES = { memories: memoriesPage, sessions: sessionsPage, turns: turnsPage, review: reviewPage, health: healthPage,
+  erasures: erasuresPage };
 
 function route() {
   if (!state.key) return;
@@ -300,6 +304,18 @@ async function turnsPage(root) {
   filter.addEventListener("submit", (ev) => { ev.preventDefault(); guarded(load); });
   root.append(el("h2", {}, "Turns"), filter, listBox, detail);
   await load();
+}
+
+async function erasuresPage(root) {
+  // NOTE: the audit rows hold the user's hash, never the user id or any content (docs/erasure.md).
+  const list = await api("GET", "/v1/erasures?limit=200");
+  const rows = list.data.map((r) => el("tr", { class: "row" },
+    el("td", {}, when(r.created_at)), el("td", {}, r.object), el("td", {}, r.id), el("td", {}, r.user_hash),
+    el("td", {}, r.requester), el("td", {}, tag(r.status)), el("td", {}, r.done_at ? when(r.done_at) : "—"),
+    el("td", {}, Object.entries(r.counts).map(([k, v]) => `${k} ${v}`).join(", ") || "—")));
+  root.append(el("h2", {}, "Erasures and exports"),
+    rows.length ? table(["requested", "kind", "id", "user hash", "requester key", "status", "done", "counts"], rows)
+      : el("p", {}, "No erasure or export yet."));
 }
 
 async function openTurn(id, detail) {
