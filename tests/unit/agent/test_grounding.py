@@ -147,7 +147,8 @@ class _PartsMemory:
         self.queries: list[str] = []
 
     async def search(self, tenant: str, query: str, k: int | None = None, *, threshold: float | None = None,
-                     kinds: Sequence[str] | None = None, topic_prefix: str | None = None) -> list[MemoryHit]:
+                     kinds: Sequence[str] | None = None, topic_prefix: str | None = None,
+                     user: str | None = None) -> list[MemoryHit]:
         self.queries.append(query)
         e42 = _hit("ticket:T-1042", "Ticket T-1042: error E42, thermal fuse replaced", 0.7)
         grinder = _hit("ticket:T-1095", "Ticket T-1095: GrindPro 200 grinder stops, burrs cleaned", 0.4)
