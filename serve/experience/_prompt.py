@@ -75,7 +75,7 @@ def _experience_block(rec: ExperienceRecord) -> str:
         (f"{s.text} ({s.principle})" if s.principle else s.text) for s in rec.reasoning[:4]
     )
     checks = "; ".join(f"{v.type}: {v.target}" for v in _own(rec) if v.status == "pass")[:300]
-    return f"- Problem: {rec.context.raw_text[:200]}\n  Key reasoning: {steps[:300]}\n  Checks: {checks}\n  Answer: {rec.outcome.answer}"
+    return f"- Problem: {rec.context.raw_text[:200]}\n  Key reasoning: {steps[:300]}\n  Checks: {checks}\n  Answer: {rec.outcome.answer_text}"
 
 
 def _archival_block(rec: ExperienceRecord) -> str:
@@ -83,7 +83,7 @@ def _archival_block(rec: ExperienceRecord) -> str:
     if rec.evaluation.human_label == "wrong":
         tags = ", ".join(rec.evaluation.error_tags) or "unspecified error"
         note = f" ({rec.evaluation.review_note[:120]})" if rec.evaluation.review_note else ""
-        return f"- Avoid ({tags}){note}: a past answer '{rec.outcome.answer[:60]}' was wrong."
+        return f"- Avoid ({tags}){note}: a past answer '{rec.outcome.answer_text[:60]}' was wrong."
     return f"- Principle: {principles or rec.outcome.explanation[:200]}"
 
 
