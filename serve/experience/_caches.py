@@ -15,6 +15,9 @@ without a database:
 * **Domains**: per tenant, the active records of the least recently used task domains beyond
   ``max_active_domains`` are demoted, so the active tier of a tenant is bounded by
   ``max_active_domains x capacity`` whatever labels its clients send.
+* **Source model**: an experience is reused only by the model that wrote it (:func:`reuse_key`; the
+  design's account of a 72B trace that misled a 7B model), unless configuration names the family
+  whose sizes share (``experience.shared_families``).
 * **Conflicts**: an active record older than a newer, not-wrong archival record on the same
   topic (same domain and model family) raises an alert and the newer one is preferred.
 """
@@ -30,8 +33,8 @@ import numpy as np
 from recallserve.memory_shards.retrieval import RRF_K, rrf_fuse
 from recallserve.serve.experience._store import StoredRow
 
-__all__ = ["decay_factor", "rank_active", "demotions", "evicted_domains", "find_conflicts", "model_family", "Ranked",
-           "Conflict"]
+__all__ = ["decay_factor", "rank_active", "demotions", "evicted_domains", "find_conflicts", "model_family", "model_key",
+           "reuse_key", "Ranked", "Conflict"]
 
 _DAY = 86400.0
 _SIZE = re.compile(r"^\d+(?:\.\d+)?[bmk]$")
@@ -61,6 +64,42 @@ def model_family(model_name: str) -> str:
         if t not in _DROP:
             kept.append(t)
     return "-".join(kept) or base or "unknown"
+
+
+_FORMAT = {"gguf", "hf", "awq", "gptq", "fp16", "bf16", "int4", "int8"}
+
+
+def model_key(model_name: str) -> str:
+    """One model's name, normalised: path, extension, file format and quantisation removed; size and
+    instruct/chat kept (another size or tuning is another model).
+
+    Example:
+        >>> model_key("models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf")
+        'qwen2.5-coder-1.5b-instruct'
+        >>> model_key("qwen2-72b-instruct") == model_key("qwen2-7b-instruct")
+        False
+    """
+    base = model_name.strip().replace("\\", "/").rsplit("/", 1)[-1].lower()
+    base = re.sub(r"\.(gguf|bin|safetensors)$", "", base)
+    kept: list[str] = []
+    for t in (t for t in re.split(r"[-_\s:]+", base) if t):
+        if _QUANT.match(t):
+            break  # NOTE: a quantisation suffix ends the name (Q4_K_M splits into q4, k, m)
+        if t not in _FORMAT:
+            kept.append(t)
+    return "-".join(kept) or base or "unknown"
+
+
+def reuse_key(model_name: str, shared_families: Sequence[str] = ()) -> str:
+    """Who may reuse an experience of ``model_name``: its own model (:func:`model_key`), or its whole
+    family (:func:`model_family`) when configuration lists the family in ``shared_families``.
+
+    Example:
+        >>> reuse_key("qwen2-72b-instruct"), reuse_key("qwen2-72b-instruct", ["qwen2"])
+        ('qwen2-72b-instruct', 'family:qwen2')
+    """
+    family = model_family(model_name)
+    return f"family:{family}" if family in shared_families else model_key(model_name)
 
 
 def decay_factor(now: float, last_used_at: float, rate: float = 0.1) -> float:

@@ -55,6 +55,11 @@ class ExperienceConfig(StrictModel):
     hybrid: bool = Field(
         default=True, description="Find active experiences by keyword (BM25) and vector, fused by reciprocal rank.",
     )
+    shared_families: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list, max_length=64,
+        description="Model families (as model_family names them, e.g. 'qwen2.5-coder') whose models of every size "
+                    "reuse each other's experiences; any other experience is reused only by the model that wrote it.",
+    )
     top_k: int = Field(default=2, ge=1, le=20, description="Experiences injected into one prompt.")
     archival_k: int = Field(default=2, ge=0, le=20, description="Archival lessons injected into one prompt.")
     default_ttl_days: float | None = Field(

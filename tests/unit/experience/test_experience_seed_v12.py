@@ -229,3 +229,30 @@ def test_bad_fields_name_the_field(client, where, value, field):
     r = client.post("/v1/experiences", json=doc, headers=A)
     assert r.status_code == 400, r.text
     assert field in r.text
+
+
+def _search_ids(c: TestClient, model: str) -> list[str]:
+    r = c.post("/v1/experiences/search", headers=A, json={
+        "query": "CBIRC_Rule_27 non_standard threshold", "source_model": model, "domain": "financial_compliance",
+        "archival_k": 5})
+    assert r.status_code == 200, r.text
+    return [h["experience"]["record"]["metadata"]["id"] for h in r.json()["hits"] + r.json()["archival"]]
+
+
+def test_a_72b_experience_is_not_reused_by_the_7b_model(client):
+    """002: a qwen2-72b trace misled qwen2-7b; experiences move only between the same model."""
+    assert client.post("/v1/experiences", json=SEED, headers=A).status_code == 201
+    assert _search_ids(client, "qwen2-72b-instruct") == ["sem_20250828_abc123"]
+    assert _search_ids(client, "models/Qwen2-72B-Instruct-Q4_K_M.gguf") == ["sem_20250828_abc123"]
+    assert _search_ids(client, "qwen2-7b-instruct") == []
+
+
+def test_a_family_named_in_config_shares_across_sizes(make_service, clock):
+    clock.t = 1756425600.0
+    app = FastAPI()
+    install_error_handlers(app)
+    app.include_router(build_router(make_service(audit_share=0.0, shared_families=["qwen2"]), get_tenant))
+    with TestClient(app) as c:
+        assert c.post("/v1/experiences", json=SEED, headers=A).status_code == 201
+        assert _search_ids(c, "qwen2-7b-instruct") == ["sem_20250828_abc123"]
+        assert _search_ids(c, "llama-3-8b-instruct") == []

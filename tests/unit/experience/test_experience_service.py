@@ -66,8 +66,11 @@ def test_tenants_and_model_families_are_isolated(make_service):
     with pytest.raises(ExperienceNotFound):
         run(svc.get("other", created.record.metadata.id))
     assert search(svc, model="llama-3.1-8b-instruct").hits == []
-    # Same family, other size: reused.
-    assert len(search(svc, model="qwen2.5-coder-0.5b-instruct-q4_k_m").hits) == 1
+    # Same family, other size: another model, not reused (002) ...
+    assert search(svc, model="qwen2.5-coder-0.5b-instruct-q4_k_m").hits == []
+    # ... unless configuration names the family.
+    shared = make_service(shared_families=["qwen2.5-coder"])
+    assert len(search(shared, model="qwen2.5-coder-0.5b-instruct-q4_k_m").hits) == 1
     assert search(svc, domain="finance").hits == []
 
 
