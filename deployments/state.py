@@ -51,7 +51,7 @@ _UNAVAILABLE = (RayError, RayServeException, BackPressureError)
 STORE_METHODS: dict[str, frozenset[str]] = {
     "sessions": frozenset({"get", "open", "set_mode", "delete", "append", "messages", "entities", "snapshot",
                            "long_sessions", "user_memory", "save_summary"}),
-    "experiences": frozenset({"put", "get", "query", "set_tier", "touch", "delete_expired", "tenants",
+    "experiences": frozenset({"put", "get", "query", "set_tier", "touch", "archive_expired", "tenants",
                               "active_freshness", "active_domains"}),
     "turns": frozenset({"put", "recent", "get", "sessions", "count"}),
 }

@@ -278,11 +278,16 @@ class ExperienceService:
             log.warning("experience %s: writing segments to the memory tier failed: %s", md.id, exc)
 
     async def get(self, tenant: str, exp_id: str) -> ExperienceView:
-        """One record of ``tenant``; raises ExperienceNotFound (also when expired)."""
+        """One record of ``tenant``; raises ExperienceNotFound. An expired record is read from archival
+        (it is moved there now if maintenance has not yet done it)."""
         now = self._clock()
         row = await self.store.get(tenant, exp_id)
-        if row is None or (row.record.metadata.expires_at is not None and row.record.metadata.expires_at <= now):
+        if row is None:
             raise ExperienceNotFound(f"experience {exp_id!r} not found")
+        md = row.record.metadata
+        if row.tier == "active" and md.expires_at is not None and md.expires_at <= now:
+            await self.store.set_tier(tenant, [exp_id], "archival")
+            row.tier = "archival"
         return self._view(row, now)
 
     # ------------------------------------------------------------------ retrieval
@@ -439,9 +444,9 @@ class ExperienceService:
     # ------------------------------------------------------------------ maintenance
 
     async def maintain(self) -> MaintenanceReport:
-        """Delete expired records and demote stale / over-capacity active ones, all tenants."""
+        """Move expired active records to archival and demote old / over-capacity ones, all tenants."""
         now = self._clock()
-        expired = await self.store.delete_expired(now)
+        expired = await self.store.archive_expired(now)
         demoted: dict[str, int] = {}
         for tenant in await self.store.tenants():
             # NOTE: domains first (a store written before the bound, or a lowered bound), then each
@@ -453,7 +458,7 @@ class ExperienceService:
                     demoted[reason] = demoted.get(reason, 0) + n
         fresh = await self.store.active_freshness(now, self.config.decay_rate)
         set_active_freshness(fresh)
-        return MaintenanceReport(expired_deleted=expired, demoted=demoted, freshness=fresh)
+        return MaintenanceReport(expired_archived=expired, demoted=demoted, freshness=fresh)
 
     # ------------------------------------------------------------------ generation
 
