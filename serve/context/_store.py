@@ -2,7 +2,7 @@
 
 One file holds four tables: ``sessions`` (owner, mode, rolling summary), ``messages``,
 ``entities`` (the verbatim entity table of each session) and ``user_memory`` (a user's
-retention >= 2 constraints and facts, carried into that user's next session).
+the user's constraints and facts (retention 1 or more), carried into that user's next session).
 
 Async-safety: every call runs in a worker thread (:func:`asyncio.to_thread`) on one connection
 guarded by a lock, and each call is one short transaction, so the event loop never blocks on
@@ -246,7 +246,7 @@ class SessionStore:
                         "DO UPDATE SET last_seq = excluded.last_seq",
                         (session.tenant, session.id, ent.kind, ent.value, ent.snippet, stored.seq, stored.seq),
                     )
-                if stored.retention >= 2 and stored.category in ("constraint", "fact") and stored.role == "user":
+                if stored.retention >= 1 and stored.category in ("constraint", "fact") and stored.role == "user":
                     conn.execute(
                         "INSERT INTO user_memory (tenant, user_id, key, role, content, category, retention, "
                         "tokens, created_at, source_session) VALUES (?,?,?,?,?,?,?,?,?,?) "
