@@ -151,7 +151,8 @@ class ContextConfig(StrictModel):
     full_ratio: float = Field(default=0.4, gt=0, le=1, description="auto: history/context window below this -> full.")
     sliding_fact_density: float = Field(
         default=0.2, ge=0, le=1,
-        description="auto: share of the last density_messages messages that are constraints/facts below this -> sliding.",
+        description="auto: share of the user's messages among the last density_messages that are constraints/facts "
+                    "below this -> sliding.",
     )
     density_messages: int = Field(default=20, ge=1, le=1000,
                                   description="auto: the last N messages fact density is counted over (003).")
@@ -228,7 +229,8 @@ class AutoSignals(StrictModel):
     """What ``auto`` looked at (also reported for explicit modes, for tuning)."""
 
     history_ratio: float = Field(ge=0, description="History tokens / context window.")
-    fact_density: float = Field(ge=0, le=1, description="Share of the last density_messages messages that are constraints or facts.")
+    fact_density: float = Field(ge=0, le=1, description="Share of the user's messages among the last density_messages "
+                                                        "that are constraints or facts.")
     discreteness: float | None = Field(
         default=None, description="1 - mean cosine of consecutive recent user queries (None = no embedder / too few)."
     )
