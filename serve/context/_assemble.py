@@ -111,8 +111,8 @@ async def resolve_mode(
     """The mode to use and the signals behind it (003's ``decide_mode``).
 
     auto: history tokens / context window (003: ``history_tokens / max_tokens``, the whole window)
-    < full_ratio -> full; else fact density (share of the user's messages among the last
-    ``density_messages`` messages that are constraints or facts; 003's "last N messages") <
+    < full_ratio -> full; else fact density (share of the session's user messages that are
+    constraints or facts; 003 counts the last N messages, a measured departure) <
     sliding_fact_density -> sliding; else
     discreteness of the recent user queries (1 - mean cosine of consecutive ones) >=
     discreteness_threshold -> hybrid; else summary. Without an embedder discreteness is unknown and
@@ -121,11 +121,12 @@ async def resolve_mode(
     """
     tokens = sum(m.tokens for m in history)
     ratio = tokens / context_window if context_window > 0 else float("inf") if tokens else 0.0
-    # NOTE: 003's window (the last N messages), counted over the user's messages in it: constraints
-    # and facts come from the user, and counting the assistant's replies and tool outputs too made
-    # auto pick sliding on every held-out retention conversation (present 1.00 -> 0.54 at 4096
-    # tokens; docs/design-sources.md).
-    said = [m for m in list(history)[-config.density_messages:] if m.role == "user"]
+    # NOTE: density over the whole session's user messages, not 003's "last N messages": measured on
+    # held-out retention conversations (seeds 10-14, facts planted at turns 1-50, asked at 60), the
+    # last 20 messages hold 0-10% facts, so auto picked sliding and lost the early facts (present
+    # 1.00 -> 0.54 at 4096 tokens, docs/design-sources.md). Constraints and facts come from the
+    # user: counting the agent's replies and tool outputs would dilute it by the agent's verbosity.
+    said = [m for m in history if m.role == "user"]
     density = sum(m.category in ("constraint", "fact") for m in said) / len(said) if said else 0.0
     discreteness = None
     # NOTE: only auto pays for embedding the queries; explicit modes report None.

@@ -143,7 +143,7 @@ class ContextConfig(StrictModel):
     """Knobs of context assembly and of the rolling summary.
 
     Defaults follow the context-mode seed (003): full below a history/context-window ratio of 0.4,
-    sliding below a fact density of 0.2 over the last 20 messages, summary batches of at most 4000 tokens triggered at 12000
+    sliding below a fact density of 0.2 (over the session's user messages: a measured departure), summary batches of at most 4000 tokens triggered at 12000
     unsummarised tokens with a cooldown of 30 minutes or 20 messages.
     """
 
@@ -151,11 +151,8 @@ class ContextConfig(StrictModel):
     full_ratio: float = Field(default=0.4, gt=0, le=1, description="auto: history/context window below this -> full.")
     sliding_fact_density: float = Field(
         default=0.2, ge=0, le=1,
-        description="auto: share of the user's messages among the last density_messages that are constraints/facts "
-                    "below this -> sliding.",
+        description="auto: share of the session's user messages that are constraints/facts below this -> sliding.",
     )
-    density_messages: int = Field(default=20, ge=1, le=1000,
-                                  description="auto: the last N messages fact density is counted over (003).")
     discreteness_threshold: float = Field(
         default=0.55, ge=0, le=1,
         description="auto: 1 - mean cosine of consecutive recent user queries at or above this -> hybrid.",
@@ -229,8 +226,7 @@ class AutoSignals(StrictModel):
     """What ``auto`` looked at (also reported for explicit modes, for tuning)."""
 
     history_ratio: float = Field(ge=0, description="History tokens / context window.")
-    fact_density: float = Field(ge=0, le=1, description="Share of the user's messages among the last density_messages "
-                                                        "that are constraints or facts.")
+    fact_density: float = Field(ge=0, le=1, description="Share of the session's user messages that are constraints or facts.")
     discreteness: float | None = Field(
         default=None, description="1 - mean cosine of consecutive recent user queries (None = no embedder / too few)."
     )
