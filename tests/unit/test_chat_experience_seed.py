@@ -85,3 +85,27 @@ def test_a_reply_in_the_design_shape_keeps_its_structure_and_stated_results(rig:
         ("regulatory_check", "pass", False), ("boundary_test", "pass", False)]
     assert seg["verification"][1]["expected"] == {"ratio": 0.0} and seg["verification"][1]["actual"] == 0.0
     assert seg["outcome"]["answer"] == "true"
+
+
+def test_three_experiences_are_injected_newest_record_first(rig: Any) -> None:
+    """002: top 3 of the active cache, time first: by each record's own time, not its last use."""
+    import time
+
+    from tests.unit.experience.test_experience_seed_v12 import OWN
+
+    c, engine = rig
+    now = time.time()
+    for i, age_days in enumerate([5, 1, 3, 2]):
+        doc = copy.deepcopy(OWN)
+        doc["metadata"].update(id=f"fund_{i}", source_model=engine.model_name,
+                               timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - age_days * 86400)),
+                               human_reviewer="ann")
+        doc["evaluation"]["human_label"] = "correct"
+        r = c.post("/v1/experiences", headers=H, json=doc)
+        assert r.status_code == 201 and r.json()["tier"] == "active", r.text
+    meta, prompt = _turn(c, engine, json.dumps(SEED["segments"], ensure_ascii=False))
+    assert meta["injected"] == ["fund_1", "fund_3", "fund_2"]
+    assert prompt.count("- Problem:") == 3
+    # Retrieved together just now, they keep their order: recency is the record's time.
+    meta, _ = _turn(c, engine, json.dumps(SEED["segments"], ensure_ascii=False))
+    assert meta["injected"] == ["fund_1", "fund_3", "fund_2"]
