@@ -11,36 +11,16 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
-from pathlib import Path
+import time
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 
-from recallserve.memory_shards import HashingEmbedder
-from recallserve.serve.api.app import create_app
-from recallserve.serve.api.auth import Authenticator
-from recallserve.serve.experience import ExperienceConfig, ExperienceService, build_router
-from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
 from tests.unit.agent.conftest import ScriptedEngine
-from tests.unit.experience.test_experience_seed_v12 import SEED
+from tests.unit.experience.test_experience_seed_v12 import OWN, SEED
+from tests.unit.test_chat_experience_review import H, rig  # noqa: F401 - the scripted-engine rig fixture
 
-H = {"Authorization": "Bearer sk-acme"}
 Q = "Product C raised 60 billion CNY, 25 billion CNY in non-standard assets. Does it comply with CBIRC_Rule_27?"
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[tuple[TestClient, ScriptedEngine]]:
-    emb = HashingEmbedder(384)
-    engine = ScriptedEngine([])
-    experiences = ExperienceService(ExperienceConfig(data_dir=tmp_path / "exp", min_similarity=0.0, audit_share=0.0),
-                                    emb.embed)
-    pipeline = ChatPipeline(engine, PipelineSettings(write_back=False), experiences=experiences)
-    auth = Authenticator({"sk-acme": "acme"})
-    with TestClient(create_app(pipeline, auth, routers=[build_router(experiences, auth)])) as c:
-        yield c, engine
-    experiences.close()
 
 
 def _turn(c: TestClient, engine: ScriptedEngine, reply: str) -> tuple[dict[str, Any], str]:
@@ -89,10 +69,6 @@ def test_a_reply_in_the_design_shape_keeps_its_structure_and_stated_results(rig:
 
 def test_three_experiences_are_injected_newest_record_first(rig: Any) -> None:
     """002: top 3 of the active cache, time first: by each record's own time, not its last use."""
-    import time
-
-    from tests.unit.experience.test_experience_seed_v12 import OWN
-
     c, engine = rig
     now = time.time()
     for i, age_days in enumerate([5, 1, 3, 2]):

@@ -12,11 +12,13 @@ import json
 from typing import Any
 
 import pytest
-from fastapi import FastAPI, Header, HTTPException
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from recallserve.serve.api.errors import install_error_handlers
 from recallserve.serve.experience import build_router
+
+from .test_experience_v12 import get_tenant
 
 A = {"Authorization": "Bearer key-a"}
 
@@ -120,12 +122,6 @@ OWN = {
     },
     "evaluation": {"human_label": None, "error_tags": [], "retrieval_score": None},
 }
-
-
-async def get_tenant(authorization: str = Header(default="")) -> str:
-    if authorization != "Bearer key-a":
-        raise HTTPException(status_code=401, detail="invalid API key")
-    return "acme"
 
 
 @pytest.fixture
