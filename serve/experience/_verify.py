@@ -469,11 +469,14 @@ def verify_record(
     env = {q.name: q.value for q in record.context.quantities if q.name.isidentifier()}
     # NOTE: the record's structured constraints ({regulation, threshold, quantity}) are rules code
     # can evaluate on the stated quantities; a registered rule of the same id wins.
-    rules = rules.extended(constraint_rules(record.context.constraints, env))
+    own_rules = [r for r in constraint_rules(record.context.constraints, env) if r.id not in rules]
+    rules = rules.extended(own_rules)
     with budget_scope(WorkBudget(max_steps, seconds)) as budget:
         checked = [_run_within(budget, v, rules, env, record.outcome.answer_text)
                    for v in record.verification[:_MAX_ENTRIES]]
+    # NOTE: a rule the context states as a structured constraint is cited by the context itself.
     cited = [rules.get(r).id for r in cited_rules(record.context.raw_text) if r in rules]
+    cited += [r.id for r in own_rules if r.id not in cited]
     return finish_record(record, checked, required, cited, rules)
 
 
