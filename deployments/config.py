@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, PrivateAttr, SerializerFunctionWrapHandler, ValidationError, model_serializer, model_validator
 
+from recallserve.deployments._node_placement import spread
 from recallserve.deployments._ray_config import RayConfig
 from recallserve.deployments.engines import EngineConfig
 from recallserve.deployments.options import DeploymentOptions
@@ -170,11 +171,13 @@ class RoleConfig(StrictModel):
 class EmbedderConfig(StrictModel):
     """The text embedder deployment (Ray Serve dynamic batching)."""
 
-    model: Literal["all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8", "all-MiniLM-L6-v2-onnx-int8"] = Field(
+    model: Literal["all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8", "all-MiniLM-L6-v2-onnx-int8", "wordllama-l2-supercat-256"] = Field(
         default="all-MiniLM-L6-v2",
         description="Embedding model (384-d); '-int8' is MiniLM with torch int8 dynamic quantization (CPU only, ~1.7x faster "
                     "to embed, LoCoMo hybrid R@10 0.803 vs 0.800 but R@1 0.299 vs 0.367); '-onnx-int8' the ONNX Runtime "
-                    "int8 file (CPU only, ~2.3x faster than torch fp32; see loadtests/results/memory-ingest-cpu-local.md). "
+                    "int8 file (CPU only, ~2.3x faster than torch fp32; see loadtests/results/memory-ingest-cpu-local.md); "
+                    "'wordllama-l2-supercat-256' static word embeddings (256-d, a table lookup, runtime auto; LoCoMo hybrid "
+                    "R@10 0.801 vs 0.821, loadtests/results/embedder-wordllama.md). "
                     "Each is another vector space: switching needs a re-embed.",
     )
     runtime: Literal["auto", "torch", "onnx"] = Field(
@@ -512,7 +515,15 @@ class AppConfig(StrictModel):
                 opts[gen.embedder_deployment] = gen.embedder.deployment
             for name in gen.shard_names(self.memory.num_shards):
                 opts[name] = self.memory.deployment
+        if self.ray.nodes > 1 and self.ray.address is None:
+            # NOTE: several raylets on this host: shards spread over the workers, ingress >= 2 replicas,
+            # the rest on the head (deployments._node_placement).
+            opts = spread(opts, self.shard_deployment_names())
         return opts
+
+    def shard_deployment_names(self) -> list[str]:
+        """Names of every memory shard deployment (all generations)."""
+        return [n for gen in self.memory.generations(self.embedder) for n in gen.shard_names(self.memory.num_shards)]
 
 
 def list_profiles() -> list[str]:

@@ -34,6 +34,7 @@ def add_profile_arguments(p: argparse.ArgumentParser) -> None:
 COMMANDS: dict[str, str] = {
     "up": "recallserve.deployments.cli._up",
     "deploy": "recallserve.deployments.cli._deploy",
+    "status": "recallserve.deployments.cli._status",
     "models": "recallserve.deployments.cli._models",
     "serve-config": "recallserve.deployments.cli._serve_config",
     "demo": "recallserve.deployments.cli._demo",
@@ -56,6 +57,7 @@ COMMANDS: dict[str, str] = {
     "eval retention": "recallserve.deployments.cli._eval_retention",
     "eval experiences": "recallserve.deployments.cli._eval_experiences",
     "eval locomo": "recallserve.deployments.cli._eval_locomo",
+    "eval ranker": "recallserve.deployments.cli._eval_ranker",
     "job *": "recallserve.deployments.cli._jobs",
 }
 _GROUP_HELP: dict[str, str] = {

@@ -311,3 +311,20 @@ def test_rule_check_catches_bad_promql_and_fields() -> None:
            "spec": {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "sum(rate(x[5m]) <", "for": "soon"}]}]}}
     errors = check_prometheus_rule(doc)
     assert any("expr is not PromQL" in e for e in errors) and any("for" in e for e in errors)
+
+
+def test_gcs_fault_tolerance_renders_redis_address_and_password_secret(helm: Path) -> None:
+    """Issue 37: gcsFaultToleranceOptions carries the Redis address from values and the password from a Secret."""
+    on = ["--set", "gcsFaultTolerance.enabled=true", "--set", "gcsFaultTolerance.redisAddress=redis-master.redis:6379",
+          "--set", "gcsFaultTolerance.passwordSecret.name=redis-auth"]
+    proc = _template(helm, *on)
+    assert proc.returncode == 0, proc.stderr
+    (rs,) = [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "RayService"]
+    assert check_rayservice(rs) == []
+    assert rs["spec"]["rayClusterConfig"]["gcsFaultToleranceOptions"] == {
+        "redisAddress": "redis-master.redis:6379",
+        "redisPassword": {"valueFrom": {"secretKeyRef": {"name": "redis-auth", "key": "redis-password"}}}}
+    missing = _template(helm, "--set", "gcsFaultTolerance.enabled=true")
+    assert missing.returncode != 0 and "gcsFaultTolerance.redisAddress" in missing.stderr
+    (off,) = [d for d in yaml.safe_load_all(_template(helm).stdout) if d and d["kind"] == "RayService"]
+    assert "gcsFaultToleranceOptions" not in off["spec"]["rayClusterConfig"]
