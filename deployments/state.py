@@ -55,7 +55,7 @@ STORE_METHODS: dict[str, frozenset[str]] = {
     "sessions": frozenset({"get", "open", "set_mode", "delete", "append", "messages", "entities", "snapshot",
                            "long_sessions", "user_memory", "save_summary", "erase_user", "export_user",
                            "expire_before"}),
-    "experiences": frozenset({"put", "get", "query", "set_tier", "touch", "delete_expired", "tenants",
+    "experiences": frozenset({"put", "get", "query", "set_tier", "touch", "archive_expired", "tenants",
                               "active_freshness", "active_domains", "erase_user", "export_user"}),
     "turns": frozenset({"put", "recent", "get", "sessions", "count", "erase_user", "export_user", "expire_before"}),
     "erasures": frozenset({"begin", "started", "finish", "fail", "exported", "get", "unfinished", "recent"}),

@@ -42,7 +42,7 @@ from recallserve.serve.tokens import TokenCounter
 if TYPE_CHECKING:  # NOTE: typing only; serve.agent imports this module.
     from recallserve.serve.agent.images import ImageUnit
 
-__all__ = ["RecallConfig", "Turn", "TurnContext", "TurnTimings", "recall_memories", "recall_query", "relevance_cut",
+__all__ = ["similar_key", "RecallConfig", "Turn", "TurnContext", "TurnTimings", "recall_memories", "recall_query", "relevance_cut",
            "relevance_patterns", "topic_codes", "format_memories", "memory_line", "render_prompt", "prompt_tokens",
            "memory_meta", "question_parts", "RECALL_KINDS", "CLIENT_HEADER"]
 
@@ -221,6 +221,39 @@ class _Cache(Protocol):
     def put(self, key: str, value: Any) -> None: ...
 
 
+_SPACES = re.compile(r"\s+")
+_END_MARKS = re.compile(r"[\s?!.。？！]+$")
+
+
+def _loosen(x: Any) -> Any:
+    """Strings case-folded, runs of spacing folded to one space, closing ?/!/. dropped; containers
+    recursively. NOTE: nothing else: an operator is meaning ("2*3" and "2+3" must not share a key)."""
+    if isinstance(x, str):
+        return _END_MARKS.sub("", _SPACES.sub(" ", x.casefold()).strip())
+    if isinstance(x, dict):
+        return {str(k): _loosen(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_loosen(v) for v in x]
+    return x
+
+
+def similar_key(scope: str | tuple[str | None, ...], *parts: Any) -> str:
+    """The cache key of a tool or retrieval result: ``scope`` (the tenant, or the tenant and the end
+    user) exact, every string of
+    ``parts`` case-folded, with spacing folded and closing question marks dropped.
+
+    000 reuses results for "the same or highly similar" queries within 5-10 minutes; queries that
+    differ only in case, spacing or a closing mark ("Reset the router?" / "reset the router") are the
+    similar ones a key can match exactly. The scope is never loosened (one tenant or end user never
+    reads another's cached results), and nothing is fuzzy beyond that (a near-miss is a miss).
+
+    Example:
+        >>> similar_key("acme", "search", {"q": "Reset  the Router?"}) == similar_key("acme", "search", {"q": "reset the router"})
+        True
+    """
+    return json.dumps([scope, *_loosen(list(parts))], sort_keys=True, separators=(",", ":"), default=str)
+
+
 async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str, config: RecallConfig,
                           cache: _Cache | None = None, user: str | None = None) -> tuple[list[MemoryHit], str]:
     """The turn's one recall: the tenant's top-k for ``query`` (k and threshold: the memory tier's).
@@ -247,15 +280,15 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
     tenant's unowned ones: one user's turn never sees (nor copies into its trace) another's.
 
     Results are cached per (tenant, query, kinds) when a cache is given (CoT 3.0: retrieval results
-    are reused for minutes); an empty result is not cached (a recall made before the memories were
-    written would otherwise hide them for the cache's lifetime). A failing or slow memory tier
-    degrades to no memories; the reason comes back (reported in the response metadata, so the
-    degradation is visible, never silent).
+    of the same or a similar query, :func:`similar_key`, are reused for minutes); an empty result is
+    not cached (a recall made before the memories were written would otherwise hide them for the
+    cache's lifetime). A failing or slow memory tier degrades to no memories; the reason comes back
+    (reported in the response metadata, so the degradation is visible, never silent).
     """
     if memory is None or not config.enabled or not query.strip():
         return [], ""
     kinds = None if config.recall_exchanges or config.max_derived else RECALL_KINDS
-    key = "recall\x00" + json.dumps([tenant, user, query, kinds, config.max_parts, config.max_derived])
+    key = "recall\x00" + similar_key((tenant, user), query, kinds, config.max_parts, config.max_derived)
     if cache is not None:
         found, hits = cache.get(key)
         if found:

@@ -150,6 +150,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "both_score": sum(r["pass"] and r["facts_pass"] for r in rows) / max(1, len(rows)),
         "facts_failed": [{"n": r["n"], "q": r["q"], "missing": r["missing"], "forbidden": r["forbidden"]}
                          for r in rows if not r["facts_pass"]],
+        "prompt_tokens_mean": sum(r.get("usage", {}).get("prompt_tokens", 0) for r in rows) / max(1, len(rows)),
+        "memories_shown_mean": sum(len(r.get("memories", ())) for r in rows) / max(1, len(rows)),
         "latency_ms_p50": _pct(lat, 50), "latency_ms_p95": _pct(lat, 95),
         "first_answer_char_ms_p50": _pct(ftt, 50), "first_answer_char_ms_p95": _pct(ftt, 95),
         "rows": rows,
@@ -233,7 +235,8 @@ async def _amain(a: argparse.Namespace) -> int:
     else:
         cfg = AgentConfig(use_router=not a.no_router, routing_rules=not a.no_rules, max_steps=a.max_steps,
                           check_absence=not a.no_check_absence, **timeouts)
-    recall = RecallConfig() if a.relative_cut is None else RecallConfig(relative_cut=a.relative_cut)
+    recall = RecallConfig(**{k: v for k, v in (("relative_cut", a.relative_cut), ("prompt_chars", a.recall_chars))
+                             if v is not None})
     agent = Agent(engine, default_registry(), memory=memory, config=cfg, recall=recall)
     if a.no_ttft:  # NOTE: still load the model and fill the prompt cache once, outside the first question's time
         await agent.warm_up(DEMO_SCOPES)
@@ -283,6 +286,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
                    help="skip the warm engine time-to-first-token measurement (three engine calls) before the questions")
     p.add_argument("--relative-cut", type=float, default=None, metavar="C",
                    help="recall's relevance cut (RecallConfig.relative_cut; default: the schema's; 0 = whole top-k)")
+    p.add_argument("--recall-chars", type=int, default=None, metavar="N",
+                   help="most characters of all recalled memories in the prompt (RecallConfig.prompt_chars; "
+                        "default: the schema's)")
     p.add_argument("--no-memory", action="store_true", help="run without the demo memories")
     p.add_argument("--no-check-absence", action="store_true",
                    help="ablation: keep claims of absence no search supports (agent.check_absence off)")

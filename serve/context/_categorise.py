@@ -1,10 +1,10 @@
 """Categorise messages: rules first, an optional router-model classifier for what rules cannot tell.
 
-Categories and the retention they imply (see :data:`DEFAULT_RETENTION`):
+Categories and the retention they imply (003's levels, see :func:`default_retention`):
 
-* ``constraint`` (3): the user binds future answers: "never", "must", "always", "don't",
+* ``constraint`` (2; 3 from a system message): the user binds future answers: "never", "must", "always", "don't",
   "only", budgets ("under $300", "budget of"), deadlines ("by Friday", "no later than").
-* ``fact`` (2): verifiable specifics: order/ticket ids, amounts, dates, phone-like numbers,
+* ``fact`` (1): verifiable specifics: order/ticket ids, amounts, dates, phone-like numbers,
   names with titles, "my name is", "I live in".
 * ``tool_result`` (1): any ``tool`` role message.
 * ``greeting`` (0): short pleasantries with nothing else in them.
@@ -21,7 +21,7 @@ import re
 from typing import Protocol, runtime_checkable
 
 from recallserve.serve.context._entities import has_entity
-from recallserve.serve.context._types import DEFAULT_RETENTION, Category, MessageIn
+from recallserve.serve.context._types import Category, MessageIn, default_retention
 from recallserve.serve.engine import ChatMessage, GenerationParams, LLMEngine
 
 __all__ = ["Classifier", "RuleCategoriser", "LLMClassifier", "Categoriser"]
@@ -147,7 +147,7 @@ class Categoriser:
     async def categorise(self, message: MessageIn, rule: Category | None = None) -> tuple[Category, int]:
         """(category, retention) of ``message``; caller-forced values win.
 
-        Retention comes from the category (:data:`DEFAULT_RETENTION`) unless forced. ``rule``: the
+        Retention comes from the category and role (:func:`default_retention`) unless forced. ``rule``: the
         rules' category when the caller already has it (None = computed here).
         """
         category = message.category or rule or self._rules.categorise(message.role, message.content)
@@ -157,5 +157,5 @@ class Categoriser:
             if guess == "constraint" and message.role not in ("user", "system"):
                 guess = "fact"
             category = guess or category
-        retention = message.retention if message.retention is not None else DEFAULT_RETENTION[category]
+        retention = message.retention if message.retention is not None else default_retention(category, message.role)
         return category, retention

@@ -1,8 +1,8 @@
 """The session store: SQLite (embedded default, WAL mode) or PostgreSQL (clusters), surviving restarts.
 
 Four tables: ``sessions`` (owner, mode, rolling summary), ``messages``, ``entities`` (the
-verbatim entity table of each session) and ``user_memory`` (a user's retention >= 2 constraints
-and facts, carried into that user's next session).
+verbatim entity table of each session) and ``user_memory`` (the user's constraints and facts,
+retention 1 or more, carried into that user's next session).
 
 Backends: the logic below is written once, as functions of a connection each run as one short
 transaction by a :class:`recallserve.serve.statedb.Database` (``SqliteDatabase`` for a file,
@@ -311,7 +311,7 @@ class SessionStore:
                         "DO UPDATE SET last_seq = excluded.last_seq",
                         (session.tenant, session.id, ent.kind, ent.value, ent.snippet, stored.seq, stored.seq),
                     )
-                if stored.retention >= 2 and stored.category in ("constraint", "fact") and stored.role == "user":
+                if stored.retention >= 1 and stored.category in ("constraint", "fact") and stored.role == "user":
                     conn.execute(
                         "INSERT INTO user_memory (tenant, user_id, key, role, content, category, retention, "
                         "tokens, created_at, source_session) VALUES (?,?,?,?,?,?,?,?,?,?) "

@@ -29,7 +29,10 @@ from recallserve.serve.experience._schema import (
     ExperienceRecord,
     Quantity,
     ReasoningStep,
+    StatedResult,
+    StructuredConstraint,
     VerificationItem,
+    answer_text,
 )
 
 __all__ = ["ParseReport", "ParsedTrace", "parse_segmented", "parse_verification_line"]
@@ -75,7 +78,7 @@ class ParsedTrace:
     report: ParseReport
     facts: list[str] = field(default_factory=list)
     quantities: list[Quantity] = field(default_factory=list)
-    constraints: list[str] = field(default_factory=list)
+    constraints: list[str | StructuredConstraint] = field(default_factory=list)
     reasoning: list[ReasoningStep] = field(default_factory=list)
     verification: list[VerificationItem] = field(default_factory=list)
     answer: str | None = None
@@ -173,9 +176,15 @@ def _read_context(x: Any, trace: ParsedTrace) -> None:
     if isinstance(x, dict):
         facts = x.get("facts", x.get("raw_text", x.get("text", [])))
         trace.facts.extend(_lines(facts) if isinstance(facts, str) else [_str(f) for f in facts or []])
-        _read_quantities(x.get("quantities", []), trace)
-        cons = x.get("constraints", [])
-        trace.constraints.extend(_lines(cons) if isinstance(cons, str) else [_str(c)[:500] for c in cons][:32])
+        # NOTE: the design's record keeps quantities and constraints under context.structured.
+        nested = x.get("structured") if isinstance(x.get("structured"), dict) else {}
+        _read_quantities(nested.get("quantities", x.get("quantities", [])), trace)
+        cons = nested.get("constraints", x.get("constraints", []))
+        if isinstance(cons, str):
+            trace.constraints.extend(_lines(cons))
+        elif isinstance(cons, list):
+            for c in cons[:32]:
+                trace.constraints.append(_constraint(c))
         return
     lines = _lines(x) if isinstance(x, str) else [_str(v) for v in x] if isinstance(x, list) else []
     for line in lines:
@@ -186,6 +195,17 @@ def _read_context(x: Any, trace: ParsedTrace) -> None:
                 trace.quantities.append(Quantity(name=key[:64], value=float(val.replace(",", "")), unit=unit[:32]))
         if re.search(r"\b(must|at most|at least|no more than|cannot|only if|<=|>=)\b", line, re.I):
             trace.constraints.append(line[:500])
+
+
+def _constraint(c: Any) -> str | StructuredConstraint:
+    """A written constraint: the design's object ({regulation, threshold, ...}) when it reads as one,
+    else its text."""
+    if isinstance(c, dict):
+        try:
+            return StructuredConstraint.model_validate(c)
+        except ValidationError:
+            pass
+    return _str(c)[:500] or "?"
 
 
 _STEP = re.compile(r"^\s*(?:step\s*)?(\d+)\s*[.):\-]\s*(.*)$", re.I)
@@ -272,9 +292,19 @@ def _read_verification(x: Any, trace: ParsedTrace) -> None:
                     raise ValueError(f"unknown check type {it.get('type')!r}")
                 target = it.get("target", it.get("expression", it.get("equation", it.get("rule", ""))))
                 raw_input = it.get("input", it.get("inputs", {}))
+                # NOTE: the design's shape (a regulatory_check with target and notes, a boundary_test
+                # with input / expected / actual and a status): the written result is kept as stated;
+                # code still runs the check and its verdict is the status.
+                stated = None
+                if any(k in it for k in ("status", "actual", "notes")):
+                    st = _str(it.get("status")).lower()
+                    stated = StatedResult(status=st if st in ("pass", "fail", "doubtful", "not_run") else None,
+                                          actual=it.get("actual") if isinstance(it.get("actual"), (int, float, str, bool))
+                                          or it.get("actual") is None else _str(it.get("actual"))[:1000],
+                                          notes=_str(it.get("notes"))[:1000] or None)
                 item = VerificationItem(type=typ, target=_str(target)[:1000],  # type: ignore[arg-type]
                                         input=raw_input if isinstance(raw_input, dict) else {"value": raw_input},
-                                        expected=it.get("expected"))
+                                        expected=it.get("expected"), stated=stated)
             else:
                 parsed = parse_verification_line(_str(it))
                 if parsed is None:
@@ -287,7 +317,9 @@ def _read_verification(x: Any, trace: ParsedTrace) -> None:
 
 def _read_outcome(x: Any, trace: ParsedTrace) -> None:
     if isinstance(x, dict):
-        trace.answer = _str(x.get("answer") or x.get("final_answer") or x.get("result") or x.get("value")) or None
+        raw = next((x[k] for k in ("answer", "final_answer", "result", "value") if x.get(k) not in (None, "")), None)
+        # NOTE: an atomic answer may be a JSON boolean or number (the design's "answer": true).
+        trace.answer = (answer_text(raw) if isinstance(raw, (bool, int, float)) else _str(raw)) or None
         trace.confidence = _str(x.get("confidence")).lower() or None
         trace.explanation = _str(x.get("explanation"))
         return

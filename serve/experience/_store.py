@@ -227,10 +227,15 @@ class ExperienceStore:
             self._write(lambda c: c.executemany(sql, rows))
 
     @_in_thread
-    def delete_expired(self, now: float) -> int:
-        """Delete records whose hard expiry has passed (all tenants); returns how many."""
+    def archive_expired(self, now: float) -> int:
+        """Move active records whose hard expiry has passed to archival (all tenants); returns how many.
+
+        NOTE: 002 moves an expired record out of the active cache; it is not deleted (an
+        acknowledged write stays readable by its id), and retrieval skips expired rows anyway.
+        """
         return int(self._write(lambda c: c.execute(
-            "DELETE FROM experiences WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,)).rowcount))
+            "UPDATE experiences SET tier = 'archival' WHERE tier = 'active' "
+            "AND expires_at IS NOT NULL AND expires_at <= ?", (now,)).rowcount))
 
     @staticmethod
     def _owner_where(tenant: str, user: str | None) -> tuple[str, tuple[str, ...]]:

@@ -377,7 +377,7 @@ async function reviewPage(root) {
     });
     const rows = shown.map((v) => el("tr", { class: "row", "data-id": v.record.metadata.id, onclick: () => guarded(() => openExperience(v, detail, listBox)) },
       el("td", {}, v.record.metadata.id), el("td", {}, v.record.metadata.task_domain), el("td", {}, v.record.metadata.topic),
-      el("td", {}, v.record.outcome.confidence), el("td", {}, cut(v.record.context.raw_text, 80)), el("td", {}, v.record.outcome.answer),
+      el("td", {}, v.record.outcome.confidence), el("td", {}, cut(v.record.context.raw_text, 80)), el("td", {}, String(v.record.outcome.answer)),
       el("td", {}, when(v.record.metadata.timestamp))));
     const full = queue.length >= limit;
     listBox.replaceChildren(el("p", { class: "note" }, full ? `${shown.length} of the oldest ${queue.length} waiting for review (there are more).`
@@ -419,7 +419,7 @@ async function openExperience(view, detail, listBox) {
   detail.replaceChildren(el("div", { class: "detail" },
     el("h3", {}, "Experience " + r.metadata.id),
     kv([["tier", tag(view.tier)], ["domain", r.metadata.task_domain], ["topic", r.metadata.topic], ["model", r.metadata.source_model],
-      ["confidence", `${r.outcome.confidence} (model said: ${r.outcome.stated_confidence || "—"})`], ["answer", r.outcome.answer]]),
+      ["confidence", `${r.outcome.confidence} (model said: ${r.outcome.stated_confidence || "—"})`], ["answer", String(r.outcome.answer)]]),
     el("h3", {}, "Problem"), el("pre", {}, r.context.raw_text),
     el("h3", {}, "Reasoning"), table(["#", "step", "principle"], r.reasoning.map((s) => el("tr", {}, el("td", {}, s.step_id), el("td", {}, s.text), el("td", {}, s.principle)))),
     el("h3", {}, "Verification (run by code)"), table(["type", "target", "expected", "actual", "status", "notes"], r.verification.map((v) => el("tr", {},

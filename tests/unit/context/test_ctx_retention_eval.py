@@ -59,8 +59,9 @@ def test_cli_end_to_end_extractive(capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["summary_source"] == "extractive (no model)" and doc["embedder"] is None
     assert doc["scored"] == "engine prompt (plain path)"
     rows = {r["mode"]: r for r in doc["rows"]}
-    assert rows["hybrid"]["present_share"] >= 0.95 and rows["hybrid"]["retention3_share"] == 1.0
-    assert rows["hybrid"]["retention3_items"] == 8 and rows["hybrid"]["items"] == 20
+    # NOTE: 003's levels: the planted constraints are the user's (retention 2), none is a system one (3).
+    assert rows["hybrid"]["present_share"] >= 0.95 and rows["hybrid"]["constraints_share"] == 1.0
+    assert rows["hybrid"]["retention3_items"] == 0 and rows["hybrid"]["items"] == 20
     assert rows["sliding"]["present_share"] < rows["hybrid"]["present_share"]
     assert doc["latency_ms"]["all"]["p95"] >= doc["latency_ms"]["all"]["p50"] > 0
     assert doc["summaries"][0]["summariser"] == "extractive" and doc["summaries"][0]["covers_until"] > 0
@@ -75,8 +76,8 @@ def test_cli_scores_the_agent_prompt(capsys: pytest.CaptureFixture[str]) -> None
     doc = json.loads(capsys.readouterr().out)
     assert doc["scored"] == "engine prompt (agent path)"
     rows = {r["budget"]: r for r in doc["rows"]}
-    assert rows[4096]["present_share"] >= 0.95 and rows[4096]["retention3_share"] == 1.0
-    assert rows[2048]["present_share"] < rows[4096]["present_share"] and rows[2048]["retention3_share"] == 1.0
+    assert rows[4096]["present_share"] >= 0.95 and rows[4096]["constraints_share"] == 1.0
+    assert rows[2048]["present_share"] < rows[4096]["present_share"] and rows[2048]["constraints_share"] == 1.0
 
 
 def test_cli_ablation_and_table(capsys: pytest.CaptureFixture[str]) -> None:
