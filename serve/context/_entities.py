@@ -51,26 +51,40 @@ _ZH_TITLE = r"(?:总经理|总监|总裁|董事长|经理|先生|女士|小姐|�
 _ZH_NUM = "零〇一二两三四五六七八九十百千万亿"
 _ZH_WEEKDAY = r"(?:周|星期|礼拜)[一二三四五六日天]"
 
+# NOTE: Han characters are word characters to ``re``, so "型号KF-2208X" has no ``\b`` before "K" and
+# "电话021-..." fails a ``(?<![\w-])``. The English patterns are compiled with :func:`_han_aware`, in
+# which a change between a Han and a non-Han character also counts as a word boundary; English text
+# (no Han) matches exactly as before.
+_HAN_CLASS = r"\u3400-\u4dbf\u4e00-\u9fff"
+_BOUNDARY = rf"(?:\b|(?<=[{_HAN_CLASS}])(?![{_HAN_CLASS}])|(?<![{_HAN_CLASS}])(?=[{_HAN_CLASS}]))"
+
+
+def _han_aware(pattern: str) -> re.Pattern[str]:
+    r"""``pattern`` compiled with each ``\b`` read as :data:`_BOUNDARY` and ``(?<![\w-])`` not counting Han."""
+    pattern = pattern.replace(r"(?<![\w-])", rf"(?<![^\W{_HAN_CLASS}]|-)").replace(r"\b", _BOUNDARY)
+    return re.compile(pattern)
+
+
 # NOTE: order matters: personal numbers (cards, IBANs, phones) are matched before generic ids
 # and amounts, and a span matched once is not matched again by a later pattern.
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     # NOTE: bounded quantifiers (as serve.pii's e-mail): with "+", a run such as "a.a.a..." (a word
     # boundary at every letter) or "1,1,1,..." (the amount below) was scanned from each start to its
     # end and back, O(n^2): 40,000 characters took 7 s (e-mail) and 45 s (amount) of one core.
-    ("email", re.compile(r"\b[\w.+-]{1,64}@[\w-]{1,63}(?:\.[\w-]{1,63})+\b")),
-    ("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){3,7}(?: ?[A-Z0-9]{1,4})?\b")),
-    ("card", re.compile(r"\b(?:\d{4}[ -]){3}\d{4}\b|\b\d{15,16}\b")),
-    ("account", re.compile(r"(?i:\b(?:account|acct|membership|customer)\s*(?:number|no\.?|#|id)?\s*(?::|is|was)?\s*)(\d{6,14})\b")),
+    ("email", _han_aware(rf"\b(?:[^\W{_HAN_CLASS}]|[.+-]){{1,64}}@[\w-]{{1,63}}(?:\.[\w-]{{1,63}})+\b")),
+    ("iban", _han_aware(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){3,7}(?: ?[A-Z0-9]{1,4})?\b")),
+    ("card", _han_aware(r"\b(?:\d{4}[ -]){3}\d{4}\b|\b\d{15,16}\b")),
+    ("account", _han_aware(r"(?i:\b(?:account|acct|membership|customer)\s*(?:number|no\.?|#|id)?\s*(?::|is|was)?\s*)(\d{6,14})\b")),
     # A bare number named by its noun ("order 104208", "invoice no. 5531"): an id, not a phone.
-    ("id", re.compile(r"(?i:\b(?:order|ticket|invoice|ref(?:erence)?|case|tracking|booking|reservation|parcel|"
+    ("id", _han_aware(r"(?i:\b(?:order|ticket|invoice|ref(?:erence)?|case|tracking|booking|reservation|parcel|"
                       r"shipment|return|rma)\s*(?:number|no\.?|id)?\s*(?::|is|was)?\s*)(#?\d{4,14})\b")),
     # Mainland mobile numbers: 11 digits from 13x-19x, written without separators.
     ("phone", re.compile(r"(?<![\d-])(?:\+?86[\s-]?)?1[3-9]\d{9}(?!\d)")),
     ("account", re.compile(r"(?:账号|账户|卡号|银行卡号)(?:是|为|：|:)?\s*(\d{6,19})(?!\d)")),
     ("id", re.compile(r"(?:订单|工单|运单|快递单|发票|单|编|会员|票|合同|案件)(?:号|号码|编号)(?:是|为|：|:)?\s*(#?\d{4,14})(?!\d)")),
-    ("phone", re.compile(r"(?<![\w-])(?:\+\d{1,3}[\s.-]?)?(?:\(\d{2,4}\)[\s.-]?)?\d{2,4}[\s.-]\d{3,4}[\s.-]?\d{2,4}\b")),
-    ("id", re.compile(r"\b(?:[A-Z]{2,6}-?\d{3,}[A-Z0-9]*(?:-[A-Z0-9]+)*|1Z[A-Z0-9]{14,16}|[A-Z]{1,4}\d{2,}[A-Z]\d{2,}[A-Z0-9]*)\b|#\d{4,}\b")),
-    ("amount", re.compile(
+    ("phone", _han_aware(r"(?<![\w-])(?:\+\d{1,3}[\s.-]?)?(?:\(\d{2,4}\)[\s.-]?)?\d{2,4}[\s.-]\d{3,4}[\s.-]?\d{2,4}\b")),
+    ("id", _han_aware(r"\b(?:[A-Z]{2,6}-?\d{3,}[A-Z0-9]*(?:-[A-Z0-9]+)*|1Z[A-Z0-9]{14,16}|[A-Z]{1,4}\d{2,}[A-Z]\d{2,}[A-Z0-9]*)\b|#\d{4,}\b")),
+    ("amount", _han_aware(
         r"(?:[$\u20ac\u00a3]\s?\d[\d,]*(?:\.\d{1,2})?(?:\s?(?:k|million|bn)\b)?"
         r"|\b\d[\d,]{0,31}(?:\.\d{1,2})?\s?(?:USD|EUR|GBP|dollars|euros|pounds)\b)"
     )),
@@ -79,17 +93,19 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         r"|\d[\d,]*(?:\.\d{1,2})?\s?(?:[万千百亿]?(?:元|块钱|块|美元|欧元|英镑)|[万亿](?:元|人民币)?(?![个次件台条人]))"
     )),
     ("date", re.compile(
-        r"\d{4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号]|\d{1,2}[日号](?=之?前|以前|上午|下午|晚上|前|，|。|,|\s|$)"
+        r"(?<!\d)(?:\d{4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号]"
+        # NOTE: a bare day ("15号") only before 前 / 之前 / a part of the day: "科技园路35号" is an address.
+        r"|(?<![路街道巷弄楼室栋区层])\d{1,2}[日号](?=之?前|以前|上午|下午|晚上))"
     )),
-    ("date", re.compile(
+    ("date", _han_aware(
         rf"\b\d{{4}}-\d{{2}}-\d{{2}}\b|\b\d{{1,2}}/\d{{1,2}}/\d{{2,4}}\b"
         rf"|\b{_MONTH}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b"
         rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?\b"
     )),
-    ("time", re.compile(r"(?i:\b\d{1,2}(?::[0-5]\d)?\s?[ap]\.?m\.?(?![a-z])|\b(?:[01]?\d|2[0-3]):[0-5]\d\b)")),
-    ("time", re.compile(r"(?:上午|下午|晚上|早上|中午|凌晨|傍晚)?\d{1,2}(?:[:：][0-5]\d|[点时](?:\d{1,2}分|半|一刻)?)")),
-    ("name", re.compile(rf"\b{_TITLE}\.?\s+{_NAME_PART}{_NAME_TAIL}")),
-    ("name", re.compile(rf"(?i:\bmy name is\s+|\bthis is\s+|\bi am\s+|\bi'm\s+)({_NAME_PART}(?:\s+{_NAME_PART}){{1,3}})")),
+    ("time", _han_aware(r"(?i:\b\d{1,2}(?::[0-5]\d)?\s?[ap]\.?m\.?(?![a-z])|\b(?:[01]?\d|2[0-3]):[0-5]\d\b)")),
+    ("time", re.compile(r"(?<!\d)(?:上午|下午|晚上|早上|中午|凌晨|傍晚)?\d{1,2}(?:[:：][0-5]\d|[点时](?:\d{1,2}分|半|一刻)?)")),
+    ("name", _han_aware(rf"\b{_TITLE}\.?\s+{_NAME_PART}{_NAME_TAIL}")),
+    ("name", _han_aware(rf"(?i:\bmy name is\s+|\bthis is\s+|\bi am\s+|\bi'm\s+)({_NAME_PART}(?:\s+{_NAME_PART}){{1,3}})")),
     # Digit-free Chinese forms (scanned only when the text holds a Han character: _HAN_PATTERNS).
     ("amount", re.compile(rf"[{_ZH_NUM}]+(?:元|块钱|万元|块)")),
     ("date", re.compile(rf"(?:(?:下|上|这|本)个?)?{_ZH_WEEKDAY}|[{_ZH_NUM}]{{1,3}}月[{_ZH_NUM}]{{1,3}}[日号]")),
