@@ -11,7 +11,7 @@ out of its word (``"e31是什么"`` -> ``"e31"`` + ``"是什么"``) and indexed 
 bigrams (``"打印机"`` -> ``"打印", "印机"``; a one-character run stays one term), the CJK analysis
 of Lucene's ``CJKBigramFilter``. Stemming applies to the Latin parts only. Bigrams were chosen over
 jieba word segmentation by ``recallserve bench languages`` (docs/languages.md): on the bilingual set
-bigrams ranked as well or better on both folds, with no dictionary to load (jieba: 0.6 s, 50 MB).
+bigrams ranked as well or better on both folds, with no dictionary to load (jieba: 0.6 s on first use).
 """
 
 from __future__ import annotations
