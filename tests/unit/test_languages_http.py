@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from recallserve.memory_shards import HashingEmbedder
 from recallserve.memory_shards.bench._bilingual_set import BILINGUAL_SET
 from recallserve.memory_shards.retrieval import local_hybrid_coordinator
+from recallserve.serve.agent import Agent, AgentConfig, default_registry
 from recallserve.serve.api.app import create_app
 from recallserve.serve.api.auth import Authenticator
 from recallserve.serve.context import ContextConfig, ContextManager, LLMSummariser, SessionStore
@@ -199,3 +200,36 @@ def test_the_rolling_summary_is_asked_for_in_the_conversations_language(line: st
     asyncio.run(LLMSummariser(engine).summarise("", [f"[2026-03-01 10:02] {line}"], 200))
     system = engine.calls[0][0][0].content
     assert ("简体中文" in system) is chinese
+
+
+class AgentEngine(ScriptedEngine):
+    """A model that follows the grammar it is given: calls the one allowed tool, then answers in Chinese."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+
+    def _next(self, messages: Sequence[ChatMessage], params: GenerationParams) -> str:
+        self.calls.append((list(messages), params))
+        if params.json_schema is None:
+            return "你好！"
+        if "Observation(order_status)" in _text(list(messages)):
+            return json.dumps({"thought": "已查到", "type": "final", "answer": "订单104208已送达。"}, ensure_ascii=False)
+        return json.dumps({"thought": "查订单", "type": "tool_call", "name": "order_status", "args": {"order_id": "104208"}})
+
+
+def test_a_chinese_question_is_routed_to_its_tool_with_the_id_bound_and_the_answer_comes_back(tmp_path: Path) -> None:
+    engine = AgentEngine()
+    agent = Agent(engine, default_registry(demo=True), config=AgentConfig(max_steps=3, use_router=False))
+    pipeline = ChatPipeline(engine, PipelineSettings(write_back=False), agent=agent)
+    with TestClient(create_app(pipeline, Authenticator(KEYS))) as c:
+        body = _chat(c, [{"role": "user", "content": "订单104208现在是什么状态？"}], agent="auto")
+    route = body["recallserve"]["agent"]["route"]
+    assert route["route"] == "tools" and route["first_step"] == ["order_status"], route
+    # The id written against Chinese text is bound: the rules make the call themselves, with that id.
+    assert route["bindings"] == {"order_status": {"order_id": ["104208"]}}
+    actions = [st for st in body["recallserve"]["agent"]["steps"] if st["kind"] == "action"]
+    assert actions[0]["data"]["calls"][0]["args"] == {"order_id": "104208"}
+    # The tool ran on the demo world and its observation reached the model; its prompt asks for the user's language.
+    assert any("Observation(order_status)" in _text(m) and "delivered" in _text(m) for m, _ in engine.calls)
+    assert all("language of the user's question" in m[0].content for m, _ in engine.calls)
+    assert body["choices"][0]["message"]["content"] == "订单104208已送达。"
