@@ -136,7 +136,8 @@ async def _run(args: argparse.Namespace, budgets: list[int], modes: list[str]) -
     if args.embedder != "none":
         from recallserve.memory_shards.embedders import build_embedder
 
-        embed = build_embedder("all-MiniLM-L6-v2" if args.embedder == "minilm" else "multilingual-e5-small").embed
+        embed = (build_embedder("all-MiniLM-L6-v2") if args.embedder == "minilm"
+                 else build_embedder("multilingual-e5-small", runtime="auto")).embed
     summariser, engine = _summariser(args)
     config = ContextConfig(summary_trigger_tokens=args.summary_trigger_tokens)
     store = SessionStore(":memory:")
