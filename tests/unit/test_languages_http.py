@@ -32,6 +32,7 @@ from recallserve.serve.memory_api import MemoryService
 from recallserve.serve.memory_api import build_router as memory_router
 from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
 from tests.unit.agent.conftest import ScriptedEngine
+from tests.unit.test_turn_prompt import RecordingEngine
 
 KEYS = {"sk-acme": "acme", "sk-globex": "globex"}
 AUTH = {"Authorization": "Bearer sk-acme"}
@@ -47,15 +48,8 @@ ZH_REPLY = ("某理财产品募集40亿元，25亿元投资国债，15亿元投�
             "非标资产不得超过净资产的35%。企业债属于标准化债权类资产。因此非标资产余额为0。验证：0/40=0。综上，不违反比例限制。")
 
 
-class RecordingEngine(ScriptedEngine):
+class ChineseEngine(RecordingEngine):
     """Records every prompt; answers segmented calls with :data:`ZH_REPLY`, others with a short text."""
-
-    def __init__(self) -> None:
-        super().__init__([], chunk=7)
-
-    @property
-    def context_window(self) -> int:
-        return 2048
 
     def _next(self, messages: Sequence[ChatMessage], params: GenerationParams) -> str:
         self.calls.append((list(messages), params))
@@ -65,15 +59,11 @@ class RecordingEngine(ScriptedEngine):
             return json.dumps({"tools": []})
         return "好的，已记录。"
 
-    @property
-    def prompts(self) -> list[list[ChatMessage]]:
-        return [messages for messages, _ in self.calls]
-
 
 @pytest.fixture
-def rig(tmp_path: Path) -> Iterator[tuple[TestClient, RecordingEngine, ContextManager]]:
+def rig(tmp_path: Path) -> Iterator[tuple[TestClient, ChineseEngine, ContextManager]]:
     emb = HashingEmbedder(384)
-    engine = RecordingEngine()
+    engine = ChineseEngine()
     coord = local_hybrid_coordinator(2, emb.model_id, emb.dim)
 
     async def embed(texts: list[str]):  # type: ignore[no-untyped-def]
