@@ -58,7 +58,8 @@ ORDER_ROUTING = RoutingHint(
     requires=[_ORDER], prefer=[r"\border", r"\bstatus\b", r"\bship", r"\bdeliver", r"\btrack", r"\barriv",
                                r"订单|状态|发货|物流|快递|送达|到货|到哪|签收|没到"],
     bind={"order_id": _ORDER},
-    near_miss=[r"\border\s*(?:id|no\.?|number)?\s*#?\s*(?:\d{1,5}|\d{7,})(?![\w-])", r"(?<![\w-])#\d{1,5}(?![\w-])"],
+    near_miss=[r"\border\s*(?:id|no\.?|number)?\s*#?\s*(?:\d{1,5}|\d{7,})(?![\w-])", r"(?<![\w-])#\d{1,5}(?![\w-])",
+               r"订单号?(?:是|为)?\s*#?\s*(?:\d{1,5}|\d{7,})(?!\d)"],
 )
 ORDERS_BY_BATCH_ROUTING = RoutingHint(
     requires=[_BATCH],

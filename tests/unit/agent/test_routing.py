@@ -68,6 +68,18 @@ def test_ids_and_places_next_to_chinese_text_are_bound() -> None:
     assert route_by_rules("订单X104208", reg.for_scopes(DEMO_SCOPES), reg.all()).bindings == {}
 
 
+@pytest.mark.parametrize(("question", "start"), [
+    ("取消订单104246，客户改主意了。", "抱歉，这个账户无权执行该操作"),
+    ("你是谁？你能帮我做什么？", "我是本公司的客服助手"),
+    ("订单10423发货了吗？", "暂时无法查询：\u201c订单10423\u201d看起来不是有效的编号"),
+    ("Please cancel my order 104261.", "I'm sorry, but this account isn't allowed"),
+])
+def test_the_rules_own_replies_are_in_the_questions_language(question: str, start: str) -> None:
+    reg = default_registry()
+    d = route_by_rules(question, reg.for_scopes(DEMO_SCOPES), reg.all())
+    assert d.route == "direct" and d.reply.startswith(start), d.reply
+
+
 def test_bindings_offer_only_ids_from_the_text() -> None:
     reg = default_registry()
     d = route_by_rules("status of order #104208 and 104233?", reg.for_scopes(DEMO_SCOPES), reg.all())
