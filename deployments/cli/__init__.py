@@ -57,6 +57,7 @@ COMMANDS: dict[str, str] = {
     "eval retention": "recallserve.deployments.cli._eval_retention",
     "eval experiences": "recallserve.deployments.cli._eval_experiences",
     "eval locomo": "recallserve.deployments.cli._eval_locomo",
+    "eval ranker": "recallserve.deployments.cli._eval_ranker",
     "job *": "recallserve.deployments.cli._jobs",
 }
 _GROUP_HELP: dict[str, str] = {

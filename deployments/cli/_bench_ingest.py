@@ -22,6 +22,7 @@ _MODELS = {
     "int8": ("all-MiniLM-L6-v2-int8", "torch"),
     "onnx": ("all-MiniLM-L6-v2", "onnx"),
     "onnx-int8": ("all-MiniLM-L6-v2-onnx-int8", "onnx"),
+    "wordllama": ("wordllama-l2-supercat-256", "auto"),
 }
 
 
@@ -45,7 +46,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(NAME, help="memories/s of POST /v1/memories (in-process app, MiniLM, fsync'ed WAL)")
     p.add_argument("--configs", default="16x1,16x1xonnx,16x2xonnx,16x1xonnx-int8,16x2xonnx-int8",
                    help="FORWARDxTHREADS[xMODEL] per configuration, the first is the baseline; MODEL: fp32 (torch, the "
-                        "default), int8 (torch int8), onnx (ONNX Runtime fp32, same vectors), onnx-int8 "
+                        "default), int8 (torch int8), onnx (ONNX Runtime fp32, same vectors), onnx-int8, wordllama (static "
+                        "word embeddings) "
                         "(default: 16x1,16x1xonnx,16x2xonnx,16x1xonnx-int8,16x2xonnx-int8)")
     p.add_argument("--rounds", type=int, default=8, help="timed batches per configuration (default: 8)")
     p.add_argument("--batch", type=int, default=50, help="memories per request (default: 50)")

@@ -65,6 +65,7 @@ from ..config import SearchFilters, SearchHit
 from ..coordinator import LocalShardClient, MemoryCoordinator
 from .fusion import rrf_fuse
 from .hop import hop_query
+from .ranker import RankerModel, candidate_features, load_ranker
 from .shard import ShardHybridResult
 from .when import query_time_window
 
@@ -155,14 +156,25 @@ class RetrievalParams(StrictModel):
     name_weight: float = Field(default=0.0, ge=0, le=100, description="Weight of a search filtered to metadata[name_key] == a name the query names; 0 = off.")
     name_boost: float = Field(default=0.5, ge=0, le=100, description="Weight of the main candidates of a named speaker, ranked among themselves (no shard call); 0 = off.")
     name_key: str = Field(default="speaker", min_length=1, max_length=64, description="Metadata key holding who said or wrote a memory (name_weight, name_boost).")
+    # NOTE: off. The packaged model (logistic, C = 1 untuned, 15 features, `recallserve eval ranker`) re-ranking
+    # the fused first 64, leave-one-conversation-out on the LoCoMo dev file: R@10 held out 0.819 (0.787-0.847)
+    # vs 0.821 (0.788-0.841) without, conv-30 falls (0.841 -> 0.823); R@1 0.386 -> 0.462 and R@5 0.740 -> 0.761
+    # gain on every fold; multi-hop R@10 0.474 -> 0.485 (0.377-0.595). No R@10 gain beyond the spread, the
+    # project's switch-on rule; in process +1.6 ms p50 / +3.9 ms p95 per search (loadtests/results/locomo-dev-ranker-loo.md).
+    rerank_depth: int = Field(
+        default=0, ge=0, le=256,
+        description="The first this-many fused hits are re-ordered by the learned ranker (memory_shards.retrieval.ranker, "
+                    "the packaged model) before the top k is cut; 0 = off.")
 
 class HybridHit(SearchHit):
-    """One fused result and every part of its score (``score`` is the fused RRF score, the ranking key)."""
+    """One fused result and every part of its score (``score`` is the fused RRF score, the ranking key; when the
+    learned ranker ordered the hits, ``rerank_depth`` > 0, the key is ``ranker_score``)."""
 
     dense_score: float = Field(description="Kernel score: cos x time (or the weighted mix).")
     dense_rank: int | None = Field(default=None, description="1-based rank in the dense list; None if absent.")
     lexical_score: float | None = Field(default=None, description="BM25 score; None if not a lexical candidate.")
     lexical_rank: int | None = Field(default=None, description="1-based rank in the lexical list; None if absent.")
+    ranker_score: float | None = Field(default=None, description="Logit of the learned ranker when it ordered the hits (rerank_depth > 0).")
 
 
 @runtime_checkable
@@ -235,7 +247,7 @@ class HybridRetriever:
     """
 
     def __init__(self, coordinator: MemoryCoordinator, embed: AsyncEmbed, params: RetrievalParams | None = None,
-                 rewriter: QueryRewriter | None = None) -> None:
+                 rewriter: QueryRewriter | None = None, ranker: RankerModel | None = None) -> None:
         for i, shard in enumerate(coordinator.shards):
             if not hasattr(shard, "hybrid_search"):
                 raise TypeError(f"coordinator.shards[{i}]: {type(shard).__name__} has no hybrid_search")
@@ -243,6 +255,8 @@ class HybridRetriever:
         self.embed = embed
         self.params = params or RetrievalParams()
         self.rewriter = rewriter
+        self.ranker = ranker
+        """The learned ranker used when ``rerank_depth`` > 0; None = the packaged model."""
 
     async def search(
         self,
@@ -288,7 +302,9 @@ class HybridRetriever:
             more = await asyncio.gather(*(self._candidates(tenant, qvec, 0, lex_k, decay, now, q, filters)
                                           for q in hops))
             lists += [(d, lx, p.hop_weight) for d, lx in more]
-        hits = self._fuse(lists, k, p, decay.threshold)
+        hits = self._fuse(lists, max(k, p.rerank_depth), p, decay.threshold)
+        if p.rerank_depth > 0 and len(hits) > 1:
+            hits = self._rerank(query, hits, k, p, now)
         if touch and hits:
             self._touch(hits, now)
         return hits
@@ -374,6 +390,18 @@ class HybridRetriever:
                                  dense_score=h.score, dense_rank=e["dense_rank"], lexical_score=e.get("bm25"),
                                  lexical_rank=e.get("lexical_rank"), part_index=h.part_index, shard=h.shard))
         return out
+
+    @staticmethod
+    def features(query: str, hits: list[HybridHit], p: RetrievalParams, now: float) -> np.ndarray:
+        """The learned ranker's features of the fused ``hits`` of ``query`` (``ranker.FEATURES`` columns)."""
+        return candidate_features(query, hits, _query_names(query), p.name_key, query_time_window(query, now),
+                                  p.date_slack_days * 86_400.0)
+
+    def _rerank(self, query: str, hits: list[HybridHit], k: int, p: RetrievalParams, now: float) -> list[HybridHit]:
+        """The first ``k`` of ``hits`` in the learned ranker's order, each with its ``ranker_score``."""
+        z = (self.ranker or load_ranker()).score(self.features(query, hits, p, now))
+        order = np.argsort(-z, kind="stable")[:k]
+        return [hits[i].model_copy(update={"ranker_score": float(z[i])}) for i in order]
 
     def _touch(self, hits: list[HybridHit], now: float) -> None:
         # NOTE: renewal is off the request path, batched with other searches' (MemoryCoordinator.queue_renewals).

@@ -275,6 +275,8 @@ class SearchResult(MemoryOut):
     dense_rank: int | None = Field(default=None, description="Rank in the dense list (1-based).")
     lexical_score: float | None = Field(default=None, description="BM25 score.")
     lexical_rank: int | None = Field(default=None, description="Rank in the BM25 list (1-based).")
+    ranker_score: float | None = Field(default=None, description="Logit of the learned ranker when it ordered the results "
+                                                                 "(memory.retrieval.rerank_depth > 0), else null.")
 
 
 class SearchResponse(StrictModel):

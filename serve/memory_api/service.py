@@ -106,7 +106,7 @@ def hit_out(hit: HybridHit) -> SearchResult:
     return SearchResult(
         **_record_fields(hit.record), score=hit.score, similarity=hit.similarity, time_factor=hit.time_factor, part_index=hit.part_index,
         dense_score=hit.dense_score, dense_rank=hit.dense_rank, lexical_score=hit.lexical_score,
-        lexical_rank=hit.lexical_rank,
+        lexical_rank=hit.lexical_rank, ranker_score=hit.ranker_score,
     )
 
 
