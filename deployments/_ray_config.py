@@ -71,6 +71,30 @@ class RayConfig(StrictModel):
         "set it to what one tenant may bring.",
     )
 
+    nodes: int = Field(
+        default=1, ge=1, le=8,
+        description="Raylets the embedded Ray starts on this host: 1 = one node (ray.init); N > 1 = a head and N-1 worker "
+        "nodes on this host (separate raylets, as Ray's own cluster tests run them), with the memory shards spread over "
+        "the workers and at least 2 ingress replicas (deployments.local_nodes; `recallserve up --nodes N`). For "
+        "development and tests: one host is still one failure domain.",
+    )
+    redis_address: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9_.-]+:[0-9]{1,5}$",
+        description="host:port of an external Redis that the embedded multi-node Ray's GCS keeps its tables in (GCS "
+        "fault tolerance: a restarted GCS reloads them and the raylets and replicas carry on). None = tables in the GCS's "
+        "memory only. Its password, if any, is read from $RECALLSERVE_REDIS_PASSWORD. Needs nodes > 1.",
+    )
+
+    @model_validator(mode="after")
+    def _redis_needs_nodes(self) -> RayConfig:
+        if self.redis_address is not None and (self.nodes < 2 or self.address is not None):
+            raise ValueError("ray.redis_address: GCS fault tolerance is set up for the embedded multi-node Ray; set "
+                             "ray.nodes >= 2 and no ray.address (a cluster of your own sets RAY_REDIS_ADDRESS on its head)")
+        if self.nodes > 1 and self.ingress == "haproxy":
+            raise ValueError("ray.nodes: several raylets on one host share its one address, so only the head serves "
+                             "server.port (Serve's proxy, HeadOnly); set ray.ingress: proxy with ray.nodes > 1")
+        return self
+
     @model_validator(mode="after")
     def _haproxy_needs_the_mode(self) -> RayConfig:
         if self.ingress == "haproxy" and not self.throughput_optimized:

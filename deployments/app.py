@@ -47,8 +47,10 @@ def build_app(config: AppConfig) -> Application:
     data = config.model_dump(mode="json")
     # NOTE: replicas may not share the driver's working folder; pin relative paths now.
     data["state_dir"] = str(config.state_dir.expanduser().resolve())
-    state_dep = serve.deployment(StateStore, name="state").options(**opts["state"].to_ray_options())
-    state = pin_version(state_dep, "state", data["state_dir"], data["traces"]).bind(data["state_dir"], data["traces"])
+    state = None
+    if "state" in opts:  # NOTE: without a PostgreSQL DSN, one state replica owns the SQLite files
+        state_dep = serve.deployment(StateStore, name="state").options(**opts["state"].to_ray_options())
+        state = pin_version(state_dep, "state", data["state_dir"], data["traces"]).bind(data["state_dir"], data["traces"])
     # NOTE: the bound roles, memory and state deployments follow from the same config, so its
     # data is the whole of what the ingress is built from.
     return pin_version(ingress, "ingress", data).bind(data, roles, {"embedder": embedder, "generations": generations},

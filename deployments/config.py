@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, PrivateAttr, SerializerFunctionWrapHandler, ValidationError, model_serializer, model_validator
 
+from recallserve.deployments._node_placement import spread
 from recallserve.deployments._ray_config import RayConfig
 from recallserve.deployments.engines import EngineConfig
 from recallserve.deployments.options import DeploymentOptions
@@ -351,6 +352,45 @@ class MemoryConfig(StrictModel):
         return out
 
 
+#: The environment variable ``recallserve up --state-dsn`` and the Helm chart put the PostgreSQL DSN in.
+STATE_DSN_ENV = "RECALLSERVE_STATE_DSN"
+
+
+class StateDBConfig(StrictModel):
+    """Where the session, experience and trace stores live: embedded SQLite (default) or PostgreSQL.
+
+    Without a DSN the ``state`` deployment owns SQLite files in ``state_dir`` (one replica, one
+    writer: the embedded default of ``recallserve up``). With one, there is no ``state``
+    deployment: every ingress replica opens its own pool (``pool_size`` connections) to the
+    database and the schema migrations run once at start under an advisory lock
+    (:mod:`recallserve.serve.statedb`). The DSN is a secret: give the name of the environment
+    variable that holds it (``dsn_env``; the Helm chart fills it from a Secret, ``recallserve up
+    --state-dsn`` sets it), so it never travels in the deployment config Ray shows.
+    """
+
+    dsn_env: str | None = Field(
+        default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Environment variable holding the PostgreSQL DSN on every replica; None = SQLite in state_dir.",
+    )
+    pool_size: int = Field(default=8, ge=1, le=64, description="Connections each ingress replica's pool may hold.")
+    acquire_timeout_s: float = Field(
+        default=10.0, gt=0, le=120,
+        description="Longest wait for a pool connection before the call answers 503 (Retry-After).",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the stores live in PostgreSQL."""
+        return self.dsn_env is not None
+
+    def resolve(self) -> str:
+        """The DSN from ``dsn_env`` (on this process), or :class:`ConfigError` naming the variable."""
+        dsn = os.environ.get(self.dsn_env or "", "").strip()
+        if not dsn:
+            raise ConfigError(f"state_db.dsn_env: environment variable {self.dsn_env} holds no PostgreSQL DSN")
+        return dsn
+
+
 class AppConfig(StrictModel):
     """A whole recallserve cluster: every deployment, model and pipeline setting."""
 
@@ -372,6 +412,10 @@ class AppConfig(StrictModel):
     state_dir: Path = Field(
         default=Path(".recallserve/state"),
         description="Folder of the state deployment's stores (sessions, experiences); made absolute at deploy.",
+    )
+    state_db: StateDBConfig = Field(
+        default_factory=StateDBConfig,
+        description="Sessions, experiences and traces in PostgreSQL (dsn_env) instead of SQLite in state_dir.",
     )
     state_store: DeploymentOptions = Field(
         # NOTE: its calls are short SQLite transactions, so a 30 s drain is ample, and a successor
@@ -509,6 +553,8 @@ class AppConfig(StrictModel):
     def deployment_options(self) -> dict[str, DeploymentOptions]:
         """Every deployment's options by deployment name."""
         opts = {"ingress": self.ingress, "state": self.state_store, "embedder": self.embedder.deployment}
+        if self.state_db.enabled:
+            del opts["state"]  # NOTE: every ingress replica talks to PostgreSQL itself
         for role in ROLES:
             if getattr(self, role).own_deployment:
                 opts[role] = getattr(self, role).deployment
@@ -517,7 +563,15 @@ class AppConfig(StrictModel):
                 opts[gen.embedder_deployment] = gen.embedder.deployment
             for name in gen.shard_names(self.memory.num_shards):
                 opts[name] = self.memory.deployment
+        if self.ray.nodes > 1 and self.ray.address is None:
+            # NOTE: several raylets on this host: shards spread over the workers, ingress >= 2 replicas,
+            # the rest on the head (deployments._node_placement).
+            opts = spread(opts, self.shard_deployment_names())
         return opts
+
+    def shard_deployment_names(self) -> list[str]:
+        """Names of every memory shard deployment (all generations)."""
+        return [n for gen in self.memory.generations(self.embedder) for n in gen.shard_names(self.memory.num_shards)]
 
 
 def list_profiles() -> list[str]:

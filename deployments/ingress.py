@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -23,19 +23,19 @@ from recallserve.deployments.config import ROLES, AppConfig
 from recallserve.deployments.engines import EngineConfig, LlamaCppConfig, VLLMConfig
 from recallserve.deployments.handles import HandleEngine, on_data_plane
 from recallserve.deployments.memory import EmbedLanes, LocalEmbedders, memory_backend
-from recallserve.deployments.state import RemoteStore
+from recallserve.deployments.state import open_state_stores, remote_state_stores
 from recallserve.serve.api.app import create_app
 from recallserve.serve.api.auth import RESERVED_TENANT_PREFIX, Authenticator
 from recallserve.serve.agent import Agent, default_registry
 from recallserve.serve.agent.demo import load_demo_memories
-from recallserve.serve.context import ContextManager, LLMSummariser, SessionStore
+from recallserve.serve.context import ContextManager, LLMSummariser
 from recallserve.serve.context import build_router as build_session_router
-from recallserve.serve.experience import ExperienceService, ExperienceStore
+from recallserve.serve.experience import ExperienceService
 from recallserve.serve.experience import build_router as build_experience_router
 from recallserve.serve.memory_api import MemoryService, SearchRequest
 from recallserve.serve.memory_api import build_router as build_memory_router
 from recallserve.serve.tokens import EngineTokenCounter
-from recallserve.serve.traces import TraceRecorder, TraceStore
+from recallserve.serve.traces import TraceRecorder
 from recallserve.serve.traces import build_router as build_turn_router
 from recallserve.serve.console import build_console_router, tenant_records
 from recallserve.serve.pipeline import ChatPipeline
@@ -85,12 +85,13 @@ class Ingress(PlacementInfo):
     """
 
     def __init__(self, config_data: dict[str, Any], roles: dict[str, DeploymentHandle],
-                 memory: dict[str, Any], state: DeploymentHandle) -> None:
+                 memory: dict[str, Any], state: DeploymentHandle | None) -> None:
         self.config = AppConfig.model_validate(config_data)
         grpc = self.config.ray.throughput_optimized
         self.roles = on_data_plane(roles, grpc)
         self.memory = on_data_plane(memory, grpc)
-        self.state = on_data_plane(state, grpc)
+        # NOTE: None with state_db.dsn_env: this replica opens its own pool to PostgreSQL.
+        self.state = None if state is None else on_data_plane(state, grpc)
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         app, self._backend = build_ingress_app(self.config, self.roles, self.memory, self.state)
@@ -111,7 +112,7 @@ class Ingress(PlacementInfo):
 
 
 def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
-                      memory: dict[str, Any], state: DeploymentHandle) -> tuple[FastAPI, MemoryService]:
+                      memory: dict[str, Any], state: DeploymentHandle | None) -> tuple[FastAPI, MemoryService]:
     """Build the ingress FastAPI app (and its memory backend) from the config and the handles.
 
     Args:
@@ -119,7 +120,9 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
         roles: handles of the router, reasoner and summariser deployments.
         memory: ``{"embedder": handle, "generations": [{"embedder": handle, "shards": [handle, ...]}, ...]}``
             (the cluster's embedder, then each memory generation, serving first; see ``bind_memory``).
-        state: handle of the state deployment (sessions and experiences, shared by every replica).
+        state: handle of the state deployment (sessions, experiences and traces in SQLite, shared by
+            every replica); None when ``config.state_db`` names a PostgreSQL DSN: then this replica
+            opens its own pool to the database (no single replica on the path).
     """
     auth = Authenticator(config.auth.resolve(), config.auth.scopes, config.auth.default_scopes,
                          pii=config.auth.pii, default_pii=config.auth.default_pii)
@@ -128,9 +131,15 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
                              local=local)
     embed = _sync_embed(memory["embedder"], local.get(config.embedder), config.embedder.ingress_max_texts)
     engines = {role: HandleEngine(roles[role], role, *engine_facts(getattr(config, role).engine)) for role in ROLES}
+    if state is None:
+        db_config = config.state_db
+        stores, _db = open_state_stores(db_config.resolve(), config.traces, pool_size=db_config.pool_size,
+                                        acquire_timeout_s=db_config.acquire_timeout_s)
+    else:
+        # NOTE: RemoteStore has each store's async methods, each run on the one state replica.
+        stores = remote_state_stores(state)
     context = ContextManager(
-        # NOTE: RemoteStore has SessionStore's async methods, each run on the one state replica.
-        cast(SessionStore, RemoteStore(state, "sessions")),
+        stores.sessions,
         config.context,
         counter=EngineTokenCounter(engines["reasoner"]),
         embed=embed,
@@ -143,10 +152,10 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
                       memory=backend, config=config.agent, recall=config.chat.recall)
     experiences = ExperienceService(config.experience.model_copy(update={"data_dir": config.state_dir / "experiences"}),
                                     embed, memory=backend,
-                                    store=cast(ExperienceStore, RemoteStore(state, "experiences")),
+                                    store=stores.experiences,
                                     pii_for=auth.pii_for, rewriter=engines["router"])
-    # NOTE: one trace file for every replica, on the state deployment (as the sessions).
-    traces = TraceRecorder(cast(TraceStore, RemoteStore(state, "turns")), config.traces)
+    # NOTE: one trace store for every replica, where the sessions are.
+    traces = TraceRecorder(stores.turns, config.traces)
     pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=config.chat, memory=backend, context=context,
                             agent=agent, experiences=experiences, traces=traces)
 

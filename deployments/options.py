@@ -6,6 +6,7 @@ Kept free of Ray imports: :meth:`DeploymentOptions.to_ray_options` returns the p
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -47,6 +48,12 @@ class DeploymentOptions(StrictModel):
     num_replicas: int = Field(default=1, ge=1, le=1000, description="Fixed replica count (ignored when autoscaling is set).")
     num_cpus: float = Field(default=0.25, ge=0, le=512, description="Logical CPUs reserved per replica (fractional allowed).")
     num_gpus: float = Field(default=0.0, ge=0, le=64, description="GPUs per replica; must be 0 on CPU-only profiles.")
+    resources: dict[str, float] = Field(
+        default_factory=dict, max_length=8,
+        description="Custom Ray resources per replica (name -> amount, e.g. {recallserve_shard_slot: 1}): the replica "
+                    "runs only on a node that offers them, which is how shards are spread over nodes "
+                    "(deployments.local_nodes; on Kubernetes, rayStartParams.resources of a worker group).",
+    )
     memory_mb: int | None = Field(default=None, ge=1, description="Memory reserved per replica in MiB (scheduling hint).")
     max_ongoing_requests: int = Field(default=16, ge=1, le=100000, description="Requests one replica accepts at once.")
     # NOTE: Ray Serve's own admission (issue 15): a caller (the HTTP proxy, or a handle) holds at
@@ -88,6 +95,15 @@ class DeploymentOptions(StrictModel):
                     "must keep 0 (one writer per folder).",
     )
 
+    @model_validator(mode="after")
+    def _custom_resources(self) -> DeploymentOptions:
+        for name, amount in self.resources.items():
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,63}", name) or name in ("CPU", "GPU", "memory"):
+                raise ValueError(f"resources: {name!r} is not a custom resource name (letters, digits, _; not CPU/GPU/memory)")
+            if not 0 < amount <= 1000:
+                raise ValueError(f"resources.{name}: {amount} must be in (0, 1000]")
+        return self
+
     def to_ray_options(self) -> dict[str, Any]:
         """Options for ``Deployment.options(...)``.
 
@@ -96,6 +112,8 @@ class DeploymentOptions(StrictModel):
             {'num_cpus': 0.5, 'num_gpus': 0.0}
         """
         actor: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
+        if self.resources:
+            actor["resources"] = dict(self.resources)
         if self.memory_mb is not None:
             actor["memory"] = self.memory_mb * 1024 * 1024
         opts: dict[str, Any] = {

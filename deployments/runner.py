@@ -21,10 +21,11 @@ from recallserve.deployments._ray_paths import ray_temp_dir
 from recallserve.deployments.config import ROLES, AppConfig
 from recallserve.deployments.engines import LlamaCppConfig
 from recallserve.deployments.jobs._live import ray_connection
+from recallserve.deployments.local_nodes import LocalNodes, environment
 from recallserve.deployments.models import resolve_model_path
 from recallserve.serve.api.metrics import MULTIPROC_ENV
 
-__all__ = ["prepare_models", "start_ray", "deploy", "redeploy", "load_demo", "shutdown", "run_forever"]
+__all__ = ["prepare_models", "start_ray", "local_nodes", "deploy", "redeploy", "load_demo", "shutdown", "run_forever"]
 
 log = logging.getLogger("recallserve.runner")
 
@@ -58,6 +59,9 @@ def start_ray(config: AppConfig) -> None:
         return
     # NOTE: a deep folder is reached through a short alias, or Ray's socket paths overflow 107 bytes.
     temp_dir = ray_temp_dir(config.ray.temp_dir)
+    if config.ray.nodes > 1:
+        _start_local_nodes(config, temp_dir)
+        return
     with _metrics_folder(temp_dir.resolve() / "recallserve-metrics"), _worker_niceness(config.ray.worker_niceness), \
             _throughput_mode(config.ray.throughput_optimized), _haproxy_ingress(config, temp_dir):
         ray.init(
@@ -69,6 +73,34 @@ def start_ray(config: AppConfig) -> None:
             configure_logging=True,
             logging_level=logging.WARNING,
         )
+
+
+_LOCAL_NODES: list[LocalNodes] = []
+
+
+def local_nodes() -> LocalNodes | None:
+    """The raylets :func:`start_ray` started on this host when ``ray.nodes`` > 1 (else None)."""
+    return _LOCAL_NODES[0] if _LOCAL_NODES else None
+
+
+def _start_local_nodes(config: AppConfig, temp_dir: Path) -> None:
+    """A head and ``ray.nodes - 1`` workers on this host (``deployments.local_nodes``), then connect to them.
+
+    The variables the one-node start sets while Ray starts (metrics folder, worker niceness, Serve's
+    mode) are captured once and given to every raylet, the replacement workers included.
+    """
+    import ray
+
+    before = dict(os.environ)
+    with _metrics_folder(temp_dir.resolve() / "recallserve-metrics"), _worker_niceness(config.ray.worker_niceness), \
+            _throughput_mode(config.ray.throughput_optimized):
+        env = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    nodes = LocalNodes(temp_dir, config.ray.nodes, config.ray.num_cpus, len(config.shard_deployment_names()), env,
+                       config.ray.redis_address)
+    _LOCAL_NODES.append(nodes)
+    nodes.start()
+    ray.init(address=nodes.gcs_address, log_to_driver=False, configure_logging=True,
+             logging_level=logging.WARNING)
 
 
 @contextlib.contextmanager
@@ -86,16 +118,8 @@ def _haproxy_ingress(config: AppConfig, temp_dir: Path) -> Iterator[None]:
     env = haproxy_env(haproxy_folder(temp_dir), config.server.host, config.ingress.queue_full_retry_after_s or 1.0,
                       config.ingress.max_ongoing_requests, config.ray.haproxy_queue_s,
                       config.ray.haproxy_request_timeout_s, haproxy_per_key_max(config))
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
+    with environment(env):
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @contextlib.contextmanager
@@ -191,7 +215,9 @@ def deploy(config: AppConfig, *, timeout_s: float = 600.0) -> None:
 
     from recallserve.deployments.app import build_app
 
-    serve.start(http_options={"host": config.server.host, "port": config.server.port})
+    # NOTE: the raylets of ray.nodes > 1 share this host's address, so one proxy (the head's) serves the port.
+    serve.start(http_options={"host": config.server.host, "port": config.server.port},
+                proxy_location="HeadOnly" if config.ray.nodes > 1 and config.ray.address is None else None)
     app = build_app(config)
     serve.run(app, name=config.name, route_prefix="/", blocking=False)
     _wait_running(config.name, timeout_s)
@@ -261,11 +287,15 @@ def shutdown() -> None:
     import ray
     from ray import serve
 
-    if ray.is_initialized():
-        try:
-            serve.shutdown()
-        finally:
-            ray.shutdown()
+    try:
+        if ray.is_initialized():
+            try:
+                serve.shutdown()
+            finally:
+                ray.shutdown()
+    finally:
+        while _LOCAL_NODES:
+            _LOCAL_NODES.pop().shutdown()
 
 
 def run_forever(config: AppConfig, on_ready: Callable[[], None] | None = None, *, demo: bool = False) -> None:

@@ -28,7 +28,8 @@ Targets:
     ``kubernetes``: proxies on every node listening on 0.0.0.0 (KubeRay's serve Service targets
     each pod's port), JSON logs (request ids are fields), ``ray.address="auto"`` (join the
     KubeRay cluster), ``memory.data_dir`` moved under the chart's volume (a relative ``state_dir``
-    becomes its sibling, on the same volume), and literal API keys
+    becomes its sibling, on the same volume), sessions, experiences and traces in PostgreSQL
+    (``state_db.dsn_env`` = ``RECALLSERVE_STATE_DSN``, a Secret; no ``state`` deployment), and literal API keys
     removed: keys come from the ``RECALLSERVE_API_KEYS`` environment variable (a Secret), never
     from a custom resource that anyone with read access to the namespace can see.
 """
@@ -40,11 +41,12 @@ from typing import Any, Literal
 
 import yaml
 
-from recallserve.deployments.config import AppConfig, ConfigError
+from recallserve.deployments.config import STATE_DSN_ENV, AppConfig, ConfigError
 
 __all__ = [
     "IMPORT_PATH",
     "DEFAULT_K8S_DATA_DIR",
+    "K8S_STATE_DSN_ENV",
     "Target",
     "render_serve_config",
     "dump_serve_config",
@@ -56,6 +58,8 @@ IMPORT_PATH = "recallserve.deployments.app:app_builder"
 # NOTE: must stay under the Helm chart's persistence.mountPath (values.yaml); the chart refuses
 # a serve config whose memory.data_dir is elsewhere.
 DEFAULT_K8S_DATA_DIR = "/data/recallserve/memory"
+#: The variable holding the PostgreSQL DSN in the chart's pods (from the stateDatabase Secret).
+K8S_STATE_DSN_ENV = STATE_DSN_ENV
 Target = Literal["local", "kubernetes"]
 _TARGETS = ("local", "kubernetes")
 
@@ -77,6 +81,10 @@ def _k8s_args(config: AppConfig, data_dir: str) -> dict[str, Any]:
     if migration and not str(migration["data_dir"]).startswith("/"):
         # NOTE: a relative migration folder becomes a sibling of data_dir, on the same volume.
         migration["data_dir"] = str(Path(data_dir).parent / Path(migration["data_dir"]).name)
+    # NOTE: sessions, experiences and traces in PostgreSQL (the chart fills the variable from its
+    # stateDatabase Secret): every ingress replica talks to the database, no state replica on a volume.
+    if not args["state_db"].get("dsn_env"):
+        args["state_db"]["dsn_env"] = K8S_STATE_DSN_ENV
     args["auth"]["keys"] = {}
     if not args["auth"].get("keys_env"):
         args["auth"]["keys_env"] = "RECALLSERVE_API_KEYS"
@@ -143,6 +151,7 @@ def render_serve_config(
         raise ConfigError("data_dir: only used with target 'kubernetes' (set memory.data_dir in the profile)")
     if target == "kubernetes":
         args = _k8s_args(config, data_dir or DEFAULT_K8S_DATA_DIR)
+        config = AppConfig.model_validate(args)  # NOTE: its deployments (no `state`: PostgreSQL) are the render's
         http = {"host": "0.0.0.0", "port": config.server.port, "request_timeout_s": config.http_timeout_s}
         proxy_location = "EveryNode"
     else:

@@ -27,7 +27,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple, cast
 
 from ray.exceptions import RayError
 from ray.serve.exceptions import BackPressureError, RayServeException
@@ -38,9 +38,11 @@ from recallserve.serve.api.errors import APIError
 from recallserve.serve.api.metrics import STATE_CALL
 from recallserve.serve.context import SessionStore
 from recallserve.serve.experience import ExperienceStore
+from recallserve.serve.statedb import PostgresDatabase
 from recallserve.serve.traces import TraceConfig, TraceStore
 
-__all__ = ["LOCK_WAIT_S", "STORE_METHODS", "RemoteStore", "StateStore", "StoreName"]
+__all__ = ["LOCK_WAIT_S", "STORE_METHODS", "RemoteStore", "StateStore", "StateStores", "StoreName", "open_state_stores",
+           "remote_state_stores"]
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +127,30 @@ def _hold_folder_lock(root: Path, wait_s: float) -> int:
                 raise RuntimeError(f"state_dir: {root} is still held by another state replica after {wait_s:.0f} s "
                                    "(one writer per folder)") from None
             time.sleep(0.2)
+
+
+class StateStores(NamedTuple):
+    """The three stores an ingress replica uses (local, remote or on PostgreSQL)."""
+
+    sessions: SessionStore
+    experiences: ExperienceStore
+    turns: TraceStore
+
+
+def open_state_stores(dsn: str, traces: TraceConfig, *, pool_size: int = 8,
+                      acquire_timeout_s: float = 10.0) -> tuple[StateStores, PostgresDatabase]:
+    """The stores of one ingress replica on PostgreSQL: one pool for all three, schema migrated
+    (once, under the advisory lock) before the first call. The caller closes the database."""
+    db = PostgresDatabase(dsn, pool_size=pool_size, acquire_timeout_s=acquire_timeout_s)
+    stores = StateStores(SessionStore(db=db), ExperienceStore(db=db), TraceStore(config=traces, db=db))
+    return stores, db
+
+
+def remote_state_stores(handle: DeploymentHandle) -> StateStores:
+    """The stores of the ``state`` deployment, as seen from an ingress replica."""
+    return StateStores(cast(SessionStore, RemoteStore(handle, "sessions")),
+                       cast(ExperienceStore, RemoteStore(handle, "experiences")),
+                       cast(TraceStore, RemoteStore(handle, "turns")))
 
 
 class RemoteStore:

@@ -38,6 +38,7 @@ if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 
 from loadtests._guard import check_host  # noqa: E402
+from recallserve.client import AsyncRecallServe, ConnectionFailed, RecallServeError, RetryPolicy  # noqa: E402
 
 __all__ = ["Sample", "Timeline", "render_chart", "summarise", "main"]
 
@@ -116,17 +117,18 @@ def _replicas(app_name: str) -> dict[str, int]:
     return {name: int(d.replica_states.get("RUNNING", 0)) for name, d in app.deployments.items()}
 
 
-async def _client(url: str, body: dict[str, Any], key: str, stop: asyncio.Event, counts: dict[str, int]) -> None:
-    import httpx
-
-    async with httpx.AsyncClient(timeout=120.0) as http:
+async def _client(base: str, body: dict[str, Any], key: str, stop: asyncio.Event, counts: dict[str, int]) -> None:
+    # NOTE: retries off: the check counts every failed answer, as the load a user would see.
+    async with AsyncRecallServe(base, key, timeout=120.0, retry=RetryPolicy(max_retries=0)) as rs:
         while not stop.is_set():
             try:
-                r = await http.post(url, json=body, headers={"Authorization": f"Bearer {key}"})
-                counts["done" if r.status_code == 200 else "errors"] += 1
-            except httpx.HTTPError:
+                await rs.chat(body["messages"], **{k: v for k, v in body.items() if k != "messages"})
+                counts["done"] += 1
+            except ConnectionFailed:
                 counts["errors"] += 1
                 await asyncio.sleep(0.5)
+            except RecallServeError:
+                counts["errors"] += 1
 
 
 async def _drive(args: argparse.Namespace, app_name: str, base: str, key: str, model: str) -> Timeline:
@@ -149,7 +151,7 @@ async def _drive(args: argparse.Namespace, app_name: str, base: str, key: str, m
         await asyncio.sleep(1.0)
     phase = "load"
     load_start = time.monotonic()
-    clients = [asyncio.create_task(_client(f"{base}/v1/chat/completions", body, key, stop_load, counts))
+    clients = [asyncio.create_task(_client(base, body, key, stop_load, counts))
                for _ in range(args.concurrency)]
     while time.monotonic() - load_start < args.load:
         s = await sample()

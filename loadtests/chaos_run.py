@@ -45,6 +45,7 @@ if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 
 from loadtests._guard import check_host  # noqa: E402
+from recallserve.client import AsyncRecallServe, ConnectionFailed, RecallServe, RecallServeError, RetryPolicy  # noqa: E402
 
 __all__ = ["parse_args", "kill_windows", "lost_turns", "render_markdown", "main"]
 
@@ -112,8 +113,7 @@ class Load:
     """Closed-loop clients; every request recorded as (t, kind, status)."""
 
     def __init__(self, base: str, key: str, model: str, clients: int) -> None:
-        self.base, self.model, self.clients = base, model, clients
-        self.headers = {"Authorization": f"Bearer {key}"}
+        self.base, self.key, self.model, self.clients = base, key, model, clients
         self.records: list[tuple[float, str, int]] = []
         self.seconds: dict[str, list[float]] = {}
         self.samples: list[dict[str, Any]] = []  # the first failures, for the report
@@ -121,7 +121,7 @@ class Load:
         self.turns: dict[str, int] = {}
         self.stop = threading.Event()
 
-    async def _one(self, http: Any, rng: random.Random, client: int, n: int) -> None:
+    async def _one(self, rs: AsyncRecallServe, rng: random.Random, client: int, n: int) -> None:
         roll = rng.random()
         # NOTE: the first half of the clients only chat (a turn takes seconds on a CPU model under this
         # load), the others write, read and search.
@@ -129,40 +129,38 @@ class Load:
                 else "read" if roll < 0.75 else "search")
         sid = f"chaos-{client}"
         started = time.time()
+        status, body, ids = 200, "", []
         try:
             if kind == "write":
-                r = await http.post(f"{self.base}/v1/memories", json={"memories": [
-                    {"text": f"chaos note {client}-{n}: valve {n % 13} reads {n % 97} bar"}]})
+                ids = (await rs.memories.add([{"text": f"chaos note {client}-{n}: valve {n % 13} reads {n % 97} bar"}])).ids
             elif kind == "read":
-                r = await http.get(f"{self.base}/v1/memories/{rng.choice(self.acked)}")
+                await rs.memories.get(rng.choice(self.acked))
             elif kind == "search":
-                r = await http.post(f"{self.base}/v1/memories/search", json={"query": f"valve {n % 13}", "k": 3})
+                await rs.memories.search(f"valve {n % 13}", k=3)
             else:
-                r = await http.post(f"{self.base}/v1/chat/completions", json={
-                    "model": self.model, "user": USER, "max_tokens": 8,
-                    "metadata": {"session_id": sid, "agent": "off"},
-                    "messages": [{"role": "user", "content": f"Note {n}: say OK."}]})
-            status, body = r.status_code, r.text[:300]
-        except Exception as exc:  # noqa: BLE001 - a transport failure is a failed request here
-            status, body = -1, f"{type(exc).__name__}: {exc}"[:300]
+                await rs.chat([{"role": "user", "content": f"Note {n}: say OK."}], model=self.model, user=USER,
+                              max_tokens=8, metadata={"session_id": sid, "agent": "off"})
+        except ConnectionFailed as exc:  # NOTE: no answer is a failed request here (status -1)
+            status, body = -1, str(exc)[:300]
+        except RecallServeError as exc:
+            status, body = exc.status, exc.message[:300]
         self.records.append((time.time(), kind, status))
         self.seconds.setdefault(kind, []).append(time.time() - started)
         if status != 200 and len(self.samples) < 30:
             self.samples.append({"t": time.time(), "kind": kind, "status": status, "body": body})
         if status == 200 and kind == "write":
-            self.acked.extend(r.json()["ids"])
+            self.acked.extend(ids)
         elif status == 200 and kind == "turn":
             self.turns[sid] = self.turns.get(sid, 0) + 1
 
     async def run(self) -> None:
-        import httpx
-
         async def client(i: int) -> None:
             rng, n = random.Random(i), 0
-            async with httpx.AsyncClient(headers=self.headers, timeout=60.0) as http:
+            # NOTE: retries off: each failed answer during a kill is what the report counts.
+            async with AsyncRecallServe(self.base, self.key, timeout=60.0, retry=RetryPolicy(max_retries=0)) as rs:
                 while not self.stop.is_set():
                     n += 1
-                    await self._one(http, rng, i, n)
+                    await self._one(rs, rng, i, n)
 
         await asyncio.gather(*(client(i) for i in range(self.clients)))
 
@@ -194,19 +192,34 @@ def _replicas(app: str) -> list[tuple[str, str, int]]:
     return out
 
 
-def _probe(http: Any, base: str, target: str, acked: list[str]) -> bool:
-    """One request that needs ``target``: a memory read by id (shard), health (ingress), a session (state)."""
+def _probe(rs: RecallServe, target: str) -> bool:
+    """One request that needs ``target``: a memory search (shard), health (ingress), a session (state)."""
     try:
         if target == "shard":
-            r = http.post(f"{base}/v1/memories/search", json={"query": "valve", "k": 3})
+            rs.memories.search("valve", k=3)
         elif target == "state":
-            r = http.get(f"{base}/v1/sessions/chaos-0", params={"user": USER})
-            return r.status_code in (200, 404)
+            rs.sessions.get("chaos-0", user=USER)
         else:
-            r = http.get(f"{base}/healthz")
-        return r.status_code == 200
-    except Exception:  # noqa: BLE001 - not recovered yet
+            rs.health()
+    except RecallServeError as exc:
+        # NOTE: a session the state replica answers "not found" for is a recovered state replica.
+        return target == "state" and exc.status == 404
+    return True
+
+
+def _stored(rs: RecallServe, memory_id: str) -> bool:
+    try:
+        rs.memories.get(memory_id)
+    except RecallServeError:
         return False
+    return True
+
+
+def _message_count(rs: RecallServe, session_id: str) -> int:
+    try:
+        return rs.sessions.get(session_id, user=USER).message_count
+    except RecallServeError:
+        return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,8 +232,6 @@ def main(argv: list[str] | None = None) -> int:
     key = next(iter(config.auth.keys), None)
     if key is None:
         raise SystemExit("chaos_run: the profile has no auth.keys entry to call the API with")
-
-    import httpx
 
     from recallserve.deployments import runner
 
@@ -235,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         thread = threading.Thread(target=lambda: asyncio.run(load.run()), daemon=True)
         thread.start()
         print(f"chaos_run: cluster up; {args.clients} clients; {args.kills} kills every {args.every} s", flush=True)
-        with httpx.Client(headers=load.headers, timeout=10.0) as http:
+        with RecallServe(base, key, timeout=10.0, retry=RetryPolicy(max_retries=0)) as rs:
             for i in range(args.kills):
                 time.sleep(args.every)
                 target = rng.choice(TARGETS)
@@ -247,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                 os.kill(pid, signal.SIGKILL)
                 recovery = None
                 while time.time() - t0 < args.recovery_timeout:
-                    if _probe(http, base, target, load.acked):
+                    if _probe(rs, target):
                         recovery = time.time() - t0
                         break
                     time.sleep(0.2)
@@ -259,11 +270,8 @@ def main(argv: list[str] | None = None) -> int:
             thread.join(timeout=120)
             end = time.time()
             acked = list(load.acked)
-            lost = sum(1 for rid in acked if http.get(f"{base}/v1/memories/{rid}").status_code != 200)
-            counts = {}
-            for sid in load.turns:
-                r = http.get(f"{base}/v1/sessions/{sid}", params={"user": USER})
-                counts[sid] = r.json().get("message_count", 0) if r.status_code == 200 else 0
+            lost = sum(1 for rid in acked if not _stored(rs, rid))
+            counts = {sid: _message_count(rs, sid) for sid in load.turns}
     finally:
         load.stop.set()
         runner.shutdown()

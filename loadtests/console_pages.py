@@ -48,7 +48,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-import httpx
+from recallserve.client import RecallServe, RecallServeError
 
 from loadtests._console_app import CHROMIUM_ARGS, build_console_app, chromium_path, serve_in_thread
 from loadtests._guard import HostRefused, check_host
@@ -91,16 +91,13 @@ def _seed(url: str, key: str, model: str, *, memories: int, sessions: int, turns
     200. Sessions are numbered from ``first_session``; none starts after ``seed_seconds`` (the
     report gives the counts the tenant holds).
     """
-    auth = {"Authorization": f"Bearer {key}"}
     took: dict[str, Any] = {}
-    with httpx.Client(base_url=url, headers=auth, timeout=600) as c:
+    with RecallServe(url, key, timeout=600) as c:
         t = time.perf_counter()
         for start in range(0, memories, 256):
-            batch = [{"text": f"Note {i}: customer {i % 997} reported {TOPICS[i % 5].split('/')[1]} on unit U-{i}; "
-                              f"fixed by step {i % 13}.", "source_id": f"note:{i}", "topic": TOPICS[i % 5]}
-                     for i in range(start, min(start + 256, memories))]
-            r = c.post("/v1/memories", json={"memories": batch})
-            r.raise_for_status()
+            c.memories.add([{"text": f"Note {i}: customer {i % 997} reported {TOPICS[i % 5].split('/')[1]} on unit U-{i}; "
+                                     f"fixed by step {i % 13}.", "source_id": f"note:{i}", "topic": TOPICS[i % 5]}
+                            for i in range(start, min(start + 256, memories))])
         took["memories_s"] = time.perf_counter() - t
         print(f"console_pages: {memories} memories written in {took['memories_s']:.0f} s", flush=True)
 
@@ -108,9 +105,11 @@ def _seed(url: str, key: str, model: str, *, memories: int, sessions: int, turns
             if seed_seconds is not None and time.perf_counter() - t > seed_seconds:
                 return
             for turn in range(turns):
-                r = c.post("/v1/chat/completions", json=_chat_body(model, s, turn, turns, agent))
-                if r.status_code != 200:
-                    raise RuntimeError(f"session s-{s} turn {turn}: {r.status_code} {r.text[:300]}")
+                body = _chat_body(model, s, turn, turns, agent)
+                try:
+                    c.chat(body.pop("messages"), **body)
+                except RecallServeError as exc:
+                    raise RuntimeError(f"session s-{s} turn {turn}: {exc}") from None
             if s % 10 == 9:
                 print(f"console_pages: session s-{s} done at {time.perf_counter() - t:.0f} s", flush=True)
 
@@ -119,19 +118,19 @@ def _seed(url: str, key: str, model: str, *, memories: int, sessions: int, turns
             list(pool.map(session, range(first_session, first_session + sessions)))
         took["sessions_s"] = time.perf_counter() - t
         for _ in range(reviews):
-            c.post("/v1/experiences", json=_review_record()).raise_for_status()
+            c.experiences.create(_review_record())
         deadline = time.monotonic() + 120
         while True:  # NOTE: traces are written off the request path
-            listed = c.get("/v1/turns/sessions", params={"limit": 500}).json()["data"]
-            stored = sum(x["turns"] for x in listed)
+            listed = c.turns.sessions(limit=500).data
+            stored = sum(x.turns for x in listed)
             if stored >= sessions * turns or seed_seconds is not None:
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{stored} of {sessions * turns} turn traces stored after 120 s")
             time.sleep(0.5)
-        took["stored"] = {"memories": c.get("/v1/console/health").json()["memory_records"],
-                          "sessions": len(listed), "turns": stored,
-                          "review": len(c.get("/v1/experiences/review", params={"limit": 500}).json())}
+        # NOTE: /v1/console/health is an operator console route (no API model): the client's own httpx client.
+        took["stored"] = {"memories": c.http.get("/v1/console/health").json()["memory_records"],
+                          "sessions": len(listed), "turns": stored, "review": len(c.experiences.review(limit=500))}
     return took
 
 

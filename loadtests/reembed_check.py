@@ -47,6 +47,7 @@ if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 
 from loadtests._guard import check_host  # noqa: E402
+from recallserve.client import AsyncRecallServe, ConnectionFailed, RecallServe, RecallServeError, RetryPolicy  # noqa: E402
 
 __all__ = ["summarise", "render_markdown", "main"]
 
@@ -94,8 +95,7 @@ class Load:
     """Closed-loop HTTP clients; every request is recorded as (t, step, kind, status, seconds)."""
 
     def __init__(self, base: str, key: str, model: str, clients: int) -> None:
-        self.base, self.model, self.clients = base, model, clients
-        self.headers = {"Authorization": f"Bearer {key}"}
+        self.base, self.key, self.model, self.clients = base, key, model, clients
         self.step = "start"
         self.records: list[tuple[float, str, str, int, float]] = []
         self.acked: set[str] = set()
@@ -103,32 +103,30 @@ class Load:
         self.stop = threading.Event()
         self._n = 0
 
-    async def _one(self, http: Any, rng: random.Random) -> None:
+    async def _one(self, rs: AsyncRecallServe, rng: random.Random) -> None:
         self._n += 1
         n = self._n
         roll = rng.random()
         kind = "add" if roll < 0.45 or not self.acked else "delete" if roll < 0.6 else "search" if roll < 0.9 else "chat"
         start = time.monotonic()
-        status, rid = 0, None
+        status, rid = 200, None
         try:
             if kind == "add":
-                body = {"memories": [{"text": f"ticket {n}: unit {n % 17} shows error E{n % 9}; fixed by step {n % 5}"}]}
-                r = await http.post(f"{self.base}/v1/memories", json=body)
-                if r.status_code == 200:
-                    rid = r.json()["ids"][0]
+                rid = (await rs.memories.add([{"text": f"ticket {n}: unit {n % 17} shows error E{n % 9}; "
+                                                       f"fixed by step {n % 5}"}])).ids[0]
             elif kind == "delete":
                 rid = rng.choice(sorted(self.acked))
                 self.acked.discard(rid)
-                r = await http.delete(f"{self.base}/v1/memories/{rid}")
+                await rs.memories.delete(rid)
             elif kind == "search":
-                r = await http.post(f"{self.base}/v1/memories/search", json={"query": f"error E{n % 9} fix", "k": 5})
+                await rs.memories.search(f"error E{n % 9} fix", k=5)
             else:
-                r = await http.post(f"{self.base}/v1/chat/completions", json={
-                    "model": self.model, "max_tokens": 8, "messages": [{"role": "user", "content": "Say OK."}]})
-            status = r.status_code
-        except Exception as exc:  # noqa: BLE001 - a transport failure is a failed request here
+                await rs.chat([{"role": "user", "content": "Say OK."}], model=self.model, max_tokens=8)
+        except ConnectionFailed as exc:  # NOTE: no answer is a failed request here
             status = -1
-            print(f"reembed_check: {kind} failed: {type(exc).__name__}: {exc}", flush=True)
+            print(f"reembed_check: {kind} failed: {exc}", flush=True)
+        except RecallServeError as exc:
+            status = exc.status
         seconds = time.monotonic() - start
         self.records.append((time.time(), self.step, kind, status, seconds))
         if kind == "add" and rid is not None:
@@ -137,13 +135,12 @@ class Load:
             self.deleted.add(rid)
 
     async def run(self) -> None:
-        import httpx
-
         async def client(i: int) -> None:
             rng = random.Random(i)
-            async with httpx.AsyncClient(headers=self.headers, timeout=300.0) as http:
+            # NOTE: retries off: every refusal during the roll-out is counted.
+            async with AsyncRecallServe(self.base, self.key, timeout=300.0, retry=RetryPolicy(max_retries=0)) as rs:
                 while not self.stop.is_set():
-                    await self._one(http, rng)
+                    await self._one(rs, rng)
 
         await asyncio.gather(*(client(i) for i in range(self.clients)))
 
@@ -184,15 +181,22 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 
 def _verify(base: str, key: str, load: Load, app: str, num_shards: int, model_id: str) -> dict[str, int]:
-    import httpx
     from ray import serve
 
     missing = resurrected = 0
-    with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=60.0) as http:
+
+    def status(rs: RecallServe, rid: str) -> int:
+        try:
+            rs.memories.get(rid)
+        except RecallServeError as exc:
+            return exc.status
+        return 200
+
+    with RecallServe(base, key, timeout=60.0, retry=RetryPolicy(max_retries=0)) as rs:
         for rid in sorted(load.acked - load.deleted):
-            missing += http.get(f"{base}/v1/memories/{rid}").status_code != 200
+            missing += status(rs, rid) != 200
         for rid in sorted(load.deleted):
-            resurrected += http.get(f"{base}/v1/memories/{rid}").status_code != 404
+            resurrected += status(rs, rid) != 404
     records = wrong = 0
     for i in range(num_shards):
         shard = serve.get_deployment_handle(f"memory_shard_v2_{i}", app_name=app)
@@ -216,8 +220,6 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or ROOT / "bench-results" / time.strftime("reembed-%Y%m%dT%H%M%SZ", time.gmtime())
     out.mkdir(parents=True, exist_ok=True)
 
-    import httpx
-
     from recallserve.deployments import runner
     from recallserve.deployments.jobs._common import JobOptions, LiveOptions
     from recallserve.deployments.jobs._reembed_live import run_live
@@ -231,13 +233,11 @@ def main(argv: list[str] | None = None) -> int:
         runner.start_ray(config)
         runner.deploy(config)
         steps_done.append({"name": "start", "seconds": time.monotonic() - started})
-        with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=300.0) as http:
+        with RecallServe(base, key, timeout=300.0) as rs:
             for start in range(0, args.seed, 50):
-                body = {"memories": [{"text": f"archived ticket {i}: model {i % 23} fan noise after firmware 2.{i % 7}"}
-                                     for i in range(start, min(start + 50, args.seed))]}
-                r = http.post(f"{base}/v1/memories", json=body)
-                r.raise_for_status()
-                load.acked.update(r.json()["ids"])
+                load.acked.update(rs.memories.add([
+                    {"text": f"archived ticket {i}: model {i % 23} fan noise after firmware 2.{i % 7}"}
+                    for i in range(start, min(start + 50, args.seed))]).ids)
         print(f"reembed_check: running; {args.seed} memories seeded; {args.clients} clients start", flush=True)
         thread = threading.Thread(target=lambda: asyncio.run(load.run()), daemon=True)
         thread.start()

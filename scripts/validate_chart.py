@@ -71,6 +71,17 @@ RAYSERVICE_SCHEMA: dict[str, Any] = {
                     "properties": {
                         "rayVersion": {"type": "string"},
                         "enableInTreeAutoscaling": {"type": "boolean"},
+                        "gcsFaultToleranceOptions": {
+                            "type": "object",
+                            "required": ["redisAddress"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "redisAddress": {"type": "string", "minLength": 1},
+                                "redisUsername": {"type": "object"},
+                                "redisPassword": {"type": "object"},
+                                "externalStorageNamespace": {"type": "string"},
+                            },
+                        },
                         "autoscalerOptions": {
                             "type": "object",
                             "additionalProperties": False,

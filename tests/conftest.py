@@ -65,6 +65,7 @@ SLOW_FIXTURES = frozenset({
     "tests/unit/memory/test_memory_onnx_embedder.py::onnx_cache",  # MiniLM exported to ONNX
     "tests/unit/memory/test_memory_embed_bulk.py::onnx_cache",
     "tests/unit/memory_api/test_memory_ingress_embed.py::cluster",  # shards embedding with ONNX MiniLM
+    "tests::postgres_dsn",  # a PostgreSQL server process
 })
 """Fixtures, as ``<where defined>::<name>``, whose tests are slow: each loads a model, starts a
 server process or the browser. NOTE: qualified by where they are defined, since names such as
@@ -247,3 +248,42 @@ def assert_topk_equal(
                     f"query {q}, ranks {start}..{end - 1}: rows {sorted(g)} != expected "
                     f"{sorted(r)}\n  got      {gi[q]}\n  expected {ri[q]}\n  scores   {rs[q]}"
                 )
+
+
+# ---- the state database: every store test and state-touching security test runs on both backends ----
+
+STATE_BACKENDS = ("sqlite", pytest.param("postgres", marks=pytest.mark.slow))
+"""Params of :func:`state_db`: the embedded SQLite default, and a real PostgreSQL 15 (slow: a server)."""
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """DSN of a real PostgreSQL server for the session (``tests/_postgres.py``; slow: a server process)."""
+    import tempfile
+    from pathlib import Path
+
+    from tests._postgres import postgres_server
+
+    # NOTE: not tmp_path_factory: its folder is private to this user, and the server may run as `postgres`.
+    with postgres_server(Path(tempfile.mkdtemp(prefix="rs-pg-"))) as dsn:
+        yield dsn
+
+
+def open_state_db(request: pytest.FixtureRequest, backend: str) -> Any:
+    """None for ``sqlite`` (each store opens its own file, as ``recallserve up`` does), else a
+    ``PostgresDatabase`` on a fresh schema of the session's server (the caller closes it)."""
+    if backend == "sqlite":
+        return None
+    from recallserve.serve.statedb import PostgresDatabase
+    from tests._postgres import fresh_schema_dsn
+
+    return PostgresDatabase(fresh_schema_dsn(request.getfixturevalue("postgres_dsn")), pool_size=4)
+
+
+@pytest.fixture(params=STATE_BACKENDS)
+def state_db(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The state database of a test's stores: None (SQLite files) or a PostgreSQL one (pass as ``db=``)."""
+    db = open_state_db(request, request.param)
+    yield db
+    if db is not None:
+        db.close()

@@ -34,6 +34,7 @@ def add_profile_arguments(p: argparse.ArgumentParser) -> None:
 COMMANDS: dict[str, str] = {
     "up": "recallserve.deployments.cli._up",
     "deploy": "recallserve.deployments.cli._deploy",
+    "status": "recallserve.deployments.cli._status",
     "models": "recallserve.deployments.cli._models",
     "serve-config": "recallserve.deployments.cli._serve_config",
     "demo": "recallserve.deployments.cli._demo",
@@ -44,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "bench scan-layout": "recallserve.deployments.cli._bench_scan_layout",
     "bench search-cost": "recallserve.deployments.cli._bench_search_cost",
     "bench api-search": "recallserve.deployments.cli._bench_api_search",
+    "bench mcp-search": "recallserve.deployments.cli._bench_mcp_search",
     "bench ingest": "recallserve.deployments.cli._bench_ingest",
     "bench verify": "recallserve.deployments.cli._bench_verify",
     "bench embed-gather": "recallserve.deployments.cli._bench_embed_gather",

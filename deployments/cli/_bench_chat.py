@@ -210,7 +210,9 @@ def run(args: argparse.Namespace) -> int:
     base = cluster_base(args.url)
     config = load_config(str(args.config) if args.config else (args.profile or "cpu-local"))
     rows: list[TurnRow] = []
-    with sync_client(base, args.key, args.timeout) as http:
+    # NOTE: the raw SSE stream of the client's httpx client: the bench times the first and each chunk.
+    with sync_client(base, args.key, args.timeout) as rs:
+        http = rs.http
         for repeat in range(args.repeats):
             for name, question, max_tokens in PROMPTS:
                 row = _cluster_turn(http, config.chat.model_name, name, question, max_tokens, repeat)

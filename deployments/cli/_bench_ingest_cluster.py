@@ -38,6 +38,7 @@ from typing import Any
 from recallserve.deployments.cli import UserError
 from recallserve.deployments.cli._bench_search import _cpu_seconds, _quantile, _ray_processes, cpu_per_answer
 from recallserve.deployments.cli._bench_search import _sums as search_sums
+from recallserve.client import AsyncRecallServe, RecallServeError
 from recallserve.deployments.cli._cluster_client import async_client, cluster_base
 
 __all__ = ["INGEST_SPLIT", "add_cluster_phase_arguments", "locomo_texts", "run_cluster", "split_ms", "render"]
@@ -94,30 +95,32 @@ def split_ms(before: dict[str, tuple[float, float]], after: dict[str, tuple[floa
     return out
 
 
-async def _scrape(http: Any) -> dict[str, tuple[float, float]]:
-    r = await http.get("/metrics")
-    return _sums(r.text) if r.status_code == 200 else {}
+async def _scrape(http: AsyncRecallServe) -> dict[str, tuple[float, float]]:
+    try:
+        return _sums(await http.metrics())
+    except RecallServeError:
+        return {}
 
 
-async def _search(http: Any, query: str) -> float:
+async def _search(http: AsyncRecallServe, query: str) -> float:
     t0 = time.perf_counter()
-    r = await http.post("/v1/memories/search", json={"query": query, "k": 10})
-    if r.status_code != 200:
-        raise UserError(f"POST /v1/memories/search answered {r.status_code}: {r.text[:200]}")
+    try:
+        await http.memories.search(query, k=10)
+    except RecallServeError as exc:
+        raise UserError(f"POST /v1/memories/search: {exc}") from None
     return 1e3 * (time.perf_counter() - t0)
 
 
-async def _chat(http: Any, question: str, max_tokens: int) -> dict[str, Any]:
-    body = {"model": "recallserve", "max_tokens": max_tokens, "temperature": 0, "metadata": {"agent": "off"},
-            "messages": [{"role": "user", "content": question}]}
+async def _chat(http: AsyncRecallServe, question: str, max_tokens: int) -> dict[str, Any]:
     t0 = time.perf_counter()
-    r = await http.post("/v1/chat/completions", json=body)
+    try:
+        answer = await http.chat([{"role": "user", "content": question}], max_tokens=max_tokens, temperature=0,
+                                 metadata={"agent": "off"})
+    except RecallServeError as exc:
+        raise UserError(f"POST /v1/chat/completions: {exc}") from None
     wall = time.perf_counter() - t0
-    if r.status_code != 200:
-        raise UserError(f"POST /v1/chat/completions answered {r.status_code}: {r.text[:200]}")
-    usage = r.json().get("usage") or {}
-    return {"wall_s": round(wall, 2), "completion_tokens": usage.get("completion_tokens"),
-            "prompt_tokens": usage.get("prompt_tokens")}
+    return {"wall_s": round(wall, 2), "completion_tokens": answer.usage.completion_tokens,
+            "prompt_tokens": answer.usage.prompt_tokens}
 
 
 def _latency(ms: list[float]) -> dict[str, Any]:
@@ -125,19 +128,22 @@ def _latency(ms: list[float]) -> dict[str, Any]:
             "max_ms": max(ms) if ms else None}
 
 
-async def _ingest(http: Any, texts: Iterator[str], batches: int, batch: int, until: asyncio.Event | None) -> dict[str, Any]:
+async def _ingest(http: AsyncRecallServe, texts: Iterator[str], batches: int, batch: int, until: asyncio.Event | None) -> dict[str, Any]:
     """Post batches one at a time (at least ``batches``; with ``until``, also until it is set)."""
     before, pids = await _scrape(http), _ray_processes()
     cpu0 = _cpu_seconds(pids)
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < batches or (until is not None and not until.is_set()):
-        body = {"memories": [{"text": next(texts), "kind": "message", "topic": "bench/ingest"} for _ in range(batch)]}
+        memories = [{"text": next(texts), "kind": "message", "topic": "bench/ingest"} for _ in range(batch)]
         t0 = time.perf_counter()
-        r = await http.post("/v1/memories", json=body)
+        try:
+            ids = (await http.memories.add(memories)).ids
+        except RecallServeError as exc:
+            raise UserError(f"POST /v1/memories: {exc}") from None
         times.append(time.perf_counter() - t0)
-        if r.status_code != 200 or len(r.json().get("ids", [])) != batch:
-            raise UserError(f"POST /v1/memories answered {r.status_code}: {r.text[:200]}")
+        if len(ids) != batch:
+            raise UserError(f"POST /v1/memories: {len(ids)} ids for {batch} memories")
     wall = time.perf_counter() - start
     cpu1, after = _cpu_seconds(pids), await _scrape(http)
     memories = batch * len(times)

@@ -47,6 +47,8 @@ from typing import Any
 from recallserve.deployments.cli import UserError
 from recallserve.deployments.cli._bench_args import (add_out_argument, add_seconds_argument, check_range, parse_ints,
                                                      write_report)
+import recallserve.client._calls as calls
+from recallserve.client import AsyncRecallServe, ConnectionFailed, RecallServeError, RetryPolicy
 from recallserve.deployments.cli._cluster_client import add_cluster_arguments, async_client, cluster_base
 from recallserve.memory_shards.bench import query_text, ticket_text
 
@@ -137,17 +139,16 @@ def cpu_per_answer(pids: dict[int, str], before: dict[int, float], after: dict[i
     return dict(sorted(((t, round(v, 2)) for t, v in by_title.items() if v >= 0.005), key=lambda kv: -kv[1]))
 
 
-async def _scrape(http: Any) -> dict[str, tuple[float, float]]:
-    r = await http.get("/metrics")
-    return _sums(r.text) if r.status_code == 200 else {}
-
-
-def _retry_after(value: str | None) -> float:
-    """Seconds of a ``Retry-After`` header (delta-seconds form), 1 when absent or not a number."""
+async def _scrape(http: AsyncRecallServe) -> dict[str, tuple[float, float]]:
     try:
-        return max(0.0, float(value)) if value is not None else 1.0
-    except ValueError:
-        return 1.0
+        return _sums(await http.metrics())
+    except RecallServeError:
+        return {}
+
+
+def _status(exc: RecallServeError) -> str:
+    """The status a level counts: the HTTP status, or the transport failure's name (no answer)."""
+    return type(exc.__cause__).__name__ if isinstance(exc, ConnectionFailed) else str(exc.status)
 
 
 def refusal_kind(body: str) -> str:
@@ -163,6 +164,10 @@ def refusal_kind(body: str) -> str:
     return "other"
 
 
+#: Seeding waits out a shard that is still loading (503 + Retry-After) up to 60 times.
+SEED_RETRY = RetryPolicy(max_retries=60, backoff_s=1.0, max_backoff_s=30.0)
+
+
 def _quantile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -170,29 +175,24 @@ def _quantile(values: list[float], q: float) -> float | None:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-async def _seed(http: Any, n: int, tag: str, rng: random.Random) -> float:
+async def _seed(http: AsyncRecallServe, n: int, tag: str, rng: random.Random) -> float:
     """Write ``n`` memories tagged ``tag`` unless they are there; seconds spent writing."""
-    for _ in range(60):
-        have = await http.get("/v1/memories", params={"source_id": f"bench-search-{tag}-{n - 1}"})
-        # NOTE: a shard still loading a big folder answers 503; seeding then would rewrite every row through the API.
-        if have.status_code != 503:
-            break
-        await asyncio.sleep(_retry_after(have.headers.get("retry-after")) or 1.0)
-    if have.status_code != 200:
-        raise UserError(f"seeding: GET /v1/memories answered {have.status_code}: {have.text[:200]}")
-    if have.json().get("data"):
-        return 0.0
-    start = time.perf_counter()
-    for lo in range(0, n, 50):
-        batch = [{"text": ticket_text(rng, i), "source_id": f"bench-search-{tag}-{i}", "topic": "bench/search"}
-                 for i in range(lo, min(n, lo + 50))]
-        r = await http.post("/v1/memories", json={"memories": batch})
-        if r.status_code != 200:
-            raise UserError(f"seeding: POST /v1/memories answered {r.status_code}: {r.text[:200]}")
+    try:
+        # NOTE: a shard still loading a big folder answers 503; seeding then would rewrite every row through
+        # the API: up to 60 waits of its Retry-After.
+        have = await http.send(calls.list_memories(f"bench-search-{tag}-{n - 1}"), retry=SEED_RETRY)
+        if have.data:
+            return 0.0
+        start = time.perf_counter()
+        for lo in range(0, n, 50):
+            await http.memories.add([{"text": ticket_text(rng, i), "source_id": f"bench-search-{tag}-{i}",
+                                      "topic": "bench/search"} for i in range(lo, min(n, lo + 50))])
+    except RecallServeError as exc:
+        raise UserError(f"seeding: {exc}") from None
     return time.perf_counter() - start
 
 
-async def _flood(connect: Callable[[], Any], clients: int, stop: float, rng: random.Random) -> dict[str, int]:
+async def _flood(connect: Callable[[], AsyncRecallServe], clients: int, stop: float, rng: random.Random) -> dict[str, int]:
     """``clients`` closed-loop clients of another tenant until ``stop``; their status counts.
 
     They ignore ``Retry-After`` as a misbehaving client would, pausing only 50 ms after a refusal so
@@ -205,10 +205,10 @@ async def _flood(connect: Callable[[], Any], clients: int, stop: float, rng: ran
             while time.perf_counter() < stop:
                 query = query_text(rng)
                 try:
-                    r = await http.post("/v1/memories/search", json={"query": query, "k": 10})
-                    status = str(r.status_code)
-                except Exception as exc:  # noqa: BLE001 - a transport failure is counted, not raised
-                    status = type(exc).__name__
+                    await http.memories.search(query, k=10)
+                    status = "200"
+                except RecallServeError as exc:  # NOTE: a transport failure is counted too, not raised
+                    status = _status(exc)
                 statuses[status] = statuses.get(status, 0) + 1
                 if status != "200":
                     await asyncio.sleep(0.05)
@@ -217,9 +217,9 @@ async def _flood(connect: Callable[[], Any], clients: int, stop: float, rng: ran
     return statuses
 
 
-async def _level(http: Any, clients: int, seconds: float, rng: random.Random,
-                 connect: Callable[[], Any] | None = None,
-                 flood: tuple[Callable[[], Any], int] | None = None) -> dict[str, Any]:
+async def _level(http: AsyncRecallServe, clients: int, seconds: float, rng: random.Random,
+                 connect: Callable[[], AsyncRecallServe] | None = None,
+                 flood: tuple[Callable[[], AsyncRecallServe], int] | None = None) -> dict[str, Any]:
     """One level: ``clients`` closed-loop clients for ``seconds``, each on its own connection (``connect()``),
     beside ``flood`` = (its ``connect``, clients): another tenant's flood (:func:`_flood`), started first.
 
@@ -241,23 +241,23 @@ async def _level(http: Any, clients: int, seconds: float, rng: random.Random,
         async with connect() as own:
             await _client_loop(own)
 
-    async def _client_loop(http: Any) -> None:
+    async def _client_loop(http: AsyncRecallServe) -> None:
         while time.perf_counter() < stop:
             query = query_text(rng)
             t0 = time.perf_counter()
             wait = 0.0
             try:
-                r = await http.post("/v1/memories/search", json={"query": query, "k": 10})
-                status = str(r.status_code)
-                if r.status_code in (429, 503):
-                    wait = _retry_after(r.headers.get("retry-after"))
-                    kind = refusal_kind(r.text[:500])
+                await http.memories.search(query, k=10)
+                status = "200"
+            except RecallServeError as exc:  # NOTE: a transport failure is counted too, not raised
+                status = _status(exc)
+                if exc.status in (429, 503):
+                    wait = exc.retry_after_s if exc.retry_after_s is not None else 1.0
+                    kind = refusal_kind(f"{exc.code} {exc.message}"[:500])
                     kinds[kind] = kinds.get(kind, 0) + 1
                     kind_ms.setdefault(kind, []).append(1e3 * (time.perf_counter() - t0))
-                    if r.headers.get("retry-after") is None:
+                    if exc.retry_after_s is None:
                         kinds["no_retry_after"] = kinds.get("no_retry_after", 0) + 1
-            except Exception as exc:  # noqa: BLE001 - a transport failure is counted, not raised
-                status = type(exc).__name__
             elapsed = time.perf_counter() - t0
             if status == "200":
                 latencies.append(elapsed)
@@ -341,10 +341,10 @@ async def _main(args: argparse.Namespace, base: str) -> dict[str, Any]:
             print(f"seeded {args.memories} memories in {seeded:.1f} s ({args.memories / seeded:.1f}/s)", flush=True)
         tls = ssl.create_default_context()  # NOTE: once: ~6 ms of CPU per client otherwise, inside the timed level
 
-        def connect() -> Any:
+        def connect() -> AsyncRecallServe:
             return async_client(base, args.key, 60.0, max_connections=1, verify=tls)
 
-        def connect_flood() -> Any:
+        def connect_flood() -> AsyncRecallServe:
             return async_client(base, args.flood_key, 60.0, max_connections=1, verify=tls)
 
         flood = (connect_flood, args.flood_clients) if args.flood_key else None

@@ -1,5 +1,6 @@
-"""The one HTTP client of the ``bench`` commands that talk to a running cluster: the ``--url`` /
-``--key`` arguments, the loopback-only check, the "is it up" probe and the httpx clients."""
+"""What the ``bench`` commands that talk to a running cluster share: the ``--url`` / ``--key``
+arguments, the loopback-only check, the "is it up" probe, and their clients: ``recallserve.client``
+instances (the one HTTP client of the tree), with retries off (a bench counts every refusal)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from recallserve.client import AsyncRecallServe, RecallServe, RecallServeError, RetryPolicy
 from recallserve.deployments.cli import UserError
 
 __all__ = ["LOOPBACK", "add_cluster_arguments", "async_client", "cluster_base", "sync_client"]
@@ -43,29 +45,30 @@ def cluster_base(url: str) -> str:
     if parts.scheme not in ("http", "https") or parts.hostname not in LOOPBACK:
         raise UserError(f"--url: expected http://127.0.0.1:PORT (this machine only), got {url!r}")
     try:
-        httpx.get(f"{base}/healthz", timeout=10.0).raise_for_status()
-    except httpx.HTTPError as exc:
+        with RecallServe(base, timeout=10.0, retry=NO_RETRY) as probe:
+            probe.health()
+    except RecallServeError as exc:
         raise UserError(f"--url: no cluster answering at {base} ({exc}); start one with `recallserve up`") from None
     return base
 
 
-def _headers(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
+#: A bench measures each answer as the server gave it, refusals included.
+NO_RETRY = RetryPolicy(max_retries=0)
 
 
 def async_client(base: str, key: str, timeout: float, max_connections: int | None = None,
-                 verify: ssl.SSLContext | None = None) -> httpx.AsyncClient:
-    """An async client of ``base`` (from :func:`cluster_base`) sending ``key`` as its bearer token.
+                 verify: ssl.SSLContext | None = None) -> AsyncRecallServe:
+    """An async client of ``base`` (from :func:`cluster_base`) with ``key``, no retries.
 
     Args:
         max_connections: the pool's bound (None: httpx's default of 100).
         verify: one TLS context shared by many clients (building one costs ~6 ms of CPU).
     """
-    pool = {"limits": httpx.Limits(max_connections=max_connections)} if max_connections is not None else {}
-    return httpx.AsyncClient(base_url=base, headers=_headers(key), timeout=timeout,
-                             verify=verify if verify is not None else True, **pool)
+    limits = httpx.Limits(max_connections=max_connections) if max_connections is not None else None
+    return AsyncRecallServe(base, key, timeout=timeout, retry=NO_RETRY, limits=limits,
+                            verify=verify if verify is not None else True)
 
 
-def sync_client(base: str, key: str, timeout: float) -> httpx.Client:
-    """A blocking client of ``base`` (from :func:`cluster_base`) sending ``key`` as its bearer token."""
-    return httpx.Client(base_url=base, headers=_headers(key), timeout=timeout)
+def sync_client(base: str, key: str, timeout: float) -> RecallServe:
+    """A blocking client of ``base`` (from :func:`cluster_base`) with ``key``, no retries."""
+    return RecallServe(base, key, timeout=timeout, retry=NO_RETRY)

@@ -39,7 +39,8 @@ from recallserve.deployments.jobs._args import add_live_arguments, live_from_arg
 from recallserve.deployments.jobs._live import connect
 from recallserve.deployments.jobs._options import JobReport
 
-__all__ = ["add_arguments", "default_store", "long_sessions", "resummarise", "resummarise_live", "run", "main"]
+__all__ = ["add_arguments", "default_store", "long_sessions", "resummarise", "resummarise_live", "resummarise_postgres",
+           "run", "main"]
 
 JOB = "resummarise"
 
@@ -52,6 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", type=Path, default=None,
                    help="session store file (default: the profile's state_dir/sessions.sqlite3, what `recallserve up` "
                         "writes); on a running cluster prefer --live")
+    p.add_argument("--state-dsn", default=None,
+                   help="the cluster's PostgreSQL state database (state_db): its sessions are read and summarised "
+                        "there, by this process (no --store, no --live)")
     p.add_argument("--min-unsummarised", type=int, default=40, help="select sessions with at least this many unsummarised messages")
     p.add_argument("--summariser", choices=("extractive", "model"), default="extractive", help="who writes the summaries")
     p.add_argument("--checkpoint", type=Path, default=None, help="checkpoint file (default <store>.jobs/resummarise.json)")
@@ -157,6 +161,22 @@ def resummarise(store_path: Path, *, min_unsummarised: int = 40, summariser: Any
         store.close()
 
 
+def resummarise_postgres(dsn: str, *, min_unsummarised: int = 40, summariser: Any = None, dry_run: bool = False,
+                         checkpoint: Path, restart: bool = False, progress: bool = True) -> Any:
+    """The same job on a cluster whose sessions live in PostgreSQL (``state_db``): the database
+    takes any number of writers, so the job talks to it directly, beside the ingress replicas
+    (each summary is a compare-and-set: a refresh that lost the race is dropped)."""
+    from recallserve.serve.context import SessionStore
+    from recallserve.serve.statedb import PostgresDatabase
+
+    db = PostgresDatabase(dsn, pool_size=2)
+    try:
+        return _report(SessionStore(db=db), min_unsummarised=min_unsummarised, summariser=summariser,
+                       dry_run=dry_run, checkpoint=checkpoint, restart=restart, progress=progress)
+    finally:
+        db.close()
+
+
 def resummarise_live(live: Any, *, min_unsummarised: int = 40, summariser: Callable[[Any], Any] | None = None,
                      dry_run: bool = False, checkpoint: Path, restart: bool = False, progress: bool = True) -> Any:
     """The same job through the running app's ``state`` deployment (the one writer of the sessions).
@@ -217,6 +237,13 @@ def _live_summariser(args: argparse.Namespace) -> Callable[[Any], Any] | None:
 def run(args: argparse.Namespace) -> Any:
     """Entry used by both ``recallserve job resummarise`` and ``python -m``."""
     live = live_from_args(args)
+    if args.state_dsn:
+        if args.store is not None or live is not None:
+            raise ValueError("--state-dsn: not used with --store or --live (the sessions are in that database)")
+        checkpoint = args.checkpoint or _default_checkpoint(default_store(args.profile, args.config))
+        return resummarise_postgres(args.state_dsn, min_unsummarised=args.min_unsummarised,
+                                    summariser=_summariser(args), dry_run=args.dry_run, checkpoint=checkpoint,
+                                    restart=args.restart, progress=not args.no_progress)
     if live is None:
         store = args.store or default_store(args.profile, args.config)
         return resummarise(store, min_unsummarised=args.min_unsummarised,

@@ -2,7 +2,8 @@
 
 ``deployments/ingress.py`` hands this app to ``serve.ingress``; tests mount it in-process.
 Routes: ``GET /healthz``, ``GET /metrics``, ``GET /v1/models``, ``POST /v1/chat/completions``
-(JSON or SSE), plus any extra routers (memories, experiences) the caller passes in.
+(JSON or SSE), plus any extra routers (memories, experiences) the caller passes in, and ``/mcp``
+(the MCP server over those routes, :mod:`recallserve.serve.mcp`).
 
 At the edge, before any route: a body over ``max_body_bytes`` is a 413, a malformed
 ``x-request-id`` a 400, and an unexpected exception a 500 in the JSON error envelope; every
@@ -32,6 +33,7 @@ from recallserve.serve.api.limits import (MAX_BODY_BYTES, BodyLimitMiddleware, c
 from recallserve.serve.api.metrics import CONTENT_TYPE_LATEST, render_metrics
 from recallserve.serve.api.observe import ObserveMiddleware
 from recallserve.serve.engine import EngineError
+from recallserve.serve.mcp import McpEndpoint
 from recallserve.serve.pii import SESSION_KEY_CHARS, PersonalDataError, apply_pii, install_log_masking, mask_id
 from recallserve.serve.pipeline import ChatPipeline, RequestContext
 
@@ -188,8 +190,9 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        await _start_hooks(on_startup, startup_wait_s, background, warm)
-        yield
+        async with mcp.running():
+            await _start_hooks(on_startup, startup_wait_s, background, warm)
+            yield
 
     # NOTE: app-wide, so every router's routes (memories, experiences, sessions, ...) check it too.
     edge_checks = [Depends(check_query), Depends(check_content_type), Depends(check_unicode), Depends(check_duplicate_keys)]
@@ -251,6 +254,10 @@ def create_app(
 
     for router in routers:
         app.include_router(router)
+
+    # NOTE: the MCP endpoint (serve.mcp): its tools call the routes above in process, with the caller's key.
+    mcp = McpEndpoint(app, auth, title, app.version, max_body_bytes)
+    app.router.add_route("/mcp", mcp, include_in_schema=False)
 
     # NOTE: every method a client may send (RFC 9110's but CONNECT): HEAD, OPTIONS and TRACE of a
     # known path were Starlette's bare "Method Not Allowed", naming neither the method nor what the path takes.

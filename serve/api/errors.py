@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from recallserve.serve.engine import EngineError
+from recallserve.serve.statedb import StateUnavailableError
 from recallserve.serve.pii import PersonalDataError
 
 __all__ = ["APIError", "MAX_NAME_CHARS", "MAX_PARAM_CHARS", "MAX_WHY_CHARS", "clip", "install_error_handlers", "error_body",
@@ -161,6 +162,13 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _engine(_: Request, exc: EngineError) -> JSONResponse:
         log.warning("engine failure: %s", exc)
         return JSONResponse(error_body(f"model engine unavailable: {exc}", "engine_error"), status_code=503)
+
+    @app.exception_handler(StateUnavailableError)
+    async def _state(_: Request, exc: StateUnavailableError) -> JSONResponse:
+        # NOTE: nothing was half-done (each store call is one transaction): the client retries.
+        log.warning("state database: %s", exc)
+        return JSONResponse(error_body(str(exc), "service_unavailable", None, "state_unavailable"), status_code=503,
+                            headers={"Retry-After": "1"})
 
     @app.exception_handler(TimeoutError)
     async def _timeout(_: Request, exc: TimeoutError) -> JSONResponse:

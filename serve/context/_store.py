@@ -1,13 +1,14 @@
-"""Embedded session store: SQLite (stdlib ``sqlite3``) in WAL mode, surviving restarts.
+"""The session store: SQLite (embedded default, WAL mode) or PostgreSQL (clusters), surviving restarts.
 
-One file holds four tables: ``sessions`` (owner, mode, rolling summary), ``messages``,
-``entities`` (the verbatim entity table of each session) and ``user_memory`` (a user's
-retention >= 2 constraints and facts, carried into that user's next session).
+Four tables: ``sessions`` (owner, mode, rolling summary), ``messages``, ``entities`` (the
+verbatim entity table of each session) and ``user_memory`` (a user's retention >= 2 constraints
+and facts, carried into that user's next session).
 
-Async-safety: every call runs in a worker thread (:func:`asyncio.to_thread`) on one connection
-guarded by a lock, and each call is one short transaction, so the event loop never blocks on
-disk and concurrent requests never interleave inside a transaction. WAL lets readers of other
-processes (a summariser job, a backup) read while a writer commits.
+Backends: the logic below is written once, as functions of a connection each run as one short
+transaction by a :class:`recallserve.serve.statedb.Database` (``SqliteDatabase`` for a file,
+``PostgresDatabase`` for a cluster's database; see that module for isolation and retries). Every
+call runs in a worker thread, so the event loop never blocks on the database and concurrent
+requests never interleave inside a transaction.
 
 Keys: a session is keyed by (tenant, id); each tenant has its own namespace of session ids, so
 the same id in two tenants is two independent sessions and one tenant can neither squat on
@@ -25,8 +26,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-import sqlite3
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Any, TypeVar
 
 from recallserve.serve.context._entities import Entity
 from recallserve.serve.context._store_schema import MSG_COLS as _MSG_COLS
-from recallserve.serve.context._store_schema import ensure_schema
+from recallserve.serve.context._store_schema import PG_MIGRATIONS, ensure_schema
 from recallserve.serve.context._types import (
     Message,
     ModeName,
@@ -43,6 +42,7 @@ from recallserve.serve.context._types import (
     SummaryState,
 )
 from recallserve.serve.envs import recallserve_home
+from recallserve.serve.statedb import Connection, Database, SqliteDatabase
 
 __all__ = ["SessionStore", "default_store_path"]
 
@@ -56,7 +56,7 @@ def default_store_path() -> Path:
     return recallserve_home() / "context.sqlite3"
 
 
-def _row_to_message(row: sqlite3.Row) -> Message:
+def _row_to_message(row: Any) -> Message:
     return Message(
         seq=row["seq"], id=row["id"], role=row["role"], content=row["content"], timestamp=row["timestamp"],
         category=row["category"], retention=row["retention"], tokens=row["tokens"],
@@ -69,10 +69,13 @@ def _memory_key(content: str) -> str:
 
 
 class SessionStore:
-    """Sessions, messages, entity tables and user memory in one SQLite file.
+    """Sessions, messages, entity tables and user memory in one database.
 
     Args:
-        path: database file (parent folders are created); ``":memory:"`` for a throwaway store.
+        path: SQLite file (parent folders are created; ``":memory:"`` for a throwaway store) when
+            ``db`` is None; default ``$RECALLSERVE_HOME/context.sqlite3``.
+        db: an open database to use instead (a ``PostgresDatabase`` shared by the state stores);
+            its owner closes it.
 
     Example:
         >>> store = SessionStore(":memory:")
@@ -81,48 +84,28 @@ class SessionStore:
         'acme'
     """
 
-    def __init__(self, path: str | Path | None = None) -> None:
-        path = default_store_path() if path is None else path
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self.path = str(path)
-        # NOTE: isolation_level=None = autocommit; transactions are explicit BEGIN IMMEDIATE so a
-        # writer takes the lock up front instead of failing half-way on upgrade.
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
-        self._conn.row_factory = sqlite3.Row
-        self._lock = threading.Lock()
-        with self._lock:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            # NOTE: NORMAL is durable across application crashes in WAL mode (not power loss of
-            # the last commit), the usual trade for a chat store.
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._run(ensure_schema, write=True)
+    def __init__(self, path: str | Path | None = None, *, db: Database | None = None) -> None:
+        if db is None:
+            db = SqliteDatabase(default_store_path() if path is None else path)
+            self._owns_db = True
+        else:
+            self._owns_db = False
+        self.db = db
+        self.path = getattr(db, "path", None)
+        db.ensure_schema("sessions", ensure_schema, PG_MIGRATIONS)
 
     # -- plumbing -------------------------------------------------------------------------
-    def _run(self, fn: Callable[[sqlite3.Connection], _T], write: bool) -> _T:
-        with self._lock:
-            if not write:
-                return fn(self._conn)
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                out = fn(self._conn)
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
-            return out
-
-    async def _call(self, fn: Callable[[sqlite3.Connection], _T], write: bool = False) -> _T:
-        return await asyncio.to_thread(self._run, fn, write)
+    async def _call(self, fn: Callable[[Connection], _T], write: bool = False) -> _T:
+        return await self.db.call(fn, write)
 
     def close(self) -> None:
-        """Close the database (pending calls must have finished)."""
-        with self._lock:
-            self._conn.close()
+        """Close the database when this store opened it (pending calls must have finished)."""
+        if self._owns_db:
+            self.db.close()
 
     # -- sessions -------------------------------------------------------------------------
     @staticmethod
-    def _load(conn: sqlite3.Connection, tenant: str, user: str, session_id: str) -> Session:
+    def _load(conn: Connection, tenant: str, user: str, session_id: str) -> Session:
         row = conn.execute("SELECT * FROM sessions WHERE tenant = ? AND id = ?", (tenant, session_id)).fetchone()
         if row is None or row["user_id"] != user:
             raise SessionNotFoundError(f"session {session_id!r} not found")
@@ -154,7 +137,7 @@ class SessionStore:
         ts = time.time() if now is None else now
         probe = Session(id=session_id, tenant=tenant, user=user, created_at=ts, mode=mode)  # validates fields
 
-        def fn(conn: sqlite3.Connection) -> Session:
+        def fn(conn: Connection) -> Session:
             row = conn.execute("SELECT 1 FROM sessions WHERE tenant = ? AND id = ?", (tenant, session_id)).fetchone()
             if row is not None:
                 return self._load(conn, tenant, user, session_id)
@@ -185,7 +168,7 @@ class SessionStore:
     async def set_mode(self, tenant: str, user: str, session_id: str, mode: ModeName | None) -> None:
         """Set (or clear with None) the session's default mode."""
 
-        def fn(conn: sqlite3.Connection) -> None:
+        def fn(conn: Connection) -> None:
             self._load(conn, tenant, user, session_id)
             conn.execute("UPDATE sessions SET mode = ? WHERE tenant = ? AND id = ?", (mode, tenant, session_id))
 
@@ -194,7 +177,7 @@ class SessionStore:
     async def delete(self, tenant: str, user: str, session_id: str) -> None:
         """Delete a session with its messages and entities (user memory stays)."""
 
-        def fn(conn: sqlite3.Connection) -> None:
+        def fn(conn: Connection) -> None:
             self._load(conn, tenant, user, session_id)
             for table in ("messages", "entities"):
                 conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND session_id = ?", (tenant, session_id))
@@ -226,7 +209,7 @@ class SessionStore:
         if len(entities) != len(messages):
             raise ValueError(f"entities: need one list per message ({len(messages)}), got {len(entities)}")
 
-        def fn(conn: sqlite3.Connection) -> list[Message]:
+        def fn(conn: Connection) -> list[Message]:
             current = self._load(conn, session.tenant, session.user, session.id)
             out = []
             for i, (msg, ents) in enumerate(zip(messages, entities)):
@@ -251,7 +234,7 @@ class SessionStore:
                         "INSERT INTO user_memory (tenant, user_id, key, role, content, category, retention, "
                         "tokens, created_at, source_session) VALUES (?,?,?,?,?,?,?,?,?,?) "
                         "ON CONFLICT (tenant, user_id, key) DO UPDATE SET created_at = excluded.created_at, "
-                        "retention = MAX(retention, excluded.retention)",
+                        f"retention = {self.db.dialect.greatest}(user_memory.retention, excluded.retention)",
                         (session.tenant, session.user, _memory_key(stored.content), stored.role, stored.content,
                          stored.category, stored.retention, stored.tokens, stored.timestamp,
                          stored.source_session or session.id),
@@ -268,19 +251,19 @@ class SessionStore:
         return await self._call(fn, write=True)
 
     @staticmethod
-    def _evict_entities(conn: sqlite3.Connection, tenant: str, session_id: str, keep: int) -> None:
+    def _evict_entities(conn: Connection, tenant: str, session_id: str, keep: int) -> None:
         """Delete all but the ``keep`` most recently seen entities of the session (ties: the later stored stays)."""
         (count,) = conn.execute("SELECT COUNT(*) FROM entities WHERE tenant = ? AND session_id = ?",
                                 (tenant, session_id)).fetchone()
         if count > keep:
             conn.execute(
-                "DELETE FROM entities WHERE rowid IN (SELECT rowid FROM entities WHERE tenant = ? AND session_id = ? "
-                "ORDER BY last_seq DESC, rowid DESC LIMIT -1 OFFSET ?)",
-                (tenant, session_id, keep),
+                "DELETE FROM entities WHERE tenant = ? AND session_id = ? AND rowid NOT IN (SELECT rowid FROM entities "
+                "WHERE tenant = ? AND session_id = ? ORDER BY last_seq DESC, rowid DESC LIMIT ?)",
+                (tenant, session_id, tenant, session_id, keep),
             )
 
     @staticmethod
-    def _messages(conn: sqlite3.Connection, tenant: str, session_id: str, since_seq: int) -> list[Message]:
+    def _messages(conn: Connection, tenant: str, session_id: str, since_seq: int) -> list[Message]:
         rows = conn.execute(
             f"SELECT {_MSG_COLS} FROM messages WHERE tenant = ? AND session_id = ? AND seq > ? ORDER BY seq",
             (tenant, session_id, since_seq),
@@ -288,7 +271,7 @@ class SessionStore:
         return [_row_to_message(r) for r in rows]
 
     @staticmethod
-    def _entities(conn: sqlite3.Connection, tenant: str, session_id: str) -> list[Entity]:
+    def _entities(conn: Connection, tenant: str, session_id: str) -> list[Entity]:
         rows = conn.execute(
             "SELECT kind, value, snippet, first_seq, last_seq FROM entities WHERE tenant = ? AND session_id = ? "
             "ORDER BY first_seq, rowid",
@@ -303,7 +286,7 @@ class SessionStore:
             SessionNotFoundError: as :meth:`get` (ownership is checked in the same read).
         """
 
-        def fn(conn: sqlite3.Connection) -> list[Message]:
+        def fn(conn: Connection) -> list[Message]:
             self._load(conn, tenant, user, session_id)
             return self._messages(conn, tenant, session_id, since_seq)
 
@@ -316,7 +299,7 @@ class SessionStore:
             SessionNotFoundError: as :meth:`get`.
         """
 
-        def fn(conn: sqlite3.Connection) -> list[Entity]:
+        def fn(conn: Connection) -> list[Entity]:
             self._load(conn, tenant, user, session_id)
             return self._entities(conn, tenant, session_id)
 
@@ -328,7 +311,7 @@ class SessionStore:
         ``resummarise`` job refreshes. ``unsummarised = message_count - 1 - summary.until_seq``.
         One id may appear once per tenant (each tenant has its own session ids)."""
 
-        def fn(conn: sqlite3.Connection) -> list[tuple[str, str, str, int]]:
+        def fn(conn: Connection) -> list[tuple[str, str, str, int]]:
             rows = conn.execute(
                 "SELECT id, tenant, user_id, message_count - 1 - summary_until AS pending FROM sessions "
                 "WHERE message_count - 1 - summary_until >= ? ORDER BY id, tenant",
@@ -351,7 +334,7 @@ class SessionStore:
             SessionNotFoundError: as :meth:`get`.
         """
 
-        def fn(conn: sqlite3.Connection) -> tuple[Session, list[Message], list[Entity]]:
+        def fn(conn: Connection) -> tuple[Session, list[Message], list[Entity]]:
             session = self._load(conn, tenant, user, session_id)
             entities = self._entities(conn, tenant, session_id) if with_entities else []
             return session, self._messages(conn, tenant, session_id, -1), entities
@@ -361,7 +344,7 @@ class SessionStore:
     async def user_memory(self, tenant: str, user: str) -> list[dict[str, Any]]:
         """The user's carried constraints and facts (dicts: content, category, retention, created_at)."""
 
-        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        def fn(conn: Connection) -> list[dict[str, Any]]:
             rows = conn.execute(
                 "SELECT content, category, retention, created_at, source_session FROM user_memory "
                 "WHERE tenant = ? AND user_id = ? ORDER BY created_at",
@@ -384,7 +367,7 @@ class SessionStore:
             SessionNotFoundError: as :meth:`get` (e.g. deleted while the summary was written).
         """
 
-        def fn(conn: sqlite3.Connection) -> bool:
+        def fn(conn: Connection) -> bool:
             self._load(conn, tenant, user, session_id)
             cur = conn.execute(
                 "UPDATE sessions SET summary = ?, summary_until = ?, summary_at = ?, summary_tokens = ?, "

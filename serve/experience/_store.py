@@ -1,8 +1,9 @@
-"""Durable storage of experience records in embedded SQLite (stdlib), one file per data dir.
+"""Durable storage of experience records: embedded SQLite (one file per data dir) or PostgreSQL.
 
 Records are stored as their JSON (pydantic ``model_dump_json``), embeddings as raw
-little-endian float32 bytes: no pickle, readable by any SQLite client, survives restarts.
+little-endian float32 bytes: no pickle, readable by any SQL client, survives restarts.
 The primary key is ``(tenant, id)``: one tenant can never read or overwrite another's record.
+The SQL is written once for both backends (:mod:`recallserve.serve.statedb`).
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import sqlite3
-import threading
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from recallserve.serve.experience._schema import ExperienceRecord, Tier
+from recallserve.serve.statedb import Connection, Database, SqliteDatabase, statements
 
 __all__ = ["StoredRow", "ExperienceStore"]
 
@@ -46,6 +46,22 @@ CREATE TABLE IF NOT EXISTS experiences (
 CREATE INDEX IF NOT EXISTS experiences_scope ON experiences (tenant, tier, domain, family);
 CREATE INDEX IF NOT EXISTS experiences_topic ON experiences (tenant, topic);
 """
+#: PostgreSQL schema versions of the experience store, oldest first (append; never edit a shipped one).
+PG_MIGRATIONS: tuple[str, ...] = (
+    """
+CREATE TABLE experiences (
+    tenant TEXT NOT NULL, id TEXT NOT NULL,
+    tier TEXT NOT NULL CHECK (tier IN ('active', 'archival', 'review')),
+    domain TEXT NOT NULL, topic TEXT NOT NULL, family TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL, last_used_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION,
+    label TEXT, error_tags TEXT NOT NULL, use_count BIGINT NOT NULL DEFAULT 0,
+    record TEXT NOT NULL, embedding BYTEA NOT NULL,
+    PRIMARY KEY (tenant, id)
+);
+CREATE INDEX experiences_scope ON experiences (tenant, tier, domain, family);
+CREATE INDEX experiences_topic ON experiences (tenant, topic);
+""",
+)
 _COLS = "tenant, id, tier, domain, topic, family, created_at, last_used_at, expires_at, label, use_count, record, embedding"
 
 
@@ -66,11 +82,23 @@ class StoredRow:
         return self.record.metadata.id
 
 
-def _row(r: tuple) -> StoredRow:  # type: ignore[type-arg]
+_PUT_COLS = (*(c.strip() for c in _COLS.split(",")), "error_tags")
+# NOTE: an upsert (not SQLite's INSERT OR REPLACE) so that one statement serves both backends.
+_PUT = (f"INSERT INTO experiences ({', '.join(_PUT_COLS)}) VALUES ({','.join('?' * len(_PUT_COLS))}) "
+        f"ON CONFLICT (tenant, id) DO UPDATE SET "
+        + ", ".join(f"{c} = excluded.{c}" for c in _PUT_COLS if c not in ("tenant", "id")))
+
+
+def _sqlite_schema(conn: Connection) -> None:
+    for stmt in statements(_SCHEMA):
+        conn.execute(stmt)
+
+
+def _row(r: Sequence[Any]) -> StoredRow:
     tenant, _id, tier, _d, _t, family, _c, last_used, _e, _l, uses, rec, emb = r
     return StoredRow(
         tenant=tenant, record=ExperienceRecord.model_validate_json(rec), tier=tier, family=family,
-        last_used_at=float(last_used), use_count=int(uses), embedding=np.frombuffer(emb, dtype="<f4").copy(),
+        last_used_at=float(last_used), use_count=int(uses), embedding=np.frombuffer(bytes(emb), dtype="<f4").copy(),
     )
 
 
@@ -90,23 +118,36 @@ def _in_thread(fn: Callable[..., _T]) -> Callable[..., Coroutine[Any, Any, _T]]:
 
 
 class ExperienceStore:
-    """Thread-safe SQLite table of experience records; every public method is a coroutine."""
+    """Experience records of every tenant in one database; every public method is a coroutine.
 
-    def __init__(self, data_dir: Path | str) -> None:
-        self.path = Path(data_dir) / "experiences.sqlite3"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        # NOTE: check_same_thread=False because calls come from the event loop and from
-        # worker threads; the lock serialises them (SQLite itself is not the bottleneck here).
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+    Args:
+        data_dir: folder of ``experiences.sqlite3`` when ``db`` is None.
+        db: an open database to use instead (a ``PostgresDatabase`` shared by the state stores);
+            its owner closes it.
+    """
+
+    def __init__(self, data_dir: Path | str | None = None, *, db: Database | None = None) -> None:
+        if db is None:
+            if data_dir is None:
+                raise ValueError("ExperienceStore: give data_dir or db")
+            db = SqliteDatabase(Path(data_dir) / "experiences.sqlite3")
+            self._owns_db = True
+        else:
+            self._owns_db = False
+        self.db = db
+        self.path = Path(db.path) if isinstance(db, SqliteDatabase) else None
+        db.ensure_schema("experiences", _sqlite_schema, PG_MIGRATIONS)
 
     def close(self) -> None:
-        """Close the database."""
-        with self._lock:
-            self._db.close()
+        """Close the database when this store opened it."""
+        if self._owns_db:
+            self.db.close()
+
+    def _read(self, fn: Callable[[Connection], _T]) -> _T:
+        return self.db.run(fn, write=False)
+
+    def _write(self, fn: Callable[[Connection], _T]) -> _T:
+        return self.db.run(fn, write=True)
 
     @_in_thread
     def put(self, tenant: str, record: ExperienceRecord, *, tier: Tier, family: str, embedding: np.ndarray,
@@ -114,20 +155,16 @@ class ExperienceStore:
         """Insert or replace a record (same tenant and id overwrites)."""
         md = record.metadata
         emb = np.ascontiguousarray(embedding, dtype="<f4").tobytes()
-        with self._lock:
-            self._db.execute(
-                f"INSERT OR REPLACE INTO experiences ({_COLS}, error_tags) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (tenant, md.id, tier, md.task_domain, md.topic, family, md.timestamp, last_used_at, md.expires_at,
-                 record.evaluation.human_label, use_count, record.model_dump_json(), emb,
-                 json.dumps(record.evaluation.error_tags)),
-            )
+        args = (tenant, md.id, tier, md.task_domain, md.topic, family, md.timestamp, last_used_at, md.expires_at,
+                record.evaluation.human_label, use_count, record.model_dump_json(), emb,
+                json.dumps(record.evaluation.error_tags))
+        self._write(lambda c: c.execute(_PUT, args))
 
     @_in_thread
     def get(self, tenant: str, exp_id: str) -> StoredRow | None:
         """The record ``exp_id`` of ``tenant``, or None."""
-        with self._lock:
-            r = self._db.execute(f"SELECT {_COLS} FROM experiences WHERE tenant = ? AND id = ?",
-                                 (tenant, exp_id)).fetchone()
+        r = self._read(lambda c: c.execute(f"SELECT {_COLS} FROM experiences WHERE tenant = ? AND id = ?",
+                                           (tenant, exp_id)).fetchone())
         return _row(r) if r else None
 
     @_in_thread
@@ -156,25 +193,23 @@ class ExperienceStore:
         if limit is not None:
             sql += " LIMIT ?"
             args.append(int(limit))
-        with self._lock:
-            rows = self._db.execute(sql, args).fetchall()
+        rows = self._read(lambda c: c.execute(sql, args).fetchall())
         return [_row(r) for r in rows]
 
     @_in_thread
     def active_domains(self, tenant: str) -> list[tuple[str, float]]:
         """``(domain, last use)`` of each task domain of ``tenant``'s active tier, most recently used first."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT domain, MAX(last_used_at) AS used FROM experiences WHERE tenant = ? AND tier = 'active' "
-                "GROUP BY domain ORDER BY used DESC, domain", (tenant,)).fetchall()
+        rows = self._read(lambda c: c.execute(
+            "SELECT domain, MAX(last_used_at) AS used FROM experiences WHERE tenant = ? AND tier = 'active' "
+            "GROUP BY domain ORDER BY used DESC, domain", (tenant,)).fetchall())
         return [(str(d), float(t)) for d, t in rows]
 
     @_in_thread
     def set_tier(self, tenant: str, ids: Iterable[str], tier: Tier) -> None:
         """Move records to ``tier``."""
-        with self._lock:
-            self._db.executemany("UPDATE experiences SET tier = ? WHERE tenant = ? AND id = ?",
-                                 [(tier, tenant, i) for i in ids])
+        rows = [(tier, tenant, i) for i in ids]
+        if rows:
+            self._write(lambda c: c.executemany("UPDATE experiences SET tier = ? WHERE tenant = ? AND id = ?", rows))
 
     @_in_thread
     def touch(self, tenant: str, uses: Iterable[tuple[str, float, str]]) -> None:
@@ -186,31 +221,27 @@ class ExperienceStore:
         label, note or reviewer. The score is set inside the record as it is now.
         """
         rows = [(t, json.loads(rec)["evaluation"].get("retrieval_score"), tenant, i) for i, t, rec in uses]
-        with self._lock:
-            self._db.executemany(
-                "UPDATE experiences SET last_used_at = ?, use_count = use_count + 1, "
-                "record = json_set(record, '$.evaluation.retrieval_score', ?) WHERE tenant = ? AND id = ?",
-                rows,
-            )
+        sql = (f"UPDATE experiences SET last_used_at = ?, use_count = use_count + 1, "
+               f"record = {self.db.dialect.set_retrieval_score} WHERE tenant = ? AND id = ?")
+        if rows:
+            self._write(lambda c: c.executemany(sql, rows))
 
     @_in_thread
     def delete_expired(self, now: float) -> int:
         """Delete records whose hard expiry has passed (all tenants); returns how many."""
-        with self._lock:
-            cur = self._db.execute("DELETE FROM experiences WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
-        return cur.rowcount
+        return int(self._write(lambda c: c.execute(
+            "DELETE FROM experiences WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,)).rowcount))
 
     @_in_thread
     def tenants(self) -> list[str]:
         """Tenants with at least one record."""
-        with self._lock:
-            return [r[0] for r in self._db.execute("SELECT DISTINCT tenant FROM experiences ORDER BY tenant")]
+        return self._read(lambda c: [r[0] for r in c.execute("SELECT DISTINCT tenant FROM experiences ORDER BY tenant")])
 
     @_in_thread
     def active_freshness(self, now: float, rate: float) -> float | None:
         """Mean ``1/(1 + rate x days since last use)`` over active records; None when there are none."""
-        with self._lock:
-            r = self._db.execute(
-                "SELECT AVG(1.0 / (1.0 + ? * MAX(0.0, (? - last_used_at) / 86400.0))) FROM experiences "
-                "WHERE tier = 'active'", (rate, now)).fetchone()
+        g = self.db.dialect.greatest
+        r = self._read(lambda c: c.execute(
+            f"SELECT AVG(1.0 / (1.0 + ? * {g}(0.0, (? - last_used_at) / 86400.0))) FROM experiences "
+            "WHERE tier = 'active'", (rate, now)).fetchone())
         return None if r is None or r[0] is None else float(r[0])

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
+from recallserve.client import RecallServe, RecallServeError
 from loadtests._console_app import ANSWER, CHROMIUM_ARGS, build_console_app, chromium_path, serve_in_thread
 from tests.unit.experience._records import speed_record
 
@@ -41,33 +41,38 @@ class Console:
     memory_id: str
     turn_id: str
     experience_id: str
-    api: httpx.Client
+    clients: dict[str, RecallServe]
 
-    def get(self, path: str, tenant: str = "acme", **kw: Any) -> httpx.Response:
-        return self.api.get(self.url + path, headers={"Authorization": f"Bearer sk-{tenant}"}, **kw)
+    def api(self, tenant: str = "acme") -> RecallServe:
+        """The typed client of ``tenant``'s key (one per tenant, kept for the module)."""
+        if tenant not in self.clients:
+            self.clients[tenant] = RecallServe(self.url, f"sk-{tenant}", timeout=30)
+        return self.clients[tenant]
 
-    def post(self, path: str, body: Any, tenant: str = "acme") -> httpx.Response:
-        return self.api.post(self.url + path, json=body, headers={"Authorization": f"Bearer sk-{tenant}"})
+
+def _trace_stored(c: Console) -> bool:
+    try:
+        c.api().turns.get(c.turn_id)
+    except RecallServeError as exc:
+        assert exc.status == 404, exc
+        return False
+    return True
 
 
 def _seed(c: Console) -> Console:
     """acme's data: a memory, an agent turn in a session (a trace), an experience in review."""
-    r = c.post("/v1/memories", {"memories": [{"text": SECRET, "source_id": "manual:zephyr-9", "topic": "printers/jams"},
-                                             {"text": ORDER_NOTE, "source_id": "ticket:T-2001", "kind": "tool_result"}]})
-    assert r.status_code == 200, r.text
-    c.memory_id = r.json()["ids"][0]
+    rs = c.api()
+    c.memory_id = rs.memories.add([{"text": SECRET, "source_id": "manual:zephyr-9", "topic": "printers/jams"},
+                                   {"text": ORDER_NOTE, "source_id": "ticket:T-2001", "kind": "tool_result"}]).ids[0]
     for text in ("My name is Jane and my order is 104208.", QUESTION):
-        r = c.post("/v1/chat/completions", {"model": "recallserve", "user": "jane", "metadata": {"session_id": "s-jane"},
-                                            "messages": [{"role": "user", "content": text}]})
-        assert r.status_code == 200, r.text
-    c.turn_id = r.json()["recallserve"]["request_id"]
-    r = c.post("/v1/sessions/s-jane/summary?user=jane", None)
-    assert r.status_code == 200 and r.json()["refreshed"], r.text
-    r = c.post("/v1/experiences", speed_record(answer="95 km/h", model="qwen2.5-7b"))
-    assert r.status_code == 201 and r.json()["tier"] == "review", r.text
-    c.experience_id = r.json()["record"]["metadata"]["id"]
+        answer = rs.chat([{"role": "user", "content": text}], user="jane", metadata={"session_id": "s-jane"})
+    c.turn_id = answer.recallserve["request_id"]
+    assert rs.sessions.refresh_summary("s-jane", user="jane").refreshed
+    review = rs.experiences.create(speed_record(answer="95 km/h", model="qwen2.5-7b"))
+    assert review.tier == "review", review
+    c.experience_id = review.record.metadata.id
     deadline = time.monotonic() + 30
-    while c.get(f"/v1/turns/{c.turn_id}").status_code != 200:  # NOTE: traces are written off the request path
+    while not _trace_stored(c):  # NOTE: traces are written off the request path
         assert time.monotonic() < deadline, "the turn's trace was not stored"
         time.sleep(0.05)
     return c
@@ -76,8 +81,13 @@ def _seed(c: Console) -> Console:
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     app, coord, _engine = build_console_app(tmp_path_factory.mktemp("console"), KEYS)
-    with serve_in_thread(app) as url, httpx.Client(timeout=30) as api:
-        yield _seed(Console(url, "", "", "", api))
+    with serve_in_thread(app) as url:
+        c = Console(url, "", "", "", {})
+        try:
+            yield _seed(c)
+        finally:
+            for client in c.clients.values():
+                client.close()
     for shard_client in coord.shards:
         shard_client.shard.close()
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
+from recallserve.client import RecallServeError
 from tests.console.conftest import ANSWER, ORDER_NOTE, SECRET, Console, shot, sign_in
 from tests.unit.experience._records import speed_record
 
@@ -45,7 +48,9 @@ def test_memory_search_shows_the_score_parts_opens_a_record_and_deletes_it(page:
     page.click("#memory-delete")
     page.click("#memory-delete")  # NOTE: the second click confirms
     page.wait_for_selector(f"text=Memory {console.memory_id} deleted.")
-    assert console.get(f"/v1/memories/{console.memory_id}").status_code == 404
+    with pytest.raises(RecallServeError) as gone:
+        console.api().memories.get(console.memory_id)
+    assert gone.value.status == 404
     assert page.locator(f'#memory-results tr[data-id="{console.memory_id}"]').count() == 0
 
 
@@ -78,7 +83,7 @@ def test_sessions_show_mode_token_breakdown_summary_entities_and_last_context(pa
     text = detail.inner_text()
     assert "Session s-jane" in text and "messages\t4" in text.replace("\n", "\t"), text
     assert "Token breakdown" in text and "total" in text
-    summary = console.get("/v1/sessions/s-jane", params={"user": "jane"}).json()["summary"]["text"]
+    summary = console.api().sessions.get("s-jane", user="jane").summary.text
     assert summary and page.inner_text("#session-summary") == summary
     assert "Entity table" in text and "104208" in text  # the order id from the first turn
     assert "Context as the model received it" in text and "Question: Where is order 104208?" in text
@@ -99,23 +104,23 @@ def test_labelling_an_experience_moves_it_out_of_the_review_queue(page: Any, con
     result = page.locator("#label-result")
     result.wait_for()
     assert "Labelled wrong: moved to the archival cache" in result.inner_text()
-    stored = console.get(f"/v1/experiences/{console.experience_id}").json()
-    assert stored["tier"] == "archival"
-    evaluation = stored["record"]["evaluation"]
-    assert (evaluation["human_label"], evaluation["review_note"]) == ("wrong", "95 is not 120 / 1.5")
+    stored = console.api().experiences.get(console.experience_id)
+    assert stored.tier == "archival"
+    evaluation = stored.record.evaluation
+    assert (evaluation.human_label, evaluation.review_note) == ("wrong", "95 is not 120 / 1.5")
     # NOTE: the reviewer's tag comes first; the verifier's own tags (its failed checks) are kept after it.
-    assert evaluation["error_tags"][0] == "unit-error"
-    queue = console.get("/v1/experiences/review").json()
-    assert console.experience_id not in [v["record"]["metadata"]["id"] for v in queue]
+    assert evaluation.error_tags[0] == "unit-error"
+    queue = console.api().experiences.review()
+    assert console.experience_id not in [v.record.metadata.id for v in queue]
 
 
 def test_review_queue_is_read_a_page_at_a_time(page: Any, console: Console) -> None:
     """51 records wait for initech's review: the page asks for 50, says there are more, and
     "Show 50 more" brings the 51st (issue 18: the page used to ask for 500 on every visit)."""
     for i in range(51):
-        r = console.post("/v1/experiences", speed_record(answer="95 km/h", text=f"A car drives 120 km in 1.5 h (case {i}). What is its speed?"),
-                         tenant="initech")
-        assert r.status_code == 201 and r.json()["tier"] == "review", r.text
+        view = console.api("initech").experiences.create(
+            speed_record(answer="95 km/h", text=f"A car drives 120 km in 1.5 h (case {i}). What is its speed?"))
+        assert view.tier == "review", view
     asked: list[str] = []
     page.on("request", lambda req: asked.append(req.url) if "/v1/experiences/review" in req.url else None)
     sign_in(page, "sk-initech")
@@ -144,7 +149,8 @@ def test_health_shows_the_figures_from_the_metrics(page: Any, console: Console) 
         assert time.monotonic() < deadline, "no request rate after 10 s"
         time.sleep(0.1)
     assert rate.inner_text().endswith(" /s")
-    figures = console.get("/v1/console/health").json()
+    # NOTE: an operator console route (no API model): the client's own httpx client, with its key.
+    figures = console.api().http.get("/v1/console/health").json()
     assert figures["requests"] > 0 and figures["memory_records"] >= 1 and figures["verification_items"] > 0
     shot(page, "health")
 

@@ -26,6 +26,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from tests.conftest import STATE_BACKENDS, open_state_db
 from tests.unit.edge.conftest import FixedEngine, assert_envelope, build_app, headers
 
 A, B = "acme", "globex"
@@ -61,17 +62,31 @@ def serving(root: Path, **options: Any) -> Iterator[Rig]:
             shard_client.shard.close()
 
 
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    """A fresh rig per test (the tests that count what a tenant holds)."""
-    with serving(tmp_path) as r:
+@contextmanager
+def serving_on(request: pytest.FixtureRequest, backend: str, root: Path, **options: Any) -> Iterator[Rig]:
+    """:func:`serving` with its session, experience and trace stores on ``backend`` (``sqlite`` or
+    ``postgres``: a fresh schema of the session's real server), the database closed on exit."""
+    db = open_state_db(request, backend)
+    try:
+        with serving(root, db=db, **options) as r:
+            yield r
+    finally:
+        if db is not None:
+            db.close()
+
+
+@pytest.fixture(params=STATE_BACKENDS)
+def rig(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Rig]:
+    """A fresh rig per test (the tests that count what a tenant holds), on each state backend."""
+    with serving_on(request, request.param, tmp_path) as r:
         yield r
 
 
-@pytest.fixture(scope="module")
-def shared_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
-    """One rig for a module whose tests hold whatever state the others left (as a server does)."""
-    with serving(tmp_path_factory.mktemp("rig")) as r:
+@pytest.fixture(scope="module", params=STATE_BACKENDS)
+def shared_rig(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    """One rig for a module whose tests hold whatever state the others left (as a server does), on
+    each state backend."""
+    with serving_on(request, request.param, tmp_path_factory.mktemp("rig")) as r:
         yield r
 
 

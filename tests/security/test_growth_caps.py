@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from recallserve.serve.context import ContextConfig
-from tests.security.conftest import A, B, Rig, serving
+from tests.conftest import STATE_BACKENDS
+from tests.security.conftest import A, B, Rig, serving, serving_on
 from tests.unit.edge.conftest import headers
 from tests.unit.experience._records import speed_record
 
@@ -26,6 +27,12 @@ CHAT: dict[str, Any] = {"model": "recallserve", "metadata": {"agent": "off"}}
 
 def _chat(rig: Rig, messages: list[dict[str, Any]], tenant: str = A, **extra: Any) -> Any:
     return rig.client.post("/v1/chat/completions", json={**CHAT, **extra, "messages": messages}, headers=headers(tenant))
+
+
+@pytest.fixture(params=STATE_BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The state backend of the bound tests (``sqlite`` or ``postgres``): the caps hold on both."""
+    return str(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +51,8 @@ def _orders(start: int, n: int) -> str:
     return "Please check " + ", ".join(f"order {i}" for i in range(start, start + n)) + "."
 
 
-def test_a_sessions_entity_table_keeps_the_most_recently_seen_up_to_its_cap(tmp_path: Path) -> None:
-    with serving(tmp_path, context_config=ContextConfig(summary_keep_recent=1, max_entities_per_session=ENTITY_CAP)) as r:
+def test_a_sessions_entity_table_keeps_the_most_recently_seen_up_to_its_cap(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> None:
+    with serving_on(request, backend, tmp_path, context_config=ContextConfig(summary_keep_recent=1, max_entities_per_session=ENTITY_CAP)) as r:
         meta = {"agent": "off", "session_id": "many-ids", "context_mode": "summary"}
         for start in (100_000, 200_000, 300_000):
             reply = _chat(r, [{"role": "user", "content": _orders(start, 40)}], metadata=meta)
@@ -64,8 +71,8 @@ def test_a_sessions_entity_table_keeps_the_most_recently_seen_up_to_its_cap(tmp_
         assert len(after) == ENTITY_CAP and "100000" in {e["value"] for e in after}
 
 
-def test_one_request_with_more_entities_than_the_cap_stores_the_last_ones(tmp_path: Path) -> None:
-    with serving(tmp_path, context_config=ContextConfig(summary_keep_recent=1, max_entities_per_session=ENTITY_CAP)) as r:
+def test_one_request_with_more_entities_than_the_cap_stores_the_last_ones(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> None:
+    with serving_on(request, backend, tmp_path, context_config=ContextConfig(summary_keep_recent=1, max_entities_per_session=ENTITY_CAP)) as r:
         # NOTE: 200 ids, under the 256 spans one text is read for (serve.context._entities.MAX_ENTITY_SPANS).
         reply = _chat(r, [{"role": "user", "content": _orders(500_000, 200)}],
                       metadata={"agent": "off", "session_id": "one-big"})
@@ -91,10 +98,10 @@ def _active(rig: Rig, exp_id: str, domain: str, when: float, tenant: str = A) ->
     assert r.status_code == 201 and r.json()["tier"] == "active", r.text
 
 
-def test_a_new_task_domain_past_the_cap_demotes_the_least_recently_used_domain(tmp_path: Path) -> None:
+def test_a_new_task_domain_past_the_cap_demotes_the_least_recently_used_domain(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> None:
     # NOTE: minutes ago, so no record is demoted for its decay or window instead.
     t0 = time.time() - 3600
-    with serving(tmp_path, experience_config={"max_active_domains": DOMAIN_CAP}) as r:
+    with serving_on(request, backend, tmp_path, experience_config={"max_active_domains": DOMAIN_CAP}) as r:
         _active(r, "exp-b", "globex-only", t0, tenant=B)
         _active(r, "exp-1", "units", t0 + 100)
         _active(r, "exp-2", "tax", t0 + 200)

@@ -66,3 +66,18 @@ def test_a_surrogate_pair_is_ordinary_text(rig: Rig) -> None:
         "model": "recallserve", "user": "u1", "metadata": {"session_id": "s1", "agent": "off"},
         "messages": [{"role": "user", "content": "I decided to keep order 104208 \U0001F600"}]}, ensure_ascii=True))
     assert chat.status_code == 200, chat.text
+
+
+def test_a_nul_in_a_session_message_is_stored_on_either_backend(rig: Rig) -> None:
+    """SQLite stores a NUL and PostgreSQL's text cannot: the turn is answered and kept on both
+    (U+FFFD in PostgreSQL), never a 500 on one backend only."""
+    body = {"model": "recallserve", "metadata": {"agent": "off", "session_id": "nul-1"},
+            "messages": [{"role": "user", "content": "order 104208\x00 status?"}]}
+    r = rig.client.post("/v1/chat/completions", json=body, headers=headers("acme"))
+    assert r.status_code == 200, r.text
+    # the next turn's prompt carries the stored message back from the session
+    again = {**body, "messages": [{"role": "user", "content": "And the refund?"}]}
+    r = rig.client.post("/v1/chat/completions", json=again, headers=headers("acme"))
+    assert r.status_code == 200, r.text
+    last = rig.prompts()[-1]
+    assert "And the refund?" in last and "104208" in last and "status?" in last, last

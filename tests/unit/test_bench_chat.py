@@ -63,13 +63,12 @@ def test_bench_search_split_reads_histogram_changes_from_metrics_text() -> None:
 
 
 def test_bench_search_cpu_per_answer_sums_processes_of_one_title() -> None:
-    from recallserve.deployments.cli._bench_search import _retry_after, cpu_per_answer
+    from recallserve.deployments.cli._bench_search import cpu_per_answer
 
     pids = {1: "ray::ServeReplica:app:embedder", 2: "ray::ProxyActor", 3: "ray::ProxyActor", 4: "gone"}
     got = cpu_per_answer(pids, {1: 1.0, 2: 0.0, 3: 5.0, 4: 1.0}, {1: 1.4, 2: 0.1, 3: 5.1}, 100)
     assert got == {"ray::ServeReplica:app:embedder": 4.0, "ray::ProxyActor": 2.0}
     assert cpu_per_answer(pids, {}, {}, 0) == {}
-    assert (_retry_after("2"), _retry_after(None), _retry_after("soon")) == (2.0, 1.0, 1.0)
 
 
 def test_bench_search_tells_a_proxy_refusal_from_the_ingress_admission() -> None:
@@ -104,6 +103,7 @@ def test_bench_search_flood_runs_beside_the_level_and_reports_apart(capsys: pyte
 
     import httpx
 
+    from recallserve.client import AsyncRecallServe, RetryPolicy
     from recallserve.deployments.cli._bench_search import _level, render
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -112,11 +112,10 @@ def test_bench_search_flood_runs_beside_the_level_and_reports_apart(capsys: pyte
         if request.headers["authorization"] == "Bearer flood":
             return httpx.Response(429, headers={"Retry-After": "1"},
                                   json={"error": {"code": "too_many_requests_in_flight"}})
-        return httpx.Response(200, json={"hits": []})
+        return httpx.Response(200, json={"object": "list", "data": []})
 
-    def client(key: str) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url="http://rs", headers={"Authorization": f"Bearer {key}"},
-                                 transport=httpx.MockTransport(answer))
+    def client(key: str) -> AsyncRecallServe:
+        return AsyncRecallServe("http://rs", key, retry=RetryPolicy(max_retries=0), transport=httpx.MockTransport(answer))
 
     async def go() -> dict:
         async with client("me") as http:

@@ -311,3 +311,39 @@ def test_rule_check_catches_bad_promql_and_fields() -> None:
            "spec": {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "sum(rate(x[5m]) <", "for": "soon"}]}]}}
     errors = check_prometheus_rule(doc)
     assert any("expr is not PromQL" in e for e in errors) and any("for" in e for e in errors)
+
+
+@pytest.mark.parametrize("values", [["--set", "stateDatabase.dsn=postgresql://rs:pw@db:5432/rs"],
+                                    ["--set", "stateDatabase.existingSecret=managed-pg"]])
+def test_every_ray_pod_takes_the_state_dsn_from_a_secret(helm: Path, values: list[str]) -> None:
+    proc = _template(helm, *values)
+    assert proc.returncode == 0, proc.stderr
+    docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    (rs,) = [d for d in docs if d["kind"] == "RayService"]
+    serve_args = yaml.safe_load(rs["spec"]["serveConfigV2"])["applications"][0]["args"]
+    assert serve_args["state_db"]["dsn_env"] == "RECALLSERVE_STATE_DSN"  # PostgreSQL, no state replica
+    cluster = rs["spec"]["rayClusterConfig"]
+    pods = [cluster["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in cluster["workerGroupSpecs"]]
+    secrets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret"}
+    for pod in pods:
+        (ref,) = [e["valueFrom"]["secretKeyRef"] for e in pod["containers"][0]["env"] if e["name"] == "RECALLSERVE_STATE_DSN"]
+        assert "postgresql://" not in proc.stdout.split("serveConfigV2")[1][:20000]  # never in the serve config
+        if values[1].startswith("stateDatabase.dsn"):
+            assert ref["name"] in secrets and ref["key"] in secrets[ref["name"]]["data"]
+        else:
+            assert ref["name"] == "managed-pg" and ref["name"] not in secrets
+def test_gcs_fault_tolerance_renders_redis_address_and_password_secret(helm: Path) -> None:
+    """Issue 37: gcsFaultToleranceOptions carries the Redis address from values and the password from a Secret."""
+    on = ["--set", "gcsFaultTolerance.enabled=true", "--set", "gcsFaultTolerance.redisAddress=redis-master.redis:6379",
+          "--set", "gcsFaultTolerance.passwordSecret.name=redis-auth"]
+    proc = _template(helm, *on)
+    assert proc.returncode == 0, proc.stderr
+    (rs,) = [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "RayService"]
+    assert check_rayservice(rs) == []
+    assert rs["spec"]["rayClusterConfig"]["gcsFaultToleranceOptions"] == {
+        "redisAddress": "redis-master.redis:6379",
+        "redisPassword": {"valueFrom": {"secretKeyRef": {"name": "redis-auth", "key": "redis-password"}}}}
+    missing = _template(helm, "--set", "gcsFaultTolerance.enabled=true")
+    assert missing.returncode != 0 and "gcsFaultTolerance.redisAddress" in missing.stderr
+    (off,) = [d for d in yaml.safe_load_all(_template(helm).stdout) if d and d["kind"] == "RayService"]
+    assert "gcsFaultToleranceOptions" not in off["spec"]["rayClusterConfig"]

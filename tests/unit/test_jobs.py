@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -241,14 +242,14 @@ def test_job_leaves_register_under_recallserve_job() -> None:
     assert args.embedder == "hashing:64" and args.dry_run and callable(args.func)
 
 
-def _session_store(path: Path, sessions: dict[str, int]) -> None:
-    """Sessions with n user/assistant messages each, never summarised."""
+def _session_store(path: Path, sessions: dict[str, int], db: Any = None) -> None:
+    """Sessions with n user/assistant messages each, never summarised (in ``db`` when given)."""
     import asyncio
 
     from recallserve.serve.context import ContextManager, MessageIn, SessionStore
 
     async def fill() -> None:
-        store = SessionStore(path)
+        store = SessionStore(path, db=db)
         try:
             ctx = ContextManager(store)
             for sid, n in sessions.items():
@@ -290,6 +291,25 @@ def test_resummarise_folds_long_sessions_only(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "sessions.db.jobs/resummarise.json").read_text())["done_shards"] == [0]
     with pytest.raises(ValueError, match="store"):
         resummarise(tmp_path / "missing.db")
+
+
+@pytest.mark.slow
+def test_resummarise_runs_on_a_postgres_state_database(tmp_path: Path, postgres_dsn: str) -> None:
+    import asyncio
+
+    from recallserve.deployments.jobs.resummarise import main
+    from recallserve.serve.context import SessionStore
+    from recallserve.serve.statedb import PostgresDatabase
+    from tests._postgres import fresh_schema_dsn
+
+    dsn = fresh_schema_dsn(postgres_dsn)
+    db = PostgresDatabase(dsn, pool_size=2)
+    _session_store(tmp_path / "unused", {"s-long": 60, "s-short": 6}, db=db)
+    assert main(["--state-dsn", dsn, "--checkpoint", str(tmp_path / "ck.json"), "--no-progress"]) == 0
+    store = SessionStore(db=db)
+    until = {sid: asyncio.run(store.get("t1", "u1", sid)).summary.until_seq for sid in ("s-long", "s-short")}
+    assert until["s-long"] >= 0 and until["s-short"] == -1
+    db.close()
 
 
 def test_resummarise_defaults_to_the_clusters_session_store(tmp_path: Path) -> None:

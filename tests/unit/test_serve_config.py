@@ -53,9 +53,12 @@ def test_every_profile_renders_and_round_trips(profile: str, target: str) -> Non
         assert rebuilt.auth.keys == {}
         assert str(rebuilt.memory.data_dir) == DEFAULT_K8S_DATA_DIR
         assert str(rebuilt.state_dir) == "/data/recallserve/state"
+        # sessions, experiences and traces in PostgreSQL (the chart's Secret): no state replica
+        assert rebuilt.state_db.dsn_env == "RECALLSERVE_STATE_DSN" and "state" not in rebuilt.deployment_options()
         # NOTE: everything else is the profile unchanged.
-        changed = {"ray", "auth", "memory", "state_dir"}
+        changed = {"ray", "auth", "memory", "state_dir", "state_db"}
         assert rebuilt.model_dump(exclude=changed) == config.model_dump(exclude=changed)
+        config = rebuilt
     # The deployments list holds the options of exactly the deployments the app binds.
     expected = {name: opts.to_ray_options() for name, opts in config.deployment_options().items()}
     names = [d["name"] for d in app["deployments"]]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -125,8 +126,8 @@ def test_tool_arguments_and_observations_are_masked() -> None:
     assert "jane.doe" not in trace.model_dump_json() and trace.finish_reason == "final"
 
 
-def test_the_store_keeps_a_tenants_newest_traces_within_the_cap_and_the_days(tmp_path: Path) -> None:
-    store = TraceStore(tmp_path / "t.sqlite3", TraceConfig(max_per_tenant=3, retention_days=1))
+def test_the_store_keeps_a_tenants_newest_traces_within_the_cap_and_the_days(tmp_path: Path, state_db: Any) -> None:
+    store = TraceStore(tmp_path / "t.sqlite3", TraceConfig(max_per_tenant=3, retention_days=1), db=state_db)
     now = time.time()
 
     async def scenario() -> None:

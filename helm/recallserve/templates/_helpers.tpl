@@ -44,6 +44,10 @@ app.kubernetes.io/part-of: recallserve
 {{- printf "%s:%s" $repo $tag -}}
 {{- end }}
 
+{{- define "recallserve.stateDbSecretName" -}}
+{{- .Values.stateDatabase.existingSecret | default (printf "%s-state-db" (include "recallserve.fullname" .)) }}
+{{- end }}
+
 {{- define "recallserve.secretName" -}}
 {{- .Values.apiKeys.existingSecret | default (printf "%s-api-keys" (include "recallserve.fullname" .)) }}
 {{- end }}
@@ -119,6 +123,12 @@ Checks: it parses, has applications, no literal API keys, shard data under the v
     secretKeyRef:
       name: {{ include "recallserve.secretName" . }}
       key: {{ .Values.apiKeys.secretKey }}
+{{- /* NOTE: the serve config's state_db.dsn_env (deployments/serve_config.py K8S_STATE_DSN_ENV). */}}
+- name: RECALLSERVE_STATE_DSN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "recallserve.stateDbSecretName" . }}
+      key: {{ .Values.stateDatabase.secretKey }}
 {{- if .Values.metrics.exporter.enabled }}
 - name: PROMETHEUS_MULTIPROC_DIR
   value: {{ .Values.metrics.exporter.folder | quote }}

@@ -77,9 +77,9 @@ class StubEngine:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> SessionStore:
-    """A store in a temp file (closed after the test)."""
-    s = SessionStore(tmp_path / "ctx.sqlite3")
+def store(tmp_path: Path, state_db: Any) -> SessionStore:
+    """A store in a temp file, or on a fresh PostgreSQL schema (``state_db``; closed after the test)."""
+    s = SessionStore(tmp_path / "ctx.sqlite3", db=state_db)
     yield s
     s.close()
 

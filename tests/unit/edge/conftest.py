@@ -27,11 +27,12 @@ from recallserve.serve.api.auth import Authenticator
 from recallserve.serve.context import ContextConfig, ContextManager, SessionStore
 from recallserve.serve.context import build_router as build_session_router
 from recallserve.serve.engine import ChatMessage, GenerationParams
-from recallserve.serve.experience import ExperienceConfig, ExperienceService
+from recallserve.serve.experience import ExperienceConfig, ExperienceService, ExperienceStore
 from recallserve.serve.experience import build_router as build_experience_router
 from recallserve.serve.memory_api import MemoryService, build_router
 from recallserve.serve.console import build_console_router, tenant_records
 from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
+from recallserve.serve.statedb import Database
 from recallserve.serve.traces import TraceRecorder, TraceStore
 from recallserve.serve.traces import build_router as build_turn_router
 from tests.unit.agent.conftest import ScriptedEngine
@@ -73,10 +74,11 @@ def boom_router() -> APIRouter:
 
 def build_app(tmp_path: Path, *, max_body_bytes: int | None = None, engine: FixedEngine | None = None,
               settings: PipelineSettings | None = None, context_config: ContextConfig | None = None,
-              experience_config: dict[str, Any] | None = None) -> tuple[FastAPI, MemoryService]:
+              experience_config: dict[str, Any] | None = None, db: Database | None = None) -> tuple[FastAPI, MemoryService]:
     """The ingress app with the three routers of ``deployments/ingress.py`` (and :func:`boom_router`);
     ``engine`` (default a fresh :class:`FixedEngine`) records every prompt; ``settings`` the ``chat``
-    section; ``context_config`` the ``context`` section; ``experience_config`` settings of the ``experience`` one."""
+    section; ``context_config`` the ``context`` section; ``experience_config`` settings of the ``experience`` one;
+    ``db`` the state database of the session, experience and trace stores (None: SQLite files under ``tmp_path``)."""
     emb = HashingEmbedder(384)
     coord = local_hybrid_coordinator(2, emb.model_id, emb.dim, data_root=tmp_path / "memory")
 
@@ -85,11 +87,12 @@ def build_app(tmp_path: Path, *, max_body_bytes: int | None = None, engine: Fixe
 
     auth = Authenticator(KEYS, pii=PII_POLICY)
     memory = MemoryService(coord, embed, top_k=16, threshold=0.0, pii_for=auth.pii_for)
-    context = ContextManager(SessionStore(tmp_path / "sessions.sqlite3"),
+    context = ContextManager(SessionStore(tmp_path / "sessions.sqlite3", db=db),
                              context_config or ContextConfig(summary_keep_recent=1), pii_for=auth.pii_for)
     experiences = ExperienceService(ExperienceConfig(data_dir=tmp_path / "exp", **(experience_config or {})), emb.embed,
-                                    memory=memory, pii_for=auth.pii_for)
-    traces = TraceRecorder(TraceStore(tmp_path / "turns.sqlite3"))
+                                    memory=memory, pii_for=auth.pii_for,
+                                    store=ExperienceStore(tmp_path / "exp", db=db))
+    traces = TraceRecorder(TraceStore(tmp_path / "turns.sqlite3", db=db))
     pipeline = ChatPipeline(engine or FixedEngine(), settings or PipelineSettings(), memory=memory, context=context,
                             experiences=experiences, traces=traces)
     routers = [build_router(memory, auth), build_experience_router(experiences, auth),
