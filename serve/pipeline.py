@@ -58,7 +58,7 @@ from recallserve.serve.context import (
 )
 from recallserve.serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine, set_engine_affinity
 from recallserve.serve.experience import ExperienceService, check_topic
-from recallserve.serve.memory import MemoryBackend
+from recallserve.serve.memory import MemoryBackend, cited_sources
 from recallserve.serve.pii import PiiMode, apply_pii, for_write_back
 from recallserve.serve.traces import TraceRecorder
 from recallserve.serve.write_filter import WriteFilterConfig, exchange_write, speaker_name, with_speaker, worth_storing
@@ -505,7 +505,8 @@ class ChatPipeline:
         if kept is None:
             return
         item = exchange_write(kept, speaker=speaker, user=ctx.user, request_id=ctx.request_id,
-                              session=(req.metadata or {}).get("session_id", ""), pii=pii)
+                              session=(req.metadata or {}).get("session_id", ""), pii=pii,
+                              cites=cited_sources(answer, turn.memories))
         self._background_task(self.memory.write(ctx.tenant, [item]), "memory write-back", ctx)
 
     def _record_trace(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn, answer: Answer) -> None:

@@ -19,6 +19,7 @@ from pydantic import Field
 from recallserve.kernels import StrictModel
 from recallserve.serve.agent.hints import NOT_AFTER_WORD, NOT_BEFORE_WORD, RoutingHint
 from recallserve.serve.agent.tools import Tool, ToolContext, ToolError
+from recallserve.serve.memory import is_derived
 from recallserve.serve.turn import memory_line
 
 __all__ = [
@@ -266,8 +267,9 @@ async def _search(args: MemorySearchArgs, ctx: ToolContext) -> list[dict[str, An
     if ctx.memory is None:
         raise ToolError("memory is not available on this server")
     hits = await ctx.memory.search(ctx.tenant, args.query, max(args.k, MEMORY_SEARCH_MIN_K))
-    return [{"id": h.source_id, "kind": h.kind, "created_at": h.created_at, "score": round(h.score, 3), "text": h.text}
-            for h in hits]
+    # NOTE: the memory service ranks derived conclusions (earlier answers) after every source record.
+    return [{"id": h.source_id, "kind": "earlier answer" if is_derived(h) else h.kind, "created_at": h.created_at,
+             "score": round(h.score, 3), "text": h.text} for h in hits]
 
 
 def _summarise_hits(hits: list[dict[str, Any]]) -> str:

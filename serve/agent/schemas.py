@@ -142,6 +142,10 @@ class AgentResult(StrictModel):
     prompt: list[ChatMessage] = Field(
         default_factory=list,
         description="What the reasoner call received before any step was appended (the turn trace stores it).")
+    searches: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The turn's record of searches (serve.agent.grounding.turn_searches): source, whether it ran, "
+        "what it found (texts, each cut to 300 characters).")
 
     def openai_finish(self) -> Literal["stop", "length"]:
         """The OpenAI ``finish_reason`` of the answer.
@@ -162,6 +166,7 @@ class AgentResult(StrictModel):
             "memory_hits": self.memory_hits,
             "usage": self.usage.model_dump(),
             "elapsed_ms": self.elapsed_ms,
+            "searches": [{"source": s["source"], "ran": s["ran"], "found": len(s["found"])} for s in self.searches],
         }
 
 

@@ -45,7 +45,7 @@ from recallserve.memory_shards.retrieval import AsyncEmbed, HybridHit, HybridRet
 from recallserve.serve.api.metrics import MEMORY_SEARCH
 from recallserve.serve.api.errors import APIError, describe_error
 from recallserve.serve.memory_api.admission import AdmissionRefused, SearchAdmission
-from recallserve.serve.memory import MemoryHit, MemoryWrite
+from recallserve.serve.memory import MemoryHit, MemoryWrite, sources_first
 from recallserve.serve.pii import MaskedValueError, PiiMode, apply_pii, apply_pii_id, for_write_back, mask_id
 from recallserve.serve.memory_api.schemas import MAX_BATCH, MAX_K, FiltersIn, MemoryIn, MemoryOut, SearchRequest, SearchResult, to_epoch
 
@@ -330,7 +330,8 @@ class MemoryService:
         with _shards_up():
             hits = await self.retriever.search(tenant, req.query, req.k or self.top_k, params,
                                                _filters(req.filters, self.pii_for(tenant)), now, retrieval)
-        return [h for h in hits if h.record.tenant in (tenant, SHARED_TENANT_NAME)]
+        # NOTE: derived memories (written-back conclusions) rank below every source record.
+        return sources_first([h for h in hits if h.record.tenant in (tenant, SHARED_TENANT_NAME)])
 
     # ---- serve.memory.MemoryBackend -----------------------------------------------------
     async def search(self, tenant: str, query: str, k: int | None = None, *, threshold: float | None = None,

@@ -201,7 +201,7 @@ def test_dependent_call_runs_after_and_gets_the_value() -> None:
     result = _run(agent, _req("q"))
     by_name = {c.name: c for c in result.tool_calls}
     assert by_name["orders_by_batch"].status == "ok"
-    assert by_name["orders_by_batch"].args == {"batch": "B-2207"}
+    assert by_name["orders_by_batch"].args == {"batch": "B-2207", "status": None}  # status: the optional filter
     assert by_name["orders_by_batch"].result["count"] == 8
     assert [c.name for c in result.tool_calls] == ["orders_by_batch", "slow_a"]  # records in the order asked
 
