@@ -82,16 +82,11 @@ _NOT_DELIVERED_WORDS = ("not delivered", "not yet delivered", "not been delivere
 ORDERS_BY_BATCH_ROUTING = RoutingHint(
     requires=[_BATCH],
     prefer=[r"\borders?\b", r"\bcustomers?\b", r"\bbought\b", r"\bsold\b", r"\bpurchas", r"\baffected\b",
-<<<<<<< HEAD
             r"\bhow many\b", r"\blist\b", r"\bwhich (?:orders|customers|buyers)\b", r"\bshipped\b", r"\bbuyers?\b",
             r"订单|客户|买了|购买|卖出|多少个|几个|列出|受影响|发出"],
-    bind={"batch": _BATCH}, near_miss=[r"\bbatch\s*(?:no\.?|number)?\s*#?\s*\d+(?![\w-])"],
-=======
-            r"\bhow many\b", r"\blist\b", r"\bwhich (?:orders|customers|buyers)\b", r"\bshipped\b", r"\bbuyers?\b"],
     bind={"batch": _BATCH, "status": _NOT_DELIVERED},
     aliases={"status": {w: NOT_DELIVERED for w in _NOT_DELIVERED_WORDS}},
     near_miss=[r"\bbatch\s*(?:no\.?|number)?\s*#?\s*\d+(?![\w-])"],
->>>>>>> main
 )
 BATCH_INFO_ROUTING = RoutingHint(
     requires=[_BATCH],
