@@ -89,8 +89,8 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         r"|\b\d[\d,]{0,31}(?:\.\d{1,2})?\s?(?:USD|EUR|GBP|dollars|euros|pounds)\b)"
     )),
     ("amount", re.compile(
-        r"(?:[¥￥]|人民币|RMB\s?)\s?\d[\d,]*(?:\.\d{1,2})?(?:[万亿]元?|元)?"
-        r"|\d[\d,]*(?:\.\d{1,2})?\s?(?:[万千百亿]?(?:元|块钱|块|美元|欧元|英镑)|[万亿](?:元|人民币)?(?![个次件台条人]))"
+        r"(?:[¥￥]|人民币|RMB\s?)\s?\d[\d,]{0,31}(?:\.\d{1,2})?(?:[万亿]元?|元)?"
+        r"|\d[\d,]{0,31}(?:\.\d{1,2})?\s?(?:[万千百亿]?(?:元|块钱|块|美元|欧元|英镑)|[万亿](?:元|人民币)?(?![个次件台条人]))"
     )),
     ("date", re.compile(
         r"(?<!\d)(?:\d{4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号]"
@@ -107,7 +107,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("name", _han_aware(rf"\b{_TITLE}\.?\s+{_NAME_PART}{_NAME_TAIL}")),
     ("name", _han_aware(rf"(?i:\bmy name is\s+|\bthis is\s+|\bi am\s+|\bi'm\s+)({_NAME_PART}(?:\s+{_NAME_PART}){{1,3}})")),
     # Digit-free Chinese forms (scanned only when the text holds a Han character: _HAN_PATTERNS).
-    ("amount", re.compile(rf"[{_ZH_NUM}]+(?:元|块钱|万元|块)")),
+    ("amount", re.compile(rf"[{_ZH_NUM}]{{1,16}}(?:元|块钱|万元|块)")),
     ("date", re.compile(rf"(?:(?:下|上|这|本)个?)?{_ZH_WEEKDAY}|[{_ZH_NUM}]{{1,3}}月[{_ZH_NUM}]{{1,3}}[日号]")),
     ("time", re.compile(rf"(?:上午|下午|晚上|早上|中午|凌晨|傍晚)[{_ZH_NUM}]{{1,3}}[点时](?:半|一刻|[{_ZH_NUM}]{{1,3}}分)?")),
     ("name", re.compile(rf"(?<![下上这本每])[{_ZH_SURNAME}](?:总(?![是共结计额体之的部公裁监经])|[\u4e00-\u9fff]{{0,2}}?{_ZH_TITLE})")),
