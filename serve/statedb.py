@@ -80,19 +80,24 @@ class Dialect:
         greatest: the two-argument scalar maximum function (``MAX`` in SQLite, ``GREATEST`` in PostgreSQL).
         set_retrieval_score: an expression of the ``record`` column (JSON text) with
             ``evaluation.retrieval_score`` set to the one ``?`` parameter (a number or NULL).
+        record_user: an expression of the ``record`` column (JSON text): its ``metadata.user`` as
+            text (NULL when absent), the owner an erasure or export selects by.
     """
 
     name: str
     greatest: str
     set_retrieval_score: str
+    record_user: str
 
 
-SQLITE = Dialect("sqlite", "MAX", "json_set(record, '$.evaluation.retrieval_score', ?)")
+SQLITE = Dialect("sqlite", "MAX", "json_set(record, '$.evaluation.retrieval_score', ?)",
+                  "json_extract(record, '$.metadata.user')")
 POSTGRES = Dialect(
     "postgres", "GREATEST",
     # NOTE: to_jsonb(NULL) is NULL and jsonb_set(..., NULL) would null the whole record: COALESCE to JSON null.
     "jsonb_set(record::jsonb, '{evaluation,retrieval_score}', COALESCE(to_jsonb(?::double precision), "
     "'null'::jsonb))::text",
+    "(record::jsonb #>> '{metadata,user}')",
 )
 
 

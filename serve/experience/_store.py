@@ -237,12 +237,11 @@ class ExperienceStore:
             "UPDATE experiences SET tier = 'archival' WHERE tier = 'active' "
             "AND expires_at IS NOT NULL AND expires_at <= ?", (now,)).rowcount))
 
-    @staticmethod
-    def _owner_where(tenant: str, user: str | None) -> tuple[str, tuple[str, ...]]:
+    def _owner_where(self, tenant: str, user: str | None) -> tuple[str, tuple[str, ...]]:
         # NOTE: the owner lives in the record's JSON (metadata.user); the tenant's index narrows first.
         if user is None:
             return "tenant = ?", (tenant,)
-        return "tenant = ? AND json_extract(record, '$.metadata.user') = ?", (tenant, user)
+        return f"tenant = ? AND {self.db.dialect.record_user} = ?", (tenant, user)
 
     @_in_thread
     def erase_user(self, tenant: str, user: str | None) -> dict[str, object]:
