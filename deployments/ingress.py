@@ -23,13 +23,15 @@ from recallserve.deployments.config import ROLES, AppConfig
 from recallserve.deployments.engines import EngineConfig, LlamaCppConfig, VLLMConfig
 from recallserve.deployments.handles import HandleEngine, on_data_plane
 from recallserve.deployments.memory import EmbedLanes, LocalEmbedders, memory_backend
-from recallserve.deployments.state import open_state_stores, remote_state_stores
+from recallserve.deployments.state import RemoteStore, open_state_stores, remote_state_stores
 from recallserve.serve.api.app import create_app
 from recallserve.serve.api.auth import RESERVED_TENANT_PREFIX, Authenticator
 from recallserve.serve.agent import Agent, default_registry
 from recallserve.serve.agent.demo import load_demo_memories
 from recallserve.serve.context import ContextManager, LLMSummariser
 from recallserve.serve.context import build_router as build_session_router
+from recallserve.serve.erasure import ErasureLog, ErasureService, OwnedStore
+from recallserve.serve.erasure import build_router as build_erasure_router
 from recallserve.serve.experience import ExperienceService
 from recallserve.serve.experience import build_router as build_experience_router
 from recallserve.serve.memory_api import MemoryService, SearchRequest
@@ -39,6 +41,9 @@ from recallserve.serve.traces import TraceRecorder
 from recallserve.serve.traces import build_router as build_turn_router
 from recallserve.serve.console import build_console_router, tenant_records
 from recallserve.serve.pipeline import ChatPipeline
+
+#: Seconds between an erasure's two passes on the cluster (see ErasureService.settle_s).
+ERASURE_SETTLE_S = 20.0
 
 __all__ = ["WARM_UP_TENANT", "Ingress", "build_ingress_app", "engine_facts"]
 
@@ -125,7 +130,8 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
             opens its own pool to the database (no single replica on the path).
     """
     auth = Authenticator(config.auth.resolve(), config.auth.scopes, config.auth.default_scopes,
-                         pii=config.auth.pii, default_pii=config.auth.default_pii)
+                         pii=config.auth.pii, default_pii=config.auth.default_pii,
+                         retention={t: r.model_dump() for t, r in config.auth.retention.items()})
     local = LocalEmbedders()
     backend = memory_backend(memory["generations"], config.memory, pii_for=auth.pii_for, embedder=config.embedder,
                              local=local)
@@ -156,6 +162,18 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
                                     pii_for=auth.pii_for, rewriter=engines["router"])
     # NOTE: one trace store for every replica, where the sessions are.
     traces = TraceRecorder(stores.turns, config.traces)
+    # NOTE: the erasure log lives on the state deployment; with PostgreSQL state (no state replica)
+    # each replica keeps its own log file in state_dir (issue 41 follow-up: a Postgres table).
+    erasure_log = (ErasureLog(config.state_dir / "erasures.sqlite3") if state is None
+                   else cast(ErasureLog, RemoteStore(state, "erasures")))
+    erasure = ErasureService(erasure_log, backend.coordinators(), {
+        "sessions": cast(OwnedStore, stores.sessions), "experiences": cast(OwnedStore, stores.experiences),
+        "turns": cast(OwnedStore, stores.turns)},
+        caches=[agent.cache.clear] if agent is not None else [],
+        # NOTE: a second pass 20 s after the first catches the background append, trace and write-back
+        # of a turn answered just before the erasure, inside the 60 s target; a turn still generating
+        # for longer is not waited for (docs/erasure.md says so).
+        settle_s=ERASURE_SETTLE_S)
     pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=config.chat, memory=backend, context=context,
                             agent=agent, experiences=experiences, traces=traces)
 
@@ -183,8 +201,16 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
             seconds = await agent.warm_up(config.auth.default_scopes)
             log.info("agent prompt prefix warmed in %.1f s", seconds)
 
-    app = create_app(pipeline, auth, health=health, on_startup=[warm_up], startup_wait_s=config.chat.warm_up_wait_s,
+    async def resume_erasures() -> None:
+        # NOTE: every ingress replica resumes the unfinished ones: each step is idempotent.
+        started = await erasure.resume()
+        if started:
+            log.info("resumed %d unfinished erasures", started)
+
+    app = create_app(pipeline, auth, health=health, on_startup=[warm_up, resume_erasures],
+                     startup_wait_s=config.chat.warm_up_wait_s,
                      routers=[build_memory_router(backend, auth), build_experience_router(experiences, auth),
                               build_session_router(context, auth), build_turn_router(traces.store, auth),
-                              build_console_router(auth, tenant_records(backend.coordinator.stats))])
+                              build_console_router(auth, tenant_records(backend.coordinator.stats)),
+                              build_erasure_router(erasure, auth)])
     return app, backend

@@ -196,6 +196,12 @@ class MemoryShardDeployment(PlacementInfo):
     async def delete(self, tenant: str, ids: Sequence[str]) -> list[str]:
         return await self._run(self._shard.delete, tenant, list(ids))
 
+    async def erase(self, tenant: str, user: str | None) -> list[str]:
+        return await self._run(self._shard.erase, tenant, user)
+
+    async def owned(self, tenant: str, user: str | None) -> list[MemoryRecord]:
+        return await self._run(self._shard.owned, tenant, user)
+
     async def get(self, tenant: str, record_id: str) -> MemoryRecord | None:
         return await self._run(self._shard.get, tenant, record_id)
 
@@ -286,6 +292,12 @@ class HandleShardClient:
 
     async def delete(self, tenant: str, ids: Sequence[str]) -> list[str]:
         return await self._call("delete", tenant, list(ids))
+
+    async def erase(self, tenant: str, user: str | None) -> list[str]:
+        return await self._call("erase", tenant, user)
+
+    async def owned(self, tenant: str, user: str | None) -> list[MemoryRecord]:
+        return await self._call("owned", tenant, user)
 
     async def get(self, tenant: str, record_id: str) -> MemoryRecord | None:
         return await self._call("get", tenant, record_id)

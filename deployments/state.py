@@ -37,6 +37,7 @@ from recallserve.deployments._placement import PlacementInfo
 from recallserve.serve.api.errors import APIError
 from recallserve.serve.api.metrics import STATE_CALL
 from recallserve.serve.context import SessionStore
+from recallserve.serve.erasure import ErasureLog
 from recallserve.serve.experience import ExperienceStore
 from recallserve.serve.statedb import PostgresDatabase
 from recallserve.serve.traces import TraceConfig, TraceStore
@@ -46,16 +47,18 @@ __all__ = ["LOCK_WAIT_S", "STORE_METHODS", "RemoteStore", "StateStore", "StateSt
 
 log = logging.getLogger(__name__)
 
-StoreName = Literal["sessions", "experiences", "turns"]
+StoreName = Literal["sessions", "experiences", "turns", "erasures"]
 _UNAVAILABLE = (RayError, RayServeException, BackPressureError)
 # NOTE: the public async methods of each store; tests check these against the classes, so a new
 # store method cannot be forgotten here (it would fail as an AttributeError on the ingress).
 STORE_METHODS: dict[str, frozenset[str]] = {
     "sessions": frozenset({"get", "open", "set_mode", "delete", "append", "messages", "entities", "snapshot",
-                           "long_sessions", "user_memory", "save_summary"}),
-    "experiences": frozenset({"put", "get", "query", "set_tier", "touch", "delete_expired", "tenants",
-                              "active_freshness", "active_domains"}),
-    "turns": frozenset({"put", "recent", "get", "sessions", "count"}),
+                           "long_sessions", "user_memory", "save_summary", "erase_user", "export_user",
+                           "expire_before"}),
+    "experiences": frozenset({"put", "get", "query", "set_tier", "touch", "archive_expired", "tenants",
+                              "active_freshness", "active_domains", "erase_user", "export_user"}),
+    "turns": frozenset({"put", "recent", "get", "sessions", "count", "erase_user", "export_user", "expire_before"}),
+    "erasures": frozenset({"begin", "started", "finish", "fail", "exported", "get", "unfinished", "recent"}),
 }
 
 
@@ -64,7 +67,8 @@ class StateStore(PlacementInfo):
 
     Args:
         state_dir: absolute folder of ``sessions.sqlite3``, ``experiences/experiences.sqlite3``
-            (the same files the ingress opened before this deployment existed) and ``turns.sqlite3``.
+            (the same files the ingress opened before this deployment existed), ``turns.sqlite3``
+            and ``erasures.sqlite3`` (the erasure and export log, ``recallserve.serve.erasure``).
         traces: the ``traces`` config section as plain data (retention days, per-tenant cap).
     """
 
@@ -76,6 +80,7 @@ class StateStore(PlacementInfo):
             "sessions": SessionStore(root / "sessions.sqlite3"),
             "experiences": ExperienceStore(root / "experiences"),
             "turns": TraceStore(root / "turns.sqlite3", TraceConfig.model_validate(traces or {})),
+            "erasures": ErasureLog(root / "erasures.sqlite3"),
         }
         log.info("state stores open in %s", root)
 

@@ -88,6 +88,8 @@ def build_console_app(root: Path, keys: Mapping[str, str]) -> tuple[Any, Any, Pr
     from recallserve.serve.context import ContextConfig, ContextManager, SessionStore
     from recallserve.serve.context import build_router as build_session_router
     from recallserve.serve.experience import ExperienceConfig, ExperienceService
+    from recallserve.serve.erasure import ErasureLog, ErasureService
+    from recallserve.serve.erasure import build_router as build_erasure_router
     from recallserve.serve.experience import build_router as build_experience_router
     from recallserve.serve.memory_api import MemoryService, build_router
     from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
@@ -113,7 +115,9 @@ def build_console_app(root: Path, keys: Mapping[str, str]) -> tuple[Any, Any, Pr
                             experiences=experiences, traces=traces)
     routers = [build_router(memory, auth), build_experience_router(experiences, auth),
                build_session_router(context, auth), build_turn_router(traces.store, auth),
-               build_console_router(auth, tenant_records(coord.stats))]
+               build_console_router(auth, tenant_records(coord.stats)),
+               build_erasure_router(ErasureService(ErasureLog(root / "erasures.sqlite3"), memory.coordinators(), {
+                   "sessions": context.store, "experiences": experiences.store, "turns": traces.store}), auth)]
     return create_app(pipeline, auth, routers=routers), coord, engine
 
 

@@ -67,6 +67,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gcs-outage", type=float, default=0.0,
                    help="after the kills, kill the head's GCS for this many seconds and start it again (GCS fault "
                         "tolerance: the run starts its own redis-server on 127.0.0.1); 0 = no outage (0-300)")
+    p.add_argument("--state-dsn", default=None, metavar="DSN",
+                   help="keep sessions, experiences and traces in this PostgreSQL (as `recallserve up --state-dsn`); "
+                        "default: the profile's embedded state")
     p.add_argument("--out", type=Path, default=Path("loadtests/results/node-chaos"), help="report path without suffix")
     args = p.parse_args(argv)
     for name, lo, hi in [("nodes", 3, 6), ("kills", 1, 200), ("every", 5, 300), ("recovery_timeout", 5, 600),
@@ -415,13 +418,19 @@ def summarise(load: Load, kills: list[dict[str, Any]], lost: dict[str, Any]) -> 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from loadtests._cluster import scratch_config
+    from recallserve.deployments.config import STATE_DSN_ENV
 
     scratch = ROOT / ".recallserve" / time.strftime("node-chaos-%Y%m%dT%H%M%S", time.gmtime())
     redis = RedisServer(scratch / "redis") if args.gcs_outage else None
     ray_opts: dict[str, Any] = {"temp_dir": str(scratch / "ray"), "nodes": args.nodes, "ingress": "proxy"}
     if redis is not None:
         ray_opts["redis_address"] = redis.address
-    config = scratch_config(args.profile, args.port, scratch, args.model, ray=ray_opts)
+    state: dict[str, Any] = {}
+    if args.state_dsn:
+        # NOTE: through the environment, as `recallserve up --state-dsn` (inherited by every raylet's workers).
+        os.environ[STATE_DSN_ENV] = args.state_dsn
+        state = {"state_db": {"dsn_env": STATE_DSN_ENV}}
+    config = scratch_config(args.profile, args.port, scratch, args.model, ray=ray_opts, **state)
     os.environ["RECALLSERVE_API_KEYS"] = tenant_keys_env(config.memory.num_shards)
 
     from recallserve.deployments import runner

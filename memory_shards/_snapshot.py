@@ -97,6 +97,11 @@ def load_latest_snapshot(
     if not complete:
         return RowTable(dim, device=device, dtype=dtype), 0
     folder = complete[-1]
+    # NOTE: a crash between a snapshot's rename and the removal of its predecessors leaves these;
+    # they may hold records erased since, so they go before the shard serves.
+    for old in data_dir.glob("snap-*"):
+        if old != folder and old.is_dir():
+            shutil.rmtree(old)
     meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
     if meta.get("format") != FORMAT:
         raise SnapshotError(f"{folder}: format {meta.get('format')} is not {FORMAT}")

@@ -62,6 +62,11 @@ class ShardConfig(ShardPlacement):
     touch_every_seconds: float = Field(default=5.0, gt=0, description="... or when the oldest pending renewal is this old.")
     fsync: bool = Field(default=True, description="fsync the WAL before acknowledging a write batch (off only for benchmarks).")
     compact_dead_ratio: float = Field(default=0.25, gt=0, le=1, description="Compact rows at snapshot time when this share of rows is dead.")
+    purge_deleted_within_s: float = Field(
+        default=300.0, gt=0, le=86_400,
+        description="A deleted record's text leaves the WAL and snapshot files within this many seconds (a "
+                    "snapshot rewrites them without it); an erasure (MemoryShard.erase) purges at once.",
+    )
 
 
 class ShardCallConfig(StrictModel):
@@ -102,6 +107,8 @@ class SearchFilters(StrictModel):
     metadata: dict[str, Scalar] | None = Field(default=None, description="Keep records whose metadata has exactly these values.")
     created_after: float | None = Field(default=None, ge=0, description="Keep records created at or after this epoch second.")
     created_before: float | None = Field(default=None, ge=0, description="Keep records created before this epoch second.")
+    user: str | None = Field(default=None, min_length=1, max_length=256, description="Keep records owned by this end user.")
+    with_unowned: bool = Field(default=False, description="With ``user``: also keep the tenant's records without an owner.")
 
     @model_validator(mode="after")
     def _check_range(self) -> SearchFilters:
@@ -112,11 +119,13 @@ class SearchFilters(StrictModel):
     @property
     def needs_record_check(self) -> bool:
         """True when a filter needs the record itself (topic, metadata), not only columns."""
-        return self.topic_prefix is not None or bool(self.metadata)
+        return self.topic_prefix is not None or bool(self.metadata) or self.user is not None
 
     def matches(self, record: MemoryRecord) -> bool:
         """Whether ``record`` passes every filter (the reference used by the column masks)."""
         if self.kinds is not None and record.kind not in self.kinds:
+            return False
+        if self.user is not None and record.user != self.user and not (self.with_unowned and record.user is None):
             return False
         if self.topic_prefix is not None and not record.topic_path.startswith(self.topic_prefix):
             return False

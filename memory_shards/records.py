@@ -212,6 +212,8 @@ class MemoryRecord(StrictModel):
     id: str = Field(default_factory=new_record_id, min_length=1, max_length=128, description="Record id (unique in the store).")
     tenant: str = Field(min_length=1, max_length=256, description="Owner tenant; 'shared' makes it visible to every tenant.")
     source_id: _ID_CHARS = Field(description="Dedup key: one tenant's newer record with the same source id replaces the older one.")
+    user: str | None = Field(default=None, min_length=1, max_length=256,
+                             description="End user of the tenant who owns the record (mem0's user_id); None = the tenant's.")
     kind: MemoryKind = Field(default="text", description="What the record is.")
     text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS, description="Main text (embedded).")
     image_description: str | None = Field(default=None, max_length=MAX_TEXT_CHARS, description="Description of an attached image (embedded).")

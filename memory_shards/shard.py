@@ -18,6 +18,14 @@ kernel, faiss-gpu index when installed; CPU: torch reference, CPU FAISS).
 Durability: each acknowledged write batch is in the fsync'ed WAL before ``upsert``/``delete``
 return; snapshots bound replay time. Last-access renewals from searches are batched (every
 ``touch_every_hits`` hits or ``touch_every_seconds``, or on :meth:`MemoryShard.flush`).
+
+Erasure on disk: a deleted record's text stays in the WAL segment that holds its upsert (and in
+the last snapshot) until a snapshot rewrites both without it. :meth:`MemoryShard.erase` deletes
+and snapshots at once; a plain :meth:`MemoryShard.delete` schedules that snapshot within
+``ShardConfig.purge_deleted_within_s``. A snapshot is written to a temp folder and renamed, then
+the segments it covers are unlinked; a crash between the two steps leaves covered segments and
+older snapshots, which opening the shard removes before it serves (so a kill -9 at any moment
+never leaves a purged record's text behind once the shard is open again).
 """
 
 from __future__ import annotations
@@ -48,6 +56,9 @@ from .records import SHARED_TENANT_NAME, EmbeddedRecord, MemoryRecord, kind_code
 
 __all__ = ["MemoryShard", "record_version"]
 
+#: Owners erased by this process that a re-embed's fill skips (the most recent ones).
+_ERASED_OWNERS_MAX = 100_000
+
 
 class MemoryShard:
     """A single shard, usable in-process or wrapped by a Ray actor/deployment.
@@ -74,6 +85,10 @@ class MemoryShard:
         self._wal: WriteAheadLog | None = None
         self._lock_fd: int | None = None
         self._seq = 0
+        self._purge_due: float | None = None
+        self._purge_timer: threading.Timer | None = None
+        # NOTE: insertion-ordered, the oldest dropped beyond _ERASED_OWNERS_MAX (a bound, see _was_erased).
+        self._erased_owners: dict[tuple[str, str | None], None] = {}
         self.device = resolve_device(config.device)
         self._dtype = DTYPES[config.vector_dtype]
         self._ivf = BackgroundIvf(config, self.device, self._lock, lambda: self._table)
@@ -93,10 +108,16 @@ class MemoryShard:
                 data_dir, config.dim, config.model_id, device=self.device, dtype=self._dtype
             )
             self._wal = WriteAheadLog(data_dir, fsync=config.fsync)
+            snap_seq = self._seq
             for entry in self._wal.replay(after_seq=self._seq):
                 self._apply_entry(entry)
                 self._seq = entry["seq"]
                 self._ops_since_snapshot += 1
+            if self._seq == snap_seq and snap_seq > 0 and self._wal.segments():
+                # NOTE: a crash after a snapshot's rename and before its segment switch: every
+                # segment is covered (may hold purged text); start the next one and drop them.
+                self._wal.open_segment(self._seq + 1)
+            self._wal.drop_through(snap_seq)
             self._wal.ensure_open(self._seq + 1)
             self._wal_bytes = self._wal.size()
         except BaseException:
@@ -183,14 +204,53 @@ class MemoryShard:
         return [rec.id for rec, _ in checked]
 
     def delete(self, tenant: str, ids: Sequence[str]) -> list[str]:
-        """Delete the given records that ``tenant`` owns; returns the ids actually deleted."""
+        """Delete the given records that ``tenant`` owns; returns the ids actually deleted.
+
+        Gone from answers on return; gone from the files within ``purge_deleted_within_s`` (see the
+        module docstring).
+        """
         with self._lock:
             owned = [i for i in dict.fromkeys(ids) if (r := self._table.get(i)) is not None and r.tenant == tenant]
             if owned:
                 self._log([{"seq": self._seq + 1, "op": "delete", "ids": owned}])
                 self._apply_delete(owned)
                 self._after_write(1)
+                self._schedule_purge()
             return owned
+
+    def owned(self, tenant: str, user: str | None) -> list[MemoryRecord]:
+        """``tenant``'s own records (never shared ones) of end user ``user``, or all of them when None."""
+        with self._lock:
+            return [r for r in self._table.records() if r.tenant == tenant and (user is None or r.user == user)]
+
+    def _was_erased(self, rec: MemoryRecord) -> bool:
+        # NOTE: in memory only (the owner is an erased id: never written to a file); a fill runs
+        # in the lifetime of the shard process that saw the erasure, and the erasure's own
+        # re-run after a restart removes what a fill racing a crash put back.
+        return (rec.tenant, None) in self._erased_owners or (rec.tenant, rec.user) in self._erased_owners
+
+    def erase(self, tenant: str, user: str | None) -> list[str]:
+        """Delete every record of ``tenant`` owned by ``user`` (None: every record of the tenant) and
+        rewrite the files without them; returns the ids deleted.
+
+        On return no WAL segment or snapshot of the shard holds their text or ids: the delete is
+        logged, then a snapshot is written and the segments it covers are unlinked. It always
+        snapshots, even when nothing is left to delete, so a retry after a crash between the two
+        steps (the delete replayed from the WAL) still purges the files.
+        """
+        if tenant == SHARED_TENANT_NAME:
+            raise ValueError("tenant: the shared collection is not erased by owner")
+        with self._lock:
+            self._erased_owners[(tenant, user)] = None
+            while len(self._erased_owners) > _ERASED_OWNERS_MAX:
+                del self._erased_owners[next(iter(self._erased_owners))]
+            ids = [r.id for r in self.owned(tenant, user)]
+            if ids:
+                self._log([{"seq": self._seq + 1, "op": "delete", "ids": ids}])
+                self._apply_delete(ids)
+                self._ops_since_snapshot += 1
+            self.snapshot()
+            return ids
 
     def apply_if_unchanged(
         self,
@@ -267,6 +327,9 @@ class MemoryShard:
         the record being inserted was read). This is the fill step of a live re-embed: a record
         written by the dual-writing cluster always wins over the copy of its older state.
 
+        A record of an owner erased by this process (:meth:`erase`) is skipped too: the fill copies
+        state read before the erasure, which must not come back in the new generation.
+
         Returns:
             The ids inserted, in order.
         """
@@ -275,6 +338,7 @@ class MemoryShard:
                 it for it in items
                 if self._table.get(it.record.id) is None
                 and (it.record.tenant_key, it.record.source_key) not in self._table.by_tenant_source
+                and not self._was_erased(it.record)
             ]
             return self.upsert(fresh) if fresh else []
 
@@ -308,6 +372,7 @@ class MemoryShard:
     def snapshot(self) -> None:
         """Write a snapshot (compacting dead rows) and drop the WAL it covers."""
         with self._lock:
+            self._purge_due = None
             self._apply_touches()
             if self._wal is None:
                 if self._table.dead_rows / max(self._table.n, 1) >= self.config.compact_dead_ratio:
@@ -324,8 +389,13 @@ class MemoryShard:
             self._wal_bytes = 0
 
     def close(self) -> None:
-        """Apply pending renewals, close the WAL and release the data folder."""
+        """Apply pending renewals, purge pending deletes, close the WAL and release the data folder."""
         with self._lock:
+            if self._purge_timer is not None:
+                self._purge_timer.cancel()
+                self._purge_timer = None
+            if self._purge_due is not None and self._wal is not None and self._lock_fd is not None:
+                self.snapshot()
             self._apply_touches()
             if self._wal is not None:
                 self._wal.close()
@@ -545,6 +615,22 @@ class MemoryShard:
         )
         if too_dead or wal_full:
             self.snapshot()
+
+    def _schedule_purge(self) -> None:
+        """Snapshot within ``purge_deleted_within_s`` of the first delete since the last snapshot."""
+        if self._wal is None or self._purge_due is not None:
+            return
+        self._purge_due = time.monotonic() + self.config.purge_deleted_within_s
+        timer = threading.Timer(self.config.purge_deleted_within_s, self._purge_now)
+        timer.daemon = True
+        self._purge_timer = timer
+        timer.start()
+
+    def _purge_now(self) -> None:
+        with self._lock:
+            self._purge_timer = None
+            if self._purge_due is not None and self._lock_fd is not None:
+                self.snapshot()
 
     def _apply_upsert(self, rec: MemoryRecord, vectors: np.ndarray) -> None:
         t = self._table

@@ -42,6 +42,7 @@ __all__ = [
     "mask_pii",
     "mask_id",
     "SESSION_KEY_CHARS",
+    "user_key",
     "apply_pii_id",
     "pii_kinds",
     "luhn_ok",
@@ -174,6 +175,14 @@ SESSION_KEY_CHARS = 128
 # NOTE: the digest in letters only (hex 0-f -> a-p): no run of digits in it can look like a phone
 # or card number to the masker, so a masked id masks to itself (a lookup by the stored key works).
 _LETTERS = str.maketrans("0123456789abcdef", "abcdefghijklmnop")
+
+
+def user_key(user: str, mode: PiiMode) -> str:
+    """The key an end user's data is stored under: the request's ``user`` as sent under ``allow``,
+    else :func:`mask_id` of it (an e-mail as the user id is stored masked, still distinct). Every
+    store, the memory owner field, the erasure and the export use this one key.
+    """
+    return user if mode == "allow" else mask_id(user, SESSION_KEY_CHARS)
 
 
 def mask_id(value: str, max_chars: int = 256) -> str:

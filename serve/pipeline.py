@@ -58,7 +58,7 @@ from recallserve.serve.context import (
 )
 from recallserve.serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine, set_engine_affinity
 from recallserve.serve.experience import ExperienceService, check_topic
-from recallserve.serve.memory import MemoryBackend
+from recallserve.serve.memory import MemoryBackend, cited_sources
 from recallserve.serve.memory_api.admission import SearchAdmissionConfig
 from recallserve.serve.pii import PiiMode, apply_pii, for_write_back
 from recallserve.serve.traces import TraceRecorder
@@ -293,7 +293,7 @@ class ChatPipeline:
 
         result = await self.experiences.produce(ctx.tenant, self.reasoner, turn.asked,
                                                 domain=meta.get("task_domain", "general"),
-                                                topic=meta.get("topic", "general"), prompt=render)
+                                                topic=meta.get("topic", "general"), prompt=render, user=ctx.user)
         exp = result.experience
         experience = {
             "id": exp.record.metadata.id if exp is not None else None,
@@ -394,7 +394,7 @@ class ChatPipeline:
         t = time.perf_counter()
         memories, memory_error = await recall_memories(
             self.memory, ctx.tenant, recall_query(question, images), self.settings.recall,
-            self.agent.cache if self.agent is not None else None)
+            self.agent.cache if self.agent is not None else None, user=ctx.user)
         recall_ms = round((time.perf_counter() - t) * 1e3, 2)
 
         def make(result: ContextResult, pending: list[MessageIn], earlier: list[ChatMessage]) -> Turn:
@@ -470,7 +470,7 @@ class ChatPipeline:
     def _agent_request(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn) -> AgentRequest:
         mode = "off" if req.tool_choice == "none" else (req.metadata or {}).get("agent", "auto")  # NOTE: "none": no tool runs
         session_id = turn.session.id if turn.session is not None else (req.metadata or {}).get("session_id")
-        return AgentRequest(tenant=ctx.tenant, scopes=list(ctx.scopes), mode=mode,  # type: ignore[arg-type]
+        return AgentRequest(tenant=ctx.tenant, user=ctx.user, scopes=list(ctx.scopes), mode=mode,  # type: ignore[arg-type]
                             session_id=session_id, max_answer_tokens=req.requested_max_tokens(), pii=ctx.pii,
                             temperature=req.temperature, top_p=req.top_p, seed=req.seed, **req.penalties())
 
@@ -505,15 +505,16 @@ class ChatPipeline:
         speaker = speaker_name(req.messages, pii)
         if agent_result is not None and self.agent is not None:
             # NOTE: the agent's exchange write is its one "message"; image units stay (their own kind).
-            writes = with_speaker([w for w in agent_result.memory_writes if kept is not None or w.kind != "message"],
-                                  speaker)
+            writes = with_speaker([w.model_copy(update={"user": ctx.user}) for w in agent_result.memory_writes
+                                   if kept is not None or w.kind != "message"], speaker)
             agent_result = agent_result.model_copy(update={"memory_writes": writes})
             self._background_task(self.agent.write_back(ctx.tenant, agent_result), "memory write-back", ctx)
             return
         if kept is None:
             return
         item = exchange_write(kept, speaker=speaker, user=ctx.user, request_id=ctx.request_id,
-                              session=(req.metadata or {}).get("session_id", ""), pii=pii)
+                              session=(req.metadata or {}).get("session_id", ""), pii=pii,
+                              cites=cited_sources(answer, turn.memories))
         self._background_task(self.memory.write(ctx.tenant, [item]), "memory write-back", ctx)
 
     def _record_trace(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn, answer: Answer) -> None:

@@ -45,7 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["Connection", "Database", "Dialect", "MIGRATION_LOCK", "PG_TRIES", "PgConnection", "PostgresDatabase",
+
+__all__ = ["checkpoint", "connect", "harden", "Connection", "Database", "Dialect", "MIGRATION_LOCK", "PG_TRIES", "PgConnection", "PostgresDatabase",
            "Row", "SqliteDatabase", "StateUnavailableError", "statements"]
 
 log = logging.getLogger(__name__)
@@ -79,19 +80,24 @@ class Dialect:
         greatest: the two-argument scalar maximum function (``MAX`` in SQLite, ``GREATEST`` in PostgreSQL).
         set_retrieval_score: an expression of the ``record`` column (JSON text) with
             ``evaluation.retrieval_score`` set to the one ``?`` parameter (a number or NULL).
+        record_user: an expression of the ``record`` column (JSON text): its ``metadata.user`` as
+            text (NULL when absent), the owner an erasure or export selects by.
     """
 
     name: str
     greatest: str
     set_retrieval_score: str
+    record_user: str
 
 
-SQLITE = Dialect("sqlite", "MAX", "json_set(record, '$.evaluation.retrieval_score', ?)")
+SQLITE = Dialect("sqlite", "MAX", "json_set(record, '$.evaluation.retrieval_score', ?)",
+                  "json_extract(record, '$.metadata.user')")
 POSTGRES = Dialect(
     "postgres", "GREATEST",
     # NOTE: to_jsonb(NULL) is NULL and jsonb_set(..., NULL) would null the whole record: COALESCE to JSON null.
     "jsonb_set(record::jsonb, '{evaluation,retrieval_score}', COALESCE(to_jsonb(?::double precision), "
     "'null'::jsonb))::text",
+    "(record::jsonb #>> '{metadata,user}')",
 )
 
 
@@ -123,6 +129,44 @@ def statements(script: str) -> list[str]:
     return [s.strip() for s in script.split(";") if s.strip()]
 
 
+
+# ---- erasure on disk (issue 41): secure_delete and a truncating checkpoint, one place -------------
+#: Tries of a checkpoint that found the WAL busy, 50 ms apart (a 1 s bound).
+_TRIES = 20
+
+
+def connect(path: str | Path, synchronous: str = "NORMAL") -> sqlite3.Connection:
+    """An autocommit connection in WAL mode with rows by name and :func:`harden` applied (its
+    parent folder created), for one store's single connection under that store's lock."""
+    if str(path) != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30.0)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    harden(conn)
+    return conn
+
+
+def harden(conn: sqlite3.Connection) -> None:
+    """Zero deleted content in place on this connection (``PRAGMA secure_delete = ON``)."""
+    conn.execute("PRAGMA secure_delete = ON")
+
+
+def checkpoint(conn: sqlite3.Connection) -> None:
+    """Copy the WAL into the database and truncate it to zero bytes.
+
+    Raises:
+        RuntimeError: still busy after the bounded tries (the erasure is retried, never reported done).
+    """
+    for _ in range(_TRIES):
+        busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy == 0:
+            return
+        time.sleep(0.05)
+    raise RuntimeError("sqlite: wal_checkpoint(TRUNCATE) stayed busy; the erasure will be retried")
+
+
 class SqliteDatabase:
     """One SQLite file in WAL mode: one connection, one lock, one short transaction per call.
 
@@ -146,6 +190,13 @@ class SqliteDatabase:
             # NOTE: NORMAL is durable across application crashes in WAL mode (not power loss of
             # the last commit), the usual trade for a chat store.
             self._conn.execute("PRAGMA synchronous=NORMAL")
+            # NOTE: deleted rows are zeroed in place (issue 41: erased text leaves the file).
+            self._conn.execute("PRAGMA secure_delete = ON")
+
+    def truncate_wal(self) -> None:
+        """Copy the WAL into the file and cut it to zero bytes (after an erasure; bounded tries)."""
+        with self._lock:
+            checkpoint(self._conn)
 
     def run(self, fn: Callable[[Connection], _T], write: bool) -> _T:
         with self._lock:

@@ -36,15 +36,15 @@ from pydantic import ConfigDict, Field, field_validator
 from recallserve.kernels import StrictModel
 from recallserve.serve.context import MESSAGE_OVERHEAD, MessageIn, ModeName, ResolvedMode, Session, TokenBreakdown
 from recallserve.serve.engine import ChatMessage
-from recallserve.serve.memory import MemoryBackend, MemoryHit
+from recallserve.serve.memory import MemoryBackend, MemoryHit, cites_of, is_derived
 from recallserve.serve.tokens import TokenCounter
 
 if TYPE_CHECKING:  # NOTE: typing only; serve.agent imports this module.
     from recallserve.serve.agent.images import ImageUnit
 
-__all__ = ["RecallConfig", "Turn", "TurnContext", "TurnTimings", "recall_memories", "recall_query", "relevance_cut",
+__all__ = ["similar_key", "RecallConfig", "Turn", "TurnContext", "TurnTimings", "recall_memories", "recall_query", "relevance_cut",
            "relevance_patterns", "topic_codes", "format_memories", "memory_line", "render_prompt", "prompt_tokens",
-           "memory_meta", "RECALL_KINDS", "CLIENT_HEADER"]
+           "memory_meta", "question_parts", "RECALL_KINDS", "CLIENT_HEADER"]
 
 log = logging.getLogger("recallserve.turn")
 
@@ -97,6 +97,16 @@ class RecallConfig(StrictModel):
         default=3000, ge=0, le=100_000, description="Most characters of all recalled memories in the prompt."
     )
     timeout_s: float = Field(default=10.0, gt=0, le=600, description="Deadline of the recall step; then no memories.")
+    max_parts: int = Field(
+        default=4, ge=1, le=8,
+        description="Most sentences of a message asking several questions searched as parts of their own, besides the whole "
+        "message (see serve.turn.question_parts); 1 = one search of the whole message.",
+    )
+    max_derived: int = Field(
+        default=2, ge=0, le=8,
+        description="Most derived conclusions (written-back answers citing a recalled source) shown after the "
+        "sources; 0 = none.",
+    )
 
     @field_validator("id_pattern", "topic_code_pattern")
     @classmethod
@@ -211,36 +221,151 @@ class _Cache(Protocol):
     def put(self, key: str, value: Any) -> None: ...
 
 
+_SPACES = re.compile(r"\s+")
+_END_MARKS = re.compile(r"[\s?!.。？！]+$")
+
+
+def _loosen(x: Any) -> Any:
+    """Strings case-folded, runs of spacing folded to one space, closing ?/!/. dropped; containers
+    recursively. NOTE: nothing else: an operator is meaning ("2*3" and "2+3" must not share a key)."""
+    if isinstance(x, str):
+        return _END_MARKS.sub("", _SPACES.sub(" ", x.casefold()).strip())
+    if isinstance(x, dict):
+        return {str(k): _loosen(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_loosen(v) for v in x]
+    return x
+
+
+def similar_key(scope: str | tuple[str | None, ...], *parts: Any) -> str:
+    """The cache key of a tool or retrieval result: ``scope`` (the tenant, or the tenant and the end
+    user) exact, every string of
+    ``parts`` case-folded, with spacing folded and closing question marks dropped.
+
+    000 reuses results for "the same or highly similar" queries within 5-10 minutes; queries that
+    differ only in case, spacing or a closing mark ("Reset the router?" / "reset the router") are the
+    similar ones a key can match exactly. The scope is never loosened (one tenant or end user never
+    reads another's cached results), and nothing is fuzzy beyond that (a near-miss is a miss).
+
+    Example:
+        >>> similar_key("acme", "search", {"q": "Reset  the Router?"}) == similar_key("acme", "search", {"q": "reset the router"})
+        True
+    """
+    return json.dumps([scope, *_loosen(list(parts))], sort_keys=True, separators=(",", ":"), default=str)
+
+
 async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str, config: RecallConfig,
-                          cache: _Cache | None = None) -> tuple[list[MemoryHit], str]:
+                          cache: _Cache | None = None, user: str | None = None) -> tuple[list[MemoryHit], str]:
     """The turn's one recall: the tenant's top-k for ``query`` (k and threshold: the memory tier's).
 
+    Steps (the searches of one step run at once; every one is bounded by ``config.timeout_s``):
+
+    1. one search per query of :func:`question_parts`: the whole query, and for a compound
+       question each of its parts; the source records of each list (:data:`RECALL_KINDS`, no
+       write-back) get their own :func:`relevance_cut` (its best match, its ids and codes); a
+       part's memory stays only when its similarity is at least ``relative_cut`` x the best of the
+       whole message's list; the lists are merged in turn (:func:`_merge`), no memory twice;
+    2. ``config.max_derived`` > 0: the derived conclusions of the whole query's list
+       (:func:`recallserve.serve.memory.is_derived`: written-back answers) above the floor are
+       shown after the sources, and only when one cites a source step 1 kept: it adds what an
+       earlier answer concluded from a record and never stands in for it. The same search finds
+       them (one search for a one-part question).
+
+    NOTE: per part because the relevance cut assumes one topic: a message about an E42 fault and a
+    grinder that stops keeps only E42 memories (the code rule drops every memory naming no code, the
+    grinder ticket included, and the relative cut whatever is far below the best match); the
+    grinder sentence searched alone recalls its ticket.
+
+    ``user`` (the request's stored user key) scopes it to that end user's memories and the
+    tenant's unowned ones: one user's turn never sees (nor copies into its trace) another's.
+
     Results are cached per (tenant, query, kinds) when a cache is given (CoT 3.0: retrieval results
-    are reused for minutes). A failing or slow memory tier degrades to no memories; the reason comes
-    back (reported in the response metadata, so the degradation is visible, never silent).
+    of the same or a similar query, :func:`similar_key`, are reused for minutes); an empty result is
+    not cached (a recall made before the memories were written would otherwise hide them for the
+    cache's lifetime). A failing or slow memory tier degrades to no memories; the reason comes back
+    (reported in the response metadata, so the degradation is visible, never silent).
     """
     if memory is None or not config.enabled or not query.strip():
         return [], ""
-    kinds = None if config.recall_exchanges else RECALL_KINDS
-    key = "recall\x00" + json.dumps([tenant, query, kinds])
+    kinds = None if config.recall_exchanges or config.max_derived else RECALL_KINDS
+    key = "recall\x00" + similar_key((tenant, user), query, kinds, config.max_parts, config.max_derived)
     if cache is not None:
         found, hits = cache.get(key)
         if found:
             return list(hits), ""
+    queries = question_parts(query, config.max_parts)
     try:
         async with asyncio.timeout(config.timeout_s):
-            hits = await memory.search(tenant, query, None, kinds=kinds)
+            found_lists = await asyncio.gather(*(memory.search(tenant, q, None, kinds=kinds, user=user)
+                                                 for q in queries))
     except Exception as exc:  # noqa: BLE001 - any memory failure must not fail the chat
         log.warning("memory recall failed: %s", exc)
         return [], f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     # NOTE: one threshold for the tier's dense cut and the prompt's floor unless the recall sets its own.
     floor = config.min_similarity if config.min_similarity is not None else getattr(memory, "threshold", None)
+    floor_value = -1.0 if floor is None else float(floor)
     id_pattern, code_pattern = relevance_patterns(config)
-    hits = relevance_cut(hits, config.relative_cut, -1.0 if floor is None else float(floor), query,
-                         id_pattern=id_pattern, topic_code_pattern=code_pattern)
-    if cache is not None:
+    def source(h: MemoryHit) -> bool:
+        # NOTE: recall_exchanges recalls the write-backs themselves, derived or not, as records.
+        return config.recall_exchanges or (not is_derived(h) and h.kind in RECALL_KINDS)
+
+    kept = [relevance_cut([h for h in found if source(h)], config.relative_cut, floor_value, q,
+                          id_pattern=id_pattern, topic_code_pattern=code_pattern)
+            for q, found in zip(queries, found_lists, strict=True)]
+    if len(kept) > 1 and kept[0]:
+        # NOTE: the relative cut spans the parts: a part's memory joins when it is as close to its
+        # part as the message's own kept memories are to the message. A sentence that only sets the
+        # scene ("my espresso machine shows this error, see the photo") matches every ticket of the
+        # product loosely and brought the demo's other faults back past the photo's code.
+        bar = config.relative_cut * max(h.similarity for h in kept[0])
+        kept = [kept[0], *([h for h in part if h.similarity >= bar] for part in kept[1:])]
+    hits = _merge(kept)
+    sources = {h.source_id for h in hits}
+    derived = [h for h in found_lists[0] if is_derived(h) and h.similarity >= floor_value and set(cites_of(h)) & sources
+               and h.source_id not in sources]
+    hits += derived[: config.max_derived]
+    if cache is not None and hits:
         cache.put(key, hits)
-    return list(hits), ""
+    return hits, ""
+
+
+def _merge(lists: Sequence[Sequence[MemoryHit]]) -> list[MemoryHit]:
+    """The lists taken in turn (round robin: every list's best before any list's second), each memory once.
+
+    NOTE: round robin, not the whole message's list first: the prompt shows memories up to
+    ``prompt_chars``, and a part's best match placed after a long list of the other part's fell out.
+    """
+    out: list[MemoryHit] = []
+    seen: set[str] = set()
+    for i in range(max((len(x) for x in lists), default=0)):
+        for x in lists:
+            if i < len(x) and x[i].id not in seen:
+                seen.add(x[i].id)
+                out.append(x[i])
+    return out
+
+
+_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def question_parts(query: str, max_parts: int) -> list[str]:
+    """The recall queries of ``query``: itself, plus each of its sentences when it asks several questions.
+
+    A message with two or more question sentences (ending in ``?``) is compound; each of its
+    sentences (statements too: "it is from batch B-2320", the photo's OCR text) is searched alone
+    besides the whole message, so that every part gets its own best match, ids and codes in the
+    relevance cut; a sentence that names nothing a memory holds recalls nothing (the floor). At
+    most ``max_parts`` sentences (the first ones) besides the whole message; 1 = no parts.
+
+    NOTE: a part is one sentence, not a question with the statements before it: measured on a
+    two-topic message ("My BrewMaster shows E42. Has this happened before? My GrindPro 200 grinder
+    stops after a few seconds, why?"), a grinder part carrying the E42 statement lost the grinder
+    ticket to the topic-code rule again.
+    """
+    sentences = [x.strip() for x in _SENTENCE_SPLIT.split(query) if x and x.strip()]
+    if sum(x.endswith("?") for x in sentences) < 2 or max_parts < 2:
+        return [query]
+    return [query, *sentences[:max_parts]]
 
 
 def relevance_cut(
@@ -336,7 +461,9 @@ def format_memories(hits: Sequence[MemoryHit], *, item_chars: int, total_chars: 
     lines: list[str] = []
     used = 0
     for i, h in enumerate(hits, 1):
-        line = memory_line(i, h.kind, h.source_id, h.created_at, h.text, item_chars)
+        # NOTE: a derived memory is shown as what it is, an earlier answer, with the records it cited.
+        kind, label = ("earlier answer", "citing " + ", ".join(cites_of(h))) if is_derived(h) else (h.kind, h.source_id)
+        line = memory_line(i, kind, label, h.created_at, h.text, item_chars)
         if used + len(line) > total_chars:
             break
         lines.append(line)

@@ -41,7 +41,7 @@ from pydantic import Field
 
 from recallserve.kernels import StrictModel
 from recallserve.memory_shards.retrieval._text import analyse
-from recallserve.serve.memory import MemoryWrite
+from recallserve.serve.memory import MemoryWrite, derived_metadata
 from recallserve.serve.pii import PiiMode, apply_pii
 
 __all__ = ["WriteFilterConfig", "worth_storing", "speaker_name", "exchange_write", "with_speaker",
@@ -171,14 +171,17 @@ def speaker_name(messages: Sequence[_Authored], pii: PiiMode) -> str:
 
 
 def exchange_write(kept: str, *, speaker: str, user: str, request_id: str, session: str,
-                   pii: PiiMode) -> MemoryWrite:
+                   pii: PiiMode, cites: Sequence[str] = ()) -> MemoryWrite:
     """The chat write-back's memory of one exchange (``kept``: :func:`worth_storing`'s text), PII-masked.
 
     ``source_id`` is ``chat:<user>:<request id>`` (a retried request overwrites its own memory);
-    metadata holds the end user's id, the speaker's name (:func:`speaker_name`) and the session.
+    metadata holds the end user's id, the speaker's name (:func:`speaker_name`) and the session, and
+    marks the exchange as derived (it holds the assistant's answer) with the source ids the answer
+    cited (``cites``; :func:`recallserve.serve.memory.cited_sources`).
     """
     return MemoryWrite(text=apply_pii(kept, pii), kind="message", source_id=f"chat:{user}:{request_id}",
-                       metadata={"user": user, "speaker": speaker, "session_id": session})
+                       metadata={"user": user, "speaker": speaker, "session_id": session, **derived_metadata(cites)},
+                       user=user)
 
 
 def with_speaker(writes: Sequence[MemoryWrite], speaker: str) -> list[MemoryWrite]:

@@ -53,6 +53,7 @@ COMMANDS: dict[str, str] = {
     "bench state-store": "recallserve.deployments.cli._bench_state_store",
     "bench search-seed": "recallserve.deployments.cli._bench_search_seed",
     "bench search": "recallserve.deployments.cli._bench_search",
+    "bench languages": "recallserve.deployments.cli._bench_languages",
     "bench chat": "recallserve.deployments.cli._bench_chat",
     "eval agent": "recallserve.deployments.cli._eval_agent",
     "eval retention": "recallserve.deployments.cli._eval_retention",

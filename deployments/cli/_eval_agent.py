@@ -8,7 +8,10 @@ loop) on the turn the chat pipeline builds for the same request (:func:`recallse
   match the expected values (calculator: the computed result within 0.01), or, when no tool is
   expected, no tool call at all;
 * **key facts**: the answer states every fact of the question and none of its ``must_not``
-  strings (:func:`recallserve.serve.agent.demo.facts.score_answer`); a failing row lists what was missing.
+  strings (:func:`recallserve.serve.agent.demo.facts.score_answer`); a failing row lists what was missing;
+* **claims of absence without a search** (must be 0): the answer's sentences saying that something
+  did not happen or is not on record that no search of the turn supports
+  (:func:`recallserve.serve.agent.grounding.unsupported_absence` over the answer and the turn's record of searches).
 
 Reported per set: both shares, loop latency p50/p95, the time to the first answer character, and
 the engine's time to first token with a warm prompt cache (the stable system prefix already
@@ -29,6 +32,7 @@ from typing import Any
 
 from recallserve.serve.agent.demo.facts import score_answer
 from recallserve.serve.agent.demo.questions import QUESTION_SETS, load_questions
+from recallserve.serve.agent.grounding import Search, unsupported_absence
 from recallserve.serve.agent.schemas import AgentResult, ToolCallRecord
 from recallserve.serve.pipeline import agent_turn
 
@@ -112,7 +116,11 @@ async def evaluate(agent: Any, questions: list[tuple[int, dict[str, Any]]], scop
         result = await agent.run(request, turn)
         ok = score_result(q, result)
         calls = [(c.name, c.args, c.status) for c in result.tool_calls]
+        searches = [Search(s["source"], s["ran"], tuple(s["found"])) for s in result.searches]
         row = {"n": n, "q": q["q"], "expected": q["tool"], "pass": ok, **fact_row(q, result.answer),
+               "absence_unsupported": unsupported_absence(result.answer, searches, q["q"]),
+               "absence_left_out": [d for st in result.steps if st.kind == "guard" for d in st.data.get("dropped", ())],
+               "searches": [(s.source, s.ran, len(s.found)) for s in searches],
                "route": result.route.model_dump(), "calls": calls, "answer": result.answer,
                "memories": [h["source_id"] for h in result.memory_hits], "elapsed_ms": result.elapsed_ms,
                "first_token_ms": result.first_token_ms, "finish_reason": result.finish_reason,
@@ -137,9 +145,13 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "with_tool_score": _share([r for r in rows if r["expected"]]),
         "no_tool_score": _share([r for r in rows if not r["expected"]]),
         "facts_passed": sum(r["facts_pass"] for r in rows), "facts_score": _share(rows, "facts_pass"),
+        "absence_without_search": sum(len(r.get("absence_unsupported") or ()) for r in rows),
+        "absence_left_out": sum(len(r.get("absence_left_out") or ()) for r in rows),
         "both_score": sum(r["pass"] and r["facts_pass"] for r in rows) / max(1, len(rows)),
         "facts_failed": [{"n": r["n"], "q": r["q"], "missing": r["missing"], "forbidden": r["forbidden"]}
                          for r in rows if not r["facts_pass"]],
+        "prompt_tokens_mean": sum(r.get("usage", {}).get("prompt_tokens", 0) for r in rows) / max(1, len(rows)),
+        "memories_shown_mean": sum(len(r.get("memories", ())) for r in rows) / max(1, len(rows)),
         "latency_ms_p50": _pct(lat, 50), "latency_ms_p95": _pct(lat, 95),
         "first_answer_char_ms_p50": _pct(ftt, 50), "first_answer_char_ms_p95": _pct(ftt, 95),
         "rows": rows,
@@ -165,7 +177,7 @@ def _selected(which: str, only: str, limit: int) -> list[tuple[int, dict[str, An
 
 
 def _sets(which: str) -> list[str]:
-    return ["tuned", "holdout"] if which == "all" else [which]
+    return {"all": ["tuned", "holdout"], "compound_all": ["compound", "compound_holdout"]}.get(which, [which])
 
 
 def rescore(report: dict[str, Any]) -> dict[str, Any]:
@@ -191,7 +203,8 @@ def _print_summary(report: dict[str, Any]) -> None:
     print(json.dumps({**head, "sets": sets}, indent=1))
     for name, s in report["sets"].items():
         print(f"{name}: tool choice {s['passed']}/{s['questions']} = {s['score']:.3f}; key facts "
-              f"{s['facts_passed']}/{s['questions']} = {s['facts_score']:.3f}")
+              f"{s['facts_passed']}/{s['questions']} = {s['facts_score']:.3f}; claims of absence without a search "
+              f"{s.get('absence_without_search', 'n/a')} (left out by the check: {s.get('absence_left_out', 'n/a')})")
         for f in s["facts_failed"]:
             print(f"  {name} #{f['n']} facts FAIL missing={f['missing']} forbidden={f['forbidden']} | {f['q'][:70]}")
 
@@ -220,8 +233,10 @@ async def _amain(a: argparse.Namespace) -> int:
         cfg = AgentConfig(use_router=not a.no_router, routing_rules=not a.no_rules, max_steps=1,
                           model_partial_answer=False, **timeouts)
     else:
-        cfg = AgentConfig(use_router=not a.no_router, routing_rules=not a.no_rules, max_steps=a.max_steps, **timeouts)
-    recall = RecallConfig() if a.relative_cut is None else RecallConfig(relative_cut=a.relative_cut)
+        cfg = AgentConfig(use_router=not a.no_router, routing_rules=not a.no_rules, max_steps=a.max_steps,
+                          check_absence=not a.no_check_absence, **timeouts)
+    recall = RecallConfig(**{k: v for k, v in (("relative_cut", a.relative_cut), ("prompt_chars", a.recall_chars))
+                             if v is not None})
     agent = Agent(engine, default_registry(), memory=memory, config=cfg, recall=recall)
     if a.no_ttft:  # NOTE: still load the model and fill the prompt cache once, outside the first question's time
         await agent.warm_up(DEMO_SCOPES)
@@ -232,6 +247,7 @@ async def _amain(a: argparse.Namespace) -> int:
     report: dict[str, Any] = {
         "model": a.model, "questions_set": a.questions, "only": a.only, "limit": a.limit, "rules": not a.no_rules,
         "router": not a.no_router, "tool_choice_only": a.tool_choice_only, "memory": not a.no_memory,
+        "check_absence": not a.no_check_absence,
         "recall": agent.recall.model_dump(), "engine_ttft_warm_ms": ttft, "sets": {}}
     for name, questions in selected.items():
         def partial(rows: list[dict[str, Any]], name: str = name) -> None:
@@ -255,7 +271,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p = subparsers.add_parser("agent", help="tool choice and answer key facts of the agent on the demo questions")
     add_model_arguments(p)
     p.add_argument("--questions", default="tuned", choices=sorted(QUESTION_SETS),
-                   help="question set: tuned (developed against), holdout (written blind), all")
+                   help="question set: tuned (developed against), holdout (written blind), all; compound, "
+                   "compound_holdout (never tuned on), compound_all")
     p.add_argument("--limit", type=int, default=0, help="only the first N questions (of each set)")
     p.add_argument("--only", default="", help="comma-separated 1-based question numbers (within each set)")
     p.add_argument("--max-steps", type=int, default=5, help="loop steps")
@@ -269,7 +286,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
                    help="skip the warm engine time-to-first-token measurement (three engine calls) before the questions")
     p.add_argument("--relative-cut", type=float, default=None, metavar="C",
                    help="recall's relevance cut (RecallConfig.relative_cut; default: the schema's; 0 = whole top-k)")
+    p.add_argument("--recall-chars", type=int, default=None, metavar="N",
+                   help="most characters of all recalled memories in the prompt (RecallConfig.prompt_chars; "
+                        "default: the schema's)")
     p.add_argument("--no-memory", action="store_true", help="run without the demo memories")
+    p.add_argument("--no-check-absence", action="store_true",
+                   help="ablation: keep claims of absence no search supports (agent.check_absence off)")
     p.add_argument("--out", default="", help="write the JSON report (per set: shares, per-question rows) here")
     p.add_argument("--rescore", default="", metavar="FILE",
                    help="no model: score the answers of an earlier --out report by the current key facts")

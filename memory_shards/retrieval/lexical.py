@@ -102,6 +102,8 @@ class LexicalIndex:
         k1: term-frequency saturation (NOTE: 1.2 is the usual default; short chat turns saturate fast).
         b: length normalisation strength (0.75, the usual default).
         compact_dead_ratio: rebuild a collection once this share of its slots is dead.
+        analyser: text -> index terms (:func:`~recallserve.memory_shards.retrieval._text.analyse`;
+            ``bench languages`` passes the alternatives it compares).
 
     Example:
         >>> idx = LexicalIndex()
@@ -110,12 +112,14 @@ class LexicalIndex:
         'r1'
     """
 
-    def __init__(self, k1: float = 1.2, b: float = 0.75, compact_dead_ratio: float = 0.3) -> None:
+    def __init__(self, k1: float = 1.2, b: float = 0.75, compact_dead_ratio: float = 0.3,
+                 analyser: Callable[[str], list[str]] = analyse) -> None:
         if k1 < 0 or not 0 <= b <= 1:
             raise ValueError(f"k1/b: need k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
         self.k1 = k1
         self.b = b
         self.compact_dead_ratio = compact_dead_ratio
+        self._analyse = analyser
         self._collections: dict[str, _Collection] = {}
         self._tenant_of: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -129,7 +133,7 @@ class LexicalIndex:
 
     def add_many(self, items: Iterable[tuple[str, str, str]]) -> None:
         """Index many ``(tenant, record_id, text)``; an id already indexed is replaced."""
-        analysed = [(t, r, analyse(x)) for t, r, x in items]
+        analysed = [(t, r, self._analyse(x)) for t, r, x in items]
         with self._lock:
             touched: set[str] = set()
             for tenant, record_id, terms in analysed:
@@ -195,7 +199,7 @@ class LexicalIndex:
         """
         if n < 1:
             raise ValueError(f"n: must be >= 1, got {n}")
-        terms = list(dict.fromkeys(analyse(query)))
+        terms = list(dict.fromkeys(self._analyse(query)))
         with self._lock:
             coll = self._collections.get(tenant)
             if coll is None or not terms:

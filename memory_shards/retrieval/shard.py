@@ -114,6 +114,16 @@ class HybridShard:
             self.lexical.remove(record_id)
         return deleted
 
+    def erase(self, tenant: str, user: str | None) -> list[str]:
+        """Erase ``tenant``'s records of ``user`` (None: all) from the files and both indexes (``MemoryShard.erase``)."""
+        erased = self.shard.erase(tenant, user)
+        for record_id in erased:
+            self.lexical.remove(record_id)
+        return erased
+
+    def owned(self, tenant: str, user: str | None) -> list[MemoryRecord]:
+        return self.shard.owned(tenant, user)
+
     def get(self, tenant: str, record_id: str) -> MemoryRecord | None:
         return self.shard.get(tenant, record_id)
 

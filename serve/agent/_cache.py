@@ -65,5 +65,10 @@ class TTLCache:
             while len(self._data) > self.max_entries:
                 self._data.popitem(last=False)
 
+    def clear(self) -> None:
+        """Drop every entry (an erasure: cached recalls may hold the erased user's memories)."""
+        with self._lock:
+            self._data.clear()
+
     def __len__(self) -> int:
         return len(self._data)

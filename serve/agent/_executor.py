@@ -20,6 +20,7 @@ from recallserve.serve.agent.given_numbers import numbers_in, ungrounded
 from recallserve.serve.agent.guards import wrap_untrusted
 from recallserve.serve.agent.schemas import ToolCallRecord
 from recallserve.serve.agent.tools import ToolArgsError, ToolContext, ToolError, ToolSet
+from recallserve.serve.turn import similar_key
 
 __all__ = ["StepExecutor", "dedupe_calls"]
 
@@ -208,7 +209,8 @@ class StepExecutor:
                                 "Answer from the results you have.")
         self.uses[tool.name] = self.uses.get(tool.name, 0) + 1
         self.seen.add(key)
-        tenant_key = cache_key(self.ctx.tenant, tool.name, clean)
+        # NOTE: the end user too: a memory tool's result is scoped to them (ToolContext.user).
+        tenant_key = similar_key((self.ctx.tenant, self.ctx.user), tool.name, clean)
         if tool.cacheable:
             found, value = self.cache.get(tenant_key)
             if found:

@@ -17,8 +17,9 @@ from typing import Any, Literal
 from pydantic import Field
 
 from recallserve.kernels import StrictModel
-from recallserve.serve.agent.hints import RoutingHint
+from recallserve.serve.agent.hints import NOT_AFTER_WORD, NOT_BEFORE_WORD, RoutingHint
 from recallserve.serve.agent.tools import Tool, ToolContext, ToolError
+from recallserve.serve.memory import is_derived
 from recallserve.serve.turn import memory_line
 
 __all__ = [
@@ -103,7 +104,8 @@ def safe_eval(expression: str) -> float | int:
 
 
 # A standalone number: not part of an id (B-2207, C-1004, BM3-STD), a date (2025-03-01) or a word.
-_NUMBER = r"(?<![\w.-])\d+(?:[.,]\d+)?(?![\w-]|[.,]\d)"
+# Han characters do not count as word characters here ("449的17%": two numbers; see hints.NOT_AFTER_WORD).
+_NUMBER = rf"{NOT_AFTER_WORD}(?<!\.)\d+(?:[.,]\d+)?{NOT_BEFORE_WORD}(?![.,]\d)"
 
 #: Two numbers and an arithmetic cue: the rules send these to the calculator (rule 1 of the prompt).
 CALCULATOR_ROUTING = RoutingHint(
@@ -111,7 +113,8 @@ CALCULATOR_ROUTING = RoutingHint(
     keywords=[r"\btotal\b", r"\bsum\b", r"\baverage\b", r"\bmean\b", r"%", r"\bper ?cent", r"\beach\b",
               r"\bplus\b", r"\bminus\b", r"\btimes\b", r"multipl", r"divid", r"\bdifference\b",
               r"\bhow (?:much|many)\b", r"\bmore\b", r"\bless\b", r"\bcheaper\b", r"\bdiscount",
-              r"\d\s*[-+*/x\u00d7\u00f7^]\s*\d", r"\bsplit\b", r"\bcost", r"\bpay\b", r"\brefund"],
+              r"\d\s*[-+*/x\u00d7\u00f7^]\s*\d", r"\bsplit\b", r"\bcost", r"\bpay\b", r"\brefund",
+              r"总共|一共|合计|总计|平均|百分之|每[台个件份]|每个|加上|减去|乘以|除以|多少钱|贵多少|便宜|折扣|打折|收入|付了|平分|分摊"],
 )
 #: Place names -> the clock's time zone. NOTE: measured on the eval's holdout question 23 ("what
 #: time is it in Tokyo right now?"): the 1.5B model called the clock with Europe/Paris. A place
@@ -149,16 +152,26 @@ CLOCK_PLACES: dict[str, str] = {
     "south africa": "Africa/Johannesburg", "sydney": "Australia/Sydney", "melbourne": "Australia/Melbourne",
     "australia": "Australia/Sydney", "perth": "Australia/Perth", "auckland": "Pacific/Auckland",
     "new zealand": "Pacific/Auckland",
+    # Chinese names of the same places (issue 39).
+    "伦敦": "Europe/London", "英国": "Europe/London", "巴黎": "Europe/Paris", "法国": "Europe/Paris",
+    "柏林": "Europe/Berlin", "德国": "Europe/Berlin", "莫斯科": "Europe/Moscow", "纽约": "America/New_York",
+    "洛杉矶": "America/Los_Angeles", "旧金山": "America/Los_Angeles", "芝加哥": "America/Chicago",
+    "多伦多": "America/Toronto", "东京": "Asia/Tokyo", "日本": "Asia/Tokyo", "首尔": "Asia/Seoul", "韩国": "Asia/Seoul",
+    "北京": "Asia/Shanghai", "上海": "Asia/Shanghai", "深圳": "Asia/Shanghai", "中国": "Asia/Shanghai",
+    "香港": "Asia/Hong_Kong", "台北": "Asia/Taipei", "新加坡": "Asia/Singapore", "曼谷": "Asia/Bangkok",
+    "迪拜": "Asia/Dubai", "悉尼": "Australia/Sydney", "墨尔本": "Australia/Melbourne",
 }
 #: The clock's time zones: UTC and every zone a place maps to.
 _TIMEZONES = tuple(dict.fromkeys(["UTC", *CLOCK_PLACES.values()]))
-_PLACE = r"\b(" + "|".join(sorted((re.escape(p) for p in CLOCK_PLACES), key=len, reverse=True)) + r")\b"
+_PLACE = (r"(?<![^\W\u3400-\u4dbf\u4e00-\u9fff])(" + "|".join(sorted((re.escape(p) for p in CLOCK_PLACES), key=len, reverse=True))
+          + r")(?![^\W\u3400-\u4dbf\u4e00-\u9fff])")
 
 #: Questions about the current time or date.
 CLOCK_ROUTING = RoutingHint(
     keywords=[r"\bwhat(?:'s| is)? the (?:time|date|day)\b", r"\bwhat time\b", r"\btime is it\b",
               r"\bcurrent (?:time|date)\b", r"\btoday'?s date\b", r"\bwhat day\b", r"\bdate today\b",
-              r"\btime (?:right )?now\b", r"\blocal time\b", r"\bclock\b"],
+              r"\btime (?:right )?now\b", r"\blocal time\b", r"\bclock\b",
+              r"几点|什么时间|现在时间|当前时间|几号|星期几|礼拜几|今天日期"],
     bind={"timezone": _PLACE},
     aliases={"timezone": CLOCK_PLACES},
 )
@@ -166,7 +179,8 @@ CLOCK_ROUTING = RoutingHint(
 MEMORY_SEARCH_ROUTING = RoutingHint(
     keywords=[r"\bsearch\b", r"\blook (?:it )?up\b", r"\bknowledge ?base\b", r"\bdocumentation\b",
               r"\bhappened before\b", r"\bseen (?:this|that|it) before\b", r"\bsimilar (?:cases|tickets|issues|problems|faults)\b",
-              r"\b(?:past|earlier|previous|old) (?:tickets|cases|reports)\b", r"\bany (?:tickets|reports) about\b"],
+              r"\b(?:past|earlier|previous|old) (?:tickets|cases|reports)\b", r"\bany (?:tickets|reports) about\b",
+              r"搜索|搜一下|查找|知识库|以前的工单|历史工单|类似的(?:问题|工单|故障)"],
 )
 
 
@@ -252,9 +266,10 @@ class MemorySearchArgs(StrictModel):
 async def _search(args: MemorySearchArgs, ctx: ToolContext) -> list[dict[str, Any]]:
     if ctx.memory is None:
         raise ToolError("memory is not available on this server")
-    hits = await ctx.memory.search(ctx.tenant, args.query, max(args.k, MEMORY_SEARCH_MIN_K))
-    return [{"id": h.source_id, "kind": h.kind, "created_at": h.created_at, "score": round(h.score, 3), "text": h.text}
-            for h in hits]
+    hits = await ctx.memory.search(ctx.tenant, args.query, max(args.k, MEMORY_SEARCH_MIN_K), user=ctx.user)
+    # NOTE: the memory service ranks derived conclusions (earlier answers) after every source record.
+    return [{"id": h.source_id, "kind": "earlier answer" if is_derived(h) else h.kind, "created_at": h.created_at,
+             "score": round(h.score, 3), "text": h.text} for h in hits]
 
 
 def _summarise_hits(hits: list[dict[str, Any]]) -> str:

@@ -44,6 +44,17 @@ class AgentConfig(StrictModel):
         description="Stop an answer at the first sentence that repeats an earlier one word for word (greedy decoding "
         "cannot leave such a loop) and keep it up to that sentence (serve.agent.guards.AnswerCheck).",
     )
+    check_absence: bool = Field(
+        default=True,
+        description="Leave out an answer sentence claiming that something did not happen, does not exist or is not "
+        "on record unless a search of the turn came back empty for it, and say so when no search ran "
+        "(serve.agent.grounding).",
+    )
+    quote_record: bool = Field(
+        default=True,
+        description="After the answer to a question about earlier cases or a fix, quote the best recalled record that "
+        "names the question's ids and codes (its fault and fix in its own words; serve.agent.grounding.record_note).",
+    )
     rule_replies: bool = Field(
         default=True,
         description="When the rules alone settle a direct answer (a malformed id, an action outside the tenant's "

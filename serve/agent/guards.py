@@ -7,6 +7,7 @@ logs); it is re-exported here because the agent's write-backs and log lines use 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from recallserve.serve.pii import luhn_ok, mask_pii
 
@@ -81,9 +82,15 @@ class AnswerCheck:
         ('It was fixed by the fuse.', 'It was fixed by the fuse.')
     """
 
-    def __init__(self, evidence: str, *, ids: bool = True, repeats: bool = True) -> None:
+    def __init__(self, evidence: str, *, ids: bool = True, repeats: bool = True,
+                 claims: Callable[[str], bool] | None = None) -> None:
         self.known = set(ID_PATTERN.findall(evidence))
         self.ids, self.repeats = ids, repeats
+        # NOTE: ``claims``: a sentence it is true for is left out (an unsupported claim of absence,
+        # recallserve.serve.agent.grounding); each sentence is then held until it ends.
+        self.claims = claims
+        self.dropped: list[str] = []
+        self._drops: list[tuple[int, int]] = []
         self.text = ""
         self._sent = 0
         self.invented: str | None = None
@@ -108,8 +115,21 @@ class AnswerCheck:
 
     @property
     def answer(self) -> str:
-        """The answer so far: everything fed, or, after a stop, up to the sentence before it."""
-        return (self.text[: self._cut] if self.stopped else self.text).strip()
+        """The answer so far: everything fed, or, after a stop, up to the sentence before it; the
+        sentences ``claims`` left out are not in it."""
+        end = self._cut if self.stopped else len(self.text)
+        return self._kept(0, end).strip()
+
+    def _kept(self, start: int, end: int) -> str:
+        """``text[start:end]`` without the dropped sentences."""
+        out, at = [], start
+        for a, b in self._drops:
+            if b <= at or a >= end:
+                continue
+            out.append(self.text[at : max(at, a)])
+            at = max(at, b)
+        out.append(self.text[at:end] if at < end else "")
+        return "".join(out)
 
     def feed(self, new: str) -> str:
         """Add answer text; return what may be streamed now ("" once the check stopped)."""
@@ -120,7 +140,7 @@ class AnswerCheck:
         if self.ids:
             tail = _ID_TAIL.search(self.text)
             safe = tail.start() if tail else safe
-        if self.repeats:
+        if self.repeats or self.claims is not None:
             safe = min(safe, self._repeat_safe())
         return self._release(safe)
 
@@ -128,14 +148,19 @@ class AnswerCheck:
         """The held-back tail once the answer is complete (checked like the rest)."""
         if self.stopped:
             return ""
-        if self.repeats:
+        if self.repeats or self.claims is not None:
             self._close_sentence(len(self.text))
         return "" if self.stopped else self._release(len(self.text))
 
     def _close_sentence(self, end: int) -> bool:
         """Record the sentence ``text[_open:end]``; True (and stop) when it repeats an earlier one."""
         sentence = self.text[self._open : end].strip()
-        if len(sentence) >= REPEAT_MIN_CHARS and sentence in self._sentences:
+        if self.claims is not None and sentence and self.claims(sentence):
+            self.dropped.append(sentence)
+            self._drops.append((self._open, end))
+            self._open = end
+            return False
+        if self.repeats and len(sentence) >= REPEAT_MIN_CHARS and sentence in self._sentences:
             self.repeated, self._cut = sentence, self._open
             return True
         if sentence:
@@ -149,6 +174,8 @@ class AnswerCheck:
         for m in _SENTENCE_END.finditer(self.text, self._open):
             if self._close_sentence(m.end()):
                 return self._cut
+        if self.claims is not None:
+            return self._open  # NOTE: the open sentence may still turn into a claim
         current = self.text[self._open :].strip()
         if current and any(s.startswith(current) for s in self._sentences if len(s) >= REPEAT_MIN_CHARS):
             return self._open
@@ -167,6 +194,6 @@ class AnswerCheck:
                     self._cut = ends[-1] if ends else 0
                     safe = m.start()
                     break
-        out = self.text[self._sent : max(self._sent, safe)]
+        out = self._kept(self._sent, max(self._sent, safe))
         self._sent = max(self._sent, safe)
         return out

@@ -16,7 +16,17 @@ from pydantic import Field, field_validator, model_validator
 
 from recallserve.kernels import StrictModel
 
-__all__ = ["RoutingHint", "ci_pattern"]
+__all__ = ["RoutingHint", "ci_pattern", "NOT_AFTER_WORD", "NOT_BEFORE_WORD"]
+
+# NOTE: ``\w`` includes Han characters, so "订单104208" has a word character before the id and
+# ``(?<![\w-])`` rejects it. Chinese is written without spaces (issue 39): an id or a place name
+# next to Han characters is still its own token; only a Latin letter, a digit or "_" (or "-")
+# beside it makes it part of a longer one. English text matches exactly as with ``\w``.
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff"
+#: Lookbehind: the previous character is no Latin/digit word character nor "-" (a Han one is fine).
+NOT_AFTER_WORD = rf"(?<![^\W{_HAN}]|-)"
+#: Lookahead: the next character is no Latin/digit word character nor "-" (a Han one is fine).
+NOT_BEFORE_WORD = rf"(?![^\W{_HAN}]|-)"
 
 
 @lru_cache(maxsize=512)

@@ -42,6 +42,8 @@ from recallserve.serve.agent._prompts import PARTIAL_INSTRUCTION, RETRY_INSTRUCT
 from recallserve.serve.agent._protocol import FINAL_WRAPPER_TOKENS, THOUGHT_MAX_CHARS, AnswerStream, ParsedCall, ParsedStep, \
     StepParseError, is_final_only, parse_json_object, parse_step, router_schema, step_schema
 from recallserve.serve.agent.config import AgentConfig
+from recallserve.serve.agent.grounding import NOT_SEARCHED, NOT_SHOWN, Search, record_note, turn_searches, \
+    unsupported_absence
 from recallserve.serve.agent.guards import AnswerCheck, mask_pii
 from recallserve.serve.agent.images import ImageDescriber
 from recallserve.serve.agent.routing import route_by_rules
@@ -49,7 +51,7 @@ from recallserve.serve.agent.schemas import AgentEvent, AgentRequest, AgentResul
     TraceStep
 from recallserve.serve.agent.tools import ToolContext, ToolRegistry, ToolSet
 from recallserve.serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
-from recallserve.serve.memory import MemoryBackend, MemoryWrite
+from recallserve.serve.memory import MemoryBackend, MemoryWrite, cited_sources, derived_metadata, is_derived
 from recallserve.serve.pii import apply_pii, for_write_back
 from recallserve.serve.turn import RecallConfig, Turn, render_prompt
 
@@ -160,6 +162,7 @@ class _Run:
         self.first_token_ms: float | None = None
         self._streamed = ""
         self._cut = False  # NOTE: the direct answer's generation stopped at max_tokens
+        self._pending_note = ""  # NOTE: NOT_SEARCHED, added after an answer whose claim of absence was left out
         self.question = self.turn.asked
 
     def _ms(self, since: float) -> float:
@@ -176,13 +179,41 @@ class _Run:
         return AgentEvent(type="trace", step=item)
 
     # -- engine calls ---------------------------------------------------------------------------
+    def _searches(self) -> list[Search]:
+        """The turn's record of searches so far: its recall (when it ran) and the tool calls made."""
+        ran = self.a.memory is not None and self.a.recall.enabled and not self.turn.memory_error
+        return turn_searches(ran, [h.text for h in self.turn.memories], self.calls)
+
     def _answer_check(self, messages: list[ChatMessage]) -> AnswerCheck | None:
-        """An :class:`AnswerCheck` whose evidence is ``messages`` (the prompt), or None when both
-        of its rules are off."""
-        if not (self.cfg.check_ids or self.cfg.stop_repeats):
+        """An :class:`AnswerCheck` whose evidence is ``messages`` (the prompt) and whose claims of
+        absence are checked against the searches made so far, or None when its rules are off."""
+        if not (self.cfg.check_ids or self.cfg.stop_repeats or self.cfg.check_absence):
             return None
+        claims = None
+        if self.cfg.check_absence:
+            searches = self._searches()
+            claims = lambda sentence: bool(unsupported_absence(sentence, searches, self.question))  # noqa: E731
         return AnswerCheck("\n".join(m.content for m in messages), ids=self.cfg.check_ids,
-                           repeats=self.cfg.stop_repeats)
+                           repeats=self.cfg.stop_repeats, claims=claims)
+
+    def _record_note(self, answer: str) -> str:
+        """The quote of the record a history question rests on (:func:`record_note`), "" when none."""
+        if not self.cfg.quote_record:
+            return ""
+        sources = [(h.source_id, h.text) for h in self.turn.memories if not is_derived(h)]
+        return record_note(self.question, sources, answer)
+
+    def _not_searched(self, step: int, check: AnswerCheck) -> AgentEvent | None:
+        """After an answer whose claims of absence were left out: the trace step, and when no search
+        ran at all, the sentence saying the agent did not look (streamed, in the answer)."""
+        if not check.dropped:
+            return None
+        if not any(s.ran for s in self._searches()):
+            self._pending_note = NOT_SEARCHED
+        elif not check.answer:
+            self._pending_note = NOT_SHOWN
+        return self._add(step, "guard", "left out a claim of absence no search of this turn supports",
+                         dropped=[d[:200] for d in check.dropped])
 
     def _step_tokens(self, schema: dict[str, Any]) -> int:
         """Most tokens a step may generate: ``agent.step_max_tokens``, and when the step can only be
@@ -294,13 +325,21 @@ class _Run:
                 # asked for one (the rules' first step). Measured on the demo with its photo: two
                 # memory_search steps (~25 s) recalled nothing the recalled E42 tickets lacked.
                 allowed = ToolSet(t for n, t in allowed.items() if not t.covered_by_recall or n in route.first_step)
-            executor = StepExecutor(allowed, ToolContext(self.req.tenant, frozenset(self.req.scopes), self.a.memory),
+            tools_ctx = ToolContext(self.req.tenant, frozenset(self.req.scopes), self.a.memory, self.req.user)
+            executor = StepExecutor(allowed, tools_ctx,
                                     self.a.cache, self.cfg.observation_max_chars,
                                     evidence="\n".join(m.content for m in messages))
             parallel = self.cfg.allow_parallel_calls
             bindings = route.bindings if route.source == "rules" else None
             schema = step_schema(allowed, allow_parallel=parallel and len(allowed) > 0, bindings=bindings)
-            first = allowed.subset(route.first_step)
+            first_step = list(route.first_step)
+            recalled = self._searches()[0].ran
+            if route.source == "rules" and not recalled and "memory_search" in allowed and first_step:
+                # NOTE: the question asks for history (memory_search's rule matched) and the turn's
+                # recall did not run (it failed): the first step may search rather than answer from
+                # live data alone, which left "it has not happened before" resting on no search.
+                first_step.append("memory_search")
+            first = allowed.subset(first_step)
             # NOTE: the rules found evidence for these tools (an id, numbers to compute): the first
             # step must call one of them rather than answer from the model's own guess.
             first_schema = step_schema(first, allow_parallel=parallel, allow_final=False, bindings=bindings) \
@@ -373,6 +412,8 @@ class _Run:
             usage=self.usage, elapsed_ms=self._ms(self.t0), first_token_ms=self.first_token_ms,
             memory_writes=self._writes(answer, partial=finish in ("timeout", "engine_error", "max_steps")),
             prompt=self.prompt,
+            searches=[{"source": s.source, "ran": s.ran, "found": [f[:300] for f in s.found[:16]]}
+                      for s in self._searches()],
         )
         yield AgentEvent(type="done", result=result)
 
@@ -393,10 +434,12 @@ class _Run:
         t = time.perf_counter()
         check = self._answer_check(msgs)
         async with aclosing(self.engine.stream(self.a.reasoner, msgs, params)) as deltas:
+            begun = False  # NOTE: text was generated (the check may hold it back from the stream)
             async for piece in deltas:
-                if not self._streamed and not piece.strip():
+                if not begun and not piece.strip():
                     continue  # NOTE: no leading whitespace in the answer
-                piece = piece.lstrip() if not self._streamed else piece
+                piece = piece.lstrip() if not begun else piece
+                begun = True
                 safe = check.feed(piece) if check is not None else piece
                 if safe:
                     yield self._delta(safe)
@@ -411,6 +454,14 @@ class _Run:
                 self._streamed = check.answer
                 self._cut = False
                 yield self._guard(1, check)
+            note = self._not_searched(1, check)
+            if note is not None:
+                yield note
+            if self._pending_note:
+                yield self._delta((" " if self._streamed.strip() else "") + self._pending_note)
+        quote = self._record_note(self._streamed) if self._streamed.strip() else ""
+        if quote:
+            yield self._delta("\n\n" + quote)
         yield self._add(1, "final", self._streamed.strip(), self._ms(t))
 
     def _reminder(self) -> str:
@@ -460,9 +511,21 @@ class _Run:
                 rest = check.flush()
                 if rest:
                     yield self._delta(rest)
+                note = self._not_searched(step, check)
+                if note is not None:
+                    yield note
+                    parsed.answer = check.answer
+                    if self._pending_note:
+                        parsed.answer = f"{parsed.answer} {self._pending_note}".strip()
+                        yield self._delta((" " if self._streamed.strip() else "") + self._pending_note)
                 if check.stopped:
                     parsed.answer = check.answer or self._partial_text(check.reason)
                     yield self._guard(step, check)
+            if parsed.type == "final" and parsed.answer.strip():
+                quote = self._record_note(parsed.answer)
+                if quote:
+                    parsed.answer = f"{parsed.answer.rstrip()}\n\n{quote}"
+                    yield self._delta("\n\n" + quote)
             if parsed.type != "final":
                 yield self._add(step, "action", json.dumps([{"name": c.name, "args": c.args} for c in parsed.calls]),
                                 calls=[{"id": c.id, "name": c.name, "args": c.args} for c in parsed.calls])
@@ -522,7 +585,12 @@ class _Run:
         tools_used = ",".join(sorted({c.name for c in self.calls if c.status in ("ok", "cached")}))
         text = apply_pii(f"User asked: {self.question}\nAgent answered: {answer}", for_write_back(self.req.pii))
         digest = hashlib.sha256(f"{session}|{self.question}|{answer}".encode()).hexdigest()[:16]
-        meta: dict[str, Any] = {"tools": tools_used, "images": ",".join(u.sha256 for u in self.turn.images)}
+        # NOTE: the answer is a conclusion, stored as derived with the records it cited: the memory tier
+        # ranks it below every source record, and the chat recall shows it only beside a cited one.
+        searched = [h["id"] for c in self.calls if c.status in ("ok", "cached") and isinstance(c.result, list)
+                    for h in c.result if isinstance(h, dict) and isinstance(h.get("id"), str)]
+        meta: dict[str, Any] = {"tools": tools_used, "images": ",".join(u.sha256 for u in self.turn.images),
+                                **derived_metadata(cited_sources(answer, self.turn.memories, searched))}
         if session:
             meta["session_id"] = session
         writes.append(MemoryWrite(text=text, kind="message", source_id=f"exchange:{digest}", metadata=meta))

@@ -49,6 +49,7 @@ from pydantic import Field
 from recallserve.kernels import StrictModel
 from recallserve.serve.agent.hints import RoutingHint, ci_pattern
 from recallserve.serve.agent.tools import Tool
+from recallserve.serve.language import language_of
 
 __all__ = ["ABOUT_ME", "ACTION_REQUESTS", "RuleDecision", "route_by_rules", "bind_schema", "requested_action"]
 
@@ -73,7 +74,8 @@ ACTION_REQUESTS: dict[str, str] = {
 #: the rules from the tenant's tool set. NOTE: measured on the eval's holdout question 31, the 1.5B
 #: model answered "I am an AI language model created by OpenAI" under every system prompt tried.
 ABOUT_ME = r"\bwho are you\b|\bwhat are you\b|\bwhat (?:can|do) you do\b|\bwhat (?:kind of |sort of )?(?:things )?can you " \
-           r"help\b|\bhow can you help\b|\bwhat can i ask\b|\bwhat are you able to\b"
+           r"help\b|\bhow can you help\b|\bwhat can i ask\b|\bwhat are you able to\b" \
+           r"|你是谁|您是谁|你是什么|你能做什么|你可以做什么|你能帮我(?:做)?什么|你可以帮我(?:做)?什么|你会做什么"
 
 
 class RuleDecision(StrictModel):
@@ -121,7 +123,11 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
         every_tool: all tools of the server, so that a request for an action outside the
             tenant's scopes is recognised (and answered directly) instead of being mapped to
             the nearest allowed tool.
+
+    The rules' own replies (a refused scope, a malformed id, "who are you") are written in Chinese
+    when the question is (:func:`~recallserve.serve.language.language_of`), else in English.
     """
+    zh = language_of(text) == "zh"
     scores: dict[str, int] = {}
     outside: dict[str, Tool] = {}
     for tool in list(allowed.values()) + [t for t in every_tool if t.name not in allowed]:
@@ -146,8 +152,9 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
                             reason=f"asks for {name}, which needs scope {outside[name].scope!r} this tenant lacks",
                             advice=f"The user asks for something you cannot do from this account ({what}). "
                             "Say so politely, do not claim it was done, and offer to pass the request to a colleague.",
-                            reply=f"I'm sorry, but this account isn't allowed to do that ({what[:1].lower() + what[1:]}), "
-                            "so nothing has been changed. I can pass your request on to a colleague who can help with it.")
+                            reply=("抱歉，这个账户无权执行该操作，因此没有做任何更改。我可以把您的请求转给能处理的同事。" if zh else
+                                   f"I'm sorry, but this account isn't allowed to do that ({what[:1].lower() + what[1:]}), "
+                                   "so nothing has been changed. I can pass your request on to a colleague who can help with it."))
     if action is not None:
         # NOTE: declined before any lookup: measured on the eval's refund question, after an
         # order_status call the 1.5B model went on "The refund was given because the repair failed
@@ -189,15 +196,17 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
                             reason=f"a malformed id for {', '.join(missed)}: ask the user for it",
                             advice="An id in the question has the wrong format (expected "
                             f"{'; '.join(dict.fromkeys(formats)) or 'a valid id'}). Do not guess it: ask the user for the correct id.",
-                            reply=f"I can't look that up yet: \u201c{seen}\u201d doesn't look like a valid id (expected "
-                            f"{expected}). Could you check it and send it again?")
+                            reply=(f"暂时无法查询：\u201c{seen}\u201d看起来不是有效的编号（应为 {expected}）。请核对后再发一次。" if zh else
+                                   f"I can't look that up yet: \u201c{seen}\u201d doesn't look like a valid id (expected "
+                                   f"{expected}). Could you check it and send it again?"))
     if ci_pattern(ABOUT_ME).search(text):
         names = [n.replace("_", " ") for n in sorted(allowed)]
         can = (", ".join(names[:-1]) + " and " + names[-1]) if len(names) > 1 else "".join(names) or "general questions"
         return RuleDecision(route="direct", scores=scores, reason="asks what the assistant is or can do",
                             advice="Say you are this company's customer-service assistant and what you can help with.",
-                            reply=f"I'm this company's customer-service assistant. I can help you with: {can}. "
-                            "What can I do for you?")
+                            reply=(f"我是本公司的客服助手，可以帮您处理：{can}。请问有什么可以帮您？" if zh else
+                                   f"I'm this company's customer-service assistant. I can help you with: {can}. "
+                                   "What can I do for you?"))
     unhinted = [t.name for t in allowed.values() if t.routing is None]
     if unhinted:
         return RuleDecision(route="undecided", tools=unhinted, scores=scores,

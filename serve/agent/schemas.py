@@ -40,6 +40,9 @@ class AgentRequest(StrictModel):
     mode: Literal["auto", "on", "off"] = Field(
         default="auto", description="auto: the router decides; on: always the tool loop; off: answer without tools."
     )
+    user: str | None = Field(default=None, min_length=1, max_length=128,
+                             description="End user's stored key: the memory tool sees only their memories and the "
+                                         "tenant's unowned ones (None: the whole tenant's).")
     session_id: str | None = Field(default=None, max_length=256, description="Session id stored with write-backs.")
     max_steps: int | None = Field(default=None, ge=1, le=10, description="Override of AgentConfig.max_steps.")
     max_answer_tokens: int | None = Field(
@@ -142,6 +145,10 @@ class AgentResult(StrictModel):
     prompt: list[ChatMessage] = Field(
         default_factory=list,
         description="What the reasoner call received before any step was appended (the turn trace stores it).")
+    searches: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The turn's record of searches (serve.agent.grounding.turn_searches): source, whether it ran, "
+        "what it found (texts, each cut to 300 characters).")
 
     def openai_finish(self) -> Literal["stop", "length"]:
         """The OpenAI ``finish_reason`` of the answer.
@@ -162,6 +169,7 @@ class AgentResult(StrictModel):
             "memory_hits": self.memory_hits,
             "usage": self.usage.model_dump(),
             "elapsed_ms": self.elapsed_ms,
+            "searches": [{"source": s["source"], "ran": s["ran"], "found": len(s["found"])} for s in self.searches],
         }
 
 

@@ -47,6 +47,8 @@ class ToolContext:
     tenant: str
     scopes: frozenset[str]
     memory: MemoryBackend | None = None
+    user: str | None = None
+    """The end user's stored key: memory tools search only their memories and the tenant's unowned ones."""
 
 
 def default_summary(result: Any) -> str:

@@ -36,7 +36,7 @@ from recallserve.serve.api.observe import ObserveMiddleware
 from recallserve.serve.engine import EngineError
 from recallserve.serve.memory_api.admission import AdmissionRefused, SearchAdmission
 from recallserve.serve.mcp import McpEndpoint
-from recallserve.serve.pii import SESSION_KEY_CHARS, PersonalDataError, apply_pii, install_log_masking, mask_id
+from recallserve.serve.pii import SESSION_KEY_CHARS, PersonalDataError, apply_pii, install_log_masking, mask_id, user_key
 from recallserve.serve.pipeline import ChatPipeline, RequestContext
 
 __all__ = ["create_app"]
@@ -256,12 +256,11 @@ def create_app(
                     apply_pii(call.function.arguments, pii, f"messages.{i}.tool_calls.{j}.function.arguments")
                 # NOTE: a user message's name is stored as the write-back's metadata.speaker.
                 apply_pii(message.name or "", pii, f"messages.{i}.name")
-        user = body.user or "default"
+        # NOTE: the user and session ids key the session store; an e-mail as the user id (what
+        # many clients send) is stored as its masked, still distinct key (serve.pii.user_key),
+        # and the sessions, memory and erasure routes look it up the same way.
+        user = user_key(body.user or "default", pii)
         if pii != "allow":
-            # NOTE: the user and session ids key the session store; an e-mail as the user id (what
-            # many clients send) is stored as its masked, still distinct key (serve.pii.mask_id),
-            # and the sessions routes look it up the same way.
-            user = mask_id(user, SESSION_KEY_CHARS)
             if body.metadata and "session_id" in body.metadata:
                 body.metadata = {**body.metadata, "session_id": mask_id(body.metadata["session_id"], SESSION_KEY_CHARS)}
         ctx = RequestContext(tenant=tenant, user=user, request_id=request.state.request_id,

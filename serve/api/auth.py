@@ -6,6 +6,7 @@ A missing or unknown key is a 401 with an OpenAI-style body.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
 
@@ -14,13 +15,18 @@ from fastapi import Request
 from recallserve.serve.api.errors import APIError
 from recallserve.serve.pii import PiiMode, PiiPolicy
 
-__all__ = ["Authenticator", "READ_ONLY_SCOPES", "RESERVED_TENANT_PREFIX"]
+__all__ = ["Authenticator", "READ_ONLY_SCOPES", "RESERVED_TENANT_PREFIX", "key_id"]
 
 #: Tenant names the server keeps for itself (the ingress's start-up recall runs as ``__warm_up__``);
 #: no API key may map to one, so no client can read or write them.
 RESERVED_TENANT_PREFIX = "__"
 #: Tool scopes a tenant gets when the auth config names none for it: read-only (least privilege).
 READ_ONLY_SCOPES: tuple[str, ...] = ("basic", "memory:read", "orders:read", "tickets:read", "inventory:read")
+
+
+def key_id(key: str) -> str:
+    """A non-secret id of an API key for audit logs: ``key_`` + 12 hex of its SHA-256."""
+    return "key_" + hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 class Authenticator:
@@ -32,6 +38,7 @@ class Authenticator:
         default_scopes: scopes of a tenant ``scopes`` does not name.
         pii: tenant -> ``mask | reject | allow`` (auth config ``auth.pii``).
         default_pii: policy of a tenant ``pii`` does not name (``mask``).
+        retention: tenant -> retention limits in days (auth config ``auth.retention``; shown by the console).
 
     Example:
         >>> auth = Authenticator({"sk-local": "local"}, {"local": ["basic", "orders:write"]})
@@ -41,7 +48,7 @@ class Authenticator:
 
     def __init__(self, keys: Mapping[str, str], scopes: Mapping[str, Sequence[str]] | None = None,
                  default_scopes: Sequence[str] = READ_ONLY_SCOPES, pii: Mapping[str, PiiMode] | None = None,
-                 default_pii: PiiMode = "mask") -> None:
+                 default_pii: PiiMode = "mask", retention: Mapping[str, Mapping[str, float | None]] | None = None) -> None:
         if not keys:
             raise ValueError("auth: no API keys configured (set auth.keys or RECALLSERVE_API_KEYS)")
         reserved = sorted({t for t in keys.values() if t.startswith(RESERVED_TENANT_PREFIX)})
@@ -52,6 +59,12 @@ class Authenticator:
         self._scopes = {t: list(s) for t, s in (scopes or {}).items()}
         self._default_scopes = list(default_scopes)
         self.pii = PiiPolicy(pii, default_pii)
+        self._retention = {t: dict(r) for t, r in (retention or {}).items()}
+
+    def retention_for(self, tenant: str) -> dict[str, float | None]:
+        """Retention limits of ``tenant`` in days (``memories_days``, ``sessions_days``, ``traces_days``;
+        None or missing = kept until deleted), from the auth config's ``retention``."""
+        return dict(self._retention.get(tenant, {}))
 
     def scopes_for(self, tenant: str) -> list[str]:
         """Tool scopes of ``tenant`` (the default scopes when the config names none for it)."""
@@ -99,4 +112,6 @@ class Authenticator:
             raise APIError(401, "invalid API key", type="authentication_error", code="invalid_api_key")
         # NOTE: read by the request metrics (serve.api.observe) for the tenant's own Health figures.
         request.state.tenant = tenant
+        # NOTE: the audit of erasures and exports names the key that asked by this id, never the key.
+        request.state.key_id = key_id(key)
         return tenant

@@ -79,6 +79,14 @@ def method_label(method: str) -> str:
     return method if method in METHODS else "OTHER"
 
 
+
+def _log_path(scope: Scope) -> str:
+    """The request's path as logged: its matched route template (``/v1/users/{user}``), never the
+    raw path, whose ids (an end user, a session) a log must not keep (an erasure could not reach
+    them); the raw path only when no route matched (an unknown path names no stored id)."""
+    route = getattr(scope.get("route"), "path", None)
+    return route if isinstance(route, str) else scope["path"]
+
 class ObserveMiddleware:
     """Request id, metrics and the 500 envelope for every HTTP request (see the module docstring)."""
 
@@ -129,12 +137,12 @@ class ObserveMiddleware:
             # NOTE: under ASGI spec 2.4 a stream's send to a closed connection raises this: the
             # client left (as the cancellation above), not a server error worth a traceback; the
             # turn is still stored (serve.api.app._detached).
-            log.info("request %s %s %s: client disconnected", request_id, scope["method"], scope["path"])
+            log.info("request %s %s %s: client disconnected", request_id, scope["method"], _log_path(scope))
             if not status:
                 self._observe(scope, 499, start)
             return
         except Exception:
-            log.exception("request %s %s %s: unhandled error", request_id, scope["method"], scope["path"])
+            log.exception("request %s %s %s: unhandled error", request_id, scope["method"], _log_path(scope))
             if status:
                 raise  # the response has started: nothing else can be sent on it
             response = JSONResponse(error_body(f"internal server error (request id {request_id})", "server_error",
@@ -142,7 +150,7 @@ class ObserveMiddleware:
             await response(scope, receive, send_with_id)
         if status >= 400:
             log.log(logging.WARNING if status >= 500 else logging.INFO, "request %s %s %s -> %d", request_id,
-                    scope["method"], scope["path"], status)
+                    scope["method"], _log_path(scope), status)
 
     @staticmethod
     def _observe(scope: Scope, status: int, start: float) -> None:

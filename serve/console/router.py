@@ -45,6 +45,9 @@ class ConsoleMe(StrictModel):
     tenant: str = Field(description="Tenant of the API key (every console page shows only its data).")
     pii: str = Field(description="PII policy of the tenant: mask, reject or allow.")
     scopes: list[str] = Field(description="Tool scopes of the tenant.")
+    retention: dict[str, float | None] = Field(
+        default_factory=dict, description="Retention limits in days (memories_days, sessions_days, traces_days); "
+                                          "missing = kept until deleted or erased.")
 
 
 def _files() -> dict[str, tuple[bytes, str]]:
@@ -105,7 +108,8 @@ def build_console_router(auth: Any, memory_records: Callable[[str], Awaitable[in
 
     @router.get("/v1/console/me", response_model=ConsoleMe, tags=["console"], summary="The API key's tenant")
     async def me(tenant: Tenant) -> ConsoleMe:
-        return ConsoleMe(tenant=tenant, pii=auth.pii_for(tenant), scopes=auth.scopes_for(tenant))
+        return ConsoleMe(tenant=tenant, pii=auth.pii_for(tenant), scopes=auth.scopes_for(tenant),
+                         retention=auth.retention_for(tenant))
 
     @router.get("/v1/console/health", response_model=HealthFigures, tags=["console"],
                 summary="Request rate, errors, latency, memory count, cache hit and verification pass rates")

@@ -7,8 +7,10 @@ Budget (tokens left for history)::
 where ``system`` is the caller's system prompt and ``pending`` the request's new messages (each
 message also pays a fixed :data:`MESSAGE_OVERHEAD` for its role and separators).
 
-Modes (retention-3 messages are pinned in every mode; if they alone exceed the budget the
-request is refused with :class:`ContextBudgetError`, never truncated):
+Modes (retention-3 messages, system constraints, are pinned in every mode; if they alone exceed
+the budget the request is refused with :class:`ContextBudgetError`, never truncated; outside
+``full``, retention-2 messages, the user's explicit instructions, are kept next, newest first while
+they fit; 003's levels):
 
 * ``full``: every message verbatim, in order; over budget, messages are dropped lowest retention
   first, oldest first within a retention level.
@@ -103,21 +105,27 @@ def _line(m: Message) -> str:
 
 
 async def resolve_mode(
-    requested: ModeName, history: Sequence[Message], pending: Sequence[Message], budget: int,
+    requested: ModeName, history: Sequence[Message], pending: Sequence[Message], context_window: int,
     config: ContextConfig, cache: EmbeddingCache | None,
 ) -> tuple[ResolvedMode, AutoSignals]:
-    """The mode to use and the signals behind it.
+    """The mode to use and the signals behind it (003's ``decide_mode``).
 
-    auto: history/budget < full_ratio -> full; else fact density (share of the user's messages
-    that are constraints or facts) < sliding_fact_density -> sliding; else discreteness of the recent user queries
-    (1 - mean cosine of consecutive ones) >= discreteness_threshold -> hybrid; else summary.
-    Without an embedder discreteness is unknown and auto picks summary. Discreteness is only
-    computed for auto (it costs an embedding of the pending query).
+    auto: history tokens / context window (003: ``history_tokens / max_tokens``, the whole window)
+    < full_ratio -> full; else fact density (share of the session's user messages that are
+    constraints or facts; 003 counts the last N messages, a measured departure) <
+    sliding_fact_density -> sliding; else
+    discreteness of the recent user queries (1 - mean cosine of consecutive ones) >=
+    discreteness_threshold -> hybrid; else summary. Without an embedder discreteness is unknown and
+    auto picks summary. Discreteness is only computed for auto (it costs an embedding of the pending
+    query).
     """
     tokens = sum(m.tokens for m in history)
-    ratio = tokens / budget if budget > 0 else float("inf") if tokens else 0.0
-    # NOTE: density over the user's messages: constraints and facts come from the user, and
-    # counting long assistant replies and tool outputs would dilute it by the agent's verbosity.
+    ratio = tokens / context_window if context_window > 0 else float("inf") if tokens else 0.0
+    # NOTE: density over the whole session's user messages, not 003's "last N messages": measured on
+    # held-out retention conversations (seeds 10-14, facts planted at turns 1-50, asked at 60), the
+    # last 20 messages hold 0-10% facts, so auto picked sliding and lost the early facts (present
+    # 1.00 -> 0.54 at 4096 tokens, docs/design-sources.md). Constraints and facts come from the
+    # user: counting the agent's replies and tool outputs would dilute it by the agent's verbosity.
     said = [m for m in history if m.role == "user"]
     density = sum(m.category in ("constraint", "fact") for m in said) / len(said) if said else 0.0
     discreteness = None
@@ -132,7 +140,7 @@ async def resolve_mode(
         reason = f"mode {requested!r} requested"
         mode: ResolvedMode = requested
     elif ratio < config.full_ratio:
-        mode, reason = "full", f"history is {ratio:.2f} of the budget (< {config.full_ratio})"
+        mode, reason = "full", f"history is {ratio:.2f} of the context window (< {config.full_ratio})"
     elif density < config.sliding_fact_density:
         mode, reason = "sliding", f"fact density {density:.2f} < {config.sliding_fact_density}"
     elif discreteness is not None and discreteness >= config.discreteness_threshold:
@@ -188,7 +196,7 @@ async def assemble(
             budget=budget, required=sys_tokens + pending_tokens,
         )
     history = inp.history
-    mode, signals = await resolve_mode(inp.requested, history, inp.pending, budget, config, cache)
+    mode, signals = await resolve_mode(inp.requested, history, inp.pending, inp.context_window, config, cache)
     if mode == "retrieval" and cache is None:
         raise ContextError("mode 'retrieval' needs an embedder; none is configured for context assembly")
     pinned = [m for m in history if m.retention >= 3]
@@ -213,6 +221,17 @@ async def assemble(
     if mode == "full":
         return await _render_full(inp, history, budget, counter, signals, sys_tokens, pending_tokens)
     picker.remaining -= sum(pinned_cost.values()) + block_overhead
+    # NOTE: 003's retention 2 (the user's explicit instructions): kept as long as possible, so
+    # newest first while they fit, before any other history; unlike retention 3, one that does
+    # not fit is dropped, never a refusal.
+    kept = []
+    for m in reversed([m for m in history if m.retention == 2]):
+        cost = await picker.line_cost(m)
+        if cost <= picker.remaining:
+            picker.remaining -= cost
+            pinned_cost[m.id] = cost
+            kept.append(m)
+    pinned = sorted([*pinned, *kept], key=lambda m: m.seq)
     window: list[Message] = []  # newest first
     in_window: set[str] = set()
     retrieved: list[Message] = []
@@ -311,11 +330,11 @@ async def assemble(
     kept = [ChatMessage(role=m.role, content=m.content) for m in window]
 
     part = {
-        "constraints": await _text_cost(counter, sections[0][1]) + sum(m.tokens for m in window if m.retention >= 3),
+        "constraints": await _text_cost(counter, sections[0][1]) + sum(m.tokens for m in window if m.retention >= 2),
         "summary": await _text_cost(counter, summary_lines),
         "entities": await _text_cost(counter, entity_lines),
         "retrieved": await _text_cost(counter, sections[3][1]),
-        "recent": sum(m.tokens for m in window if m.retention < 3),
+        "recent": sum(m.tokens for m in window if m.retention < 2),
     }
     # NOTE: the context's own share of a prompt (system text with the block, window, pending); the
     # chat turn replaces the total with its rendered prompt's tokens (serve.turn.TurnContext).

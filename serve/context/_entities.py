@@ -9,6 +9,11 @@ Personal values are masked before they are stored anywhere in the table:
 * phone, card, IBAN and account numbers -> ``****0199`` (the last 4 digits),
 * emails -> ``m***@example.com`` (first character and the domain).
 
+Chinese forms sit beside the English ones (issue 39, docs/languages.md): amounts 5万元 / 110万 /
+¥249 / 人民币3000元 / 五万元, dates 2026年3月5日 / 3月5日 / 下周三 / 15号, times 上午十点 / 下午3点半, ids
+named by 订单号 / 工单号 / 运单号, mainland mobile numbers (masked as phones), and names with a title
+after a surname: 张总, 李经理, 王小明先生.
+
 Each entity keeps a short snippet of the sentence it came from (masked too, then passed through
 :func:`recallserve.serve.pii.mask_pii` so ID-card numbers, SSNs and passwords never reach the table),
 because an amount or a date without what it refers to is of little use to the model.
@@ -35,34 +40,80 @@ _TITLE = (
 _NAME_PART = r"[A-Z\u00c0-\u00dd][^\W\d_]*(?:['\u2019-][^\W\d_]+)*"
 _NAME_TAIL = rf"(?:\s+(?:(?:Jr|Sr)\.|{_NAME_PART}|van|von|der|den|del|de|da|la|le|bin|al)){{0,4}}(?:,?\s+(?:Jr|Sr|II|III|IV|PhD|MD|Esq)\.?)?"
 
+# NOTE: Chinese: common surnames (the ~100 most frequent single-character ones) followed by a title;
+# "总" only when no word continues it (总是 / 总共 / 总结 are not titles), and no surname right after
+# 下/上/这/本/每 (下周总是 is not 周总).
+_ZH_SURNAME = (
+    "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任沈姚卢"
+    "姜崔钟谭陆汪范金石廖贾夏韦付方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤欧"
+)
+_ZH_TITLE = r"(?:总经理|总监|总裁|董事长|经理|先生|女士|小姐|老师|医生|主任|律师|工程师|师傅|教授|博士|部长|处长|科长|主管|专员)"
+_ZH_NUM = "零〇一二两三四五六七八九十百千万亿"
+_ZH_WEEKDAY = r"(?:周|星期|礼拜)[一二三四五六日天]"
+
+# NOTE: Han characters are word characters to ``re``, so "型号KF-2208X" has no ``\b`` before "K" and
+# "电话021-..." fails a ``(?<![\w-])``. The English patterns are compiled with :func:`_han_aware`, in
+# which a change between a Han and a non-Han character also counts as a word boundary; English text
+# (no Han) matches exactly as before.
+_HAN_CLASS = r"\u3400-\u4dbf\u4e00-\u9fff"
+_BOUNDARY = rf"(?:\b|(?<=[{_HAN_CLASS}])(?![{_HAN_CLASS}])|(?<![{_HAN_CLASS}])(?=[{_HAN_CLASS}]))"
+
+
+def _han_aware(pattern: str) -> re.Pattern[str]:
+    r"""``pattern`` compiled with each ``\b`` read as :data:`_BOUNDARY` and ``(?<![\w-])`` not counting Han."""
+    pattern = pattern.replace(r"(?<![\w-])", rf"(?<![^\W{_HAN_CLASS}]|-)").replace(r"\b", _BOUNDARY)
+    return re.compile(pattern)
+
+
 # NOTE: order matters: personal numbers (cards, IBANs, phones) are matched before generic ids
 # and amounts, and a span matched once is not matched again by a later pattern.
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     # NOTE: bounded quantifiers (as serve.pii's e-mail): with "+", a run such as "a.a.a..." (a word
     # boundary at every letter) or "1,1,1,..." (the amount below) was scanned from each start to its
     # end and back, O(n^2): 40,000 characters took 7 s (e-mail) and 45 s (amount) of one core.
-    ("email", re.compile(r"\b[\w.+-]{1,64}@[\w-]{1,63}(?:\.[\w-]{1,63})+\b")),
-    ("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){3,7}(?: ?[A-Z0-9]{1,4})?\b")),
-    ("card", re.compile(r"\b(?:\d{4}[ -]){3}\d{4}\b|\b\d{15,16}\b")),
-    ("account", re.compile(r"(?i:\b(?:account|acct|membership|customer)\s*(?:number|no\.?|#|id)?\s*(?::|is|was)?\s*)(\d{6,14})\b")),
+    ("email", _han_aware(rf"\b(?:[^\W{_HAN_CLASS}]|[.+-]){{1,64}}@[\w-]{{1,63}}(?:\.[\w-]{{1,63}})+\b")),
+    ("iban", _han_aware(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){3,7}(?: ?[A-Z0-9]{1,4})?\b")),
+    ("card", _han_aware(r"\b(?:\d{4}[ -]){3}\d{4}\b|\b\d{15,16}\b")),
+    ("account", _han_aware(r"(?i:\b(?:account|acct|membership|customer)\s*(?:number|no\.?|#|id)?\s*(?::|is|was)?\s*)(\d{6,14})\b")),
     # A bare number named by its noun ("order 104208", "invoice no. 5531"): an id, not a phone.
-    ("id", re.compile(r"(?i:\b(?:order|ticket|invoice|ref(?:erence)?|case|tracking|booking|reservation|parcel|"
+    ("id", _han_aware(r"(?i:\b(?:order|ticket|invoice|ref(?:erence)?|case|tracking|booking|reservation|parcel|"
                       r"shipment|return|rma)\s*(?:number|no\.?|id)?\s*(?::|is|was)?\s*)(#?\d{4,14})\b")),
-    ("phone", re.compile(r"(?<![\w-])(?:\+\d{1,3}[\s.-]?)?(?:\(\d{2,4}\)[\s.-]?)?\d{2,4}[\s.-]\d{3,4}[\s.-]?\d{2,4}\b")),
-    ("id", re.compile(r"\b(?:[A-Z]{2,6}-?\d{3,}[A-Z0-9]*(?:-[A-Z0-9]+)*|1Z[A-Z0-9]{14,16}|[A-Z]{1,4}\d{2,}[A-Z]\d{2,}[A-Z0-9]*)\b|#\d{4,}\b")),
-    ("amount", re.compile(
+    # Mainland mobile numbers: 11 digits from 13x-19x, written without separators.
+    ("phone", re.compile(r"(?<![\d-])(?:\+?86[\s-]?)?1[3-9]\d{9}(?!\d)")),
+    ("account", re.compile(r"(?:账号|账户|卡号|银行卡号)(?:是|为|：|:)?\s*(\d{6,19})(?!\d)")),
+    ("id", re.compile(r"(?:订单|工单|运单|快递单|发票|单|编|会员|票|合同|案件)(?:号|号码|编号)(?:是|为|：|:)?\s*(#?\d{4,14})(?!\d)")),
+    ("phone", _han_aware(r"(?<![\w-])(?:\+\d{1,3}[\s.-]?)?(?:\(\d{2,4}\)[\s.-]?)?\d{2,4}[\s.-]\d{3,4}[\s.-]?\d{2,4}\b")),
+    ("id", _han_aware(r"\b(?:[A-Z]{2,6}-?\d{3,}[A-Z0-9]*(?:-[A-Z0-9]+)*|1Z[A-Z0-9]{14,16}|[A-Z]{1,4}\d{2,}[A-Z]\d{2,}[A-Z0-9]*)\b|#\d{4,}\b")),
+    ("amount", _han_aware(
         r"(?:[$\u20ac\u00a3]\s?\d[\d,]*(?:\.\d{1,2})?(?:\s?(?:k|million|bn)\b)?"
         r"|\b\d[\d,]{0,31}(?:\.\d{1,2})?\s?(?:USD|EUR|GBP|dollars|euros|pounds)\b)"
     )),
+    ("amount", re.compile(
+        r"(?:[¥￥]|人民币|RMB\s?)\s?\d[\d,]{0,31}(?:\.\d{1,2})?(?:[万亿]元?|元)?"
+        r"|\d[\d,]{0,31}(?:\.\d{1,2})?\s?(?:[万千百亿]?(?:元|块钱|块|美元|欧元|英镑)|[万亿](?:元|人民币)?(?![个次件台条人]))"
+    )),
     ("date", re.compile(
+        r"(?<!\d)(?:\d{4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号]"
+        # NOTE: a bare day ("15号") only before 前 / 之前 / a part of the day: "科技园路35号" is an address.
+        r"|(?<![路街道巷弄楼室栋区层])\d{1,2}[日号](?=之?前|以前|上午|下午|晚上))"
+    )),
+    ("date", _han_aware(
         rf"\b\d{{4}}-\d{{2}}-\d{{2}}\b|\b\d{{1,2}}/\d{{1,2}}/\d{{2,4}}\b"
         rf"|\b{_MONTH}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b"
         rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?\b"
     )),
-    ("time", re.compile(r"(?i:\b\d{1,2}(?::[0-5]\d)?\s?[ap]\.?m\.?(?![a-z])|\b(?:[01]?\d|2[0-3]):[0-5]\d\b)")),
-    ("name", re.compile(rf"\b{_TITLE}\.?\s+{_NAME_PART}{_NAME_TAIL}")),
-    ("name", re.compile(rf"(?i:\bmy name is\s+|\bthis is\s+|\bi am\s+|\bi'm\s+)({_NAME_PART}(?:\s+{_NAME_PART}){{1,3}})")),
+    ("time", _han_aware(r"(?i:\b\d{1,2}(?::[0-5]\d)?\s?[ap]\.?m\.?(?![a-z])|\b(?:[01]?\d|2[0-3]):[0-5]\d\b)")),
+    ("time", re.compile(r"(?<!\d)(?:上午|下午|晚上|早上|中午|凌晨|傍晚)?\d{1,2}(?:[:：][0-5]\d|[点时](?:\d{1,2}分|半|一刻)?)")),
+    ("name", _han_aware(rf"\b{_TITLE}\.?\s+{_NAME_PART}{_NAME_TAIL}")),
+    ("name", _han_aware(rf"(?i:\bmy name is\s+|\bthis is\s+|\bi am\s+|\bi'm\s+)({_NAME_PART}(?:\s+{_NAME_PART}){{1,3}})")),
+    # Digit-free Chinese forms (scanned only when the text holds a Han character: _HAN_PATTERNS).
+    ("amount", re.compile(rf"[{_ZH_NUM}]{{1,16}}(?:元|块钱|万元|块)")),
+    ("date", re.compile(rf"(?:(?:下|上|这|本)个?)?{_ZH_WEEKDAY}|[{_ZH_NUM}]{{1,3}}月[{_ZH_NUM}]{{1,3}}[日号]")),
+    ("time", re.compile(rf"(?:上午|下午|晚上|早上|中午|凌晨|傍晚)[{_ZH_NUM}]{{1,3}}[点时](?:半|一刻|[{_ZH_NUM}]{{1,3}}分)?")),
+    ("name", re.compile(rf"(?<![下上这本每])[{_ZH_SURNAME}](?:总(?![是共结计额体之的部公裁监经])|[\u4e00-\u9fff]{{0,2}}?{_ZH_TITLE})")),
 ]
+#: The patterns above that need a Han character, not a digit, to match.
+_HAN_PATTERNS = frozenset(range(len(_PATTERNS) - 4, len(_PATTERNS)))
 _PERSONAL = {"email", "iban", "card", "account", "phone"}
 _DIGITS = re.compile(r"\d")
 # NOTE: what every match of a kind's patterns contains: a digit (``\d``, the class the patterns use) unless
@@ -70,9 +121,10 @@ _DIGITS = re.compile(r"\d")
 # scanned ~4x faster (2 patterns instead of 12). A new kind whose matches need no digit belongs here.
 _NEEDS = {"email": "@", "name": ""}
 _ANY_DIGIT = re.compile(r"\d")
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 # NOTE: a sentence ends at . ! ? followed by a space or the end, unless the dot closes a title
 # abbreviation ("Dr. Maria") or sits inside a number or an address ("$249.99", "a.b@c.com").
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
 _ABBREV_END = re.compile(rf"\b{_TITLE}\.$|\b(?:e\.g|i\.e|etc|vs|No|St)\.$")
 # NOTE: snippets longer than this cost entity budget without helping recall.
 _SNIPPET_CHARS = 90
@@ -135,9 +187,12 @@ def _scan(text: str, limit: int | None = None, first: bool = False) -> list[tupl
     # a text of thousands of such matches costs bounded Python work, not one step per match.
     examined = 0
     digit = _ANY_DIGIT.search(text) is not None
-    for kind, pattern in _PATTERNS:
-        needs = _NEEDS.get(kind)
-        if (not digit if needs is None else needs not in text):
+    han = _HAN.search(text) is not None
+    for number, (kind, pattern) in enumerate(_PATTERNS):
+        if number in _HAN_PATTERNS:
+            if not han:
+                continue
+        elif (not digit if (needs := _NEEDS.get(kind)) is None else needs not in text):
             continue
         for m in pattern.finditer(text):
             examined += 1

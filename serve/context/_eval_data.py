@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["PlantedItem", "Turn", "Conversation", "build_conversation", "normalise", "PLANT_TURNS"]
+__all__ = ["PlantedItem", "Turn", "Conversation", "LanguagePack", "build_conversation", "draw_conversation", "normalise",
+           "PLANT_TURNS", "TOOL_OUTPUTS"]
 
 PLANT_TURNS = (1, 10, 30, 50)
 N_TURNS = 60
@@ -67,12 +69,13 @@ class Conversation:
 
 
 # NOTE: currency signs and the mask star are kept so "$450" does not match "SP-450" and a masked
-# "****0199" stays distinct from a plain "0199" inside another number.
-_NORM = re.compile(r"[^a-z0-9*$\u00a3\u20ac]")
+# "****0199" stays distinct from a plain "0199" inside another number. Han characters are kept so a
+# Chinese key ("张总", "3500元") is checked as written (the Chinese conversations, _eval_data_zh).
+_NORM = re.compile(r"[^a-z0-9*$\u00a3\u20ac\u00a5\uffe5\u3400-\u4dbf\u4e00-\u9fff]")
 
 
 def normalise(text: str) -> str:
-    """Lowercase, keep letters, digits, ``*`` and currency signs: "10:30 AM" == "10:30am"."""
+    """Lowercase, keep letters, digits, Han characters, ``*`` and currency signs: "10:30 AM" == "10:30am"."""
     return _NORM.sub("", text.lower())
 
 
@@ -252,7 +255,7 @@ _FILLER_CONTEXT = [
     "It's not urgent, just curious.",
     "My partner asked me to check this as well.",
 ]
-_TOOLS = [
+TOOL_OUTPUTS = _TOOLS = [
     ("check_stock", '{{"sku": "SP-{n}", "warehouses": [{{"name": "north", "available": {k}, "restock_days": 3}}, '
      '{{"name": "south", "available": 0, "restock_days": 9}}], "substitutes": ["SP-{n}-B", "SP-{n}-C"], '
      '"last_sync": "2026-02-0{k}T04:00:00Z"}}'),
@@ -280,9 +283,38 @@ def build_conversation(seed: int) -> Conversation:
         >>> len(conv.turns), len(conv.items), sorted({i.turn for i in conv.items})
         (59, 20, [1, 10, 30, 50])
     """
+    return draw_conversation(seed, ENGLISH)
+
+
+@dataclass(frozen=True)
+class LanguagePack:
+    """What a conversation of one language is drawn from (the plan of turns is the same for all).
+
+    Attributes:
+        customer: draws the customer's name.
+        plant_pool: the 20 items of one conversation, given the customer's name.
+        intro: the first message, ``{customer}`` filled in.
+        questions, answers, context, acks: filler questions, agent sentences, lead-ins, acknowledgements.
+        tools: (tool name, output template) pairs.
+        joiner: between the sentences of a reply (" " in English, "" in Chinese).
+    """
+
+    customer: Callable[[random.Random], str]
+    plant_pool: Callable[[random.Random, str], list[PlantedItem]]
+    intro: str
+    questions: Sequence[str]
+    answers: Sequence[str]
+    context: Sequence[str]
+    acks: Sequence[str]
+    tools: Sequence[tuple[str, str]]
+    joiner: str = " "
+
+
+def draw_conversation(seed: int, pack: LanguagePack) -> Conversation:
+    """A deterministic 59-turn conversation of ``pack``'s language for ``seed``."""
     rng = random.Random(seed)
     for _attempt in range(100):
-        conv = _draw(rng)
+        conv = _draw(rng, pack)
         if _keys_unique(conv):
             conv.seed = seed
             return conv
@@ -299,9 +331,9 @@ def _keys_unique(conv: Conversation) -> bool:
     return True
 
 
-def _draw(rng: random.Random) -> Conversation:
-    customer = f"{rng.choice(_TITLES)} {rng.choice(_FIRST)} {rng.choice(_LAST)}"
-    pool = _plant_pool(rng, customer)
+def _draw(rng: random.Random, pack: LanguagePack) -> Conversation:
+    customer = pack.customer(rng)
+    pool = pack.plant_pool(rng, customer)
     rng.shuffle(pool)
     conv = Conversation(seed=0, customer=customer)
     for turn in range(1, N_TURNS):
@@ -310,18 +342,25 @@ def _draw(rng: random.Random) -> Conversation:
             conv.items.extend(PlantedItem(i.kind, i.text, i.keys, i.question, turn) for i in batch)
             user = [i.text for i in batch]
             if turn == 1:
-                user.insert(0, f"Hello, this is {customer}.")
-            conv.turns.append(Turn(turn, user, rng.choice(_ACKS)))
+                user.insert(0, pack.intro.format(customer=customer))
+            conv.turns.append(Turn(turn, user, rng.choice(pack.acks)))
             continue
-        question = rng.choice(_FILLER_Q)
+        question = rng.choice(pack.questions)
         if rng.random() < 0.4:
-            question = f"{rng.choice(_FILLER_CONTEXT)} {question}"
+            question = f"{rng.choice(pack.context)}{pack.joiner}{question}"
         # NOTE: 4-8 sentences: support agents' replies in chat logs run ~60-200 tokens.
-        reply = " ".join(rng.sample(_FILLER_A, rng.randint(4, 8)))
+        reply = pack.joiner.join(rng.sample(list(pack.answers), rng.randint(4, 8)))
         tool = None
         # NOTE: about one turn in five uses a tool, as in the support logs the seed describes.
         if rng.random() < 0.2:
-            name, template = rng.choice(_TOOLS)
+            name, template = rng.choice(pack.tools)
             tool = (name, template.format(n=rng.randint(100, 999), k=rng.randint(1, 9)))
         conv.turns.append(Turn(turn, [question], reply, tool))
     return conv
+
+
+ENGLISH = LanguagePack(
+    customer=lambda rng: f"{rng.choice(_TITLES)} {rng.choice(_FIRST)} {rng.choice(_LAST)}",
+    plant_pool=_plant_pool, intro="Hello, this is {customer}.", questions=_FILLER_Q, answers=_FILLER_A,
+    context=_FILLER_CONTEXT, acks=_ACKS, tools=_TOOLS,
+)

@@ -49,7 +49,7 @@ from recallserve.serve.context._summary import (
 )
 from recallserve.serve.pii import PiiMode, apply_pii, for_write_back
 from recallserve.serve.context._types import (
-    DEFAULT_RETENTION,
+    default_retention,
     Category,
     ContextConfig,
     ContextResult,
@@ -153,7 +153,7 @@ class ContextManager:
             category, retention = await self._categoriser.categorise(m, rule)
         else:
             category = rule
-            retention = m.retention if m.retention is not None else DEFAULT_RETENTION[category]
+            retention = m.retention if m.retention is not None else default_retention(category, m.role)
         return Message(
             role=m.role, content=m.content, timestamp=m.timestamp if m.timestamp is not None else self._clock(),
             category=category, retention=retention, tool_name=m.tool_name,

@@ -1,8 +1,8 @@
 """The session store: SQLite (embedded default, WAL mode) or PostgreSQL (clusters), surviving restarts.
 
 Four tables: ``sessions`` (owner, mode, rolling summary), ``messages``, ``entities`` (the
-verbatim entity table of each session) and ``user_memory`` (a user's retention >= 2 constraints
-and facts, carried into that user's next session).
+verbatim entity table of each session) and ``user_memory`` (the user's constraints and facts,
+retention 1 or more, carried into that user's next session).
 
 Backends: the logic below is written once, as functions of a connection each run as one short
 transaction by a :class:`recallserve.serve.statedb.Database` (``SqliteDatabase`` for a file,
@@ -24,6 +24,7 @@ migrated in place on open, in one transaction (:mod:`recallserve.serve.context._
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import re
 import time
@@ -185,6 +186,87 @@ class SessionStore:
 
         await self._call(fn, write=True)
 
+    # -- erasure and export (serve.erasure) ------------------------------------------------
+    @staticmethod
+    def _owned_sessions(conn: sqlite3.Connection, tenant: str, user: str | None) -> list[str]:
+        if user is None:
+            return [r["id"] for r in conn.execute("SELECT id FROM sessions WHERE tenant = ?", (tenant,))]
+        return [r["id"] for r in conn.execute("SELECT id FROM sessions WHERE tenant = ? AND user_id = ?", (tenant, user))]
+
+    async def erase_user(self, tenant: str, user: str | None) -> dict[str, int]:
+        """Delete every session of ``user`` (None: of the whole tenant) with its messages, rolling
+        summary and entity table, and the user's carried memory; then truncate the SQLite WAL.
+
+        Returns:
+            Rows deleted per table (``sessions``, ``messages``, ``entities``, ``user_memory``).
+        """
+
+        def fn(conn: sqlite3.Connection) -> dict[str, int]:
+            counts = {"sessions": 0, "messages": 0, "entities": 0, "user_memory": 0}
+            for sid in self._owned_sessions(conn, tenant, user):
+                for table in ("messages", "entities"):
+                    counts[table] += conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND session_id = ?",
+                                                  (tenant, sid)).rowcount
+                counts["sessions"] += conn.execute("DELETE FROM sessions WHERE tenant = ? AND id = ?",
+                                                   (tenant, sid)).rowcount
+            if user is None:
+                counts["user_memory"] = conn.execute("DELETE FROM user_memory WHERE tenant = ?", (tenant,)).rowcount
+            else:
+                counts["user_memory"] = conn.execute("DELETE FROM user_memory WHERE tenant = ? AND user_id = ?",
+                                                     (tenant, user)).rowcount
+            return counts
+
+        counts = await self._call(fn, write=True)
+        await asyncio.to_thread(self._checkpoint)
+        return counts
+
+    def _checkpoint(self) -> None:
+        if self.path != ":memory:":
+            if isinstance(self.db, SqliteDatabase):
+                self.db.truncate_wal()
+
+    async def expire_before(self, tenant: str, before: float) -> dict[str, int]:
+        """Delete ``tenant``'s sessions whose last message (or creation) is before ``before``
+        (a retention limit), with their messages, summaries and entities; then truncate the WAL."""
+
+        def fn(conn: sqlite3.Connection) -> dict[str, int]:
+            old = [r["id"] for r in conn.execute(
+                "SELECT s.id FROM sessions s WHERE s.tenant = ? AND COALESCE((SELECT MAX(m.timestamp) FROM messages m "
+                "WHERE m.tenant = s.tenant AND m.session_id = s.id), s.created_at) < ?", (tenant, before))]
+            counts = {"sessions": 0, "messages": 0, "entities": 0}
+            for sid in old:
+                for table in ("messages", "entities"):
+                    counts[table] += conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND session_id = ?",
+                                                  (tenant, sid)).rowcount
+                counts["sessions"] += conn.execute("DELETE FROM sessions WHERE tenant = ? AND id = ?",
+                                                   (tenant, sid)).rowcount
+            return counts
+
+        counts = await self._call(fn, write=True)
+        await asyncio.to_thread(self._checkpoint)
+        return counts
+
+    async def export_user(self, tenant: str, user: str | None) -> dict[str, Any]:
+        """Everything :meth:`erase_user` would delete, as JSON-ready dicts (``sessions`` with their
+        messages, summary and entities; ``user_memory``)."""
+
+        def fn(conn: sqlite3.Connection) -> dict[str, Any]:
+            sessions = []
+            for sid in self._owned_sessions(conn, tenant, user):
+                row = conn.execute("SELECT * FROM sessions WHERE tenant = ? AND id = ?", (tenant, sid)).fetchone()
+                sessions.append({
+                    "id": sid, "user": row["user_id"], "created_at": row["created_at"], "summary": row["summary"],
+                    "messages": [m.model_dump(mode="json") for m in self._messages(conn, tenant, sid, -1)],
+                    "entities": [dataclasses.asdict(e) for e in self._entities(conn, tenant, sid)],
+                })
+            where, args = ("tenant = ?", (tenant,)) if user is None else ("tenant = ? AND user_id = ?", (tenant, user))
+            carried = [dict(r) for r in conn.execute(
+                f"SELECT user_id, content, category, retention, created_at, source_session FROM user_memory "
+                f"WHERE {where} ORDER BY created_at", args)]
+            return {"sessions": sessions, "user_memory": carried}
+
+        return await self._call(fn)
+
     # -- messages -------------------------------------------------------------------------
     async def append(
         self, session: Session, messages: Sequence[Message], entities: Sequence[Sequence[Entity]], *,
@@ -229,7 +311,7 @@ class SessionStore:
                         "DO UPDATE SET last_seq = excluded.last_seq",
                         (session.tenant, session.id, ent.kind, ent.value, ent.snippet, stored.seq, stored.seq),
                     )
-                if stored.retention >= 2 and stored.category in ("constraint", "fact") and stored.role == "user":
+                if stored.retention >= 1 and stored.category in ("constraint", "fact") and stored.role == "user":
                     conn.execute(
                         "INSERT INTO user_memory (tenant, user_id, key, role, content, category, retention, "
                         "tokens, created_at, source_session) VALUES (?,?,?,?,?,?,?,?,?,?) "

@@ -24,6 +24,7 @@ from typing import Protocol, runtime_checkable
 
 from recallserve.serve.context._types import ContextConfig, Message, Session
 from recallserve.serve.engine import ChatMessage, GenerationParams, LLMEngine
+from recallserve.serve.language import language_of
 from recallserve.serve.tokens import TiktokenCounter, TokenCounter
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "plan_batches",
     "render_messages",
     "SUMMARY_PROMPT",
+    "SUMMARY_PROMPT_ZH",
 ]
 
 # NOTE: tokens the summariser prompt's instructions and framing take, reserved when packing a
@@ -52,6 +54,11 @@ Rules:
 5. Lines marked "pinned" are kept verbatim elsewhere: mention them in a few words at most.
 6. Drop greetings and small talk. Keep what was decided, promised or is still open.
 Answer with bullet points only ("- ..."), the previous summary's bullets updated, at most {words} words."""
+#: Appended to :data:`SUMMARY_PROMPT` when the conversation is Chinese (:func:`~recallserve.serve.language.language_of`
+#: of the batch and the previous summary): the summary is written in the conversation's language, so
+#: names such as 张总 and rules such as 必须用人民币 are copied, not translated.
+SUMMARY_PROMPT_ZH = """
+7. The conversation is in Chinese: write the summary in Chinese (简体中文), copying names with titles (e.g. 张总, 李经理), amounts (e.g. 5万元) and dates (e.g. 下周三) exactly; count each Chinese character as one word."""
 
 
 @runtime_checkable
@@ -190,8 +197,12 @@ class LLMSummariser:
         # max_tokens so it is not cut mid-bullet.
         words = max(20, int(max_tokens * 0.6))
         body = "\n".join(line[: self._max_line_chars] for line in lines)
+        system = SUMMARY_PROMPT.format(words=words)
+        # NOTE: the language of what was said, not of the rendering's "[time] user (fact):" prefixes.
+        if language_of([previous, *(line.split("): ", 1)[-1] for line in lines)]) == "zh":
+            system += SUMMARY_PROMPT_ZH
         messages = [
-            ChatMessage(role="system", content=SUMMARY_PROMPT.format(words=words)),
+            ChatMessage(role="system", content=system),
             ChatMessage(
                 role="user",
                 content=f"Previous summary:\n{previous or '(none yet)'}\n\nNew messages:\n{body}\n\n"

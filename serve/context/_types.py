@@ -33,6 +33,7 @@ __all__ = [
     "ContextBudgetError",
     "SessionNotFoundError",
     "DEFAULT_RETENTION",
+    "default_retention",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -40,15 +41,27 @@ Category = Literal["chat", "constraint", "fact", "tool_result", "greeting"]
 ModeName = Literal["full", "sliding", "summary", "retrieval", "hybrid", "auto"]
 ResolvedMode = Literal["full", "sliding", "summary", "retrieval", "hybrid"]
 
-# NOTE: retention 3 = never drop (constraints the user set), 2 = keep as long as possible and
-# carry into the user's next session (facts), 1 = ordinary turn, 0 = first to go (greetings).
+# NOTE: 003's levels: system constraints 3 (never dropped), the user's explicit instructions 2
+# (kept as long as possible), tool results and facts 1 (kept as needed), greetings 0 (dropped
+# first). A user's constraints and facts are carried into that user's next session whatever their
+# level. Retention 3 comes only from a system message (:func:`default_retention`).
 DEFAULT_RETENTION: dict[str, int] = {
-    "constraint": 3,
-    "fact": 2,
+    "constraint": 2,
+    "fact": 1,
     "chat": 1,
     "tool_result": 1,
     "greeting": 0,
 }
+
+
+def default_retention(category: Category, role: str) -> int:
+    """003's retention of a message: 3 for a system constraint, else :data:`DEFAULT_RETENTION` of its category.
+
+    Example:
+        >>> default_retention("constraint", "system"), default_retention("constraint", "user"), default_retention("fact", "user")
+        (3, 2, 1)
+    """
+    return 3 if category == "constraint" and role == "system" else DEFAULT_RETENTION[category]
 
 
 class ContextError(Exception):
@@ -129,16 +142,16 @@ class Session(StrictModel):
 class ContextConfig(StrictModel):
     """Knobs of context assembly and of the rolling summary.
 
-    Defaults follow the context-mode seed: full below a history/budget ratio of 0.4, sliding
-    below a fact density of 0.2, summary batches of at most 4000 tokens triggered at 12000
+    Defaults follow the context-mode seed (003): full below a history/context-window ratio of 0.4,
+    sliding below a fact density of 0.2 (over the session's user messages: a measured departure), summary batches of at most 4000 tokens triggered at 12000
     unsummarised tokens with a cooldown of 30 minutes or 20 messages.
     """
 
     default_mode: ModeName = Field(default="auto", description="Mode when neither request nor session sets one.")
-    full_ratio: float = Field(default=0.4, gt=0, le=1, description="auto: history/budget below this -> full.")
+    full_ratio: float = Field(default=0.4, gt=0, le=1, description="auto: history/context window below this -> full.")
     sliding_fact_density: float = Field(
         default=0.2, ge=0, le=1,
-        description="auto: share of user messages that are constraints/facts below this -> sliding.",
+        description="auto: share of the session's user messages that are constraints/facts below this -> sliding.",
     )
     discreteness_threshold: float = Field(
         default=0.55, ge=0, le=1,
@@ -212,8 +225,8 @@ class TokenBreakdown(StrictModel):
 class AutoSignals(StrictModel):
     """What ``auto`` looked at (also reported for explicit modes, for tuning)."""
 
-    history_ratio: float = Field(ge=0, description="History tokens / history budget.")
-    fact_density: float = Field(ge=0, le=1, description="Share of the user's messages that are constraints or facts.")
+    history_ratio: float = Field(ge=0, description="History tokens / context window.")
+    fact_density: float = Field(ge=0, le=1, description="Share of the session's user messages that are constraints or facts.")
     discreteness: float | None = Field(
         default=None, description="1 - mean cosine of consecutive recent user queries (None = no embedder / too few)."
     )

@@ -97,7 +97,7 @@ def asked_unit_check(record: ExperienceRecord) -> VerificationItem | None:
     origin gets no extracted unit check (its dimension would be a guess), so only the question's
     own quantity can check such an answer's magnitude.
     """
-    answer = record.outcome.answer or ""
+    answer = record.outcome.answer_text or ""
     asked = asked_unit(record.context.raw_text)
     given = answer_unit(answer) if asked else None
     a = extract_number(answer) if given else None

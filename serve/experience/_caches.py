@@ -4,17 +4,24 @@ Pure functions over :class:`~._store.StoredRow` lists, so every rule is unit-tes
 without a database:
 
 * **Active ranking**: ``score = w_r x recency + w_s x similarity`` with ``w_r = 0.7``,
-  ``w_s = 0.3`` (hybrid: the similarity term is the keyword + vector fusion, see :func:`rank_active`); ``recency = 1 - rank / (n - 1)`` where rank 0 is the most recently used of
-  the ``n`` candidates (``recency = 1`` when ``n = 1``); similarity is the cosine of the
-  L2-normalised embeddings, clipped at 0.
-* **Soft decay**: ``decay = 1 / (1 + 0.1 x days since last use)``; an active record whose
-  decay drops below 0.3 (about 23 days unused) is demoted to archival.
-* **Window**: active records unused for more than 30 days are demoted as well.
+  ``w_s = 0.3`` (hybrid: the similarity term is the keyword + vector fusion, see :func:`rank_active`);
+  ``recency = 1 - rank / (n - 1)`` where rank 0 is the newest record (by its ``metadata.timestamp``,
+  the design's "time first": records retrieved together no longer tie) of the ``n`` candidates
+  (``recency = 1`` when ``n = 1``); similarity is the cosine of the L2-normalised embeddings,
+  clipped at 0.
+* **Window**: an active record older than 30 days (by its own time) sinks to archival, where its
+  topic path still finds it (002: "30 days later it sinks into the Archival Cache").
+* **Soft decay**: ``decay = 1 / (1 + 0.1 x days since last use)``; below 0.3 (about 23 days unused)
+  a record becomes a demotion *candidate* (002's word), demoted first when its scope is over
+  capacity, not at once (else the 30-day window never acts).
 * **Capacity**: per tenant and domain, the least recently used records beyond the
   capacity (50-200) are demoted.
 * **Domains**: per tenant, the active records of the least recently used task domains beyond
   ``max_active_domains`` are demoted, so the active tier of a tenant is bounded by
   ``max_active_domains x capacity`` whatever labels its clients send.
+* **Source model**: an experience is reused only by the model that wrote it (:func:`reuse_key`; the
+  design's account of a 72B trace that misled a 7B model), unless configuration names the family
+  whose sizes share (``experience.shared_families``).
 * **Conflicts**: an active record older than a newer, not-wrong archival record on the same
   topic (same domain and model family) raises an alert and the newer one is preferred.
 """
@@ -30,8 +37,8 @@ import numpy as np
 from recallserve.memory_shards.retrieval import RRF_K, rrf_fuse
 from recallserve.serve.experience._store import StoredRow
 
-__all__ = ["decay_factor", "rank_active", "demotions", "evicted_domains", "find_conflicts", "model_family", "Ranked",
-           "Conflict"]
+__all__ = ["decay_factor", "rank_active", "demotions", "evicted_domains", "find_conflicts", "model_family", "model_key",
+           "reuse_key", "Ranked", "Conflict"]
 
 _DAY = 86400.0
 _SIZE = re.compile(r"^\d+(?:\.\d+)?[bmk]$")
@@ -61,6 +68,42 @@ def model_family(model_name: str) -> str:
         if t not in _DROP:
             kept.append(t)
     return "-".join(kept) or base or "unknown"
+
+
+_FORMAT = {"gguf", "hf", "awq", "gptq", "fp16", "bf16", "int4", "int8"}
+
+
+def model_key(model_name: str) -> str:
+    """One model's name, normalised: path, extension, file format and quantisation removed; size and
+    instruct/chat kept (another size or tuning is another model).
+
+    Example:
+        >>> model_key("models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf")
+        'qwen2.5-coder-1.5b-instruct'
+        >>> model_key("qwen2-72b-instruct") == model_key("qwen2-7b-instruct")
+        False
+    """
+    base = model_name.strip().replace("\\", "/").rsplit("/", 1)[-1].lower()
+    base = re.sub(r"\.(gguf|bin|safetensors)$", "", base)
+    kept: list[str] = []
+    for t in (t for t in re.split(r"[-_\s:]+", base) if t):
+        if _QUANT.match(t):
+            break  # NOTE: a quantisation suffix ends the name (Q4_K_M splits into q4, k, m)
+        if t not in _FORMAT:
+            kept.append(t)
+    return "-".join(kept) or base or "unknown"
+
+
+def reuse_key(model_name: str, shared_families: Sequence[str] = ()) -> str:
+    """Who may reuse an experience of ``model_name``: its own model (:func:`model_key`), or its whole
+    family (:func:`model_family`) when configuration lists the family in ``shared_families``.
+
+    Example:
+        >>> reuse_key("qwen2-72b-instruct"), reuse_key("qwen2-72b-instruct", ["qwen2"])
+        ('qwen2-72b-instruct', 'family:qwen2')
+    """
+    family = model_family(model_name)
+    return f"family:{family}" if family in shared_families else model_key(model_name)
 
 
 def decay_factor(now: float, last_used_at: float, rate: float = 0.1) -> float:
@@ -112,9 +155,10 @@ def rank_active(
         best = 2.0 / (RRF_K + 1.0)
         fused = dict(rrf_fuse([dense, lexical]))
         relevance = {i: fused.get(i, 0.0) / best for i in relevance}
-    # NOTE: recency rank over candidates, most recent first; ids break equal timestamps so the
+    # NOTE: recency rank over candidates, newest record first (its own time, not its last use:
+    # records retrieved together were all "used now" and tied); ids break equal timestamps so the
     # ranking is deterministic.
-    order = sorted(range(len(cands)), key=lambda i: (-cands[i][0].last_used_at, cands[i][0].id))
+    order = sorted(range(len(cands)), key=lambda i: (-cands[i][0].record.metadata.timestamp, cands[i][0].id))
     n = len(cands)
     recency = np.empty(n)
     for rank, i in enumerate(order):
@@ -124,7 +168,7 @@ def rank_active(
                score=recency_weight * float(recency[i]) + (1.0 - recency_weight) * relevance[r.id])
         for i, (r, s) in enumerate(cands)
     ]
-    out.sort(key=lambda x: (-x.score, -x.row.last_used_at, x.row.id))
+    out.sort(key=lambda x: (-x.score, -x.row.record.metadata.timestamp, x.row.id))
     return out[:k]
 
 
@@ -134,21 +178,21 @@ def demotions(
 ) -> dict[str, str]:
     """Active rows of one (tenant, domain) scope to demote, ``{id: reason}``.
 
-    Reasons: ``decay`` (factor below ``demote_below``), ``window`` (unused longer than
-    ``window_days``), ``capacity`` (least recently used beyond ``capacity``).
+    Reasons: ``window`` (the record is older than ``window_days``, by its own time), ``decay`` (over
+    ``capacity``: a candidate whose decay factor fell below ``demote_below`` goes first),
+    ``capacity`` (then the least recently used beyond ``capacity``).
     """
     out: dict[str, str] = {}
     keep: list[StoredRow] = []
     for r in rows:
-        if decay_factor(now, r.last_used_at, decay_rate) < demote_below:
-            out[r.id] = "decay"
-        elif now - r.last_used_at > window_days * _DAY:
+        if now - r.record.metadata.timestamp > window_days * _DAY:
             out[r.id] = "window"
         else:
             keep.append(r)
-    keep.sort(key=lambda r: (-r.last_used_at, r.id))
+    candidate = {r.id for r in keep if decay_factor(now, r.last_used_at, decay_rate) < demote_below}
+    keep.sort(key=lambda r: (r.id in candidate, -r.last_used_at, r.id))
     for r in keep[capacity:]:
-        out[r.id] = "capacity"
+        out[r.id] = "decay" if r.id in candidate else "capacity"
     return out
 
 

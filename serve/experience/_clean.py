@@ -68,7 +68,8 @@ _QUESTION_EN = re.compile(
     r"\b(?:what|which|who|whom|whose|when|where|why|how\s+(?:many|much|long|far|fast|old)|how|"
     r"is|are|was|were|does|do|did|please|tell\s+me|can\s+you|could\s+you|do\s+you\s+know|find|calculate|compute|determine)\b",
     re.I)
-_QUESTION_ZH = re.compile(r"请问|为什么|怎么样|怎么|如何|多少|什么|哪个|哪里|哪些|是否|几|吗|呢")
+# NOTE: 002's question words (是不是, 会不会, 听说) and their kin (有没有, 能不能, 要不要) beside the plain ones.
+_QUESTION_ZH = re.compile(r"请问|听说|是不是|会不会|有没有|能不能|要不要|可不可以|为什么|怎么样|怎么|如何|多少|什么|哪个|哪里|哪些|是否|几|吗|呢")
 # NOTE: a full stop is punctuation unless a digit follows it (1.5 keeps its point).
 _PUNCT = re.compile(r"\.(?!\d)|[?？!！,，;；:：\"“”'‘’()（）\[\]【】]")
 _SPACE = re.compile(r"\s+")

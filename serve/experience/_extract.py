@@ -204,7 +204,7 @@ def extracted_checks(record: ExperienceRecord) -> list[VerificationItem]:
     nothing of the problem's to recompute. A formula that uses none of the stated quantities
     gets its grounding check only.
     """
-    answer = record.outcome.answer
+    answer = record.outcome.answer_text
     a = extract_number(answer)
     expr = _formula(record, a) if a is not None else None
     if expr is None or a is None:

@@ -40,12 +40,14 @@ class ExperienceConfig(StrictModel):
         description="Task domains with an active cache per tenant; a new one past it demotes the active records "
                     "of the least recently used domain to archival.",
     )
-    active_window_days: float = Field(default=30.0, gt=0, le=365, description="Active records unused longer are demoted.")
+    active_window_days: float = Field(default=30.0, gt=0, le=365,
+                                      description="Active records older than this (by their own time) sink to archival.")
     recency_weight: float = Field(
         default=0.7, ge=0.0, le=1.0, description="Weight of the recency rank; similarity gets 1 minus this."
     )
     decay_rate: float = Field(default=0.1, gt=0, le=10, description="Soft decay 1/(1 + rate x days since last use).")
-    demote_below: float = Field(default=0.3, gt=0, lt=1, description="Active records whose decay falls below are demoted.")
+    demote_below: float = Field(default=0.3, gt=0, lt=1,
+                                description="Active records whose decay falls below are demoted first when over capacity.")
     min_similarity: float = Field(
         default=0.35, ge=0.0, le=1.0, description="Cosine below which an active record is not a candidate."
     )
@@ -55,7 +57,12 @@ class ExperienceConfig(StrictModel):
     hybrid: bool = Field(
         default=True, description="Find active experiences by keyword (BM25) and vector, fused by reciprocal rank.",
     )
-    top_k: int = Field(default=2, ge=1, le=20, description="Experiences injected into one prompt.")
+    shared_families: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list, max_length=64,
+        description="Model families (as model_family names them, e.g. 'qwen2.5-coder') whose models of every size "
+                    "reuse each other's experiences; any other experience is reused only by the model that wrote it.",
+    )
+    top_k: int = Field(default=3, ge=1, le=20, description="Experiences injected into one prompt (002: top 3).")
     archival_k: int = Field(default=2, ge=0, le=20, description="Archival lessons injected into one prompt.")
     default_ttl_days: float | None = Field(
         default=None, gt=0, description="Hard expiry for records created without one; None = never."
@@ -206,6 +213,6 @@ class ProduceResult(StrictModel):
 class MaintenanceReport(StrictModel):
     """What a maintenance pass changed."""
 
-    expired_deleted: int = Field(ge=0, description="Records removed by their hard expiry.")
+    expired_archived: int = Field(ge=0, description="Active records moved to archival by their hard expiry.")
     demoted: dict[str, int] = Field(default_factory=dict, description="Demotions to archival by reason.")
     freshness: float | None = Field(description="Mean decay of active records afterwards (None: none).")

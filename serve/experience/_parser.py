@@ -9,6 +9,13 @@ Small models rarely follow a format exactly, so four layouts are tried in order:
 4. **keywords**: fallback splitting wherever ``Context:``/``Reasoning:``/``Verification:``/
    ``Answer:`` appear, even inline.
 
+Chinese replies (the design source's language, issue 39) are read by the same layouts with Chinese
+names: 上下文 / 已知 / 背景 (context), 推理 / 推理过程 / 步骤 (reasoning), 验证 / 校验 (verification),
+结论 / 答案 / 最终答案 (outcome), with a full-width colon, numbered steps as ``1、`` or ``第1步``.
+A Chinese reply with no labels at all falls back to its sentences' opening words
+(:func:`_split_zh_sentences`): 根据 / 由于 / 因为 start reasoning, 验证 / 检验 / 代入 start a check,
+and the last sentence opened by 综上 / 因此 / 所以 / 结论 / 答案是 is the outcome.
+
 Whatever cannot be read is listed in :attr:`ParseReport.problems` rather than dropped silently.
 """
 
@@ -29,7 +36,10 @@ from recallserve.serve.experience._schema import (
     ExperienceRecord,
     Quantity,
     ReasoningStep,
+    StatedResult,
+    StructuredConstraint,
     VerificationItem,
+    answer_text,
 )
 
 __all__ = ["ParseReport", "ParsedTrace", "parse_segmented", "parse_verification_line"]
@@ -41,21 +51,26 @@ _ALIASES = {
     "verification": "verification", "verifications": "verification", "checks": "verification",
     "verify": "verification", "check": "verification",
     "outcome": "outcome", "answer": "outcome", "result": "outcome", "final": "outcome", "final_answer": "outcome",
+    "上下文": "context", "背景": "context", "已知": "context", "已知条件": "context", "题目": "context",
+    "推理": "reasoning", "推理过程": "reasoning", "步骤": "reasoning", "解题步骤": "reasoning", "分析": "reasoning",
+    "验证": "verification", "校验": "verification", "检验": "verification", "核验": "verification",
+    "结论": "outcome", "答案": "outcome", "最终答案": "outcome", "结果": "outcome",
 }
-_KW = r"context|facts|given|reasoning|steps|solution|verification|verifications|checks|verify|outcome|final answer|answer|result"
+_KW = (r"context|facts|given|reasoning|steps|solution|verification|verifications|checks|verify|outcome|final answer|answer|result"
+       r"|上下文|背景|已知条件|已知|题目|推理过程|推理|解题步骤|步骤|分析|验证|校验|检验|核验|结论|最终答案|答案|结果")
 _HEADING = re.compile(
-    rf"^\s*(?:#{{1,6}}\s*)?(?:\*\*|__)?\s*(?:(?:step\s+)?\d+\s*[.):]\s*)?(?:\*\*|__)?\s*({_KW})\b\s*(?:\*\*|__)?\s*:?\s*(?:\*\*|__)?\s*(.*)$",
+    rf"^\s*(?:#{{1,6}}\s*)?(?:\*\*|__)?\s*(?:(?:step\s+)?\d+\s*[.):]\s*)?(?:\*\*|__)?\s*({_KW})\b\s*(?:\*\*|__)?\s*[:：]?\s*(?:\*\*|__)?\s*(.*)$",
     re.IGNORECASE,
 )
-_INLINE = re.compile(rf"(?<![\w])({_KW})\s*:", re.IGNORECASE)
+_INLINE = re.compile(rf"(?<![\w])({_KW})\s*[:：]", re.IGNORECASE)
 _SEPARATOR = re.compile(r"^\s*(?:-{3,}|={3,}|\*{3,})\s*$", re.MULTILINE)
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 _TYPE_WORDS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"back[\s_-]*substitut|substitut|plug", re.I), "back_substitution"),
-    (re.compile(r"unit|dimension", re.I), "unit_check"),
-    (re.compile(r"boundar|bound|range|limit|sanity", re.I), "boundary_test"),
-    (re.compile(r"rule|regulat|complian|policy", re.I), "regulatory_check"),
-    (re.compile(r"recomput|recalcul|calculat|arithmetic|comput", re.I), "recomputation"),
+    (re.compile(r"back[\s_-]*substitut|substitut|plug|代入|回代", re.I), "back_substitution"),
+    (re.compile(r"unit|dimension|单位|量纲", re.I), "unit_check"),
+    (re.compile(r"boundar|bound|range|limit|sanity|边界|范围|上限|下限|阈值", re.I), "boundary_test"),
+    (re.compile(r"rule|regulat|complian|policy|规则|法规|合规|条款|规定|办法", re.I), "regulatory_check"),
+    (re.compile(r"recomput|recalcul|calculat|arithmetic|comput|重算|复算|重新计算|计算", re.I), "recomputation"),
 ]
 
 
@@ -75,7 +90,7 @@ class ParsedTrace:
     report: ParseReport
     facts: list[str] = field(default_factory=list)
     quantities: list[Quantity] = field(default_factory=list)
-    constraints: list[str] = field(default_factory=list)
+    constraints: list[str | StructuredConstraint] = field(default_factory=list)
     reasoning: list[ReasoningStep] = field(default_factory=list)
     verification: list[VerificationItem] = field(default_factory=list)
     answer: str | None = None
@@ -173,9 +188,15 @@ def _read_context(x: Any, trace: ParsedTrace) -> None:
     if isinstance(x, dict):
         facts = x.get("facts", x.get("raw_text", x.get("text", [])))
         trace.facts.extend(_lines(facts) if isinstance(facts, str) else [_str(f) for f in facts or []])
-        _read_quantities(x.get("quantities", []), trace)
-        cons = x.get("constraints", [])
-        trace.constraints.extend(_lines(cons) if isinstance(cons, str) else [_str(c)[:500] for c in cons][:32])
+        # NOTE: the design's record keeps quantities and constraints under context.structured.
+        nested = x.get("structured") if isinstance(x.get("structured"), dict) else {}
+        _read_quantities(nested.get("quantities", x.get("quantities", [])), trace)
+        cons = nested.get("constraints", x.get("constraints", []))
+        if isinstance(cons, str):
+            trace.constraints.extend(_lines(cons))
+        elif isinstance(cons, list):
+            for c in cons[:32]:
+                trace.constraints.append(_constraint(c))
         return
     lines = _lines(x) if isinstance(x, str) else [_str(v) for v in x] if isinstance(x, list) else []
     for line in lines:
@@ -184,11 +205,22 @@ def _read_context(x: Any, trace: ParsedTrace) -> None:
             key = re.sub(r"\s+", "_", name.strip().lower())
             if key.isidentifier():
                 trace.quantities.append(Quantity(name=key[:64], value=float(val.replace(",", "")), unit=unit[:32]))
-        if re.search(r"\b(must|at most|at least|no more than|cannot|only if|<=|>=)\b", line, re.I):
+        if re.search(r"\b(must|at most|at least|no more than|cannot|only if|<=|>=)\b|不得|不超过|不能超过|必须|至少|最多|不低于|不高于", line, re.I):
             trace.constraints.append(line[:500])
 
 
-_STEP = re.compile(r"^\s*(?:step\s*)?(\d+)\s*[.):\-]\s*(.*)$", re.I)
+def _constraint(c: Any) -> str | StructuredConstraint:
+    """A written constraint: the design's object ({regulation, threshold, ...}) when it reads as one,
+    else its text."""
+    if isinstance(c, dict):
+        try:
+            return StructuredConstraint.model_validate(c)
+        except ValidationError:
+            pass
+    return _str(c)[:500] or "?"
+
+
+_STEP = re.compile(r"^\s*(?:step\s*|第)?(\d+)\s*(?:步\s*[:：、.]?|[.):\-、．）：])\s*(.*)$", re.I)
 _LABELLED = re.compile(r"\b(principle|rule|formula|evidence|because)\s*[:=]\s*(.*)$", re.I)
 
 
@@ -238,7 +270,7 @@ def _type_of(label: str) -> str | None:
 def parse_verification_line(line: str) -> VerificationItem | None:
     """Read one written check such as ``"unit_check: 120 km / 1.5 h -> km/h"``; None if no type."""
     line = re.sub(r"\s*(?:[(\[]?\s*(?:pass(?:ed)?|ok|✓|✔|correct)\s*[)\]]?\.?)\s*$", "", line.strip(), flags=re.I)
-    label, sep, rest = line.partition(":")
+    label, sep, rest = line.replace("：", ":", 1).partition(":")
     typ = _type_of(label) if sep else None
     if typ is None:
         typ, rest = _type_of(line), line
@@ -272,9 +304,19 @@ def _read_verification(x: Any, trace: ParsedTrace) -> None:
                     raise ValueError(f"unknown check type {it.get('type')!r}")
                 target = it.get("target", it.get("expression", it.get("equation", it.get("rule", ""))))
                 raw_input = it.get("input", it.get("inputs", {}))
+                # NOTE: the design's shape (a regulatory_check with target and notes, a boundary_test
+                # with input / expected / actual and a status): the written result is kept as stated;
+                # code still runs the check and its verdict is the status.
+                stated = None
+                if any(k in it for k in ("status", "actual", "notes")):
+                    st = _str(it.get("status")).lower()
+                    stated = StatedResult(status=st if st in ("pass", "fail", "doubtful", "not_run") else None,
+                                          actual=it.get("actual") if isinstance(it.get("actual"), (int, float, str, bool))
+                                          or it.get("actual") is None else _str(it.get("actual"))[:1000],
+                                          notes=_str(it.get("notes"))[:1000] or None)
                 item = VerificationItem(type=typ, target=_str(target)[:1000],  # type: ignore[arg-type]
                                         input=raw_input if isinstance(raw_input, dict) else {"value": raw_input},
-                                        expected=it.get("expected"))
+                                        expected=it.get("expected"), stated=stated)
             else:
                 parsed = parse_verification_line(_str(it))
                 if parsed is None:
@@ -285,9 +327,15 @@ def _read_verification(x: Any, trace: ParsedTrace) -> None:
             trace.report.problems.append(f"verification[{i}]: {str(exc).splitlines()[0]}")
 
 
+_OUTCOME_KEYS = {"答案": "answer", "答案是": "answer", "最终答案": "answer", "结论": "answer", "置信度": "confidence",
+                 "解释": "explanation", "说明": "explanation"}
+
+
 def _read_outcome(x: Any, trace: ParsedTrace) -> None:
     if isinstance(x, dict):
-        trace.answer = _str(x.get("answer") or x.get("final_answer") or x.get("result") or x.get("value")) or None
+        raw = next((x[k] for k in ("answer", "final_answer", "result", "value") if x.get(k) not in (None, "")), None)
+        # NOTE: an atomic answer may be a JSON boolean or number (the design's "answer": true).
+        trace.answer = (answer_text(raw) if isinstance(raw, (bool, int, float)) else _str(raw)) or None
         trace.confidence = _str(x.get("confidence")).lower() or None
         trace.explanation = _str(x.get("explanation"))
         return
@@ -298,11 +346,11 @@ def _read_outcome(x: Any, trace: ParsedTrace) -> None:
         trace.confidence = inline.group(1).lower()
         text = text[: inline.start()] + text[inline.end():]
     for line in _lines(text):
-        m = re.match(r"^(answer|final answer|result|confidence|explanation)\s*[:=]\s*(.*)$", line, re.I)
-        key, val = (m.group(1).lower(), m.group(2).strip()) if m else ("", line)
+        m = re.match(r"^(answer|final answer|result|confidence|explanation|答案是?|最终答案|结论|置信度|解释|说明)\s*[:=：]?\s*(.*)$", line, re.I)
+        key, val = (_OUTCOME_KEYS.get(m.group(1).lower(), m.group(1).lower()), m.group(2).strip()) if m else ("", line)
         if key == "confidence":
-            c = re.search(r"high|medium|low", val, re.I)
-            trace.confidence = c.group(0).lower() if c else None
+            c = re.search(r"high|medium|low|高|中|低", val, re.I)
+            trace.confidence = {"高": "high", "中": "medium", "低": "low"}.get(c.group(0), c.group(0).lower()) if c else None
         elif key == "explanation":
             trace.explanation = val
         elif not trace.answer:
@@ -326,7 +374,7 @@ def _split_headings(text: str) -> list[tuple[str, str]]:
         # require a colon after the keyword or the keyword alone on its line (markers allowed).
         if m and len(line) < 200 and (
             not m.group(2).strip().strip("*_:")
-            or re.search(rf"{re.escape(m.group(1))}\s*(?:\*\*|__)?\s*:", line, re.I)
+            or re.search(rf"{re.escape(m.group(1))}\s*(?:\*\*|__)?\s*[:：]", line, re.I)
         ):
             sections.append((_ALIASES[re.sub(r"\s+", "_", m.group(1).lower())], [m.group(2)]))
         elif sections:
@@ -340,6 +388,43 @@ def _split_keywords(text: str) -> list[tuple[str, str]]:
     for i, m in enumerate(marks):
         end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
         out.append((_ALIASES[re.sub(r"\s+", "_", m.group(1).lower())], text[m.end():end].strip()))
+    return out
+
+
+# NOTE: the seed's (002) rule for a reply without any separator: sentences are split at 。！？ and line
+# ends, and read by their opening words.
+_EQUATION = re.compile(r"\d[^=]*=\s*[-+]?\d")
+_ZH_SENTENCE = re.compile(r"[^。！？!?\n]+[。！？!?]?")
+_ZH_REASON = re.compile(r"^\s*(?:\d+\s*[、.．)]\s*)?(?:根据|依据|按照|由于|因为|首先|其次|然后|接着|又因为|已知)")
+_ZH_CHECK = re.compile(r"^\s*(?:\d+\s*[、.．)]\s*)?(?:验证|检验|校验|核验|代入|回代|复核)")
+_ZH_CONCLUDE = re.compile(r"^\s*(?:\d+\s*[、.．)]\s*)?(?:综上所述|综上|因此|所以|故|结论是?|答案是|最终答案是?)[，,：:]?\s*")
+
+
+def _split_zh_sentences(text: str) -> list[tuple[str, str]]:
+    """Sections of a Chinese reply without labels, from its sentences' opening words (see the module docstring).
+
+    Sentences before the first reasoning or check sentence are the context; the last concluding
+    sentence is the outcome (its opening word dropped), earlier ones stay reasoning steps (the seed's
+    step "因此非标资产余额为0" is one). Needs at least one reasoning sentence and a conclusion.
+    """
+    sentences = [m.group(0).strip() for m in _ZH_SENTENCE.finditer(text) if m.group(0).strip()]
+    conclude = [i for i, t in enumerate(sentences) if _ZH_CONCLUDE.match(t)]
+    first = next((i for i, t in enumerate(sentences) if _ZH_REASON.match(t) or _ZH_CHECK.match(t)), None)
+    if not conclude or first is None or first >= conclude[-1]:
+        return []
+    last = conclude[-1]
+    context = sentences[:first]
+    reasoning = [t for t in sentences[first:last] if not _ZH_CHECK.match(t)]
+    checks = [_ZH_CHECK.sub("", t, count=0).lstrip("：:，, ") for t in sentences[first:] if _ZH_CHECK.match(t)]
+    # NOTE: "验证：0/50=0" names no check type; an equation it states is a recomputation.
+    checks = [c if _type_of(c) is not None or not _EQUATION.search(c) else f"recomputation: {c}" for c in checks]
+    out: list[tuple[str, str]] = []
+    if context:
+        out.append(("context", "\n".join(context)))
+    out.append(("reasoning", "\n".join(reasoning)))
+    if checks:
+        out.append(("verification", "\n".join(checks)))
+    out.append(("outcome", _ZH_CONCLUDE.sub("", sentences[last], count=1).rstrip("。！!")))
     return out
 
 
@@ -390,10 +475,13 @@ def parse_segmented(text: str) -> ParsedTrace:
                 trace.report.problems.append(f"unknown keys ignored: {', '.join(unknown[:5])}")
             _fill(trace, sections)
     if trace.report.format == "none":
-        for name, splitter in (("separators", _split_separators), ("headings", _split_headings),
-                               ("keywords", _split_keywords)):
+        # NOTE: inline keywords win when they name two segments or more; a lone "验证：" in an unlabelled
+        # Chinese reply yields to its sentences, and only then to the single keyword.
+        for name, splitter, last in (("separators", _split_separators, False), ("headings", _split_headings, False),
+                                     ("keywords", _split_keywords, False), ("keywords", _split_zh_sentences, False),
+                                     ("keywords", _split_keywords, True)):
             sections = splitter(text)
-            if len({k for k, _ in sections}) >= 2 or (sections and name == "keywords"):
+            if len({k for k, _ in sections}) >= 2 or (sections and last):
                 trace.report.format = name  # type: ignore[assignment]
                 _fill(trace, sections)
                 break

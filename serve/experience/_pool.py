@@ -57,7 +57,8 @@ _READY = "ready"
 
 def failed_record(record: ExperienceRecord, note: str, required: Sequence[str] = ()) -> ExperienceRecord:
     """``record`` with every check failed unrun with ``note``, and the confidence that implies (low)."""
-    checked = [v.model_copy(update={"actual": None, "status": "fail", "notes": note}) for v in record.verification]
+    checked = [v.model_copy(update={"actual": None, "status": "fail", "notes": note, "verified": False})
+               for v in record.verification]
     return finish_record(record, checked, required)
 
 

@@ -15,7 +15,8 @@ from recallserve.serve.experience._rules import Rule
 from recallserve.serve.experience._extract import SOURCE
 from recallserve.serve.experience._schema import ExperienceRecord, VerificationItem
 
-__all__ = ["SYSTEM_PROMPT", "SYSTEM_PROMPT_JSON", "build_messages", "required_checks", "rewrite_messages"]
+__all__ = ["SYSTEM_PROMPT", "SYSTEM_PROMPT_JSON", "build_messages", "required_checks", "medium_warnings",
+           "rewrite_messages"]
 
 SYSTEM_PROMPT = """Solve the problem. Reply in exactly this format:
 Context: <facts only>
@@ -27,7 +28,7 @@ Verification:
 - back_substitution: <equation> with <unknown> = <value>
 - boundary_test: <answer number> in [<min>, <max>]
 - regulatory_check: <rule id> with <variable>=<value>, ... -> <rule result>
-(keep the checks that fit; a computer runs them)
+(at least two checks that fit, each with its target; a computer runs them)
 Outcome: <answer with unit>
 Confidence: high|medium|low
 
@@ -46,7 +47,7 @@ Confidence: high"""
 SYSTEM_PROMPT_JSON = """Solve the problem. Reply with one JSON object with keys in this order:
 "context": {"facts": [..], "quantities": [{"name", "value", "unit"}], "constraints": [..]},
 "reasoning": [{"step_id": 1, "text": "..", "principle": "formula or rule used"}],
-"verification": checks a computer runs, each {"type", "target", "input", "expected"} with type one of
+"verification": at least two checks a computer runs, each {"type", "target", "input", "expected"} with type one of
   recomputation (target: arithmetic with numbers only, expected: its value),
   unit_check (target: quantities with units like "120 km / 1.5 h", expected: the answer's unit),
   back_substitution (target: equation like "1.5*v = 120", input: {"v": answer}),
@@ -60,13 +61,50 @@ def _own(rec: ExperienceRecord) -> list[VerificationItem]:
     return [v for v in rec.verification if v.input.get("source") != SOURCE]
 
 
+def _held(v: VerificationItem) -> bool:
+    """A check that held: passed when code ran it, or, unverified, stated as passed by its author
+    (a reviewer-approved record of the design's shape, whose rule code does not hold)."""
+    return v.status == "pass" or (not v.verified and v.stated is not None and v.stated.status == "pass")
+
+
 def required_checks(experiences: Sequence[ExperienceRecord]) -> list[str]:
-    """Check types the injected experiences imply: every type the model wrote that passed in one of them."""
+    """Check types the injected experiences imply: every type the model wrote that held in one of them."""
     out: list[str] = []
     for rec in experiences:
         for v in _own(rec):
-            if v.status == "pass" and v.type not in out:
+            if _held(v) and v.type not in out:
                 out.append(v.type)
+    return out
+
+
+def _required_line(experiences: Sequence[ExperienceRecord], required: Sequence[str]) -> str:
+    """002's verification constraint: each required check type, with the rule ids it was run on.
+
+    Only a ``regulatory_check``'s target (a rule id) carries over to a new problem; the other
+    types' targets are the old problem's expressions, so they are named without one.
+    """
+    targets: dict[str, list[str]] = {}
+    for rec in experiences:
+        for v in _own(rec):
+            if v.type == "regulatory_check" and _held(v) and v.target and v.target not in targets.setdefault(v.type, []):
+                targets[v.type].append(v.target[:64])
+    named = [f"{t} (target {', '.join(targets[t][:3])})" if targets.get(t) else t for t in required]
+    return f"Your verification must include: {', '.join(named)}."
+
+
+def medium_warnings(experiences: Sequence[ExperienceRecord]) -> list[str]:
+    """002's warning for an injected experience of Medium confidence: which of its checks code could
+    not confirm, so the reasoner verifies them itself and a person reviews the answer."""
+    out = []
+    for i, rec in enumerate(experiences, start=1):
+        if rec.outcome.confidence != "medium":
+            continue
+        doubtful = [f"{v.type} {v.target[:64]}".strip() + (f" ({(v.stated.notes if v.stated and v.stated.notes else v.notes)[:120]})"
+                                                            if (v.stated and v.stated.notes) or v.notes else "")
+                    for v in _own(rec) if v.status != "pass"][:3]
+        what = "; ".join(doubtful) if doubtful else "no check computed its answer"
+        out.append(f"Warning: past problem {i} is only Medium confidence: {what}. Check this yourself; "
+                   "the answer will be reviewed by a person.")
     return out
 
 
@@ -75,7 +113,7 @@ def _experience_block(rec: ExperienceRecord) -> str:
         (f"{s.text} ({s.principle})" if s.principle else s.text) for s in rec.reasoning[:4]
     )
     checks = "; ".join(f"{v.type}: {v.target}" for v in _own(rec) if v.status == "pass")[:300]
-    return f"- Problem: {rec.context.raw_text[:200]}\n  Key reasoning: {steps[:300]}\n  Checks: {checks}\n  Answer: {rec.outcome.answer}"
+    return f"- Problem: {rec.context.raw_text[:200]}\n  Key reasoning: {steps[:300]}\n  Checks: {checks}\n  Answer: {rec.outcome.answer_text}"
 
 
 def _archival_block(rec: ExperienceRecord) -> str:
@@ -83,7 +121,7 @@ def _archival_block(rec: ExperienceRecord) -> str:
     if rec.evaluation.human_label == "wrong":
         tags = ", ".join(rec.evaluation.error_tags) or "unspecified error"
         note = f" ({rec.evaluation.review_note[:120]})" if rec.evaluation.review_note else ""
-        return f"- Avoid ({tags}){note}: a past answer '{rec.outcome.answer[:60]}' was wrong."
+        return f"- Avoid ({tags}){note}: a past answer '{rec.outcome.answer_text[:60]}' was wrong."
     return f"- Principle: {principles or rec.outcome.explanation[:200]}"
 
 
@@ -119,7 +157,8 @@ def build_messages(
     if archival:
         parts.append("Lessons:\n" + "\n".join(_archival_block(r) for r in archival))
     if required:
-        parts.append(f"Your verification must include: {', '.join(required)}.")
+        parts.append(_required_line(experiences, required))
+    parts.extend(medium_warnings(experiences))
     parts.append(f"Problem: {question}")
     system = SYSTEM_PROMPT_JSON if json_mode else SYSTEM_PROMPT
     return [ChatMessage(role="system", content=system), ChatMessage(role="user", content="\n\n".join(parts))], required

@@ -23,7 +23,7 @@ from pydantic import Field, field_validator
 from recallserve.kernels import StrictModel
 from recallserve.serve.experience._calculator import CalcError, evaluate, extract_number
 
-__all__ = ["Rule", "RuleTable", "RuleError"]
+__all__ = ["Rule", "RuleTable", "RuleError", "constraint_rules"]
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 _VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -99,6 +99,14 @@ class RuleTable:
                 return rule
         return None
 
+    def extended(self, rules: Iterable[Rule]) -> RuleTable:
+        """This table plus ``rules`` whose ids it does not hold (a registered rule always wins)."""
+        out = RuleTable(self._rules.values())
+        for rule in rules:
+            if rule.id not in out:
+                out.register(rule)
+        return out
+
     def __contains__(self, rule_id: object) -> bool:
         return isinstance(rule_id, str) and _canon(rule_id) in self._rules
 
@@ -134,3 +142,36 @@ def _lookup(inputs: Mapping[str, Any], name: str) -> Any:
         return inputs[name]
     lowered = {str(k).lower(): v for k, v in inputs.items()}
     return lowered.get(name.lower())
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def constraint_rules(constraints: Iterable[Any], quantities: Iterable[str]) -> list[Rule]:
+    """Condition rules of a record's structured constraints that code can evaluate.
+
+    A constraint ``{"regulation": R, "threshold": t, "quantity": Q, "operator": op}`` (the design's
+    ``context.structured.constraints``, with ``quantity`` naming what the limit bounds) becomes the
+    rule ``R: Q op t``, where ``Q`` is a stated quantity or an expression of stated quantities
+    (``non_standard / total_fund``). A constraint without a regulation, a threshold or a quantity
+    whose every name is stated gives none: its checks stay unverified, as the author wrote them.
+    """
+    names = set(quantities)
+    out: list[Rule] = []
+    seen: set[str] = set()
+    for c in constraints:
+        reg, thr, q = getattr(c, "regulation", None), getattr(c, "threshold", None), getattr(c, "quantity", None)
+        if not reg or thr is None or not q or not _ID.match(reg) or _canon(reg) in seen:
+            continue
+        used = sorted(set(_NAME.findall(q)))
+        if not used or not set(used) <= names:
+            continue
+        rule = Rule(id=reg, description=c.render()[:500], expression=f"({q}) {c.operator} {thr!r}"[:500],
+                    variables=used[:16])
+        try:
+            RuleTable([rule])
+        except ValueError:
+            continue
+        seen.add(_canon(reg))
+        out.append(rule)
+    return out

@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
 
 from recallserve.kernels import StrictModel, check_json
 
@@ -29,6 +29,10 @@ __all__ = [
     "VerificationStatus",
     "Tier",
     "Quantity",
+    "StructuredConstraint",
+    "StatedResult",
+    "Answer",
+    "answer_text",
     "ExperienceContext",
     "ReasoningStep",
     "VerificationItem",
@@ -110,13 +114,57 @@ class Quantity(StrictModel):
     unit: str = Field(default="", max_length=32, description="Unit as written, e.g. 'km'; '' when none.")
 
 
+_Name = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class StructuredConstraint(StrictModel):
+    """A constraint as the design's v1.2 record writes it in ``context.structured.constraints``.
+
+    The design's example is ``{"regulation": "CBIRC_Rule_27", "threshold": 0.35, "asset_type":
+    "non_standard"}``: the rule that imposes it, its limit and what the limit applies to. ``quantity``
+    and ``operator`` name a stated quantity the limit bounds (``quantity <= threshold`` by default):
+    then code checks it (:func:`recallserve.serve.experience._extract.constraint_checks`).
+    """
+
+    regulation: _Name | None = Field(default=None, description="Rule or regulation id, e.g. 'CBIRC_Rule_27'.")
+    threshold: float | None = Field(default=None, allow_inf_nan=False, description="The limit, e.g. 0.35.")
+    asset_type: _Name | None = Field(default=None, description="What the limit applies to, e.g. 'non_standard'.")
+    quantity: _Name | None = Field(default=None, description="Name of a stated quantity the threshold bounds.")
+    operator: Literal["<=", "<", ">=", ">", "=="] = Field(default="<=", description="quantity OPERATOR threshold.")
+    unit: str | None = Field(default=None, max_length=32, description="Unit of the threshold, if any.")
+    text: str | None = Field(default=None, max_length=1000, description="The constraint in words.")
+
+    def render(self) -> str:
+        """One line of text (what is cleaned, embedded and shown), e.g. 'CBIRC_Rule_27: non_standard <= 0.35'."""
+        head = f"{self.regulation}: " if self.regulation else ""
+        subject = self.quantity or self.asset_type or "value"
+        limit = "" if self.threshold is None else f" {self.operator} {self.threshold:g}" + (f" {self.unit}" if self.unit else "")
+        tail = f" ({self.text})" if self.text else ""
+        return f"{head}{subject}{limit}{tail}".strip()
+
+
+#: A constraint: a fact in words, or the design's structured object.
+Constraint = _Constraint | StructuredConstraint
+
+
+def constraint_text(c: str | StructuredConstraint) -> str:
+    """A constraint as one line of text."""
+    return c if isinstance(c, str) else c.render()
+
+
 class ExperienceContext(StrictModel):
     """Facts of the problem, without any reasoning."""
 
     raw_text: str = Field(min_length=1, max_length=8000, description="The problem as given.")
     quantities: list[Quantity] = Field(default_factory=list, max_length=32, description="Structured quantities.")
-    constraints: list[_Constraint] = Field(default_factory=list, max_length=32,
-                                           description="Constraints stated as facts (1-1000 characters each).")
+    constraints: list[Constraint] = Field(
+        default_factory=list, max_length=32,
+        description="Constraints: facts in words (1-1000 characters each) or the design's objects "
+                    "({regulation, threshold, asset_type, ...}).")
+
+    def constraint_texts(self) -> list[str]:
+        """Each constraint as one line of text."""
+        return [constraint_text(c) for c in self.constraints]
 
 
 class ReasoningStep(StrictModel):
@@ -128,8 +176,25 @@ class ReasoningStep(StrictModel):
     evidence: str = Field(default="", max_length=1000, description="Facts the step relies on.")
 
 
+class StatedResult(StrictModel):
+    """A check's result as its author wrote it (kept; code never trusts it)."""
+
+    status: VerificationStatus | None = Field(default=None, description="Status as written.")
+    actual: Any = Field(default=None, description="Actual value as written.")
+    notes: str | None = Field(default=None, max_length=1000, description="Notes as written.")
+
+    @field_validator("actual")
+    @classmethod
+    def _bounded(cls, v: Any, info: Any) -> Any:
+        return check_json(v, info.field_name, max_depth=3, max_items=32, max_chars=1000)
+
+
 class VerificationItem(StrictModel):
     """A typed check. ``actual``/``status``/``notes`` are filled by code when executed.
+
+    ``verified`` tells whether code reached a verdict (``pass`` or ``fail``); a check it could not
+    execute (an unregistered rule, prose, nothing to compare with) is unverified and its author's
+    result stays in ``stated`` (what the v1.2 export writes back as ``status``/``actual``/``notes``).
 
     Inputs by type (``target`` is the main operand, ``input`` the named extras):
 
@@ -154,6 +219,8 @@ class VerificationItem(StrictModel):
     actual: Any = Field(default=None, description="Value computed by code (never taken from the model).")
     status: VerificationStatus = Field(default="not_run", description="Result of executing the check.")
     notes: str = Field(default="", max_length=1000, description="Why it passed, failed or was doubtful.")
+    verified: bool = Field(default=False, description="Code executed the check to a verdict (pass or fail).")
+    stated: StatedResult | None = Field(default=None, description="The result as the record's author wrote it.")
 
     @field_validator("input", "expected", "actual")
     @classmethod
@@ -163,13 +230,35 @@ class VerificationItem(StrictModel):
         return check_json(v, info.field_name, max_depth=3, max_items=32, max_chars=1000)
 
 
+#: An atomic answer: a string, a boolean or a number (as the design writes ``"answer": true``).
+Answer = Annotated[StrictStr, Field(min_length=1, max_length=2000)] | StrictBool | StrictInt | Annotated[
+    StrictFloat, Field(allow_inf_nan=False)]
+
+
+def answer_text(answer: str | bool | int | float) -> str:
+    """An answer as text: strings as written, booleans and numbers as JSON writes them.
+
+    Example:
+        >>> answer_text(True), answer_text(0.35), answer_text("80 km/h")
+        ('true', '0.35', '80 km/h')
+    """
+    if isinstance(answer, bool):
+        return "true" if answer else "false"
+    return answer if isinstance(answer, str) else repr(answer)
+
+
 class ExperienceOutcome(StrictModel):
     """The answer of the trace."""
 
-    answer: str = Field(min_length=1, max_length=2000, description="One atomic answer, e.g. '80 km/h'.")
+    answer: Answer = Field(description="One atomic answer: a string (e.g. '80 km/h'), a boolean or a number.")
     confidence: Confidence = Field(default="medium", description="Derived from verification results by code.")
     stated_confidence: Confidence | None = Field(default=None, description="Confidence the model wrote, if any.")
     explanation: str = Field(default="", max_length=2000, description="Short justification.")
+
+    @property
+    def answer_text(self) -> str:
+        """The answer as text (:func:`answer_text`)."""
+        return answer_text(self.answer)
 
 
 class ExperienceMetadata(StrictModel):
@@ -183,6 +272,8 @@ class ExperienceMetadata(StrictModel):
     task_domain: str = Field(default="general", min_length=1, max_length=64, description="Task domain, e.g. 'units'.")
     topic: str = Field(default="general", max_length=200, description="Topic tree path, e.g. 'physics/speed'.")
     reviewer: str | None = Field(default=None, max_length=200, description="Who reviewed the trace, if anyone.")
+    user: str | None = Field(default=None, min_length=1, max_length=128,
+                             description="End user the trace was produced for (the chat request's `user`); None = the tenant.")
     expires_at: float | None = Field(strict=True, default=None, ge=0, le=MAX_EPOCH, description="Hard expiry, epoch seconds; None = never.")
 
     @field_validator("topic")
@@ -230,15 +321,16 @@ class ExperienceRecord(StrictModel):
         checks = "\n".join(f"{v.type}: {v.target} -> {v.status}" for v in self.verification)
         ctx = self.context.raw_text
         if self.context.constraints:
-            ctx += "\nconstraints: " + "; ".join(self.context.constraints)
+            ctx += "\nconstraints: " + "; ".join(self.context.constraint_texts())
         return {
             "context": ctx,
             "reasoning": steps,
             "verification": checks,
-            "outcome": f"{self.outcome.answer} (confidence {self.outcome.confidence})",
+            "outcome": f"{self.outcome.answer_text} (confidence {self.outcome.confidence})",
         }
 
     def search_text(self) -> str:
         """The text a similarity search compares against: the problem and the principles used."""
         principles = "; ".join(s.principle for s in self.reasoning if s.principle)
-        return f"{self.context.raw_text}\n{principles}".strip()
+        constraints = "; ".join(self.context.constraint_texts())
+        return "\n".join(x for x in (self.context.raw_text, constraints, principles) if x).strip()

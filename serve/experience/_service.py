@@ -24,7 +24,15 @@ from pydantic import ValidationError
 
 from recallserve.memory_shards.retrieval import LexicalIndex
 from recallserve.serve.engine import ChatMessage, GenerationParams, LLMEngine
-from recallserve.serve.experience._caches import decay_factor, demotions, evicted_domains, find_conflicts, model_family, rank_active
+from recallserve.serve.experience._caches import (
+    decay_factor,
+    demotions,
+    evicted_domains,
+    find_conflicts,
+    model_family,
+    rank_active,
+    reuse_key,
+)
 from recallserve.serve.experience._clean import clean_context
 from recallserve.serve.experience._extract import problem_check_types
 from recallserve.serve.experience._metrics import record_conflicts, record_lookup, record_verification, set_active_freshness
@@ -60,7 +68,7 @@ from recallserve.serve.experience._schema import (
 from recallserve.serve.experience._store import ExperienceStore, StoredRow
 from recallserve.serve.experience._verify import exposure_tags, verify_record, with_extracted_checks
 from recallserve.serve.memory import MemoryBackend, MemoryWrite
-from recallserve.serve.pii import MaskedValueError, PiiMode, apply_pii, for_write_back
+from recallserve.serve.pii import MaskedValueError, PiiMode, apply_pii, for_write_back, user_key
 
 __all__ = ["ExperienceService", "ExperienceNotFound", "Embedder"]
 
@@ -135,6 +143,17 @@ class ExperienceService:
         self._rewriter = rewriter
         self._pool = (VerifyPool(config.verify_workers, config.verify_queue, config.verify_timeout_ms / 1e3)
                       if config.verify_workers else None)
+
+    def _reuser(self, model: str) -> Callable[[list[StoredRow]], list[StoredRow]]:
+        """A filter of rows down to those ``model`` may reuse: its own, or its family's when
+        ``shared_families`` names the family (:func:`~._caches.reuse_key`).
+
+        NOTE: rows are stored under the coarse family (:func:`~._caches.model_family`), so records
+        written before this rule stay reachable; the finer cut is made here, on read.
+        """
+        shared = self.config.shared_families
+        key = reuse_key(model, shared)
+        return lambda rows: [r for r in rows if reuse_key(r.record.metadata.source_model, shared) == key]
 
     def close(self) -> None:
         """Close the database and stop the verification workers."""
@@ -220,7 +239,12 @@ class ExperienceService:
             PersonalDataError: under ``reject``, naming the field (``context.raw_text``).
         """
         now = self._clock()
-        record = _scrubbed(record, self._pii_for(tenant) if pii is None else pii)
+        mode = self._pii_for(tenant) if pii is None else pii
+        record = _scrubbed(record, mode)
+        if record.metadata.user is not None:
+            # NOTE: the owner is stored under the key the chat turn and the erasure use (serve.pii.user_key).
+            record = record.model_copy(update={"metadata": record.metadata.model_copy(
+                update={"user": user_key(record.metadata.user, mode)})})
         verified = await self._verify(tenant, record, required)
         md = verified.metadata
         if md.expires_at is None and self.config.default_ttl_days is not None:
@@ -248,7 +272,7 @@ class ExperienceService:
         md = record.metadata
         writes = [
             MemoryWrite(text=text, kind="experience", source_id=f"experience:{md.id}:{seg}", topic=md.topic,
-                        created_at=md.timestamp, expires_at=md.expires_at,
+                        created_at=md.timestamp, expires_at=md.expires_at, user=md.user,
                         metadata={"experience_id": md.id, "segment": seg, "tier": tier,
                                   "source_model": md.source_model, "task_domain": md.task_domain})
             for seg, text in record.segment_texts().items() if text.strip()
@@ -259,11 +283,16 @@ class ExperienceService:
             log.warning("experience %s: writing segments to the memory tier failed: %s", md.id, exc)
 
     async def get(self, tenant: str, exp_id: str) -> ExperienceView:
-        """One record of ``tenant``; raises ExperienceNotFound (also when expired)."""
+        """One record of ``tenant``; raises ExperienceNotFound. An expired record is read from archival
+        (it is moved there now if maintenance has not yet done it)."""
         now = self._clock()
         row = await self.store.get(tenant, exp_id)
-        if row is None or (row.record.metadata.expires_at is not None and row.record.metadata.expires_at <= now):
+        if row is None:
             raise ExperienceNotFound(f"experience {exp_id!r} not found")
+        md = row.record.metadata
+        if row.tier == "active" and md.expires_at is not None and md.expires_at <= now:
+            await self.store.set_tier(tenant, [exp_id], "archival")
+            row.tier = "archival"
         return self._view(row, now)
 
     # ------------------------------------------------------------------ retrieval
@@ -280,12 +309,13 @@ class ExperienceService:
         if self._pii_for(tenant) != "allow":  # NOTE: masked as the records' were (_scrubbed), or they matched none
             req = req.model_copy(update={f: apply_pii(getattr(req, f), "mask") for f in ("source_model", "domain")})
         family = self._family_of(req.source_model)
+        reuser = self._reuser(req.source_model)
         query = await self._embed_one(clean_context(req.query)) if req.query.strip() else None
         domains = [req.domain] if req.domain else sorted({r.record.metadata.task_domain for r in await self.store.query(
             tenant, tiers=("active",), family=family)})
         for d in domains:
             await self._enforce_scope(tenant, d, now)
-        active = await self.store.query(tenant, tiers=("active",), domain=req.domain, family=family, now=now)
+        active = reuser(await self.store.query(tenant, tiers=("active",), domain=req.domain, family=family, now=now))
         if query is not None:
             ranked = rank_active(active, query, now=now, k=req.k, recency_weight=self.config.recency_weight,
                                  min_similarity=self.config.min_similarity, decay_rate=self.config.decay_rate,
@@ -298,8 +328,8 @@ class ExperienceService:
         conflicts = []
         if ranked:
             topics = {r.row.record.metadata.topic for r in ranked}
-            arch = [a for t in topics for a in await self.store.query(
-                tenant, tiers=("archival",), family=family, topic_prefix=t, now=now) if a.record.metadata.topic == t]
+            arch = [a for t in topics for a in reuser(await self.store.query(
+                tenant, tiers=("archival",), family=family, topic_prefix=t, now=now)) if a.record.metadata.topic == t]
             conflicts = find_conflicts([r.row for r in ranked], arch)
         newer_for = {c.active.id: c.newer for c in conflicts}
         used: list[tuple[str, float, str]] = []
@@ -336,8 +366,8 @@ class ExperienceService:
 
     async def _search_archival(self, tenant: str, req: SearchRequest, family: str, query: np.ndarray | None,
                                now: float) -> list[ExperienceHit]:
-        rows = await self.store.query(tenant, tiers=("archival",), domain=req.domain, family=family,
-                                topic_prefix=req.topic_prefix, now=now)
+        rows = self._reuser(req.source_model)(await self.store.query(
+            tenant, tiers=("archival",), domain=req.domain, family=family, topic_prefix=req.topic_prefix, now=now))
         if req.error_tags:
             wanted = set(req.error_tags)
             rows = [r for r in rows if wanted & set(r.record.evaluation.error_tags)]
@@ -419,9 +449,9 @@ class ExperienceService:
     # ------------------------------------------------------------------ maintenance
 
     async def maintain(self) -> MaintenanceReport:
-        """Delete expired records and demote stale / over-capacity active ones, all tenants."""
+        """Move expired active records to archival and demote old / over-capacity ones, all tenants."""
         now = self._clock()
-        expired = await self.store.delete_expired(now)
+        expired = await self.store.archive_expired(now)
         demoted: dict[str, int] = {}
         for tenant in await self.store.tenants():
             # NOTE: domains first (a store written before the bound, or a lowered bound), then each
@@ -433,7 +463,7 @@ class ExperienceService:
                     demoted[reason] = demoted.get(reason, 0) + n
         fresh = await self.store.active_freshness(now, self.config.decay_rate)
         set_active_freshness(fresh)
-        return MaintenanceReport(expired_deleted=expired, demoted=demoted, freshness=fresh)
+        return MaintenanceReport(expired_archived=expired, demoted=demoted, freshness=fresh)
 
     # ------------------------------------------------------------------ generation
 
@@ -444,7 +474,7 @@ class ExperienceService:
     async def produce(
         self, tenant: str, engine: LLMEngine, question: str, *, domain: str = "general", topic: str = "general",
         inject: bool = True, params: GenerationParams | None = None, store: bool = True,
-        prompt: Callable[[str, str], list[ChatMessage]] | None = None,
+        prompt: Callable[[str, str], list[ChatMessage]] | None = None, user: str | None = None,
     ) -> ProduceResult:
         """Ask the reasoner for the four segments, parse, verify by code and store the trace.
 
@@ -458,7 +488,8 @@ class ExperienceService:
         ``prompt(head, problem)`` renders the engine prompt from the segmented format (system) and
         the problem text with its injected experiences (the chat turn passes its renderer, so the
         client's system prompt, the context block, history and memories reach the model too);
-        None = just those two messages.
+        None = just those two messages. ``user``: the end user's stored key, kept as ``metadata.user``
+        (what erasing that user finds the trace and its memory segments by).
         """
         experiences: list[ExperienceRecord] = []
         archival: list[ExperienceRecord] = []
@@ -496,11 +527,11 @@ class ExperienceService:
         view: ExperienceView | None = None
         if not parsed.answer and store and result.text.strip():
             view = await self.create(tenant, _unparsed(question, result.text, ExperienceMetadata(
-                source_model=engine.model_name, task_domain=domain, topic=topic, timestamp=self._clock())),
+                source_model=engine.model_name, task_domain=domain, topic=topic, timestamp=self._clock(), user=user)),
                 pii=for_write_back(self._pii_for(tenant)))
         if parsed.answer:
             record = parsed.to_record(question, ExperienceMetadata(
-                source_model=engine.model_name, task_domain=domain, topic=topic, timestamp=self._clock()))
+                source_model=engine.model_name, task_domain=domain, topic=topic, timestamp=self._clock(), user=user))
             if store:
                 view = await self.create(tenant, record, required=required,
                                          pii=for_write_back(self._pii_for(tenant)))

@@ -227,10 +227,47 @@ class ExperienceStore:
             self._write(lambda c: c.executemany(sql, rows))
 
     @_in_thread
-    def delete_expired(self, now: float) -> int:
-        """Delete records whose hard expiry has passed (all tenants); returns how many."""
+    def archive_expired(self, now: float) -> int:
+        """Move active records whose hard expiry has passed to archival (all tenants); returns how many.
+
+        NOTE: 002 moves an expired record out of the active cache; it is not deleted (an
+        acknowledged write stays readable by its id), and retrieval skips expired rows anyway.
+        """
         return int(self._write(lambda c: c.execute(
-            "DELETE FROM experiences WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,)).rowcount))
+            "UPDATE experiences SET tier = 'archival' WHERE tier = 'active' "
+            "AND expires_at IS NOT NULL AND expires_at <= ?", (now,)).rowcount))
+
+    def _owner_where(self, tenant: str, user: str | None) -> tuple[str, tuple[str, ...]]:
+        # NOTE: the owner lives in the record's JSON (metadata.user); the tenant's index narrows first.
+        if user is None:
+            return "tenant = ?", (tenant,)
+        return f"tenant = ? AND {self.db.dialect.record_user} = ?", (tenant, user)
+
+    @_in_thread
+    def erase_user(self, tenant: str, user: str | None) -> dict[str, object]:
+        """Delete every record of ``user`` (None: of the whole tenant), then truncate the SQLite WAL.
+
+        Returns:
+            ``{"experiences": rows deleted, "ids": their ids}`` (the ids find their memory segments,
+            source ids ``experience:<id>:<segment>``, written before a record carried its owner).
+        """
+        where, args = self._owner_where(tenant, user)
+        def fn(c: Connection) -> tuple[list[str], int]:
+            found = [r[0] for r in c.execute(f"SELECT id FROM experiences WHERE {where}", args)]
+            return found, c.execute(f"DELETE FROM experiences WHERE {where}", args).rowcount
+
+        ids, n = self._write(fn)
+        if isinstance(self.db, SqliteDatabase):
+            self.db.truncate_wal()
+        return {"experiences": n, "ids": ids}
+
+    @_in_thread
+    def export_user(self, tenant: str, user: str | None) -> dict[str, Any]:
+        """Every record :meth:`erase_user` would delete, with its tier and use count, oldest first."""
+        where, args = self._owner_where(tenant, user)
+        rows = self._read(lambda c: c.execute(f"SELECT tier, use_count, record FROM experiences WHERE {where} "
+                                              "ORDER BY created_at, id", args).fetchall())
+        return {"experiences": [{"tier": t, "use_count": int(u), "record": json.loads(r)} for t, u, r in rows]}
 
     @_in_thread
     def tenants(self) -> list[str]:

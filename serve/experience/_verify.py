@@ -52,13 +52,13 @@ from recallserve.serve.experience._extract import SOURCE, extracted_checks
 from recallserve.serve.experience._grounding import CHECK as GROUNDING_CHECK
 from recallserve.serve.experience._grounding import TAG as GROUNDING_TAG
 from recallserve.serve.experience._grounding import cited_rules, numbers_in, ungrounded
-from recallserve.serve.experience._rules import RuleError, RuleTable
+from recallserve.serve.experience._rules import RuleError, RuleTable, constraint_rules
 from recallserve.serve.experience._schema import Confidence, ExperienceRecord, VerificationItem, VerificationStatus
 from recallserve.serve.experience._tags import ANSWER_TAG, ERROR_TAGS, UNCHECKABLE_TAG, error_tags_for, exposure_tags
 from recallserve.serve.experience._units import DimensionError, Quantity, format_dims, parse_quantity, parse_unit, to_unit
 from recallserve.serve.experience.checks import added_checks, answer_forms, gates
 
-__all__ = ["run_check", "verify_record", "finish_record", "with_extracted_checks", "derive_confidence",
+__all__ = ["run_check", "is_verdict", "verify_record", "finish_record", "with_extracted_checks", "derive_confidence",
            "compare_values", "error_tags_for", "exposure_tags", "ERROR_TAGS", "UNCHECKABLE_TAG",
            "ANSWER_TAG"]
 
@@ -264,7 +264,35 @@ def _bounds(item: VerificationItem) -> tuple[float | None, float | None, bool]:
     return (extract_number(lo) if lo is not None else None, extract_number(hi) if hi is not None else None, inclusive)
 
 
+_BOUNDARY_KEYS = frozenset({"value", "strict", "inclusive", "source", "min", "max"})
+
+
+def _boundary_value(item: VerificationItem, env: Mapping[str, Any]) -> VerificationItem:
+    """The design's boundary test: the formula (``target``) at the boundary ``input`` gives ``expected``.
+
+    ``{"type": "boundary_test", "target": "non_standard / total_fund", "input": {"non_standard": 0},
+    "expected": {"ratio": 0.0}}``: the formula is evaluated with the stated quantities, the input's
+    numbers replacing theirs, and compared with the one expected value. Without a formula (the
+    design's example writes none) code has nothing to execute: not run, kept as stated.
+    """
+    assert isinstance(item.expected, Mapping)
+    if len(item.expected) != 1:
+        return item.model_copy(update={"status": "doubtful", "notes": "expected must name one value"})
+    ((name, want),) = item.expected.items()
+    formula = str(item.input.get("value") or item.target).strip()
+    if not formula:
+        return item.model_copy(update={"status": "not_run", "notes": "no formula (target) to evaluate at the boundary input"})
+    at = {k: v for k, v in item.input.items()
+          if k not in _BOUNDARY_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    got = _value(formula, {**env, **at})
+    exp_val = _value(want, env, loose=True)
+    status, note = _compare_any(got, exp_val)
+    return item.model_copy(update={"actual": _show(got), "status": status, "notes": f"{str(name)[:64]} at {at}: {note}"[:1000]})
+
+
 def _boundary_test(item: VerificationItem, env: Mapping[str, Any], answer: str | None) -> VerificationItem:
+    if isinstance(item.expected, Mapping) and item.input.get("min") is None and item.input.get("max") is None:
+        return _boundary_value(item, env)
     raw = item.input.get("value", item.target) or answer
     # NOTE: "strict" (the extracted checks): the value must evaluate; never its first number.
     v = _value(raw, env, loose=not item.input.get("strict"))
@@ -404,7 +432,18 @@ def _run_within(budget: WorkBudget, item: VerificationItem, rules: RuleTable, en
         # NOTE: a fallback inside the check (e.g. reading the first number of the text) may have
         # swallowed the BudgetExceeded; a check cut short must not pass.
         return out.model_copy(update={"status": "fail", "notes": f"cannot execute: {budget.reason()}"})
-    return out
+    return out.model_copy(update={"verified": is_verdict(out)})
+
+
+def is_verdict(item: VerificationItem) -> bool:
+    """Whether code reached a verdict on the check: ``pass`` or ``fail`` by executing it.
+
+    ``doubtful`` (an unregistered rule, nothing to compare with, no bounds) and ``not_run`` (prose)
+    are not verdicts: the check stays unverified and its author's result is kept as stated
+    (``VerificationItem.stated``). A check failed unrun (over the budget or the size bounds) is a
+    verdict on the record, not on the check: unverified too.
+    """
+    return item.status in ("pass", "fail") and not item.notes.startswith("not run")
 
 
 def verify_record(
@@ -428,10 +467,16 @@ def verify_record(
     if extract:
         record = with_extracted_checks(record)
     env = {q.name: q.value for q in record.context.quantities if q.name.isidentifier()}
+    # NOTE: the record's structured constraints ({regulation, threshold, quantity}) are rules code
+    # can evaluate on the stated quantities; a registered rule of the same id wins.
+    own_rules = [r for r in constraint_rules(record.context.constraints, env) if r.id not in rules]
+    rules = rules.extended(own_rules)
     with budget_scope(WorkBudget(max_steps, seconds)) as budget:
-        checked = [_run_within(budget, v, rules, env, record.outcome.answer)
+        checked = [_run_within(budget, v, rules, env, record.outcome.answer_text)
                    for v in record.verification[:_MAX_ENTRIES]]
+    # NOTE: a rule the context states as a structured constraint is cited by the context itself.
     cited = [rules.get(r).id for r in cited_rules(record.context.raw_text) if r in rules]
+    cited += [r.id for r in own_rules if r.id not in cited]
     return finish_record(record, checked, required, cited, rules)
 
 

@@ -74,7 +74,7 @@ class ConfidenceGate:
 def _answer_computed(record: ExperienceRecord, checked: list[VerificationItem], cited: Sequence[str],
                      rules: RuleTable | None, forms: Sequence[AnswerForm]) -> Verdict:
     """A passing check computed the answer itself (``None`` from :func:`answer_computed`: nothing to compare)."""
-    computed = answer_computed(checked, record.outcome.answer, record.context.raw_text, cited, forms=forms)
+    computed = answer_computed(checked, record.outcome.answer_text, record.context.raw_text, cited, forms=forms)
     return Verdict(checked, computed is not False)
 
 
@@ -83,7 +83,7 @@ def _grounded(record: ExperienceRecord, checked: list[VerificationItem], cited: 
     """The check that computed the answer is grounded in the problem's numbers (:mod:`._grounded`);
     every ungrounded pass gets its numbers of unknown origin in its ``notes``, whatever the verdict."""
     annotated, flags = ground_record(record, checked, rules, cited)
-    ok = verified_by_grounded(annotated, flags, record.outcome.answer, record.context.raw_text, cited, forms)
+    ok = verified_by_grounded(annotated, flags, record.outcome.answer_text, record.context.raw_text, cited, forms)
     return Verdict(annotated, ok)
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from recallserve.memory_shards.coordinator import MemoryCoordinator
 from recallserve.memory_shards.records import MemoryRecord
 from recallserve.serve.api.errors import APIError
 from recallserve.serve.api.metrics import MEMORY_MIGRATION_WRITES
@@ -71,6 +72,10 @@ class MigratingMemoryService(MemoryService):
         self.writes = writes
         self._ok = MEMORY_MIGRATION_WRITES.labels(target_name, "ok")
         self._failed = MEMORY_MIGRATION_WRITES.labels(target_name, "failed")
+
+    def coordinators(self) -> list[MemoryCoordinator]:
+        """Both generations: the serving one and the migration's target."""
+        return [*self.current.coordinators(), *self.target.coordinators()]
 
     async def _to_target(self, call):  # type: ignore[no-untyped-def]
         """Run one write on the target generation, counted as ok / failed."""

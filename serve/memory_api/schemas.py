@@ -116,6 +116,9 @@ class MemoryIn(StrictModel):
                                         description=f"Flat metadata (string -> scalar; at most {MAX_METADATA_KEYS} keys of "
                                                     f"128 characters, string values of {MAX_METADATA_VALUE_CHARS}).")
     topic: str = Field(default="", max_length=512, description="Slash-separated topic path, e.g. 'billing/refunds'.")
+    user: Annotated[str | None, NoControl] = Field(
+        default=None, min_length=1, max_length=128,
+        description="End user who owns the memory (as mem0's user_id; the chat request's `user`); default: the tenant.")
     image_description: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT_CHARS, description="Description of an attached image.")
     ocr_text: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT_CHARS, description="OCR text of an attached image.")
     image_hash: str | None = Field(default=None, min_length=1, max_length=128, description="Content hash of the attached image.")
@@ -203,6 +206,10 @@ class FiltersIn(StrictModel):
     _metadata = field_validator("metadata", mode="before")(lambda cls, v: _check_metadata(v))
     created_after: datetime | None = Field(default=None, description="Created at or after (ISO 8601 or epoch seconds).")
     created_before: datetime | None = Field(default=None, description="Created before (ISO 8601 or epoch seconds).")
+    user: Annotated[str | None, NoControl] = Field(default=None, min_length=1, max_length=128,
+                                                   description="Keep only memories owned by this end user.")
+    include_tenant: bool = Field(strict=True, default=False,
+                                 description="With user: also the tenant's memories that have no owner.")
     _seconds = field_validator("created_after", "created_before", mode="before")(lambda cls, v: epoch_seconds(v))
 
     @model_validator(mode="after")
@@ -257,6 +264,7 @@ class MemoryOut(StrictModel):
         default_factory=list, description="Character spans of text embedded as one row each (a long text); empty = one row.")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Metadata.")
     topic: str = Field(default="", description="Topic path.")
+    user: str | None = Field(default=None, description="End user who owns it (stored key); None = the tenant.")
     shared: bool = Field(description="True for a memory of the shared collection.")
     created_at: float = Field(description="Creation time, epoch seconds.")
     last_access_at: float | None = Field(default=None, description="Last recall, epoch seconds.")

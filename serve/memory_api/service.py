@@ -45,8 +45,8 @@ from recallserve.memory_shards.retrieval import AsyncEmbed, HybridHit, HybridRet
 from recallserve.serve.api.metrics import MEMORY_SEARCH
 from recallserve.serve.api.errors import APIError, describe_error
 from recallserve.serve.memory_api.admission import AdmissionRefused, SearchAdmission
-from recallserve.serve.memory import MemoryHit, MemoryWrite
-from recallserve.serve.pii import MaskedValueError, PiiMode, apply_pii, apply_pii_id, for_write_back, mask_id
+from recallserve.serve.memory import MemoryHit, MemoryWrite, sources_first
+from recallserve.serve.pii import MaskedValueError, PiiMode, apply_pii, apply_pii_id, for_write_back, mask_id, user_key
 from recallserve.serve.memory_api.schemas import MAX_BATCH, MAX_K, FiltersIn, MemoryIn, MemoryOut, SearchRequest, SearchResult, to_epoch
 
 __all__ = ["MemoryService", "MemoryUnavailable", "MemoryOverloaded", "record_out", "hit_out"]
@@ -96,7 +96,7 @@ def _record_fields(rec: MemoryRecord) -> dict:
         "id": rec.id, "source_id": rec.source_id, "kind": rec.kind, "text": rec.text,
         "image_description": rec.image_description, "ocr_text": rec.ocr_text, "parts": rec.parts,
         "text_chunks": rec.text_chunks,
-        "metadata": dict(rec.metadata), "topic": rec.topic_path, "shared": rec.is_shared,
+        "metadata": dict(rec.metadata), "topic": rec.topic_path, "user": rec.user, "shared": rec.is_shared,
         "created_at": rec.created_at, "last_access_at": rec.last_access_at, "expires_at": rec.expires_at,
     }
 
@@ -152,7 +152,8 @@ def _filters(f: FiltersIn | None, mode: PiiMode) -> SearchFilters | None:
         metadata = None if metadata is None else apply_pii(metadata, "mask")
         topic = None if topic is None else apply_pii(topic, "mask")
     return SearchFilters(kinds=f.kinds, topic_prefix=topic, metadata=metadata,
-                         created_after=to_epoch(f.created_after), created_before=to_epoch(f.created_before))
+                         created_after=to_epoch(f.created_after), created_before=to_epoch(f.created_before),
+                         user=None if f.user is None else user_key(f.user, mode), with_unowned=f.include_tenant)
 
 
 class MemoryService:
@@ -197,6 +198,10 @@ class MemoryService:
         self.retriever = HybridRetriever(coordinator, embed, retrieval, rewriter)
         self.admission = admission
 
+    def coordinators(self) -> list[MemoryCoordinator]:
+        """Every memory generation this service writes to (an erasure must reach each)."""
+        return [self.coordinator]
+
     # ---- writes -------------------------------------------------------------------------
     async def add(self, tenant: str, items: Sequence[MemoryIn], *, pii: PiiMode | None = None) -> list[str]:
         """Store API memories for ``tenant``; durable on return; ids in order.
@@ -229,6 +234,7 @@ class MemoryService:
                     image_hash=item.image_hash, parts=item.parts, metadata=item.metadata, topic_path=item.topic,
                     created_at=now if created is None else created, expires_at=to_epoch(item.expires_at),
                     retention_weight=item.retention_weight, error_tags=item.error_tags,
+                    user=None if item.user is None else user_key(item.user, mode),
                 ))
             except ValidationError as exc:
                 # NOTE: the record's own checks (an empty metadata key, an expiry before now): the
@@ -330,17 +336,21 @@ class MemoryService:
         with _shards_up():
             hits = await self.retriever.search(tenant, req.query, req.k or self.top_k, params,
                                                _filters(req.filters, self.pii_for(tenant)), now, retrieval)
-        return [h for h in hits if h.record.tenant in (tenant, SHARED_TENANT_NAME)]
+        # NOTE: derived memories (written-back conclusions) rank below every source record.
+        return sources_first([h for h in hits if h.record.tenant in (tenant, SHARED_TENANT_NAME)])
 
     # ---- serve.memory.MemoryBackend -----------------------------------------------------
     async def search(self, tenant: str, query: str, k: int | None = None, *, threshold: float | None = None,
-                     kinds: Sequence[str] | None = None, topic_prefix: str | None = None) -> list[MemoryHit]:
-        """The chat pipeline's recall: hybrid top-k of ``tenant`` (plus shared) for ``query``."""
+                     kinds: Sequence[str] | None = None, topic_prefix: str | None = None,
+                     user: str | None = None) -> list[MemoryHit]:
+        """The chat pipeline's recall: hybrid top-k of ``tenant`` (plus shared) for ``query``; with
+        ``user`` (a stored user key), only that user's memories and the tenant's unowned ones."""
         if not query.strip():
             return []
         filters = None
-        if kinds or topic_prefix:
-            filters = FiltersIn(kinds=list(kinds) if kinds else None, topic_prefix=topic_prefix or None)
+        if kinds or topic_prefix or user:
+            filters = FiltersIn(kinds=list(kinds) if kinds else None, topic_prefix=topic_prefix or None,
+                                user=user or None, include_tenant=bool(user))
         req = SearchRequest(query=query, k=min(max(k or self.top_k, 1), MAX_K), threshold=threshold, filters=filters)
         return list(await self.search_request(tenant, req, caller="chat"))
 
@@ -359,6 +369,7 @@ class MemoryService:
                 text, left_out = clip_middle(w.text, MAX_TEXT_CHARS)
                 metadata = {**w.metadata, "clipped_chars": left_out} if left_out else w.metadata
                 batch.append(MemoryIn(text=text, kind=w.kind, source_id=w.source_id, metadata=metadata,
-                                      topic=w.topic or "", created_at=w.created_at, expires_at=w.expires_at))
+                                      topic=w.topic or "", created_at=w.created_at, expires_at=w.expires_at,
+                                      user=w.user))
             ids += await self.add(tenant, batch, pii=for_write_back(self.pii_for(tenant)))
         return ids

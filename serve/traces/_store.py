@@ -16,6 +16,7 @@ reaches it through a handle; with one, every ingress replica opens its own Postg
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -173,6 +174,44 @@ class TraceStore:
                                         last_at=r["created_at"], last_turn_id=r["id"], mode=context.get("mode"),
                                         breakdown=context.get("breakdown") or {}))
             return out
+
+        return await self._call(fn)
+
+    async def erase_user(self, tenant: str, user: str | None) -> dict[str, int]:
+        """Delete every trace of ``user`` (None: of the whole tenant), then truncate the SQLite WAL.
+
+        A trace holds the turn's question, answer, recalled memories and rendered prompt: all of
+        it goes with the row. Returns ``{"turns": rows deleted}``.
+        """
+        where, args = ("tenant = ?", (tenant,)) if user is None else ("tenant = ? AND user_id = ?", (tenant, user))
+        n = await self._call(lambda c: c.execute(f"DELETE FROM turns WHERE {where}", args).rowcount, write=True)
+
+        def truncate() -> None:
+            if isinstance(self.db, SqliteDatabase):
+                self.db.truncate_wal()
+
+        await asyncio.to_thread(truncate)
+        return {"turns": n}
+
+    async def expire_before(self, tenant: str, before: float) -> dict[str, int]:
+        """Delete ``tenant``'s traces created before ``before`` (a retention limit); then truncate the WAL."""
+        n = await self._call(lambda c: c.execute("DELETE FROM turns WHERE tenant = ? AND created_at < ?",
+                                                 (tenant, before)).rowcount, write=True)
+
+        def truncate() -> None:
+            if isinstance(self.db, SqliteDatabase):
+                self.db.truncate_wal()
+
+        await asyncio.to_thread(truncate)
+        return {"turns": n}
+
+    async def export_user(self, tenant: str, user: str | None) -> dict[str, Any]:
+        """Every trace :meth:`erase_user` would delete (expired ones not yet pruned included), oldest first."""
+        where, args = ("tenant = ?", (tenant,)) if user is None else ("tenant = ? AND user_id = ?", (tenant, user))
+
+        def fn(conn: sqlite3.Connection) -> dict[str, Any]:
+            rows = conn.execute(f"SELECT body FROM turns WHERE {where} ORDER BY created_at", args).fetchall()
+            return {"turns": [json.loads(r["body"]) for r in rows]}
 
         return await self._call(fn)
 

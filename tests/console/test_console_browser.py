@@ -187,3 +187,17 @@ def test_a_second_tenant_sees_none_of_the_first_tenants_data(page: Any, console:
     page.goto(console.url + f"/console#turns")
     for leaked in (SECRET, ORDER_NOTE, console.memory_id, console.turn_id, console.experience_id, "s-jane", "104208", ANSWER):
         assert not any(leaked in html for html in seen), leaked
+
+
+def test_the_erasures_page_lists_an_erasure_without_the_user_id(page: Any, console: Console) -> None:
+    r = console.api.delete(console.url + "/v1/users/erase-me-user", headers={"Authorization": "Bearer sk-initech"})
+    assert r.status_code == 202, r.text
+    sign_in(page, "sk-initech")
+    page.wait_for_selector("#nav a.active")
+    assert page.inner_text("#retention") == "retention: no limits"
+    page.click("#nav a[data-page=erasures]")
+    page.wait_for_selector('#page[data-page="erasures"] h2')
+    page.get_by_text(r.json()["id"]).wait_for()
+    assert r.json()["user_hash"] in page.content() and "erase-me-user" not in page.content()
+    shot(page, "erasures")
+

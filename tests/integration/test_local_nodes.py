@@ -23,17 +23,24 @@ import pytest
 from loadtests import node_chaos as nc
 from loadtests._cluster import scratch_config
 from recallserve.deployments import runner
+from recallserve.deployments.config import STATE_DSN_ENV
+from tests._postgres import fresh_schema_dsn
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow,
               pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs Debian's redis-server (scripts/system_deps.sh)")]
 
 
 @pytest.fixture(scope="module")
-def cluster(work_dir: Path, port: int) -> Iterator[tuple[Any, Any]]:
+def cluster(work_dir: Path, port: int, postgres_dsn: str) -> Iterator[tuple[Any, Any]]:
     redis = nc.RedisServer(work_dir / "redis")
+    # NOTE: the cluster profile's state: sessions, experiences and traces in PostgreSQL, every ingress
+    # replica with its own pool (as `recallserve up --nodes 3 --state-dsn DSN`).
+    os.environ[STATE_DSN_ENV] = fresh_schema_dsn(postgres_dsn)
     config = scratch_config("cpu-local", port, work_dir, "smollm2-135m-instruct-q4_1",
                             ray={"temp_dir": str(work_dir / "ray"), "nodes": 3, "ingress": "proxy",
-                                 "redis_address": redis.address})
+                                 "redis_address": redis.address},
+                            state_db={"dsn_env": STATE_DSN_ENV})
+    assert config.state_db.enabled
     saved = os.environ.get("RECALLSERVE_API_KEYS")
     os.environ["RECALLSERVE_API_KEYS"] = nc.tenant_keys_env(config.memory.num_shards)
     runner.prepare_models(config, progress=False)
@@ -47,6 +54,7 @@ def cluster(work_dir: Path, port: int) -> Iterator[tuple[Any, Any]]:
     finally:
         runner.shutdown()
         redis.stop()
+        os.environ.pop(STATE_DSN_ENV, None)
         if saved is None:
             os.environ.pop("RECALLSERVE_API_KEYS", None)
         else:

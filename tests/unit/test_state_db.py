@@ -69,7 +69,7 @@ def test_the_experience_store_is_tenant_keyed_and_complete_on_each_backend(tmp_p
         assert (await store.get("globex", "e1")).tier == "review"  # type: ignore[union-attr]
         assert await store.tenants() == ["acme", "globex"]
         assert await store.active_freshness(now, 1.0) == pytest.approx(1.0 / (1.0 + 5 / 86400.0))
-        assert await store.delete_expired(now) == 1 and await store.get("acme", "e2") is None
+        assert await store.archive_expired(now) == 1 and (await store.get("acme", "e2")).tier == "archival"  # type: ignore[union-attr]
 
     asyncio.run(scenario())
     store.close()
@@ -258,3 +258,26 @@ def test_an_ingress_replica_opens_its_stores_on_postgres(postgres_dsn: str) -> N
     asyncio.run(scenario())
     assert stores.turns.config.max_per_tenant == 5
     db.close()
+
+
+def test_the_experience_store_erases_and_exports_by_owner_on_each_backend(tmp_path: Path, state_db: Any) -> None:
+    """The owner is read from the record's JSON by each backend's own expression (``Dialect.record_user``)."""
+    store = ExperienceStore(tmp_path / "exp", db=state_db)
+    emb = np.arange(4, dtype=np.float32)
+
+    async def scenario() -> None:
+        for exp_id, user in (("e1", "u1"), ("e2", "u2"), ("e3", None)):
+            rec = speed_record(exp_id=exp_id, timestamp=time.time())
+            if user is not None:
+                rec["metadata"]["user"] = user
+            await store.put("acme", ExperienceRecord.model_validate(rec), tier="active", family="qwen",
+                            embedding=emb, last_used_at=time.time())
+        assert [e["record"]["metadata"]["id"] for e in (await store.export_user("acme", "u2"))["experiences"]] == ["e2"]
+        gone = await store.erase_user("acme", "u1")
+        assert gone["experiences"] == 1 and gone["ids"] == ["e1"]
+        assert await store.get("acme", "e1") is None
+        assert await store.get("acme", "e2") is not None and await store.get("acme", "e3") is not None
+        assert (await store.erase_user("acme", "u1"))["experiences"] == 0  # idempotent
+
+    asyncio.run(scenario())
+    store.close()

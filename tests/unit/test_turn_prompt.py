@@ -80,7 +80,8 @@ class OneMemory:
         self.searches: list[tuple[str, str, int | None]] = []
 
     async def search(self, tenant: str, query: str, k: int | None = None, *, threshold: float | None = None,
-                     kinds: Sequence[str] | None = None, topic_prefix: str | None = None) -> list[MemoryHit]:
+                     kinds: Sequence[str] | None = None, topic_prefix: str | None = None,
+                     user: str | None = None) -> list[MemoryHit]:
         self.searches.append((tenant, query, k))
         if tenant != "acme":
             return []

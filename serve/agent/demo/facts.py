@@ -48,7 +48,9 @@ def _found(alternative: str, answer: str) -> bool:
     needle = normalise(alternative)
     if not needle:
         return False
-    head = r"(?<![a-z0-9])" if needle[0].isalnum() else ""
+    # NOTE: a Chinese fact ("已发货") may follow an id directly ("订单104365已发货"): only a Latin or digit
+    # start needs the boundary.
+    head = r"(?<![a-z0-9])" if needle[0].isascii() and needle[0].isalnum() else ""
     tail = r"(?![0-9])(?!\.\d)" if needle[-1].isdigit() else ""
     return re.search(head + re.escape(needle) + tail, answer) is not None
 

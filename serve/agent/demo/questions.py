@@ -3,6 +3,13 @@
 ``tuned`` (``questions.json``): 40 questions the prompts, descriptions and routing hints were
 developed against, 30 expecting a tool call, 10 none; ``holdout`` (``questions_holdout.json``):
 40 more written without seeing the rules or the tuned set, 28 with a tool, 12 without; ``all``: both.
+Chinese (issue 39): ``zh-tuned`` (``questions_zh.json``, 14: the Chinese routing words were written
+against it) and ``zh-holdout`` (``questions_zh_holdout.json``, 16, written at the same time and not
+looked at while the rules were changed); their facts accept Chinese wordings (已发货 for shipped).
+``compound`` (``questions_compound.json``, 10) and ``compound_holdout`` (``questions_compound_holdout.json``,
+10, never tuned on): questions with several parts (history plus live data, two ids, a status filter,
+a true absence next to a look-up), written for issue 40; their ``must_not`` holds claims of absence
+where the world has the history.
 
 Each question is one :class:`Question` (validated on load): the text, the expected tool call
 (``tool``/``args``/``args_contain``/``result``) and the key facts its answer must state
@@ -22,7 +29,10 @@ from recallserve.kernels import StrictModel
 __all__ = ["QUESTION_SETS", "Question", "load_questions"]
 
 QUESTION_SETS = {"tuned": ("questions.json",), "holdout": ("questions_holdout.json",),
-                 "all": ("questions.json", "questions_holdout.json")}
+                 "all": ("questions.json", "questions_holdout.json"),
+                 "zh-tuned": ("questions_zh.json",), "zh-holdout": ("questions_zh_holdout.json",),
+                 "compound": ("questions_compound.json",), "compound_holdout": ("questions_compound_holdout.json",),
+                 "compound_all": ("questions_compound.json", "questions_compound_holdout.json")}
 
 
 class Question(StrictModel):

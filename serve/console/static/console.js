@@ -102,7 +102,10 @@ async function signIn(key) {
   const me = await api("GET", "/v1/console/me");
   state.tenant = me.tenant;
   sessionStorage.setItem(KEY_STORE, key);
+  const kept = Object.entries(me.retention || {}).filter(([, d]) => d != null)
+    .map(([k, d]) => `${k.replace("_days", "")} ${d} d`);
   $("#tenant").textContent = "tenant " + me.tenant;
+  $("#retention").textContent = "retention: " + (kept.length ? kept.join(", ") : "no limits");
   $("#signin-panel").hidden = true;
   $("#nav").hidden = false;
   $("#who").hidden = false;
@@ -124,7 +127,8 @@ function signOut(clear = true) {
 function stopTimer() { if (state.timer) { clearInterval(state.timer); clearTimeout(state.timer); state.timer = null; } }
 
 // ---- pages ---------------------------------------------------------------------------------
-const PAGES = { memories: memoriesPage, sessions: sessionsPage, turns: turnsPage, review: reviewPage, health: healthPage };
+const PAGES = { memories: memoriesPage, sessions: sessionsPage, turns: turnsPage, review: reviewPage, health: healthPage,
+  erasures: erasuresPage };
 
 function route() {
   if (!state.key) return;
@@ -302,6 +306,18 @@ async function turnsPage(root) {
   await load();
 }
 
+async function erasuresPage(root) {
+  // NOTE: the audit rows hold the user's hash, never the user id or any content (docs/erasure.md).
+  const list = await api("GET", "/v1/erasures?limit=200");
+  const rows = list.data.map((r) => el("tr", { class: "row" },
+    el("td", {}, when(r.created_at)), el("td", {}, r.object), el("td", {}, r.id), el("td", {}, r.user_hash),
+    el("td", {}, r.requester), el("td", {}, tag(r.status)), el("td", {}, r.done_at ? when(r.done_at) : "—"),
+    el("td", {}, Object.entries(r.counts).map(([k, v]) => `${k} ${v}`).join(", ") || "—")));
+  root.append(el("h2", {}, "Erasures and exports"),
+    rows.length ? table(["requested", "kind", "id", "user hash", "requester key", "status", "done", "counts"], rows)
+      : el("p", {}, "No erasure or export yet."));
+}
+
 async function openTurn(id, detail) {
   const t = await api("GET", "/v1/turns/" + encodeURIComponent(id));
   for (const row of document.querySelectorAll("#turn-list tr.row")) row.classList.toggle("selected", row.dataset.id === id);
@@ -361,7 +377,7 @@ async function reviewPage(root) {
     });
     const rows = shown.map((v) => el("tr", { class: "row", "data-id": v.record.metadata.id, onclick: () => guarded(() => openExperience(v, detail, listBox)) },
       el("td", {}, v.record.metadata.id), el("td", {}, v.record.metadata.task_domain), el("td", {}, v.record.metadata.topic),
-      el("td", {}, v.record.outcome.confidence), el("td", {}, cut(v.record.context.raw_text, 80)), el("td", {}, v.record.outcome.answer),
+      el("td", {}, v.record.outcome.confidence), el("td", {}, cut(v.record.context.raw_text, 80)), el("td", {}, String(v.record.outcome.answer)),
       el("td", {}, when(v.record.metadata.timestamp))));
     const full = queue.length >= limit;
     listBox.replaceChildren(el("p", { class: "note" }, full ? `${shown.length} of the oldest ${queue.length} waiting for review (there are more).`
@@ -403,7 +419,7 @@ async function openExperience(view, detail, listBox) {
   detail.replaceChildren(el("div", { class: "detail" },
     el("h3", {}, "Experience " + r.metadata.id),
     kv([["tier", tag(view.tier)], ["domain", r.metadata.task_domain], ["topic", r.metadata.topic], ["model", r.metadata.source_model],
-      ["confidence", `${r.outcome.confidence} (model said: ${r.outcome.stated_confidence || "—"})`], ["answer", r.outcome.answer]]),
+      ["confidence", `${r.outcome.confidence} (model said: ${r.outcome.stated_confidence || "—"})`], ["answer", String(r.outcome.answer)]]),
     el("h3", {}, "Problem"), el("pre", {}, r.context.raw_text),
     el("h3", {}, "Reasoning"), table(["#", "step", "principle"], r.reasoning.map((s) => el("tr", {}, el("td", {}, s.step_id), el("td", {}, s.text), el("td", {}, s.principle)))),
     el("h3", {}, "Verification (run by code)"), table(["type", "target", "expected", "actual", "status", "notes"], r.verification.map((v) => el("tr", {},

@@ -80,7 +80,8 @@ class SubstringMemory:
             self.items.setdefault("t1", []).append(MemoryWrite(text=text, source_id=sid))
 
     async def search(self, tenant: str, query: str, k: int | None = None, *, threshold: float | None = None,
-                     kinds: Sequence[str] | None = None, topic_prefix: str | None = None) -> list[MemoryHit]:
+                     kinds: Sequence[str] | None = None, topic_prefix: str | None = None,
+                     user: str | None = None) -> list[MemoryHit]:
         self.searches += 1
         words = {w.lower().strip("?.,!") for w in query.split() if len(w) >= 4}
         out = []

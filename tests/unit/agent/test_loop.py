@@ -201,7 +201,7 @@ def test_dependent_call_runs_after_and_gets_the_value() -> None:
     result = _run(agent, _req("q"))
     by_name = {c.name: c for c in result.tool_calls}
     assert by_name["orders_by_batch"].status == "ok"
-    assert by_name["orders_by_batch"].args == {"batch": "B-2207"}
+    assert by_name["orders_by_batch"].args == {"batch": "B-2207", "status": None}  # status: the optional filter
     assert by_name["orders_by_batch"].result["count"] == 8
     assert [c.name for c in result.tool_calls] == ["orders_by_batch", "slow_a"]  # records in the order asked
 
@@ -226,6 +226,22 @@ def test_cache_ttl_serves_then_expires() -> None:
     assert _run(agent, _req("q")).tool_calls[0].status == "cached"  # new request, within the TTL
     now["t"] += 2
     assert _run(agent, _req("q")).tool_calls[0].status == "ok"  # expired: runs again
+
+
+def test_cache_serves_a_similar_query_not_another_one() -> None:
+    """000: the same or a highly similar query within minutes reuses the result (case, spacing and a
+    closing question mark do not make another query); another expression is another query."""
+    cache = TTLCache(ttl_s=300, max_entries=100)
+    eng = ScriptedEngine([call("calculator", expression="2 * 21"), final("42"),
+                          call("calculator", expression=" 2  *  21"), final("42"),
+                          call("calculator", expression="2 + 21"), final("23"),
+                          call("calculator", expression="2 - 21"), final("-19")])
+    agent = Agent(eng, _registry(), config=AgentConfig(use_router=False, routing_rules=False), cache=cache)
+    q = "What are 2 times 21, 2 plus 21 and 2 minus 21?"
+    assert _run(agent, _req(q)).tool_calls[0].status == "ok"
+    assert _run(agent, _req(q)).tool_calls[0].status == "cached"
+    assert _run(agent, _req(q)).tool_calls[0].status == "ok"
+    assert _run(agent, _req(q)).tool_calls[0].status == "ok"
 
 
 def test_cache_is_per_tenant() -> None:

@@ -45,6 +45,41 @@ def test_rules_generalise_to_the_held_out_questions() -> None:
     assert passed >= 39, f"{passed}/{len(qs)}"
 
 
+@pytest.mark.parametrize("q", _questions("questions_zh.json"), ids=lambda q: q["q"][:20])
+def test_rules_route_every_chinese_tuned_question(q: dict[str, Any]) -> None:
+    assert _rule_pass(q)
+
+
+def test_rules_route_the_chinese_held_out_questions() -> None:
+    # NOTE: questions_zh_holdout.json was written with questions_zh.json, before the Chinese routing
+    # words; the rules were not changed after their first run on it (16/16).
+    qs = _questions("questions_zh_holdout.json")
+    passed = sum(_rule_pass(q) for q in qs)
+    assert passed == len(qs), f"{passed}/{len(qs)}"
+
+
+def test_ids_and_places_next_to_chinese_text_are_bound() -> None:
+    reg = default_registry()
+    d = route_by_rules("订单104208和104233发货了吗？", reg.for_scopes(DEMO_SCOPES), reg.all())
+    assert d.bindings["order_status"] == {"order_id": ["104208", "104233"]}
+    clock = route_by_rules("东京现在几点？", reg.for_scopes(DEMO_SCOPES), reg.all())
+    assert clock.first_step == ["current_time"] and clock.bindings["current_time"] == {"timezone": ["Asia/Tokyo"]}
+    # an id glued to Latin letters is still part of a longer token
+    assert route_by_rules("订单X104208", reg.for_scopes(DEMO_SCOPES), reg.all()).bindings == {}
+
+
+@pytest.mark.parametrize(("question", "start"), [
+    ("取消订单104246，客户改主意了。", "抱歉，这个账户无权执行该操作"),
+    ("你是谁？你能帮我做什么？", "我是本公司的客服助手"),
+    ("订单10423发货了吗？", "暂时无法查询：\u201c订单10423\u201d看起来不是有效的编号"),
+    ("Please cancel my order 104261.", "I'm sorry, but this account isn't allowed"),
+])
+def test_the_rules_own_replies_are_in_the_questions_language(question: str, start: str) -> None:
+    reg = default_registry()
+    d = route_by_rules(question, reg.for_scopes(DEMO_SCOPES), reg.all())
+    assert d.route == "direct" and d.reply.startswith(start), d.reply
+
+
 def test_bindings_offer_only_ids_from_the_text() -> None:
     reg = default_registry()
     d = route_by_rules("status of order #104208 and 104233?", reg.for_scopes(DEMO_SCOPES), reg.all())

@@ -79,6 +79,9 @@ def test_fits_window_and_keeps_retention3(manager: ContextManager, mode: str, wi
 
 def test_budget_errors(manager: ContextManager) -> None:
     s = _conversation(manager, turns=2)
+    # 003: system constraints are the never-drop level (3); the user's (2) are dropped when they do not fit.
+    run(manager.append(s, [MessageIn(role="system", content="Never share another customer's order, address or "
+                                                              "phone number, and always confirm the account first.")]))
     with pytest.raises(ContextBudgetError, match="never-drop") as err:
         _assemble(manager, s, "hybrid", window=260, reserved=200, system=None)
     assert err.value.required > err.value.budget
@@ -95,8 +98,8 @@ def test_full_mode_drops_lowest_retention_oldest_first(manager: ContextManager) 
     tight = _assemble(manager, s, "full", window=900)
     text = _ctx(tight)
     assert tight.dropped_messages > 0
-    # retention 2 and 3 survive; the oldest filler goes first
-    assert "ORD-9934935" in text and "RI-4410X" in text and "10:45am" in text
+    # 003's levels: the user's constraint (2) survives; facts (1) go with the filler, oldest first
+    assert "10:45am" in text and "RI-4410X" in text and "ORD-9934935" not in text
     assert "Question 0:" not in text and "Question 9:" in text
 
 
@@ -213,3 +216,28 @@ def test_random_conversations_never_overflow(store: SessionStore) -> None:
             except ContextBudgetError:
                 continue
             assert sum(count_tokens(m.content) + 4 for m in _prompt(res)) <= window - 100
+
+
+def test_auto_switching_ratio_is_over_the_window(store: SessionStore) -> None:
+    """003's decide_mode: the history ratio is over the whole window (max_tokens), not the history
+    budget; fact density stays over the session's user messages (a measured departure)."""
+    mgr = ContextManager(store, embed=hashing_embed)
+
+    async def session(sid: str, facts: int, chats: int) -> object:
+        s = await mgr.open_session("t", "u", sid)
+        for i in range(facts):
+            await mgr.append(s, [MessageIn(role="user", content=f"My order number is ORD-{2000000 + i}.")])
+        for i in range(chats):
+            await mgr.append(s, [MessageIn(role="user", content=f"Question {i}: how does the return label work?"),
+                                 MessageIn(role="assistant", content=_FILLER)])
+        return s
+
+    # Facts early, then chatty turns: the session's density (2/3) keeps auto off sliding.
+    s = run(session("early-facts", facts=40, chats=20))
+    res = _assemble(mgr, s, "auto", window=1500)
+    assert res.signals.fact_density == pytest.approx(40 / 60) and res.mode != "sliding"
+    # The ratio divides by the window: a large reserve shrinks the budget, not the ratio.
+    small = run(session("small", facts=2, chats=1))
+    a = _assemble(mgr, small, "auto", window=4000, reserved=100)
+    b = _assemble(mgr, small, "auto", window=4000, reserved=3000)
+    assert a.signals.history_ratio == b.signals.history_ratio < 0.4 and a.mode == b.mode == "full"

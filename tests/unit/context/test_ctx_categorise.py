@@ -49,11 +49,13 @@ class _Classifier:
 def test_classifier_only_for_ambiguous_and_forced_wins() -> None:
     clf = _Classifier("constraint")
     cat = Categoriser(clf)
-    assert run(cat.categorise(MessageIn(role="user", content="I'd rather get a call in the evening"))) == ("constraint", 3)
-    assert run(cat.categorise(MessageIn(role="user", content="Never call me."))) == ("constraint", 3)
+    assert run(cat.categorise(MessageIn(role="user", content="I'd rather get a call in the evening"))) == ("constraint", 2)
+    assert run(cat.categorise(MessageIn(role="user", content="Never call me."))) == ("constraint", 2)
+    # 003: a system constraint is the one never dropped (3); the user's instructions are 2.
+    assert run(cat.categorise(MessageIn(role="system", content="Never call the customer."))) == ("constraint", 3)
     assert clf.calls == ["I'd rather get a call in the evening"]  # the rule hit did not ask the model
     # an assistant message can not become a constraint
-    assert run(cat.categorise(MessageIn(role="assistant", content="Sure, evening works"))) == ("fact", 2)
+    assert run(cat.categorise(MessageIn(role="assistant", content="Sure, evening works"))) == ("fact", 1)
     forced = MessageIn(role="user", content="whatever", category="fact", retention=3)
     assert run(cat.categorise(forced)) == ("fact", 3)
     assert run(Categoriser(_Classifier(None)).categorise(MessageIn(role="user", content="hmm ok then so"))) == ("chat", 1)

@@ -14,6 +14,7 @@ from recallserve.serve.context._eval_data import (
     build_conversation,
     normalise,
 )
+from recallserve.serve.context._eval_data_zh import DEV_SEEDS, HELD_OUT_SEEDS, build_conversation_zh
 from recallserve.serve.context._retention import item_present, percentile
 
 
@@ -59,8 +60,9 @@ def test_cli_end_to_end_extractive(capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["summary_source"] == "extractive (no model)" and doc["embedder"] is None
     assert doc["scored"] == "engine prompt (plain path)"
     rows = {r["mode"]: r for r in doc["rows"]}
-    assert rows["hybrid"]["present_share"] >= 0.95 and rows["hybrid"]["retention3_share"] == 1.0
-    assert rows["hybrid"]["retention3_items"] == 8 and rows["hybrid"]["items"] == 20
+    # NOTE: 003's levels: the planted constraints are the user's (retention 2), none is a system one (3).
+    assert rows["hybrid"]["present_share"] >= 0.95 and rows["hybrid"]["constraints_share"] == 1.0
+    assert rows["hybrid"]["retention3_items"] == 0 and rows["hybrid"]["items"] == 20
     assert rows["sliding"]["present_share"] < rows["hybrid"]["present_share"]
     assert doc["latency_ms"]["all"]["p95"] >= doc["latency_ms"]["all"]["p50"] > 0
     assert doc["summaries"][0]["summariser"] == "extractive" and doc["summaries"][0]["covers_until"] > 0
@@ -75,8 +77,8 @@ def test_cli_scores_the_agent_prompt(capsys: pytest.CaptureFixture[str]) -> None
     doc = json.loads(capsys.readouterr().out)
     assert doc["scored"] == "engine prompt (agent path)"
     rows = {r["budget"]: r for r in doc["rows"]}
-    assert rows[4096]["present_share"] >= 0.95 and rows[4096]["retention3_share"] == 1.0
-    assert rows[2048]["present_share"] < rows[4096]["present_share"] and rows[2048]["retention3_share"] == 1.0
+    assert rows[4096]["present_share"] >= 0.95 and rows[4096]["constraints_share"] == 1.0
+    assert rows[2048]["present_share"] < rows[4096]["present_share"] and rows[2048]["constraints_share"] == 1.0
 
 
 def test_cli_ablation_and_table(capsys: pytest.CaptureFixture[str]) -> None:
@@ -121,3 +123,25 @@ def test_cli_llm_summariser_wiring(monkeypatch: pytest.MonkeyPatch, capsys: pyte
     doc = json.loads(capsys.readouterr().out)
     assert doc["summary_source"] == "LLM stub-model" and doc["summaries"][0]["summariser"] == "stub-model"
     assert built and built[0].n_ctx == 6144  # room for a 4000-token batch plus the answer
+
+
+@pytest.mark.parametrize("seed", [*DEV_SEEDS, *HELD_OUT_SEEDS])
+def test_chinese_conversations_have_unique_keys_and_the_rules_read_every_item(seed: int) -> None:
+    conv = build_conversation_zh(seed)
+    assert len(conv.turns) == 59 and len(conv.items) == 20 and conv.turns[0].user[0].startswith("你好，我是")
+    texts = [t for turn in conv.turns for t in [*turn.user, turn.reply, *(turn.tool or ())]]
+    rules = RuleCategoriser()
+    for item in conv.items:
+        assert item_present(item, item.text) and all(normalise(k[0]) for k in item.keys)
+        others = normalise("\n".join(t for t in texts if t != item.text))
+        assert not any(normalise(key[0]) in others for key in item.keys), item
+        assert rules.categorise("user", item.text) == item.kind, item.text
+
+
+def test_cli_chinese_conversations(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["eval", "retention", "--language", "zh", "--no-llm-summary", "--embedder", "none", "--conversations", "1",
+                 "--seed", "100", "--budget", "4096", "--modes", "summary,hybrid", "--path", "plain", "--json"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["language"] == "zh" and doc["first_seed"] == 100
+    assert all(r["constraints_share"] == 1.0 for r in doc["rows"])

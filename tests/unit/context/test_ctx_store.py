@@ -36,7 +36,7 @@ def test_survives_restart_and_uses_wal(tmp_path: Path) -> None:
         assert s.mode == "hybrid" and s.message_count == 2
         msgs = await store.messages("acme", "alice", "s1")
         assert [(m.seq, m.role, m.category, m.retention) for m in msgs] == [
-            (0, "user", "fact", 2), (1, "assistant", "chat", 1)]
+            (0, "user", "fact", 1), (1, "assistant", "chat", 1)]
         assert msgs[0].tokens > 0
         assert [(e.kind, e.value, e.first_seq) for e in await store.entities("acme", "alice", "s1")] == [("id", "ORD-1234567", 0)]
         store.close()
@@ -183,7 +183,7 @@ def test_new_session_starts_with_users_constraints_and_facts(manager: ContextMan
         s2 = await manager.open_session("acme", "alice", "second")
         carried = await manager.store.messages("acme", "alice", s2.id)
         assert [(m.content, m.retention, m.source_session) for m in carried] == [
-            ("Never call me before 9am.", 3, "first"), ("My order number is ORD-7654321.", 2, "first")]
+            ("Never call me before 9am.", 2, "first"), ("My order number is ORD-7654321.", 1, "first")]
         assert s2.message_count == 2
         # another user of the same tenant starts empty
         other = await manager.open_session("acme", "bob", "third")

@@ -24,9 +24,11 @@ from .conftest import assert_envelope, build_app, headers, wait_for_source
 # NOTE: Caroline's statements share every content word of the question below and even name
 # Melanie; only Melanie's own statement tells where she went. Without the named-speaker lists
 # BM25 and the hashing embedder rank Caroline's first.
-SAID = [("c1", "Caroline", "req-c1", "Melanie and the kids love camping at the lake, I think camping there is lovely."),
-        ("c1", "Caroline", "req-c2", "Camping with the kids at the lake sounds lovely for Melanie this summer."),
-        ("m1", "Melanie", "req-m1", "We went camping at the beach last weekend and roasted marshmallows.")]
+# NOTE: one end user (a shared family account): a chat turn recalls only its own user's memories
+# (and the tenant's unowned ones), so the two speakers are told apart by messages[].name alone.
+SAID = [("fam", "Caroline", "req-c1", "Melanie and the kids love camping at the lake, I think camping there is lovely."),
+        ("fam", "Caroline", "req-c2", "Camping with the kids at the lake sounds lovely for Melanie this summer."),
+        ("fam", "Melanie", "req-m1", "We went camping at the beach last weekend and roasted marshmallows.")]
 QUESTION = "Where has Melanie gone camping with the kids?"
 
 
@@ -49,7 +51,7 @@ def _chat(c: TestClient, tenant: str, user: str, request_id: str, text: str, nam
 
 
 def _recalled(c: TestClient) -> list[str]:
-    r = _chat(c, "acme", "c1", "req-q", QUESTION, "Caroline")
+    r = _chat(c, "acme", "fam", "req-q", QUESTION, "Caroline")
     assert r.status_code == 200, r.text
     return [m["source_id"] for m in r.json()["recallserve"]["memories"]]
 
@@ -62,12 +64,12 @@ def test_write_back_stores_the_speakers_name_and_a_question_naming_them_recalls_
     stored = {rid: wait_for_source(c, "acme", f"chat:{user}:{rid}") for user, _, rid, _ in SAID}
     assert {rid: [m["metadata"]["speaker"] for m in got] for rid, got in stored.items()} == {
         "req-c1": ["Caroline"], "req-c2": ["Caroline"], "req-m1": ["Melanie"]}
-    assert stored["req-m1"][0]["metadata"]["user"] == "m1"
+    assert stored["req-m1"][0]["metadata"]["user"] == "fam" and stored["req-m1"][0]["user"] == "fam"
 
     assert memory.retriever.params.name_boost == 0.5
-    assert _recalled(c)[0] == "chat:m1:req-m1"
+    assert _recalled(c)[0] == "chat:fam:req-m1"
     memory.retriever.params = memory.retriever.params.model_copy(update={"name_boost": 0.0})
-    assert _recalled(c)[0] != "chat:m1:req-m1"
+    assert _recalled(c)[0] != "chat:fam:req-m1"
 
 
 def test_without_a_name_the_speaker_is_the_role_and_an_earlier_name_of_the_request_counts(

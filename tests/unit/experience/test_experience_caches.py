@@ -35,9 +35,10 @@ def row(i: str, *, used_days_ago: float, vec, created_days_ago: float = 0.0, top
 
 def test_rank_formula_is_07_recency_plus_03_similarity():
     q = np.array([1.0, 0.0], dtype=np.float32)
-    rows = [row("old_exact", used_days_ago=3, vec=[1, 0]),       # sim 1.0, recency rank 2 -> 0.0
-            row("new_far", used_days_ago=1, vec=[0.6, 0.8]),     # sim 0.6, rank 0 -> 1.0
-            row("mid", used_days_ago=2, vec=[0.8, 0.6])]         # sim 0.8, rank 1 -> 0.5
+    # NOTE: all three were retrieved together just now: the recency rank is by the record's time.
+    rows = [row("old_exact", used_days_ago=1, created_days_ago=3, vec=[1, 0]),      # sim 1.0, rank 2 -> 0.0
+            row("new_far", used_days_ago=1, created_days_ago=1, vec=[0.6, 0.8]),    # sim 0.6, rank 0 -> 1.0
+            row("mid", used_days_ago=1, created_days_ago=2, vec=[0.8, 0.6])]        # sim 0.8, rank 1 -> 0.5
     out = rank_active(rows, q, now=NOW, k=3)
     assert [r.row.id for r in out] == ["new_far", "mid", "old_exact"]
     assert [r.score for r in out] == pytest.approx([0.7 * 1 + 0.3 * 0.6, 0.7 * 0.5 + 0.3 * 0.8, 0.3 * 1.0])
@@ -47,7 +48,8 @@ def test_rank_formula_is_07_recency_plus_03_similarity():
 
 def test_rank_threshold_filters_before_recency_rank():
     q = np.array([1.0, 0.0], dtype=np.float32)
-    rows = [row("recent_unrelated", used_days_ago=0, vec=[0, 1]), row("related", used_days_ago=5, vec=[1, 0.1])]
+    rows = [row("recent_unrelated", used_days_ago=0, vec=[0, 1]),
+            row("related", used_days_ago=5, created_days_ago=5, vec=[1, 0.1])]
     out = rank_active(rows, q, now=NOW, k=5, min_similarity=0.35)
     assert [r.row.id for r in out] == ["related"] and out[0].recency == 1.0
     assert rank_active([], q, now=NOW, k=3) == []
@@ -62,13 +64,16 @@ def test_decay_factor():
 
 
 def test_demotions_by_decay_window_and_capacity():
+    # 002: the 30-day window counts from the record's time; decay below 0.3 only makes a candidate,
+    # demoted first when the scope is over capacity.
     rows = [row("fresh1", used_days_ago=0, vec=[1, 0]), row("fresh2", used_days_ago=1, vec=[1, 0]),
-            row("fresh3", used_days_ago=2, vec=[1, 0]), row("stale", used_days_ago=25, vec=[1, 0])]
+            row("fresh3", used_days_ago=2, vec=[1, 0]), row("stale", used_days_ago=25, created_days_ago=25, vec=[1, 0])]
     assert demotions(rows, now=NOW, capacity=2, window_days=30) == {"stale": "decay", "fresh3": "capacity"}
-    # With a gentle decay the 30-day window still applies.
-    rows.append(row("ancient", used_days_ago=40, vec=[1, 0]))
-    got = demotions(rows, now=NOW, capacity=10, window_days=30, decay_rate=0.01)
-    assert got == {"ancient": "window"}
+    # Under capacity a stale record stays active until its 30 days are up ...
+    assert demotions(rows, now=NOW, capacity=10, window_days=30) == {}
+    rows.append(row("ancient", used_days_ago=0, created_days_ago=31, vec=[1, 0]))
+    # ... and a record older than 30 days sinks however recently it was used.
+    assert demotions(rows, now=NOW, capacity=10, window_days=30) == {"ancient": "window"}
 
 
 def test_conflicts_prefer_newer_archival_not_wrong_same_topic():

@@ -66,8 +66,11 @@ def test_tenants_and_model_families_are_isolated(make_service):
     with pytest.raises(ExperienceNotFound):
         run(svc.get("other", created.record.metadata.id))
     assert search(svc, model="llama-3.1-8b-instruct").hits == []
-    # Same family, other size: reused.
-    assert len(search(svc, model="qwen2.5-coder-0.5b-instruct-q4_k_m").hits) == 1
+    # Same family, other size: another model, not reused (002) ...
+    assert search(svc, model="qwen2.5-coder-0.5b-instruct-q4_k_m").hits == []
+    # ... unless configuration names the family.
+    shared = make_service(shared_families=["qwen2.5-coder"])
+    assert len(search(shared, model="qwen2.5-coder-0.5b-instruct-q4_k_m").hits) == 1
     assert search(svc, domain="finance").hits == []
 
 
@@ -103,12 +106,12 @@ def test_hard_expiry(make_service, clock):
     gone = run(svc.create("acme", rec()))
     assert gone.record.metadata.expires_at == pytest.approx(clock.t + 5 * 86400)
     clock.advance(6)
-    with pytest.raises(ExperienceNotFound):
-        run(svc.get("acme", gone.record.metadata.id))
+    # 002: expiry moves a record out of the active cache; it is not deleted.
     assert [h.experience.record.metadata.id for h in search(svc).hits] == [keep.record.metadata.id]
     report = run(svc.maintain())
-    assert report.expired_deleted == 1
-    assert run(svc.store.get("acme", gone.record.metadata.id)) is None
+    assert report.expired_archived == 1
+    assert run(svc.get("acme", gone.record.metadata.id)).tier == "archival"
+    assert run(svc.get("acme", keep.record.metadata.id)).tier == "active"
 
 
 def test_soft_decay_demotes_to_archival(make_service, clock):

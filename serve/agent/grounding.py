@@ -1,0 +1,178 @@
+"""No claim of absence without a search: the named check over an answer and the turn's searches.
+
+An answer may say that something has not happened, does not exist or is not on record only when a
+search for it ran in this turn and came back empty. The turn's record of searches
+(:func:`turn_searches`) holds one :class:`Search` per look-up: the turn's recall (it counts only
+if it ran: memory configured and no failure), every ``memory_search`` call and every other tool
+call. A search **came back empty for the question** when it ran and::
+
+    it found nothing                          (no memory, a count of 0, an empty list, "not found")
+    or the question names ids or codes        (ids: T-1121, B-2320, 104208; codes: E42)
+       and none of what it found names one    (a near miss about another batch or fault)
+
+and an absence claim (:func:`absence_claims`: "has not happened before", "no record of",
+"there are no other tickets", "I could not find", "this is the first time" ...) is **supported**
+when at least one search came back empty for it: for the ids and codes the claim names, or the
+question's when it names none (:func:`unsupported_absence`).
+
+The agent holds each answer sentence until it ends and leaves out an unsupported claim
+(:class:`recallserve.serve.agent.guards.AnswerCheck`); when no search ran at all, the answer says
+that it did not look (:data:`NOT_SEARCHED`). ``recallserve eval agent`` counts the claims that
+remain (must be 0).
+
+NOTE: measured on the demo (issue 40): with the kettle's ticket T-1135 recalled, the 1.5B model
+answered "This fault has not been fixed before"; with a recall that found nothing because it
+failed, "It has not happened before", which nothing it looked up supported.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from recallserve.serve.agent.guards import ID_PATTERN
+from recallserve.serve.agent.schemas import ToolCallRecord
+
+__all__ = ["ABSENCE_PATTERN", "HISTORY_PATTERN", "NOT_SEARCHED", "NOT_SHOWN", "record_note", "Search", "absence_claims", "asked_ids", "empty_for", "turn_searches",
+           "unsupported_absence"]
+
+#: A sentence claiming that something did not happen, does not exist or is not on record.
+ABSENCE_PATTERN = re.compile(
+    r"\b(?:has|have|had|was|were|is|are)(?: not|n't| never)(?: \w+){0,2}? (?:happened|occurred|seen|reported|recorded|"
+    r"found|known|fixed|resolved|logged|documented)\b(?! (?:by|with|using|through|because|in the photo))"
+    r"|\bnever (?:happened|occurred|been (?:seen|reported|recorded))\b"
+    r"|\b(?:no|not any) (?:\w+ ){0,2}?(?:record|records|history|previous|prior|earlier|past|similar|other (?:cases|tickets|"
+    r"reports|incidents)|such (?:case|ticket|report|fault|issue|problem)|matching)\b"
+    r"|\bthere (?:is|are|was|were|have been|has been) no (?:\w+ ){0,2}?(?:records?|tickets?|cases?|reports?|"
+    r"incidents?|history|mention|information|orders?|evidence|previous|prior|earlier|other|similar)\b"
+    r"|\bnot (?:on record|in (?:our|the) (?:records?|system|database|knowledge base))\b"
+    r"|\b(?:could not|couldn't|did not|didn't|was unable to|unable to|cannot|can't) find\b|\bfound no(?:thing)?\b"
+    r"|\b(?:the )?first (?:time|report|case|occurrence)\b|\bnot (?:a )?known (?:issue|problem|fault)\b"
+    r"|\bdoes(?: not|n't) exist\b",
+    re.IGNORECASE,
+)
+#: A question about earlier cases or how something was fixed.
+HISTORY_PATTERN = re.compile(
+    r"\bhappened before\b|\b(?:seen|reported|had) (?:this|that|it) before\b|\bseen before\b|\bhow (?:was|were|did|is) (?:it|this|that|they) (?:get )?"
+    r"(?:fixed|solved|resolved|repaired)\b|\bwhat (?:fixed|solved) it\b|\bwhat was done\b|\bwhat was the fix\b",
+    re.IGNORECASE,
+)
+#: Most characters of a record quoted after the answer.
+NOTE_CHARS = 400
+#: What the answer says when it made a claim of absence and no search ran in the turn.
+NOT_SEARCHED = "I have not searched the records for that in this conversation, so I cannot say that it has not happened."
+#: What the answer says when its only sentence was a claim of absence that the turn's searches contradict.
+NOT_SHOWN = "What I looked up in this conversation does not show that, so I cannot confirm it."
+#: Codes that name a topic (a fault code such as E42), besides ids.
+_CODE = re.compile(r"\bE-?\d{2,3}\b")
+_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
+_NOT_FOUND = re.compile(r"\bnot found\b|\bno such\b|\bunknown\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Search:
+    """One look-up of the turn: where (``recall`` or a tool's name), whether it ran, what it found."""
+
+    source: str
+    ran: bool
+    found: tuple[str, ...] = ()  # the texts it returned (memories, tool results); () = came back empty
+
+
+def asked_ids(question: str) -> set[str]:
+    """The ids and codes ``question`` names (dashes in codes folded: E-42 = E42)."""
+    return set(ID_PATTERN.findall(question)) | {c.replace("-", "").upper() for c in _CODE.findall(question)}
+
+
+def _names(text: str, ids: set[str]) -> bool:
+    folded = text.replace("E-", "E")
+    return any(i in text or i in folded for i in ids)
+
+
+def empty_for(search: Search, ids: set[str]) -> bool:
+    """Whether ``search`` ran and came back empty for a question naming ``ids`` (see the module docstring)."""
+    if not search.ran:
+        return False
+    if not search.found:
+        return True
+    return bool(ids) and not any(_names(text, ids) for text in search.found)
+
+
+def absence_claims(answer: str) -> list[str]:
+    """The sentences of ``answer`` that claim absence (:data:`ABSENCE_PATTERN`)."""
+    return [s.strip() for s in _SENTENCES.split(answer) if s.strip() and ABSENCE_PATTERN.search(s)]
+
+
+def unsupported_absence(answer: str, searches: Sequence[Search], question: str) -> list[str]:
+    """The absence claims of ``answer`` that no search of the turn supports ([] when one came back empty).
+
+    Example:
+        >>> recall = Search("recall", True, ("Ticket T-1135 (batch B-2315): steam sensor replaced",))
+        >>> unsupported_absence("This fault has not been fixed before.", [recall], "My kettle, batch B-2315?")
+        ['This fault has not been fixed before.']
+        >>> unsupported_absence("There is no record of E99.", [Search("recall", True, ("E42 fuse",))], "E99 seen?")
+        []
+    """
+    # NOTE: "for it": the ids and codes the claim names (else the question's). Measured on the compound
+    # held-out set: "error E77 has not been reported" was left out because the batch the question's
+    # other part named (B-2302) was on a recalled ticket; no search had found E77.
+    return [c for c in absence_claims(answer)
+            if not any(empty_for(s, asked_ids(c) or asked_ids(question)) for s in searches)]
+
+
+def _found(result: Any, status: str, observation: str) -> tuple[str, ...] | None:
+    """What a tool call found (texts), () when it came back empty, None when it did not run."""
+    if status == "error" and _NOT_FOUND.search(observation):
+        return ()  # NOTE: the look-up ran and the thing is not there ("order 999999 not found")
+    if status not in ("ok", "cached"):
+        return None
+    if isinstance(result, list):
+        return tuple(str(x.get("text", x)) if isinstance(x, dict) else str(x) for x in result)
+    if isinstance(result, dict):
+        if result.get("count") == 0:
+            return ()
+        lists = [v for v in result.values() if isinstance(v, list)]
+        if lists and not any(lists):
+            return ()
+    return (observation,)
+
+
+def turn_searches(recall_ran: bool, memories: Iterable[str], calls: Iterable[ToolCallRecord]) -> list[Search]:
+    """The turn's record of searches: its recall (when it ran) and every tool call that ran."""
+    out = [Search("recall", recall_ran, tuple(memories) if recall_ran else ())]
+    for call in calls:
+        found = _found(call.result, call.status, call.observation)
+        if found is not None:
+            out.append(Search(call.name, True, found))
+    return out
+
+
+def record_note(question: str, records: Sequence[tuple[str, str]], answer: str) -> str:
+    """The sentence quoting the record a history question rests on, or "" (see below).
+
+    For a question about earlier cases or a fix (:data:`HISTORY_PATTERN`), the best recalled
+    source record (``records``: (source id, text) in the recall's order) is quoted after the
+    answer, up to :data:`NOTE_CHARS` characters cut at a sentence end: "Record T-1121: Ticket
+    T-1121 ... Fault: ... Fix: ...". Only a record that names one of the ids or codes the question
+    names (any record when it names none) is quoted, and none when the answer already holds its text.
+
+    NOTE: measured on the compound set (issue 40): answers resting on a recalled ticket left out the
+    part that failed or the fix ("replace the cable" for "reseated the cable"), 5 of 10 key-fact
+    misses on the tuned part; the record's own words cannot be misread.
+    """
+    if not records or not HISTORY_PATTERN.search(question):
+        return ""
+    ids = asked_ids(question)
+    for source_id, text in records:
+        if ids and not _names(text, ids):
+            continue
+        folded = " ".join(text.split())
+        if folded in " ".join(answer.split()):
+            return ""
+        if len(folded) > NOTE_CHARS:
+            cut = folded[:NOTE_CHARS]
+            end = max(cut.rfind(". "), cut.rfind("! "), cut.rfind("? "))
+            folded = cut[: end + 1] if end > 0 else cut.rstrip() + "..."
+        return f"Record {source_id.rsplit(':', 1)[-1]}: {folded}"
+    return ""

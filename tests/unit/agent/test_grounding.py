@@ -1,0 +1,173 @@
+"""Answers grounded in what the turn looked up (issue 40): no claim of absence without a search,
+a stated status filter applied by the tool, write-backs stored as derived conclusions."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from recallserve.memory_shards.records import MemoryRecord
+from recallserve.serve.agent import Agent, AgentConfig, default_registry
+from recallserve.serve.agent.grounding import (
+    NOT_SEARCHED, Search, absence_claims, asked_ids, record_note, unsupported_absence,
+)
+from recallserve.serve.memory import (
+    CITES_KEY, DERIVED_KEY, MemoryHit, cited_sources, cites_of, derived_metadata, is_derived, sources_first,
+)
+from recallserve.serve.turn import RecallConfig, question_parts, recall_memories
+from tests.unit.agent.conftest import ScriptedEngine, SubstringMemory, final, run_agent
+
+KETTLE = ("Ticket T-1135 (Kettle 17 electric kettle, batch B-2315, opened 2025-06-30). Fault: Kettle 17 does not "
+          "switch off when the water boils. Fix: Faulty steam sensor on the KT-17; replaced the kettle under warranty.")
+KETTLE_Q = "My kettle does not switch off when the water boils, it is from batch B-2315. Has this happened before?"
+
+
+def _hit(source_id: str, text: str, similarity: float = 0.6, **metadata: object) -> MemoryHit:
+    record = MemoryRecord(id=source_id.replace(":", "-"), tenant="t1", source_id=source_id, kind="text", text=text,
+                          created_at=0.0, metadata=metadata)  # type: ignore[arg-type]
+    return MemoryHit(record=record, score=similarity, similarity=similarity, time_factor=1.0, part_index=0, shard=0)
+
+
+def test_absence_claims_are_found_and_only_an_empty_search_supports_them() -> None:
+    assert absence_claims("It was fixed. This fault has not been fixed before.") == ["This fault has not been fixed before."]
+    assert absence_claims("Order 104208 has not been delivered yet. There is no need to worry.") == []
+    found = Search("recall", True, (KETTLE,))
+    # the recall found the batch's ticket: "not fixed before" rests on nothing
+    assert unsupported_absence("This fault has not been fixed before.", [found], KETTLE_Q)
+    # a recall that did not run is no search; a look-up that came back empty (not found) is one
+    assert unsupported_absence("There is no record of it.", [Search("recall", False)], KETTLE_Q)
+    assert not unsupported_absence("I could not find batch B-2400.", [found, Search("batch_info", True, ())],
+                                   "Production details for batch B-2400?")
+    # a search whose results name none of the asked ids came back empty for them
+    assert asked_ids("Did we see E-99 on B-2207?") == {"E99", "B-2207"}
+    assert not unsupported_absence("There is no record of E99.", [Search("recall", True, ("E42 fuse",))], "E99 seen?")
+    # "for it": the claim's own code, not another id the question names for its other part
+    batch = Search("recall", True, ("Ticket T-1095 (batch B-2302): grinder burrs",))
+    assert not unsupported_absence("Error E77 has not been reported.", [batch], "E77 ever reported? When was B-2302 made?")
+    assert unsupported_absence("It has not happened before.", [batch], "Grinder on B-2302 stops. Happened before?")
+
+
+def test_a_claim_the_recall_contradicts_is_left_out_of_the_streamed_answer() -> None:
+    memory = SubstringMemory({"ticket:T-1135": KETTLE})
+    eng = ScriptedEngine([final("This fault has not been fixed before. Ticket T-1135: the steam sensor was faulty and "
+                                "the kettle was replaced.")])
+    agent = Agent(eng, default_registry(), memory=memory, config=AgentConfig(max_steps=2, rule_first_call=False))
+    result = run_agent(agent, "My kettle does not switch off when the water boils. Has this happened before?")
+    assert result.answer.startswith("Ticket T-1135: the steam sensor was faulty and the kettle was replaced.")
+    assert "not been fixed before" not in result.answer
+    assert any(s.kind == "guard" and "absence" in s.content for s in result.steps)
+    assert result.searches[0]["source"] == "recall" and result.searches[0]["ran"]
+    assert unsupported_absence(result.answer, [Search(s["source"], s["ran"], tuple(s["found"])) for s in result.searches],
+                               KETTLE_Q) == []
+
+
+def test_a_history_answer_quotes_the_record_it_rests_on() -> None:
+    memory = SubstringMemory({"ticket:T-1135": KETTLE, "ticket:T-1142": "Ticket T-1142 (batch B-2315): kettle lid; new lid sent."})
+    eng = ScriptedEngine([final("Yes, it happened before; the kettle was replaced.")])
+    agent = Agent(eng, default_registry(), memory=memory, config=AgentConfig(max_steps=2, rule_first_call=False))
+    result = run_agent(agent, "My kettle does not switch off when the water boils. Has this happened before?")
+    assert result.answer.startswith("Yes, it happened before; the kettle was replaced.\n\nRecord T-1135: Ticket T-1135")
+    assert "steam sensor" in result.answer  # the failed part, in the record's words
+    assert record_note("Where is order 104208?", [("ticket:T-1135", KETTLE)], "") == ""  # no history question
+    # a record naming none of the question's codes is not quoted (E99 is on no record)
+    assert record_note("Has E99 happened before?", [("ticket:T-1135", KETTLE)], "") == ""
+
+
+class _FailingMemory(SubstringMemory):
+    async def search(self, tenant: str, query: str, k: int | None = None, **kw: object) -> list[MemoryHit]:
+        raise TimeoutError("memory tier too slow")
+
+
+def test_with_no_search_the_answer_says_it_did_not_look() -> None:
+    eng = ScriptedEngine([final("It has not happened before. Reseat the cable.")])
+    agent = Agent(eng, default_registry(), memory=_FailingMemory(), config=AgentConfig(max_steps=2))
+    result = run_agent(agent, "My display flickers. Has this happened before?", mode="on")
+    assert result.answer == f"Reseat the cable. {NOT_SEARCHED}"
+    assert not any(s["ran"] for s in result.searches)
+
+
+def test_with_the_recall_down_a_history_question_may_search_first() -> None:
+    eng = ScriptedEngine([final("unused")])
+    agent = Agent(eng, default_registry(), memory=_FailingMemory(), config=AgentConfig(max_steps=1,
+                                                                                      model_partial_answer=False))
+    run_agent(agent, "My display flickers, batch B-2320. Has this happened before? Which other orders came from that batch?")
+    schema = str(eng.calls[0][1].json_schema)
+    assert "memory_search" in schema and "orders_by_batch" in schema
+
+
+def test_a_stated_status_filter_is_applied_by_the_tool() -> None:
+    eng = ScriptedEngine([final("104455 and 104464 are not delivered yet.")])
+    agent = Agent(eng, default_registry(), config=AgentConfig(max_steps=2))
+    result = run_agent(agent, "Which orders of batch B-2315 have not been delivered yet?")
+    (rec,) = result.tool_calls
+    assert rec.args == {"batch": "B-2315", "status": "not_delivered"}
+    assert [o["order_id"] for o in rec.result["orders"]] == ["104455", "104464"]
+    observation = eng.calls[0][0][-1].content
+    assert "2 of its 6 orders are not delivered yet" in observation and "104424" not in observation
+
+
+def test_the_agents_write_back_is_derived_with_the_ids_it_cited() -> None:
+    memory = SubstringMemory({"ticket:T-1135": KETTLE, "manual:2.1": "Kettle descaling every month."})
+    eng = ScriptedEngine([final("Yes: ticket T-1135, the steam sensor failed and the kettle was replaced.")])
+    agent = Agent(eng, default_registry(), memory=memory, config=AgentConfig(max_steps=2, rule_first_call=False))
+    result = run_agent(agent, "My kettle does not switch off when the water boils. Has this happened before?")
+    (write,) = [w for w in result.memory_writes if w.kind == "message"]
+    assert write.metadata[DERIVED_KEY] is True and write.metadata[CITES_KEY] == "ticket:T-1135"
+
+
+def test_sources_rank_first_and_cites_are_read_back() -> None:
+    ticket = _hit("ticket:T-1121", "Ticket T-1121 display flickers", 0.59)
+    wrong = _hit("exchange:a", "User asked ... Agent answered: it has not happened before", 0.79, **derived_metadata([]))
+    right = _hit("exchange:b", "Agent answered: T-1121, reseat the cable", 0.9, **derived_metadata(["ticket:T-1121"]))
+    assert [h.source_id for h in sources_first([wrong, right, ticket])] == ["ticket:T-1121", "exchange:a", "exchange:b"]
+    assert is_derived(right) and cites_of(right) == ["ticket:T-1121"] and cites_of(wrong) == [] and not is_derived(ticket)
+    # [n] of the prompt, or the record's own id; a derived memory is never cited
+    assert cited_sources("See [2] and T-1121.", [right, ticket]) == ["ticket:T-1121"]
+    assert cited_sources("Nothing cited.", [ticket], ["ticket:T-1080"]) == []
+
+
+def test_compound_questions_are_searched_per_part_with_their_statements() -> None:
+    q = ("My display keeps flickering, it is from batch B-2320. Has this happened before and how was it fixed? "
+         "Which other orders came from that batch?")
+    assert question_parts(q, 4) == [
+        q, "My display keeps flickering, it is from batch B-2320.", "Has this happened before and how was it fixed?",
+        "Which other orders came from that batch?"]
+    assert question_parts(q, 2)[1:] == ["My display keeps flickering, it is from batch B-2320.",
+                                        "Has this happened before and how was it fixed?"]
+    assert question_parts("My printer shows E31. How do I fix it?", 4) == ["My printer shows E31. How do I fix it?"]
+    assert question_parts(q, 1) == [q]
+
+
+class _PartsMemory:
+    """Real hits for the words each query names: a ticket per topic, one derived conclusion."""
+
+    threshold = 0.35
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    async def search(self, tenant: str, query: str, k: int | None = None, *, threshold: float | None = None,
+                     kinds: Sequence[str] | None = None, topic_prefix: str | None = None,
+                     user: str | None = None) -> list[MemoryHit]:
+        self.queries.append(query)
+        e42 = _hit("ticket:T-1042", "Ticket T-1042: error E42, thermal fuse replaced", 0.7)
+        grinder = _hit("ticket:T-1095", "Ticket T-1095: GrindPro 200 grinder stops, burrs cleaned", 0.4)
+        derived = _hit("exchange:c", "Agent answered: T-1042, replace the fuse", 0.8, **derived_metadata(["ticket:T-1042"]))
+        orphan = _hit("exchange:d", "Agent answered: never happened", 0.85, **derived_metadata([]))
+        if "grinder" in query and "E42" not in query:
+            return [_hit("ticket:T-1095", grinder.text, 0.66)]
+        if "E42" not in query:
+            return []
+        return sources_first([orphan, derived, e42, grinder] if "grinder" in query else [orphan, derived, e42])
+
+
+def test_each_part_keeps_its_own_memories_and_a_derived_one_only_beside_its_source() -> None:
+    memory = _PartsMemory()
+    q = "My BrewMaster shows E42. Has this happened before? My GrindPro 200 grinder stops after a few seconds, why?"
+    hits, error = asyncio.run(recall_memories(memory, "t1", q, RecallConfig()))  # type: ignore[arg-type]
+    assert not error and len(memory.queries) == 4
+    # the whole question's code rule keeps only E42 memories; the grinder part brings its ticket back;
+    # the conclusion citing T-1042 comes after the sources, the one citing nothing never
+    assert [h.source_id for h in hits] == ["ticket:T-1042", "ticket:T-1095", "exchange:c"]
+    one, _ = asyncio.run(recall_memories(memory, "t1", q, RecallConfig(max_parts=1, max_derived=0)))  # type: ignore[arg-type]
+    assert [h.source_id for h in one] == ["ticket:T-1042"]

@@ -1,0 +1,73 @@
+"""The erasure and export routes over HTTP on the console rig's app (real memory shards, session,
+experience and trace stores; the rig's protocol-following engine stand-in, no model): 202 + poll
+to ``done``, idempotent, tenant-bound, the export walks the same inventory, bad input is a 4xx
+naming the field, and the audit list holds no user id."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from loadtests._console_app import build_console_app
+
+KEYS = {"sk-acme": "acme", "sk-globex": "globex"}
+A = {"Authorization": "Bearer sk-acme"}
+G = {"Authorization": "Bearer sk-globex"}
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    app, coord, _engine = build_console_app(tmp_path, KEYS)
+    with TestClient(app) as c:
+        yield c
+    for shard_client in coord.shards:
+        shard_client.shard.close()
+
+
+def _done(c: TestClient, eid: str) -> dict:
+    deadline = time.monotonic() + 30
+    while (row := c.get(f"/v1/erasures/{eid}", headers=A).json())["status"] != "done":
+        assert time.monotonic() < deadline, row
+        time.sleep(0.05)
+    return row
+
+
+def test_erase_then_export_is_empty_and_the_other_user_and_tenant_keep_theirs(client: TestClient) -> None:
+    for user, key in (("ann", A), ("bob", A), ("ann", G)):
+        r = client.post("/v1/memories", headers=key, json={"memories": [{"text": f"zq {user} likes tea", "user": user}]})
+        assert r.status_code == 200, r.text
+        r = client.post("/v1/chat/completions", headers=key, json={
+            "model": "recallserve", "user": user, "metadata": {"session_id": f"s-{user}"},
+            "messages": [{"role": "user", "content": f"My name is {user.title()} and my order is 104208."}]})
+        assert r.status_code == 200, r.text
+    before = client.get("/v1/users/ann/export", headers=A).json()
+    assert [m["text"] for m in before["memories"] if m["kind"] == "text"] == ["zq ann likes tea"]
+    assert before["sessions"][0]["messages"]
+    r = client.delete("/v1/users/ann", headers=A)
+    assert r.status_code == 202 and r.headers["location"] == f"/v1/erasures/{r.json()['id']}"
+    row = _done(client, r.json()["id"])
+    assert row["counts"]["memories"] >= 1 and row["counts"]["sessions"] == 1 and row["requester"].startswith("key_")
+    after = client.get("/v1/users/ann/export", headers=A).json()
+    assert after["memories"] == [] and after["sessions"] == [] and after["turns"] == []
+    assert client.get("/v1/users/bob/export", headers=A).json()["memories"]
+    assert client.get("/v1/users/ann/export", headers=G).json()["memories"]  # the other tenant's ann
+    assert client.get(f"/v1/erasures/{r.json()['id']}", headers=G).status_code == 404
+    again = client.delete("/v1/users/ann", headers=A)  # idempotent: a new run finds nothing
+    assert _done(client, again.json()["id"])["counts"]["memories"] == 0
+    audit = client.get("/v1/erasures", headers=A)
+    assert audit.status_code == 200 and "ann" not in audit.text
+    assert {x["object"] for x in audit.json()["data"]} == {"erasure", "export"}
+
+
+def test_bad_input_is_a_4xx_naming_the_field(client: TestClient) -> None:
+    assert client.delete("/v1/users/ann").status_code == 401
+    r = client.delete("/v1/users/" + "u" * 129, headers=A)
+    assert r.status_code == 400 and "user" in r.text
+    r = client.get("/v1/erasures/nope", headers=A)
+    assert r.status_code == 404 and r.json()["error"]["param"] == "erasure_id"
+    r = client.post("/v1/memories/search", headers=A, json={"query": "tea", "filters": {"user": ""}})
+    assert r.status_code == 400 and "filters.user" in r.text
