@@ -16,6 +16,8 @@ from pydantic import BaseModel
 
 from recallserve.serve.api.chat_protocol import ChatCompletionResponse
 from recallserve.serve.context import SessionOut, SummaryRefreshOut
+from recallserve.serve.erasure import ErasureRow
+from recallserve.serve.erasure.router import ErasureList
 from recallserve.serve.experience import ExperienceView, LabelRequest
 from recallserve.serve.experience import SearchRequest as ExperienceSearchRequest
 from recallserve.serve.experience import SearchResult as ExperienceSearchResult
@@ -125,6 +127,24 @@ def list_turn_sessions(limit: int = 50) -> Call[TraceSessionList]:
 
 def get_turn(turn_id: str) -> Call[TurnTrace]:
     return Call("GET", f"/v1/turns/{_seg(turn_id)}", TurnTrace)
+
+
+def erase_user(user: str) -> Call[ErasureRow]:
+    """``DELETE /v1/users/{user}``: 202 with the erasure's id; progress via :func:`get_erasure`."""
+    return Call("DELETE", f"/v1/users/{_seg(user)}", ErasureRow)
+
+
+def get_erasure(erasure_id: str) -> Call[ErasureRow]:
+    return Call("GET", f"/v1/erasures/{_seg(erasure_id)}", ErasureRow)
+
+
+def list_erasures(limit: int = 50) -> Call[ErasureList]:
+    return Call("GET", "/v1/erasures", ErasureList, params={"limit": limit})
+
+
+def export_user(user: str) -> Call[dict[str, Any]]:
+    """``GET /v1/users/{user}/export``: everything held for the user, as one JSON document."""
+    return Call("GET", f"/v1/users/{_seg(user)}/export", dict[str, Any])
 
 
 def chat(messages: Sequence[Mapping[str, Any]], **options: Any) -> Call[ChatCompletionResponse]:

@@ -24,6 +24,8 @@ import recallserve.client._calls as calls
 from recallserve.client._core import DEFAULT_URL, IDEMPOTENT, Call, RetryPolicy, decode, headers_for, retry_delay, retryable_status
 from recallserve.client._errors import ConnectionFailed
 from recallserve.serve.context import SessionOut, SummaryRefreshOut
+from recallserve.serve.erasure import ErasureRow
+from recallserve.serve.erasure.router import ErasureList
 from recallserve.serve.experience import ExperienceView, LabelRequest
 from recallserve.serve.experience import SearchRequest as ExperienceSearchRequest
 from recallserve.serve.experience import SearchResult as ExperienceSearchResult
@@ -78,6 +80,7 @@ class RecallServe:
         self.experiences = Experiences(self)
         self.sessions = Sessions(self)
         self.turns = Turns(self)
+        self.users = Users(self)
 
     def send(self, call: Call[T], retry: RetryPolicy | None = None) -> T:
         """``call``'s answer as its model; retries per ``retry`` (default :attr:`retry`); raises ``RecallServeError``."""
@@ -137,6 +140,7 @@ class AsyncRecallServe:
         self.experiences = AsyncExperiences(self)
         self.sessions = AsyncSessions(self)
         self.turns = AsyncTurns(self)
+        self.users = AsyncUsers(self)
 
     async def send(self, call: Call[T], headers: Mapping[str, str] | None = None, retry: RetryPolicy | None = None) -> T:
         """``call``'s answer as its model; retries per ``retry`` (default :attr:`retry`); raises ``RecallServeError``.
@@ -331,3 +335,41 @@ class AsyncTurns:
 
     async def get(self, turn_id: str) -> TurnTrace:
         return await self._c.send(calls.get_turn(turn_id))
+
+
+class Users:
+    """End users of the caller's tenant (blocking): erasure, its progress and audit, export."""
+
+    def __init__(self, client: RecallServe) -> None:
+        self._c = client
+
+    def erase(self, user: str) -> ErasureRow:
+        return self._c.send(calls.erase_user(user))
+
+    def erasure(self, erasure_id: str) -> ErasureRow:
+        return self._c.send(calls.get_erasure(erasure_id))
+
+    def erasures(self, limit: int = 50) -> ErasureList:
+        return self._c.send(calls.list_erasures(limit))
+
+    def export(self, user: str) -> dict[str, Any]:
+        return self._c.send(calls.export_user(user))
+
+
+class AsyncUsers:
+    """End users of the caller's tenant (async): erasure, its progress and audit, export."""
+
+    def __init__(self, client: AsyncRecallServe) -> None:
+        self._c = client
+
+    async def erase(self, user: str) -> ErasureRow:
+        return await self._c.send(calls.erase_user(user))
+
+    async def erasure(self, erasure_id: str) -> ErasureRow:
+        return await self._c.send(calls.get_erasure(erasure_id))
+
+    async def erasures(self, limit: int = 50) -> ErasureList:
+        return await self._c.send(calls.list_erasures(limit))
+
+    async def export(self, user: str) -> dict[str, Any]:
+        return await self._c.send(calls.export_user(user))

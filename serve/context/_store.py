@@ -188,7 +188,7 @@ class SessionStore:
 
     # -- erasure and export (serve.erasure) ------------------------------------------------
     @staticmethod
-    def _owned_sessions(conn: sqlite3.Connection, tenant: str, user: str | None) -> list[str]:
+    def _owned_sessions(conn: Connection, tenant: str, user: str | None) -> list[str]:
         if user is None:
             return [r["id"] for r in conn.execute("SELECT id FROM sessions WHERE tenant = ?", (tenant,))]
         return [r["id"] for r in conn.execute("SELECT id FROM sessions WHERE tenant = ? AND user_id = ?", (tenant, user))]
@@ -201,7 +201,7 @@ class SessionStore:
             Rows deleted per table (``sessions``, ``messages``, ``entities``, ``user_memory``).
         """
 
-        def fn(conn: sqlite3.Connection) -> dict[str, int]:
+        def fn(conn: Connection) -> dict[str, int]:
             counts = {"sessions": 0, "messages": 0, "entities": 0, "user_memory": 0}
             for sid in self._owned_sessions(conn, tenant, user):
                 for table in ("messages", "entities"):
@@ -229,7 +229,7 @@ class SessionStore:
         """Delete ``tenant``'s sessions whose last message (or creation) is before ``before``
         (a retention limit), with their messages, summaries and entities; then truncate the WAL."""
 
-        def fn(conn: sqlite3.Connection) -> dict[str, int]:
+        def fn(conn: Connection) -> dict[str, int]:
             old = [r["id"] for r in conn.execute(
                 "SELECT s.id FROM sessions s WHERE s.tenant = ? AND COALESCE((SELECT MAX(m.timestamp) FROM messages m "
                 "WHERE m.tenant = s.tenant AND m.session_id = s.id), s.created_at) < ?", (tenant, before))]
@@ -250,7 +250,7 @@ class SessionStore:
         """Everything :meth:`erase_user` would delete, as JSON-ready dicts (``sessions`` with their
         messages, summary and entities; ``user_memory``)."""
 
-        def fn(conn: sqlite3.Connection) -> dict[str, Any]:
+        def fn(conn: Connection) -> dict[str, Any]:
             sessions = []
             for sid in self._owned_sessions(conn, tenant, user):
                 row = conn.execute("SELECT * FROM sessions WHERE tenant = ? AND id = ?", (tenant, sid)).fetchone()

@@ -209,7 +209,7 @@ class TraceStore:
         """Every trace :meth:`erase_user` would delete (expired ones not yet pruned included), oldest first."""
         where, args = ("tenant = ?", (tenant,)) if user is None else ("tenant = ? AND user_id = ?", (tenant, user))
 
-        def fn(conn: sqlite3.Connection) -> dict[str, Any]:
+        def fn(conn: Connection) -> dict[str, Any]:
             rows = conn.execute(f"SELECT body FROM turns WHERE {where} ORDER BY created_at", args).fetchall()
             return {"turns": [json.loads(r["body"]) for r in rows]}
 
