@@ -70,13 +70,15 @@ def test_openai_sdk_plain_and_streaming(cluster: AppConfig) -> None:
 
     pieces = []
     for chunk in client.chat.completions.create(
-        model="recallserve", messages=[{"role": "user", "content": "Name three colours, separated by commas."}],
-        max_tokens=24, stream=True,
+        model="recallserve", messages=[{"role": "user", "content": "Write two short sentences about the sky."}],
+        max_tokens=48, stream=True,
     ):
         if chunk.choices and chunk.choices[0].delta.content:
             pieces.append(chunk.choices[0].delta.content)
-    # NOTE: an answer of words, not "12345": the id check (agent.check_ids) holds back a digit run
-    # that may still grow into an order id, so a reply of bare digits arrives as one piece.
+    # NOTE: two sentences, not one: the agent holds each sentence until it ends (an unsupported claim
+    # of absence is left out before it reaches the client: serve.agent.grounding), and the id check
+    # holds back a digit run that may still grow into an order id; so a one-sentence reply arrives
+    # as one piece.
     assert len(pieces) > 1
     assert "".join(pieces).strip()
 
@@ -233,7 +235,7 @@ def test_demo_question_with_photo_recalls_and_calls_a_tool(cluster: AppConfig) -
     assert any(c["status"] in ("ok", "cached") for c in agent["tool_calls"]), agent["tool_calls"]
     # The routing rules read the batch id from the photo's OCR text and bound it into the grammar.
     assert agent["route"]["source"] == "rules" and "orders_by_batch" in agent["route"]["tools"], agent["route"]
-    assert any(c["name"] == "orders_by_batch" and c["args"] == {"batch": "B-2207"} for c in agent["tool_calls"])
+    assert any(c["name"] == "orders_by_batch" and c["args"]["batch"] == "B-2207" for c in agent["tool_calls"])
 
 
 def test_rolling_summary_through_the_summariser_deployment(cluster: AppConfig) -> None:
