@@ -271,10 +271,10 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
        earlier answer concluded from a record and never stands in for it. The same search finds
        them (one search for a one-part question).
 
-    NOTE: per part because the relevance cut assumes one topic: a message about an E42 fault and a
-    grinder that stops keeps only E42 memories (the code rule drops every memory naming no code, the
-    grinder ticket included, and the relative cut whatever is far below the best match); the
-    grinder sentence searched alone recalls its ticket.
+    NOTE: per part because the relevance cut assumes one topic: a message about a fault code and a
+    second, code-less fault keeps only the code's memories (the code rule drops every memory naming
+    no code, and the relative cut whatever is far below the best match); the second sentence
+    searched alone recalls its own record.
 
     ``user`` (the request's stored user key) scopes it to that end user's memories and the
     tenant's unowned ones: one user's turn never sees (nor copies into its trace) another's.
@@ -315,8 +315,8 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
     if len(kept) > 1 and kept[0]:
         # NOTE: the relative cut spans the parts: a part's memory joins when it is as close to its
         # part as the message's own kept memories are to the message. A sentence that only sets the
-        # scene ("my espresso machine shows this error, see the photo") matches every ticket of the
-        # product loosely and brought the demo's other faults back past the photo's code.
+        # scene (names the product, points at a photo) matches every record of that product loosely
+        # and would bring its other faults back past the code the message names.
         bar = config.relative_cut * max(h.similarity for h in kept[0])
         kept = [kept[0], *([h for h in part if h.similarity >= bar] for part in kept[1:])]
     hits = _merge(kept)
@@ -352,15 +352,14 @@ def question_parts(query: str, max_parts: int) -> list[str]:
     """The recall queries of ``query``: itself, plus each of its sentences when it asks several questions.
 
     A message with two or more question sentences (ending in ``?``) is compound; each of its
-    sentences (statements too: "it is from batch B-2320", the photo's OCR text) is searched alone
+    sentences (statements too: "it is from batch <id>", the photo's OCR text) is searched alone
     besides the whole message, so that every part gets its own best match, ids and codes in the
     relevance cut; a sentence that names nothing a memory holds recalls nothing (the floor). At
     most ``max_parts`` sentences (the first ones) besides the whole message; 1 = no parts.
 
-    NOTE: a part is one sentence, not a question with the statements before it: measured on a
-    two-topic message ("My BrewMaster shows E42. Has this happened before? My GrindPro 200 grinder
-    stops after a few seconds, why?"), a grinder part carrying the E42 statement lost the grinder
-    ticket to the topic-code rule again.
+    NOTE: a part is one sentence, not a question with the statements before it: on two-topic
+    messages of the compound question set, a second part carrying the first topic's fault-code
+    statement lost its own record to the topic-code rule again.
     """
     sentences = [x.strip() for x in _SENTENCE_SPLIT.split(query) if x and x.strip()]
     if sum(x.endswith("?") for x in sentences) < 2 or max_parts < 2:
