@@ -45,6 +45,7 @@ if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 
 from loadtests._guard import check_host  # noqa: E402
+from loadtests._report import check_bounds, cluster_run_parser  # noqa: E402
 from recallserve.client import AsyncRecallServe, ConnectionFailed, RecallServe, RecallServeError, RetryPolicy  # noqa: E402
 
 __all__ = ["parse_args", "kill_windows", "lost_turns", "render_markdown", "main"]
@@ -55,22 +56,15 @@ USER = "chaos"
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Arguments, bounded so one run stays short and loopback-only."""
-    p = argparse.ArgumentParser(prog="python -m loadtests.chaos_run", description=__doc__.splitlines()[0])
-    p.add_argument("--profile", default="cpu-local", help="profile to start (default cpu-local)")
-    p.add_argument("--model", default="smollm2-135m-instruct-q4_1", help="chat model of the three roles")
+    p = cluster_run_parser("chaos_run", __doc__, "chaos-run")
     p.add_argument("--kills", type=int, default=20, help="replicas to kill (1-200, default 20)")
     p.add_argument("--every", type=float, default=6.0, help="seconds between kills (1-120, default 6)")
     p.add_argument("--clients", type=int, default=4, help="closed-loop HTTP clients, the first half chatting (2-32, default 4)")
     p.add_argument("--recovery-timeout", type=float, default=120.0, help="seconds a kill may take to recover")
     p.add_argument("--port", type=int, default=8017, help="HTTP port on 127.0.0.1 (not 8000: leave that to `up`)")
     p.add_argument("--seed", type=int, default=14, help="random seed of the kill order")
-    p.add_argument("--out", type=Path, default=Path("loadtests/results/chaos-run"), help="report path without suffix")
-    args = p.parse_args(argv)
-    for name, lo, hi in [("kills", 1, 200), ("every", 1, 120), ("clients", 2, 32), ("recovery_timeout", 5, 600),
-                         ("port", 1024, 65535)]:
-        if not lo <= getattr(args, name) <= hi:
-            p.error(f"--{name.replace('_', '-')} must be within [{lo}, {hi}], got {getattr(args, name)}")
-    return args
+    return check_bounds(p, p.parse_args(argv), [("kills", 1, 200), ("every", 1, 120), ("clients", 2, 32), ("recovery_timeout", 5, 600),
+                         ("port", 1024, 65535)])
 
 
 def kill_windows(kills: list[dict[str, Any]], records: list[tuple[float, str, int]], end: float) -> list[int]:

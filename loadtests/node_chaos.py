@@ -45,6 +45,7 @@ if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 
 from loadtests._guard import check_host  # noqa: E402
+from loadtests._report import check_bounds, cluster_run_parser  # noqa: E402
 
 __all__ = ["parse_args", "classify", "pick_tenants", "home_shard", "outage_success", "RedisServer", "Load", "start_load",
            "tenant_keys_env", "kill_nodes", "gcs_outage", "outage_requests", "verify", "summarise", "render_markdown", "main"]
@@ -55,9 +56,7 @@ KEYS = ("sk-node-a", "sk-node-b")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Arguments, bounded so one run stays short and loopback-only."""
-    p = argparse.ArgumentParser(prog="python -m loadtests.node_chaos", description=__doc__.splitlines()[0])
-    p.add_argument("--profile", default="cpu-local", help="profile to start (default cpu-local)")
-    p.add_argument("--model", default="smollm2-135m-instruct-q4_1", help="chat model of the three roles")
+    p = cluster_run_parser("node_chaos", __doc__, "node-chaos")
     p.add_argument("--nodes", type=int, default=3, help="raylets: a head and nodes-1 workers (3-6, default 3)")
     p.add_argument("--kills", type=int, default=10, help="worker nodes to kill (1-200, default 10)")
     p.add_argument("--every", type=float, default=20.0, help="seconds between kills (5-300, default 20)")
@@ -70,13 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--state-dsn", default=None, metavar="DSN",
                    help="keep sessions, experiences and traces in this PostgreSQL (as `recallserve up --state-dsn`); "
                         "default: the profile's embedded state")
-    p.add_argument("--out", type=Path, default=Path("loadtests/results/node-chaos"), help="report path without suffix")
-    args = p.parse_args(argv)
-    for name, lo, hi in [("nodes", 3, 6), ("kills", 1, 200), ("every", 5, 300), ("recovery_timeout", 5, 600),
-                         ("port", 1024, 65535), ("gcs_outage", 0, 300)]:
-        if not lo <= getattr(args, name) <= hi:
-            p.error(f"--{name.replace('_', '-')} must be within [{lo}, {hi}], got {getattr(args, name)}")
-    return args
+    return check_bounds(p, p.parse_args(argv), [("nodes", 3, 6), ("kills", 1, 200), ("every", 5, 300), ("recovery_timeout", 5, 600),
+                         ("port", 1024, 65535), ("gcs_outage", 0, 300)])
 
 
 def pick_tenants(num_shards: int) -> tuple[str, str]:

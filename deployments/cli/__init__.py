@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["COMMANDS", "UserError", "add_profile_arguments", "main"]
+__all__ = ["COMMANDS", "UserError", "add_profile_arguments", "add_ray_address_argument", "load_profile_config", "main"]
 
 class UserError(Exception):
     """An error caused by the user's input or environment; printed as one line."""
@@ -24,6 +24,25 @@ def add_profile_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--profile", default=None, help="built-in profile name (default: cpu-local)")
     src.add_argument("--config", type=Path, default=None, help="a profile YAML file instead of a built-in profile")
+
+
+def add_ray_address_argument(p: argparse.ArgumentParser) -> None:
+    """``--ray-address``: the running cluster a command connects to."""
+    p.add_argument("--ray-address", default=None,
+                   help="Ray address (default: $RAY_ADDRESS, else the local cluster using the profile's ray.temp_dir)")
+
+
+def load_profile_config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The config :func:`add_profile_arguments` named; a bad profile or file is a :class:`UserError`.
+
+    NOTE: the config module is imported here, not at the top, so ``--help`` stays fast (module docstring).
+    """
+    from recallserve.deployments.config import ConfigError, load_config
+
+    try:
+        return load_config(profile=args.profile, path=args.config)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
 
 
 # NOTE: the one list of commands; its order is the order shown in --help. "GROUP NAME" registers

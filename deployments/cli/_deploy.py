@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from recallserve.deployments.cli import UserError, add_profile_arguments
+from recallserve.deployments.cli import UserError, add_profile_arguments, add_ray_address_argument, load_profile_config
 
 __all__ = ["add_parser"]
 
@@ -17,20 +17,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
 
     add_profile_arguments(p)
-    p.add_argument("--ray-address", default=None,
-                   help="Ray address (default: $RAY_ADDRESS, else the local cluster using the profile's ray.temp_dir)")
+    add_ray_address_argument(p)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the app to run again")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Validate the config, roll the app, print how long it took."""
-    from recallserve.deployments.config import ConfigError, load_config
-
-    try:
-        config = load_config(profile=args.profile, path=args.config)
-    except ConfigError as exc:
-        raise UserError(str(exc)) from None
+    config = load_profile_config(args)
     from recallserve.deployments.runner import redeploy
 
     try:

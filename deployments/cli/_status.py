@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from recallserve.deployments.cli import UserError, add_profile_arguments
+from recallserve.deployments.cli import UserError, add_profile_arguments, add_ray_address_argument, load_profile_config
 
 __all__ = ["add_parser"]
 
@@ -15,20 +15,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p = subparsers.add_parser(
         "status", help="list the nodes (id, head/worker, raylet PID, alive) and replicas (deployment, node, PID) of a running cluster")
     add_profile_arguments(p)
-    p.add_argument("--ray-address", default=None,
-                   help="Ray address (default: $RAY_ADDRESS, else the local cluster using the profile's ray.temp_dir)")
+    add_ray_address_argument(p)
     p.add_argument("--json", action="store_true", help="print one JSON object {nodes: [...], replicas: [...]}")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Connect, read the GCS tables, print them."""
-    from recallserve.deployments.config import ConfigError, load_config
-
-    try:
-        config = load_config(profile=args.profile, path=args.config)
-    except ConfigError as exc:
-        raise UserError(str(exc)) from None
+    config = load_profile_config(args)
     from recallserve.deployments.cluster_status import cluster_status, render_status
     from recallserve.deployments.jobs import JobError
     from recallserve.deployments.jobs._live import ray_connection
