@@ -119,6 +119,11 @@ class Database(Protocol):
         the missing scripts of ``postgres`` (versioned, under the migration lock) on PostgreSQL."""
         ...
 
+    def release_erased(self) -> None:
+        """After an erasure: drop the copies of deleted rows the backend still keeps on disk where it
+        can do so at once (SQLite: its ``-wal`` file); blocking."""
+        ...
+
     def close(self) -> None:
         """Release the file or the pool (pending calls must have finished)."""
         ...
@@ -193,8 +198,9 @@ class SqliteDatabase:
             # NOTE: deleted rows are zeroed in place (issue 41: erased text leaves the file).
             self._conn.execute("PRAGMA secure_delete = ON")
 
-    def truncate_wal(self) -> None:
-        """Copy the WAL into the file and cut it to zero bytes (after an erasure; bounded tries)."""
+    def release_erased(self) -> None:
+        """Copy the WAL into the file and cut it to zero bytes (after an erasure; bounded tries);
+        ``secure_delete`` has already zeroed the deleted rows in the file itself."""
         with self._lock:
             checkpoint(self._conn)
 
@@ -367,6 +373,10 @@ class PostgresDatabase:
                 conn.execute("INSERT INTO recallserve_schema (component, version, applied_at) VALUES (%s, %s, %s) "
                              "ON CONFLICT (component) DO UPDATE SET version = excluded.version, "
                              "applied_at = excluded.applied_at", (component, len(postgres), time.time()))
+
+    def release_erased(self) -> None:
+        """Nothing at once: PostgreSQL keeps deleted row versions until VACUUM reclaims them (an
+        operator's job; docs/erasure.md says so)."""
 
     def close(self) -> None:
         self._pool.close()

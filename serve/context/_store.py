@@ -222,8 +222,7 @@ class SessionStore:
 
     def _checkpoint(self) -> None:
         if self.path != ":memory:":
-            if isinstance(self.db, SqliteDatabase):
-                self.db.truncate_wal()
+            self.db.release_erased()
 
     async def expire_before(self, tenant: str, before: float) -> dict[str, int]:
         """Delete ``tenant``'s sessions whose last message (or creation) is before ``before``

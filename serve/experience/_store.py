@@ -257,8 +257,7 @@ class ExperienceStore:
             return found, c.execute(f"DELETE FROM experiences WHERE {where}", args).rowcount
 
         ids, n = self._write(fn)
-        if isinstance(self.db, SqliteDatabase):
-            self.db.truncate_wal()
+        self.db.release_erased()
         return {"experiences": n, "ids": ids}
 
     @_in_thread

@@ -186,11 +186,7 @@ class TraceStore:
         where, args = ("tenant = ?", (tenant,)) if user is None else ("tenant = ? AND user_id = ?", (tenant, user))
         n = await self._call(lambda c: c.execute(f"DELETE FROM turns WHERE {where}", args).rowcount, write=True)
 
-        def truncate() -> None:
-            if isinstance(self.db, SqliteDatabase):
-                self.db.truncate_wal()
-
-        await asyncio.to_thread(truncate)
+        await asyncio.to_thread(self.db.release_erased)
         return {"turns": n}
 
     async def expire_before(self, tenant: str, before: float) -> dict[str, int]:
@@ -198,11 +194,7 @@ class TraceStore:
         n = await self._call(lambda c: c.execute("DELETE FROM turns WHERE tenant = ? AND created_at < ?",
                                                  (tenant, before)).rowcount, write=True)
 
-        def truncate() -> None:
-            if isinstance(self.db, SqliteDatabase):
-                self.db.truncate_wal()
-
-        await asyncio.to_thread(truncate)
+        await asyncio.to_thread(self.db.release_erased)
         return {"turns": n}
 
     async def export_user(self, tenant: str, user: str | None) -> dict[str, Any]:
