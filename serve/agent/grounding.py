@@ -35,8 +35,8 @@ from typing import Any
 from recallserve.serve.agent.guards import ID_PATTERN
 from recallserve.serve.agent.schemas import ToolCallRecord
 
-__all__ = ["ABSENCE_PATTERN", "HISTORY_PATTERN", "LIST_PATTERN", "NOT_SEARCHED", "NOT_SHOWN", "record_note", "Search",
-           "absence_claims", "asked_ids", "empty_for", "list_note", "listing_rows", "turn_searches", "unsupported_absence"]
+__all__ = ["ABSENCE_PATTERN", "HISTORY_PATTERN", "LIST_PATTERN", "NOT_SEARCHED", "NOT_SHOWN", "Search", "absence_claims",
+           "asked_ids", "empty_for", "list_note", "listing_rows", "record_note", "turn_searches", "unsupported_absence"]
 
 #: A sentence claiming that something did not happen, does not exist or is not on record.
 ABSENCE_PATTERN = re.compile(

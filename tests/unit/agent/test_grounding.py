@@ -7,20 +7,19 @@ import asyncio
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from fastapi.testclient import TestClient
 
 from recallserve.memory_shards.records import MemoryRecord
 from recallserve.serve.agent import Agent, AgentConfig, default_registry
 from recallserve.serve.agent.demo.world import DemoWorld
-from recallserve.serve.api.app import create_app
-from recallserve.serve.api.auth import Authenticator
-from recallserve.serve.engine import ChatMessage, GenerationParams
 from recallserve.serve.agent.grounding import (
     LIST_NOTE_CHARS, NOT_SEARCHED, Search, absence_claims, asked_ids, list_note, listing_rows, record_note,
     unsupported_absence,
 )
+from recallserve.serve.api.app import create_app
+from recallserve.serve.api.auth import Authenticator
+from recallserve.serve.engine import ChatMessage, GenerationParams
 from recallserve.serve.memory import (
     CITES_KEY, DERIVED_KEY, MemoryHit, cited_sources, cites_of, derived_metadata, is_derived, sources_first,
 )
