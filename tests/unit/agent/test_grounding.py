@@ -251,3 +251,10 @@ def test_only_complete_listings_asked_for_by_a_which_question_are_rendered() -> 
     assert len(note) <= LIST_NOTE_CHARS + 40 and note.endswith(f"; ... ({80 - shown} more)") and 0 < shown < 80
     assert list_note("Which orders came from B-2208?", [("orders_by_batch", {**listing, "count": 0, "orders": []}, "")],
                      "None.") == ""
+    # a count the question asks for: the answer must state the listing's (digits or the word)
+    six = {"batch": "B-2301", "count": 6, "orders": rows[:6]}
+    listed = [("orders_by_batch", six, "batch B-2301: 6 orders: ...")]
+    assert list_note("How many orders came from batch B-2301?", listed, "There are 6 orders.") == ""
+    assert list_note("How many orders came from batch B-2301?", listed, "Batch B-2301 has six orders.") == ""
+    assert list_note("How many orders came from batch B-2301?", listed, "There are 5 orders, e.g. 104200.") == \
+        "From orders_by_batch: batch B-2301: 6 orders: ..."
