@@ -95,6 +95,18 @@ def test_cli_measures_003s_2000_token_reserve_above_the_default_max_tokens_limit
     assert shares["2000"] < shares["256"]
 
 
+def test_cli_summary_cap_reaches_the_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["eval", "retention", "--no-llm-summary", "--embedder", "none", "--conversations", "1",
+            "--budget", "8192", "--modes", "summary", "--path", "plain", "--json"]
+    tokens = {}
+    for cap in ("600", "64"):
+        assert main([*argv, "--summary-max-tokens", cap]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["summary_max_tokens"] == int(cap)
+        tokens[cap] = doc["summaries"][0]["tokens"]
+    assert tokens["64"] <= 64 < tokens["600"]
+
+
 def test_cli_ablation_and_table(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["eval", "retention", "--no-llm-summary", "--embedder", "none", "--conversations", "1",
                  "--budget", "2048", "--modes", "hybrid", "--no-categories"])
@@ -111,6 +123,7 @@ def test_cli_ablation_and_table(capsys: pytest.CaptureFixture[str]) -> None:
         (["--embedder", "none", "--modes", "retrieval"], "needs an embedder"),
         (["--conversations", "0"], "--conversations"),
         (["--reserved-output", "4096", "--budget", "2048"], "--reserved-output"),
+        (["--summary-max-tokens", "5"], "--summary-max-tokens"),
     ],
 )
 def test_cli_user_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
