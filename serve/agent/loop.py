@@ -204,7 +204,7 @@ class _Run:
         return record_note(self.question, sources, answer)
 
     def _list_note(self, answer: str) -> str:
-        """The listings a "which / list" question asked for, by code (:func:`list_note`), "" when none."""
+        """The listings a "which / list / how many" question asked for, by code (:func:`list_note`), "" when none."""
         listings = []
         for call in self.calls:
             tool = self.a.tools.get(call.name)
