@@ -154,3 +154,52 @@ def test_a_body_over_the_bound_is_the_rest_413(tmp_path: Path) -> None:
     finally:
         for shard_client in memory.coordinator.shards:
             shard_client.shard.close()
+
+
+_ACCEPT = {"accept": "application/json, text/event-stream"}
+
+
+def _tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+
+
+def test_the_ask_tools_turn_is_traced_under_the_mcp_requests_id(tmp_path: Path) -> None:
+    # NOTE: the route runs under the /mcp request's id, so the caller can read the turn it made by the id it got back.
+    async def flow(app: FastAPI) -> None:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rs") as http:
+            r = await http.post("/mcp", json=_tool_call("ask", {"question": "Where is the kiln?"}),
+                                headers={**headers("acme"), **_ACCEPT, "x-request-id": "mcp-turn-1"})
+            assert r.status_code == 200 and not r.json()["result"]["isError"], r.text
+            assert r.headers["x-request-id"] == "mcp-turn-1"
+            turn = await http.get("/v1/turns/mcp-turn-1", headers=headers("acme"))
+            assert turn.status_code == 200 and "Where is the kiln?" in turn.text, turn.text
+            assert (await http.get("/v1/turns/mcp-turn-1", headers=headers("globex"))).status_code == 404
+
+    _run(tmp_path, flow)
+
+
+def test_an_unexpected_error_in_the_route_is_the_rest_500_message(tmp_path: Path) -> None:
+    app, memory = build_app(tmp_path)
+
+    async def broken(*_: object, **__: object) -> object:
+        raise RuntimeError("bug while handling card 4111 1111 1111 1111")
+
+    memory.search_request = broken  # type: ignore[method-assign]
+
+    async def main() -> None:
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rs") as http:
+                rest = await http.post("/v1/memories/search", json={"query": "kiln"},
+                                       headers={**headers("acme"), "x-request-id": "rest-1"})
+                r = await http.post("/mcp", json=_tool_call("search_memories", {"query": "kiln"}),
+                                    headers={**headers("acme"), **_ACCEPT, "x-request-id": "mcp-1"})
+                result = r.json()["result"]
+                assert rest.status_code == 500 and r.status_code == 200 and result["isError"], r.text
+                assert result["content"][0]["text"] == rest.json()["error"]["message"].replace("rest-1", "mcp-1")
+                assert "4111" not in r.text
+
+    try:
+        asyncio.run(main())
+    finally:
+        for shard_client in memory.coordinator.shards:
+            shard_client.shard.close()
