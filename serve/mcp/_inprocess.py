@@ -13,8 +13,9 @@ the app's edge: the request-id / metrics middleware (the tool's route runs under
 request's id, so a turn the ``ask`` tool made is traced under the id its caller got back, and a tool
 call is counted once, as ``/mcp``) and the body bound (the route's body is re-encoded from part of
 the ``/mcp`` body, UTF-8 as sent, so it is never larger). Nor an HTTP client: before, the tools went
-through ``httpx.ASGITransport`` and both middlewares again, ~1.8 ms of a 9 ms search on the 2-core
-host (``bench mcp-search``, docs/benchmarks.md).
+through ``httpx.ASGITransport`` and both middlewares again; timed in process on the 2-core host, the
+tool's call above the memory service's own time went from 2.0 to 0.9 ms (p50), and ``bench mcp-search``
+from 1.45-1.50x the REST p50 to 1.28x (raw JSON-RPC) / 1.40x (the SDK client) (docs/benchmarks.md).
 
 An exception the route leaves unhandled is logged with the request id and becomes the API's 500
 message, as :class:`~recallserve.serve.api.observe.ObserveMiddleware` answers it over HTTP.
