@@ -76,7 +76,7 @@ async def run_route(router: ASGIApp, outer: Scope, call: Call[T], headers: Mappi
     query = str(httpx.QueryParams(call.params)).encode("ascii") if call.params else b""
     state = outer.get("state", {})
     scope: dict[str, Any] = {k: outer[k] for k in _KEPT if k in outer}
-    scope.update(method=call.method, path=unquote(call.path), raw_path=call.path.encode("ascii"), query_string=query,
+    scope.update(method=call.method, path=unquote(call.path), raw_path=call.path.encode("utf-8"), query_string=query,
                  state={"request_id": state.get("request_id")} if "request_id" in state else {},
                  headers=[(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode("ascii")),
                           *((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items())])
