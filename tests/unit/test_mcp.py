@@ -203,3 +203,15 @@ def test_an_unexpected_error_in_the_route_is_the_rest_500_message(tmp_path: Path
     finally:
         for shard_client in memory.coordinator.shards:
             shard_client.shard.close()
+
+
+def test_an_id_with_a_slash_stays_one_path_segment(tmp_path: Path) -> None:
+    # NOTE: the tool's route gets the percent-encoded path as raw_path and the decoded one as path, as over HTTP.
+    async def flow(app: FastAPI) -> None:
+        async with _session(app, headers("acme")) as (s, http):
+            got = await s.call_tool("get_memory", {"memory_id": "no/such?id"})
+            rest = await http.get("/v1/memories/no%2Fsuch%3Fid")
+            assert rest.status_code == 404 and got.isError, (rest.text, got)
+            assert got.content[0].text == rest.json()["error"]["message"]
+
+    _run(tmp_path, flow)
