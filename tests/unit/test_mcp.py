@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from recallserve.serve.memory_api import MemoryService
 from recallserve.serve.mcp import TOOLS
 from tests.unit.edge.conftest import ANSWER, FixedEngine, build_app, headers
 
@@ -178,31 +180,24 @@ def test_the_ask_tools_turn_is_traced_under_the_mcp_requests_id(tmp_path: Path) 
     _run(tmp_path, flow)
 
 
-def test_an_unexpected_error_in_the_route_is_the_rest_500_message(tmp_path: Path) -> None:
-    app, memory = build_app(tmp_path)
-
+def test_an_unexpected_error_in_the_route_is_the_rest_500_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async def broken(*_: object, **__: object) -> object:
         raise RuntimeError("bug while handling card 4111 1111 1111 1111")
 
-    memory.search_request = broken  # type: ignore[method-assign]
+    monkeypatch.setattr(MemoryService, "search_request", broken)
 
-    async def main() -> None:
-        async with app.router.lifespan_context(app):
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rs") as http:
-                rest = await http.post("/v1/memories/search", json={"query": "kiln"},
-                                       headers={**headers("acme"), "x-request-id": "rest-1"})
-                r = await http.post("/mcp", json=_tool_call("search_memories", {"query": "kiln"}),
-                                    headers={**headers("acme"), **_ACCEPT, "x-request-id": "mcp-1"})
-                result = r.json()["result"]
-                assert rest.status_code == 500 and r.status_code == 200 and result["isError"], r.text
-                assert result["content"][0]["text"] == rest.json()["error"]["message"].replace("rest-1", "mcp-1")
-                assert "4111" not in r.text
+    async def flow(app: FastAPI) -> None:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rs") as http:
+            rest = await http.post("/v1/memories/search", json={"query": "kiln"},
+                                   headers={**headers("acme"), "x-request-id": "rest-1"})
+            r = await http.post("/mcp", json=_tool_call("search_memories", {"query": "kiln"}),
+                                headers={**headers("acme"), **_ACCEPT, "x-request-id": "mcp-1"})
+            result = r.json()["result"]
+            assert rest.status_code == 500 and r.status_code == 200 and result["isError"], r.text
+            assert result["content"][0]["text"] == rest.json()["error"]["message"].replace("rest-1", "mcp-1")
+            assert "4111" not in r.text
 
-    try:
-        asyncio.run(main())
-    finally:
-        for shard_client in memory.coordinator.shards:
-            shard_client.shard.close()
+    _run(tmp_path, flow)
 
 
 def test_an_id_with_a_slash_stays_one_path_segment(tmp_path: Path) -> None:
