@@ -136,7 +136,8 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
     """
     auth = Authenticator(config.auth.resolve(), config.auth.scopes, config.auth.default_scopes,
                          pii=config.auth.pii, default_pii=config.auth.default_pii,
-                         retention={t: r.model_dump() for t, r in config.auth.retention.items()})
+                         retention={t: r.model_dump() for t, r in config.auth.retention.items()},
+                         admins=config.auth.admin_tenants)
     local = LocalEmbedders()
     backend = memory_backend(memory["generations"], config.memory, pii_for=auth.pii_for, embedder=config.embedder,
                              local=local)

@@ -77,7 +77,7 @@ class ProtocolEngine:
         return None
 
 
-def build_console_app(root: Path, keys: Mapping[str, str]) -> tuple[Any, Any, ProtocolEngine]:
+def build_console_app(root: Path, keys: Mapping[str, str], admins: Sequence[str] = ()) -> tuple[Any, Any, ProtocolEngine]:
     """(the FastAPI app, its memory coordinator, its engine) with every store under ``root``."""
     from recallserve.memory_shards import HashingEmbedder
     from recallserve.memory_shards.retrieval import local_hybrid_coordinator
@@ -102,7 +102,7 @@ def build_console_app(root: Path, keys: Mapping[str, str]) -> tuple[Any, Any, Pr
     async def embed(texts: list[str]) -> Any:
         return await asyncio.to_thread(emb.embed, texts)
 
-    auth = Authenticator(dict(keys))
+    auth = Authenticator(dict(keys), admins=admins)
     memory = MemoryService(coord, embed, top_k=8, threshold=0.0, pii_for=auth.pii_for)
     context = ContextManager(SessionStore(root / "sessions.sqlite3"), ContextConfig(summary_keep_recent=1),
                              pii_for=auth.pii_for)
