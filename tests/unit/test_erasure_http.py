@@ -5,6 +5,7 @@ naming the field, and the audit list holds no user id."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,3 +72,27 @@ def test_bad_input_is_a_4xx_naming_the_field(client: TestClient) -> None:
     assert r.status_code == 404 and r.json()["error"]["param"] == "erasure_id"
     r = client.post("/v1/memories/search", headers=A, json={"query": "tea", "filters": {"user": ""}})
     assert r.status_code == 400 and "filters.user" in r.text
+
+
+def test_no_log_line_holds_a_user_id_from_a_path_or_a_message(client: TestClient,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """Request lines name the route template; a path no route matches is logged as ``<unmatched>``;
+    chat content and the chat's ``user`` stay out of every record of every logger (but the test
+    client's own, which logs the URLs it calls)."""
+    with caplog.at_level(logging.DEBUG):
+        r = client.post("/v1/chat/completions", headers=A, json={
+            "model": "recallserve", "user": "zqlog-ann", "metadata": {"session_id": "zqlog-sid"},
+            "messages": [{"role": "user", "content": "zqlog-content: my order is 104208."}]})
+        assert r.status_code == 200, r.text
+        eid = client.delete("/v1/users/zqlog-ann", headers=A).json()["id"]
+        _done(client, eid)
+        assert client.get("/v1/users/zqlog-ann/export", headers=A).status_code == 200
+        assert client.get("/v1/sessions/zqlog-sid", params={"user": "zqlog-ann"}, headers=A).status_code == 404
+        assert client.put("/v1/users/zqlog-ann", headers=A).status_code == 405
+        assert client.delete("/v1/users/zqlog-%01ann", headers=A).status_code == 400  # refused on the route
+        assert client.get("/v1/users/zqlog-ann/nothing", headers=A).status_code == 404
+        assert client.get("/users/zqlog-ann", headers=A).status_code == 404
+    service = [rec for rec in caplog.records if not rec.name.startswith(("httpx", "httpcore"))]
+    lines = "\n".join(rec.getMessage() for rec in service)
+    assert "/v1/users/{user}" in lines and "<unmatched>" in lines and f"erasure {eid} done" in lines, lines
+    assert "zqlog" not in lines, [line for line in lines.splitlines() if "zqlog" in line]
