@@ -180,7 +180,7 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
         # for longer is not waited for (docs/erasure.md says so).
         settle_s=ERASURE_SETTLE_S, lease_s=ERASURE_LEASE_S)
     pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=config.chat, memory=backend, context=context,
-                            agent=agent, experiences=experiences, traces=traces)
+                            agent=agent, experiences=experiences, traces=traces, erased=erasure.erased_since)
 
     async def health() -> dict[str, Any]:
         return {"profile": config.profile, "roles": {r: engines[r].model_name for r in ROLES}}

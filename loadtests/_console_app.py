@@ -111,13 +111,13 @@ def build_console_app(root: Path, keys: Mapping[str, str], admins: Sequence[str]
     engine = ProtocolEngine()
     agent = Agent(engine, default_registry(demo=True), memory=memory, config=AgentConfig(max_steps=3))
     traces = TraceRecorder(TraceStore(root / "turns.sqlite3"))
+    erasure = ErasureService(ErasureLog(root / "erasures.sqlite3"), memory.coordinators(), {
+        "sessions": context.store, "experiences": experiences.store, "turns": traces.store})
     pipeline = ChatPipeline(engine, PipelineSettings(), memory=memory, context=context, agent=agent,  # type: ignore[arg-type]
-                            experiences=experiences, traces=traces)
+                            experiences=experiences, traces=traces, erased=erasure.erased_since)
     routers = [build_router(memory, auth), build_experience_router(experiences, auth),
                build_session_router(context, auth), build_turn_router(traces.store, auth),
-               build_console_router(auth, tenant_records(coord.stats)),
-               build_erasure_router(ErasureService(ErasureLog(root / "erasures.sqlite3"), memory.coordinators(), {
-                   "sessions": context.store, "experiences": experiences.store, "turns": traces.store}), auth)]
+               build_console_router(auth, tenant_records(coord.stats)), build_erasure_router(erasure, auth)]
     return create_app(pipeline, auth, routers=routers), coord, engine
 
 

@@ -211,6 +211,12 @@ class ErasureService:
             clear()
         return counts
 
+    async def erased_since(self, tenant: str, user: str, since: float) -> bool:
+        """Whether ``user`` (a stored user key) or the whole tenant was asked to be erased at or after
+        ``since`` (epoch seconds; the chat pipeline's check before a turn stores what it produced:
+        a turn still generating when the erasure began must not bring the user back after ``done``)."""
+        return await self.erasures.erased_since(tenant, (user_hash(tenant, user), user_hash(tenant, None)), since)
+
     # ---- export ---------------------------------------------------------------------------
     async def export(self, tenant: str, user: str | None, requester: str) -> AsyncIterator[bytes]:
         """A JSON document of everything held for ``user``, produced holder by holder; the export

@@ -182,6 +182,14 @@ class ErasureLog:
 
         return await self._call(fn)
 
+    async def erased_since(self, tenant: str, user_hashes: tuple[str, ...], since: float) -> bool:
+        """Whether an erasure of any of ``user_hashes`` in ``tenant`` was requested at or after
+        ``since`` (epoch seconds): a turn that started before it must not store what it produced."""
+        marks = ", ".join("?" for _ in user_hashes)
+        return await self._call(lambda c: c.execute(
+            f"SELECT 1 FROM erasures WHERE tenant = ? AND kind = 'erasure' AND created_at >= ? "
+            f"AND user_hash IN ({marks}) LIMIT 1", (tenant, since, *user_hashes)).fetchone(), write=False) is not None
+
     async def get(self, tenant: str | None, erasure_id: str) -> ErasureRow | None:
         """One row of ``tenant`` (another tenant's id reads as absent); None: of any tenant (an admin key)."""
         where, args = ("id = ?", (erasure_id,)) if tenant is None else ("tenant = ? AND id = ?", (tenant, erasure_id))
