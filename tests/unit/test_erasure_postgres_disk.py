@@ -83,7 +83,7 @@ def test_no_file_of_the_postgres_cluster_keeps_an_erased_users_text() -> None:
             await service.wait(row.id)
             done = await log.get("acme", row.id)
             assert done is not None and done.status == "done", done
-            assert done.counts["messages"] == 40 and done.counts["turns"] == 40 and done.counts["experiences"] == 1
+            assert done.counts["sessions"] == 40 and done.counts["turns"] == 40 and done.counts["experiences"] == 1
             assert (await sessions.export_user("acme", "zqkeep-user"))["sessions"]
             db.close()
 
