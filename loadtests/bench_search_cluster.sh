@@ -7,7 +7,8 @@
 # offline bulk seed `recallserve bench search-seed --config SCRATCH/profile.yaml` writes there too).
 # Environment: PROFILE (default cpu-local), PORT (default 8731), KEYS ("key:tenant,..." added to the
 # profile's API keys), WARM_S (most seconds to wait after ready for the agent's prompt warm-up, which
-# keeps the reasoner busy; the wait ends once the reasoner replica is idle; default 300), OVERRIDES (JSON of
+# keeps the reasoner busy; the wait ends once the reasoner replica is idle; default 300), PROFILE_ONLY (write the
+# profile and exit), OVERRIDES (JSON of
 # config sections merged over the profile's, e.g. '{"ray": {"haproxy_per_key_max": 0}}' for an A/B run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,8 @@ auth = data.setdefault("auth", {})
 auth["keys"] = {**auth.get("keys", {}), **dict(kv.split(":", 1) for kv in keys.split(",") if kv)}
 (scratch / "profile.yaml").write_text(yaml.safe_dump(data))
 PY
+# PROFILE_ONLY=1: write SCRATCH/profile.yaml and stop (for an offline `recallserve bench search-seed` before the run).
+[ -n "${PROFILE_ONLY:-}" ] && exit 0
 log="$scratch/up.log"
 # NOTE: the installed package (`pip install -e .` of this checkout), run with this python.
 cli=(-m recallserve.deployments.cli)

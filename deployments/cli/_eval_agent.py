@@ -30,6 +30,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from recallserve.deployments.cli import UserError
 from recallserve.serve.agent.demo.facts import score_answer
 from recallserve.serve.agent.demo.questions import QUESTION_SETS, load_questions
 from recallserve.serve.agent.grounding import Search, unsupported_absence
@@ -162,17 +163,31 @@ def _share(rows: list[dict[str, Any]], key: str = "pass") -> float:
     return sum(bool(r[key]) for r in rows) / max(1, len(rows))
 
 
-def _selected(which: str, only: str, limit: int) -> list[tuple[int, dict[str, Any]]]:
+def question_numbers(text: str) -> list[int]:
+    """``--only``: 1-based question numbers, comma-separated, ranges as ``a-b`` (``3,5,26-40``); at most 1,000."""
+    wanted: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        first, _, last = part.partition("-")
+        try:
+            lo, hi = int(first), int(last or first)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r} is not a question number or a range a-b") from None
+        if lo < 1 or hi < lo or len(wanted) + hi - lo + 1 > 1000:
+            raise argparse.ArgumentTypeError(f"{part!r}: numbers start at 1, a range runs low-high, 1,000 at most")
+        wanted += range(lo, hi + 1)
+    return wanted
+
+
+def _selected(which: str, only: list[int], limit: int) -> list[tuple[int, dict[str, Any]]]:
     """The questions of one set to run, numbered from 1 within the set (``--only``, ``--limit``)."""
     questions = list(enumerate(load_questions(which), 1))
     if only:
-        wanted = [int(i) for i in only.split(",") if i.strip()]
-        bad = [i for i in wanted if not 1 <= i <= len(questions)]
+        bad = [i for i in only if not 1 <= i <= len(questions)]
         if bad:
-            from recallserve.deployments.cli import UserError
-
             raise UserError(f"--only: {bad} outside 1..{len(questions)} of set {which!r}")
-        questions = [questions[i - 1] for i in wanted]
+        questions = [questions[i - 1] for i in only]
     return questions[:limit] if limit else questions
 
 
@@ -274,7 +289,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
                    help="question set: tuned (developed against), holdout (written blind), all; compound, "
                    "compound_holdout (never tuned on), compound_all")
     p.add_argument("--limit", type=int, default=0, help="only the first N questions (of each set)")
-    p.add_argument("--only", default="", help="comma-separated 1-based question numbers (within each set)")
+    p.add_argument("--only", type=question_numbers, default=[],
+                   help="1-based question numbers within each set, comma-separated, ranges as a-b (3,5,26-40)")
     p.add_argument("--max-steps", type=int, default=5, help="loop steps")
     p.add_argument("--no-router", action="store_true", help="skip the router model (loop with all tools when the rules are undecided)")
     p.add_argument("--no-rules", action="store_true", help="ablation: no routing rules (router model or loop decide alone)")

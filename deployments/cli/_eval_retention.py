@@ -50,6 +50,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "while writing the Chinese rules, 100-109 are held out)")
     p.add_argument("--summary-trigger-tokens", type=int, default=_EVAL_TRIGGER_TOKENS,
                    help=f"unsummarised tokens that trigger a refresh (default: {_EVAL_TRIGGER_TOKENS})")
+    p.add_argument("--summary-max-tokens", type=int, default=None,
+                   help="most tokens of the rolling summary (ContextConfig.summary_max_tokens; default: the schema's)")
     p.add_argument("--no-categories", action="store_true",
                    help="ablation: store every message as plain chat (no pinning, no fact carry-over)")
     p.add_argument("--generic-question", action="store_true",
@@ -90,6 +92,8 @@ def _check(args: argparse.Namespace) -> tuple[list[int], list[str]]:
         raise UserError(f"--answers: must be in 0..--conversations ({args.conversations}), got {args.answers}")
     if not 1024 <= args.answers_budget <= 32768:
         raise UserError(f"--answers-budget: {args.answers_budget} is outside 1024..32768 tokens")
+    if args.summary_max_tokens is not None and not 32 <= args.summary_max_tokens <= 4000:
+        raise UserError(f"--summary-max-tokens: must be 32-4000, got {args.summary_max_tokens}")
     if args.summary_trigger_tokens < 1:
         raise UserError(f"--summary-trigger-tokens: must be >= 1, got {args.summary_trigger_tokens}")
     return budgets, modes
@@ -139,7 +143,8 @@ async def _run(args: argparse.Namespace, budgets: list[int], modes: list[str]) -
         embed = (build_embedder("all-MiniLM-L6-v2") if args.embedder == "minilm"
                  else build_embedder("multilingual-e5-small", runtime="auto")).embed
     summariser, engine = _summariser(args)
-    config = ContextConfig(summary_trigger_tokens=args.summary_trigger_tokens)
+    config = ContextConfig(summary_trigger_tokens=args.summary_trigger_tokens,
+                           **({} if args.summary_max_tokens is None else {"summary_max_tokens": args.summary_max_tokens}))
     store = SessionStore(":memory:")
     clock = [0.0]
     conversations, managers, sessions = [], [], []
@@ -179,6 +184,7 @@ async def _run(args: argparse.Namespace, budgets: list[int], modes: list[str]) -
         "first_seed": args.seed,
         "history_tokens_mean": sum(history_tokens) / len(history_tokens),
         "reserved_output": args.reserved_output,
+        "summary_max_tokens": config.summary_max_tokens,
         "scored": "assembled context" if args.assembled else f"engine prompt ({args.path} path)",
         "answers": answers,
         "replay_seconds": round(replay_s, 2),

@@ -57,14 +57,18 @@ class _PromptOnly:
         return None
 
 
-def _pipeline(engine: LLMEngine, manager: ContextManager, path: str) -> ChatPipeline:
+def _pipeline(engine: LLMEngine, manager: ContextManager, path: str, reserved_output: int) -> ChatPipeline:
     from recallserve.serve.agent import Agent, AgentConfig, default_registry
 
     agent = None
     if path == "agent":
         # NOTE: cpu-local's agent: rules first, no router model.
         agent = Agent(engine, default_registry(demo=True), config=AgentConfig(use_router=False, max_steps=3))
-    return ChatPipeline(engine, PipelineSettings(write_back=False), context=manager, agent=agent)
+    # NOTE: the server's max_tokens limit is raised to the reserve under test (003's 2,000 is above
+    # the default 1,024), so --reserved-output measures the reserve, not the limit.
+    limit = max(PipelineSettings.model_fields["max_request_tokens"].default, reserved_output)
+    settings = PipelineSettings(write_back=False, max_request_tokens=limit)
+    return ChatPipeline(engine, settings, context=manager, agent=agent)
 
 
 def _request(session: Session, question: str, mode: str, reserved_output: int) -> tuple[ChatCompletionRequest,
@@ -85,7 +89,7 @@ def pipeline_prompt_fn(managers: dict[str, ContextManager], path: str, reserved_
         reserved_output: the request's ``max_tokens``.
     """
     async def prompt(session: Session, question: str, budget: int, mode: str) -> tuple[str, str, float]:
-        pipeline = _pipeline(_PromptOnly(budget), managers[session.id], path)  # type: ignore[arg-type]
+        pipeline = _pipeline(_PromptOnly(budget), managers[session.id], path, reserved_output)  # type: ignore[arg-type]
         req, ctx = _request(session, question, mode, reserved_output)
         start = time.perf_counter()
         try:
@@ -112,7 +116,7 @@ async def score_answers(conversations: Sequence[Any], managers: Sequence[Context
     """Ask ``engine`` every item's turn-60 question on ``path`` and score the answers."""
     rows = []
     for conv, manager, session in zip(conversations, managers, sessions):
-        pipeline = _pipeline(engine, manager, path)
+        pipeline = _pipeline(engine, manager, path, reserved_output)
         for item in conv.items:
             req, ctx = _request(session, item.question, mode, reserved_output)
             start = time.perf_counter()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from recallserve.deployments.cli._eval_agent import _pct, score_result
+import argparse
+
+import pytest
+from recallserve.deployments.cli._eval_agent import _pct, question_numbers, score_result
 from recallserve.serve.agent import default_registry
 from recallserve.serve.agent.demo import load_questions
+from recallserve.serve.agent.demo.facts import score_answer
 from recallserve.serve.agent.schemas import AgentResult, RouteDecision, ToolCallRecord
 
 
@@ -66,7 +70,6 @@ def test_every_question_has_key_facts_and_the_files_match_the_world(capsys) -> N
 def test_question_schema_rejects_a_question_without_facts_or_with_an_unknown_field() -> None:
     import pytest
     from pydantic import ValidationError
-
     from recallserve.serve.agent.demo.questions import Question
 
     ok = Question.model_validate({"q": "hi", "tool": None, "facts": [["hello", "hi"]]})
@@ -130,3 +133,17 @@ def test_rescore_scores_an_earlier_report_by_the_current_facts() -> None:
     assert [r["n"] for r in s["rows"]] == [19, 31]
     assert s["facts_failed"] == [{"n": 31, "q": "Hi there!", "missing": ["hello | hi | hey | good morning | welcome"],
                                   "forbidden": []}]
+
+
+def test_only_takes_numbers_and_ranges_and_names_a_bad_one() -> None:
+    assert question_numbers("3, 5,26-28") == [3, 5, 26, 27, 28]
+    for bad in ("26-x", "0", "9-3", "1-5000"):
+        with pytest.raises(argparse.ArgumentTypeError, match="range|question number|start at 1"):
+            question_numbers(bad)
+
+
+def test_zh_time_key_fact_accepts_the_chinese_clock_and_hh_mm() -> None:
+    q = next(q for q in load_questions("zh-tuned") if q["tool"] == "current_time")
+    assert score_answer("东京现在是下午7点14分。", q["facts"]).passed
+    assert score_answer("东京现在是19:14。", q["facts"]).passed
+    assert not score_answer("东京现在是晚上。", q["facts"]).passed

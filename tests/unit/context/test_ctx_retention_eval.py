@@ -81,6 +81,32 @@ def test_cli_scores_the_agent_prompt(capsys: pytest.CaptureFixture[str]) -> None
     assert rows[2048]["present_share"] < rows[4096]["present_share"] and rows[2048]["constraints_share"] == 1.0
 
 
+def test_cli_measures_003s_2000_token_reserve_above_the_default_max_tokens_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    """003 reserves 2,000 tokens for the answer: the eval asks with max_tokens 2,000 (above the server's
+    default limit of 1,024, raised for the run) and the reserve shrinks what history fits."""
+    argv = ["eval", "retention", "--no-llm-summary", "--embedder", "none", "--conversations", "1",
+            "--budget", "8192", "--modes", "sliding", "--path", "plain", "--json"]
+    shares = {}
+    for reserve in ("256", "2000"):
+        assert main([*argv, "--reserved-output", reserve]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["reserved_output"] == int(reserve)
+        shares[reserve] = doc["rows"][0]["present_share"]
+    assert shares["2000"] < shares["256"]
+
+
+def test_cli_summary_cap_reaches_the_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["eval", "retention", "--no-llm-summary", "--embedder", "none", "--conversations", "1",
+            "--budget", "8192", "--modes", "summary", "--path", "plain", "--json"]
+    tokens = {}
+    for cap in ("600", "64"):
+        assert main([*argv, "--summary-max-tokens", cap]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["summary_max_tokens"] == int(cap)
+        tokens[cap] = doc["summaries"][0]["tokens"]
+    assert tokens["64"] <= 64 < tokens["600"]
+
+
 def test_cli_ablation_and_table(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["eval", "retention", "--no-llm-summary", "--embedder", "none", "--conversations", "1",
                  "--budget", "2048", "--modes", "hybrid", "--no-categories"])
@@ -97,6 +123,7 @@ def test_cli_ablation_and_table(capsys: pytest.CaptureFixture[str]) -> None:
         (["--embedder", "none", "--modes", "retrieval"], "needs an embedder"),
         (["--conversations", "0"], "--conversations"),
         (["--reserved-output", "4096", "--budget", "2048"], "--reserved-output"),
+        (["--summary-max-tokens", "5"], "--summary-max-tokens"),
     ],
 )
 def test_cli_user_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
