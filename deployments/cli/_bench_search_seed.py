@@ -38,11 +38,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     """Register ``bench search-seed``."""
     p = subparsers.add_parser(NAME, help="write bench search's tenant into a stopped cluster's shard folders")
     p.add_argument("--config", type=Path, required=True, help="the profile YAML the cluster will start with")
-    p.add_argument("--memories", type=int, default=100_000, help="rows to write, 1000-1000000 (default: 100000)")
+    p.add_argument("--memories", type=int, default=100_000,
+                   help="rows per tenant, 1000-1000000 (50-1000000 with --tenants; at most 1,000,000 in all; default: 100000)")
     p.add_argument("--tenant", default="local", help="tenant of the bench's API key (cpu-local: local)")
+    p.add_argument("--tenants", type=int, default=1,
+                   help="tenants written, 1-100000: --tenant and TENANT-other-<i> for the rest, --memories each "
+                        "(many small tenants beside the one the bench searches; default: 1)")
     p.add_argument("--tag", default="v1", help="bench search's --tag (names the source ids; default: v1)")
     p.add_argument("--distinct", type=int, default=2000,
-                   help="base texts embedded with the profile's embedder, 100-min(memories, 100000) (default: 2000)")
+                   help="base texts embedded with the profile's embedder, 100-100000, at most --memories used (default: 2000)")
     p.add_argument("--sigma", type=float, default=0.2, help="noise added to a base vector, 0-1 (default: 0.2)")
     p.add_argument("--batch", type=int, default=5000, help="rows per shard write, 100-50000 (default: 5000)")
     p.add_argument("--seed", type=int, default=0, help="random seed of texts and noise (default: 0)")
@@ -58,8 +62,14 @@ def run(args: argparse.Namespace) -> int:
     from recallserve.memory_shards.embedders import build_embedder, embedder_identity
     from recallserve.memory_shards.retrieval import local_hybrid_coordinator
 
-    check_range("memories", args.memories, 1000, 1_000_000)
-    check_range("distinct", args.distinct, 100, min(args.memories, 100_000))
+    check_range("tenants", args.tenants, 1, 100_000)
+    check_range("memories", args.memories, 1000 if args.tenants == 1 else 50, 1_000_000)
+    total = args.memories * args.tenants
+    if total > 1_000_000:
+        raise UserError(f"--memories x --tenants: {total} rows, at most 1000000")
+    check_range("distinct", args.distinct, 100, 100_000)
+    # NOTE: row i uses base text i mod distinct, so texts beyond --memories would never be used.
+    distinct = min(args.distinct, args.memories)
     check_range("sigma", args.sigma, 0, 1)
     check_range("batch", args.batch, 100, 50_000)
     try:
@@ -69,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     model_id, dim = embedder_identity(config.embedder.model)
     rng = random.Random(args.seed)
     # NOTE: the words after "Ticket T-<n>: " and before the final "." of the bench's own texts.
-    base_words = [ticket_text(rng, i).split(": ", 1)[1][:-1] for i in range(args.distinct)]
+    base_words = [ticket_text(rng, i).split(": ", 1)[1][:-1] for i in range(distinct)]
     t0 = time.perf_counter()
     embedder = build_embedder(config.embedder.model, device="cpu", batch_size=config.embedder.forward_batch_size,
                               torch_threads=config.embedder.threads)
@@ -80,10 +90,17 @@ def run(args: argparse.Namespace) -> int:
                                      **config.memory.placement.model_dump())
     t1 = time.perf_counter()
     try:
-        for start in range(0, args.memories, args.batch):
-            rows = bulk_rows(min(args.memories, start + args.batch), args.distinct, base_vectors, base_words,
-                             args.tenant, args.tag, args.sigma, args.seed, start)
-            asyncio.run(coord.upsert(rows))
+        pending: list = []
+        for t in range(args.tenants):
+            tenant = args.tenant if t == 0 else f"{args.tenant}-other-{t}"
+            for start in range(0, args.memories, args.batch):
+                pending += bulk_rows(min(args.memories, start + args.batch), distinct, base_vectors, base_words,
+                                     tenant, args.tag, args.sigma, args.seed + t, start)
+                if len(pending) >= args.batch:
+                    asyncio.run(coord.upsert(pending))
+                    pending = []
+        if pending:
+            asyncio.run(coord.upsert(pending))
         t_write = time.perf_counter() - t1
         for client in coord.shards:
             client.shard.snapshot()
@@ -91,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         for client in coord.shards:
             client.shard.close()
     t_total = time.perf_counter() - t0
-    print(f"seeded {args.memories} memories of tenant {args.tenant!r} (tag {args.tag}) into {data_root}: "
-          f"{args.distinct} base texts embedded in {t_embed:.1f} s, rows written in {t_write:.1f} s "
-          f"({args.memories / t_write:.0f}/s), {t_total:.1f} s with the snapshots", flush=True)
+    who = f"tenant {args.tenant!r}" + (f" and {args.tenants - 1} others" if args.tenants > 1 else "")
+    print(f"seeded {args.memories} memories each of {who} (tag {args.tag}) into {data_root}: "
+          f"{distinct} base texts embedded in {t_embed:.1f} s, {total} rows written in {t_write:.1f} s "
+          f"({total / t_write:.0f}/s), {t_total:.1f} s with the snapshots", flush=True)
     return 0

@@ -38,8 +38,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--runtime", choices=["auto", "torch", "onnx"], default="auto",
                    help="embedder runtime (default: auto = ONNX Runtime on the CPU, as the cpu-local embedder; fp32 "
                         "gives the same vectors on both)")
-    p.add_argument("--mode", choices=["hybrid", "dense", "lexical"], default="hybrid",
-                   help="hybrid (default), dense only (fused kernel) or lexical only (BM25)")
+    p.add_argument("--mode", choices=["hybrid", "dense", "lexical", "keyword-rerank"], default="hybrid",
+                   help="hybrid (default), dense only (fused kernel), lexical only (BM25), or keyword-rerank "
+                        "(design source 002's hybrid: BM25's first 20, re-ordered by cosine; cut-offs up to 20)")
     p.add_argument("--context", type=int, default=2,
                    help="neighbouring turns each side stored as a context part of each memory (default: 2; 0 = none)")
     p.add_argument("--only", default=None,
@@ -57,6 +58,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--durable", action="store_true",
                    help="write the shards to a temporary folder with WAL fsync (default: in memory; same ranking)")
     p.set_defaults(func=run)
+
+
+#: Design source 002's hybrid search: keyword recall of about 20, then a vector re-rank.
+KEYWORD_RECALL = 20
 
 
 def _parse_ks(text: str) -> list[int]:
@@ -223,7 +228,9 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
     k_max = max(ks)
     # NOTE: "lexical" keeps only BM25 by giving the dense list no weight; the dense list still
     # supplies the similarity shown for each hit.
-    weights = {"hybrid": (1.0, 1.0), "dense": (1.0, 0.0), "lexical": (0.0, 1.0)}[args.mode]
+    weights = {"hybrid": (1.0, 1.0), "dense": (1.0, 0.0), "lexical": (0.0, 1.0), "keyword-rerank": (0.0, 1.0)}[args.mode]
+    if args.mode == "keyword-rerank" and k_max > KEYWORD_RECALL:
+        raise UserError(f"--k: keyword-rerank ranks BM25's first {KEYWORD_RECALL} only; got a cut-off of {k_max}")
     base = RetrievalParams()
     retrieval = base.model_copy(update={
         "dense_candidates": max(base.dense_candidates, k_max),
@@ -240,9 +247,13 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
     latencies: list[float] = []
 
     async def search(tenant: str, question: str, k: int) -> list[str]:
-        req = SearchRequest(query=question, k=k, threshold=-1.0, decay=no_decay, hybrid=args.mode != "dense")
+        rerank = args.mode == "keyword-rerank"
+        req = SearchRequest(query=question, k=KEYWORD_RECALL if rerank else k, threshold=-1.0, decay=no_decay,
+                            hybrid=args.mode != "dense")
         t0 = time.perf_counter()
         hits = await service.search_request(tenant, req, now=asked_at[tenant])
+        if rerank:  # NOTE: 002: keyword recall, then the vectors order what it found (decay none: cosine)
+            hits = sorted(hits, key=lambda h: -h.dense_score)[:k]
         latencies.append(time.perf_counter() - t0)
         return [h.record.source_id for h in hits]
 

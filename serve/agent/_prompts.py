@@ -9,9 +9,8 @@ request-specific goes into the last user message, after the shared prefix.
 from __future__ import annotations
 
 from recallserve.serve.agent.tools import ToolSet
-from recallserve.serve.language import language_of
 
-__all__ = ["system_prompt", "direct_prompt", "reminder", "ROUTER_INSTRUCTION", "PARTIAL_INSTRUCTION", "RETRY_INSTRUCTION"]
+__all__ = ["system_prompt", "direct_prompt", "ROUTER_INSTRUCTION", "PARTIAL_INSTRUCTION", "RETRY_INSTRUCTION"]
 
 _PROTOCOL = """You are a careful customer-service agent. Reply with exactly one JSON object per turn:
 {"thought": "<short reason>", "type": "tool_call", "name": "<tool>", "args": {...}} to call one tool;
@@ -59,24 +58,6 @@ def direct_prompt(tools: ToolSet | None = None, advice: str = "") -> str:
             "what you can do, say that" if tools else "")
     text = _DIRECT.format(able=able)
     return f"{text}\n\n{advice}" if advice else text
-
-
-def reminder(question: str, memories: bool) -> str:
-    """The question again after the observations, in the question's language (:func:`language_of`).
-
-    NOTE: measured on the demo: after one observation the 1.5B model answered only the last
-    sentence of a three-part question and ignored the recalled tickets (far above in the
-    prompt); restating the question at the end, where small models attend most, fixes that.
-    A Chinese question gets the restatement in Chinese, with rule 9 (answer in the question's
-    language, ids as written) said again there: on the zh-tuned questions the model answered a
-    Chinese question in English, without the ticket ids of the observation, when the only
-    Chinese near the end of the prompt was the question itself. English text is unchanged.
-    """
-    if language_of(question) == "zh":
-        seen = "和上面召回的记忆" if memories else ""
-        return f"\n\n根据这些观察结果{seen}，用中文回答下面问题的每一部分，工单号和订单号照原样写出：{question[:600]}"
-    seen = " and the recalled memories above" if memories else ""
-    return f"\n\nUsing these observations{seen}, answer every part of: {question[:600]}"
 
 
 ROUTER_INSTRUCTION = (

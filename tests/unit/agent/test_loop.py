@@ -473,18 +473,3 @@ def test_memory_search_returns_at_least_three_hits_when_the_model_asks_for_one()
     assert len(rec.result) == MEMORY_SEARCH_MIN_K == 3
     observation = eng.calls[1][0][-1].content  # what the model reads next: three tickets, not one
     assert all(f"ticket:T-10{i}" in observation for i in range(3)) and "ticket:T-103" not in observation
-
-
-@pytest.mark.parametrize(("question", "said"), [
-    ("订单104208现在是什么状态？", "用中文回答下面问题的每一部分，工单号和订单号照原样写出：订单104208现在是什么状态？"),
-    ("What is the status of order 104208?", "answer every part of: What is the status of order 104208?"),
-])
-def test_the_question_is_restated_after_the_observation_in_its_own_language(question: str, said: str) -> None:
-    """The engine's prompt after an observation ends with the question and rule 9 in the question's language."""
-    eng = ScriptedEngine([final("ok")])
-    result = _run(Agent(eng, _registry()), _req(question))
-    assert [c.name for c in result.tool_calls] == ["order_status"]  # the rules ran the call; one engine call
-    (messages, _), = eng.calls
-    last = messages[-1].content
-    assert last.startswith("Observation(order_status): ") and last.endswith(said)
-    assert ("用中文" in last) == question.startswith("订单")

@@ -90,6 +90,17 @@ def test_eval_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "--k" in capsys.readouterr().err
     assert main(["eval", "locomo", str(tmp_path / "missing.json")]) == 2
     assert "cannot read" in capsys.readouterr().err
+    assert main(["eval", "locomo", str(TINY), "--mode", "keyword-rerank", "--k", "1,50"]) == 2
+    assert "--k: keyword-rerank" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_eval_cli_keyword_rerank_orders_bm25s_first_20_by_cosine(capsys: pytest.CaptureFixture[str]) -> None:
+    """002's hybrid (keyword recall, vector re-rank) on the fixture: a full ranking within BM25's 20."""
+    assert main(["eval", "locomo", str(TINY), "--k", "1,3,10", "--mode", "keyword-rerank", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["mode"] == "keyword-rerank" and doc["results"]["overall"]["n"] == 6
+    assert doc["results"]["single-hop"]["recall@1"] == 1.0
 
 
 def test_leave_one_out_never_picks_on_the_held_out_conversation() -> None:
