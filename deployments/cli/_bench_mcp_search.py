@@ -2,12 +2,21 @@
 REST, on one running server, in the same run.
 
 The tenant of ``--key`` first gets ``--memories`` memories (LoCoMo-derived texts, through the
-client). Then each query is asked both ways, one at a time, the order alternating per query so
-neither path always runs on a warmer cache: REST with :class:`recallserve.client.AsyncRecallServe`
-(``memories.search``), MCP with the official MCP Python client over streamable HTTP
-(``tools/call search_memories``, one initialised session). Both time the whole client call
-(request, answer, decoding). Reported: p50 / p90 / mean of each, and the ratio of the p50s
-(the issue's target: at most 1.2). The two answers' ids are compared per query.
+client). Then each query is asked three ways, one at a time, the order rotating per query so no
+path always runs on a warmer cache:
+
+* ``rest``: :class:`recallserve.client.AsyncRecallServe` (``memories.search``: httpx, the answer read
+  into ``SearchResponse``);
+* ``mcp_raw``: one JSON-RPC ``tools/call search_memories`` POST to ``/mcp`` per query on an httpx
+  client with the same settings, the answer's ``structuredContent`` read with ``json`` (what a client
+  of the wire format costs: stateless, no session, no ``initialize`` needed);
+* ``mcp_sdk``: the official MCP Python client (``ClientSession.call_tool`` over its streamable-HTTP
+  transport, one initialised session): what an agent built on the SDK pays, its own JSON-RPC
+  machinery (memory streams, a task per message, pydantic models of every message) included.
+
+Each time is the whole client call (request, answer, decoding). Reported: p50 / p90 / mean of each
+and the ratio of each MCP p50 to the REST p50 (the issue's target: at most 1.2); the answers' ids are
+compared per query.
 """
 
 from __future__ import annotations
@@ -35,12 +44,12 @@ NAME = "mcp-search"
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register ``bench mcp-search``."""
-    p = subparsers.add_parser(NAME, help="memory search p50 through /mcp against REST, same server, same run")
+    p = subparsers.add_parser(NAME, help="memory search p50 through /mcp (raw JSON-RPC and the official SDK client) against REST, same server, same run")
     add_cluster_arguments(p)
     p.add_argument("--locomo", required=True, help="LoCoMo-format JSON: the source of texts and questions")
     p.add_argument("--memories", type=int, default=2000, help="memories added to the key's tenant first (default 2000)")
-    p.add_argument("--queries", type=int, default=300, help="timed queries, each asked both ways (default 300)")
-    p.add_argument("--warmup", type=int, default=20, help="untimed queries first, both ways (default 20)")
+    p.add_argument("--queries", type=int, default=300, help="timed queries, each asked the three ways (default 300)")
+    p.add_argument("--warmup", type=int, default=20, help="untimed queries first, the three ways (default 20)")
     p.add_argument("--k", type=int, default=16, help="results per search (default 16)")
     add_out_argument(p, NAME)
     p.set_defaults(func=run)
@@ -52,35 +61,52 @@ def _stats(ms: list[float]) -> dict[str, float]:
             "mean_ms": round(float(a.mean()), 3)}
 
 
+PATHS = ("rest", "mcp_raw", "mcp_sdk")
+
+
 async def _measure(base: str, key: str, texts: list[str], questions: list[str], args: argparse.Namespace) -> dict[str, Any]:
     auth = {"Authorization": f"Bearer {key}"}
-    async with AsyncRecallServe(base, key, timeout=60.0) as rest, httpx.AsyncClient(headers=auth, timeout=60.0) as http:
+    accept = {"accept": "application/json, text/event-stream"}
+    async with AsyncRecallServe(base, key, timeout=60.0) as rest, httpx.AsyncClient(headers=auth, timeout=60.0) as http, \
+            httpx.AsyncClient(base_url=base, headers={**auth, **accept}, timeout=60.0) as raw:
         for start in range(0, args.memories, 200):
             await rest.memories.add([{"text": texts[i % len(texts)], "source_id": f"mcp-bench:{i}"}
                                      for i in range(start, min(start + 200, args.memories))])
         async with streamable_http_client(f"{base}/mcp", http_client=http) as (read, write, _):
-            async with ClientSession(read, write) as mcp:
-                await mcp.initialize()
-                times: dict[str, list[float]] = {"rest": [], "mcp": []}
-                same = 0
+            async with ClientSession(read, write) as sdk:
+                await sdk.initialize()
+
+                async def ask(path: str, body: dict[str, Any], n: int) -> list[str]:
+                    if path == "rest":
+                        return [h.id for h in (await rest.memories.search(**body)).data]
+                    if path == "mcp_raw":
+                        answer = await raw.post("/mcp", json={"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                                                              "params": {"name": "search_memories", "arguments": body}})
+                        answer.raise_for_status()
+                        result = answer.json()["result"]
+                        failed, structured = result.get("isError"), result.get("structuredContent")
+                    else:
+                        called = await sdk.call_tool("search_memories", body)
+                        failed, structured = called.isError, called.structuredContent
+                    if failed or structured is None:
+                        raise RuntimeError(f"search_memories through {path} failed")
+                    return [h["id"] for h in structured["data"]]
+
+                times: dict[str, list[float]] = {p: [] for p in PATHS}
+                same = {p: 0 for p in PATHS[1:]}
                 for i in range(args.warmup + args.queries):
                     body = {"query": questions[i % len(questions)], "k": args.k}
                     got: dict[str, list[str]] = {}
-                    for path in (("rest", "mcp") if i % 2 == 0 else ("mcp", "rest")):
+                    for path in PATHS[i % 3:] + PATHS[:i % 3]:
                         start = time.perf_counter()
-                        if path == "rest":
-                            got[path] = [h.id for h in (await rest.memories.search(**body)).data]
-                        else:
-                            result = await mcp.call_tool("search_memories", body)
-                            if result.isError:
-                                raise RuntimeError(f"search_memories failed: {result.content}")
-                            got[path] = [h["id"] for h in (result.structuredContent or {})["data"]]
+                        got[path] = await ask(path, body, i)
                         if i >= args.warmup:
                             times[path].append((time.perf_counter() - start) * 1000)
-                    same += i >= args.warmup and got["rest"] == got["mcp"]
-    rest_s, mcp_s = _stats(times["rest"]), _stats(times["mcp"])
-    return {"rest": rest_s, "mcp": mcp_s, "p50_ratio_mcp_over_rest": round(mcp_s["p50_ms"] / rest_s["p50_ms"], 3),
-            "same_results": f"{same}/{args.queries}"}
+                    for p in same:
+                        same[p] += i >= args.warmup and got[p] == got["rest"]
+    stats = {p: _stats(times[p]) for p in PATHS}
+    return {**stats, **{f"p50_ratio_{p}_over_rest": round(stats[p]["p50_ms"] / stats["rest"]["p50_ms"], 3) for p in PATHS[1:]},
+            "same_results_as_rest": {p: f"{n}/{args.queries}" for p, n in same.items()}}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
     questions = [q.question for c in convs for q in c.questions]
     row = {"bench": "mcp_search_vs_rest", "url": base, "locomo": Path(args.locomo).name, "memories_added": args.memories,
            "queries": args.queries, "k": args.k, "machine": platform.node(), "python": platform.python_version(),
-           "client": "recallserve.client (REST), mcp official Python client (streamable HTTP), sequential, alternating order",
+           "client": ("rest: recallserve.client; mcp_raw: JSON-RPC POSTs on httpx; mcp_sdk: the official MCP Python "
+                      "client (streamable HTTP, one session); sequential, the order rotating per query"),
            **asyncio.run(_measure(base, args.key, texts, questions, args))}
     print(json.dumps(row))
     write_report(args, row)

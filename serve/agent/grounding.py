@@ -35,8 +35,8 @@ from typing import Any
 from recallserve.serve.agent.guards import ID_PATTERN
 from recallserve.serve.agent.schemas import ToolCallRecord
 
-__all__ = ["ABSENCE_PATTERN", "HISTORY_PATTERN", "NOT_SEARCHED", "NOT_SHOWN", "record_note", "Search", "absence_claims", "asked_ids", "empty_for", "turn_searches",
-           "unsupported_absence"]
+__all__ = ["ABSENCE_PATTERN", "COUNT_PATTERN", "HISTORY_PATTERN", "LIST_PATTERN", "NOT_SEARCHED", "NOT_SHOWN", "Search", "absence_claims",
+           "asked_ids", "empty_for", "list_note", "listing_rows", "record_note", "turn_searches", "unsupported_absence"]
 
 #: A sentence claiming that something did not happen, does not exist or is not on record.
 ABSENCE_PATTERN = re.compile(
@@ -59,6 +59,17 @@ HISTORY_PATTERN = re.compile(
     r"(?:fixed|solved|resolved|repaired)\b|\bwhat (?:fixed|solved) it\b|\bwhat was done\b|\bwhat was the fix\b",
     re.IGNORECASE,
 )
+#: A question asking for the items of a list: "which orders ...", "list the tickets", "what are the ...".
+LIST_PATTERN = re.compile(
+    r"\bwhich\b|\blist\b|\bwhat (?:are|were) (?:the|its|their|they)\b|\bname (?:all|them|each)\b|\bshow (?:me )?all\b",
+    re.IGNORECASE,
+)
+#: A question asking how many items there are.
+COUNT_PATTERN = re.compile(r"\bhow many\b|\bnumber of\b", re.IGNORECASE)
+_NUMBER_WORDS = ("zero|no|none", "one|a single|only one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+                 "ten", "eleven", "twelve")
+#: Most characters of a listing rendered after the answer (then cut at an item, with how many are left out).
+LIST_NOTE_CHARS = 1500
 #: Most characters of a record quoted after the answer.
 NOTE_CHARS = 400
 #: What the answer says when it made a claim of absence and no search ran in the turn.
@@ -176,3 +187,82 @@ def record_note(question: str, records: Sequence[tuple[str, str]], answer: str) 
             folded = cut[: end + 1] if end > 0 else cut.rstrip() + "..."
         return f"Record {source_id.rsplit(':', 1)[-1]}: {folded}"
     return ""
+
+
+def listing_rows(result: Any) -> list[dict[str, Any]] | None:
+    """The rows of a tool result that is a **complete listing**, else None.
+
+    A listing is a dict holding exactly one list, of non-empty dicts (rows), and a ``count`` equal to
+    that list's length: the tool says how many there are and gives them all (``orders_by_batch``,
+    ``ticket_history``, ``inventory_changes``). A ranked search (``memory_search``: a bare list of
+    hits, the best few of many) is no listing: its answer names what is relevant, not every hit.
+    """
+    if not isinstance(result, dict):
+        return None
+    lists = [v for v in result.values() if isinstance(v, list)]
+    if len(lists) != 1 or result.get("count") != len(lists[0]):
+        return None
+    rows = lists[0]
+    return rows if all(isinstance(r, dict) and r for r in rows) else None
+
+
+def _row_keys(row: dict[str, Any]) -> list[str]:
+    """What names a row in an answer: its ids (order 104489, customer C-1010), else its first value (a date)."""
+    values = [str(v) for v in row.values()]
+    return [v for v in values if ID_PATTERN.fullmatch(v)] or values[:1]
+
+
+def _named(row: dict[str, Any], answer: str) -> bool:
+    """Whether ``answer`` names ``row``: one of its keys stands in it as a whole word."""
+    return any(re.search(rf"(?<![\w-]){re.escape(k)}(?![\w-])", answer) for k in _row_keys(row))
+
+
+def _states_count(count: int, answer: str) -> bool:
+    """Whether ``answer`` states ``count`` (digits, or the word for 0-12)."""
+    words = _NUMBER_WORDS[count] if count < len(_NUMBER_WORDS) else ""
+    pattern = rf"(?<![\w.-]){count}(?![\w-])" + (rf"|\b(?:{words})\b" if words else "")
+    return re.search(pattern, answer, re.IGNORECASE) is not None
+
+
+def list_note(question: str, listings: Sequence[tuple[str, Any, str]], answer: str) -> str:
+    """The listings a "which / list / how many" question asked for, rendered by code after the answer, or "".
+
+    ``listings`` holds (tool name, result, rendered text) for each call of the turn that ran; the
+    rendered text is the tool's own summary of its result (the observation before the prompt's
+    cap). Every complete listing (:func:`listing_rows`) is added as "From <tool>: <text>" when
+
+    * the question asks for a list (:data:`LIST_PATTERN`) and the answer does not name all its rows
+      (a row is named when one of its ids, :func:`_row_keys`, stands in the answer as a whole word), or
+    * the question asks how many (:data:`COUNT_PATTERN`) and the answer does not state the
+      listing's count (digits, or the word for 0-12),
+
+    up to :data:`LIST_NOTE_CHARS` characters cut at an item ("; ", with how many items it left out).
+    An answer that names every row and states the count gets nothing.
+
+    Why code: a filter, count or list the question asks for is applied by the tool (its
+    parameters) and rendered by code, not left to the model's reading of a long list: a small
+    model copies part of a list from a complete observation (measured: docs/chat-turn.md).
+    """
+    asks_list, asks_count = LIST_PATTERN.search(question), COUNT_PATTERN.search(question)
+    if not (asks_list or asks_count):
+        return ""
+    notes: list[str] = []
+    for name, result, text in listings:
+        rows = listing_rows(result)
+        if rows is None:
+            continue
+        left_out = bool(asks_list) and not all(_named(r, answer) for r in rows)
+        miscounted = bool(asks_count) and not _states_count(len(rows), answer)
+        if not (left_out or miscounted):
+            continue
+        text = " ".join(text.split())
+        if len(text) > LIST_NOTE_CHARS:
+            cut = text[:LIST_NOTE_CHARS]
+            end = cut.rfind("; ")
+            cut = cut[:end] if end > 0 else cut
+            shown = sum(1 for r in rows if _named(r, cut))
+            text = f"{cut}; ... ({len(rows) - shown} more)"
+        note = f"From {name}: {text}"
+        if note not in notes:
+            notes.append(note)
+    return "\n".join(notes)

@@ -42,9 +42,9 @@ from recallserve.serve.agent._prompts import PARTIAL_INSTRUCTION, RETRY_INSTRUCT
 from recallserve.serve.agent._protocol import FINAL_WRAPPER_TOKENS, THOUGHT_MAX_CHARS, AnswerStream, ParsedCall, ParsedStep, \
     StepParseError, is_final_only, parse_json_object, parse_step, router_schema, step_schema
 from recallserve.serve.agent.config import AgentConfig
-from recallserve.serve.agent.grounding import NOT_SEARCHED, NOT_SHOWN, Search, record_note, turn_searches, \
+from recallserve.serve.agent.grounding import NOT_SEARCHED, NOT_SHOWN, Search, list_note, record_note, turn_searches, \
     unsupported_absence
-from recallserve.serve.agent.guards import AnswerCheck
+from recallserve.serve.agent.guards import AnswerCheck, wrap_untrusted
 from recallserve.serve.agent.images import ImageDescriber
 from recallserve.serve.agent.routing import route_by_rules
 from recallserve.serve.agent.schemas import AgentEvent, AgentRequest, AgentResult, AgentUsage, RouteDecision, ToolCallRecord, \
@@ -202,6 +202,15 @@ class _Run:
             return ""
         sources = [(h.source_id, h.text) for h in self.turn.memories if not is_derived(h)]
         return record_note(self.question, sources, answer)
+
+    def _list_note(self, answer: str) -> str:
+        """The listings a "which / list / how many" question asked for, by code (:func:`list_note`), "" when none."""
+        listings = []
+        for call in self.calls:
+            tool = self.a.tools.get(call.name)
+            if call.status in ("ok", "cached") and tool is not None:
+                listings.append((call.name, call.result, wrap_untrusted(tool.summarise(call.result))[0]))
+        return list_note(self.question, listings, answer)
 
     def _not_searched(self, step: int, check: AnswerCheck) -> AgentEvent | None:
         """After an answer whose claims of absence were left out: the trace step, and when no search
@@ -524,6 +533,10 @@ class _Run:
                     parsed.answer = check.answer or self._partial_text(check.reason)
                     yield self._guard(step, check)
             if parsed.type == "final" and parsed.answer.strip():
+                listed = self._list_note(parsed.answer)
+                if listed:
+                    parsed.answer = f"{parsed.answer.rstrip()}\n\n{listed}"
+                    yield self._delta("\n\n" + listed)
                 quote = self._record_note(parsed.answer)
                 if quote:
                     parsed.answer = f"{parsed.answer.rstrip()}\n\n{quote}"

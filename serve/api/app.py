@@ -288,7 +288,7 @@ def create_app(
         app.include_router(router)
 
     # NOTE: the MCP endpoint (serve.mcp): its tools call the routes above in process, with the caller's key.
-    mcp = McpEndpoint(app, auth, title, app.version, max_body_bytes)
+    mcp = McpEndpoint(app.router, auth, title, app.version, max_body_bytes)
     app.router.add_route("/mcp", mcp, include_in_schema=False)
 
     # NOTE: every method a client may send (RFC 9110's but CONNECT): HEAD, OPTIONS and TRACE of a

@@ -50,7 +50,6 @@ from recallserve.serve.experience._calculator import (
 from recallserve.serve.experience._compare import as_bool, compare_values
 from recallserve.serve.experience._extract import SOURCE, extracted_checks
 from recallserve.serve.experience._grounding import CHECK as GROUNDING_CHECK
-from recallserve.serve.experience._grounding import TAG as GROUNDING_TAG
 from recallserve.serve.experience._grounding import cited_rules, numbers_in, ungrounded
 from recallserve.serve.experience._rules import RuleError, RuleTable, constraint_rules
 from recallserve.serve.experience._schema import Confidence, ExperienceRecord, VerificationItem, VerificationStatus

@@ -5,10 +5,10 @@ POST carries its own key and needs no session affinity across ingress replicas; 
 stream to hold). The legacy SSE transport is not served, nor the optional GET stream: any method
 but POST is a 405 naming POST, which the spec lets a client read as "no server-initiated stream".
 
-Each tool call is the REST route it names, run in process: :class:`~recallserve.client.AsyncRecallServe`
-over ``httpx.ASGITransport`` of this same app, with the caller's ``Authorization`` / ``api-key``
-headers. So the key check, tenancy, PII policy, bounds, admission (503 + Retry-After) and error
-messages are the route's own code, not a second copy; a route's error becomes an MCP tool error
+Each tool call is the REST route it names, run in process on the app's router under the ``/mcp``
+request's id (:func:`~recallserve.serve.mcp._inprocess.run_route`), with the caller's ``Authorization`` /
+``api-key`` headers. So the key check, tenancy, PII policy, bounds, admission (503 + Retry-After) and
+error messages are the route's own code, not a second copy; a route's error becomes an MCP tool error
 (``isError: true``) whose text is the route's message, never a transport failure.
 
 The request itself is authenticated at the edge (the same :class:`Authenticator`): no key, a bad
@@ -23,9 +23,8 @@ import contextlib
 import json
 from dataclasses import replace
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
-import httpx
 from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.server.lowlevel.helper_types import ReadResourceContents
@@ -36,14 +35,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from recallserve.client import AsyncRecallServe, RecallServeError, RetryPolicy
+from recallserve.client import Call, RecallServeError
 import recallserve.client._calls as calls
 from recallserve.serve.api.auth import Authenticator
 from recallserve.serve.api.errors import APIError, error_body
 from recallserve.serve.api.limits import MAX_BODY_BYTES
+from recallserve.serve.mcp._inprocess import run_route
 from recallserve.serve.mcp._tools import TOOLS, ToolArgumentError
 
 __all__ = ["McpEndpoint", "MEMORY_URI"]
+
+T = TypeVar("T")
 
 #: The memory resources' URI template (``resources/read`` of ``memory://<id>``).
 MEMORY_URI = "memory://{memory_id}"
@@ -57,23 +59,22 @@ class ToolFailed(Exception):
 
 
 class McpEndpoint:
-    """The ``/mcp`` ASGI endpoint of ``app`` (mount it, and enter :meth:`running` in the app's lifespan).
+    """The ``/mcp`` ASGI endpoint of an app (mount it, and enter :meth:`running` in the app's lifespan).
 
     Args:
-        app: the ingress app whose routes the tools call (in process).
+        router: the app's router (``app.router``), whose routes the tools run in process.
         auth: the app's authenticator (the same keys, checked at ``/mcp`` itself).
         name, version: what MCP clients show of the server.
         max_body_bytes: the app's body bound, given to the SDK too (its own default is 4 MiB), so a
             tool call carries what the REST route takes; above it the app's middleware answers the 413.
     """
 
-    def __init__(self, app: ASGIApp, auth: Authenticator, name: str = "recallserve", version: str = "0.1.0",
+    def __init__(self, router: ASGIApp, auth: Authenticator, name: str = "recallserve", version: str = "0.1.0",
                  max_body_bytes: int = MAX_BODY_BYTES) -> None:
         self.auth = auth
-        self.app = app
+        self.router = router
         self.max_body_bytes = max_body_bytes
         self.server: Server[Any, Request] = Server(name, version=version, instructions=_INSTRUCTIONS)
-        self._api: AsyncRecallServe | None = None
         self._manager: StreamableHTTPSessionManager | None = None
         self._register()
 
@@ -95,9 +96,8 @@ class McpEndpoint:
                 raise ToolFailed(f"name: unknown tool {name[:64]!r}; the tools are {', '.join(TOOLS)}")
             try:
                 # NOTE: the route's JSON as it came (result type str): the tool passes it on, so an answer is
-                # not read into the API's models and written out again (MCP search p50 1.45x -> see
-                # docs/benchmarks.md, bench mcp-search).
-                text = await self.api().send(replace(tool.call(arguments), result=str), headers=self._caller_headers())
+                # not read into the API's models and written out again (docs/benchmarks.md, bench mcp-search).
+                text = await self._run(replace(tool.call(arguments), result=str))
             except (RecallServeError, ToolArgumentError) as exc:
                 raise ToolFailed(exc.message if isinstance(exc, RecallServeError) else str(exc)) from None
             structured = json.loads(text)
@@ -124,28 +124,21 @@ class McpEndpoint:
             if not text.startswith("memory://") or len(text) == len("memory://"):
                 raise ValueError(f"uri: expected {MEMORY_URI}, got {text[:200]!r}")
             try:
-                memory = await self.api().send(calls.get_memory(text.removeprefix("memory://")), headers=self._caller_headers())
+                memory = await self._run(calls.get_memory(text.removeprefix("memory://")))
             except RecallServeError as exc:
                 raise ValueError(exc.message) from None
             return [ReadResourceContents(json.dumps(memory.model_dump(mode="json")), "application/json")]
 
-    def api(self) -> AsyncRecallServe:
-        """The in-process client of the app's routes (while :meth:`running`)."""
-        assert self._api is not None, "McpEndpoint.running() is entered in the app's lifespan"
-        return self._api
-
-    def _caller_headers(self) -> dict[str, str]:
-        """The caller's key headers, as its ``/mcp`` request sent them (checked there already)."""
+    async def _run(self, call: Call[T]) -> T:
+        """``call`` answered by the app's route, in process, as the ``/mcp`` request's caller (its key headers)."""
         request = self.server.request_context.request
         assert request is not None, "an MCP request over HTTP carries its HTTP request"
-        return {h: request.headers[h] for h in _FORWARDED if h in request.headers}
+        headers = {h: request.headers[h] for h in _FORWARDED if h in request.headers}
+        return await run_route(self.router, request.scope, call, headers)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """The SDK's session manager for the app's lifetime (one per start: it runs once)."""
-        # NOTE: no retries in process: a 503 or 429 goes back to the MCP caller, which decides.
-        self._api = AsyncRecallServe("http://recallserve.internal", transport=httpx.ASGITransport(app=self.app),
-                                     retry=RetryPolicy(max_retries=0), timeout=None)
         self._manager = StreamableHTTPSessionManager(
             app=self.server, json_response=True, stateless=True, max_request_body_size=self.max_body_bytes,
             security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False))
@@ -154,8 +147,6 @@ class McpEndpoint:
                 yield
         finally:
             self._manager = None
-            await self._api.aclose()
-            self._api = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

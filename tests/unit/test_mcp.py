@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from recallserve.serve.memory_api import MemoryService
 from recallserve.serve.mcp import TOOLS
 from tests.unit.edge.conftest import ANSWER, FixedEngine, build_app, headers
 
@@ -154,3 +156,57 @@ def test_a_body_over_the_bound_is_the_rest_413(tmp_path: Path) -> None:
     finally:
         for shard_client in memory.coordinator.shards:
             shard_client.shard.close()
+
+
+_ACCEPT = {"accept": "application/json, text/event-stream"}
+
+
+def _tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+
+
+def test_the_ask_tools_turn_is_traced_under_the_mcp_requests_id(tmp_path: Path) -> None:
+    # NOTE: the route runs under the /mcp request's id, so the caller can read the turn it made by the id it got back.
+    async def flow(app: FastAPI) -> None:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rs") as http:
+            r = await http.post("/mcp", json=_tool_call("ask", {"question": "Where is the kiln?"}),
+                                headers={**headers("acme"), **_ACCEPT, "x-request-id": "mcp-turn-1"})
+            assert r.status_code == 200 and not r.json()["result"]["isError"], r.text
+            assert r.headers["x-request-id"] == "mcp-turn-1"
+            turn = await http.get("/v1/turns/mcp-turn-1", headers=headers("acme"))
+            assert turn.status_code == 200 and "Where is the kiln?" in turn.text, turn.text
+            assert (await http.get("/v1/turns/mcp-turn-1", headers=headers("globex"))).status_code == 404
+
+    _run(tmp_path, flow)
+
+
+def test_an_unexpected_error_in_the_route_is_the_rest_500_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def broken(*_: object, **__: object) -> object:
+        raise RuntimeError("bug while handling card 4111 1111 1111 1111")
+
+    monkeypatch.setattr(MemoryService, "search_request", broken)
+
+    async def flow(app: FastAPI) -> None:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rs") as http:
+            rest = await http.post("/v1/memories/search", json={"query": "kiln"},
+                                   headers={**headers("acme"), "x-request-id": "rest-1"})
+            r = await http.post("/mcp", json=_tool_call("search_memories", {"query": "kiln"}),
+                                headers={**headers("acme"), **_ACCEPT, "x-request-id": "mcp-1"})
+            result = r.json()["result"]
+            assert rest.status_code == 500 and r.status_code == 200 and result["isError"], r.text
+            assert result["content"][0]["text"] == rest.json()["error"]["message"].replace("rest-1", "mcp-1")
+            assert "4111" not in r.text
+
+    _run(tmp_path, flow)
+
+
+def test_an_id_with_a_slash_stays_one_path_segment(tmp_path: Path) -> None:
+    # NOTE: the tool's route gets the percent-encoded path as raw_path and the decoded one as path, as over HTTP.
+    async def flow(app: FastAPI) -> None:
+        async with _session(app, headers("acme")) as (s, http):
+            got = await s.call_tool("get_memory", {"memory_id": "no/such?id"})
+            rest = await http.get("/v1/memories/no%2Fsuch%3Fid")
+            assert rest.status_code == 404 and got.isError, (rest.text, got)
+            assert got.content[0].text == rest.json()["error"]["message"]
+
+    _run(tmp_path, flow)

@@ -4,16 +4,26 @@ a stated status filter applied by the tool, write-backs stored as derived conclu
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
+from pathlib import Path
+
+from fastapi.testclient import TestClient
 
 from recallserve.memory_shards.records import MemoryRecord
 from recallserve.serve.agent import Agent, AgentConfig, default_registry
+from recallserve.serve.agent.demo.world import DemoWorld
 from recallserve.serve.agent.grounding import (
-    NOT_SEARCHED, Search, absence_claims, asked_ids, record_note, unsupported_absence,
+    LIST_NOTE_CHARS, NOT_SEARCHED, Search, absence_claims, asked_ids, list_note, listing_rows, record_note,
+    unsupported_absence,
 )
+from recallserve.serve.api.app import create_app
+from recallserve.serve.api.auth import Authenticator
+from recallserve.serve.engine import ChatMessage, GenerationParams
 from recallserve.serve.memory import (
     CITES_KEY, DERIVED_KEY, MemoryHit, cited_sources, cites_of, derived_metadata, is_derived, sources_first,
 )
+from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
 from recallserve.serve.turn import RecallConfig, question_parts, recall_memories
 from tests.unit.agent.conftest import ScriptedEngine, SubstringMemory, final, run_agent
 
@@ -171,3 +181,80 @@ def test_each_part_keeps_its_own_memories_and_a_derived_one_only_beside_its_sour
     assert [h.source_id for h in hits] == ["ticket:T-1042", "ticket:T-1095", "exchange:c"]
     one, _ = asyncio.run(recall_memories(memory, "t1", q, RecallConfig(max_parts=1, max_derived=0)))  # type: ignore[arg-type]
     assert [h.source_id for h in one] == ["ticket:T-1042"]
+
+
+class _ListingEngine(ScriptedEngine):
+    """A model that follows the grammar: calls ``orders_by_batch`` for B-2208, then answers ``answer``."""
+
+    def __init__(self, answer: str) -> None:
+        super().__init__([])
+        self.answer = answer
+
+    def _next(self, messages: Sequence[ChatMessage], params: GenerationParams) -> str:
+        self.calls.append((list(messages), params))
+        if params.json_schema is None:
+            return "Hello."
+        if "Observation(orders_by_batch)" in messages[-1].content:
+            return final(self.answer)
+        return json.dumps({"thought": "look the batch up", "type": "tool_call", "name": "orders_by_batch",
+                           "args": {"batch": "B-2208"}})
+
+
+def _ask(tmp_path: Path, engine: _ListingEngine, question: str, *, stream: bool = False) -> str:
+    """The answer ``POST /v1/chat/completions`` gives (streamed: its deltas joined)."""
+    agent = Agent(engine, default_registry(demo=True), config=AgentConfig(max_steps=3, use_router=False))
+    pipeline = ChatPipeline(engine, PipelineSettings(write_back=False), agent=agent)
+    body = {"model": "recallserve", "user": "u1", "metadata": {"agent": "auto"}, "stream": stream,
+            "messages": [{"role": "user", "content": question}]}
+    with TestClient(create_app(pipeline, Authenticator({"sk-acme": "acme"}))) as c:
+        if not stream:
+            r = c.post("/v1/chat/completions", headers={"Authorization": "Bearer sk-acme"}, json=body)
+            assert r.status_code == 200, r.text
+            return str(r.json()["choices"][0]["message"]["content"])
+        with c.stream("POST", "/v1/chat/completions", headers={"Authorization": "Bearer sk-acme"}, json=body) as s:
+            assert s.status_code == 200
+            lines = [ln[6:] for ln in s.iter_lines() if ln.startswith("data: ") and ln != "data: [DONE]"]
+    return "".join(ch["choices"][0]["delta"].get("content") or "" for ch in map(json.loads, lines) if ch.get("choices"))
+
+
+def test_a_list_the_question_asks_for_is_rendered_by_code_when_the_answer_leaves_rows_out(tmp_path: Path) -> None:
+    orders = [r["order_id"] for r in DemoWorld().query("SELECT order_id FROM orders WHERE batch = 'B-2208' ORDER BY order_id")]
+    assert len(orders) == 6
+    question = "The grinder of my order is loud, it came from batch B-2208. Which other orders came from that batch?"
+    for stream in (False, True):
+        engine = _ListingEngine(f"The other orders of batch B-2208 are {orders[0]}, {orders[1]} and {orders[2]}.")
+        answer = _ask(tmp_path, engine, question, stream=stream)
+        # the observation the model read was complete (not cut): the model's answer was not
+        observation = engine.calls[-1][0][-1].content
+        assert all(o in observation for o in orders) and "truncated" not in observation
+        assert answer.startswith(engine.answer + "\n\nFrom orders_by_batch: batch B-2208: 6 orders: "), answer
+        assert all(o in answer for o in orders)
+    # an answer naming every row is left as the model wrote it
+    engine = _ListingEngine("Orders of batch B-2208: " + ", ".join(orders) + ".")
+    assert _ask(tmp_path, engine, question) == engine.answer
+
+
+def test_only_complete_listings_asked_for_by_a_which_question_are_rendered() -> None:
+    rows = [{"order_id": f"1042{i:02d}", "customer_id": f"C-10{i:02d}", "status": "delivered"} for i in range(80)]
+    listing = {"batch": "B-2208", "count": len(rows), "orders": rows}
+    text = "batch B-2208: 80 orders: " + "; ".join(f"{r['order_id']} {r['customer_id']} delivered" for r in rows)
+    assert listing_rows(listing) == rows
+    # a ranked search is no listing; nor is a dict whose count disagrees with its rows
+    assert listing_rows([{"id": "m1", "text": "E42"}]) is None and listing_rows({**listing, "count": 3}) is None
+    assert list_note("Where is order 104200?", [("orders_by_batch", listing, text)], "") == ""  # no list asked for
+    # a row is named by any of its ids: a customer list names every row
+    customers = ", ".join(r["customer_id"] for r in rows)
+    assert list_note("Which customers bought from B-2208?", [("orders_by_batch", listing, text)], customers) == ""
+    # a long listing is cut at an item and says how many it left out
+    note = list_note("Which orders came from B-2208?", [("orders_by_batch", listing, text)], "104200.")
+    shown = note.count("delivered")
+    assert len(note) <= LIST_NOTE_CHARS + 40 and note.endswith(f"; ... ({80 - shown} more)") and 0 < shown < 80
+    assert list_note("Which orders came from B-2208?", [("orders_by_batch", {**listing, "count": 0, "orders": []}, "")],
+                     "None.") == ""
+    # a count the question asks for: the answer must state the listing's (digits or the word)
+    six = {"batch": "B-2301", "count": 6, "orders": rows[:6]}
+    listed = [("orders_by_batch", six, "batch B-2301: 6 orders: ...")]
+    assert list_note("How many orders came from batch B-2301?", listed, "There are 6 orders.") == ""
+    assert list_note("How many orders came from batch B-2301?", listed, "Batch B-2301 has six orders.") == ""
+    assert list_note("How many orders came from batch B-2301?", listed, "There are 5 orders, e.g. 104200.") == \
+        "From orders_by_batch: batch B-2301: 6 orders: ..."

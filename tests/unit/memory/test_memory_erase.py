@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from recallserve.memory_shards import EmbeddedRecord, MemoryPart, MemoryRecord, MemoryShard, ShardConfig
