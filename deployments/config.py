@@ -115,6 +115,11 @@ class AuthConfig(StrictModel):
         description="Tenant -> retention limits of its memories, sessions and traces (enforced by the expiry job; "
         "the console shows them).",
     )
+    admin_tenants: list[str] = Field(
+        default_factory=list,
+        description="Tenants whose API keys are admin (operator) keys: they may erase a whole tenant live "
+        "(DELETE /v1/tenants/{tenant}) and read every tenant's erasure log. Give the operator its own tenant.",
+    )
 
     def resolve(self) -> dict[str, str]:
         """All keys from config, the environment variable and the file.

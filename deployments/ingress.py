@@ -8,6 +8,7 @@ routes themselves are the framework-free ones of ``recallserve.serve.api``, ``re
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -44,6 +45,10 @@ from recallserve.serve.pipeline import ChatPipeline
 
 #: Seconds between an erasure's two passes on the cluster (see ErasureService.settle_s).
 ERASURE_SETTLE_S = 20.0
+#: How often each ingress replica looks for unfinished erasures whose runner's lease ran out.
+ERASURE_POLL_S = 30.0
+#: A run's claim on an erasure (renewed before each pass: longer than a pass plus ERASURE_SETTLE_S).
+ERASURE_LEASE_S = 120.0
 
 __all__ = ["WARM_UP_TENANT", "Ingress", "build_ingress_app", "engine_facts"]
 
@@ -131,7 +136,8 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
     """
     auth = Authenticator(config.auth.resolve(), config.auth.scopes, config.auth.default_scopes,
                          pii=config.auth.pii, default_pii=config.auth.default_pii,
-                         retention={t: r.model_dump() for t, r in config.auth.retention.items()})
+                         retention={t: r.model_dump() for t, r in config.auth.retention.items()},
+                         admins=config.auth.admin_tenants)
     local = LocalEmbedders()
     backend = memory_backend(memory["generations"], config.memory, pii_for=auth.pii_for, embedder=config.embedder,
                              local=local)
@@ -139,11 +145,14 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
     engines = {role: HandleEngine(roles[role], role, *engine_facts(getattr(config, role).engine)) for role in ROLES}
     if state is None:
         db_config = config.state_db
-        stores, _db = open_state_stores(db_config.resolve(), config.traces, pool_size=db_config.pool_size,
-                                        acquire_timeout_s=db_config.acquire_timeout_s)
+        stores, db = open_state_stores(db_config.resolve(), config.traces, pool_size=db_config.pool_size,
+                                       acquire_timeout_s=db_config.acquire_timeout_s)
+        # NOTE: the one erasure log of the cluster is a table of the same database (every replica).
+        erasure_log = ErasureLog(db=db)
     else:
         # NOTE: RemoteStore has each store's async methods, each run on the one state replica.
         stores = remote_state_stores(state)
+        erasure_log = cast(ErasureLog, RemoteStore(state, "erasures"))
     context = ContextManager(
         stores.sessions,
         config.context,
@@ -162,10 +171,6 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
                                     pii_for=auth.pii_for, rewriter=engines["router"])
     # NOTE: one trace store for every replica, where the sessions are.
     traces = TraceRecorder(stores.turns, config.traces)
-    # NOTE: the erasure log lives on the state deployment; with PostgreSQL state (no state replica)
-    # each replica keeps its own log file in state_dir (issue 41 follow-up: a Postgres table).
-    erasure_log = (ErasureLog(config.state_dir / "erasures.sqlite3") if state is None
-                   else cast(ErasureLog, RemoteStore(state, "erasures")))
     erasure = ErasureService(erasure_log, backend.coordinators(), {
         "sessions": cast(OwnedStore, stores.sessions), "experiences": cast(OwnedStore, stores.experiences),
         "turns": cast(OwnedStore, stores.turns)},
@@ -173,9 +178,9 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
         # NOTE: a second pass 20 s after the first catches the background append, trace and write-back
         # of a turn answered just before the erasure, inside the 60 s target; a turn still generating
         # for longer is not waited for (docs/erasure.md says so).
-        settle_s=ERASURE_SETTLE_S)
+        settle_s=ERASURE_SETTLE_S, lease_s=ERASURE_LEASE_S)
     pipeline = ChatPipeline(reasoner=engines["reasoner"], settings=config.chat, memory=backend, context=context,
-                            agent=agent, experiences=experiences, traces=traces)
+                            agent=agent, experiences=experiences, traces=traces, erased=erasure.erased_since)
 
     async def health() -> dict[str, Any]:
         return {"profile": config.profile, "roles": {r: engines[r].model_name for r in ROLES}}
@@ -202,10 +207,14 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
             log.info("agent prompt prefix warmed in %.1f s", seconds)
 
     async def resume_erasures() -> None:
-        # NOTE: every ingress replica resumes the unfinished ones: each step is idempotent.
+        # NOTE: every ingress replica polls the one log; a lease gives each unfinished erasure to
+        # one replica at a time, and a dead runner's lease runs out for another one to take over.
         started = await erasure.resume()
         if started:
             log.info("resumed %d unfinished erasures", started)
+        background.add(asyncio.get_running_loop().create_task(erasure.poll(ERASURE_POLL_S)))
+
+    background: set[asyncio.Task[None]] = set()
 
     app = create_app(pipeline, auth, health=health, on_startup=[warm_up, resume_erasures],
                      startup_wait_s=config.chat.warm_up_wait_s,

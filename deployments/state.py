@@ -58,7 +58,7 @@ STORE_METHODS: dict[str, frozenset[str]] = {
     "experiences": frozenset({"put", "get", "query", "set_tier", "touch", "archive_expired", "tenants",
                               "active_freshness", "active_domains", "erase_user", "export_user"}),
     "turns": frozenset({"put", "recent", "get", "sessions", "count", "erase_user", "export_user", "expire_before"}),
-    "erasures": frozenset({"begin", "started", "finish", "fail", "exported", "get", "unfinished", "recent"}),
+    "erasures": frozenset({"begin", "claim", "erased_since", "finish", "fail", "exported", "get", "unfinished", "recent"}),
 }
 
 

@@ -77,7 +77,7 @@ class ProtocolEngine:
         return None
 
 
-def build_console_app(root: Path, keys: Mapping[str, str]) -> tuple[Any, Any, ProtocolEngine]:
+def build_console_app(root: Path, keys: Mapping[str, str], admins: Sequence[str] = ()) -> tuple[Any, Any, ProtocolEngine]:
     """(the FastAPI app, its memory coordinator, its engine) with every store under ``root``."""
     from recallserve.memory_shards import HashingEmbedder
     from recallserve.memory_shards.retrieval import local_hybrid_coordinator
@@ -102,7 +102,7 @@ def build_console_app(root: Path, keys: Mapping[str, str]) -> tuple[Any, Any, Pr
     async def embed(texts: list[str]) -> Any:
         return await asyncio.to_thread(emb.embed, texts)
 
-    auth = Authenticator(dict(keys))
+    auth = Authenticator(dict(keys), admins=admins)
     memory = MemoryService(coord, embed, top_k=8, threshold=0.0, pii_for=auth.pii_for)
     context = ContextManager(SessionStore(root / "sessions.sqlite3"), ContextConfig(summary_keep_recent=1),
                              pii_for=auth.pii_for)
@@ -111,13 +111,13 @@ def build_console_app(root: Path, keys: Mapping[str, str]) -> tuple[Any, Any, Pr
     engine = ProtocolEngine()
     agent = Agent(engine, default_registry(demo=True), memory=memory, config=AgentConfig(max_steps=3))
     traces = TraceRecorder(TraceStore(root / "turns.sqlite3"))
+    erasure = ErasureService(ErasureLog(root / "erasures.sqlite3"), memory.coordinators(), {
+        "sessions": context.store, "experiences": experiences.store, "turns": traces.store})
     pipeline = ChatPipeline(engine, PipelineSettings(), memory=memory, context=context, agent=agent,  # type: ignore[arg-type]
-                            experiences=experiences, traces=traces)
+                            experiences=experiences, traces=traces, erased=erasure.erased_since)
     routers = [build_router(memory, auth), build_experience_router(experiences, auth),
                build_session_router(context, auth), build_turn_router(traces.store, auth),
-               build_console_router(auth, tenant_records(coord.stats)),
-               build_erasure_router(ErasureService(ErasureLog(root / "erasures.sqlite3"), memory.coordinators(), {
-                   "sessions": context.store, "experiences": experiences.store, "turns": traces.store}), auth)]
+               build_console_router(auth, tenant_records(coord.stats)), build_erasure_router(erasure, auth)]
     return create_app(pipeline, auth, routers=routers), coord, engine
 
 

@@ -22,7 +22,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -108,6 +108,9 @@ class RequestContext(StrictModel):
         description="Tool permission scopes of the tenant (auth config; least privilege by default).",
     )
     pii: PiiMode = Field(default="mask", description="PII policy of the tenant (auth config `auth.pii`).")
+    received_at: float = Field(default_factory=time.time,
+                               description="When the request arrived, epoch seconds (an erasure asked after it "
+                               "keeps this turn from storing what it produced).")
 
 
 class PipelineSettings(StrictModel):
@@ -189,14 +192,26 @@ class Answer:
     cached_tokens: int = 0  # of prompt_tokens, reused from the engines' prefix caches
 
 
+#: ``erased(tenant, user key, since)``: whether an erasure of the user or the tenant was asked at or
+#: after ``since`` (``ErasureService.erased_since``).
+ErasedCheck = Callable[[str, str, float], Awaitable[bool]]
+
+
 class ChatPipeline:
-    """Answers OpenAI chat requests with the configured engines, memory, context-mode and agent."""
+    """Answers OpenAI chat requests with the configured engines, memory, context-mode and agent.
+
+    ``erased``: a turn checks it before it stores anything (session append, memory write-back,
+    trace): a turn of a user whose erasure was asked while the turn was being answered stores
+    nothing, so nothing of it comes back after the erasure is ``done``. The answer is still sent.
+    """
 
     def __init__(self, reasoner: LLMEngine, settings: PipelineSettings | None = None,
                  memory: MemoryBackend | None = None, *, context: ContextManager | None = None,
                  agent: Agent | None = None, experiences: ExperienceService | None = None,
-                 traces: TraceRecorder | None = None) -> None:
+                 traces: TraceRecorder | None = None, erased: ErasedCheck | None = None) -> None:
         self.reasoner = reasoner
+        # NOTE: (tenant, user key, since) -> was the user (or tenant) asked to be erased since? (issue 41)
+        self.erased = erased
         self.traces = traces
         self.experiences = experiences
         self.settings = settings or PipelineSettings()
@@ -494,7 +509,10 @@ class ChatPipeline:
     async def _finish_turn(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn, answer: str,
                            agent_result: AgentResult | None) -> None:
         """Append the turn to its session (on the request path: the next turn must see it), then
-        schedule the rolling summary and the memory write-back off the request path."""
+        schedule the rolling summary and the memory write-back off the request path; nothing when
+        the user was asked to be erased since the request arrived."""
+        if await self._erased(ctx):
+            return
         if self.context is not None and turn.session is not None and answer.strip():
             await self.context.append(turn.session, [*turn.pending, MessageIn(role="assistant", content=answer)])
             self.context.start_summary(turn.session)
@@ -508,14 +526,32 @@ class ChatPipeline:
             writes = with_speaker([w.model_copy(update={"user": ctx.user}) for w in agent_result.memory_writes
                                    if kept is not None or w.kind != "message"], speaker)
             agent_result = agent_result.model_copy(update={"memory_writes": writes})
-            self._background_task(self.agent.write_back(ctx.tenant, agent_result), "memory write-back", ctx)
+            agent, result = self.agent, agent_result
+            self._background_task(self._unless_erased(ctx, lambda: agent.write_back(ctx.tenant, result)),
+                                  "memory write-back", ctx)
             return
         if kept is None:
             return
         item = exchange_write(kept, speaker=speaker, user=ctx.user, request_id=ctx.request_id,
                               session=(req.metadata or {}).get("session_id", ""), pii=pii,
                               cites=cited_sources(answer, turn.memories))
-        self._background_task(self.memory.write(ctx.tenant, [item]), "memory write-back", ctx)
+        memory = self.memory
+        self._background_task(self._unless_erased(ctx, lambda: memory.write(ctx.tenant, [item])),
+                              "memory write-back", ctx)
+
+    async def _erased(self, ctx: RequestContext) -> bool:
+        if self.erased is None:
+            return False
+        if await self.erased(ctx.tenant, ctx.user, ctx.received_at):
+            log.info("request %s: the user was asked to be erased during the turn; nothing of it is stored",
+                     ctx.request_id)
+            return True
+        return False
+
+    async def _unless_erased(self, ctx: RequestContext, store: Callable[[], Awaitable[Any]]) -> None:
+        """``store()`` unless an erasure was asked since the request arrived (checked just before it)."""
+        if not await self._erased(ctx):
+            await store()
 
     def _record_trace(self, req: ChatCompletionRequest, ctx: RequestContext, turn: Turn, answer: Answer) -> None:
         """Store the turn's trace off the request path: route, steps, tool calls, memories, and the
@@ -525,11 +561,12 @@ class ChatPipeline:
             return
         path = "segmented" if self._segmented(req) else "agent" if self._use_agent(req) else "plain"
         meta = answer.agent_result.metadata() if answer.agent_result is not None else None
-        self._background_task(self.traces.record(
+        traces = self.traces
+        self._background_task(self._unless_erased(ctx, lambda: traces.record(
             ctx.tenant, turn, request_id=ctx.request_id, user=ctx.user, path=path, stream=bool(req.stream),
             answer=answer.text, finish=answer.finish, prompt_tokens=answer.prompt_tokens,
             completion_tokens=answer.completion_tokens, prompt=list(answer.prompt), agent_meta=meta,
-            experience=answer.experience, started=turn.started),
+            experience=answer.experience, started=turn.started)),
             "turn trace", ctx)
 
     # ---- non-streaming ------------------------------------------------------------------------------

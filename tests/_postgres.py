@@ -38,8 +38,9 @@ def _as_server_user(cmd: list[str]) -> list[str]:
 
 
 @contextmanager
-def postgres_server(root: Path) -> Iterator[str]:
-    """Start a server with its data under ``root``; yields the DSN of its ``postgres`` database; stops it."""
+def postgres_server(root: Path, options: str = "") -> Iterator[str]:
+    """Start a server with its data under ``root`` (``root/data``; ``options``: more ``-c name=value``
+    settings); yields the DSN of its ``postgres`` database; stops it."""
     if not (PG_BIN / "initdb").exists():
         raise RuntimeError(f"PostgreSQL server binaries not found in {PG_BIN}: run scripts/system_deps.sh")
     data, sock = root / "data", root / "sock"
@@ -54,7 +55,7 @@ def postgres_server(root: Path) -> Iterator[str]:
                    check=True, capture_output=True, timeout=120)
     port = _free_port()
     opts = (f"-c listen_addresses=127.0.0.1 -p {port} -k {sock} -c fsync=off -c synchronous_commit=off "
-            "-c full_page_writes=off -c max_connections=200 -c shared_buffers=64MB")
+            "-c full_page_writes=off -c max_connections=200 -c shared_buffers=64MB " + options)
     subprocess.run(_as_server_user([str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(root / "log"),
                                     "-w", "-t", "60", "start"]), check=True, capture_output=True, timeout=90)
     try:

@@ -44,7 +44,7 @@ from recallserve.serve.agent._protocol import FINAL_WRAPPER_TOKENS, THOUGHT_MAX_
 from recallserve.serve.agent.config import AgentConfig
 from recallserve.serve.agent.grounding import NOT_SEARCHED, NOT_SHOWN, Search, list_note, record_note, turn_searches, \
     unsupported_absence
-from recallserve.serve.agent.guards import AnswerCheck, mask_pii, wrap_untrusted
+from recallserve.serve.agent.guards import AnswerCheck, wrap_untrusted
 from recallserve.serve.agent.images import ImageDescriber
 from recallserve.serve.agent.routing import route_by_rules
 from recallserve.serve.agent.schemas import AgentEvent, AgentRequest, AgentResult, AgentUsage, RouteDecision, ToolCallRecord, \
@@ -302,7 +302,9 @@ class _Run:
 
     # -- the run --------------------------------------------------------------------------------
     async def events(self) -> AsyncIterator[AgentEvent]:
-        log.info("agent request tenant=%s question=%s", self.req.tenant, mask_pii(self.question)[:200])
+        # NOTE: the question's size, never its text: message content stays out of logs (an erasure
+        # cannot reach a log line; issue 41).
+        log.info("agent request tenant=%s question_chars=%d", self.req.tenant, len(self.question))
         for ev in [*self._images(), *self._recall()]:
             yield ev
         toolset = self.a.tools.for_scopes(self.req.scopes)

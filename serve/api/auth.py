@@ -39,6 +39,9 @@ class Authenticator:
         pii: tenant -> ``mask | reject | allow`` (auth config ``auth.pii``).
         default_pii: policy of a tenant ``pii`` does not name (``mask``).
         retention: tenant -> retention limits in days (auth config ``auth.retention``; shown by the console).
+        admins: tenants whose keys are operator (admin) keys (auth config ``auth.admin_tenants``): they
+            may erase a whole tenant live (``DELETE /v1/tenants/{tenant}``) and read every tenant's
+            erasure log; for everything else they are an ordinary tenant.
 
     Example:
         >>> auth = Authenticator({"sk-local": "local"}, {"local": ["basic", "orders:write"]})
@@ -48,7 +51,8 @@ class Authenticator:
 
     def __init__(self, keys: Mapping[str, str], scopes: Mapping[str, Sequence[str]] | None = None,
                  default_scopes: Sequence[str] = READ_ONLY_SCOPES, pii: Mapping[str, PiiMode] | None = None,
-                 default_pii: PiiMode = "mask", retention: Mapping[str, Mapping[str, float | None]] | None = None) -> None:
+                 default_pii: PiiMode = "mask", retention: Mapping[str, Mapping[str, float | None]] | None = None,
+                 admins: Sequence[str] = ()) -> None:
         if not keys:
             raise ValueError("auth: no API keys configured (set auth.keys or RECALLSERVE_API_KEYS)")
         reserved = sorted({t for t in keys.values() if t.startswith(RESERVED_TENANT_PREFIX)})
@@ -60,6 +64,14 @@ class Authenticator:
         self._default_scopes = list(default_scopes)
         self.pii = PiiPolicy(pii, default_pii)
         self._retention = {t: dict(r) for t, r in (retention or {}).items()}
+        bad = sorted(t for t in admins if not t or t.startswith(RESERVED_TENANT_PREFIX))
+        if bad:
+            raise ValueError(f"auth.admin_tenants: not tenant names an API key may map to: {bad}")
+        self._admins = frozenset(admins)
+
+    def is_admin(self, tenant: str) -> bool:
+        """Whether ``tenant``'s keys are admin keys (``auth.admin_tenants``)."""
+        return tenant in self._admins
 
     def retention_for(self, tenant: str) -> dict[str, float | None]:
         """Retention limits of ``tenant`` in days (``memories_days``, ``sessions_days``, ``traces_days``;

@@ -83,9 +83,9 @@ def method_label(method: str) -> str:
 def _log_path(scope: Scope) -> str:
     """The request's path as logged: its matched route template (``/v1/users/{user}``), never the
     raw path, whose ids (an end user, a session) a log must not keep (an erasure could not reach
-    them); the raw path only when no route matched (an unknown path names no stored id)."""
+    them); ``<unmatched>`` when no route matched (the client's path may still carry such an id)."""
     route = getattr(scope.get("route"), "path", None)
-    return route if isinstance(route, str) else scope["path"]
+    return route if isinstance(route, str) else "<unmatched>"
 
 class ObserveMiddleware:
     """Request id, metrics and the 500 envelope for every HTTP request (see the module docstring)."""

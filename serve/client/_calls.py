@@ -134,6 +134,11 @@ def erase_user(user: str) -> Call[ErasureRow]:
     return Call("DELETE", f"/v1/users/{_seg(user)}", ErasureRow)
 
 
+def erase_tenant(tenant: str) -> Call[ErasureRow]:
+    """``DELETE /v1/tenants/{tenant}`` (an admin key only): 202 with the erasure's id; progress via :func:`get_erasure`."""
+    return Call("DELETE", f"/v1/tenants/{_seg(tenant)}", ErasureRow)
+
+
 def get_erasure(erasure_id: str) -> Call[ErasureRow]:
     return Call("GET", f"/v1/erasures/{_seg(erasure_id)}", ErasureRow)
 

@@ -346,6 +346,10 @@ class Users:
     def erase(self, user: str) -> ErasureRow:
         return self._c.send(calls.erase_user(user))
 
+    def erase_tenant(self, tenant: str) -> ErasureRow:
+        """Erase a whole tenant (an admin key only; any other key gets a 403)."""
+        return self._c.send(calls.erase_tenant(tenant))
+
     def erasure(self, erasure_id: str) -> ErasureRow:
         return self._c.send(calls.get_erasure(erasure_id))
 
@@ -364,6 +368,10 @@ class AsyncUsers:
 
     async def erase(self, user: str) -> ErasureRow:
         return await self._c.send(calls.erase_user(user))
+
+    async def erase_tenant(self, tenant: str) -> ErasureRow:
+        """Erase a whole tenant (an admin key only; any other key gets a 403)."""
+        return await self._c.send(calls.erase_tenant(tenant))
 
     async def erasure(self, erasure_id: str) -> ErasureRow:
         return await self._c.send(calls.get_erasure(erasure_id))

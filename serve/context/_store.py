@@ -222,7 +222,8 @@ class SessionStore:
 
     def _checkpoint(self) -> None:
         if self.path != ":memory:":
-            self.db.release_erased()
+            # NOTE: every table that holds a session's text (the rolling summary is a column of sessions).
+            self.db.release_erased(("sessions", "messages", "entities", "user_memory"))
 
     async def expire_before(self, tenant: str, before: float) -> dict[str, int]:
         """Delete ``tenant``'s sessions whose last message (or creation) is before ``before``

@@ -33,6 +33,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
@@ -87,11 +88,14 @@ class ErasureService:
             deadline plus its background write-back): a turn of the user that was in flight when
             the erasure started stores its session append, trace and write-back after the first
             pass; the erasure is ``done`` only after the second.
+        lease_s: how long a run's claim on an erasure holds (:meth:`ErasureLog.claim`); renewed
+            before each pass, so it must exceed one pass plus ``settle_s``. A replica that died
+            mid-run is taken over by another one's :meth:`poll` after it.
     """
 
     def __init__(self, erasures: ErasureLog, memories: Sequence[OwnedMemory], stores: dict[str, OwnedStore], *,
                  caches: Sequence[Callable[[], None]] = (), retry_s: float = 5.0, max_attempts: int = 20,
-                 settle_s: float = 0.0) -> None:
+                 settle_s: float = 0.0, lease_s: float = 120.0) -> None:
         unknown = sorted(set(stores) - set(HOLDERS))
         if unknown:
             raise ValueError(f"stores: unknown holders {unknown}; known: {', '.join(HOLDERS)}")
@@ -102,6 +106,11 @@ class ErasureService:
         if settle_s < 0:
             raise ValueError(f"settle_s: must be >= 0, got {settle_s}")
         self.settle_s = settle_s
+        if lease_s <= settle_s:
+            raise ValueError(f"lease_s: must exceed settle_s ({settle_s}), got {lease_s}")
+        self.lease_s = lease_s
+        #: This process's name in the log's leases (one per service instance).
+        self.runner = "run_" + uuid.uuid4().hex[:16]
         self.retry_s = retry_s
         self.max_attempts = max_attempts
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -120,11 +129,31 @@ class ErasureService:
         return row
 
     async def resume(self) -> int:
-        """Start every unfinished erasure (after a restart); returns how many."""
-        rows = await self.erasures.unfinished()
-        for row, user in rows:
-            self._start(row, user)
-        return len(rows)
+        """Start every unfinished erasure no other runner holds a live lease on (after a restart, and
+        periodically: :meth:`poll`); returns how many this process claimed."""
+        started = 0
+        for row, user in await self.erasures.unfinished():
+            running = self._tasks.get(row.id)
+            if running is not None and not running.done():
+                continue
+            if await self.erasures.claim(row.id, self.runner, self.lease_s, count=False):
+                self._start(row, user)
+                started += 1
+        return started
+
+    async def poll(self, every_s: float) -> None:
+        """:meth:`resume` every ``every_s`` seconds, for ever (a background task of each ingress
+        replica): an erasure whose runner died is taken over once its lease ran out. A failed
+        poll (the database down) is logged and tried again at the next tick."""
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                started = await self.resume()
+            except Exception as exc:  # noqa: BLE001 - the next tick retries; no content in the line
+                log.warning("erasure poll failed (%s); next in %.0f s", type(exc).__name__, every_s)
+                continue
+            if started:
+                log.info("took over %d unfinished erasures", started)
 
     def _start(self, row: ErasureRow, user: str | None) -> None:
         task = self._tasks.get(row.id)
@@ -140,11 +169,16 @@ class ErasureService:
 
     async def _run(self, row: ErasureRow, user: str | None) -> None:
         for attempt in range(self.max_attempts):
-            await self.erasures.started(row.id)
+            # NOTE: one runner at a time across replicas: a live lease of another one ends this task
+            # (that runner finishes it); ours is renewed before each pass.
+            if not await self.erasures.claim(row.id, self.runner, self.lease_s):
+                return
             try:
                 counts = await self.erase_now(row.tenant, user)
                 if self.settle_s > 0:
                     await asyncio.sleep(self.settle_s)
+                    if not await self.erasures.claim(row.id, self.runner, self.lease_s, count=False):
+                        return
                     late = await self.erase_now(row.tenant, user)
                     counts = {k: counts.get(k, 0) + late.get(k, 0) for k in {*counts, *late}}
             except Exception as exc:  # noqa: BLE001 - logged without content and retried
@@ -176,6 +210,12 @@ class ErasureService:
         for clear in self.caches:
             clear()
         return counts
+
+    async def erased_since(self, tenant: str, user: str, since: float) -> bool:
+        """Whether ``user`` (a stored user key) or the whole tenant was asked to be erased at or after
+        ``since`` (epoch seconds; the chat pipeline's check before a turn stores what it produced:
+        a turn still generating when the erasure began must not bring the user back after ``done``)."""
+        return await self.erasures.erased_since(tenant, (user_hash(tenant, user), user_hash(tenant, None)), since)
 
     # ---- export ---------------------------------------------------------------------------
     async def export(self, tenant: str, user: str | None, requester: str) -> AsyncIterator[bytes]:

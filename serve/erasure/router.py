@@ -1,5 +1,6 @@
 """Routes of erasure and export: ``DELETE /v1/users/{user}``, ``GET /v1/erasures/{id}``,
-``GET /v1/users/{user}/export``, and the audit list ``GET /v1/erasures``.
+``GET /v1/users/{user}/export``, the audit list ``GET /v1/erasures``, and the operator's
+``DELETE /v1/tenants/{tenant}`` (an admin key only: ``auth.admin_tenants``; any other key is a 403).
 
 The tenant is the API key's; ``user`` is the chat request's ``user`` (or a memory's ``user``) as
 the client sent it: it is looked up by the key the stores keep (:func:`recallserve.serve.pii.user_key`,
@@ -17,7 +18,8 @@ from pydantic import Field
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from recallserve.kernels import NoControl, StrictModel
-from recallserve.serve.api.auth import Authenticator
+from recallserve.memory_shards.records import SHARED_TENANT_NAME
+from recallserve.serve.api.auth import RESERVED_TENANT_PREFIX, Authenticator
 from recallserve.serve.api.errors import APIError
 from recallserve.serve.erasure._service import ErasureService
 from recallserve.serve.erasure._store import MAX_LIST, ErasureRow
@@ -27,6 +29,8 @@ __all__ = ["build_router"]
 
 UserPath = Annotated[str, Path(min_length=1, max_length=128, description="End user (the chat request's `user`)."),
                      NoControl]
+TenantPath = Annotated[str, Path(min_length=1, max_length=128, description="Tenant to erase (every record of it)."),
+                       NoControl]
 ErasureId = Annotated[str, Path(min_length=1, max_length=64, description="Erasure id."), NoControl]
 
 
@@ -54,14 +58,27 @@ def build_router(service: ErasureService, auth: Authenticator,
         return JSONResponse(row.model_dump(mode="json"), status_code=202,
                             headers={"location": f"/v1/erasures/{row.id}"})
 
+    @router.delete("/v1/tenants/{target}", status_code=202, response_model=ErasureRow,
+                   summary="Erase a whole tenant (admin key only)")
+    async def erase_tenant(target: TenantPath, request: Request, tenant: str = tenant_dep) -> JSONResponse:
+        if not auth.is_admin(tenant):
+            raise APIError(403, "authorization: erasing a tenant needs an admin key (auth.admin_tenants)",
+                           type="permission_error", param="authorization", code="admin_required")
+        if target == SHARED_TENANT_NAME or target.startswith(RESERVED_TENANT_PREFIX):
+            raise APIError(400, f"tenant: {target!r} is not a tenant that can be erased", param="tenant")
+        row = await service.request(target, None, _requester(request))
+        return JSONResponse(row.model_dump(mode="json"), status_code=202,
+                            headers={"location": f"/v1/erasures/{row.id}"})
+
     @router.get("/v1/erasures", response_model=ErasureList, summary="The tenant's erasures and exports (audit)")
     async def list_erasures(limit: Annotated[int, Query(ge=1, le=MAX_LIST, description="Most rows.")] = 50,
                             tenant: str = tenant_dep) -> ErasureList:
-        return ErasureList(data=await service.erasures.recent(tenant, limit))
+        # NOTE: an admin key reads every tenant's rows (the operator's audit).
+        return ErasureList(data=await service.erasures.recent(None if auth.is_admin(tenant) else tenant, limit))
 
     @router.get("/v1/erasures/{erasure_id}", response_model=ErasureRow, summary="Progress of an erasure")
     async def get_erasure(erasure_id: ErasureId, tenant: str = tenant_dep) -> ErasureRow:
-        row = await service.erasures.get(tenant, erasure_id)
+        row = await service.erasures.get(None if auth.is_admin(tenant) else tenant, erasure_id)
         if row is None:
             raise APIError(404, f"erasure_id: erasure {erasure_id} not found", type="not_found_error",
                            param="erasure_id")

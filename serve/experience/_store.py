@@ -257,7 +257,7 @@ class ExperienceStore:
             return found, c.execute(f"DELETE FROM experiences WHERE {where}", args).rowcount
 
         ids, n = self._write(fn)
-        self.db.release_erased()
+        self.db.release_erased(("experiences",))
         return {"experiences": n, "ids": ids}
 
     @_in_thread

@@ -26,11 +26,13 @@ from typing import Any, TypeVar
 from recallserve.serve.statedb import Connection, Database, SqliteDatabase
 from recallserve.serve.traces._models import TraceConfig, TraceNotFoundError, TraceSession, TraceSummary, TurnTrace
 
-__all__ = ["TraceStore", "MAX_LIST"]
+__all__ = ["TraceStore", "MAX_LIST", "TABLES"]
 
 _T = TypeVar("_T")
 #: Most rows one list call returns.
 MAX_LIST = 500
+#: The store's tables (what an erasure's release step rewrites).
+TABLES: tuple[str, ...] = ("turns",)
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS turns (
@@ -186,7 +188,7 @@ class TraceStore:
         where, args = ("tenant = ?", (tenant,)) if user is None else ("tenant = ? AND user_id = ?", (tenant, user))
         n = await self._call(lambda c: c.execute(f"DELETE FROM turns WHERE {where}", args).rowcount, write=True)
 
-        await asyncio.to_thread(self.db.release_erased)
+        await asyncio.to_thread(self.db.release_erased, TABLES)
         return {"turns": n}
 
     async def expire_before(self, tenant: str, before: float) -> dict[str, int]:
@@ -194,7 +196,7 @@ class TraceStore:
         n = await self._call(lambda c: c.execute("DELETE FROM turns WHERE tenant = ? AND created_at < ?",
                                                  (tenant, before)).rowcount, write=True)
 
-        await asyncio.to_thread(self.db.release_erased)
+        await asyncio.to_thread(self.db.release_erased, TABLES)
         return {"turns": n}
 
     async def export_user(self, tenant: str, user: str | None) -> dict[str, Any]:

@@ -5,6 +5,8 @@ naming the field, and the audit list holds no user id."""
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,3 +73,85 @@ def test_bad_input_is_a_4xx_naming_the_field(client: TestClient) -> None:
     assert r.status_code == 404 and r.json()["error"]["param"] == "erasure_id"
     r = client.post("/v1/memories/search", headers=A, json={"query": "tea", "filters": {"user": ""}})
     assert r.status_code == 400 and "filters.user" in r.text
+
+
+def test_no_log_line_holds_a_user_id_from_a_path_or_a_message(client: TestClient,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """Request lines name the route template; a path no route matches is logged as ``<unmatched>``;
+    chat content and the chat's ``user`` stay out of every record of every logger (but the test
+    client's own, which logs the URLs it calls)."""
+    with caplog.at_level(logging.DEBUG):
+        r = client.post("/v1/chat/completions", headers=A, json={
+            "model": "recallserve", "user": "zqlog-ann", "metadata": {"session_id": "zqlog-sid"},
+            "messages": [{"role": "user", "content": "zqlog-content: my order is 104208."}]})
+        assert r.status_code == 200, r.text
+        eid = client.delete("/v1/users/zqlog-ann", headers=A).json()["id"]
+        _done(client, eid)
+        assert client.get("/v1/users/zqlog-ann/export", headers=A).status_code == 200
+        assert client.get("/v1/sessions/zqlog-sid", params={"user": "zqlog-ann"}, headers=A).status_code == 404
+        assert client.put("/v1/users/zqlog-ann", headers=A).status_code == 405
+        assert client.delete("/v1/users/zqlog-%01ann", headers=A).status_code == 400  # refused on the route
+        assert client.get("/v1/users/zqlog-ann/nothing", headers=A).status_code == 404
+        assert client.get("/users/zqlog-ann", headers=A).status_code == 404
+    service = [rec for rec in caplog.records if not rec.name.startswith(("httpx", "httpcore"))]
+    lines = "\n".join(rec.getMessage() for rec in service)
+    assert "/v1/users/{user}" in lines and "<unmatched>" in lines and f"erasure {eid} done" in lines, lines
+    assert "zqlog" not in lines, [line for line in lines.splitlines() if "zqlog" in line]
+
+
+def test_a_turn_generating_when_the_erasure_began_stores_nothing_after_done(tmp_path: Path) -> None:
+    """A chat turn of ann is still generating when her erasure is asked and done; the turn still
+    answers, but its session append, memory write-back and trace are not stored (they would bring
+    her back after ``done``). A turn she starts after the erasure is stored as usual."""
+    import asyncio
+
+    import httpx
+
+    app, coord, engine = build_console_app(tmp_path, KEYS)
+    gate = asyncio.Event()
+    chat = engine.chat
+
+    async def generating(messages, params):  # type: ignore[no-untyped-def]
+        await gate.wait()
+        return await chat(messages, params)
+
+    engine.chat = generating  # type: ignore[method-assign]
+
+    def ask(content: str) -> dict:
+        return {"model": "recallserve", "user": "ann", "metadata": {"session_id": "s-ann"},
+                "messages": [{"role": "user", "content": content}]}
+
+    async def held(c: httpx.AsyncClient) -> dict:
+        return (await c.get("/v1/users/ann/export", headers=A)).json()
+
+    async def run() -> None:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            turn = asyncio.create_task(c.post("/v1/chat/completions", headers=A,
+                                              json=ask("zqlate: my order is 104208, where is it?")))
+            await asyncio.sleep(0.3)  # NOTE: the turn is waiting on the engine
+            r = await c.delete("/v1/users/ann", headers=A)
+            assert r.status_code == 202
+            deadline = time.monotonic() + 30
+            while (await c.get(f"/v1/erasures/{r.json()['id']}", headers=A)).json()["status"] != "done":
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            gate.set()
+            answered = await turn
+            assert answered.status_code == 200 and answered.json()["choices"][0]["message"]["content"]
+            await asyncio.sleep(0.5)  # NOTE: the background write-back and trace would have landed by now
+            after = await held(c)
+            assert after["memories"] == [] and after["sessions"] == [] and after["turns"] == [], after
+            assert await coord.owned("acme", "ann") == []
+            again = await c.post("/v1/chat/completions", headers=A, json=ask("zqnew: my order is 104208 again"))
+            assert again.status_code == 200
+            deadline = time.monotonic() + 10
+            while not ((now := await held(c))["sessions"] and now["turns"] and now["memories"]):
+                assert time.monotonic() < deadline, now
+                await asyncio.sleep(0.05)
+            assert "zqlate" not in json.dumps(now) and "zqnew" in json.dumps(now)
+
+    try:
+        asyncio.run(run())
+    finally:
+        for shard_client in coord.shards:
+            shard_client.shard.close()

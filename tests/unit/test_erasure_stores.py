@@ -148,3 +148,29 @@ def test_a_write_back_landing_between_the_passes_is_erased_before_done(tmp_path:
 
     asyncio.run(run())
     assert _bytes_hold(tmp_path, "zqone") == []
+
+
+def test_a_log_file_from_before_the_leases_gets_their_columns_and_resumes(tmp_path: Path) -> None:
+    """An ``erasures.sqlite3`` written by the previous release (no ``runner`` / ``lease_until``) is
+    upgraded in place; its pending erasure is claimed and finished."""
+    import sqlite3
+
+    path = tmp_path / "erasures.sqlite3"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE erasures (id TEXT PRIMARY KEY, kind TEXT NOT NULL, tenant TEXT NOT NULL, "
+                     "user_key TEXT, user_hash TEXT NOT NULL, requester TEXT NOT NULL, status TEXT NOT NULL, "
+                     "attempts INTEGER NOT NULL DEFAULT 0, counts TEXT NOT NULL, error TEXT, created_at REAL NOT NULL, "
+                     "done_at REAL)")
+        conn.execute("INSERT INTO erasures VALUES ('er_old', 'erasure', 'acme', 'u1', 'h', 'key_x', 'pending', 1, "
+                     "'{}', NULL, 1.0, NULL)")
+
+    async def run() -> None:
+        log = ErasureLog(path)
+        service = ErasureService(log, [], {})
+        assert await service.resume() == 1
+        await service.wait("er_old")
+        row = await log.get("acme", "er_old")
+        assert row is not None and row.status == "done" and row.attempts == 2
+        log.close()
+
+    asyncio.run(run())
