@@ -407,9 +407,10 @@ class ChatPipeline:
 
         result, pending, earlier = await fit(reserved)
         t = time.perf_counter()
+        uncached = await self._recently_erased(ctx)
+        cache = self.agent.cache if self.agent is not None and not uncached else None
         memories, memory_error = await recall_memories(
-            self.memory, ctx.tenant, recall_query(question, images), self.settings.recall,
-            self.agent.cache if self.agent is not None else None, user=ctx.user)
+            self.memory, ctx.tenant, recall_query(question, images), self.settings.recall, cache, user=ctx.user)
         recall_ms = round((time.perf_counter() - t) * 1e3, 2)
 
         def make(result: ContextResult, pending: list[MessageIn], earlier: list[ChatMessage]) -> Turn:
@@ -417,7 +418,7 @@ class ChatPipeline:
                         history=(*result.window, *earlier), image_urls=image_urls, images=tuple(images),
                         memories=tuple(memories), memory_error=memory_error, session=session,
                         pending=tuple(pending), timings=TurnTimings(images_ms=images_ms, recall_ms=recall_ms),
-                        started=started)
+                        started=started, uncached=uncached)
 
         # NOTE: the budget is checked on the prompt the engine receives (the path's first reasoner
         # call, rendered), not on context-mode's estimate: the reserve above (memories at ~4
@@ -538,6 +539,21 @@ class ChatPipeline:
         memory = self.memory
         self._background_task(self._unless_erased(ctx, lambda: memory.write(ctx.tenant, [item])),
                               "memory write-back", ctx)
+
+    async def _recently_erased(self, ctx: RequestContext) -> bool:
+        """Whether this turn must bypass the recall and tool caches: its user (or the tenant) was asked
+        to be erased at or after ``now - 2 x ttl`` (``ttl``: the agent cache's ``cache_ttl_s``).
+
+        Why 2 x ttl: an entry alive now was stored at ``s >= now - ttl``; it may hold erased rows when an
+        erasure was asked before ``s`` and had not finished by then. Erasures asked at ``s - ttl`` or later
+        are covered, so any run shorter than the cache's lifetime is (the runs take seconds). The
+        erasure log is shared by every ingress replica, so a replica that did not run the erasure (and
+        whose cache was not cleared by it) stops serving what it cached. One log read per turn, only
+        where a cache and an erasure check are configured.
+        """
+        if self.erased is None or self.agent is None or self.agent.cache.ttl_s <= 0:
+            return False
+        return await self.erased(ctx.tenant, ctx.user, time.time() - 2 * self.agent.cache.ttl_s)
 
     async def _erased(self, ctx: RequestContext) -> bool:
         if self.erased is None:

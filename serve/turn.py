@@ -170,6 +170,9 @@ class Turn:
         report: what context-mode did (None for a turn not built from a request, e.g. a warm-up).
         timings: durations of the image and recall steps.
         started: ``time.perf_counter()`` when the turn's building started (the trace's total time).
+        uncached: the turn neither reads nor fills the recall and tool caches (its user, or the tenant,
+            was asked to be erased lately: an entry cached before or during the erasure may hold
+            erased rows; see ``ChatPipeline._recently_erased``).
     """
 
     question: str
@@ -185,6 +188,7 @@ class Turn:
     report: TurnContext | None = None
     timings: TurnTimings = field(default_factory=TurnTimings)
     started: float = field(default_factory=time.perf_counter)
+    uncached: bool = False
 
     @property
     def asked(self) -> str:

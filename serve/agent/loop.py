@@ -59,6 +59,9 @@ __all__ = ["Agent"]
 
 log = logging.getLogger("recallserve.serve.agent")
 
+#: What a turn that must not use the cache gets: a TTL of 0 stores nothing and finds nothing.
+_NO_CACHE = TTLCache(0, 1)
+
 
 class Agent:
     """Router + reasoner + tools + memory, wired for one deployment.
@@ -337,8 +340,9 @@ class _Run:
                 # memory_search steps (~25 s) recalled nothing the recalled E42 tickets lacked.
                 allowed = ToolSet(t for n, t in allowed.items() if not t.covered_by_recall or n in route.first_step)
             tools_ctx = ToolContext(self.req.tenant, frozenset(self.req.scopes), self.a.memory, self.req.user)
-            executor = StepExecutor(allowed, tools_ctx,
-                                    self.a.cache, self.cfg.observation_max_chars,
+            # NOTE: a turn of a lately erased user reads and fills no cache (Turn.uncached).
+            cache = _NO_CACHE if self.turn.uncached else self.a.cache
+            executor = StepExecutor(allowed, tools_ctx, cache, self.cfg.observation_max_chars,
                                     evidence="\n".join(m.content for m in messages))
             parallel = self.cfg.allow_parallel_calls
             bindings = route.bindings if route.source == "rules" else None

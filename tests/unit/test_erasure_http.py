@@ -155,3 +155,37 @@ def test_a_turn_generating_when_the_erasure_began_stores_nothing_after_done(tmp_
     finally:
         for shard_client in coord.shards:
             shard_client.shard.close()
+
+
+def test_a_replica_that_cached_a_users_recall_does_not_serve_it_after_her_erasure(tmp_path: Path) -> None:
+    """This app's erasure service clears no cache of its agent: as on an ingress replica whose recall
+    cache another replica's erasure never touched. ann's memory is recalled and cached by her first
+    turn; after her erasure is done, the same question's engine prompt holds none of it (the turn
+    sees the erasure in the shared log and bypasses the cache), while bob's recall is still cached."""
+    app, coord, engine = build_console_app(tmp_path, KEYS)
+
+    def ask(user: str, content: str) -> dict:
+        return {"model": "recallserve", "user": user, "messages": [{"role": "user", "content": content}]}
+
+    def prompt_after(c: TestClient, user: str, content: str) -> str:
+        engine.calls.clear()
+        assert c.post("/v1/chat/completions", headers=A, json=ask(user, content)).status_code == 200
+        return "\n".join(m.content for messages, _ in engine.calls for m in messages)
+
+    question = "Has my kettle leaked at the base before? My order is 104208."
+    try:
+        with TestClient(app) as c:
+            for user, text in (("ann", "zqcached: ann's kettle leaked at the base, the seal was replaced"),
+                               ("bob", "zqbobs: bob's kettle leaked at the base, the seal was replaced")):
+                r = c.post("/v1/memories", headers=A, json={"memories": [{"text": text, "user": user}]})
+                assert r.status_code == 200, r.text
+            assert "zqcached" in prompt_after(c, "ann", question)
+            assert "zqbobs" in prompt_after(c, "bob", question)
+            r = c.delete("/v1/users/ann", headers=A)
+            assert r.status_code == 202
+            _done(c, r.json()["id"])
+            assert "zqcached" not in prompt_after(c, "ann", question)
+            assert "zqbobs" in prompt_after(c, "bob", question)
+    finally:
+        for shard_client in coord.shards:
+            shard_client.shard.close()
