@@ -308,7 +308,8 @@ class ChatPipeline:
 
         result = await self.experiences.produce(ctx.tenant, self.reasoner, turn.asked,
                                                 domain=meta.get("task_domain", "general"),
-                                                topic=meta.get("topic", "general"), prompt=render, user=ctx.user)
+                                                topic=meta.get("topic", "general"), prompt=render, user=ctx.user,
+                                                may_store=lambda: self._may_store(ctx))
         exp = result.experience
         experience = {
             "id": exp.record.metadata.id if exp is not None else None,
@@ -554,6 +555,11 @@ class ChatPipeline:
         if self.erased is None or self.agent is None or self.agent.cache.ttl_s <= 0:
             return False
         return await self.erased(ctx.tenant, ctx.user, time.time() - 2 * self.agent.cache.ttl_s)
+
+    async def _may_store(self, ctx: RequestContext) -> bool:
+        """The segmented trace's gate (``ExperienceService.produce(may_store=...)``): not when the
+        user was asked to be erased since the request arrived."""
+        return not await self._erased(ctx)
 
     async def _erased(self, ctx: RequestContext) -> bool:
         if self.erased is None:

@@ -16,7 +16,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -475,6 +475,7 @@ class ExperienceService:
         self, tenant: str, engine: LLMEngine, question: str, *, domain: str = "general", topic: str = "general",
         inject: bool = True, params: GenerationParams | None = None, store: bool = True,
         prompt: Callable[[str, str], list[ChatMessage]] | None = None, user: str | None = None,
+        may_store: Callable[[], Awaitable[bool]] | None = None,
     ) -> ProduceResult:
         """Ask the reasoner for the four segments, parse, verify by code and store the trace.
 
@@ -489,7 +490,9 @@ class ExperienceService:
         the problem text with its injected experiences (the chat turn passes its renderer, so the
         client's system prompt, the context block, history and memories reach the model too);
         None = just those two messages. ``user``: the end user's stored key, kept as ``metadata.user``
-        (what erasing that user finds the trace and its memory segments by).
+        (what erasing that user finds the trace and its memory segments by). ``may_store``: asked once
+        the answer is generated, before anything is stored (the chat's erasure check: a user asked to
+        be erased while the trace was generating gets the answer, and nothing of it is stored).
         """
         experiences: list[ExperienceRecord] = []
         archival: list[ExperienceRecord] = []
@@ -525,6 +528,7 @@ class ExperienceService:
             if rewritten.report.ok or (rewritten.answer and not parsed.answer):
                 parsed = rewritten
         view: ExperienceView | None = None
+        store = store and (may_store is None or await may_store())
         if not parsed.answer and store and result.text.strip():
             view = await self.create(tenant, _unparsed(question, result.text, ExperienceMetadata(
                 source_model=engine.model_name, task_domain=domain, topic=topic, timestamp=self._clock(), user=user)),

@@ -252,3 +252,50 @@ def test_a_photo_sent_in_a_chat_is_erased_from_every_file_with_its_sender(tmp_pa
     finally:
         for shard_client in coord.shards:
             shard_client.shard.close()
+
+
+def test_a_segmented_turn_generating_when_the_erasure_began_stores_no_experience(tmp_path: Path) -> None:
+    """The segmented (E-CoT) path stores its trace as an experience once the answer is generated: a
+    trace still generating when ann's erasure is asked and done is answered but not stored; the
+    same turn without an erasure stores it (the control)."""
+    import asyncio
+
+    import httpx
+
+    app, coord, engine = build_console_app(tmp_path, KEYS)
+    gate = asyncio.Event()
+    chat = engine.chat
+
+    async def generating(messages, params):  # type: ignore[no-untyped-def]
+        await gate.wait()
+        return await chat(messages, params)
+
+    engine.chat = generating  # type: ignore[method-assign]
+
+    def ask(user: str) -> dict:
+        return {"model": "recallserve", "user": user, "metadata": {"reasoning": "segmented", "task_domain": "arithmetic"},
+                "messages": [{"role": "user", "content": "What is 17 * 3 for box zqseg?"}]}
+
+    async def experiences(c: httpx.AsyncClient, user: str) -> list:
+        return (await c.get(f"/v1/users/{user}/export", headers=A)).json()["experiences"]
+
+    async def run() -> None:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            turns = [asyncio.create_task(c.post("/v1/chat/completions", headers=A, json=ask(u))) for u in ("ann", "bob")]
+            await asyncio.sleep(0.3)  # NOTE: both turns are waiting on the engine
+            r = await c.delete("/v1/users/ann", headers=A)
+            deadline = time.monotonic() + 30
+            while (await c.get(f"/v1/erasures/{r.json()['id']}", headers=A)).json()["status"] != "done":
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            gate.set()
+            for turn in turns:
+                assert (await turn).status_code == 200
+            assert await experiences(c, "bob"), "the control turn stored no experience"
+            assert await experiences(c, "ann") == []
+
+    try:
+        asyncio.run(run())
+    finally:
+        for shard_client in coord.shards:
+            shard_client.shard.close()
