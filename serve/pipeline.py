@@ -550,11 +550,17 @@ class ChatPipeline:
         are covered, so any run shorter than the cache's lifetime is (the runs take seconds). The
         erasure log is shared by every ingress replica, so a replica that did not run the erasure (and
         whose cache was not cleared by it) stops serving what it cached. One log read per turn, only
-        where a cache and an erasure check are configured.
+        where a cache and an erasure check are configured; when the log cannot be read the turn still
+        answers, without the caches (it cannot tell that nothing was erased).
         """
         if self.erased is None or self.agent is None or self.agent.cache.ttl_s <= 0:
             return False
-        return await self.erased(ctx.tenant, ctx.user, time.time() - 2 * self.agent.cache.ttl_s)
+        try:
+            return await self.erased(ctx.tenant, ctx.user, time.time() - 2 * self.agent.cache.ttl_s)
+        except Exception as exc:  # noqa: BLE001 - the log unreachable: answer, from no cache
+            log.warning("request %s: erasure log unreachable (%s); the turn uses no cache", ctx.request_id,
+                        type(exc).__name__)
+            return True
 
     async def _may_store(self, ctx: RequestContext) -> bool:
         """The segmented trace's gate (``ExperienceService.produce(may_store=...)``): not when the
@@ -562,9 +568,18 @@ class ChatPipeline:
         return not await self._erased(ctx)
 
     async def _erased(self, ctx: RequestContext) -> bool:
+        """Whether the user was asked to be erased since the request arrived (nothing of the turn is
+        stored then). A log that cannot be read counts as no: the turn is answered and stored as
+        without the check (the log lives in the state database the stores write to, so that store
+        usually fails too); a warning names the request."""
         if self.erased is None:
             return False
-        if await self.erased(ctx.tenant, ctx.user, ctx.received_at):
+        try:
+            erased = await self.erased(ctx.tenant, ctx.user, ctx.received_at)
+        except Exception as exc:  # noqa: BLE001 - the log unreachable: the turn is answered as usual
+            log.warning("request %s: erasure log unreachable (%s)", ctx.request_id, type(exc).__name__)
+            return False
+        if erased:
             log.info("request %s: the user was asked to be erased during the turn; nothing of it is stored",
                      ctx.request_id)
             return True

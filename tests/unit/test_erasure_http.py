@@ -299,3 +299,25 @@ def test_a_segmented_turn_generating_when_the_erasure_began_stores_no_experience
     finally:
         for shard_client in coord.shards:
             shard_client.shard.close()
+
+
+def test_a_turn_answers_without_the_caches_when_the_erasure_log_cannot_be_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The turn's cache check reads the erasure log; a log that cannot be read does not fail the chat."""
+    from recallserve.serve.erasure import ErasureLog
+
+    app, coord, _engine = build_console_app(tmp_path, KEYS)
+
+    async def unreachable(self, tenant, user_hashes, since):  # type: ignore[no-untyped-def]
+        raise OSError("state database unreachable")
+
+    try:
+        with TestClient(app) as c:
+            monkeypatch.setattr(ErasureLog, "erased_since", unreachable)
+            r = c.post("/v1/chat/completions", headers=A, json={
+                "model": "recallserve", "user": "ann", "messages": [{"role": "user", "content": "Order 104208?"}]})
+            assert r.status_code == 200, r.text
+            assert r.json()["choices"][0]["message"]["content"]
+    finally:
+        for shard_client in coord.shards:
+            shard_client.shard.close()
