@@ -37,6 +37,7 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ from loadtests._guard import check_host  # noqa: E402
 from loadtests._report import check_bounds, cluster_run_parser  # noqa: E402
 from recallserve.client import AsyncRecallServe, ConnectionFailed, RecallServe, RecallServeError, RetryPolicy  # noqa: E402
 
-__all__ = ["parse_args", "kill_windows", "lost_turns", "render_markdown", "main"]
+__all__ = ["parse_args", "kill_windows", "lost_turns", "message_count", "render_markdown", "stored", "main"]
 
 TARGETS = ("shard", "ingress", "state")
 USER = "chaos"
@@ -201,17 +202,19 @@ def _probe(rs: RecallServe, target: str) -> bool:
     return True
 
 
-def _stored(rs: RecallServe, memory_id: str) -> bool:
+def stored(get: Callable[[str], Any], item_id: str) -> bool:
+    """Whether ``get(item_id)`` (``rs.memories.get``, ``rs.experiences.get``) answers 200."""
     try:
-        rs.memories.get(memory_id)
+        get(item_id)
     except RecallServeError:
         return False
     return True
 
 
-def _message_count(rs: RecallServe, session_id: str) -> int:
+def message_count(rs: RecallServe, session_id: str, user: str = USER) -> int:
+    """The session's ``message_count`` as the state deployment answers it (0 when it cannot)."""
     try:
-        return rs.sessions.get(session_id, user=USER).message_count
+        return rs.sessions.get(session_id, user=user).message_count
     except RecallServeError:
         return 0
 
@@ -264,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
             thread.join(timeout=120)
             end = time.time()
             acked = list(load.acked)
-            lost = sum(1 for rid in acked if not _stored(rs, rid))
-            counts = {sid: _message_count(rs, sid) for sid in load.turns}
+            lost = sum(1 for rid in acked if not stored(rs.memories.get, rid))
+            counts = {sid: message_count(rs, sid) for sid in load.turns}
     finally:
         load.stop.set()
         runner.shutdown()

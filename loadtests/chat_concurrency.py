@@ -9,8 +9,11 @@ and send one question at once, on one API key:
 
 Each answer is counted by its status; a refusal by who gave it (``refusal_kind`` of
 ``recallserve bench search``: Ray's proxy plain text, HAProxy's queue or per-key bound, the ingress's
-chat or search admission). Latency is request sent -> full answer, over all requests (refusals
-included: a fast refusal shows as a short time). Results: ``--out`` (JSON) and a Markdown table beside it.
+chat or search admission), whether it was the API's JSON error envelope and its ``Retry-After``.
+Latency is request sent -> full answer, over all requests (refusals included: a fast refusal shows
+as a short time). Requests go through ``recallserve.client`` with retries off (a refusal is what is
+counted; the exception carries its status, code, message, envelope and ``Retry-After``). Results:
+``--out`` (JSON) and a Markdown table beside it.
 
 Example::
 
@@ -28,10 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from loadtests._guard import check_host
-from recallserve.deployments.cli._bench_search import refusal_kind
+from recallserve.client import AsyncRecallServe, RecallServeError
+from recallserve.deployments.cli._bench_search import answer_status, refusal_kind
+from recallserve.deployments.cli._cluster_client import async_client
 
 QUESTIONS = {
     "direct": "What do you help with? One sentence.",
@@ -40,32 +43,30 @@ QUESTIONS = {
 ORDERS = ["104208", "104209", "104210", "104211"]
 
 
-async def _one(client: httpx.AsyncClient, kind: str, i: int, run: str, key: str) -> dict[str, Any]:
+async def _one(client: AsyncRecallServe, kind: str, i: int, run: str) -> dict[str, Any]:
     text = QUESTIONS[kind].format(order=ORDERS[i % len(ORDERS)])
-    body = {"model": "recallserve", "max_tokens": 96, "user": f"conc-{run}-{i}",
-            "metadata": {"session_id": f"conc-{run}-{kind}-{i}"},
-            "messages": [{"role": "user", "content": text}]}
     start = time.perf_counter()
+    failed: RecallServeError | None = None
     try:
-        r = await client.post("/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"})
-        status, answer = str(r.status_code), r.text
-    except httpx.HTTPError as exc:
-        status, answer = type(exc).__name__, ""
+        await client.chat([{"role": "user", "content": text}], max_tokens=96, user=f"conc-{run}-{i}",
+                          metadata={"session_id": f"conc-{run}-{kind}-{i}"})
+    except RecallServeError as exc:  # NOTE: a transport failure too (its name is the status)
+        failed = exc
     wall = time.perf_counter() - start
-    row: dict[str, Any] = {"status": status, "wall_s": round(wall, 2)}
-    if status != "200":
-        row["refusal"] = refusal_kind(answer)
-        row["json_envelope"] = answer.startswith('{"error"')
-        row["retry_after"] = r.headers.get("retry-after") if status in ("429", "503") else None
+    row: dict[str, Any] = {"status": "200" if failed is None else answer_status(failed), "wall_s": round(wall, 2)}
+    if failed is not None:
+        row["refusal"] = refusal_kind(f"{failed.code} {failed.message}"[:500])
+        row["json_envelope"] = failed.enveloped
+        row["retry_after"] = failed.retry_after_s if failed.status in (429, 503) else None
     return row
 
 
 async def _level(url: str, kind: str, clients: int, key: str, timeout_s: float) -> dict[str, Any]:
     run = f"{int(time.time())}-{clients}"
-    limits = httpx.Limits(max_connections=clients + 4)
-    async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits) as client:
+    # NOTE: the benches' client: retries off, so each refusal is what the level counts.
+    async with async_client(url, key, timeout_s, max_connections=clients + 4) as client:
         start = time.perf_counter()
-        rows = await asyncio.gather(*(_one(client, kind, i, run, key) for i in range(clients)))
+        rows = await asyncio.gather(*(_one(client, kind, i, run) for i in range(clients)))
         elapsed = time.perf_counter() - start
     walls = sorted(r["wall_s"] for r in rows)
     ok = sum(r["status"] == "200" for r in rows)

@@ -23,11 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
 from loadtests.ingest_cluster import _CLI, _ROOT, _write_profile
+from recallserve.client import RecallServe
 
-KEY = {"Authorization": "Bearer sk-local"}
+KEY = "sk-local"
 
 
 def _holding(folder: Path, needle: bytes) -> list[str]:
@@ -41,13 +40,11 @@ def _holding(folder: Path, needle: bytes) -> list[str]:
     return sorted(out)
 
 
-def _plant(c: httpx.Client, user: str) -> None:
-    r = c.post("/v1/memories", headers=KEY, json={"memories": [{"text": f"{user}-memo likes the pier", "user": user}]})
-    r.raise_for_status()
-    r = c.post("/v1/chat/completions", headers=KEY, json={
-        "model": "recallserve", "user": user, "max_tokens": 8, "metadata": {"session_id": f"{user}-sid"},
-        "messages": [{"role": "user", "content": f"{user}-chat: name one colour."}]})
-    r.raise_for_status()
+def _plant(rs: RecallServe, user: str) -> None:
+    """A memory and a chat turn of ``user`` (an error answer raises ``RecallServeError``)."""
+    rs.memories.add([{"text": f"{user}-memo likes the pier", "user": user}])
+    rs.chat([{"role": "user", "content": f"{user}-chat: name one colour."}], user=user, max_tokens=8,
+            metadata={"session_id": f"{user}-sid"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,20 +69,18 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"recallserve up did not get ready (exit status {up.poll()})")
             time.sleep(2)
         print(f"cluster ready after {time.monotonic() - started:.0f} s", flush=True)
-        with httpx.Client(base_url=f"http://127.0.0.1:{args.port}", timeout=300) as c:
+        with RecallServe(f"http://127.0.0.1:{args.port}", KEY, timeout=300) as rs:
             for user in ("zqray-ann", "zqray-bob"):
-                _plant(c, user)
+                _plant(rs, user)
             time.sleep(3)  # NOTE: the background write-back and trace land
             t0 = time.monotonic()
-            r = c.delete("/v1/users/zqray-ann", headers=KEY)
-            r.raise_for_status()
-            eid = r.json()["id"]
-            while (row := c.get(f"/v1/erasures/{eid}", headers=KEY).json())["status"] != "done":
+            eid = rs.users.erase("zqray-ann").id
+            while (row := rs.users.erasure(eid)).status != "done":
                 if time.monotonic() - t0 > 120:
-                    raise SystemExit(f"erasure not done in 120 s: {row}")
+                    raise SystemExit(f"erasure not done in 120 s: {row.model_dump_json()}")
                 time.sleep(1)
             done_s = time.monotonic() - t0
-            export = c.get("/v1/users/zqray-ann/export", headers=KEY).text
+            export = json.dumps(rs.users.export("zqray-ann"))
     finally:
         up.send_signal(signal.SIGTERM)
         try:
@@ -96,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     found = {needle: _holding(scratch, needle.encode()) for needle in
              ("zqray-ann", "zqray-bob", "zqray-bob-memo", "zqray-bob-chat")}
     ray_logs = [f for f in found["zqray-bob"] if f.startswith("ray/")]
-    result = {"erasure_done_s": round(done_s, 1), "counts": row["counts"], "export_holds_ann": "zqray-ann-" in export,
+    result = {"erasure_done_s": round(done_s, 1), "counts": row.counts, "export_holds_ann": "zqray-ann-" in export,
               "files_holding": found, "ray_log_files_grepped": len([q for q in (scratch / "ray").rglob("*.log")]),
               "control_bob_in_ray_logs": ray_logs}
     print(json.dumps(result, indent=2))

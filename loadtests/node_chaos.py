@@ -46,12 +46,15 @@ if str(ROOT) not in sys.path:
 
 from loadtests._guard import check_host  # noqa: E402
 from loadtests._report import check_bounds, cluster_run_parser  # noqa: E402
+from recallserve.client import AsyncRecallServe, RecallServe, RecallServeError, RetryPolicy  # noqa: E402
 
 __all__ = ["parse_args", "classify", "pick_tenants", "home_shard", "outage_success", "RedisServer", "Load", "start_load",
            "tenant_keys_env", "kill_nodes", "gcs_outage", "outage_requests", "verify", "summarise", "render_markdown", "main"]
 
 USER = "node-chaos"
 KEYS = ("sk-node-a", "sk-node-b")
+#: Retries off: a failed answer is what the run counts, and a probe repeats by itself.
+NO_RETRY = RetryPolicy(max_retries=0)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -166,58 +169,49 @@ class Load:
         self.turns: dict[str, int] = {}
         self.stop = threading.Event()
 
-    async def _one(self, http: Any, rng: random.Random, tenant: str, role: str, n: int) -> None:
+    async def _one(self, rs: AsyncRecallServe, rng: random.Random, tenant: str, role: str, n: int) -> None:
         roll = rng.random()
         kind = "turn" if role == "chat" else ("experience" if n % 4 == 0 else "write" if roll < 0.4 or not self.acked_ids[tenant]
                                               else "read" if roll < 0.7 else "search")
         sid = f"node-chaos-{tenant}"
         t0 = time.time()
-        retry_after = False
+        status, body, fail = 200, "", None
         try:
             if kind == "write":
-                r = await http.post(f"{self.base}/v1/memories", json={"memories": [
-                    {"text": f"node chaos note {n}: pump {n % 11} pressure {n % 89} bar"}]})
+                added = await rs.memories.add([{"text": f"node chaos note {n}: pump {n % 11} pressure {n % 89} bar"}])
+                self.acked_ids[tenant].extend(added.ids)
             elif kind == "read":
-                r = await http.get(f"{self.base}/v1/memories/{rng.choice(self.acked_ids[tenant])}")
+                await rs.memories.get(rng.choice(self.acked_ids[tenant]))
             elif kind == "search":
-                r = await http.post(f"{self.base}/v1/memories/search", json={"query": f"pump {n % 11}", "k": 3})
+                await rs.memories.search(f"pump {n % 11}", k=3)
             elif kind == "experience":
-                r = await http.post(f"{self.base}/v1/experiences", json={
+                view = await rs.experiences.create({
                     "metadata": {"source_model": "node-chaos", "task_domain": "units", "topic": "chaos/speed"},
                     "context": {"raw_text": f"A cart covers {2 * n} m in 2 s."},
                     "reasoning": [{"step_id": 1, "text": "distance over time"}],
                     "outcome": {"answer": f"{n} m/s"}})
+                self.acked_exps[tenant].append(view.record.metadata.id)
             else:
-                r = await http.post(f"{self.base}/v1/chat/completions", json={
-                    "model": self.model, "user": USER, "max_tokens": 8,
-                    "metadata": {"session_id": sid, "agent": "off"},
-                    "messages": [{"role": "user", "content": f"Note {n}: say OK."}]})
-            status, body = r.status_code, r.text[:200]
-            retry_after = "retry-after" in r.headers
-        except Exception as exc:  # noqa: BLE001 - a transport failure or timeout is a failed request here
-            status, body = -1, f"{type(exc).__name__}"
-        ok = status in (200, 201)
-        self.records.append({"t0": t0, "t1": time.time(), "tenant": tenant, "kind": kind, "status": status, "ok": ok,
-                             "fail": None if ok else classify(status, retry_after)})
-        if not ok and len(self.samples) < 40:
+                await rs.chat([{"role": "user", "content": f"Note {n}: say OK."}], model=self.model, user=USER,
+                              max_tokens=8, metadata={"session_id": sid, "agent": "off"})
+                self.turns[sid] = self.turns.get(sid, 0) + 1
+        except RecallServeError as exc:  # NOTE: no answer (status 0 in the client) is a timeout here: -1
+            status = exc.status or -1
+            body = exc.message[:200] if exc.status else exc.reason
+            fail = classify(status, exc.retry_after_s is not None)
+        self.records.append({"t0": t0, "t1": time.time(), "tenant": tenant, "kind": kind, "status": status,
+                             "ok": fail is None, "fail": fail})
+        if fail is not None and len(self.samples) < 40:
             self.samples.append({"t": t0, "tenant": tenant, "kind": kind, "status": status, "body": body})
-        if ok and kind == "write":
-            self.acked_ids[tenant].extend(r.json()["ids"])
-        elif ok and kind == "experience":
-            self.acked_exps[tenant].append(r.json()["record"]["metadata"]["id"])
-        elif ok and kind == "turn":
-            self.turns[sid] = self.turns.get(sid, 0) + 1
 
     async def run(self) -> None:
-        import httpx
-
         async def client(tenant: str, role: str, seed: int) -> None:
             rng, n = random.Random(seed), 0
-            async with httpx.AsyncClient(headers={"Authorization": f"Bearer {self.tenants[tenant]}"},
-                                         timeout=60.0) as http:
+            # NOTE: retries off: each failed answer during an outage is what the report counts.
+            async with AsyncRecallServe(self.base, self.tenants[tenant], timeout=60.0, retry=NO_RETRY) as rs:
                 while not self.stop.is_set():
                     n += 1
-                    await self._one(http, rng, tenant, role, n)
+                    await self._one(rs, rng, tenant, role, n)
                     await asyncio.sleep(0.05)  # NOTE: a paced client, so 2 cores serve 4 of them and the kills
 
         await asyncio.gather(*(client(t, role, i) for i, (t, role) in
@@ -301,11 +295,8 @@ def kill_nodes(config: Any, nodes: Any, load: Load, tenants: tuple[str, str], ho
                every: float, recovery_timeout: float) -> list[dict[str, Any]]:
     """``kills`` times: wait ``every`` s, SIGKILL the worker node holding a shard (alternating tenants), start a
     replacement node, probe the lost shard's tenant with searches until one is answered 200."""
-    import httpx
-
-    base = load.base
     out: list[dict[str, Any]] = []
-    probes = {t: httpx.Client(headers={"Authorization": f"Bearer {k}"}, timeout=10.0) for t, k in zip(tenants, KEYS)}
+    probes = {t: RecallServe(load.base, k, timeout=10.0, retry=NO_RETRY) for t, k in zip(tenants, KEYS)}
     try:
         for i in range(kills):
             time.sleep(every)
@@ -324,10 +315,10 @@ def kill_nodes(config: Any, nodes: Any, load: Load, tenants: tuple[str, str], ho
             probe_tenant = affected[0] if affected else tenants[i % 2]
             while time.time() - t0 < recovery_timeout:
                 try:
-                    if probes[probe_tenant].post(f"{base}/v1/memories/search", json={"query": "pump", "k": 3}).status_code == 200:
-                        recovery = time.time() - t0
-                        break
-                except httpx.HTTPError:
+                    probes[probe_tenant].memories.search("pump", k=3)
+                    recovery = time.time() - t0
+                    break
+                except RecallServeError:
                     pass
                 time.sleep(0.25)
             end = t0 + (recovery if recovery is not None else recovery_timeout)
@@ -370,22 +361,16 @@ def outage_requests(records: list[dict[str, Any]], t0: float, t1: float) -> dict
 
 def verify(load: Load, tenants: tuple[str, str]) -> dict[str, Any]:
     """Read back every acknowledged memory, experience and session turn (after the load stopped)."""
-    import httpx
-
-    from loadtests.chaos_run import lost_turns
+    from loadtests.chaos_run import lost_turns, message_count, stored
 
     writes_lost = exps_lost = 0
     counts = {}
-    with httpx.Client(timeout=30.0) as http:
-        for tenant, key in zip(tenants, KEYS):
-            h = {"Authorization": f"Bearer {key}"}
-            writes_lost += sum(1 for rid in load.acked_ids[tenant]
-                               if http.get(f"{load.base}/v1/memories/{rid}", headers=h).status_code != 200)
-            exps_lost += sum(1 for eid in load.acked_exps[tenant]
-                             if http.get(f"{load.base}/v1/experiences/{eid}", headers=h).status_code != 200)
+    for tenant, key in zip(tenants, KEYS):
+        with RecallServe(load.base, key, timeout=30.0, retry=NO_RETRY) as rs:
+            writes_lost += sum(1 for rid in load.acked_ids[tenant] if not stored(rs.memories.get, rid))
+            exps_lost += sum(1 for eid in load.acked_exps[tenant] if not stored(rs.experiences.get, eid))
             sid = f"node-chaos-{tenant}"
-            r = http.get(f"{load.base}/v1/sessions/{sid}", params={"user": USER}, headers=h)
-            counts[sid] = r.json().get("message_count", 0) if r.status_code == 200 else 0
+            counts[sid] = message_count(rs, sid, USER)
     return {"acked_writes": sum(map(len, load.acked_ids.values())), "writes_lost": writes_lost,
             "acked_experiences": sum(map(len, load.acked_exps.values())), "experiences_lost": exps_lost,
             "acked_turns": sum(load.turns.values()), "turns_lost": lost_turns(load.turns, counts), "message_counts": counts}

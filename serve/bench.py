@@ -14,8 +14,9 @@ names (none ships with the repository).
 Search latency: loads ``memories`` memories into one tenant of an in-process coordinator of
 hybrid shards (written through the coordinator in bulk, WAL fsync off, to save minutes of
 loading), serves the real memory router with uvicorn on 127.0.0.1, and times
-``POST /v1/memories/search`` (hybrid, k=16, threshold 0.35) sequentially with httpx: query
-embedding (MiniLM), the dense fused scan, BM25, fusion and JSON, as a client sees them.
+``POST /v1/memories/search`` (hybrid, k=16, threshold 0.35) sequentially with ``recallserve.client``
+(``memories.search``, retries off): query embedding (MiniLM), the dense fused scan, BM25, fusion,
+JSON and the client reading the answer into ``SearchResponse``, as a client sees them.
 Memories: LoCoMo turn texts each extended with three random words from the file's vocabulary (so
 every memory is distinct and posting lists have realistic lengths); their vectors are the MiniLM
 vectors of the turn texts plus small Gaussian noise, re-normalised (the scan cost does not depend
@@ -40,8 +41,8 @@ import numpy as np
 import torch
 import uvicorn
 from fastapi import FastAPI
-from fastapi.testclient import TestClient
 
+from recallserve.client import AsyncRecallServe, RecallServe, RecallServeError, RetryPolicy
 from recallserve.memory_shards import HashingEmbedder
 from recallserve.memory_shards.embedders import build_embedder
 from recallserve.memory_shards.records import EmbeddedRecord, MemoryRecord
@@ -59,6 +60,9 @@ from recallserve.serve.pipeline import ChatPipeline
 from recallserve.serve.ports import free_port
 
 __all__ = ["api_search_bench", "hostile_record", "ingest_bench", "verify_bench"]
+
+#: A bench times each answer as the server gave it: no retry hides a refusal (an error raises).
+NO_RETRY = RetryPolicy(max_retries=0)
 
 
 def api_search_bench(locomo: str, memories: int = 100_000, queries: int = 200, warmup: int = 20, shards: int = 2,
@@ -121,16 +125,14 @@ def api_search_bench(locomo: str, memories: int = 100_000, queries: int = 200, w
     while not server.started:
         time.sleep(0.05)
     lat, sizes = [], []
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer sk-bench"}, timeout=60) as c:
+    with RecallServe(f"http://127.0.0.1:{port}", "sk-bench", timeout=60, retry=NO_RETRY) as c:
         for i in range(warmup + queries):
-            body = {"query": questions[i % len(questions)], "k": k, "hybrid": hybrid}
             s = time.perf_counter()
-            r = c.post("/v1/memories/search", json=body)
+            found = c.memories.search(questions[i % len(questions)], k=k, hybrid=hybrid)
             e = time.perf_counter() - s
-            r.raise_for_status()
             if i >= warmup:
                 lat.append(e * 1000)
-                sizes.append(len(r.json()["data"]))
+                sizes.append(len(found.data))
     server.should_exit = True
     thread.join(timeout=10)
     stats = asyncio.run(coord.stats())
@@ -189,39 +191,23 @@ def ingest_bench(configs: list[tuple[str, int, int, str, str]], rounds: int = 8,
         app = FastAPI()
         install_error_handlers(app)
         app.include_router(build_router(MemoryService(coord, embed), Authenticator({"sk-bench": "bench"})))
-        apps.append((label, threads, TestClient(app), coord, emb))
+        apps.append((label, threads, app, coord, emb))
     questions = [q.question for c in load_locomo(locomo) for q in c.questions][:_QUERY_SAMPLES]
     times: dict[str, list[float]] = {label: [] for label, *_ in configs}
     cpu: dict[str, list[float]] = {label: [] for label, *_ in configs}
     query_ms: dict[str, list[float]] = {label: [] for label, *_ in configs}
     load_before = os.getloadavg()
-    cursor = 0
     try:
-        for clients in [[a[2].__enter__() for a in apps]]:
-            for client, (label, threads, *_) in zip(clients, apps):  # one untimed batch each (first-call costs)
+        asyncio.run(_ingest_rounds(apps, turns, rounds, batch, times, cpu))
+        # NOTE: the search path embeds one query at a time; a change that helps batches must not slow it.
+        for q in questions:
+            for label, threads, *_, emb in apps:
                 torch.set_num_threads(threads)
-                client.post("/v1/memories", json={"memories": [{"text": "warm up"}]}, headers={"Authorization": "Bearer sk-bench"})
-            for _ in range(rounds):
-                for client, (label, threads, *_) in zip(clients, apps):
-                    torch.set_num_threads(threads)
-                    body = {"memories": [{"text": t, "kind": "message"} for t in turns[cursor : cursor + batch]]}
-                    cursor += batch
-                    t0, c0 = time.perf_counter(), time.process_time()
-                    r = client.post("/v1/memories", json=body, headers={"Authorization": "Bearer sk-bench"})
-                    times[label].append(time.perf_counter() - t0)
-                    cpu[label].append(time.process_time() - c0)
-                    if r.status_code != 200 or len(r.json()["ids"]) != batch:
-                        raise RuntimeError(f"{label}: POST /v1/memories answered {r.status_code}: {r.text[:200]}")
-            # NOTE: the search path embeds one query at a time; a change that helps batches must not slow it.
-            for q in questions:
-                for label, threads, *_, emb in apps:
-                    torch.set_num_threads(threads)
-                    t0 = time.perf_counter()
-                    emb.embed([q])
-                    query_ms[label].append((time.perf_counter() - t0) * 1000)
+                t0 = time.perf_counter()
+                emb.embed([q])
+                query_ms[label].append((time.perf_counter() - t0) * 1000)
     finally:
-        for _, _, client, coord, _ in apps:
-            client.__exit__(None, None, None)
+        for _, _, _, coord, _ in apps:
             for shard in coord.shards:
                 shard.shard.close()
         tmp.cleanup()
@@ -238,10 +224,41 @@ def ingest_bench(configs: list[tuple[str, int, int, str, str]], rounds: int = 8,
                      "median_cpu_s_per_batch": round(cpu_med, 3),
                      "memories_per_cpu_s": round(batch / cpu_med, 1) if cpu_med > 0 else None,
                      "query_embed_p50_ms": round(float(np.median(query_ms[label])), 1) if query_ms[label] else None})
-    return {"bench": "memory_api_ingest", "server": "in-process FastAPI app (TestClient), 2 hybrid shards, WAL fsync on",
+    return {"bench": "memory_api_ingest",
+            "server": "in-process FastAPI app (recallserve.client over httpx's ASGI transport), 2 hybrid shards, WAL fsync on",
             "machine": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "batch": batch, "rounds": rounds, "query_samples": len(questions),
             "load_avg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)], "rows": rows}
+
+
+async def _ingest_rounds(apps: list[tuple[str, int, FastAPI, Any, Any]], turns: list[str], rounds: int, batch: int,
+                         times: dict[str, list[float]], cpu: dict[str, list[float]]) -> None:
+    """``rounds`` x one batch per app (interleaved), through the client; wall and CPU seconds per batch into
+    ``times`` / ``cpu`` by label. One untimed batch each first (first-call costs)."""
+    clients = [AsyncRecallServe("http://bench", "sk-bench", transport=httpx.ASGITransport(app=app), retry=NO_RETRY)
+               for _, _, app, _, _ in apps]
+    cursor = 0
+    try:
+        for client, (label, threads, *_) in zip(clients, apps):
+            torch.set_num_threads(threads)
+            await client.memories.add([{"text": "warm up"}])
+        for _ in range(rounds):
+            for client, (label, threads, *_) in zip(clients, apps):
+                torch.set_num_threads(threads)
+                memories = [{"text": t, "kind": "message"} for t in turns[cursor : cursor + batch]]
+                cursor += batch
+                t0, c0 = time.perf_counter(), time.process_time()
+                try:
+                    added = await client.memories.add(memories)
+                except RecallServeError as exc:
+                    raise RuntimeError(f"{label}: POST /v1/memories answered {exc}") from None
+                times[label].append(time.perf_counter() - t0)
+                cpu[label].append(time.process_time() - c0)
+                if len(added.ids) != batch:
+                    raise RuntimeError(f"{label}: POST /v1/memories stored {len(added.ids)} of {batch}")
+    finally:
+        for client in clients:
+            await client.aclose()
 
 
 # --- verify: hostile experience records beside ordinary requests -------------------------------
@@ -291,32 +308,37 @@ def _verify_app(data_dir: Path, mode: str, engine: LLMEngine) -> tuple[Any, Expe
     return create_app(ChatPipeline(engine), auth, routers=[build_experience_router(service, auth)]), service
 
 
+async def _post_hostile(client: AsyncRecallServe, record: dict[str, Any]) -> None:
+    """Post ``record``; its refusal (4xx: a check over a cap) is an answer, a 5xx a failed bench."""
+    try:
+        await client.experiences.create(record)
+    except RecallServeError as exc:
+        if exc.status >= 500 or exc.status == 0:
+            raise RuntimeError(f"hostile record answered {exc}") from None
+
+
 async def _verify_measure(app: Any, probes: int, posters: int) -> dict[str, float]:
-    headers = {"Authorization": "Bearer sk-bench"}
     record = hostile_record()
     posted: list[float] = []
     stop = asyncio.Event()
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://bench") as client:
+    async with AsyncRecallServe("http://bench", "sk-bench", transport=httpx.ASGITransport(app=app), retry=NO_RETRY) as client:
 
         async def poster() -> None:
             while not stop.is_set():
                 start = time.perf_counter()
-                r = await client.post("/v1/experiences", json=record, headers=headers)
-                if r.status_code >= 500:
-                    raise RuntimeError(f"hostile record answered {r.status_code}: {r.text[:200]}")
+                await _post_hostile(client, record)
                 posted.append(time.perf_counter() - start)
 
         if posters:  # NOTE: warm-up: starts the verification worker outside the timed window
-            await client.post("/v1/experiences", json=record, headers=headers)
+            await _post_hostile(client, record)
         tasks = [asyncio.create_task(poster()) for _ in range(posters)]
         await asyncio.sleep(0.2 if posters else 0)  # NOTE: let the posters reach steady state
         latencies = []
         for i in range(probes):
             start = time.perf_counter()
-            r = await client.get("/healthz" if i % 2 == 0 else "/v1/models", headers=headers)
+            # NOTE: an error answer raises (RecallServeError): an ordinary request must be answered 200.
+            await (client.health() if i % 2 == 0 else client.models())
             latencies.append(time.perf_counter() - start)
-            if r.status_code != 200:
-                raise RuntimeError(f"ordinary request answered {r.status_code}")
             await asyncio.sleep(0.005)  # NOTE: a client's think time, so posters get the loop too
         stop.set()
         await asyncio.gather(*tasks)

@@ -52,7 +52,7 @@ from recallserve.client import AsyncRecallServe, ConnectionFailed, RecallServeEr
 from recallserve.deployments.cli._cluster_client import add_cluster_arguments, async_client, cluster_base
 from recallserve.memory_shards.bench import query_text, ticket_text
 
-__all__ = ["SPLIT", "add_parser", "cpu_per_answer", "render", "run", "split_means"]
+__all__ = ["SPLIT", "add_parser", "answer_status", "cpu_per_answer", "refusal_kind", "render", "run", "split_means"]
 
 NAME = "search"
 
@@ -146,9 +146,9 @@ async def _scrape(http: AsyncRecallServe) -> dict[str, tuple[float, float]]:
         return {}
 
 
-def _status(exc: RecallServeError) -> str:
+def answer_status(exc: RecallServeError) -> str:
     """The status a level counts: the HTTP status, or the transport failure's name (no answer)."""
-    return type(exc.__cause__).__name__ if isinstance(exc, ConnectionFailed) else str(exc.status)
+    return exc.reason if isinstance(exc, ConnectionFailed) else str(exc.status)
 
 
 def refusal_kind(body: str) -> str:
@@ -208,7 +208,7 @@ async def _flood(connect: Callable[[], AsyncRecallServe], clients: int, stop: fl
                     await http.memories.search(query, k=10)
                     status = "200"
                 except RecallServeError as exc:  # NOTE: a transport failure is counted too, not raised
-                    status = _status(exc)
+                    status = answer_status(exc)
                 statuses[status] = statuses.get(status, 0) + 1
                 if status != "200":
                     await asyncio.sleep(0.05)
@@ -250,7 +250,7 @@ async def _level(http: AsyncRecallServe, clients: int, seconds: float, rng: rand
                 await http.memories.search(query, k=10)
                 status = "200"
             except RecallServeError as exc:  # NOTE: a transport failure is counted too, not raised
-                status = _status(exc)
+                status = answer_status(exc)
                 if exc.status in (429, 503):
                     wait = exc.retry_after_s if exc.retry_after_s is not None else 1.0
                     kind = refusal_kind(f"{exc.code} {exc.message}"[:500])

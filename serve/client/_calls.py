@@ -53,6 +53,11 @@ def metrics() -> Call[str]:
     return Call("GET", "/metrics", str)
 
 
+def models() -> Call[dict[str, Any]]:
+    """``GET /v1/models`` (authenticated, as the OpenAI API's)."""
+    return Call("GET", "/v1/models", dict[str, Any])
+
+
 def add_memories(memories: Sequence[MemoryIn | Mapping[str, Any]]) -> Call[AddMemoriesResponse]:
     return add_body({"memories": [_dump(m) for m in memories]})
 

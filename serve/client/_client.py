@@ -47,7 +47,7 @@ def _client_args(base_url: str, api_key: str | None, timeout: float | httpx.Time
 
 
 def _no_answer(call: Call[Any], exc: httpx.HTTPError) -> ConnectionFailed:
-    return ConnectionFailed(f"{call.method} {call.path}: no answer ({type(exc).__name__}: {exc})")
+    return ConnectionFailed(f"{call.method} {call.path}: no answer ({type(exc).__name__}: {exc})", type(exc).__name__)
 
 
 class RecallServe:
@@ -106,6 +106,10 @@ class RecallServe:
     def metrics(self) -> str:
         """``GET /metrics``: the Prometheus text of the replica that answered."""
         return self.send(calls.metrics())
+
+    def models(self) -> dict[str, Any]:
+        """``GET /v1/models``: the OpenAI-style list of the model names the chat route serves."""
+        return self.send(calls.models())
 
     def chat(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> ChatCompletionResponse:
         """One plain chat turn (``options``: ``max_tokens``, ``metadata``, ``user``, ...)."""
@@ -168,6 +172,9 @@ class AsyncRecallServe:
 
     async def metrics(self) -> str:
         return await self.send(calls.metrics())
+
+    async def models(self) -> dict[str, Any]:
+        return await self.send(calls.models())
 
     async def chat(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> ChatCompletionResponse:
         return await self.send(calls.chat(messages, **options))

@@ -110,3 +110,47 @@ def test_streaming_is_left_to_the_openai_sdk() -> None:
         assert rs.openai_base_url == "http://rs/v1"
         with pytest.raises(ValueError, match="stream: use the OpenAI SDK"):
             rs.chat([{"role": "user", "content": "hi"}], stream=True)
+
+
+def test_a_refusal_keeps_what_a_load_test_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Status, code, message, Retry-After, request id, and whether the answer was the API's envelope:
+    a proxy's plain-text 503 is not, and its text is the message (``refusal_kind`` reads it)."""
+    monkeypatch.setattr("recallserve.client._client.time.sleep", lambda s: None)
+    proxy = httpx.Response(503, text="Request dropped due to backpressure (num_queued_requests=9).",
+                           headers={"x-request-id": "r-1"})
+    answers: list[httpx.Response | Exception] = [
+        httpx.Response(503, json=BUSY, headers={"retry-after": "2", "x-request-id": "r-0"}), proxy,
+        httpx.ReadTimeout("slow")]
+    with RecallServe("http://rs", transport=_scripted(answers, []), retry=RetryPolicy(max_retries=0)) as rs:
+        with pytest.raises(RecallServeError) as api:
+            rs.memories.search("x")
+        with pytest.raises(RecallServeError) as other:
+            rs.memories.search("x")
+        with pytest.raises(ConnectionFailed) as none:
+            rs.memories.search("x")
+    assert (api.value.status, api.value.code, api.value.retry_after_s, api.value.request_id, api.value.enveloped) == \
+        (503, "overloaded", 2.0, "r-0", True)
+    assert (other.value.status, other.value.retry_after_s, other.value.request_id, other.value.enveloped) == \
+        (503, None, "r-1", False)
+    assert other.value.message.startswith("HTTP 503: Request dropped due to backpressure")
+    assert (none.value.status, none.value.reason, none.value.enveloped) == (0, "ReadTimeout", False)
+
+
+def test_models_lists_the_chat_models_of_the_real_app(tmp_path: Path) -> None:
+    app, memory = build_app(tmp_path)
+
+    async def main() -> None:
+        async with app.router.lifespan_context(app):
+            async with AsyncRecallServe("http://rs", "sk-acme", transport=httpx.ASGITransport(app=app)) as rs:
+                listed = await rs.models()
+                assert listed["object"] == "list" and listed["data"] and listed["data"][0]["object"] == "model"
+            async with AsyncRecallServe("http://rs", "sk-nope", transport=httpx.ASGITransport(app=app)) as stranger:
+                with pytest.raises(RecallServeError) as denied:
+                    await stranger.models()
+                assert (denied.value.status, denied.value.code, denied.value.enveloped) == (401, "invalid_api_key", True)
+
+    try:
+        asyncio.run(main())
+    finally:
+        for shard_client in memory.coordinator.shards:
+            shard_client.shard.close()
