@@ -296,7 +296,7 @@ def hostile_record() -> dict[str, Any]:
 class _VerifyOnLoop(ExperienceService):
     """The ablation: verification on the event loop (caps still on)."""
 
-    async def _verify(self, record: Any, required: Any) -> Any:
+    async def _verify(self, tenant: str, record: Any, required: Any) -> Any:
         return verify_record(record, self.rules, required=required)
 
 

@@ -144,3 +144,46 @@ def test_chaos_run_report_maths() -> None:
                           "checks": {"requests": 6, "failed": 5, "acked_writes": 4, "writes_lost": 0, "acked_turns": 6,
                                      "sessions": 3, "turns_lost": 0}})
     assert "| 2 | state | state | 2 | 1 | not recovered |" in md and "median 1.50 s" in md and "**PASS**" in md
+
+
+def test_chat_concurrency_and_node_chaos_count_the_real_apps_answers(tmp_path: Path) -> None:
+    """The two load tests read answers through ``recallserve.client`` (retries off): a 200 row, and a
+    refusal with its status, envelope and kind; node_chaos acknowledges what was answered 200 only."""
+    import asyncio
+    import random
+
+    import httpx
+
+    from loadtests import chat_concurrency, node_chaos
+    from recallserve.client import AsyncRecallServe, RetryPolicy
+    from tests.unit.edge.conftest import build_app
+
+    app, memory = build_app(tmp_path)
+    off = RetryPolicy(max_retries=0)
+
+    async def main() -> None:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with AsyncRecallServe("http://rs", "sk-acme", transport=transport, retry=off) as rs, \
+                    AsyncRecallServe("http://rs", "sk-nope", transport=transport, retry=off) as stranger:
+                ok = await chat_concurrency._one(rs, "direct", 0, "t")
+                assert ok["status"] == "200" and "refusal" not in ok
+                denied = await chat_concurrency._one(stranger, "direct", 1, "t")
+                assert (denied["status"], denied["json_envelope"], denied["refusal"], denied["retry_after"]) == \
+                    ("401", True, "other", None)
+                load = node_chaos.Load("http://rs", "recallserve", {"acme": "sk-acme", "nobody": "sk-nope"})
+                rng = random.Random(0)
+                for n in (1, 2, 3):  # writes, reads or searches; n = 4 is an experience
+                    await load._one(rs, rng, "acme", "memory", n)
+                await load._one(rs, rng, "acme", "memory", 4)
+                await load._one(rs, rng, "acme", "chat", 5)
+                await load._one(stranger, rng, "nobody", "memory", 1)
+        assert [r["ok"] for r in load.records] == [True] * 5 + [False]
+        assert load.records[-1]["fail"] == "other_401" and load.samples[0]["status"] == 401
+        assert load.acked_ids["acme"] and len(load.acked_exps["acme"]) == 1 and load.turns == {"node-chaos-acme": 1}
+
+    try:
+        asyncio.run(main())
+    finally:
+        for shard_client in memory.coordinator.shards:
+            shard_client.shard.close()
