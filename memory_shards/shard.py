@@ -417,9 +417,11 @@ class MemoryShard:
 
     def list_by_source(self, tenant: str, source_id: str) -> list[MemoryRecord]:
         """Records with this source id that ``tenant`` may see."""
+        key = source_key(source_id)
         with self._lock:
-            ids = self._table.by_source.get(source_key(source_id), set())
-            recs = [self._table.get(i) for i in ids]
+            # NOTE: two lookups (the tenant's own record, the shared one), whatever other tenants hold.
+            ids = {self._table.by_tenant_source.get((k, key)) for k in (tenant_key(tenant), tenant_key(SHARED_TENANT_NAME))}
+            recs = [self._table.get(i) for i in ids if i is not None]
             return sorted(
                 (r for r in recs if r is not None and r.source_id == source_id and r.tenant in (tenant, SHARED_TENANT_NAME)),
                 key=lambda r: (r.created_at, r.id),
