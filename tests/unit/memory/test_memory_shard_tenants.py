@@ -17,7 +17,8 @@ import numpy as np
 
 from recallserve.memory_shards import MemoryShard
 from recallserve.memory_shards.config import ShardConfig
-from recallserve.memory_shards.records import EmbeddedRecord, MemoryRecord
+from recallserve.kernels import ScoreParams
+from recallserve.memory_shards.records import EmbeddedRecord, MemoryRecord, tenant_key
 from recallserve.memory_shards.retrieval.shard import HybridShard
 
 DIM = 8
@@ -96,3 +97,33 @@ def test_source_lookup_stays_per_tenant_with_many_tenants(tmp_path) -> None:
     # the replaced record of t7 left the BM25 index too: one doc-0 hit for t7's query, the newer one
     found = shard.lexical.search("t7", "ticket 0", 10)
     assert newer[0].record.id in [r for r, _ in found] and len(shard.lexical) == 30 * 3 + 1
+
+
+def _brute_force_ids(items: list[EmbeddedRecord], q: np.ndarray, tenant: str, k: int) -> list[str]:
+    sims = [(float(it.vectors[0] @ q), it.record.id) for it in items if it.record.tenant in (tenant, "shared")]
+    return [rid for _, rid in sorted(sims, key=lambda x: (-x[0], x[1]))[:k]]
+
+
+def test_small_tenant_on_a_big_shard_is_scanned_exactly_over_its_own_rows() -> None:
+    """A 50-record tenant beside a 3,000-record one: its answer is the exact top-k, and the kernel
+    scores its own (and shared) rows only, on an IVF shard (one list probed of 8) as on an exact one."""
+    rng = np.random.default_rng(2)
+    items = _rows(rng, "big", range(3000)) + _rows(rng, "small", range(50)) + _rows(rng, "shared", range(9000, 9005))
+    rng.shuffle(items)
+    params = ScoreParams(decay="none", threshold=-1.0)
+    for cfg in ({}, {"exact_max_rows": 100, "ivf_nlist": 8, "ivf_nprobe": 1, "ivf_candidates": 64}):
+        shard = MemoryShard(ShardConfig(model_id="m", dim=DIM, **cfg))
+        shard.upsert(items)
+        shard.search(items[0].vectors, "big", k=1, touch=False)  # an IVF shard starts training here
+        assert shard.wait_index(60)
+        queries = rng.standard_normal((8, DIM)).astype(np.float32)
+        queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+        got = shard.search(queries, "small", k=10, params=params, now=NOW, touch=False)
+        for q, hits in zip(queries, got):
+            assert [h.record.id for h in hits] == _brute_force_ids(items, q, "small", 10)
+        valid = shard._table.col("valid").copy()
+        rows = shard._candidate_rows(queries, np.array([tenant_key("small")] * 8), 10, valid, NOW, None)
+        assert rows is not None and rows.size == 55
+        # the big tenant still scans every row (exact shard) or takes IVF's candidates (one list of 8 probed)
+        big = shard._candidate_rows(queries, np.array([tenant_key("big")] * 8), 10, valid, NOW, None)
+        assert big is None if not cfg else 0 < big.size < 3005, cfg
