@@ -127,3 +127,20 @@ def test_small_tenant_on_a_big_shard_is_scanned_exactly_over_its_own_rows() -> N
         # the big tenant still scans every row (exact shard) or takes IVF's candidates (one list of 8 probed)
         big = shard._candidate_rows(queries, np.array([tenant_key("big")] * 8), 10, valid, NOW, None)
         assert big is None if not cfg else 0 < big.size < 3005, cfg
+
+
+def test_a_batch_with_two_records_of_one_source_keeps_the_second_in_both_indexes() -> None:
+    """As the row table keeps the batch's later record, BM25 forgets the earlier one's text."""
+    rng = np.random.default_rng(3)
+    shard = HybridShard(MemoryShard(ShardConfig(model_id="m", dim=DIM)))
+    vecs = rng.standard_normal((3, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    first = MemoryRecord(tenant="a", source_id="doc", text="alpha boiler valve", created_at=NOW)
+    second = MemoryRecord(tenant="a", source_id="doc", text="beta printer tray", created_at=NOW + 1)
+    other = MemoryRecord(tenant="b", source_id="doc", text="alpha boiler valve", created_at=NOW)
+    shard.upsert([EmbeddedRecord(r, vecs[i : i + 1]) for i, r in enumerate((first, second, other))])
+    assert [r.id for r in shard.list_by_source("a", "doc")] == [second.id]
+    assert shard.lexical.search("a", "alpha boiler", 5) == []
+    assert [r for r, _ in shard.lexical.search("a", "beta printer", 5)] == [second.id]
+    assert [r for r, _ in shard.lexical.search("b", "alpha boiler", 5)] == [other.id]
+    assert len(shard.lexical) == 2
