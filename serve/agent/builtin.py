@@ -28,6 +28,7 @@ __all__ = [
     "clock_tool",
     "CLOCK_PLACES",
     "memory_search_tool",
+    "DERIVED_KIND",
     "builtin_tools",
     "CalculatorArgs",
     "ClockArgs",
@@ -108,13 +109,16 @@ def safe_eval(expression: str) -> float | int:
 _NUMBER = rf"{NOT_AFTER_WORD}(?<!\.)\d+(?:[.,]\d+)?{NOT_BEFORE_WORD}(?![.,]\d)"
 
 #: Two numbers and an arithmetic cue: the rules send these to the calculator (rule 1 of the prompt).
+#: A discount as Chinese writes it, in Chinese numerals: 八五折 = pay 85%, 九折 = 90% (a number of its own).
+_ZH_DISCOUNT = r"[一二三四五六七八九]{1,2}折"
+_OPERAND = rf"(?:{_NUMBER}|{_ZH_DISCOUNT})"
 CALCULATOR_ROUTING = RoutingHint(
-    requires=[_NUMBER + r".*?" + _NUMBER],
+    requires=[_OPERAND + r".*?" + _OPERAND],
     keywords=[r"\btotal\b", r"\bsum\b", r"\baverage\b", r"\bmean\b", r"%", r"\bper ?cent", r"\beach\b",
               r"\bplus\b", r"\bminus\b", r"\btimes\b", r"multipl", r"divid", r"\bdifference\b",
               r"\bhow (?:much|many)\b", r"\bmore\b", r"\bless\b", r"\bcheaper\b", r"\bdiscount",
               r"\d\s*[-+*/x\u00d7\u00f7^]\s*\d", r"\bsplit\b", r"\bcost", r"\bpay\b", r"\brefund",
-              r"总共|一共|合计|总计|平均|百分之|每[台个件份]|每个|加上|减去|乘以|除以|多少钱|贵多少|便宜|折扣|打折|收入|付了|平分|分摊"],
+              r"总共|一共|合计|总计|平均|百分之|每[台个件份]|每个|加上|减去|乘以|除以|多少钱|贵多少|便宜|折扣|打折|[一二三四五六七八九\d]{1,2}折|收入|付了|平分|分摊"],
 )
 #: Place names -> the clock's time zone. NOTE: measured on the eval's holdout question 23 ("what
 #: time is it in Tokyo right now?"): the 1.5B model called the clock with Europe/Paris. A place
@@ -246,6 +250,8 @@ def clock_tool() -> Tool:
     )
 
 
+#: The ``kind`` a memory search gives a derived memory (an earlier answer, never a source record).
+DERIVED_KIND = "earlier answer"
 #: Fewest hits a memory search returns, whatever ``k`` the model asks for. NOTE: measured on the
 #: demo question "Search the knowledge base for anything about water leaking from the group head":
 #: the 1.5B model asked for k=1, got a near miss, searched again with k=1 and never saw T-1080.
@@ -268,7 +274,7 @@ async def _search(args: MemorySearchArgs, ctx: ToolContext) -> list[dict[str, An
         raise ToolError("memory is not available on this server")
     hits = await ctx.memory.search(ctx.tenant, args.query, max(args.k, MEMORY_SEARCH_MIN_K), user=ctx.user)
     # NOTE: the memory service ranks derived conclusions (earlier answers) after every source record.
-    return [{"id": h.source_id, "kind": "earlier answer" if is_derived(h) else h.kind, "created_at": h.created_at,
+    return [{"id": h.source_id, "kind": DERIVED_KIND if is_derived(h) else h.kind, "created_at": h.created_at,
              "score": round(h.score, 3), "text": h.text} for h in hits]
 
 

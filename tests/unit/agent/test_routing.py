@@ -58,6 +58,14 @@ def test_rules_route_the_chinese_held_out_questions() -> None:
     assert passed == len(qs), f"{passed}/{len(qs)}"
 
 
+def test_a_chinese_discount_in_chinese_numerals_is_a_calculation() -> None:
+    """八五折 (pay 85%) is the second operand of "689 ... 打八五折以后是多少钱"; a year word is no discount."""
+    reg = default_registry()
+    for q in ("这台咖啡机卖529元，打九折以后多少钱？", "449元的东西打8折是多少钱？"):
+        assert route_by_rules(q, reg.for_scopes(DEMO_SCOPES), reg.all()).first_step == ["calculator"], q
+    assert route_by_rules("我们公司八五年成立的", reg.for_scopes(DEMO_SCOPES), reg.all()).first_step != ["calculator"]
+
+
 def test_ids_and_places_next_to_chinese_text_are_bound() -> None:
     reg = default_registry()
     d = route_by_rules("订单104208和104233发货了吗？", reg.for_scopes(DEMO_SCOPES), reg.all())
@@ -391,15 +399,18 @@ def test_an_answer_stops_before_an_id_no_record_holds() -> None:
         return text, result
 
     streamed, result = asyncio.run(collect())
-    assert result.answer == "Yes: T-1071 had an air lock, fixed by priming."
-    assert "T-1072" not in streamed and streamed.startswith(result.answer)
+    kept = "Yes: T-1071 had an air lock, fixed by priming."
+    # the search's record is quoted after the kept answer (grounding.record_note)
+    quote = "Record T-1071: Ticket T-1071: pump error E12, air lock; primed the pump."
+    assert result.answer == f"{kept}\n\n{quote}"
+    assert "T-1072" not in streamed and streamed.startswith(kept) and streamed.endswith(quote)
     guard = [s for s in result.steps if s.kind == "guard"]
     assert len(guard) == 1 and guard[0].data["invented"] == "T-1072"
     # off switch: the answer is kept whole
     eng = ScriptedEngine([call("memory_search", query="pump error E12"), final(answer)])
     result = _run(Agent(eng, _registry(), memory=memory, config=AgentConfig(max_steps=3, check_ids=False)),
                   "Search the past tickets for pump problems")
-    assert result.answer == answer
+    assert result.answer == f"{answer}\n\n{quote}"
 
 
 def test_a_memory_search_is_offered_after_recall_only_when_the_user_asks_for_one() -> None:
