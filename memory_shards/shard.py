@@ -580,7 +580,9 @@ class MemoryShard:
         )
         return rows, res
 
-    def _candidate_rows(self, q, qt, k, valid, now, exact) -> np.ndarray | None:
+    def _candidate_rows(
+        self, q: np.ndarray, qt: np.ndarray, k: int, valid: np.ndarray, now: float, exact: bool | None
+    ) -> np.ndarray | None:
         """The rows the kernel scores for these queries: None for every row (the exact scan).
 
         Per query tenant, ``visible`` = its own and shared live rows passing the filters. When a
