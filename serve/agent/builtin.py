@@ -108,10 +108,10 @@ def safe_eval(expression: str) -> float | int:
 # Han characters do not count as word characters here ("449的17%": two numbers; see hints.NOT_AFTER_WORD).
 _NUMBER = rf"{NOT_AFTER_WORD}(?<!\.)\d+(?:[.,]\d+)?{NOT_BEFORE_WORD}(?![.,]\d)"
 
-#: Two numbers and an arithmetic cue: the rules send these to the calculator (rule 1 of the prompt).
 #: A discount as Chinese writes it, in Chinese numerals: 八五折 = pay 85%, 九折 = 90% (a number of its own).
 _ZH_DISCOUNT = r"[一二三四五六七八九]{1,2}折"
 _OPERAND = rf"(?:{_NUMBER}|{_ZH_DISCOUNT})"
+#: Two numbers and an arithmetic cue: the rules send these to the calculator (rule 1 of the prompt).
 CALCULATOR_ROUTING = RoutingHint(
     requires=[_OPERAND + r".*?" + _OPERAND],
     keywords=[r"\btotal\b", r"\bsum\b", r"\baverage\b", r"\bmean\b", r"%", r"\bper ?cent", r"\beach\b",
