@@ -55,6 +55,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=V1,V2",
                    help="a retrieval knob (a field of RetrievalParams, e.g. date_weight=0,1) to compare: every value is "
                         "crossed with every --fusion setting and leave-one-conversation-out picks among them (repeatable)")
+    p.add_argument("--decompose", action="store_true",
+                   help="ask each question through the memory search's query decomposition: the router model (cpu-local's "
+                        "llama.cpp model) writes at most 3 sub-queries, searched with the question and fused "
+                        "(serve.memory_api.decompose); compare weights with --set decompose_weight=0,0.5,1 (0 = the same "
+                        "run without it)")
+    p.add_argument("--decompose-cache", default=None, metavar="FILE",
+                   help="JSON file of decompositions read first and filled on a miss, so repeated runs do not re-run the "
+                        "model (default: ~/.cache/recallserve/locomo-decompose.json; "
+                        "python -m loadtests.locomo_decompose_cost fills it ahead)")
+    p.add_argument("--decompose-categories", default="1,2,3,4", metavar="C1,C2",
+                   help="with --decompose, the LoCoMo categories whose questions are decomposed (default: all four; "
+                        "1 = multi-hop only, the others searched as without it)")
+    p.add_argument("--decompose-threads", type=int, default=2, help="llama.cpp threads of the router model (default: 2)")
     p.add_argument("--durable", action="store_true",
                    help="write the shards to a temporary folder with WAL fsync (default: in memory; same ranking)")
     p.set_defaults(func=run)
@@ -196,6 +209,62 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _decomposer(args: argparse.Namespace) -> Any:
+    """The cached router-model decomposer of ``--decompose`` (the model loads on the first miss), or None."""
+    if not args.decompose:
+        return None
+    from recallserve.deployments.cli._decompose_cache import CachedDecomposer, DecompositionCache
+    from recallserve.deployments.models import DEFAULT_MODEL
+    from recallserve.serve import envs
+    from recallserve.serve.memory_api.decompose import QueryDecomposer
+
+    path = args.decompose_cache or str(envs.recallserve_home() / "locomo-decompose.json")
+    try:
+        cache = DecompositionCache(path)
+    except ValueError as exc:
+        raise UserError(f"--decompose-cache: {exc}") from None
+
+    def load() -> QueryDecomposer:
+        from recallserve.deployments.engines import LlamaCppConfig, build_engine
+
+        # NOTE: cpu-local's router is the reasoner's model (router: shared_with: reasoner), the default model.
+        return QueryDecomposer(build_engine(LlamaCppConfig(model=DEFAULT_MODEL, n_ctx=1024, n_threads=args.decompose_threads)))
+
+    return CachedDecomposer(cache, DEFAULT_MODEL, load)
+
+
+def _decomposed_questions(args: argparse.Namespace, conversations: list[Any]) -> set[str]:
+    """The questions ``--decompose`` decomposes: those of ``--decompose-categories`` (none without --decompose)."""
+    if not args.decompose:
+        return set()
+    try:
+        cats = {int(x) for x in args.decompose_categories.split(",") if x.strip()}
+    except ValueError:
+        raise UserError(f"--decompose-categories: expected comma-separated categories 1-4, got {args.decompose_categories!r}") from None
+    if not cats or not cats <= {1, 2, 3, 4}:
+        raise UserError(f"--decompose-categories: expected comma-separated categories 1-4, got {args.decompose_categories!r}")
+    return {q.question for c in conversations for q in c.questions if q.category in cats}
+
+
+def _decompose_cost(decomposer: Any, questions: list[str]) -> dict[str, Any] | None:
+    """The router model's time per question (from the cache: the run that wrote each entry) and the sub-query counts."""
+    if decomposer is None:
+        return None
+    import numpy as np
+
+    got = [decomposer.cache.get(decomposer.model, q) for q in questions]
+    got = [d for d in got if d is not None]
+    if not got:
+        return None
+    ms = [d.model_ms for d in got]
+    return {"model": decomposer.model, "questions": len(got), "cache": str(decomposer.cache.path),
+            "model_ms_p50": round(float(np.percentile(ms, 50)), 1), "model_ms_p95": round(float(np.percentile(ms, 95)), 1),
+            "model_ms_mean": round(float(np.mean(ms)), 1),
+            "sub_queries_mean": round(float(np.mean([len(d.queries) for d in got])), 2),
+            "without_sub_queries": sum(1 for d in got if not d.queries),
+            "model_calls_this_run": decomposer.misses}
+
+
 def _filtered(conversations: list[Any], mode: str) -> list[Any]:
     """The conversations with only the turns the chat write filter stores (each turn read as a user message)."""
     if mode == "all":
@@ -239,7 +308,8 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
         # NOTE: the eval ranks every turn; the service's default drops weak lexical-only hits.
         "lexical_min_ratio": 0.0,
     })
-    service = MemoryService(coord, embed, top_k=min(k_max, 200), threshold=-1.0, retrieval=retrieval)
+    decomposer = _decomposer(args)
+    service = MemoryService(coord, embed, top_k=min(k_max, 200), threshold=-1.0, retrieval=retrieval, decomposer=decomposer)
     # NOTE: decay "none": every turn is years old and the question has no date, so a time factor
     # would only reorder sessions by age; threshold -1 keeps a full ranking to k_max.
     no_decay = {"decay": "none"}
@@ -249,7 +319,7 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
     async def search(tenant: str, question: str, k: int) -> list[str]:
         rerank = args.mode == "keyword-rerank"
         req = SearchRequest(query=question, k=KEYWORD_RECALL if rerank else k, threshold=-1.0, decay=no_decay,
-                            hybrid=args.mode != "dense")
+                            hybrid=args.mode != "dense", decompose=question in decomposed)
         t0 = time.perf_counter()
         hits = await service.search_request(tenant, req, now=asked_at[tenant])
         if rerank:  # NOTE: 002: keyword recall, then the vectors order what it found (decay none: cosine)
@@ -259,6 +329,7 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
 
     all_turns = sum(len(c.turns) for c in conversations)
     conversations = _filtered(conversations, args.write_filter)
+    decomposed = _decomposed_questions(args, conversations)
     asked_at = _asked_at(conversations)
 
     console = Console(stderr=True)
@@ -295,6 +366,7 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
         "embedder": emb.model_id,
         "shards": args.shards,
         "seconds": round(elapsed, 1),
+        "decompose": _decompose_cost(decomposer, sorted(decomposed)),
         "results": results,
     }
 
@@ -316,7 +388,7 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
     from recallserve.memory_shards.embedders import build_embedder
     from recallserve.serve import envs
     from recallserve.memory_shards.retrieval import RetrievalParams, local_hybrid_coordinator
-    from recallserve.memory_shards.retrieval.locomo import IndexOptions, evaluate_locomo
+    from recallserve.memory_shards.retrieval.locomo import CATEGORIES, IndexOptions, evaluate_locomo
     from recallserve.memory_shards.retrieval.when import query_time_window
     from recallserve.serve.memory_api import MemoryService, SearchRequest
 
@@ -325,26 +397,29 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
     cache: dict[str, np.ndarray] = {}
 
     async def embed(texts: list[str]):
-        # NOTE: every setting asks the same questions; a question is embedded once.
-        if len(texts) == 1 and texts[0] in cache:
-            return cache[texts[0]][None, :]
+        # NOTE: every setting asks the same questions (and sub-queries); a query is embedded once. A batch
+        # of many texts is a write (the turns), embedded as is.
+        if len(texts) <= 8 and all(t in cache for t in texts):
+            return np.stack([cache[t] for t in texts])
         out = await asyncio.to_thread(emb.embed, texts)
-        if len(texts) == 1:
-            cache[texts[0]] = out[0]
+        if len(texts) <= 8:
+            cache.update(zip(texts, out))
         return out
 
     k_max = max(ks)
     base = RetrievalParams()
-    service = MemoryService(coord, embed, top_k=min(k_max, 200), threshold=-1.0)
+    decomposer = _decomposer(args)
+    service = MemoryService(coord, embed, top_k=min(k_max, 200), threshold=-1.0, decomposer=decomposer)
     names = [n for n, _ in settings]
     latencies: dict[str, list[float]] = {n: [] for n in names}
     dated: dict[str, list[float]] = {n: [] for n in names}
     current = names[0]
     conversations = _filtered(conversations, args.write_filter)
     asked_at = _asked_at(conversations)
+    decomposed = _decomposed_questions(args, conversations)
 
     async def search(tenant: str, question: str, k: int) -> list[str]:
-        req = SearchRequest(query=question, k=k, threshold=-1.0, decay={"decay": "none"})
+        req = SearchRequest(query=question, k=k, threshold=-1.0, decay={"decay": "none"}, decompose=question in decomposed)
         t0 = time.perf_counter()
         hits = await service.search_request(tenant, req, now=asked_at[tenant])
         latencies[current].append(time.perf_counter() - t0)
@@ -361,7 +436,12 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
         per_conv[conv.sample_id] = {}
         # NOTE: the questions are embedded before any setting is timed, so every setting's
         # latency is the same path (shard calls and fusion) without the query embedding.
-        questions = sorted({q.question for q in conv.questions} - set(cache))
+        questions = {q.question for q in conv.questions if q.category in CATEGORIES}
+        if decomposer is not None:
+            # NOTE: decomposed (model or cache) before any setting is timed; the sub-queries are embedded with the questions.
+            for q in sorted(questions & decomposed):
+                questions |= set((await decomposer(q)).queries)
+        questions = sorted(questions - set(cache))
         for start in range(0, len(questions), 256):
             vecs = await asyncio.to_thread(emb.embed, questions[start : start + 256])
             cache.update(zip(questions[start : start + 256], vecs))
@@ -388,6 +468,7 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
                          "dated_search_p50_ms": round(float(np.percentile(dated[n], 50)) * 1000, 1) if dated[n] else None,
                          "dated_search_p95_ms": round(float(np.percentile(dated[n], 95)) * 1000, 1) if dated[n] else None,
                          "query_embedding_timed": False} for n, u in settings},
+        "decompose": _decompose_cost(decomposer, sorted(decomposed)),
         "per_conversation": per_conv,
     }
     if len(per_conv) > 1 and len(names) > 1:
