@@ -54,6 +54,7 @@ _BULLET = re.compile(r"^\s*(?:[-*\u2022]+|\d+[.)]|query\s*\d*\s*:|q\d*\s*:)\s*",
 class DecomposeConfig(StrictModel):
     """Bounds of one decomposition (config ``memory.decompose``)."""
 
+    enabled: bool = Field(default=False, description="Decompose a search whose request does not say (`decompose`).")
     max_queries: int = Field(default=3, ge=1, le=5, description="Most sub-queries taken from the model's answer.")
     max_tokens: int = Field(default=48, ge=8, le=256, description="Most tokens the model generates.")
     max_query_chars: int = Field(default=160, ge=16, le=512, description="A longer sub-query is cut to this length.")
