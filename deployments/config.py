@@ -25,7 +25,6 @@ from recallserve.memory_shards.retrieval.hybrid import RetrievalParams
 from recallserve.serve.agent import AgentConfig
 from recallserve.serve.api.auth import READ_ONLY_SCOPES
 from recallserve.serve.memory_api.admission import SearchAdmissionConfig
-from recallserve.serve.memory_api.decompose import DecomposeConfig
 from recallserve.serve.pipeline import PipelineSettings
 from recallserve.serve.context import ContextConfig
 from recallserve.serve.experience import ExperienceConfig
@@ -339,11 +338,6 @@ class MemoryConfig(StrictModel):
                     "which context-mode and experiences always use.",
     )
     migration: MemoryMigration | None = Field(default=None, description="A new generation being built (re-embed without downtime).")
-    decompose: DecomposeConfig = Field(
-        default_factory=DecomposeConfig,
-        description="Query decomposition by the router model (a search's `decompose`; serve.memory_api.decompose): "
-                    "whether a search that does not say is decomposed, and the bounds of the model call.",
-    )
 
     @model_validator(mode="after")
     def _check_generations(self) -> MemoryConfig:

@@ -37,7 +37,6 @@ from recallserve.serve.experience import ExperienceService
 from recallserve.serve.experience import build_router as build_experience_router
 from recallserve.serve.memory_api import MemoryService, SearchRequest
 from recallserve.serve.memory_api import build_router as build_memory_router
-from recallserve.serve.memory_api.decompose import QueryDecomposer
 from recallserve.serve.tokens import EngineTokenCounter
 from recallserve.serve.traces import TraceRecorder
 from recallserve.serve.traces import build_router as build_turn_router
@@ -144,9 +143,6 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
                              local=local)
     embed = _sync_embed(memory["embedder"], local.get(config.embedder), config.embedder.ingress_max_texts)
     engines = {role: HandleEngine(roles[role], role, *engine_facts(getattr(config, role).engine)) for role in ROLES}
-    # NOTE: the model call of a decomposed search runs in this replica (the router's deployment), never on a shard.
-    backend.decomposer = QueryDecomposer(engines["router"], config.memory.decompose)
-    backend.decompose = config.memory.decompose.enabled
     if state is None:
         db_config = config.state_db
         stores, db = open_state_stores(db_config.resolve(), config.traces, pool_size=db_config.pool_size,

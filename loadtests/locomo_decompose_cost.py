@@ -2,8 +2,8 @@
 
 Not part of the serving path. cpu-local's router is the reasoner's llama.cpp model
 (qwen2.5-coder-1.5b-instruct-q4_k_m); ``recallserve eval locomo --decompose`` runs it once per
-question through :class:`recallserve.serve.memory_api.decompose.QueryDecomposer`, the code the
-memory search runs. This fills the same cache file ahead of the eval, multi-hop questions first,
+question through :class:`recallserve.deployments.cli._decompose.QueryDecomposer`, the code the
+eval runs. This fills the same cache file ahead of the eval, multi-hop questions first,
 resumable (questions already in the file are skipped), and prints the model time per question
 (load excluded). Run it under the heavy-work lock. Results: loadtests/results/locomo-decompose.md.
 
@@ -20,11 +20,14 @@ import json
 import time
 
 import numpy as np
-from recallserve.deployments.cli._decompose_cache import DecompositionCache
+from recallserve.deployments.cli._decompose import (
+    DecomposeConfig,
+    DecompositionCache,
+    QueryDecomposer,
+)
 from recallserve.deployments.engines import LlamaCppConfig, build_engine
 from recallserve.deployments.models import DEFAULT_MODEL
 from recallserve.memory_shards.retrieval.locomo import load_locomo
-from recallserve.serve.memory_api.decompose import DecomposeConfig, QueryDecomposer
 
 
 async def fill(path: str, cache_path: str, categories: list[int], limit: int | None, threads: int,

@@ -56,10 +56,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="a retrieval knob (a field of RetrievalParams, e.g. date_weight=0,1) to compare: every value is "
                         "crossed with every --fusion setting and leave-one-conversation-out picks among them (repeatable)")
     p.add_argument("--decompose", action="store_true",
-                   help="ask each question through the memory search's query decomposition: the router model (cpu-local's "
-                        "llama.cpp model) writes at most 3 sub-queries, searched with the question and fused "
-                        "(serve.memory_api.decompose); compare weights with --set decompose_weight=0,0.5,1 (0 = the same "
-                        "run without it)")
+                   help="search each question with the router model's sub-queries besides it (cpu-local's llama.cpp model "
+                        "writes at most 3; their lists are fused with the question's; deployments/cli/_decompose.py): the "
+                        "measurement of query decomposition, which the product does not ship (no gain by leave-one-out)")
+    p.add_argument("--decompose-weights", default="0,1", metavar="W1,W2",
+                   help="with --decompose, RRF weights of the sub-queries' lists, crossed with the other settings and "
+                        "picked leave-one-conversation-out (default: 0,1; 0 = the same run without them)")
     p.add_argument("--decompose-cache", default=None, metavar="FILE",
                    help="JSON file of decompositions read first and filled on a miss, so repeated runs do not re-run the "
                         "model (default: ~/.cache/recallserve/locomo-decompose.json; "
@@ -144,6 +146,21 @@ def _settings(fusion: list[tuple[float, float, float]] | None,
     return out
 
 
+def _with_decompose_weights(settings: list[tuple[str, dict[str, float]]], text: str) -> list[tuple[str, dict[str, float]]]:
+    """``settings`` crossed with the sub-queries' weights (``--decompose-weights``), each under the key ``sub_query_weight``."""
+    try:
+        weights = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--decompose-weights: expected comma-separated weights, got {text!r}") from None
+    if not weights or any(not 0 <= w <= 100 for w in weights):
+        raise UserError(f"--decompose-weights: weights must be in 0..100, got {text!r}")
+    return [(f"{name},sub_query_weight={w:g}", {**update, SUB_QUERY_WEIGHT: w}) for name, update in settings for w in weights]
+
+
+SUB_QUERY_WEIGHT = "sub_query_weight"
+"""NOTE: the key of a setting's sub-query weight: an argument of the search, not a RetrievalParams field."""
+
+
 def leave_one_out(per_conv: dict[str, dict[str, dict[str, dict[str, float]]]], metric: str = "recall@10") -> dict[str, Any]:
     """Leave-one-conversation-out selection among fusion settings.
 
@@ -199,8 +216,11 @@ def run(args: argparse.Namespace) -> int:
         if not picked or picked[0] < 0 or picked[-1] >= len(conversations):
             raise UserError(f"--only: indexes must be in 0..{len(conversations) - 1}, got {args.only!r}")
         conversations = [conversations[i] for i in picked]
-    compare = fusion is not None or bool(sets)
-    doc = asyncio.run(_compare(args, conversations, ks, _settings(fusion, sets)) if compare
+    settings = _settings(fusion, sets)
+    if args.decompose:
+        settings = _with_decompose_weights(settings, args.decompose_weights)
+    compare = fusion is not None or bool(sets) or args.decompose
+    doc = asyncio.run(_compare(args, conversations, ks, settings) if compare
                       else _evaluate(args, conversations, ks))
     if args.json or compare:
         print(json.dumps(doc, indent=2))
@@ -213,10 +233,9 @@ def _decomposer(args: argparse.Namespace) -> Any:
     """The cached router-model decomposer of ``--decompose`` (the model loads on the first miss), or None."""
     if not args.decompose:
         return None
-    from recallserve.deployments.cli._decompose_cache import CachedDecomposer, DecompositionCache
+    from recallserve.deployments.cli._decompose import CachedDecomposer, DecompositionCache, QueryDecomposer
     from recallserve.deployments.models import DEFAULT_MODEL
     from recallserve.serve import envs
-    from recallserve.serve.memory_api.decompose import QueryDecomposer
 
     path = args.decompose_cache or str(envs.recallserve_home() / "locomo-decompose.json")
     try:
@@ -308,8 +327,7 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
         # NOTE: the eval ranks every turn; the service's default drops weak lexical-only hits.
         "lexical_min_ratio": 0.0,
     })
-    decomposer = _decomposer(args)
-    service = MemoryService(coord, embed, top_k=min(k_max, 200), threshold=-1.0, retrieval=retrieval, decomposer=decomposer)
+    service = MemoryService(coord, embed, top_k=min(k_max, 200), threshold=-1.0, retrieval=retrieval)
     # NOTE: decay "none": every turn is years old and the question has no date, so a time factor
     # would only reorder sessions by age; threshold -1 keeps a full ranking to k_max.
     no_decay = {"decay": "none"}
@@ -319,7 +337,7 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
     async def search(tenant: str, question: str, k: int) -> list[str]:
         rerank = args.mode == "keyword-rerank"
         req = SearchRequest(query=question, k=KEYWORD_RECALL if rerank else k, threshold=-1.0, decay=no_decay,
-                            hybrid=args.mode != "dense", decompose=question in decomposed)
+                            hybrid=args.mode != "dense")
         t0 = time.perf_counter()
         hits = await service.search_request(tenant, req, now=asked_at[tenant])
         if rerank:  # NOTE: 002: keyword recall, then the vectors order what it found (decay none: cosine)
@@ -329,7 +347,6 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
 
     all_turns = sum(len(c.turns) for c in conversations)
     conversations = _filtered(conversations, args.write_filter)
-    decomposed = _decomposed_questions(args, conversations)
     asked_at = _asked_at(conversations)
 
     console = Console(stderr=True)
@@ -366,7 +383,6 @@ async def _evaluate(args: argparse.Namespace, conversations: list[Any], ks: list
         "embedder": emb.model_id,
         "shards": args.shards,
         "seconds": round(elapsed, 1),
-        "decompose": _decompose_cost(decomposer, sorted(decomposed)),
         "results": results,
     }
 
@@ -409,19 +425,24 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
     k_max = max(ks)
     base = RetrievalParams()
     decomposer = _decomposer(args)
-    service = MemoryService(coord, embed, top_k=min(k_max, 200), threshold=-1.0, decomposer=decomposer)
+    service = MemoryService(coord, embed, top_k=min(k_max, 200), threshold=-1.0)
     names = [n for n, _ in settings]
     latencies: dict[str, list[float]] = {n: [] for n in names}
     dated: dict[str, list[float]] = {n: [] for n in names}
     current = names[0]
+    sub_query_weight = 0.0
     conversations = _filtered(conversations, args.write_filter)
     asked_at = _asked_at(conversations)
     decomposed = _decomposed_questions(args, conversations)
 
     async def search(tenant: str, question: str, k: int) -> list[str]:
-        req = SearchRequest(query=question, k=k, threshold=-1.0, decay={"decay": "none"}, decompose=question in decomposed)
+        req = SearchRequest(query=question, k=k, threshold=-1.0, decay={"decay": "none"})
+        # NOTE: the decomposition is read before the timer (cache or model, done before any setting
+        # is timed); the search time is that of the shard calls and fusion of the question and its sub-queries.
+        subs = (await decomposer(question)).queries if question in decomposed else []
         t0 = time.perf_counter()
-        hits = await service.search_request(tenant, req, now=asked_at[tenant])
+        hits = await service.search_request(tenant, req, now=asked_at[tenant], sub_queries=subs,
+                                            sub_query_weight=sub_query_weight)
         latencies[current].append(time.perf_counter() - t0)
         if query_time_window(question, asked_at[tenant]) is not None:
             dated[current].append(latencies[current][-1])
@@ -447,6 +468,8 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
             cache.update(zip(questions[start : start + 256], vecs))
         for i, (name, update) in enumerate(settings):
             current = name
+            update = dict(update)
+            sub_query_weight = update.pop(SUB_QUERY_WEIGHT, 0.0)
             service.retriever.params = base.model_copy(update={
                 **update, "lexical_min_ratio": 0.0,
                 "dense_candidates": max(base.dense_candidates, k_max),

@@ -172,13 +172,6 @@ class RetrievalParams(StrictModel):
         description="The first this-many fused hits are re-ordered by the learned ranker (memory_shards.retrieval.ranker, "
                     "the packaged model) before the top k is cut; 0 = off.")
 
-    # NOTE: the weight of each sub-query's lists when the search is given sub-queries (the router model's
-    # decomposition of a multi-hop question, serve.memory_api.decompose); with none given nothing changes.
-    decompose_weight: float = Field(
-        default=1.0, ge=0, le=100,
-        description="RRF weight of each sub-query's dense + BM25 lists (a decomposed search; serve.memory_api.decompose); "
-                    "0 = sub-queries ignored.")
-
 class HybridHit(SearchHit):
     """One fused result and every part of its score (``score`` is the fused RRF score, the ranking key; when the
     learned ranker ordered the hits, ``rerank_depth`` > 0, the key is ``ranker_score``)."""
@@ -282,20 +275,25 @@ class HybridRetriever:
         params: RetrievalParams | None = None,
         touch: bool = True,
         sub_queries: Sequence[str] = (),
+        sub_query_weight: float = 1.0,
     ) -> list[HybridHit]:
         """The fused top-``k`` of ``tenant``'s (and shared) memories for ``query``.
 
         ``now`` is also the time the query's time expressions are read against ("last week").
-        ``sub_queries`` (at most :data:`MAX_SUB_QUERIES`, e.g. a decomposition of ``query``): each is
-        embedded with the query (one embed call) and asked of the shards concurrently with it, and its
-        dense + BM25 lists join the fusion with ``decompose_weight``.
+        ``sub_queries`` (at most :data:`MAX_SUB_QUERIES`; ``recallserve eval locomo --decompose`` passes the
+        router model's decomposition of ``query``): each is embedded with the query (one embed call) and
+        asked of the shards concurrently with it, and its dense + BM25 lists join the fusion::
+
+            score(d) += sub_query_weight * (w_dense / (c + rank_dense_sub(d)) + w_lex / (c + rank_lex_sub(d)))
+
+        No product search passes any: leave-one-out found no gain (loadtests/results/locomo-decompose.md).
         """
         p = params or self.params
         decay = decay or ScoreParams()
         now = time.time() if now is None else float(now)
         rq = self.rewriter(query) if self.rewriter is not None else RewrittenQuery(query, query)
         subs = [self.rewriter(q) if self.rewriter is not None else RewrittenQuery(q, q)
-                for q in list(sub_queries)[:MAX_SUB_QUERIES] if q.strip()] if p.decompose_weight > 0 else []
+                for q in list(sub_queries)[:MAX_SUB_QUERIES] if q.strip()] if sub_query_weight > 0 else []
         vecs = np.asarray(await self.embed([rq.dense, *(s.dense for s in subs)]), dtype=np.float32)
         qvec = vecs[0]
         dense_k = max(k, p.dense_candidates)
@@ -316,7 +314,7 @@ class HybridRetriever:
         if window is not None:
             lists.append((*extra.pop(0), p.date_weight))
         lists += [(d, lx, p.name_weight) for d, lx in extra]
-        lists += [(d, lx, p.decompose_weight) for d, lx in sub_lists]
+        lists += [(d, lx, sub_query_weight) for d, lx in sub_lists]
         if p.name_boost > 0:
             lists.append((*_named(*main, query, p.name_key), p.name_boost))
         if p.hop_hits > 0 and p.hop_weight > 0 and lex_k > 0:

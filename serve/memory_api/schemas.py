@@ -238,11 +238,6 @@ class SearchRequest(StrictModel):
     filters: FiltersIn | None = Field(default=None, description="Kind, topic prefix, metadata equality, time range.")
     decay: DecayIn | None = Field(default=None, description="Time decay parameters.")
     hybrid: bool = Field(strict=True, default=True, description="Fuse BM25 with the dense ranking (False = dense only).")
-    decompose: bool | None = Field(
-        strict=True, default=None,
-        description="Have the router model split the query into at most 3 short sub-queries and fuse their results with "
-                    "the query's (multi-hop questions; one model call before the search); default: the configured "
-                    "memory.decompose.enabled. 400 when the server has no router model for it.")
 
     def check_query(self) -> None:
         """Raise a 400 naming ``query`` when it is blank or longer than 8192 characters."""

@@ -27,7 +27,7 @@ writes (:meth:`MemoryService.write`: chat and agent write-backs, experience segm
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -45,7 +45,6 @@ from recallserve.memory_shards.retrieval import AsyncEmbed, HybridHit, HybridRet
 from recallserve.serve.api.metrics import MEMORY_SEARCH
 from recallserve.serve.api.errors import APIError, describe_error
 from recallserve.serve.memory_api.admission import AdmissionRefused, SearchAdmission
-from recallserve.serve.memory_api.decompose import Decomposition
 from recallserve.serve.memory import MemoryHit, MemoryWrite, sources_first
 from recallserve.serve.pii import MaskedValueError, PiiMode, apply_pii, apply_pii_id, for_write_back, mask_id, user_key
 from recallserve.serve.memory_api.schemas import MAX_BATCH, MAX_K, FiltersIn, MemoryIn, MemoryOut, SearchRequest, SearchResult, to_epoch
@@ -173,9 +172,6 @@ class MemoryService:
             most this size, one row each, all of one record (None: one row per text).
         admission: bound on concurrent API searches (``caller="api"``; the chat recall and the
             warm-up are not refused); None admits every search.
-        decomposer: the router model's query decomposition (``serve.memory_api.decompose``), run in this
-            process before the shard calls when a search asks for it; None = a request asking is a 400.
-        decompose: whether a search that does not say is decomposed (config ``memory.decompose.enabled``).
 
     Example:
         >>> svc = MemoryService(coord, embed)
@@ -187,8 +183,7 @@ class MemoryService:
     def __init__(self, coordinator: MemoryCoordinator, embed: AsyncEmbed, *, top_k: int = 16, threshold: float = 0.35,
                  retrieval: RetrievalParams | None = None, rewriter: QueryRewriter | None = None,
                  max_batch: int = MAX_BATCH, pii_for: Callable[[str], PiiMode] | None = None,
-                 chunk_tokens: int | None = DEFAULT_CHUNK_TOKENS, admission: SearchAdmission | None = None,
-                 decomposer: Callable[[str], Awaitable[Decomposition]] | None = None, decompose: bool = False) -> None:
+                 chunk_tokens: int | None = DEFAULT_CHUNK_TOKENS, admission: SearchAdmission | None = None) -> None:
         if not 1 <= top_k <= MAX_K:
             raise ValueError(f"top_k: must be in 1..{MAX_K}, got {top_k}")
         if chunk_tokens is not None and not 16 <= chunk_tokens <= 1024:
@@ -202,10 +197,6 @@ class MemoryService:
         self.pii_for: Callable[[str], PiiMode] = pii_for or (lambda _tenant: "mask")
         self.retriever = HybridRetriever(coordinator, embed, retrieval, rewriter)
         self.admission = admission
-        if decompose and decomposer is None:
-            raise ValueError("decompose: on by default needs a decomposer (the router model)")
-        self.decomposer = decomposer
-        self.decompose = decompose
 
     def coordinators(self) -> list[MemoryCoordinator]:
         """Every memory generation this service writes to (an erasure must reach each)."""
@@ -318,23 +309,28 @@ class MemoryService:
         return [r for r in recs if r.tenant in (tenant, SHARED_TENANT_NAME)]
 
     async def search_request(self, tenant: str, req: SearchRequest, now: float | None = None,
-                             caller: str = "api") -> list[HybridHit]:
+                             caller: str = "api", sub_queries: Sequence[str] = (),
+                             sub_query_weight: float = 1.0) -> list[HybridHit]:
         """Run an API search for ``tenant`` (timed into ``recallserve_memory_search_seconds``).
+
+        ``sub_queries`` are searched besides the query and fused with ``sub_query_weight``
+        (``HybridRetriever.search``; the eval of query decomposition, never an HTTP request).
 
         Raises:
             MemoryOverloaded: an ``api`` search the replica did not admit (``admission``).
         """
         if self.admission is None or caller != "api":
             with MEMORY_SEARCH.labels(caller).time():
-                return await self._search_request(tenant, req, now)
+                return await self._search_request(tenant, req, now, sub_queries, sub_query_weight)
         try:
             async with self.admission.slot(tenant):
                 with MEMORY_SEARCH.labels(caller).time():
-                    return await self._search_request(tenant, req, now)
+                    return await self._search_request(tenant, req, now, sub_queries, sub_query_weight)
         except AdmissionRefused as exc:
             raise MemoryOverloaded(exc) from None
 
-    async def _search_request(self, tenant: str, req: SearchRequest, now: float | None) -> list[HybridHit]:
+    async def _search_request(self, tenant: str, req: SearchRequest, now: float | None, sub_queries: Sequence[str] = (),
+                              sub_query_weight: float = 1.0) -> list[HybridHit]:
         req.check_query()
         d = req.decay
         params = ScoreParams(
@@ -342,17 +338,10 @@ class MemoryService:
             **(d.model_dump() if d is not None else {}),
         )
         retrieval = self.retriever.params if req.hybrid else self.retriever.params.model_copy(update={"lexical_candidates": 0})
-        subs: list[str] = []
-        if self.decompose if req.decompose is None else req.decompose:
-            if self.decomposer is None:
-                raise APIError(400, "decompose: this server has no router model for query decomposition", param="decompose")
-            # NOTE: the model call runs here (the ingress), before any shard call; it is bounded by the
-            # decomposer's timeout and a failed call leaves the query alone (serve.memory_api.decompose).
-            subs = (await self.decomposer(req.query)).queries
         with _shards_up():
             hits = await self.retriever.search(tenant, req.query, req.k or self.top_k, params,
                                                _filters(req.filters, self.pii_for(tenant)), now, retrieval,
-                                               sub_queries=subs)
+                                               sub_queries=sub_queries, sub_query_weight=sub_query_weight)
         # NOTE: derived memories (written-back conclusions) rank below every source record.
         return sources_first([h for h in hits if h.record.tenant in (tenant, SHARED_TENANT_NAME)])
 

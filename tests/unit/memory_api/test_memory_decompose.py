@@ -1,8 +1,10 @@
-"""Query decomposition on the memory search: the router model's sub-queries are searched and fused, through HTTP.
+"""Query decomposition as ``recallserve eval locomo --decompose`` measures it: the router model's sub-queries are
+searched with the question through the memory service and fused; the prompt, bounds and cache.
 
-The engine here replies from a script (the real router model is run by ``recallserve eval locomo
---decompose``, whose figures are in loadtests/results/locomo-decompose.md); every other piece
-(service, retriever, shards, BM25, fusion, router, error handlers) is the real code.
+Not an option of the product's search (no gain by leave-one-out: loadtests/results/locomo-decompose.md), so no
+HTTP request can ask for it; the eval calls ``MemoryService.search_request(..., sub_queries=...)``. The engine
+here replies from a script (the real router model runs in the eval); the service, retriever, shards, BM25 and
+fusion are the real code, and the memories are stored through HTTP.
 """
 
 from __future__ import annotations
@@ -13,9 +15,15 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from recallserve.deployments.cli._decompose_cache import (
+from recallserve.deployments.cli._decompose import (
+    DECOMPOSE_SYSTEM,
     CachedDecomposer,
+    DecomposeConfig,
+    Decomposition,
     DecompositionCache,
+    QueryDecomposer,
+    parse_subqueries,
+    prompt_key,
 )
 from recallserve.serve.engine import (
     ChatDelta,
@@ -25,14 +33,6 @@ from recallserve.serve.engine import (
     GenerationParams,
 )
 from recallserve.serve.memory_api import MemoryService
-from recallserve.serve.memory_api.decompose import (
-    DECOMPOSE_SYSTEM,
-    DecomposeConfig,
-    Decomposition,
-    QueryDecomposer,
-    parse_subqueries,
-    prompt_key,
-)
 
 from .conftest import auth
 
@@ -84,10 +84,17 @@ MEMORIES = [
 QUESTION = "Which country is Tom's surfing teacher from?"
 
 
-def _search(client: TestClient, body: dict) -> list[str]:
-    r = client.post("/v1/memories/search", json={"decay": {"decay": "none"}, "threshold": 0.0, **body}, headers=A)
-    assert r.status_code == 200, r.text
-    return [h["text"] for h in r.json()["data"]]
+def _search(service: MemoryService, decomposer: QueryDecomposer | None = None, k: int = 2,
+            weight: float = 1.0) -> list[str]:
+    """The texts the eval's search ranks for QUESTION: with ``decomposer``, its sub-queries fused in."""
+    from recallserve.serve.memory_api import SearchRequest
+
+    async def go() -> list[str]:
+        subs = (await decomposer(QUESTION)).queries if decomposer is not None else []
+        req = SearchRequest(query=QUESTION, k=k, threshold=0.0, decay={"decay": "none"})
+        return [h.record.text for h in await service.search_request("acme", req, sub_queries=subs, sub_query_weight=weight)]
+
+    return asyncio.run(go())
 
 
 @pytest.fixture
@@ -97,13 +104,10 @@ def ids(client: TestClient) -> list[str]:
     return r.json()["ids"]
 
 
-def test_a_sub_query_brings_in_the_second_hop(client: TestClient, service: MemoryService, ids: list[str]) -> None:
+def test_a_sub_query_brings_in_the_second_hop(service: MemoryService, ids: list[str]) -> None:
     engine = RouterEngine("1. Tom's surfing teacher\n2. Kai grew up in\n3. home country")
-    service.decomposer = QueryDecomposer(engine)
-    plain = _search(client, {"query": QUESTION, "k": 2})
-    assert "Kai grew up in Portugal near Lisbon" not in plain
-    assert engine.calls == []  # off by default: no model call
-    decomposed = _search(client, {"query": QUESTION, "k": 2, "decompose": True})
+    assert "Kai grew up in Portugal near Lisbon" not in _search(service)
+    decomposed = _search(service, QueryDecomposer(engine))
     assert decomposed[0] == "Tom told me his surfing teacher was Kai"
     assert "Kai grew up in Portugal near Lisbon" in decomposed
     # The prompt the router received: the fixed system prompt and the question, greedy and bounded.
@@ -114,32 +118,22 @@ def test_a_sub_query_brings_in_the_second_hop(client: TestClient, service: Memor
     assert params.temperature == 0.0 and params.max_tokens == DecomposeConfig().max_tokens
 
 
-def test_weight_zero_and_decompose_false_are_the_plain_search(client: TestClient, service: MemoryService,
-                                                               ids: list[str]) -> None:
-    plain = _search(client, {"query": QUESTION, "k": 3})
-    service.decomposer = QueryDecomposer(RouterEngine("Kai grew up in"))
-    service.decompose = True  # the configured default: a request may still say no
-    assert _search(client, {"query": QUESTION, "k": 3, "decompose": False}) == plain
-    assert "Kai grew up in Portugal near Lisbon" in _search(client, {"query": QUESTION, "k": 2})
-    service.retriever.params = service.retriever.params.model_copy(update={"decompose_weight": 0.0})
-    assert _search(client, {"query": QUESTION, "k": 3}) == plain
+def test_weight_zero_is_the_plain_search(service: MemoryService, ids: list[str]) -> None:
+    plain = _search(service, k=3)
+    assert _search(service, QueryDecomposer(RouterEngine("Kai grew up in")), k=3, weight=0.0) == plain
+    assert _search(service, QueryDecomposer(RouterEngine("Kai grew up in")), k=3) != plain
 
 
-def test_decompose_without_a_router_model_is_a_400_naming_the_field(client: TestClient, ids: list[str]) -> None:
+def test_no_http_search_takes_a_decomposition(client: TestClient, ids: list[str]) -> None:
     r = client.post("/v1/memories/search", json={"query": QUESTION, "decompose": True}, headers=A)
-    assert r.status_code == 400, r.text
-    assert r.json()["error"]["param"] == "decompose"
-    r = client.post("/v1/memories/search", json={"query": QUESTION, "decompose": "yes"}, headers=A)
-    assert r.status_code == 400 and r.json()["error"]["param"] == "decompose"
+    assert r.status_code == 400 and "decompose" in r.text
 
 
 @pytest.mark.parametrize("reply", [EngineError("model crashed"), "slow"])
-def test_a_failed_or_late_model_call_searches_the_question_alone(client: TestClient, service: MemoryService,
-                                                                 ids: list[str], reply) -> None:
-    plain = _search(client, {"query": QUESTION, "k": 3})
+def test_a_failed_or_late_model_call_searches_the_question_alone(service: MemoryService, ids: list[str], reply) -> None:
+    plain = _search(service, k=3)
     engine = RouterEngine("Kai grew up in" if reply == "slow" else reply, delay_s=2.0 if reply == "slow" else 0.0)
-    service.decomposer = QueryDecomposer(engine, DecomposeConfig(timeout_s=0.2))
-    assert _search(client, {"query": QUESTION, "k": 3, "decompose": True}) == plain
+    assert _search(service, QueryDecomposer(engine, DecomposeConfig(timeout_s=0.2)), k=3) == plain
     assert len(engine.calls) == 1
 
 

@@ -1,25 +1,34 @@
-"""Multi-hop query decomposition: the router model rewrites a question into a few short sub-queries.
+"""Multi-hop query decomposition by the router model, measured by ``recallserve eval locomo --decompose``.
+
+Not on the serving path: leave-one-conversation-out on the LoCoMo dev file found no recall gain
+beyond the folds' spread for seconds of model time per search on cpu-local
+(loadtests/results/locomo-decompose.md), so the memory search has no such option (the project's
+rule: an option never chosen by leave-one-out is deleted). What stays is the measurement: this
+module and the eval that runs it through the memory service's search.
 
 A multi-hop question ("What did the friend who taught Tom to surf study?") needs memories that
-each hold one part of the answer, and no single part shares many words with the whole question.
-The router model writes at most ``max_queries`` short search queries, one per line; the memory
-search then asks the shards for each of them besides the question itself and fuses every list by
-reciprocal rank (``RetrievalParams.decompose_weight``, see
-:mod:`recallserve.memory_shards.retrieval.hybrid`).
+each hold one part of the answer. The router model (cpu-local: the reasoner's llama.cpp model)
+writes at most ``max_queries`` short search queries, one per line; the eval searches each of them
+besides the question itself (``MemoryService.search_request(..., sub_queries=...)``) and the lists
+are fused by reciprocal rank with the question's (see :mod:`recallserve.memory_shards.retrieval.hybrid`).
 
-The model call runs in the memory service (the ingress), before any shard call, never on a shard.
-It is bounded: one call of at most ``max_tokens`` generated tokens, ``timeout_s`` of wall time,
-at most ``max_queries`` sub-queries of at most ``max_query_chars`` characters each. A call that
-fails or runs out of time gives no sub-queries: the search runs on the question alone.
+Bounds: one call of at most ``max_tokens`` generated tokens and ``timeout_s`` of wall time, at most
+``max_queries`` sub-queries of at most ``max_query_chars`` characters. A call that fails or runs out
+of time gives no sub-queries. Decompositions are kept in a JSON file (:class:`DecompositionCache`)
+so repeated eval runs do not re-run the model.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
+import os
 import re
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple
 
 from pydantic import Field
@@ -31,7 +40,8 @@ from recallserve.serve.engine import (
     LLMEngine,
 )
 
-__all__ = ["DECOMPOSE_SYSTEM", "DecomposeConfig", "Decomposition", "QueryDecomposer", "parse_subqueries", "prompt_key"]
+__all__ = ["DECOMPOSE_SYSTEM", "CachedDecomposer", "DecomposeConfig", "Decomposition", "DecompositionCache", "QueryDecomposer",
+           "parse_subqueries", "prompt_key"]
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +62,8 @@ _BULLET = re.compile(r"^\s*(?:[-*\u2022]+|\d+[.)]|query\s*\d*\s*:|q\d*\s*:)\s*",
 
 
 class DecomposeConfig(StrictModel):
-    """Bounds of one decomposition (config ``memory.decompose``)."""
+    """Bounds of one decomposition."""
 
-    enabled: bool = Field(default=False, description="Decompose a search whose request does not say (`decompose`).")
     max_queries: int = Field(default=3, ge=1, le=5, description="Most sub-queries taken from the model's answer.")
     max_tokens: int = Field(default=48, ge=8, le=256, description="Most tokens the model generates.")
     max_query_chars: int = Field(default=160, ge=16, le=512, description="A longer sub-query is cut to this length.")
@@ -134,3 +143,65 @@ class QueryDecomposer:
         ms = (time.perf_counter() - t0) * 1000
         return Decomposition(parse_subqueries(result.text, question, cfg.max_queries, cfg.max_query_chars), ms,
                              result.completion_tokens)
+
+
+class DecompositionCache:
+    """The decompositions stored in ``path`` (created on the first save)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path).expanduser()
+        self.entries: dict[str, dict] = {}
+        if self.path.exists():
+            try:
+                data = json.loads(self.path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"{self.path}: not a decomposition cache ({exc})") from None
+            if not isinstance(data, dict):
+                raise ValueError(f"{self.path}: not a decomposition cache (expected a JSON object)")
+            self.entries = data
+
+    def get(self, model: str, question: str) -> Decomposition | None:
+        """The stored decomposition of ``question`` by ``model``, or None."""
+        e = self.entries.get(prompt_key(model, question))
+        if e is None:
+            return None
+        return Decomposition([str(q) for q in e["queries"]], float(e["model_ms"]), int(e["completion_tokens"]))
+
+    def put(self, model: str, question: str, d: Decomposition) -> None:
+        """Store ``d`` and rewrite the file (write then rename: never a half-written file)."""
+        self.entries[prompt_key(model, question)] = {
+            "question": question, "queries": d.queries, "model_ms": round(d.model_ms, 1),
+            "completion_tokens": d.completion_tokens, "model": model}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.entries, indent=1, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+
+class CachedDecomposer:
+    """A decomposer reading ``cache`` first; a miss builds the real one (``load()``: loads the model) and stores its answer.
+
+    Attributes:
+        hits, misses: counts of this run.
+    """
+
+    def __init__(self, cache: DecompositionCache, model: str, load: Callable[[], QueryDecomposer]) -> None:
+        self.cache = cache
+        self.model = model
+        self._load = load
+        self._inner: QueryDecomposer | None = None
+        self.hits = 0
+        self.misses = 0
+
+    async def __call__(self, question: str) -> Decomposition:
+        got = self.cache.get(self.model, question)
+        if got is not None:
+            self.hits += 1
+            return got
+        if self._inner is None:
+            self._inner = self._load()
+        d = await self._inner(question)
+        self.misses += 1
+        self.cache.put(self.model, question, d)
+        return d
+
