@@ -10,7 +10,6 @@ fusion are the real code, and the memories are stored through HTTP.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -26,52 +25,26 @@ from recallserve.deployments.cli._decompose import (
     prompt_key,
 )
 from recallserve.serve.engine import (
-    ChatDelta,
-    ChatMessage,
-    ChatResult,
     EngineError,
-    GenerationParams,
 )
 from recallserve.serve.memory_api import MemoryService
+
+from tests.unit.agent.conftest import ScriptedEngine
 
 from .conftest import auth
 
 A = auth("sk-acme")
 
 
-class RouterEngine:
-    """An LLMEngine answering every call with ``reply`` (or raising it), recording the prompts it received."""
+def _router(reply: str | BaseException, delay_s: float = 0.0) -> ScriptedEngine:
+    """The router engine: one scripted reply (or the error it raises), recording the prompt it received."""
 
-    def __init__(self, reply: str | BaseException, delay_s: float = 0.0) -> None:
-        self.reply = reply
-        self.delay_s = delay_s
-        self.calls: list[tuple[list[ChatMessage], GenerationParams]] = []
+    def answer(messages, params) -> str:  # type: ignore[no-untyped-def]
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
 
-    @property
-    def model_name(self) -> str:
-        return "router-test"
-
-    @property
-    def context_window(self) -> int:
-        return 1024
-
-    async def chat(self, messages: Sequence[ChatMessage], params: GenerationParams) -> ChatResult:
-        self.calls.append((list(messages), params))
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
-        if isinstance(self.reply, BaseException):
-            raise self.reply
-        return ChatResult(text=self.reply, prompt_tokens=90, completion_tokens=12, finish_reason="stop", model="router-test")
-
-    async def stream(self, messages: Sequence[ChatMessage], params: GenerationParams) -> AsyncIterator[ChatDelta]:
-        raise NotImplementedError
-        yield  # pragma: no cover
-
-    async def count_tokens(self, text: str) -> int:
-        return len(text) // 4
-
-    async def close(self) -> None:
-        return None
+    return ScriptedEngine([answer], delay_s=delay_s)
 
 
 MEMORIES = [
@@ -105,7 +78,7 @@ def ids(client: TestClient) -> list[str]:
 
 
 def test_a_sub_query_brings_in_the_second_hop(service: MemoryService, ids: list[str]) -> None:
-    engine = RouterEngine("1. Tom's surfing teacher\n2. Kai grew up in\n3. home country")
+    engine = _router("1. Tom's surfing teacher\n2. Kai grew up in\n3. home country")
     assert "Kai grew up in Portugal near Lisbon" not in _search(service)
     decomposed = _search(service, QueryDecomposer(engine))
     assert decomposed[0] == "Tom told me his surfing teacher was Kai"
@@ -120,8 +93,8 @@ def test_a_sub_query_brings_in_the_second_hop(service: MemoryService, ids: list[
 
 def test_weight_zero_is_the_plain_search(service: MemoryService, ids: list[str]) -> None:
     plain = _search(service, k=3)
-    assert _search(service, QueryDecomposer(RouterEngine("Kai grew up in")), k=3, weight=0.0) == plain
-    assert _search(service, QueryDecomposer(RouterEngine("Kai grew up in")), k=3) != plain
+    assert _search(service, QueryDecomposer(_router("Kai grew up in")), k=3, weight=0.0) == plain
+    assert _search(service, QueryDecomposer(_router("Kai grew up in")), k=3) != plain
 
 
 def test_no_http_search_takes_a_decomposition(client: TestClient, ids: list[str]) -> None:
@@ -132,16 +105,17 @@ def test_no_http_search_takes_a_decomposition(client: TestClient, ids: list[str]
 @pytest.mark.parametrize("reply", [EngineError("model crashed"), "slow"])
 def test_a_failed_or_late_model_call_searches_the_question_alone(service: MemoryService, ids: list[str], reply) -> None:
     plain = _search(service, k=3)
-    engine = RouterEngine("Kai grew up in" if reply == "slow" else reply, delay_s=2.0 if reply == "slow" else 0.0)
+    engine = _router("Kai grew up in" if reply == "slow" else reply, delay_s=2.0 if reply == "slow" else 0.0)
     assert _search(service, QueryDecomposer(engine, DecomposeConfig(timeout_s=0.2)), k=3) == plain
     assert len(engine.calls) == 1
 
 
 def test_the_answer_is_bounded_to_max_queries() -> None:
-    engine = RouterEngine("\n".join(f"query {i} about something" for i in range(10)))
+    engine_text = "\n".join(f"query {i} about something" for i in range(10))
+    engine = _router(engine_text)
     d = asyncio.run(QueryDecomposer(engine, DecomposeConfig(max_queries=3))("What is it?"))
     assert d.queries == ["query 0 about something", "query 1 about something", "query 2 about something"]
-    assert d.completion_tokens == 12 and d.model_ms >= 0
+    assert d.completion_tokens == len(engine_text) // 4 and d.model_ms >= 0
 
 
 def test_parse_subqueries() -> None:
@@ -153,7 +127,7 @@ def test_parse_subqueries() -> None:
 
 def test_the_cache_answers_without_the_model_and_keys_on_model_and_question(tmp_path: Path) -> None:
     path = tmp_path / "d.json"
-    engine = RouterEngine("Kai grew up in")
+    engine = _router("Kai grew up in")
     loads = []
 
     def load() -> QueryDecomposer:
@@ -166,7 +140,7 @@ def test_the_cache_answers_without_the_model_and_keys_on_model_and_question(tmp_
     assert (first.hits, first.misses, len(engine.calls), len(loads)) == (1, 1, 1, 1)
     # A later run reads the file: no model load, no call.
     again = CachedDecomposer(DecompositionCache(path), "m1", load)
-    assert asyncio.run(again("Where is Kai from?")) == Decomposition(["Kai grew up in"], pytest.approx(0, abs=1e4), 12)
+    assert asyncio.run(again("Where is Kai from?")) == Decomposition(["Kai grew up in"], pytest.approx(0, abs=1e4), len("Kai grew up in") // 4)
     assert len(loads) == 1
     assert DecompositionCache(path).get("m2", "Where is Kai from?") is None
     assert prompt_key("m1", "a") != prompt_key("m1", "b")
