@@ -28,6 +28,7 @@ __all__ = [
     "clock_tool",
     "CLOCK_PLACES",
     "memory_search_tool",
+    "DERIVED_KIND",
     "builtin_tools",
     "CalculatorArgs",
     "ClockArgs",
@@ -246,6 +247,8 @@ def clock_tool() -> Tool:
     )
 
 
+#: The ``kind`` a memory search gives a derived memory (an earlier answer, never a source record).
+DERIVED_KIND = "earlier answer"
 #: Fewest hits a memory search returns, whatever ``k`` the model asks for. NOTE: measured on the
 #: demo question "Search the knowledge base for anything about water leaking from the group head":
 #: the 1.5B model asked for k=1, got a near miss, searched again with k=1 and never saw T-1080.
@@ -268,7 +271,7 @@ async def _search(args: MemorySearchArgs, ctx: ToolContext) -> list[dict[str, An
         raise ToolError("memory is not available on this server")
     hits = await ctx.memory.search(ctx.tenant, args.query, max(args.k, MEMORY_SEARCH_MIN_K), user=ctx.user)
     # NOTE: the memory service ranks derived conclusions (earlier answers) after every source record.
-    return [{"id": h.source_id, "kind": "earlier answer" if is_derived(h) else h.kind, "created_at": h.created_at,
+    return [{"id": h.source_id, "kind": DERIVED_KIND if is_derived(h) else h.kind, "created_at": h.created_at,
              "score": round(h.score, 3), "text": h.text} for h in hits]
 
 

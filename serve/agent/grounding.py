@@ -34,8 +34,9 @@ from typing import Any
 
 from recallserve.serve.agent.guards import ID_PATTERN
 from recallserve.serve.agent.schemas import ToolCallRecord
+from recallserve.serve.language import language_of
 
-__all__ = ["ABSENCE_PATTERN", "COUNT_PATTERN", "HISTORY_PATTERN", "LIST_PATTERN", "NOT_SEARCHED", "NOT_SHOWN", "Search", "absence_claims",
+__all__ = ["ABSENCE_PATTERN", "CASE_LISTS", "COUNT_PATTERN", "HISTORY_PATTERN", "LIST_PATTERN", "NOT_SEARCHED", "NOT_SHOWN", "Search", "absence_claims",
            "asked_ids", "empty_for", "list_note", "listing_rows", "record_note", "turn_searches", "unsupported_absence"]
 
 #: A sentence claiming that something did not happen, does not exist or is not on record.
@@ -53,21 +54,30 @@ ABSENCE_PATTERN = re.compile(
     r"|\bdoes(?: not|n't) exist\b",
     re.IGNORECASE,
 )
-#: A question about earlier cases or how something was fixed.
+#: A question about earlier cases or how something was fixed, in English or Chinese ("以前发生过吗",
+#: "之前的工单", "怎么修好的"; docs/languages.md).
 HISTORY_PATTERN = re.compile(
-    r"\bhappened before\b|\b(?:seen|reported|had) (?:this|that|it) before\b|\bseen before\b|\bhow (?:was|were|did|is) (?:it|this|that|they) (?:get )?"
-    r"(?:fixed|solved|resolved|repaired)\b|\bwhat (?:fixed|solved) it\b|\bwhat was done\b|\bwhat was the fix\b",
+    r"\bhappen(?:ed|s)? before\b|\b(?:seen|reported|had) (?:this|that|it) before\b|\bseen before\b|\bhow (?:was|were|did|is) (?:it|this|that|they) (?:get )?"
+    r"(?:fixed|solved|resolved|repaired)\b|\bwhat (?:fixed|solved) it\b|\bwhat was done\b|\bwhat was the fix\b"
+    r"|\b(?:previous|earlier|past|prior|old) (?:tickets|cases|reports|records)\b"
+    r"|(?:之前|以前|此前|过去|曾经)\S{0,8}?(?:过|的(?:工单|记录|案例|问题|维修))|(?:怎么|如何|怎样)(?:修|解决|处理|维修)",
     re.IGNORECASE,
 )
 #: A question asking for the items of a list: "which orders ...", "list the tickets", "what are the ...".
 LIST_PATTERN = re.compile(
-    r"\bwhich\b|\blist\b|\bwhat (?:are|were) (?:the|its|their|they)\b|\bname (?:all|them|each)\b|\bshow (?:me )?all\b",
+    r"\bwhich\b|\blist\b|\bwhat (?:are|were) (?:the|its|their|they)\b|\bname (?:all|them|each)\b|\bshow (?:me )?all\b"
+    r"|哪些|哪几|列出|列一下|有哪|都有什么|全部|所有",
     re.IGNORECASE,
 )
-#: A question asking how many items there are.
-COUNT_PATTERN = re.compile(r"\bhow many\b|\bnumber of\b", re.IGNORECASE)
+#: A question asking how many items there are (English or Chinese: 多少, 几个, 几次 ...).
+COUNT_PATTERN = re.compile(r"\bhow many\b|\bnumber of\b|多少|几[个次单笔件台条]", re.IGNORECASE)
 _NUMBER_WORDS = ("zero|no|none", "one|a single|only one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
                  "ten", "eleven", "twelve")
+#: The same in Chinese, stated with a measure word ("两个", "三次"): a bare numeral is part of other words.
+_ZH_NUMBER_WORDS = ("零|没有", "一", "两|二", "三", "四", "五", "六", "七", "八", "九", "十", "十一", "十二")
+_ZH_MEASURE = "[个次单笔件台条项张]"
+#: The keys of listings that hold earlier cases (a customer's tickets): what a history question asks for.
+CASE_LISTS = frozenset({"tickets"})
 #: Most characters of a listing rendered after the answer (then cut at an item, with how many are left out).
 LIST_NOTE_CHARS = 1500
 #: Most characters of a record quoted after the answer.
@@ -159,20 +169,23 @@ def turn_searches(recall_ran: bool, memories: Iterable[str], calls: Iterable[Too
     return out
 
 
-def record_note(question: str, records: Sequence[tuple[str, str]], answer: str) -> str:
-    """The sentence quoting the record a history question rests on, or "" (see below).
+def record_note(question: str, records: Sequence[tuple[str, str]], answer: str, *, searched: bool = False) -> str:
+    """The sentence quoting the record a history question or a search rests on, or "" (see below).
 
-    For a question about earlier cases or a fix (:data:`HISTORY_PATTERN`), the best recalled
-    source record (``records``: (source id, text) in the recall's order) is quoted after the
-    answer, up to :data:`NOTE_CHARS` characters cut at a sentence end: "Record T-1121: Ticket
-    T-1121 ... Fault: ... Fix: ...". Only a record that names one of the ids or codes the question
-    names (any record when it names none) is quoted, and none when the answer already holds its text.
+    For a question about earlier cases or a fix (:data:`HISTORY_PATTERN`), or a turn whose answer
+    rests on its own ``memory_search`` (``searched``: the user asked to search the records), the best
+    source record (``records``: (source id, text), the turn's recall first, then the search's hits,
+    each in its order) is quoted after the answer, up to :data:`NOTE_CHARS` characters cut at a
+    sentence end: "Record T-1121: Ticket T-1121 ... Fault: ... Fix: ..." ("记录 T-1121：..." for a
+    Chinese question). Only a record that names one of the ids or codes the question names (any
+    record when it names none) is quoted, and none when the answer already holds its text.
 
     NOTE: measured on the compound set (issue 40): answers resting on a recalled ticket left out the
     part that failed or the fix ("replace the cable" for "reseated the cable"), 5 of 10 key-fact
-    misses on the tuned part; the record's own words cannot be misread.
+    misses on the tuned part; the record's own words cannot be misread. Answers to a search gave the
+    found ticket's fault and fix without its id (3 questions of the existing sets, docs/chat-turn.md).
     """
-    if not records or not HISTORY_PATTERN.search(question):
+    if not records or not (searched or HISTORY_PATTERN.search(question)):
         return ""
     ids = asked_ids(question)
     for source_id, text in records:
@@ -183,9 +196,10 @@ def record_note(question: str, records: Sequence[tuple[str, str]], answer: str) 
             return ""
         if len(folded) > NOTE_CHARS:
             cut = folded[:NOTE_CHARS]
-            end = max(cut.rfind(". "), cut.rfind("! "), cut.rfind("? "))
+            end = max(cut.rfind(". "), cut.rfind("! "), cut.rfind("? "), cut.rfind("。"))
             folded = cut[: end + 1] if end > 0 else cut.rstrip() + "..."
-        return f"Record {source_id.rsplit(':', 1)[-1]}: {folded}"
+        name = source_id.rsplit(":", 1)[-1]
+        return f"记录 {name}：{folded}" if language_of(question) == "zh" else f"Record {name}: {folded}"
     return ""
 
 
@@ -218,9 +232,11 @@ def _named(row: dict[str, Any], answer: str) -> bool:
 
 
 def _states_count(count: int, answer: str) -> bool:
-    """Whether ``answer`` states ``count`` (digits, or the word for 0-12)."""
+    """Whether ``answer`` states ``count`` (digits, or the word for 0-12; in Chinese with a measure word: 两个, 3次)."""
     words = _NUMBER_WORDS[count] if count < len(_NUMBER_WORDS) else ""
-    pattern = rf"(?<![\w.-]){count}(?![\w-])" + (rf"|\b(?:{words})\b" if words else "")
+    zh = _ZH_NUMBER_WORDS[count] if count < len(_ZH_NUMBER_WORDS) else ""
+    pattern = rf"(?<![\w.-]){count}(?![\w-])|(?<![\d.-]){count}{_ZH_MEASURE}" + (rf"|\b(?:{words})\b" if words else "") \
+        + (rf"|(?<![零一二两三四五六七八九十])(?:{zh}){_ZH_MEASURE}" if zh else "")
     return re.search(pattern, answer, re.IGNORECASE) is not None
 
 
@@ -231,27 +247,31 @@ def list_note(question: str, listings: Sequence[tuple[str, Any, str]], answer: s
     rendered text is the tool's own summary of its result (the observation before the prompt's
     cap). Every complete listing (:func:`listing_rows`) is added as "From <tool>: <text>" when
 
-    * the question asks for a list (:data:`LIST_PATTERN`) and the answer does not name all its rows
-      (a row is named when one of its ids, :func:`_row_keys`, stands in the answer as a whole word), or
+    * the question asks for a list (:data:`LIST_PATTERN`), or about earlier cases
+      (:data:`HISTORY_PATTERN`) and the listing is one of cases (:data:`CASE_LISTS`: the earlier
+      cases are what it asks for), and the answer does not name all its rows (a row is named when one of its ids, :func:`_row_keys`, stands in the answer as a
+      whole word), or
     * the question asks how many (:data:`COUNT_PATTERN`) and the answer does not state the
       listing's count (digits, or the word for 0-12),
 
-    up to :data:`LIST_NOTE_CHARS` characters cut at an item ("; ", with how many items it left out).
-    An answer that names every row and states the count gets nothing.
+    up to :data:`LIST_NOTE_CHARS` characters cut at an item ("; ", with how many items it left out),
+    as "来自 <tool>：<text>" for a Chinese question. An answer that names every row and states the count gets nothing.
 
     Why code: a filter, count or list the question asks for is applied by the tool (its
     parameters) and rendered by code, not left to the model's reading of a long list: a small
     model copies part of a list from a complete observation (measured: docs/chat-turn.md).
     """
-    asks_list, asks_count = LIST_PATTERN.search(question), COUNT_PATTERN.search(question)
-    if not (asks_list or asks_count):
+    asks_list, asks_history = LIST_PATTERN.search(question), HISTORY_PATTERN.search(question)
+    asks_count = COUNT_PATTERN.search(question)
+    if not (asks_list or asks_history or asks_count):
         return ""
     notes: list[str] = []
     for name, result, text in listings:
         rows = listing_rows(result)
         if rows is None:
             continue
-        left_out = bool(asks_list) and not all(_named(r, answer) for r in rows)
+        wanted = asks_list or (asks_history and any(k in CASE_LISTS for k, v in result.items() if isinstance(v, list)))
+        left_out = bool(wanted) and not all(_named(r, answer) for r in rows)
         miscounted = bool(asks_count) and not _states_count(len(rows), answer)
         if not (left_out or miscounted):
             continue
@@ -262,7 +282,7 @@ def list_note(question: str, listings: Sequence[tuple[str, Any, str]], answer: s
             cut = cut[:end] if end > 0 else cut
             shown = sum(1 for r in rows if _named(r, cut))
             text = f"{cut}; ... ({len(rows) - shown} more)"
-        note = f"From {name}: {text}"
+        note = f"来自 {name}：{text}" if language_of(question) == "zh" else f"From {name}: {text}"
         if note not in notes:
             notes.append(note)
     return "\n".join(notes)

@@ -41,6 +41,7 @@ from recallserve.serve.agent._prompts import PARTIAL_INSTRUCTION, RETRY_INSTRUCT
     system_prompt
 from recallserve.serve.agent._protocol import FINAL_WRAPPER_TOKENS, THOUGHT_MAX_CHARS, AnswerStream, ParsedCall, ParsedStep, \
     StepParseError, is_final_only, parse_json_object, parse_step, router_schema, step_schema
+from recallserve.serve.agent.builtin import DERIVED_KIND
 from recallserve.serve.agent.config import AgentConfig
 from recallserve.serve.agent.grounding import NOT_SEARCHED, NOT_SHOWN, Search, list_note, record_note, turn_searches, \
     unsupported_absence
@@ -200,11 +201,17 @@ class _Run:
                            repeats=self.cfg.stop_repeats, claims=claims)
 
     def _record_note(self, answer: str) -> str:
-        """The quote of the record a history question rests on (:func:`record_note`), "" when none."""
+        """The quote of the record a history question or the turn's memory search rests on (:func:`record_note`), "" when none."""
         if not self.cfg.quote_record:
             return ""
         sources = [(h.source_id, h.text) for h in self.turn.memories if not is_derived(h)]
-        return record_note(self.question, sources, answer)
+        searched = False
+        for call in self.calls:
+            if call.name == "memory_search" and call.status in ("ok", "cached") and isinstance(call.result, list):
+                searched = True
+                sources += [(str(h.get("id", "")), str(h.get("text", ""))) for h in call.result
+                            if isinstance(h, dict) and h.get("kind") != DERIVED_KIND]
+        return record_note(self.question, sources, answer, searched=searched)
 
     def _list_note(self, answer: str) -> str:
         """The listings a "which / list / how many" question asked for, by code (:func:`list_note`), "" when none."""

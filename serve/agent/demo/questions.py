@@ -10,6 +10,9 @@ looked at while the rules were changed); their facts accept Chinese wordings (å·
 10, never tuned on): questions with several parts (history plus live data, two ids, a status filter,
 a true absence next to a look-up), written for issue 40; their ``must_not`` holds claims of absence
 where the world has the history.
+``compound_holdout2`` (``questions_compound_holdout2.json``, 12) and ``zh-holdout2``
+(``questions_zh_holdout2.json``, 16): the same kinds as ``compound`` and ``zh-tuned``, written in session 3
+by someone who had not seen the rules or any eval result; never tuned on.
 
 Each question is one :class:`Question` (validated on load): the text, the expected tool call
 (``tool``/``args``/``args_contain``/``result``) and the key facts its answer must state
@@ -32,7 +35,9 @@ QUESTION_SETS = {"tuned": ("questions.json",), "holdout": ("questions_holdout.js
                  "all": ("questions.json", "questions_holdout.json"),
                  "zh-tuned": ("questions_zh.json",), "zh-holdout": ("questions_zh_holdout.json",),
                  "compound": ("questions_compound.json",), "compound_holdout": ("questions_compound_holdout.json",),
-                 "compound_all": ("questions_compound.json", "questions_compound_holdout.json")}
+                 "compound_all": ("questions_compound.json", "questions_compound_holdout.json"),
+                 "compound_holdout2": ("questions_compound_holdout2.json",),
+                 "zh-holdout2": ("questions_zh_holdout2.json",)}
 
 
 class Question(StrictModel):

@@ -90,7 +90,7 @@ class SubstringMemory:
                 continue
             if any(w in it.text.lower() for w in words):
                 record = MemoryRecord(id=f"m{i}", tenant=tenant, source_id=it.source_id or f"m{i}", kind=it.kind,
-                                      text=it.text, created_at=0.0)
+                                      text=it.text, created_at=0.0, metadata=dict(it.metadata))
                 out.append(MemoryHit(record=record, score=0.8, similarity=0.8, time_factor=1.0, part_index=0, shard=0))
         return out[:k]
 

@@ -21,11 +21,11 @@ from recallserve.serve.api.app import create_app
 from recallserve.serve.api.auth import Authenticator
 from recallserve.serve.engine import ChatMessage, GenerationParams
 from recallserve.serve.memory import (
-    CITES_KEY, DERIVED_KEY, MemoryHit, cited_sources, cites_of, derived_metadata, is_derived, sources_first,
+    CITES_KEY, DERIVED_KEY, MemoryHit, MemoryWrite, cited_sources, cites_of, derived_metadata, is_derived, sources_first,
 )
 from recallserve.serve.pipeline import ChatPipeline, PipelineSettings
 from recallserve.serve.turn import RecallConfig, question_parts, recall_memories
-from tests.unit.agent.conftest import ScriptedEngine, SubstringMemory, final, run_agent
+from tests.unit.agent.conftest import ScriptedEngine, SubstringMemory, call, final, run_agent
 
 KETTLE = ("Ticket T-1135 (Kettle 17 electric kettle, batch B-2315, opened 2025-06-30). Fault: Kettle 17 does not "
           "switch off when the water boils. Fix: Faulty steam sensor on the KT-17; replaced the kettle under warranty.")
@@ -79,8 +79,49 @@ def test_a_history_answer_quotes_the_record_it_rests_on() -> None:
     assert result.answer.startswith("Yes, it happened before; the kettle was replaced.\n\nRecord T-1135: Ticket T-1135")
     assert "steam sensor" in result.answer  # the failed part, in the record's words
     assert record_note("Where is order 104208?", [("ticket:T-1135", KETTLE)], "") == ""  # no history question
+    assert record_note("My kettle will not switch off. Did this happen before?", [("ticket:T-1135", KETTLE)], "")
     # a record naming none of the question's codes is not quoted (E99 is on no record)
     assert record_note("Has E99 happened before?", [("ticket:T-1135", KETTLE)], "") == ""
+
+
+def test_an_answer_to_a_search_quotes_the_record_it_found() -> None:
+    """The user asked to search: the answer gave the fix without the ticket's id; the search's best
+    source record is quoted (an earlier answer among the hits never is)."""
+    leak = "Ticket T-1080 (BrewMaster 3000). Fault: water leaks from the group head. Fix: replaced the group-head gasket."
+    hits = [("ticket:T-1080", leak)]
+    question = "Look in the knowledge base for reports of water leaking from the group head."
+    answer = "Other customers reported it; the gasket was replaced."
+    assert record_note(question, hits, answer) == ""  # not a history question, no search of the turn
+    assert record_note(question, hits, answer, searched=True) == f"Record T-1080: {leak}"
+    assert record_note(question, hits, leak, searched=True) == ""  # the answer already holds the record
+    # through the loop: the model searched, answered without the id; the derived hit is skipped
+    memory = SubstringMemory()
+    memory.items["t1"] = [MemoryWrite(text="Q: group head water leaking? A: never before.", source_id="exchange:e1",
+                                      metadata=derived_metadata([])), MemoryWrite(text=leak, source_id="ticket:T-1080")]
+    eng = ScriptedEngine([call("memory_search", query="water leaking group head"), final(answer)])
+    agent = Agent(eng, default_registry(), memory=memory, config=AgentConfig(max_steps=3, rule_first_call=False))
+    result = run_agent(agent, question)
+    assert result.answer == f"{answer}\n\nRecord T-1080: {leak}"
+
+
+def test_chinese_history_questions_get_the_record_and_the_listing_in_chinese(tmp_path: Path) -> None:
+    """A Chinese question about earlier cases: the record quote and the listing are rendered by code,
+    with Chinese labels, when the answer leaves the ids out (here: a model answering in English)."""
+    assert record_note("这个故障以前发生过吗？", [("ticket:T-1135", KETTLE)], "是的。") == f"记录 T-1135：{KETTLE}"
+    assert record_note("订单104208现在是什么状态？", [("ticket:T-1135", KETTLE)], "") == ""  # no history question
+    tickets = {"customer_id": "C-1001", "count": 2, "tickets": [{"ticket_id": "T-1042"}, {"ticket_id": "T-1142"}]}
+    listed = [("ticket_history", tickets, "C-1001: 2 tickets: T-1042; T-1142")]
+    assert list_note("客户C-1001以前报修过吗？", listed, "Yes, twice.") == "来自 ticket_history：C-1001: 2 tickets: T-1042; T-1142"
+    assert list_note("客户C-1001有几个工单？", listed, "两个：T-1042 和 T-1142。") == ""  # named every row
+    assert list_note("客户C-1001有几个工单？", listed, "有2个：T-1042 和 T-1142。") == ""
+    # a history question asks for earlier cases, not for a batch's orders
+    orders = {"batch": "B-2208", "count": 2, "orders": [{"order_id": "104200"}, {"order_id": "104201"}]}
+    assert list_note("这个故障以前发生过吗？", [("orders_by_batch", orders, "B-2208: 104200; 104201")], "是的。") == ""
+    assert list_note("客户C-1001有几个工单？", listed, "T-1042 和 T-1142，一共三个。") != ""  # a wrong count
+    engine = _ListingEngine("Yes, customer C-1001 contacted us before.", tool="ticket_history",
+                            args={"customer_id": "C-1001"})
+    answer = _ask(tmp_path, engine, "客户C-1001以前报修过吗？")
+    assert answer.startswith(engine.answer + "\n\n来自 ticket_history：") and "T-1042" in answer and "T-1142" in answer
 
 
 class _FailingMemory(SubstringMemory):
@@ -184,20 +225,19 @@ def test_each_part_keeps_its_own_memories_and_a_derived_one_only_beside_its_sour
 
 
 class _ListingEngine(ScriptedEngine):
-    """A model that follows the grammar: calls ``orders_by_batch`` for B-2208, then answers ``answer``."""
+    """A model that follows the grammar: calls ``tool`` (``orders_by_batch`` for B-2208), then answers ``answer``."""
 
-    def __init__(self, answer: str) -> None:
+    def __init__(self, answer: str, tool: str = "orders_by_batch", args: dict[str, str] | None = None) -> None:
         super().__init__([])
-        self.answer = answer
+        self.answer, self.tool, self.args = answer, tool, args or {"batch": "B-2208"}
 
     def _next(self, messages: Sequence[ChatMessage], params: GenerationParams) -> str:
         self.calls.append((list(messages), params))
         if params.json_schema is None:
             return "Hello."
-        if "Observation(orders_by_batch)" in messages[-1].content:
+        if f"Observation({self.tool})" in messages[-1].content:
             return final(self.answer)
-        return json.dumps({"thought": "look the batch up", "type": "tool_call", "name": "orders_by_batch",
-                           "args": {"batch": "B-2208"}})
+        return json.dumps({"thought": "look it up", "type": "tool_call", "name": self.tool, "args": self.args})
 
 
 def _ask(tmp_path: Path, engine: _ListingEngine, question: str, *, stream: bool = False) -> str:

@@ -391,15 +391,18 @@ def test_an_answer_stops_before_an_id_no_record_holds() -> None:
         return text, result
 
     streamed, result = asyncio.run(collect())
-    assert result.answer == "Yes: T-1071 had an air lock, fixed by priming."
-    assert "T-1072" not in streamed and streamed.startswith(result.answer)
+    kept = "Yes: T-1071 had an air lock, fixed by priming."
+    # the search's record is quoted after the kept answer (grounding.record_note)
+    quote = "Record T-1071: Ticket T-1071: pump error E12, air lock; primed the pump."
+    assert result.answer == f"{kept}\n\n{quote}"
+    assert "T-1072" not in streamed and streamed.startswith(kept) and streamed.endswith(quote)
     guard = [s for s in result.steps if s.kind == "guard"]
     assert len(guard) == 1 and guard[0].data["invented"] == "T-1072"
     # off switch: the answer is kept whole
     eng = ScriptedEngine([call("memory_search", query="pump error E12"), final(answer)])
     result = _run(Agent(eng, _registry(), memory=memory, config=AgentConfig(max_steps=3, check_ids=False)),
                   "Search the past tickets for pump problems")
-    assert result.answer == answer
+    assert result.answer == f"{answer}\n\n{quote}"
 
 
 def test_a_memory_search_is_offered_after_recall_only_when_the_user_asks_for_one() -> None:
