@@ -288,7 +288,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--questions", default="tuned", choices=sorted(QUESTION_SETS),
                    help="question set: tuned (developed against), holdout (written blind), all; compound, "
                    "compound_holdout (never tuned on), compound_all; zh-tuned, zh-holdout; compound_holdout2, "
-                   "zh-holdout2 (written blind in session 3, never tuned on)")
+                   "zh-holdout2, compound_holdout3, zh-holdout3 (written blind in session 3, never tuned on)")
     p.add_argument("--limit", type=int, default=0, help="only the first N questions (of each set)")
     p.add_argument("--only", type=question_numbers, default=[],
                    help="1-based question numbers within each set, comma-separated, ranges as a-b (3,5,26-40)")

@@ -13,6 +13,9 @@ where the world has the history.
 ``compound_holdout2`` (``questions_compound_holdout2.json``, 12) and ``zh-holdout2``
 (``questions_zh_holdout2.json``, 16): the same kinds as ``compound`` and ``zh-tuned``, written in session 3
 by someone who had not seen the rules or any eval result; never tuned on.
+``compound_holdout3`` (``questions_compound_holdout3.json``, 12) and ``zh-holdout3``
+(``questions_zh_holdout3.json``, 16): the same kinds again, written in session 3 (third set) by someone who had
+not seen the rules or any eval result; never tuned on.
 
 Each question is one :class:`Question` (validated on load): the text, the expected tool call
 (``tool``/``args``/``args_contain``/``result``) and the key facts its answer must state
@@ -37,7 +40,9 @@ QUESTION_SETS = {"tuned": ("questions.json",), "holdout": ("questions_holdout.js
                  "compound": ("questions_compound.json",), "compound_holdout": ("questions_compound_holdout.json",),
                  "compound_all": ("questions_compound.json", "questions_compound_holdout.json"),
                  "compound_holdout2": ("questions_compound_holdout2.json",),
-                 "zh-holdout2": ("questions_zh_holdout2.json",)}
+                 "zh-holdout2": ("questions_zh_holdout2.json",),
+                 "compound_holdout3": ("questions_compound_holdout3.json",),
+                 "zh-holdout3": ("questions_zh_holdout3.json",)}
 
 
 class Question(StrictModel):
