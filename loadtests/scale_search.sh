@@ -3,6 +3,7 @@
 # `recallserve up` on them and `recallserve bench search` at 1 and 16 clients.
 #   loadtests/scale_search.sh SCRATCH N [OUT_PREFIX]     e.g. loadtests/scale_search.sh /tmp/scale-100k 100000
 #   TENANTS=10000 loadtests/scale_search.sh SCRATCH 100   10,000 tenants of 100 each; the bench searches one of them
+#   SEEDED=1 ...  SCRATCH was seeded already (this script's seed step run on its own): start the cluster on it
 # How the vectors are loaded: `recallserve bench search-seed` embeds 2,000 base ticket texts with the profile's
 # embedder and writes N rows (a base vector plus Gaussian noise, sigma 0.2, re-normalised; the text of its base)
 # straight into the stopped cluster's shard folders, as the shard's own WAL and snapshot writer does.
@@ -15,12 +16,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scratch=$(realpath -m "$1"); n=$2; out=${3:-loadtests/results/scale-search-$n${TENANTS:+x$TENANTS}}
 export PORT=${PORT:-8741} WARM_S=${WARM_S:-30}
+if [ -z "${SEEDED:-}" ]; then
 rm -rf "$scratch"; mkdir -p "$scratch"
 PROFILE_ONLY=1 loadtests/bench_search_cluster.sh "$scratch"
 t0=$(date +%s.%N)
 python -m recallserve.deployments.cli bench search-seed --config "$scratch/profile.yaml" --memories "$n" --tag scale \
   --tenants "${TENANTS:-1}"
 echo "seeded $n x ${TENANTS:-1} in $(python -c "print(round($(date +%s.%N) - $t0, 1))") s"
+fi
 du -sh "$scratch/memory"
 # NOTE: resident memory of the shard replicas, sampled every 2 s while the bench runs (the largest sum).
 python - "$scratch/rss.json" <<'PY' &

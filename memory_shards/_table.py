@@ -62,8 +62,10 @@ class RowTable:
         }
         self.slots: list[_Slot | None] = []
         self.by_id: dict[str, int] = {}
+        # NOTE: (tenant key, source key) -> the one live record with that source id in that tenant (an
+        # upsert replaces the previous one). The only source index: a lookup never walks other tenants'
+        # records of the same source id (a write of many small tenants cost rows x tenants before).
         self.by_tenant_source: dict[tuple[int, int], str] = {}
-        self.by_source: dict[int, set[str]] = {}
 
     # ---- growth -------------------------------------------------------------------------
     def _reserve(self, extra: int) -> None:
@@ -102,7 +104,6 @@ class RowTable:
         self.by_id[record.id] = len(self.slots)
         self.slots.append(_Slot(record, start, rows))
         self.by_tenant_source[(record.tenant_key, record.source_key)] = record.id
-        self.by_source.setdefault(record.source_key, set()).add(record.id)
         self.n = end
         self.live_rows += rows
         return range(start, end)
@@ -122,11 +123,6 @@ class RowTable:
         key = (rec.tenant_key, rec.source_key)
         if self.by_tenant_source.get(key) == rec.id:
             del self.by_tenant_source[key]
-        ids = self.by_source.get(rec.source_key)
-        if ids is not None:
-            ids.discard(rec.id)
-            if not ids:
-                del self.by_source[rec.source_key]
         return rec
 
     def touch(self, record_id: str, at: float) -> bool:

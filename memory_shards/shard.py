@@ -10,7 +10,9 @@ Search scores every visible row with ``recallserve.kernels.fused_topk``::
     days(r)       = max(0, now - last_access[r]) / 86400
 
 then keeps the best row per source id and the top k. Up to ``exact_max_rows`` live rows the scan
-is exact; above, an IVF index proposes candidates and the same kernel re-scores them. The index
+is exact; above, an IVF index proposes candidates and the same kernel re-scores them. A tenant with
+at most ``max(ivf_candidates, k)`` visible rows is scored over those rows only, exactly, whatever
+the shard's size (many small tenants on one shard: :meth:`MemoryShard._candidate_rows`). The index
 trains in a background thread (first build, and again when the live rows double); until it is
 ready the exact scan serves. The kernel's columns live on ``ShardConfig.device`` (CUDA: Triton
 kernel, faiss-gpu index when installed; CPU: torch reference, CPU FAISS).
@@ -417,9 +419,11 @@ class MemoryShard:
 
     def list_by_source(self, tenant: str, source_id: str) -> list[MemoryRecord]:
         """Records with this source id that ``tenant`` may see."""
+        key = source_key(source_id)
         with self._lock:
-            ids = self._table.by_source.get(source_key(source_id), set())
-            recs = [self._table.get(i) for i in ids]
+            # NOTE: two lookups (the tenant's own record, the shared one), whatever other tenants hold.
+            ids = {self._table.by_tenant_source.get((k, key)) for k in (tenant_key(tenant), tenant_key(SHARED_TENANT_NAME))}
+            recs = [self._table.get(i) for i in ids if i is not None]
             return sorted(
                 (r for r in recs if r is not None and r.source_id == source_id and r.tenant in (tenant, SHARED_TENANT_NAME)),
                 key=lambda r: (r.created_at, r.id),
@@ -568,26 +572,50 @@ class MemoryShard:
 
     def _search_rows(self, q, qt, k, params, filters, now, exact):
         t = self._table
-        n = t.n
         valid = self._filter_mask(filters, qt)
-        rows = None
-        ivf = self._ivf.current(t) if self._use_ivf(exact) and n > 0 else None
-        if ivf is not None:
-            ivf.add(t.vectors[:n], ivf.ntotal)
-            live = valid & (t.col("expires") > now)
-            tenant_col = t.col("tenant")
-            per_query = max(self.config.ivf_candidates, k)
-            parts = []
-            for key in np.unique(qt):
-                sel = qt == key
-                visible = live & ((tenant_col == key) | (tenant_col == 0))
-                parts.append(ivf.candidates(q[sel], visible, per_query))
-            rows = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+        rows = self._candidate_rows(q, qt, k, valid, now, exact) if t.n > 0 else None
         res = fused_scan(
             q, qt, t.kernel_columns(), now, k, params, backend=self.config.backend, rows=rows,
             valid=None if filters is None else valid,
         )
         return rows, res
+
+    def _candidate_rows(
+        self, q: np.ndarray, qt: np.ndarray, k: int, valid: np.ndarray, now: float, exact: bool | None
+    ) -> np.ndarray | None:
+        """The rows the kernel scores for these queries: None for every row (the exact scan).
+
+        Per query tenant, ``visible`` = its own and shared live rows passing the filters. When a
+        tenant has at most ``per_query = max(ivf_candidates, k)`` visible rows, those rows *are*
+        its candidates: as many as IVF would propose, and exact. So a small tenant on a shard of
+        many tenants costs O(its rows x D) in the kernel instead of O(shard rows x D), at any shard
+        size (one O(shard rows) mask per tenant stays, ~D times cheaper than the scan). A larger
+        tenant gets IVF candidates above ``exact_max_rows`` live rows (once trained), and the
+        exact scan of every row below it. ``exact=False`` (forced IVF) takes no shortcut.
+        """
+        t = self._table
+        per_query = max(self.config.ivf_candidates, k)
+        live = valid & (t.col("expires") > now)
+        tenant_col = t.col("tenant")
+        use_ivf = self._use_ivf(exact)
+        ivf = None
+        parts: list[np.ndarray] = []
+        for key in np.unique(qt):
+            visible = live & ((tenant_col == key) | (tenant_col == 0))
+            if exact is not False:
+                few = np.flatnonzero(visible)
+                if few.size <= per_query:
+                    parts.append(few)
+                    continue
+            if not use_ivf:
+                return None
+            if ivf is None:
+                ivf = self._ivf.current(t)
+                if ivf is None:  # the first index is training: exact scan meanwhile
+                    return None
+                ivf.add(t.vectors[: t.n], ivf.ntotal)
+            parts.append(ivf.candidates(q[qt == key], visible, per_query))
+        return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
     # ---- IVF index, trained in the background -------------------------------------------
     def wait_index(self, timeout: float | None = None) -> bool:

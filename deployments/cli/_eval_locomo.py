@@ -55,6 +55,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=V1,V2",
                    help="a retrieval knob (a field of RetrievalParams, e.g. date_weight=0,1) to compare: every value is "
                         "crossed with every --fusion setting and leave-one-conversation-out picks among them (repeatable)")
+    p.add_argument("--decompose", action="store_true",
+                   help="search each question with the router model's sub-queries besides it (cpu-local's llama.cpp model "
+                        "writes at most 3; their lists are fused with the question's; deployments/cli/_decompose.py): the "
+                        "measurement of query decomposition, which the product does not ship (no gain by leave-one-out)")
+    p.add_argument("--decompose-weights", default="0,1", metavar="W1,W2",
+                   help="with --decompose, RRF weights of the sub-queries' lists, crossed with the other settings and "
+                        "picked leave-one-conversation-out (default: 0,1; 0 = the same run without them)")
+    p.add_argument("--decompose-cache", default=None, metavar="FILE",
+                   help="JSON file of decompositions read first and filled on a miss, so repeated runs do not re-run the "
+                        "model (default: ~/.cache/recallserve/locomo-decompose.json; "
+                        "python -m loadtests.locomo_decompose_cost fills it ahead)")
+    p.add_argument("--decompose-categories", default="1,2,3,4", metavar="C1,C2",
+                   help="with --decompose, the LoCoMo categories whose questions are decomposed (default: all four; "
+                        "1 = multi-hop only, the others searched as without it)")
+    p.add_argument("--decompose-threads", type=int, default=2, help="llama.cpp threads of the router model (default: 2)")
     p.add_argument("--durable", action="store_true",
                    help="write the shards to a temporary folder with WAL fsync (default: in memory; same ranking)")
     p.set_defaults(func=run)
@@ -131,6 +146,21 @@ def _settings(fusion: list[tuple[float, float, float]] | None,
     return out
 
 
+def _with_decompose_weights(settings: list[tuple[str, dict[str, float]]], text: str) -> list[tuple[str, dict[str, float]]]:
+    """``settings`` crossed with the sub-queries' weights (``--decompose-weights``), each under the key ``sub_query_weight``."""
+    try:
+        weights = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--decompose-weights: expected comma-separated weights, got {text!r}") from None
+    if not weights or any(not 0 <= w <= 100 for w in weights):
+        raise UserError(f"--decompose-weights: weights must be in 0..100, got {text!r}")
+    return [(f"{name},sub_query_weight={w:g}", {**update, SUB_QUERY_WEIGHT: w}) for name, update in settings for w in weights]
+
+
+SUB_QUERY_WEIGHT = "sub_query_weight"
+"""NOTE: the key of a setting's sub-query weight: an argument of the search, not a RetrievalParams field."""
+
+
 def leave_one_out(per_conv: dict[str, dict[str, dict[str, dict[str, float]]]], metric: str = "recall@10") -> dict[str, Any]:
     """Leave-one-conversation-out selection among fusion settings.
 
@@ -186,14 +216,72 @@ def run(args: argparse.Namespace) -> int:
         if not picked or picked[0] < 0 or picked[-1] >= len(conversations):
             raise UserError(f"--only: indexes must be in 0..{len(conversations) - 1}, got {args.only!r}")
         conversations = [conversations[i] for i in picked]
-    compare = fusion is not None or bool(sets)
-    doc = asyncio.run(_compare(args, conversations, ks, _settings(fusion, sets)) if compare
+    settings = _settings(fusion, sets)
+    if args.decompose:
+        settings = _with_decompose_weights(settings, args.decompose_weights)
+    compare = fusion is not None or bool(sets) or args.decompose
+    doc = asyncio.run(_compare(args, conversations, ks, settings) if compare
                       else _evaluate(args, conversations, ks))
     if args.json or compare:
         print(json.dumps(doc, indent=2))
     else:
         _print_table(doc, ks)
     return 0
+
+
+def _decomposer(args: argparse.Namespace) -> Any:
+    """The cached router-model decomposer of ``--decompose`` (the model loads on the first miss), or None."""
+    if not args.decompose:
+        return None
+    from recallserve.deployments.cli._decompose import CachedDecomposer, DecompositionCache, QueryDecomposer
+    from recallserve.deployments.models import DEFAULT_MODEL
+    from recallserve.serve import envs
+
+    path = args.decompose_cache or str(envs.recallserve_home() / "locomo-decompose.json")
+    try:
+        cache = DecompositionCache(path)
+    except ValueError as exc:
+        raise UserError(f"--decompose-cache: {exc}") from None
+
+    def load() -> QueryDecomposer:
+        from recallserve.deployments.engines import LlamaCppConfig, build_engine
+
+        # NOTE: cpu-local's router is the reasoner's model (router: shared_with: reasoner), the default model.
+        return QueryDecomposer(build_engine(LlamaCppConfig(model=DEFAULT_MODEL, n_ctx=1024, n_threads=args.decompose_threads)))
+
+    return CachedDecomposer(cache, DEFAULT_MODEL, load)
+
+
+def _decomposed_questions(args: argparse.Namespace, conversations: list[Any]) -> set[str]:
+    """The questions ``--decompose`` decomposes: those of ``--decompose-categories`` (none without --decompose)."""
+    if not args.decompose:
+        return set()
+    try:
+        cats = {int(x) for x in args.decompose_categories.split(",") if x.strip()}
+    except ValueError:
+        raise UserError(f"--decompose-categories: expected comma-separated categories 1-4, got {args.decompose_categories!r}") from None
+    if not cats or not cats <= {1, 2, 3, 4}:
+        raise UserError(f"--decompose-categories: expected comma-separated categories 1-4, got {args.decompose_categories!r}")
+    return {q.question for c in conversations for q in c.questions if q.category in cats}
+
+
+def _decompose_cost(decomposer: Any, questions: list[str]) -> dict[str, Any] | None:
+    """The router model's time per question (from the cache: the run that wrote each entry) and the sub-query counts."""
+    if decomposer is None:
+        return None
+    import numpy as np
+
+    got = [decomposer.cache.get(decomposer.model, q) for q in questions]
+    got = [d for d in got if d is not None]
+    if not got:
+        return None
+    ms = [d.model_ms for d in got]
+    return {"model": decomposer.model, "questions": len(got), "cache": str(decomposer.cache.path),
+            "model_ms_p50": round(float(np.percentile(ms, 50)), 1), "model_ms_p95": round(float(np.percentile(ms, 95)), 1),
+            "model_ms_mean": round(float(np.mean(ms)), 1),
+            "sub_queries_mean": round(float(np.mean([len(d.queries) for d in got])), 2),
+            "without_sub_queries": sum(1 for d in got if not d.queries),
+            "model_calls_this_run": decomposer.misses}
 
 
 def _filtered(conversations: list[Any], mode: str) -> list[Any]:
@@ -316,7 +404,7 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
     from recallserve.memory_shards.embedders import build_embedder
     from recallserve.serve import envs
     from recallserve.memory_shards.retrieval import RetrievalParams, local_hybrid_coordinator
-    from recallserve.memory_shards.retrieval.locomo import IndexOptions, evaluate_locomo
+    from recallserve.memory_shards.retrieval.locomo import CATEGORIES, IndexOptions, evaluate_locomo
     from recallserve.memory_shards.retrieval.when import query_time_window
     from recallserve.serve.memory_api import MemoryService, SearchRequest
 
@@ -325,28 +413,36 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
     cache: dict[str, np.ndarray] = {}
 
     async def embed(texts: list[str]):
-        # NOTE: every setting asks the same questions; a question is embedded once.
-        if len(texts) == 1 and texts[0] in cache:
-            return cache[texts[0]][None, :]
+        # NOTE: every setting asks the same questions (and sub-queries); a query is embedded once. A batch
+        # of many texts is a write (the turns), embedded as is.
+        if len(texts) <= 8 and all(t in cache for t in texts):
+            return np.stack([cache[t] for t in texts])
         out = await asyncio.to_thread(emb.embed, texts)
-        if len(texts) == 1:
-            cache[texts[0]] = out[0]
+        if len(texts) <= 8:
+            cache.update(zip(texts, out))
         return out
 
     k_max = max(ks)
     base = RetrievalParams()
+    decomposer = _decomposer(args)
     service = MemoryService(coord, embed, top_k=min(k_max, 200), threshold=-1.0)
     names = [n for n, _ in settings]
     latencies: dict[str, list[float]] = {n: [] for n in names}
     dated: dict[str, list[float]] = {n: [] for n in names}
     current = names[0]
+    sub_query_weight = 0.0
     conversations = _filtered(conversations, args.write_filter)
     asked_at = _asked_at(conversations)
+    decomposed = _decomposed_questions(args, conversations)
 
     async def search(tenant: str, question: str, k: int) -> list[str]:
         req = SearchRequest(query=question, k=k, threshold=-1.0, decay={"decay": "none"})
+        # NOTE: the decomposition is read before the timer (cache or model, done before any setting
+        # is timed); the search time is that of the shard calls and fusion of the question and its sub-queries.
+        subs = (await decomposer(question)).queries if question in decomposed else []
         t0 = time.perf_counter()
-        hits = await service.search_request(tenant, req, now=asked_at[tenant])
+        hits = await service.search_request(tenant, req, now=asked_at[tenant], sub_queries=subs,
+                                            sub_query_weight=sub_query_weight)
         latencies[current].append(time.perf_counter() - t0)
         if query_time_window(question, asked_at[tenant]) is not None:
             dated[current].append(latencies[current][-1])
@@ -361,12 +457,19 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
         per_conv[conv.sample_id] = {}
         # NOTE: the questions are embedded before any setting is timed, so every setting's
         # latency is the same path (shard calls and fusion) without the query embedding.
-        questions = sorted({q.question for q in conv.questions} - set(cache))
+        questions = {q.question for q in conv.questions if q.category in CATEGORIES}
+        if decomposer is not None:
+            # NOTE: decomposed (model or cache) before any setting is timed; the sub-queries are embedded with the questions.
+            for q in sorted(questions & decomposed):
+                questions |= set((await decomposer(q)).queries)
+        questions = sorted(questions - set(cache))
         for start in range(0, len(questions), 256):
             vecs = await asyncio.to_thread(emb.embed, questions[start : start + 256])
             cache.update(zip(questions[start : start + 256], vecs))
         for i, (name, update) in enumerate(settings):
             current = name
+            update = dict(update)
+            sub_query_weight = update.pop(SUB_QUERY_WEIGHT, 0.0)
             service.retriever.params = base.model_copy(update={
                 **update, "lexical_min_ratio": 0.0,
                 "dense_candidates": max(base.dense_candidates, k_max),
@@ -388,6 +491,7 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
                          "dated_search_p50_ms": round(float(np.percentile(dated[n], 50)) * 1000, 1) if dated[n] else None,
                          "dated_search_p95_ms": round(float(np.percentile(dated[n], 95)) * 1000, 1) if dated[n] else None,
                          "query_embedding_timed": False} for n, u in settings},
+        "decompose": _decompose_cost(decomposer, sorted(decomposed)),
         "per_conversation": per_conv,
     }
     if len(per_conv) > 1 and len(names) > 1:

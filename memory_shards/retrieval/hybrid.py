@@ -75,11 +75,15 @@ __all__ = [
     "HybridRetriever",
     "HybridShardClient",
     "LocalHybridShardClient",
+    "MAX_SUB_QUERIES",
     "QueryRewriter",
     "RetrievalParams",
     "RewrittenQuery",
     "local_hybrid_coordinator",
 ]
+
+MAX_SUB_QUERIES = 5
+"""NOTE: the most sub-queries one search asks (each is one more shard call per shard)."""
 
 AsyncEmbed = Callable[[list[str]], Awaitable[np.ndarray]]
 """Embeds texts -> [n, D] unit-norm float32 (in-process thread, or the embedder deployment)."""
@@ -270,16 +274,28 @@ class HybridRetriever:
         now: float | None = None,
         params: RetrievalParams | None = None,
         touch: bool = True,
+        sub_queries: Sequence[str] = (),
+        sub_query_weight: float = 1.0,
     ) -> list[HybridHit]:
         """The fused top-``k`` of ``tenant``'s (and shared) memories for ``query``.
 
         ``now`` is also the time the query's time expressions are read against ("last week").
+        ``sub_queries`` (at most :data:`MAX_SUB_QUERIES`; ``recallserve eval locomo --decompose`` passes the
+        router model's decomposition of ``query``): each is embedded with the query (one embed call) and
+        asked of the shards concurrently with it, and its dense + BM25 lists join the fusion::
+
+            score(d) += sub_query_weight * (w_dense / (c + rank_dense_sub(d)) + w_lex / (c + rank_lex_sub(d)))
+
+        No product search passes any: leave-one-out found no gain (loadtests/results/locomo-decompose.md).
         """
         p = params or self.params
         decay = decay or ScoreParams()
         now = time.time() if now is None else float(now)
         rq = self.rewriter(query) if self.rewriter is not None else RewrittenQuery(query, query)
-        qvec = np.asarray(await self.embed([rq.dense]), dtype=np.float32)[0]
+        subs = [self.rewriter(q) if self.rewriter is not None else RewrittenQuery(q, q)
+                for q in list(sub_queries)[:MAX_SUB_QUERIES] if q.strip()] if sub_query_weight > 0 else []
+        vecs = np.asarray(await self.embed([rq.dense, *(s.dense for s in subs)]), dtype=np.float32)
+        qvec = vecs[0]
         dense_k = max(k, p.dense_candidates)
         lex_k = max(k, p.lexical_candidates) if p.lexical_candidates > 0 else 0
         ask = partial(self._candidates, tenant, qvec, dense_k, lex_k, decay, now)
@@ -289,12 +305,16 @@ class HybridRetriever:
         named = self._name_filters(query, filters, p)
         main, *extra = await asyncio.gather(ask(rq.lexical, filters),
                                             *([ask(rq.lexical, window)] if window is not None else []),
-                                            *(ask(rq.lexical, f) for f in named))
+                                            *(ask(rq.lexical, f) for f in named),
+                                            *(self._candidates(tenant, v, dense_k, lex_k, decay, now, s.lexical, filters)
+                                              for s, v in zip(subs, vecs[1:])))
+        sub_lists = [extra.pop() for _ in subs][::-1]
         dense, lexical = main[0][:dense_k], main[1][:lex_k]
         lists = [(dense, lexical, 1.0)]
         if window is not None:
             lists.append((*extra.pop(0), p.date_weight))
         lists += [(d, lx, p.name_weight) for d, lx in extra]
+        lists += [(d, lx, sub_query_weight) for d, lx in sub_lists]
         if p.name_boost > 0:
             lists.append((*_named(*main, query, p.name_key), p.name_boost))
         if p.hop_hits > 0 and p.hop_weight > 0 and lex_k > 0:

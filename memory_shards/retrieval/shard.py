@@ -95,16 +95,25 @@ class HybridShard:
         A record replaces the same tenant's record with the same source id inside the shard;
         the replaced record is dropped from the lexical index too.
         """
-        replaced: list[str] = []
+        replaced: set[str] = set()
+        # NOTE: (tenant, source id) -> the batch's latest record: a later record of the batch replaces
+        # an earlier one as the shard's table does, so the earlier text leaves the BM25 index too.
+        latest: dict[tuple[str, str], str] = {}
         for item in items:
             rec = item.record
-            for old in self.shard.list_by_source(rec.tenant, rec.source_id):
-                if old.tenant == rec.tenant and old.id != rec.id:
-                    replaced.append(old.id)
+            key = (rec.tenant, rec.source_id)
+            before = latest.get(key)
+            if before is None:
+                replaced.update(old.id for old in self.shard.list_by_source(rec.tenant, rec.source_id)
+                                if old.tenant == rec.tenant and old.id != rec.id)
+            elif before != rec.id:
+                replaced.add(before)
+            latest[key] = rec.id
         ids = self.shard.upsert(items)
         for record_id in replaced:
             self.lexical.remove(record_id)
-        self.lexical.add_many((it.record.tenant, it.record.id, lexical_text(it.record)) for it in items)
+        kept = set(latest.values())
+        self.lexical.add_many((it.record.tenant, it.record.id, lexical_text(it.record)) for it in items if it.record.id in kept)
         return ids
 
     def delete(self, tenant: str, ids: Sequence[str]) -> list[str]:

@@ -309,23 +309,28 @@ class MemoryService:
         return [r for r in recs if r.tenant in (tenant, SHARED_TENANT_NAME)]
 
     async def search_request(self, tenant: str, req: SearchRequest, now: float | None = None,
-                             caller: str = "api") -> list[HybridHit]:
+                             caller: str = "api", sub_queries: Sequence[str] = (),
+                             sub_query_weight: float = 1.0) -> list[HybridHit]:
         """Run an API search for ``tenant`` (timed into ``recallserve_memory_search_seconds``).
+
+        ``sub_queries`` are searched besides the query and fused with ``sub_query_weight``
+        (``HybridRetriever.search``; the eval of query decomposition, never an HTTP request).
 
         Raises:
             MemoryOverloaded: an ``api`` search the replica did not admit (``admission``).
         """
         if self.admission is None or caller != "api":
             with MEMORY_SEARCH.labels(caller).time():
-                return await self._search_request(tenant, req, now)
+                return await self._search_request(tenant, req, now, sub_queries, sub_query_weight)
         try:
             async with self.admission.slot(tenant):
                 with MEMORY_SEARCH.labels(caller).time():
-                    return await self._search_request(tenant, req, now)
+                    return await self._search_request(tenant, req, now, sub_queries, sub_query_weight)
         except AdmissionRefused as exc:
             raise MemoryOverloaded(exc) from None
 
-    async def _search_request(self, tenant: str, req: SearchRequest, now: float | None) -> list[HybridHit]:
+    async def _search_request(self, tenant: str, req: SearchRequest, now: float | None, sub_queries: Sequence[str] = (),
+                              sub_query_weight: float = 1.0) -> list[HybridHit]:
         req.check_query()
         d = req.decay
         params = ScoreParams(
@@ -335,7 +340,8 @@ class MemoryService:
         retrieval = self.retriever.params if req.hybrid else self.retriever.params.model_copy(update={"lexical_candidates": 0})
         with _shards_up():
             hits = await self.retriever.search(tenant, req.query, req.k or self.top_k, params,
-                                               _filters(req.filters, self.pii_for(tenant)), now, retrieval)
+                                               _filters(req.filters, self.pii_for(tenant)), now, retrieval,
+                                               sub_queries=sub_queries, sub_query_weight=sub_query_weight)
         # NOTE: derived memories (written-back conclusions) rank below every source record.
         return sources_first([h for h in hits if h.record.tenant in (tenant, SHARED_TENANT_NAME)])
 

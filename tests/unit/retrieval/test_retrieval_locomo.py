@@ -145,3 +145,34 @@ def test_eval_cli_set_crosses_knobs_and_picks_leave_one_out(capsys: pytest.Captu
     for bad in (["--set", "no_such_knob=1"], ["--set", "date_weight=-1"], ["--set", "date_weight"]):
         assert main(["eval", "locomo", str(TINY), *bad]) == 2
         assert "--set" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_eval_cli_decompose_reads_the_cache_and_weight_zero_is_the_plain_run(tmp_path: Path,
+                                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """``--decompose`` searches every question with its sub-queries; a filled cache runs no model."""
+    from recallserve.deployments.cli._decompose import Decomposition, DecompositionCache
+    from recallserve.deployments.models import DEFAULT_MODEL
+
+    cache = DecompositionCache(tmp_path / "d.json")
+    for conv in load_locomo(TINY):
+        for q in conv.questions:
+            cache.put(DEFAULT_MODEL, q.question, Decomposition(["my kitten", "my hobby"], 500.0, 6))
+    assert main(["eval", "locomo", str(TINY), "--k", "1,10", "--fusion", "20/1/1.5"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["decompose"] is None
+    argv = ["eval", "locomo", str(TINY), "--k", "1,10", "--decompose", "--decompose-cache", str(tmp_path / "d.json")]
+    assert main([*argv, "--decompose-weights", "0,1"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["decompose"] == {"model": DEFAULT_MODEL, "questions": 6, "cache": str(tmp_path / "d.json"),
+                                "model_ms_p50": 500.0, "model_ms_p95": 500.0, "model_ms_mean": 500.0,
+                                "sub_queries_mean": 2.0, "without_sub_queries": 0, "model_calls_this_run": 0}
+    (name,) = plain["settings"]
+    assert list(doc["settings"]) == [f"{name},sub_query_weight=0", f"{name},sub_query_weight=1"]
+    assert all(f["chosen"] in doc["settings"] for f in doc["leave_one_out"]["folds"])
+    for conv, rows in doc["per_conversation"].items():
+        # weight 0 ignores the sub-queries: the plain run's figures, to the digit
+        assert rows[f"{name},sub_query_weight=0"] == plain["per_conversation"][conv][name]
+    for bad in (["--decompose-categories", "1,7"], ["--decompose-weights", "-1"], ["--decompose-weights", "a"]):
+        assert main([*argv, *bad]) == 2
+        assert bad[0] in capsys.readouterr().err
