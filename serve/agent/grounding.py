@@ -252,13 +252,14 @@ def list_note(question: str, listings: Sequence[tuple[str, Any, str]], answer: s
 
     * the question asks for a list (:data:`LIST_PATTERN`), or about earlier cases
       (:data:`HISTORY_PATTERN`) and the listing is one of cases (:data:`CASE_LISTS`: the earlier
-      cases are what it asks for), and the answer does not name all its rows (a row is named when one of its ids, :func:`_row_keys`, stands in the answer as a
-      whole word), or
+      cases are what it asks for), and the answer does not name all its rows (a row is named when
+      one of its ids, :func:`_row_keys`, stands in the answer as a whole word), or
     * the question asks how many (:data:`COUNT_PATTERN`) and the answer does not state the
       listing's count (digits, or the word for 0-12),
 
     up to :data:`LIST_NOTE_CHARS` characters cut at an item ("; ", with how many items it left out),
-    as "来自 <tool>：<text>" for a Chinese question. An answer that names every row and states the count gets nothing.
+    as "来自 <tool>：<text>" for a Chinese question. An answer that names every row and states the
+    count gets nothing.
 
     Why code: a filter, count or list the question asks for is applied by the tool (its
     parameters) and rendered by code, not left to the model's reading of a long list: a small
