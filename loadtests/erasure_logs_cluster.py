@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from loadtests.ingest_cluster import _CLI, _ROOT, _write_profile
+from loadtests.ingest_cluster import running_up
 from recallserve.client import RecallServe
 
 KEY = "sk-local"
@@ -56,19 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     scratch = args.scratch.resolve()
-    scratch.mkdir(parents=True, exist_ok=True)
-    log = scratch / "up.log"
-    profile = _write_profile(scratch, args.port, {})
-    up = subprocess.Popen([sys.executable, *_CLI, "up", "--config", str(profile)], cwd=_ROOT,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    try:
-        started = time.monotonic()
-        while "ready in" not in log.read_text():
-            if up.poll() is not None or time.monotonic() - started > args.start_timeout_s:
-                print(log.read_text()[-3000:], file=sys.stderr)
-                raise SystemExit(f"recallserve up did not get ready (exit status {up.poll()})")
-            time.sleep(2)
-        print(f"cluster ready after {time.monotonic() - started:.0f} s", flush=True)
+    with running_up(scratch, args.port, {}, args.start_timeout_s):
         with RecallServe(f"http://127.0.0.1:{args.port}", KEY, timeout=300) as rs:
             for user in ("zqray-ann", "zqray-bob"):
                 _plant(rs, user)
@@ -81,13 +67,6 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(1)
             done_s = time.monotonic() - t0
             export = json.dumps(rs.users.export("zqray-ann"))
-    finally:
-        up.send_signal(signal.SIGTERM)
-        try:
-            up.wait(60)
-        except subprocess.TimeoutExpired:
-            up.kill()
-            up.wait()
     found = {needle: _holding(scratch, needle.encode()) for needle in
              ("zqray-ann", "zqray-bob", "zqray-bob-memo", "zqray-bob-chat")}
     ray_logs = [f for f in found["zqray-bob"] if f.startswith("ray/")]

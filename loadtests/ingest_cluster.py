@@ -26,6 +26,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,37 @@ def _cli(*argv: str, log: Path | None = None) -> subprocess.CompletedProcess[str
                           stdout=subprocess.PIPE if log is None else log.open("a"), stderr=subprocess.STDOUT)
 
 
+@contextmanager
+def running_up(scratch: Path, port: int, embedder: dict[str, Any], start_timeout_s: float) -> Iterator[Path]:
+    """``recallserve up`` on ``scratch``'s profile (:func:`_write_profile`) until the block ends; yields the profile.
+
+    Waits for the log's "ready in" line (at most ``start_timeout_s``; an ``up`` that exits or does not get ready
+    ends the run with its log's tail), then stops the cluster on the way out: SIGTERM to its PID, SIGKILL after 60 s.
+    """
+    scratch.mkdir(parents=True, exist_ok=True)
+    log = scratch / "up.log"
+    profile = _write_profile(scratch, port, embedder)
+    # NOTE: unbuffered, so the log holds the last words of an `up` that dies.
+    up = subprocess.Popen([sys.executable, *_CLI, "up", "--config", str(profile)], cwd=_ROOT,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        started = time.monotonic()
+        while "ready in" not in log.read_text():
+            if up.poll() is not None or time.monotonic() - started > start_timeout_s:
+                print(log.read_text()[-3000:], file=sys.stderr)
+                raise SystemExit(f"recallserve up did not get ready (exit status {up.poll()})")
+            time.sleep(2)
+        print(f"cluster ready after {time.monotonic() - started:.0f} s", flush=True)
+        yield profile
+    finally:
+        up.send_signal(signal.SIGTERM)
+        try:
+            up.wait(60)
+        except subprocess.TimeoutExpired:
+            up.kill()
+            up.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Start, measure every setting, stop; see the module docstring."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -107,22 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     # NOTE: a SIGTERM (e.g. from `timeout`) becomes SystemExit, so the cluster is still stopped below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     scratch = args.scratch.resolve()
-    scratch.mkdir(parents=True, exist_ok=True)
-    log = scratch / "up.log"
-    profile = _write_profile(scratch, args.port, settings[0][1])
-    # NOTE: unbuffered, so the log holds the last words of an `up` that dies.
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    up = subprocess.Popen([sys.executable, *_CLI, "up", "--config", str(profile)], cwd=_ROOT, env=env,
-                          stdout=log.open("w"), stderr=subprocess.STDOUT)
     reports: list[tuple[str, dict[str, Any]]] = []
-    try:
-        started = time.monotonic()
-        while "ready in" not in log.read_text():
-            if up.poll() is not None or time.monotonic() - started > args.start_timeout_s:
-                print(log.read_text()[-3000:], file=sys.stderr)
-                raise SystemExit(f"recallserve up did not get ready (exit status {up.poll()})")
-            time.sleep(2)
-        print(f"cluster ready after {time.monotonic() - started:.0f} s", flush=True)
+    with running_up(scratch, args.port, settings[0][1], args.start_timeout_s) as profile:
         for i, (label, overrides) in enumerate(settings):
             if i:
                 _write_profile(scratch, args.port, overrides)
@@ -140,13 +159,6 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"bench ingest {label} failed")
             reports.append((label, {**json.loads(out.read_text()), "embedder_overrides": overrides}))
             _write_reports(args.out, argv, reports)  # NOTE: after each setting, so a cut-off run keeps what it measured
-    finally:
-        up.send_signal(signal.SIGTERM)
-        try:
-            up.wait(60)
-        except subprocess.TimeoutExpired:
-            up.kill()
-            up.wait()
     return 0
 
 
