@@ -326,5 +326,6 @@ def test_a_generated_id_is_the_id_the_memory_tier_and_the_turn_list_show(rig: Ri
     r = _chat(rig, "s-ids")
     assert r.status_code == 200, r.text
     request_id = r.headers["x-request-id"]
-    listed = rig.client.get("/v1/turns", params={"session_id": "s-ids"}, headers=headers(A)).json()["data"]
+    # NOTE: the turn's trace is stored after the answer (in the background): polled, bounded.
+    listed = _until(lambda: rig.client.get("/v1/turns", params={"session_id": "s-ids"}, headers=headers(A)).json()["data"])
     assert [t["id"] for t in listed] == [request_id], listed
