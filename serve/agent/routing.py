@@ -47,6 +47,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from recallserve.kernels import StrictModel
+from recallserve.serve.agent.dates import iso_dates
 from recallserve.serve.agent.hints import RoutingHint, ci_pattern
 from recallserve.serve.agent.tools import Tool
 from recallserve.serve.language import language_of
@@ -126,8 +127,12 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
 
     The rules' own replies (a refused scope, a malformed id, "who are you") are written in Chinese
     when the question is (:func:`~recallserve.serve.language.language_of`), else in English.
+
+    Dates written in words or in Chinese are read as ISO dates first (:func:`~recallserve.serve.agent.dates.iso_dates`):
+    a date-taking tool binds them and their digits are no numbers for the calculator.
     """
     zh = language_of(text) == "zh"
+    text = iso_dates(text)
     scores: dict[str, int] = {}
     outside: dict[str, Tool] = {}
     for tool in list(allowed.values()) + [t for t in every_tool if t.name not in allowed]:

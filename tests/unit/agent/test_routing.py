@@ -448,3 +448,31 @@ def test_a_question_about_the_assistant_gets_the_tool_sets_own_answer(question: 
     if about_me:  # the tenant's own tools, not the server's
         assert d.reply == ("I'm this company's customer-service assistant. I can help you with: calculator and current "
                            "time. What can I do for you?")
+
+
+@pytest.mark.parametrize("question", [
+    "2025年4月1日到4月30日之间，GR-200的库存一共变动了多少？",
+    "从2025年4月1日至30日，GR-200的库存一共变了多少？",
+    "How much did the stock of GR-200 change in total between April 1 and April 30, 2025?",
+    "What was the total stock change of GR-200 from 1 April 2025 to 30 April 2025?",
+])
+def test_dates_as_people_write_them_go_to_the_date_taking_tool_not_the_calculator(question: str) -> None:
+    reg = default_registry()
+    d = route_by_rules(question, reg.for_scopes(DEMO_SCOPES), reg.all())
+    assert d.first_step == ["inventory_changes"] and "calculator" not in d.tools, d.reason
+    assert d.bindings["inventory_changes"]["start_date"] == ["2025-04-01", "2025-04-30"]
+
+
+def test_the_model_gets_the_written_dates_as_the_grammars_iso_values() -> None:
+    eng = ScriptedEngine([call("inventory_changes", start_date="2025-04-01", end_date="2025-04-30", sku="GR-200"),
+                          final("GR-200 的库存变动了 -3。")])
+    result = _run(Agent(eng, _registry(), config=AgentConfig()), "2025年4月1日到4月30日，GR-200的库存一共变动了多少？")
+    schema = json.dumps(eng.calls[0][1].json_schema)
+    assert '"2025-04-01"' in schema and '"2025-04-30"' in schema
+    assert [(c.name, c.status) for c in result.tool_calls] == [("inventory_changes", "ok")]
+
+
+def test_a_date_without_a_year_is_never_given_one() -> None:
+    reg = default_registry()
+    d = route_by_rules("How did GR-200 stock change between April 1 and April 30?", reg.for_scopes(DEMO_SCOPES), reg.all())
+    assert "start_date" not in d.bindings.get("inventory_changes", {})
