@@ -33,11 +33,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from recallserve.serve.agent.guards import ID_PATTERN
+from recallserve.serve.agent.hints import NOT_AFTER_WORD, NOT_BEFORE_WORD
 from recallserve.serve.agent.schemas import ToolCallRecord
 from recallserve.serve.language import language_of
 
 __all__ = ["ABSENCE_PATTERN", "CASE_LISTS", "COUNT_PATTERN", "HISTORY_PATTERN", "LIST_PATTERN", "NOT_SEARCHED", "NOT_SHOWN", "Search", "absence_claims",
-           "asked_ids", "empty_for", "list_note", "listing_rows", "record_note", "turn_searches", "unsupported_absence"]
+           "STATUS_WORDS", "asked_ids", "empty_for", "list_note", "listing_rows", "record_note", "status_note", "turn_searches",
+           "unsupported_absence"]
 
 #: A sentence claiming that something did not happen, does not exist or is not on record.
 ABSENCE_PATTERN = re.compile(
@@ -89,6 +91,8 @@ NOT_SHOWN = "What I looked up in this conversation does not show that, so I cann
 #: Codes that name a topic (a fault code such as E42), besides ids.
 _CODE = re.compile(r"\bE-?\d{2,3}\b")
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
+#: Sentences and clauses, Chinese ones too (they end in 。！？； without a space).
+_CLAUSES = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
 _NOT_FOUND = re.compile(r"\bnot found\b|\bno such\b|\bunknown\b", re.IGNORECASE)
 
 
@@ -287,3 +291,55 @@ def list_note(question: str, listings: Sequence[tuple[str, Any, str]], answer: s
         if note not in notes:
             notes.append(note)
     return "\n".join(notes)
+
+
+#: How an answer states each status a look-up returns (English or Chinese). NOTE: exact forms, not
+#: stems: "the order was processed" does not state "processing" (it is still being processed).
+STATUS_WORDS: dict[str, str] = {
+    "processing": r"\bprocessing\b|\bbeing processed\b|处理中|备货中|未发货|还没发货",
+    "shipped": r"\bshipped\b|\bdispatched\b|\bin transit\b|\bon (?:its|the) way\b|已发货|已发出|运输中|在途|在路上",
+    "delivered": r"\bdelivered\b|已送达|已签收|送达|签收|已交付",
+    "returned": r"\breturned\b|退货|退回",
+    "cancelled": r"\bcancell?ed\b|已取消|取消",
+}
+
+
+def _record_status(result: Any) -> tuple[str, str] | None:
+    """(id, status) of a look-up that returned one record with a known status (an order), else None."""
+    if not isinstance(result, dict) or str(result.get("status", "")).lower() not in STATUS_WORDS:
+        return None
+    ids = [str(v) for v in result.values() if isinstance(v, str | int) and ID_PATTERN.fullmatch(str(v))]
+    return (ids[0], str(result["status"]).lower()) if ids else None
+
+
+def status_note(question: str, results: Sequence[tuple[str, Any]], answer: str) -> str:
+    """The statuses of the records the turn looked up that the answer does not state, by code, or "".
+
+    ``results`` holds (tool name, result) for each call of the turn that ran. A result that is one
+    record with a status (:data:`STATUS_WORDS`: an order's processing / shipped / delivered / returned
+    / cancelled) and an id is **stated** when a sentence of the answer naming its id holds the status
+    in one of its forms, or, when the turn looked up one such record only, when any sentence does.
+    The statuses not stated are rendered after the answer as "From <tool>: <id> <status>; ..."
+    ("来自 <tool>：..." for a Chinese question).
+
+    Why code: live data read right (issue 40, Deliver 4): asked whether two orders had left the
+    warehouse, the 1.5B model answered "the first order was processed" for one still processing.
+
+    Example:
+        >>> status_note("Where are 104318 and 104365?", [("order_status", {"order_id": "104318", "status": "processing"}),
+        ...             ("order_status", {"order_id": "104365", "status": "shipped"})], "104365 was shipped; 104318 was processed.")
+        'From order_status: 104318 processing'
+    """
+    found = [(name, rs) for name, r in results if (rs := _record_status(r)) is not None]
+    sentences = [s for s in _CLAUSES.split(answer) if s.strip()]
+    missing: dict[str, list[str]] = {}
+    for name, (rid, status) in found:
+        words = re.compile(STATUS_WORDS[status], re.IGNORECASE)
+        naming = [s for s in sentences if re.search(rf"{NOT_AFTER_WORD}{re.escape(rid)}{NOT_BEFORE_WORD}", s)]
+        pool = naming or (sentences if len(found) == 1 else [])
+        if not any(words.search(s) for s in pool):
+            item = f"{rid} {status}"
+            if item not in missing.setdefault(name, []):
+                missing[name].append(item)
+    zh = language_of(question) == "zh"
+    return "\n".join((f"来自 {name}：" if zh else f"From {name}: ") + "; ".join(items) for name, items in missing.items())

@@ -68,6 +68,12 @@ class RoutingHint(StrictModel):
         description="Argument -> {found text, lower case -> value}: a bound value written another way "
         "(a city for its time zone).",
     )
+    alias_patterns: dict[str, dict[str, str]] = Field(
+        default_factory=dict, max_length=8,
+        description="Argument -> {value: pattern}: a bound text that the pattern matches (searched, in this order) "
+        "becomes that value; for phrasings too many to list as aliases (\"haven't reached the customer yet\" -> "
+        "not_delivered).",
+    )
     near_miss: list[str] = Field(
         default_factory=list, max_length=8,
         description="Patterns of a malformed version of the entity (e.g. a 5-digit order id): answer directly and ask.",
@@ -86,6 +92,13 @@ class RoutingHint(StrictModel):
             _check_patterns([p], f"bind.{arg}")
         return v
 
+    @field_validator("alias_patterns")
+    @classmethod
+    def _compile_alias_patterns(cls, v: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        for arg, table in v.items():
+            _check_patterns(list(table.values()), f"alias_patterns.{arg}")
+        return v
+
     @field_validator("aliases")
     @classmethod
     def _lower_aliases(cls, v: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
@@ -93,9 +106,10 @@ class RoutingHint(StrictModel):
 
     @model_validator(mode="after")
     def _aliases_bound(self) -> RoutingHint:
-        for arg in self.aliases:
-            if arg not in self.bind:
-                raise ValueError(f"aliases.{arg}: the argument has no bind pattern")
+        for field, table in (("aliases", self.aliases), ("alias_patterns", self.alias_patterns)):
+            for arg in table:
+                if arg not in self.bind:
+                    raise ValueError(f"{field}.{arg}: the argument has no bind pattern")
         return self
 
     def score(self, text: str) -> int | None:
@@ -114,10 +128,17 @@ class RoutingHint(StrictModel):
             rx = ci_pattern(p)
             found = [m.group(1) if rx.groups else m.group(0) for m in rx.finditer(text)]
             alias = self.aliases.get(arg, {})
-            values = list(dict.fromkeys(alias.get(v.lower(), v) for v in found if v))
+            values = list(dict.fromkeys(self._alias(arg, alias.get(v.lower(), v)) for v in found if v))
             if values:
                 out[arg] = values
         return out
+
+    def _alias(self, arg: str, value: str) -> str:
+        """``value`` mapped through the argument's :attr:`alias_patterns` (the first that matches), else itself."""
+        for target, pattern in self.alias_patterns.get(arg, {}).items():
+            if ci_pattern(pattern).search(value):
+                return target
+        return value
 
     def near_missed(self, text: str) -> bool:
         """Whether a malformed version of the tool's entity is in ``text``."""

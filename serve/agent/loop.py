@@ -43,7 +43,7 @@ from recallserve.serve.agent._protocol import FINAL_WRAPPER_TOKENS, THOUGHT_MAX_
     StepParseError, is_final_only, parse_json_object, parse_step, router_schema, step_schema
 from recallserve.serve.agent.builtin import DERIVED_KIND
 from recallserve.serve.agent.config import AgentConfig
-from recallserve.serve.agent.grounding import NOT_SEARCHED, NOT_SHOWN, Search, list_note, record_note, turn_searches, \
+from recallserve.serve.agent.grounding import NOT_SEARCHED, NOT_SHOWN, Search, list_note, record_note, status_note, turn_searches, \
     unsupported_absence
 from recallserve.serve.agent.guards import AnswerCheck, wrap_untrusted
 from recallserve.serve.agent.images import ImageDescriber
@@ -214,13 +214,16 @@ class _Run:
         return record_note(self.question, sources, answer, searched=searched)
 
     def _list_note(self, answer: str) -> str:
-        """The listings a "which / list / how many" question asked for, by code (:func:`list_note`), "" when none."""
+        """What code renders from the turn's observations after the answer, "" when none: the listings a
+        "which / list / how many" question asked for (:func:`list_note`) and the statuses of looked-up
+        records the answer does not state (:func:`status_note`)."""
         listings = []
         for call in self.calls:
             tool = self.a.tools.get(call.name)
             if call.status in ("ok", "cached") and tool is not None:
                 listings.append((call.name, call.result, wrap_untrusted(tool.summarise(call.result))[0]))
-        return list_note(self.question, listings, answer)
+        notes = [list_note(self.question, listings, answer), status_note(self.question, [(n, r) for n, r, _ in listings], answer)]
+        return "\n".join(n for n in notes if n)
 
     def _not_searched(self, step: int, check: AnswerCheck) -> AgentEvent | None:
         """After an answer whose claims of absence were left out: the trace step, and when no search

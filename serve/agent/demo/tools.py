@@ -75,17 +75,27 @@ ORDER_ROUTING = RoutingHint(
 # NOTE: a status filter the question states is bound, so the tool filters in code: measured on the demo
 # (issue 40), "which orders of batch B-2315 have not been delivered yet?" got all six orders read off
 # one list by the 1.5B model, four of them marked delivered in the observation it was given.
-_NOT_DELIVERED = r"\b(not (?:yet )?(?:been )?delivered|undelivered|not (?:yet )?(?:been )?received|not (?:yet )?arrived|in transit)\b"
-_NOT_DELIVERED_WORDS = ("not delivered", "not yet delivered", "not been delivered", "not yet been delivered", "undelivered",
-                        "not received", "not yet received", "not been received", "not yet been received", "not arrived",
-                        "not yet arrived", "in transit")
+# The phrasings of each filter, in English and Chinese: a negated arrival ("haven't reached the
+# customer yet", "还没送到"), a return, a cancellation. Delivered/shipped are not bound: "list the orders
+# and which were delivered" asks for every order.
+STATUS_PHRASES: dict[str, str] = {
+    NOT_DELIVERED: r"(?:\bnot|n't|\bnever)\s+(?:yet\s+)?(?:been\s+|be\s+)?(?:delivered|received|arrived|reached|"
+                   r"got(?:ten)?\s+(?:there|to)|made it)\b|\byet to (?:be )?(?:delivered|received|arrive|reach)\b"
+                   r"|\bundelivered\b|\bin transit\b|\bstill (?:on (?:the|its|their) way|out for delivery|pending|"
+                   r"(?:being )?(?:shipped|processed))\b|\bon (?:the|its|their) way\b"
+                   r"|未(?:送达|签收|到货|收到|交付)|(?:没有|还没有|还没|没|尚未)(?:被)?(?:送达|送到|到货|签收|收到|交付|到)"
+                   r"|在途|运输中|在路上|配送中",
+    "returned": r"\breturn(?:ed|s)\b|\bsent back\b|退货|退回|退了",
+    "cancelled": r"\bcancel(?:l)?ed\b|\bcancellations?\b|已取消|被取消|取消了",
+}
+_STATUS = "(" + "|".join(f"(?:{p})" for p in STATUS_PHRASES.values()) + ")"
 ORDERS_BY_BATCH_ROUTING = RoutingHint(
     requires=[_BATCH],
     prefer=[r"\borders?\b", r"\bcustomers?\b", r"\bbought\b", r"\bsold\b", r"\bpurchas", r"\baffected\b",
             r"\bhow many\b", r"\blist\b", r"\bwhich (?:orders|customers|buyers)\b", r"\bshipped\b", r"\bbuyers?\b",
             r"订单|客户|买了|购买|卖出|多少个|几个|列出|受影响|发出"],
-    bind={"batch": _BATCH, "status": _NOT_DELIVERED},
-    aliases={"status": {w: NOT_DELIVERED for w in _NOT_DELIVERED_WORDS}},
+    bind={"batch": _BATCH, "status": _STATUS},
+    alias_patterns={"status": STATUS_PHRASES},
     near_miss=[r"\bbatch\s*(?:no\.?|number)?\s*#?\s*\d+(?![\w-])"],
 )
 BATCH_INFO_ROUTING = RoutingHint(

@@ -8,6 +8,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from recallserve.memory_shards.records import MemoryRecord
@@ -15,7 +16,7 @@ from recallserve.serve.agent import Agent, AgentConfig, default_registry
 from recallserve.serve.agent.demo.world import DemoWorld
 from recallserve.serve.agent.grounding import (
     LIST_NOTE_CHARS, NOT_SEARCHED, Search, absence_claims, asked_ids, list_note, listing_rows, record_note,
-    unsupported_absence,
+    status_note, unsupported_absence,
 )
 from recallserve.serve.api.app import create_app
 from recallserve.serve.api.auth import Authenticator
@@ -298,3 +299,38 @@ def test_only_complete_listings_asked_for_by_a_which_question_are_rendered() -> 
     assert list_note("How many orders came from batch B-2301?", listed, "Batch B-2301 has six orders.") == ""
     assert list_note("How many orders came from batch B-2301?", listed, "There are 5 orders, e.g. 104200.") == \
         "From orders_by_batch: batch B-2301: 6 orders: ..."
+
+
+@pytest.mark.parametrize(("question", "status"), [
+    ("Which orders from batch B-2315 haven't reached the customer yet?", "not_delivered"),
+    ("Which B-2315 orders are still on their way?", "not_delivered"),
+    ("批次B-2315里还没送到的订单有哪些？", "not_delivered"),
+    ("How many orders came out of batch B-2207, and were any of them returned?", "returned"),
+    ("批次B-2207有多少订单退货了？", "returned"),
+])
+def test_a_status_filter_in_other_words_is_applied_by_the_tool(question: str, status: str) -> None:
+    eng = ScriptedEngine([final("Here they are.")])
+    result = run_agent(Agent(eng, default_registry(), config=AgentConfig(max_steps=2)), question)
+    (rec,) = result.tool_calls
+    assert rec.args["status"] == status
+    wanted = ("processing", "shipped") if status == "not_delivered" else (status,)
+    rows = DemoWorld().query("SELECT order_id, status FROM orders WHERE batch = ?", (rec.args["batch"],))
+    assert sorted(o["order_id"] for o in rec.result["orders"]) == sorted(r["order_id"] for r in rows if r["status"] in wanted)
+    observation = eng.calls[0][0][-1].content
+    assert all(r["order_id"] not in observation for r in rows if r["status"] not in wanted)
+
+
+def test_a_status_the_answer_misreads_is_rendered_by_code(tmp_path: Path) -> None:
+    (row,) = DemoWorld().query("SELECT order_id, status FROM orders WHERE status = 'processing' ORDER BY order_id LIMIT 1")
+    question = f"Has order {row['order_id']} left the warehouse yet?"
+    for stream in (False, True):
+        engine = _ListingEngine("Yes, it was processed and left.", tool="order_status", args={"order_id": row["order_id"]})
+        answer = _ask(tmp_path, engine, question, stream=stream)
+        assert answer == f"{engine.answer}\n\nFrom order_status: {row['order_id']} processing"
+    engine = _ListingEngine(f"Order {row['order_id']} is still processing.", tool="order_status", args={"order_id": row["order_id"]})
+    assert _ask(tmp_path, engine, question) == engine.answer  # stated: nothing added
+    engine = _ListingEngine(f"订单{row['order_id']}还在处理中。", tool="order_status", args={"order_id": row["order_id"]})
+    assert _ask(tmp_path, engine, f"订单{row['order_id']}发货了吗？") == engine.answer
+    assert status_note("两个订单呢？", [("order_status", {"order_id": "104318", "status": "processing"}),
+                                      ("order_status", {"order_id": "104365", "status": "shipped"})],
+                       "订单104318已发货。订单104365已发货。") == "来自 order_status：104318 processing"

@@ -142,7 +142,7 @@ def _alternatives(schema: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_loop_forces_the_first_call_and_binds_the_id() -> None:
-    eng = ScriptedEngine([call("order_status", order_id="104208"), final("shipped")])
+    eng = ScriptedEngine([call("order_status", order_id="104208"), final("delivered")])
     cfg = AgentConfig(use_router=True, rule_first_call=False)
     result = _run(Agent(eng, _registry(), config=cfg), "Where is order 104208?")
     assert result.route.source == "rules" and result.route.first_step == ["order_status"]
@@ -153,7 +153,7 @@ def test_loop_forces_the_first_call_and_binds_the_id() -> None:
     assert single[0]["properties"]["args"]["properties"]["order_id"] == {"enum": ["104208"]}
     second = _alternatives(eng.calls[1][1].json_schema)
     assert any(alt["properties"]["type"].get("const") == "final" for alt in second)
-    assert result.tool_calls[0].status == "ok" and result.answer == "shipped"
+    assert result.tool_calls[0].status == "ok" and result.answer == "delivered"
     assert len(eng.calls) == 2  # no router-model call
 
 
@@ -217,9 +217,9 @@ def test_http_tool_config_takes_a_routing_hint() -> None:
 
 
 def test_a_single_possible_call_leaves_the_grammar_once_made() -> None:
-    eng = ScriptedEngine([call("order_status", order_id="104208"), final("It shipped.")])
+    eng = ScriptedEngine([call("order_status", order_id="104208"), final("It was delivered.")])
     result = _run(Agent(eng, _registry(), config=AgentConfig(rule_first_call=False)), "Where is order 104208?")
-    assert result.answer == "It shipped." and [c.status for c in result.tool_calls] == ["ok"]
+    assert result.answer == "It was delivered." and [c.status for c in result.tool_calls] == ["ok"]
     second = _alternatives(eng.calls[1][1].json_schema)
     assert [a["properties"]["type"].get("const") for a in second] == ["final"]
 
