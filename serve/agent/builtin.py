@@ -108,14 +108,17 @@ def safe_eval(expression: str) -> float | int:
 # Han characters do not count as word characters here ("449的17%": two numbers; see hints.NOT_AFTER_WORD).
 _NUMBER = rf"{NOT_AFTER_WORD}(?<!\.)\d+(?:[.,]\d+)?{NOT_BEFORE_WORD}(?![.,]\d)"
 
+#: A discount as Chinese writes it, in Chinese numerals: 八五折 = pay 85%, 九折 = 90% (a number of its own).
+_ZH_DISCOUNT = r"[一二三四五六七八九]{1,2}折"
+_OPERAND = rf"(?:{_NUMBER}|{_ZH_DISCOUNT})"
 #: Two numbers and an arithmetic cue: the rules send these to the calculator (rule 1 of the prompt).
 CALCULATOR_ROUTING = RoutingHint(
-    requires=[_NUMBER + r".*?" + _NUMBER],
+    requires=[_OPERAND + r".*?" + _OPERAND],
     keywords=[r"\btotal\b", r"\bsum\b", r"\baverage\b", r"\bmean\b", r"%", r"\bper ?cent", r"\beach\b",
               r"\bplus\b", r"\bminus\b", r"\btimes\b", r"multipl", r"divid", r"\bdifference\b",
               r"\bhow (?:much|many)\b", r"\bmore\b", r"\bless\b", r"\bcheaper\b", r"\bdiscount",
               r"\d\s*[-+*/x\u00d7\u00f7^]\s*\d", r"\bsplit\b", r"\bcost", r"\bpay\b", r"\brefund",
-              r"总共|一共|合计|总计|平均|百分之|每[台个件份]|每个|加上|减去|乘以|除以|多少钱|贵多少|便宜|折扣|打折|收入|付了|平分|分摊"],
+              r"总共|一共|合计|总计|平均|百分之|每[台个件份]|每个|加上|减去|乘以|除以|多少钱|贵多少|便宜|折扣|打折|[一二三四五六七八九\d]{1,2}折|收入|付了|平分|分摊"],
 )
 #: Place names -> the clock's time zone. NOTE: measured on the eval's holdout question 23 ("what
 #: time is it in Tokyo right now?"): the 1.5B model called the clock with Europe/Paris. A place

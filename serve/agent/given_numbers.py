@@ -44,13 +44,23 @@ _WORDS = {
 }
 _FRACTIONS = {"half": 0.5, "quarter": 0.25}
 _WORD = re.compile(r"\b(" + "|".join(_WORDS) + r")\b", re.IGNORECASE)
+#: A Chinese discount: 八五折 / 8.5折 / 85折 = pay 85%, 九折 / 9折 = 90% (the percent it gives, so that
+#: 0.85 and 0.15 are its percentage forms).
+_ZH_DISCOUNT = re.compile(r"([一二三四五六七八九\d])(?:[.点]?([一二三四五六七八九\d]))?折")
+_ZH_DIGITS = {c: i for i, c in enumerate("〇一二三四五六七八九")}
 #: Evidence is read up to this many characters (prompts are capped long before).
 _MAX_CHARS = 200_000
 
 
 def numbers_in(text: str) -> set[float]:
     """Every number written in ``text``, in digits or as a number word up to a hundred ("half" and
-    "quarter" give both the divisor and the fraction: 2 and 0.5, 4 and 0.25)."""
+    "quarter" give both the divisor and the fraction: 2 and 0.5, 4 and 0.25), and a Chinese discount
+    as its percent (八五折 -> 85).
+
+    Example:
+        >>> sorted(numbers_in("689欧元，打八五折")), sorted(numbers_in("打9折"))
+        ([85.0, 689.0], [9.0, 90.0])
+    """
     text = text[:_MAX_CHARS]
     out = {float(m.group(0).replace(",", "")) for m in _NUM.finditer(text)}
     for m in _WORD.finditer(text):
@@ -58,6 +68,9 @@ def numbers_in(text: str) -> set[float]:
         out.add(float(_WORDS[word]))
         if word in _FRACTIONS:  # NOTE: "half an hour" is 0.5 as well as "halve" (/ 2)
             out.add(_FRACTIONS[word])
+    for m in _ZH_DISCOUNT.finditer(text):
+        tens, ones = (int(_ZH_DIGITS.get(d, d)) if d else 0 for d in m.groups())
+        out.add(float(tens * 10 + ones))
     return out
 
 

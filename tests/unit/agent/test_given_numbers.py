@@ -41,6 +41,9 @@ def _agent(eng: ScriptedEngine, **cfg: object) -> Agent:
     ("45 * 60", "45 minutes", []),  # unit factors are free
     ("17 * 4.5", "seventeen boxes at 4.50", []),  # number words
     ("17 * 4.5 + 99", "seventeen boxes at 4.50", ["99"]),
+    ("529 * 0.9", "这台咖啡机卖529元，打九折以后多少钱？", []),  # a Chinese discount: 九折 = pay 90%
+    ("529 * 0.85", "529元，打8.5折", []),
+    ("529 * 0.75", "这台咖啡机卖529元，打九折以后多少钱？", ["0.75"]),
 ])
 def test_ungrounded_names_only_numbers_nobody_gave(expression: str, evidence: str, bad: list[str]) -> None:
     assert ungrounded(expression, numbers_in(evidence)) == bad

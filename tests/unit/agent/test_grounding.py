@@ -80,7 +80,11 @@ def test_a_history_answer_quotes_the_record_it_rests_on() -> None:
     assert result.answer.startswith("Yes, it happened before; the kettle was replaced.\n\nRecord T-1135: Ticket T-1135")
     assert "steam sensor" in result.answer  # the failed part, in the record's words
     assert record_note("Where is order 104208?", [("ticket:T-1135", KETTLE)], "") == ""  # no history question
-    assert record_note("这个问题出现过吗？", [("ticket:T-1135", KETTLE)], "")
+    assert record_note("My kettle will not switch off. Did this happen before?", [("ticket:T-1135", KETTLE)], "")
+    for q in ("Has a kettle ever failed to switch off?", "Have we fixed a kettle like that before?", "这个问题出现过吗？",
+              "Has that happened to anyone else?", "Is this a known problem?", "Has someone else had this too?"):
+        assert record_note(q, [("ticket:T-1135", KETTLE)], ""), q
+    assert record_note("Can my kettle be delivered before 10am?", [("ticket:T-1135", KETTLE)], "") == ""
     # a record naming none of the question's codes is not quoted (E99 is on no record)
     assert record_note("Has E99 happened before?", [("ticket:T-1135", KETTLE)], "") == ""
 

@@ -58,6 +58,14 @@ def test_rules_route_the_chinese_held_out_questions() -> None:
     assert passed == len(qs), f"{passed}/{len(qs)}"
 
 
+def test_a_chinese_discount_in_chinese_numerals_is_a_calculation() -> None:
+    """八五折 (pay 85%) is the second operand of "689 ... 打八五折以后是多少钱"; a year word is no discount."""
+    reg = default_registry()
+    for q in ("这台咖啡机卖529元，打九折以后多少钱？", "449元的东西打8折是多少钱？"):
+        assert route_by_rules(q, reg.for_scopes(DEMO_SCOPES), reg.all()).first_step == ["calculator"], q
+    assert route_by_rules("我们公司八五年成立的", reg.for_scopes(DEMO_SCOPES), reg.all()).first_step != ["calculator"]
+
+
 def test_ids_and_places_next_to_chinese_text_are_bound() -> None:
     reg = default_registry()
     d = route_by_rules("订单104208和104233发货了吗？", reg.for_scopes(DEMO_SCOPES), reg.all())
