@@ -44,7 +44,9 @@ __all__ = ["ABSENCE_PATTERN", "CASE_LISTS", "COUNT_PATTERN", "HISTORY_PATTERN", 
 #: A sentence claiming that something did not happen, does not exist or is not on record.
 ABSENCE_PATTERN = re.compile(
     r"\b(?:has|have|had|was|were|is|are)(?: not|n't| never)(?: \w+){0,2}? (?:happened|occurred|seen|reported|recorded|"
-    r"found|known|fixed|resolved|logged|documented)\b(?! (?:by|with|using|through|because|in the photo))"
+    r"found|known|fixed|resolved|logged|documented|come up|arisen|appeared|encountered|experienced|raised|filed)\b"
+    r"(?! (?:by|with|using|through|because|in the photo))"
+    r"|\b(?:did|does|do)(?: not|n't) (?:come up|happen|occur|appear)\b|\bnever (?:came|come) up\b"
     r"|\bnever (?:happened|occurred|been (?:seen|reported|recorded))\b"
     r"|\b(?:no|not any) (?:\w+ ){0,2}?(?:record|records|history|previous|prior|earlier|past|similar|other (?:cases|tickets|"
     r"reports|incidents)|such (?:case|ticket|report|fault|issue|problem)|matching)\b"
