@@ -76,7 +76,7 @@ ACTION_REQUESTS: dict[str, str] = {
 #: model answered "I am an AI language model created by OpenAI" under every system prompt tried.
 ABOUT_ME = r"\bwho are you\b|\bwhat are you\b|\bwhat (?:can|do) you do\b|\bwhat (?:kind of |sort of )?(?:things )?can you " \
            r"help\b|\bhow can you help\b|\bwhat can i ask\b|\bwhat are you able to\b" \
-           r"|你是谁|您是谁|你是什么|你能做什么|你可以做什么|你能帮我(?:做)?什么|你可以帮我(?:做)?什么|你会做什么"
+           r"|你是谁|您是谁|你是什么|你(?:都|还)?(?:能|可以|会)(?:帮我|为我|帮您)?(?:做|干|办)?(?:些|点)?什么"
 
 
 class RuleDecision(StrictModel):

@@ -89,6 +89,11 @@ def test_a_history_answer_quotes_the_record_it_rests_on() -> None:
               "Has that happened to anyone else?", "Is this a known problem?", "Has someone else had this too?"):
         assert record_note(q, [("ticket:T-1135", KETTLE)], ""), q
     assert record_note("Can my kettle be delivered before 10am?", [("ticket:T-1135", KETTLE)], "") == ""
+    # an earlier case before a manual section naming the same code; a search alone keeps the search's order
+    manual = ("manual:3.4", "BrewMaster manual 3.4: a float stuck by scale causes E07.")
+    ticket = ("ticket:T-1102", "Ticket T-1102: E07 although the tank was full. Fix: float cleaned.")
+    assert record_note("E07 报错之前是怎么处理的？", [manual, ticket], "").startswith("记录 T-1102：")
+    assert record_note("Search the knowledge base for E07.", [manual, ticket], "", searched=True).startswith("Record 3.4:")
     # a record naming none of the question's codes is not quoted (E99 is on no record)
     assert record_note("Has E99 happened before?", [("ticket:T-1135", KETTLE)], "") == ""
 
@@ -127,6 +132,8 @@ def test_chinese_history_questions_get_the_record_and_the_listing_in_chinese(tmp
     orders = {"batch": "B-2208", "count": 2, "orders": [{"order_id": "104200"}, {"order_id": "104201"}]}
     assert list_note("这个故障以前发生过吗？", [("orders_by_batch", orders, "B-2208: 104200; 104201")], "是的。") == ""
     assert list_note("客户C-1001有几个工单？", listed, "T-1042 和 T-1142，一共三个。") != ""  # a wrong count
+    # "complained before ... what were they": a history question asking for the cases
+    assert list_note("C-1001这个客户投诉过几次？都是什么问题？", listed, "投诉过两次。").startswith("来自 ticket_history：")
     engine = _ListingEngine("Yes, customer C-1001 contacted us before.", tool="ticket_history",
                             args={"customer_id": "C-1001"})
     answer = _ask(tmp_path, engine, "客户C-1001以前报修过吗？")

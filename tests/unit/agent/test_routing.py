@@ -448,12 +448,17 @@ def test_two_searches_in_one_step_run_once() -> None:
     ("What can you do?", True),
     ("Good morning! How are you today?", False),
     ("what can you tell me about order 104208?", False),  # a lookup, not a question about the assistant
+    ("你好呀，你都能帮我干些什么？", True),
+    ("你可以为我做些什么？", True),
+    ("你能帮我查一下天气吗？", False),
 ])
 def test_a_question_about_the_assistant_gets_the_tool_sets_own_answer(question: str, about_me: bool) -> None:
     reg = default_registry(demo=True)
     d = route_by_rules(question, reg.for_scopes(["basic"]), reg.all())
     assert (d.reason == "asks what the assistant is or can do") is about_me
-    if about_me:  # the tenant's own tools, not the server's
+    if about_me and "你" in question:
+        assert d.reply.startswith("我是本公司的客服助手，可以帮您处理：calculator and current time")
+    elif about_me:  # the tenant's own tools, not the server's
         assert d.reply == ("I'm this company's customer-service assistant. I can help you with: calculator and current "
                            "time. What can I do for you?")
 
