@@ -151,22 +151,27 @@ def test_call_gatherer_batches_calls_that_arrive_during_a_forward() -> None:
 
 def test_call_gatherer_error_reaches_its_batch_only_and_cancelled_callers_are_skipped() -> None:
     seen: list[list[int]] = []
+    release = asyncio.Event()
 
     async def forward(items: list[int]) -> list[int]:
         seen.append(list(items))
-        await asyncio.sleep(0.03)
         if -1 in items:
+            await release.wait()  # NOTE: an event, not a sleep: the first batch is in flight until the cancel
             raise ValueError("bad item")
         return items
 
     async def main() -> None:
         g = CallGatherer(forward, max_items=8)
         first = asyncio.create_task(g.submit(-1))
-        await asyncio.sleep(0.005)
+        for _ in range(100):  # bounded: until the first batch is in flight
+            if seen:
+                break
+            await asyncio.sleep(0.001)
         gone = asyncio.create_task(g.submit(99))
         kept = asyncio.create_task(g.submit(5))
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(0)
         gone.cancel()
+        release.set()
         with pytest.raises(ValueError, match="bad item"):
             await first
         assert await kept == 5
