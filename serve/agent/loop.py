@@ -34,7 +34,7 @@ from contextlib import aclosing
 from typing import Any
 
 from recallserve.serve.agent._cache import TTLCache
-from recallserve.serve.agent._calls import determined_call, spent_tools
+from recallserve.serve.agent._calls import determined_calls, spent_tools
 from recallserve.serve.agent._executor import StepExecutor
 from recallserve.serve.agent._metered import Deadline, MeteredCalls
 from recallserve.serve.agent._prompts import PARTIAL_INSTRUCTION, RETRY_INSTRUCTION, ROUTER_INSTRUCTION, direct_prompt, \
@@ -370,11 +370,12 @@ class _Run:
             first_schema = step_schema(first, allow_parallel=parallel, allow_final=False, bindings=bindings) \
                 if first else schema
             max_steps = self.req.max_steps or self.cfg.max_steps
-            fixed = determined_call(first, bindings) if bindings is not None and self.cfg.rule_first_call else None
+            fixed = determined_calls(first, bindings, several=parallel) \
+                if bindings is not None and self.cfg.rule_first_call else []
             try:
                 for step in range(1, max_steps + 1):
                     parsed: ParsedStep | None = None
-                    steps = self._rule_step(fixed, messages) if step == 1 and fixed is not None \
+                    steps = self._rule_step(fixed, messages) if step == 1 and fixed \
                         else self._step(step, messages, first_schema if step == 1 else schema)
                     async for ev in steps:
                         if isinstance(ev, ParsedStep):
@@ -565,23 +566,27 @@ class _Run:
         messages.append(ChatMessage(role="user", content=f"Observation(parser): error: {error}. "
                                     "Reply with exactly one JSON object as the protocol says."))
 
-    async def _rule_step(self, call: ParsedCall, messages: list[ChatMessage]) -> AsyncIterator[Any]:
-        """Step 1 when the rules determined its call: no engine call, the same events and history.
+    async def _rule_step(self, calls: list[ParsedCall], messages: list[ChatMessage]) -> AsyncIterator[Any]:
+        """Step 1 when the rules determined its calls: no engine call, the same events and history.
 
-        The call goes into the history as the JSON step the model would have written (thought
-        included), so the next step's prompt reads as if the model had made it. NOTE: measured on
-        cpu-local, the model's own step 1 here generated ~60 tokens (a thought plus the call the
-        grammar allowed) and re-evaluated the user turn: 4-8 s of a one-tool turn on 2 idle cores.
+        The calls go into the history as the JSON step the model would have written (thought
+        included: one ``tool_call``, or a ``tool_calls`` step for several), so the next step's prompt
+        reads as if the model had made it. NOTE: measured on cpu-local, the model's own step 1 here
+        generated ~60 tokens (a thought plus the call the grammar allowed) and re-evaluated the user
+        turn: 4-8 s of a one-tool turn on 2 idle cores.
         """
-        given = ", ".join(f"{k} {v}" for k, v in call.args.items()) or "no arguments"
-        thought = f"The question gives {given}: call {call.name}."[:THOUGHT_MAX_CHARS]
-        text = json.dumps({"thought": thought, "type": "tool_call", "name": call.name, "args": call.args},
-                          ensure_ascii=False)
+        given = "; ".join(", ".join(f"{k} {v}" for k, v in c.args.items()) or "no arguments" for c in calls)
+        thought = f"The question gives {given}: call {calls[0].name}."[:THOUGHT_MAX_CHARS]
+        if len(calls) == 1:
+            step: dict[str, Any] = {"thought": thought, "type": "tool_call", "name": calls[0].name, "args": calls[0].args}
+        else:
+            step = {"thought": thought, "type": "tool_calls",
+                    "calls": [{"id": c.id, "name": c.name, "args": c.args} for c in calls]}
         yield self._add(1, "thought", thought, 0.0, source="rules")
-        yield self._add(1, "action", json.dumps([{"name": call.name, "args": call.args}]),
-                        calls=[{"id": call.id, "name": call.name, "args": call.args}], source="rules")
-        messages.append(ChatMessage(role="assistant", content=text))
-        yield ParsedStep(type="tool_call", thought=thought, calls=[call])
+        yield self._add(1, "action", json.dumps([{"name": c.name, "args": c.args} for c in calls]),
+                        calls=[{"id": c.id, "name": c.name, "args": c.args} for c in calls], source="rules")
+        messages.append(ChatMessage(role="assistant", content=json.dumps(step, ensure_ascii=False)))
+        yield ParsedStep(type="tool_call" if len(calls) == 1 else "tool_calls", thought=thought, calls=calls)
 
     async def _forced_final(self, messages: list[ChatMessage]) -> str:
         if not self.cfg.model_partial_answer:

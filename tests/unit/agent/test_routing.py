@@ -281,14 +281,32 @@ def test_a_tool_leaves_the_grammar_once_its_calls_used_every_value_the_question_
                   "Show the stock movements of GR-200 between 2025-04-01 and 2025-04-30.")
     assert [c.status for c in result.tool_calls] == ["ok"] and len(eng.calls) == 2
     assert [a["properties"]["type"].get("const") for a in _alternatives(eng.calls[1][1].json_schema)] == ["final"]
-    # two order ids: after the first call the tool stays for the second id, then it leaves
+    # two order ids, the model writing the steps: after the first call the tool stays for the second id, then it leaves
     eng = ScriptedEngine([call("order_status", order_id="104208"), call("order_status", order_id="104333"),
                           final("Both delivered.")])
-    result = _run(Agent(eng, _registry(), config=AgentConfig()), "Where are orders 104208 and 104333?")
+    result = _run(Agent(eng, _registry(), config=AgentConfig(rule_first_call=False)), "Where are orders 104208 and 104333?")
     assert [c.args["order_id"] for c in result.tool_calls] == ["104208", "104333"]
     second = _alternatives(eng.calls[1][1].json_schema)
     assert any(a["properties"].get("name", {}).get("const") == "order_status" for a in second)
     assert [a["properties"]["type"].get("const") for a in _alternatives(eng.calls[2][1].json_schema)] == ["final"]
+
+
+def test_several_ids_for_one_lookup_are_all_called_by_the_rules() -> None:
+    """Two order ids: the rules fix both calls in step 1 (no engine step); the model only answers, with both
+    observations in its prompt."""
+    eng = ScriptedEngine([final("104208 was delivered; 104333 was delivered.")])
+    result = _run(Agent(eng, _registry(), config=AgentConfig()), "Could you check orders 104208 and 104333?")
+    assert [(c.name, c.args["order_id"], c.status) for c in result.tool_calls] == [
+        ("order_status", "104208", "ok"), ("order_status", "104333", "ok")]
+    assert len(eng.calls) == 1
+    prompt = "\n".join(m.content for m in eng.calls[0][0])
+    assert "104208" in prompt and "104333" in prompt and prompt.count("Observation(order_status)") == 2
+    # two multi-valued arguments (dates): the model writes the step
+    from recallserve.serve.agent._calls import determined_calls
+    reg = _registry()
+    tools = reg.for_scopes(DEMO_SCOPES)
+    d = route_by_rules("stock of GR-200 between 2025-04-01 and 2025-04-30", tools, reg.all())
+    assert determined_calls(tools.subset(["inventory_changes"]), d.bindings) == []
 
 
 def test_the_rule_fixed_call_uses_the_grammars_value_for_a_lower_case_id() -> None:
@@ -308,15 +326,15 @@ def test_a_not_found_id_leaves_only_the_answer() -> None:
 
 
 def test_a_destructive_call_is_never_run_without_the_models_step() -> None:
-    from recallserve.serve.agent._calls import determined_call as _determined_call
+    from recallserve.serve.agent._calls import determined_calls as _determined_calls
 
     reg = _registry()
     tools = reg.for_scopes([*DEMO_SCOPES, "orders:write"])
     d = route_by_rules("Please cancel order 104261", tools, reg.all())
     assert "cancel_order" in d.first_step and d.bindings["cancel_order"] == {"order_id": ["104261"]}
     # one tool, one value: a lookup would be fixed, the cancellation is not
-    assert _determined_call(tools.subset(["order_status"]), {"order_status": {"order_id": ["104261"]}}) is not None
-    assert _determined_call(tools.subset(["cancel_order"]), d.bindings) is None
+    assert _determined_calls(tools.subset(["order_status"]), {"order_status": {"order_id": ["104261"]}}) != []
+    assert _determined_calls(tools.subset(["cancel_order"]), d.bindings) == []
 
 
 @pytest.mark.parametrize(("question", "action"), [
@@ -376,8 +394,10 @@ def test_the_answer_step_is_bounded_by_the_clients_max_tokens() -> None:
     assert answer_step["properties"]["type"] == {"const": "final"}
     assert eng.calls[0][1].max_tokens == 40 + 12  # the answer plus its JSON wrapper, not step_max_tokens (320)
     # a step that may still call a tool keeps the step cap
-    eng = ScriptedEngine([call("order_status", order_id="104208"), final("Delivered.")])
-    run_agent(Agent(eng, _registry(), config=AgentConfig()), "Where are orders 104208 and 104333?", max_tokens=40)
+    eng = ScriptedEngine([call("inventory_changes", start_date="2025-04-01", end_date="2025-04-30", sku="GR-200"),
+                          final("Down by 3.")])
+    run_agent(Agent(eng, _registry(), config=AgentConfig()), "Stock of GR-200 between 2025-04-01 and 2025-04-30?",
+              max_tokens=40)
     assert eng.calls[0][1].max_tokens == 320
 
 
