@@ -47,7 +47,8 @@ class AgentConfig(StrictModel):
     check_absence: bool = Field(
         default=True,
         description="Leave out an answer sentence claiming that something did not happen, does not exist or is not "
-        "on record unless a search of the turn came back empty for it, and say so when no search ran "
+        "on record unless a search of the turn came back empty for it, and say so when no search ran; likewise a "
+        "sentence claiming an earlier case of a fault code (E31) that no search of the turn found on any record "
         "(serve.agent.grounding).",
     )
     quote_record: bool = Field(

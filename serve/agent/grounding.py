@@ -37,9 +37,9 @@ from recallserve.serve.agent.hints import NOT_AFTER_WORD, NOT_BEFORE_WORD
 from recallserve.serve.agent.schemas import ToolCallRecord
 from recallserve.serve.language import language_of
 
-__all__ = ["ABSENCE_PATTERN", "CASE_LISTS", "CASE_SOURCES", "COUNT_PATTERN", "HISTORY_PATTERN", "LIST_PATTERN", "NOT_SEARCHED", "NOT_SHOWN", "Search", "absence_claims",
+__all__ = ["ABSENCE_PATTERN", "CASE_LISTS", "CASE_SOURCES", "COUNT_PATTERN", "HISTORY_PATTERN", "LIST_PATTERN", "NOT_SEARCHED", "TOTAL_PATTERN", "NOT_SHOWN", "PRESENCE_PATTERN", "Search", "absence_claims", "no_record_note", "presence_claims",
            "STATUS_WORDS", "asked_ids", "empty_for", "list_note", "listing_rows", "record_note", "status_note", "turn_searches",
-           "unsupported_absence"]
+           "unsupported_absence", "unsupported_presence"]
 
 #: A sentence claiming that something did not happen, does not exist or is not on record.
 ABSENCE_PATTERN = re.compile(
@@ -81,6 +81,9 @@ LIST_PATTERN = re.compile(
 )
 #: A question asking how many items there are (English or Chinese: 多少, 几个, 几次 ...).
 COUNT_PATTERN = re.compile(r"\bhow many\b|\bnumber of\b|多少|几[个次单笔件台条]", re.IGNORECASE)
+#: A count question asking for the whole, not only the filtered part ("in total", "altogether", 一共).
+TOTAL_PATTERN = re.compile(r"\bin total\b|\baltogether\b|\boverall\b|\ball together\b|\btotal number\b|一共|总共|总计|合计",
+                           re.IGNORECASE)
 _NUMBER_WORDS = ("zero|no|none", "one|a single|only one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
                  "ten", "eleven", "twelve")
 #: The same in Chinese, stated with a measure word ("两个", "三次"): a bare numeral is part of other words.
@@ -100,7 +103,7 @@ NOT_SEARCHED = "I have not searched the records for that in this conversation, s
 #: What the answer says when its only sentence was a claim of absence that the turn's searches contradict.
 NOT_SHOWN = "What I looked up in this conversation does not show that, so I cannot confirm it."
 #: Codes that name a topic (a fault code such as E42), besides ids.
-_CODE = re.compile(r"\bE-?\d{2,3}\b")
+_CODE = re.compile(rf"{NOT_AFTER_WORD}E-?\d{{2,3}}{NOT_BEFORE_WORD}")
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 #: Sentences and clauses, Chinese ones too (they end in 。！？； without a space).
 _CLAUSES = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
@@ -155,6 +158,69 @@ def unsupported_absence(answer: str, searches: Sequence[Search], question: str) 
     # other part named (B-2302) was on a recalled ticket; no search had found E77.
     return [c for c in absence_claims(answer)
             if not any(empty_for(s, asked_ids(c) or asked_ids(question)) for s in searches)]
+
+
+#: A sentence claiming that an earlier case exists ("Yes, we have had E31", "it was reported before",
+#: "是的，出现过"); a claim of absence (:data:`ABSENCE_PATTERN`) or a negated Chinese one is none.
+PRESENCE_PATTERN = re.compile(
+    r"^\W*(?:yes|yeah|yep)\b|\b(?:has|have|had)(?: \w+){0,2}? (?:happened|occurred|come up|been (?:seen|reported|"
+    r"recorded|logged|encountered|fixed))\b|\b(?:was|were) (?:reported|seen|recorded|logged|encountered)\b"
+    r"|\bwe (?:have |had |did )?(?:had|seen|see|got|received|encountered)\b|\b(?:someone|somebody|a customer|customers|"
+    r"others) (?:has |have |had )?(?:reported|had|complained|seen)\b|\bthere (?:was|were|is|are|have been|has been) "
+    r"(?:an? |one |two |several )?(?:earlier |previous |similar |prior )?(?:case|cases|ticket|tickets|report|reports)\b"
+    r"|^\W*是的|(?:有|出现|发生|遇到|报修|反映|投诉)过",
+    re.IGNORECASE,
+)
+#: What makes a presence claim about the history a question asks for, when it names no code itself.
+_HISTORY_WORDS = re.compile(r"\b(?:before|earlier|previous(?:ly)?|prior|reported|seen|happened|case|cases|ticket|tickets|"
+                            r"come up|came up|occurred)\b|之前|以前|过", re.IGNORECASE)
+_ZH_NEGATION = re.compile(r"[没未无不]")
+
+
+def presence_claims(answer: str, codes: set[str]) -> list[str]:
+    """The sentences of ``answer`` claiming an earlier case (:data:`PRESENCE_PATTERN`) that name one of
+    ``codes`` or speak of history (:data:`_HISTORY_WORDS`); claims of absence are none."""
+    out = []
+    for s in (x.strip() for x in _CLAUSES.split(answer)):
+        if not s or ABSENCE_PATTERN.search(s) or not PRESENCE_PATTERN.search(s):
+            continue
+        if _ZH_NEGATION.search(s) and not re.search(r"[A-Za-z]", s.replace("E", "")):
+            continue  # NOTE: a Chinese sentence with a negation (没有出现过) claims absence
+        if _names(s, codes) or _HISTORY_WORDS.search(s):
+            out.append(s)
+    return out
+
+
+def unsupported_presence(answer: str, searches: Sequence[Search], question: str) -> list[str]:
+    """The claims of ``answer`` that a case with the question's fault code exists, when no search of the
+    turn found a record naming that code ([] otherwise).
+
+    The mirror of :func:`unsupported_absence`, for codes only: a history question
+    (:data:`HISTORY_PATTERN`) naming a fault code (E31) whose searches (the recall, ``memory_search``,
+    any look-up) found no text naming it has no earlier case to report, so "Yes, we have had E31" rests
+    on nothing. A question naming no code is not checked here: whether a record describes the same
+    fault in other words is not decided by code.
+
+    Example:
+        >>> recall = Search("recall", True, ("Ticket T-1057: E42 after descaling; thermal fuse replaced",))
+        >>> unsupported_presence("Yes, we have had E31 before. Order 104365 is with DPD.", [recall], "Have we ever had E31? Carrier of 104365?")
+        ['Yes, we have had E31 before.']
+        >>> unsupported_presence("Yes, E42 happened before.", [recall], "Has E42 happened before?")
+        []
+    """
+    codes = {c.replace("-", "").upper() for c in _CODE.findall(question)}
+    if not codes or not HISTORY_PATTERN.search(question):
+        return []
+    if any(s.ran and any(_names(text, codes) for text in s.found) for s in searches):
+        return []
+    return presence_claims(answer, codes)
+
+
+def no_record_note(question: str) -> str:
+    """The sentence an answer gets when a claim of an earlier case was left out: no record searched names the code."""
+    codes = ", ".join(sorted({c.replace("-", "").upper() for c in _CODE.findall(question)}))
+    return f"我查过的记录里没有提到 {codes} 的。" if language_of(question) == "zh" else \
+        f"No record I searched names {codes}, so I found no earlier case of it."
 
 
 def _found(result: Any, status: str, observation: str) -> tuple[str, ...] | None:
@@ -271,7 +337,9 @@ def list_note(question: str, listings: Sequence[tuple[str, Any, str]], answer: s
       cases are what it asks for), and the answer does not name all its rows (a row is named when
       one of its ids, :func:`_row_keys`, stands in the answer as a whole word), or
     * the question asks how many (:data:`COUNT_PATTERN`) and the answer does not state the
-      listing's count (digits, or the word for 0-12),
+      listing's count (digits, or the word for 0-12), or, for a filtered listing (a result with
+      ``of``: the count before the filter) and a question asking for the whole (:data:`TOTAL_PATTERN`:
+      "in total", 一共), the answer does not state that total,
 
     up to :data:`LIST_NOTE_CHARS` characters cut at an item ("; ", with how many items it left out),
     as "来自 <tool>：<text>" for a Chinese question. An answer that names every row and states the
@@ -293,6 +361,9 @@ def list_note(question: str, listings: Sequence[tuple[str, Any, str]], answer: s
         wanted = asks_list or (asks_history and any(k in CASE_LISTS for k, v in result.items() if isinstance(v, list)))
         left_out = bool(wanted) and not all(_named(r, answer) for r in rows)
         miscounted = bool(asks_count) and not _states_count(len(rows), answer)
+        total = result.get("of")
+        if asks_count and TOTAL_PATTERN.search(question) and isinstance(total, int) and not _states_count(total, answer):
+            miscounted = True  # NOTE: a filtered listing ("1 of its 6 orders") asked for the whole too
         if not (left_out or miscounted):
             continue
         text = " ".join(text.split())

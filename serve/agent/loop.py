@@ -43,8 +43,8 @@ from recallserve.serve.agent._protocol import FINAL_WRAPPER_TOKENS, THOUGHT_MAX_
     StepParseError, is_final_only, parse_json_object, parse_step, router_schema, step_schema
 from recallserve.serve.agent.builtin import DERIVED_KIND
 from recallserve.serve.agent.config import AgentConfig
-from recallserve.serve.agent.grounding import NOT_SEARCHED, NOT_SHOWN, Search, list_note, record_note, status_note, turn_searches, \
-    unsupported_absence
+from recallserve.serve.agent.grounding import NOT_SEARCHED, NOT_SHOWN, Search, list_note, no_record_note, record_note, status_note, \
+    turn_searches, unsupported_absence, unsupported_presence
 from recallserve.serve.agent.guards import AnswerCheck, wrap_untrusted
 from recallserve.serve.agent.images import ImageDescriber
 from recallserve.serve.agent.routing import route_by_rules
@@ -196,7 +196,8 @@ class _Run:
         claims = None
         if self.cfg.check_absence:
             searches = self._searches()
-            claims = lambda sentence: bool(unsupported_absence(sentence, searches, self.question))  # noqa: E731
+            claims = lambda sentence: bool(unsupported_absence(sentence, searches, self.question)  # noqa: E731
+                                           or unsupported_presence(sentence, searches, self.question))
         return AnswerCheck("\n".join(m.content for m in messages), ids=self.cfg.check_ids,
                            repeats=self.cfg.stop_repeats, claims=claims)
 
@@ -227,10 +228,17 @@ class _Run:
 
     def _not_searched(self, step: int, check: AnswerCheck) -> AgentEvent | None:
         """After an answer whose claims of absence were left out: the trace step, and when no search
-        ran at all, the sentence saying the agent did not look (streamed, in the answer)."""
+        ran at all, the sentence saying the agent did not look (streamed, in the answer); after a claim
+        of an earlier case that no search supports (:func:`unsupported_presence`), the sentence saying
+        that no record searched names the question's code."""
         if not check.dropped:
             return None
-        if not any(s.ran for s in self._searches()):
+        searches = self._searches()
+        if any(unsupported_presence(d, searches, self.question) for d in check.dropped):
+            self._pending_note = no_record_note(self.question)
+            return self._add(step, "guard", "left out a claim of an earlier case no search of this turn supports",
+                             dropped=[d[:200] for d in check.dropped])
+        if not any(s.ran for s in searches):
             self._pending_note = NOT_SEARCHED
         elif not check.answer:
             self._pending_note = NOT_SHOWN

@@ -85,7 +85,7 @@ STATUS_PHRASES: dict[str, str] = {
                    r"(?:being )?(?:shipped|processed))\b|\bon (?:the|its|their) way\b"
                    r"|未(?:送达|签收|到货|收到|交付)|(?:没有|还没有|还没|没|尚未)(?:被)?(?:送达|送到|到货|签收|收到|交付|到)"
                    r"|在途|运输中|在路上|配送中",
-    "returned": r"\breturn(?:ed|s)\b|\bsent back\b|退货|退回|退了",
+    "returned": r"\breturn(?:ed|s)\b|\ba return\b|\b(?:sent|came|come|brought) back\b|退货|退回|退了",
     "cancelled": r"\bcancel(?:l)?ed\b|\bcancellations?\b|已取消|被取消|取消了",
 }
 _STATUS = "(" + "|".join(f"(?:{p})" for p in STATUS_PHRASES.values()) + ")"

@@ -16,7 +16,7 @@ from recallserve.serve.agent import Agent, AgentConfig, default_registry
 from recallserve.serve.agent.demo.world import DemoWorld
 from recallserve.serve.agent.grounding import (
     LIST_NOTE_CHARS, NOT_SEARCHED, Search, absence_claims, asked_ids, list_note, listing_rows, record_note,
-    status_note, unsupported_absence,
+    status_note, unsupported_absence, unsupported_presence,
 )
 from recallserve.serve.api.app import create_app
 from recallserve.serve.api.auth import Authenticator
@@ -349,3 +349,23 @@ def test_a_status_the_answer_misreads_is_rendered_by_code(tmp_path: Path) -> Non
     assert status_note("两个订单呢？", [("order_status", {"order_id": "104318", "status": "processing"}),
                                       ("order_status", {"order_id": "104365", "status": "shipped"})],
                        "订单104318已发货。订单104365已发货。") == "来自 order_status：104318 processing"
+
+
+def test_a_claim_of_an_earlier_case_of_a_code_no_search_found_is_left_out(tmp_path: Path) -> None:
+    """"Yes, we have had E31" when no search of the turn found a record naming E31: the sentence is left
+    out of the answer (streamed or not) and the answer says no record names E31; with a record naming
+    the code, or a question naming none, the answer stays as the model wrote it."""
+    question = "Have we ever had a BrewMaster throw error E31? And which carrier has order 104365?"
+    for stream in (False, True):
+        engine = _ListingEngine("Yes, we have had E31 before. Order 104365 goes with DPD.", tool="order_status",
+                                args={"order_id": "104365"})
+        answer = _ask(tmp_path, engine, question, stream=stream)
+        assert "E31 before" not in answer and answer.startswith("Order 104365 goes with DPD.")
+        assert "No record I searched names E31, so I found no earlier case of it." in answer
+    found = Search("recall", True, ("Ticket T-1200: E31 on a BrewMaster, sensor replaced",))
+    assert unsupported_presence("Yes, we have had E31 before.", [found], question) == []
+    assert unsupported_presence("Yes, we have had this before.", [Search("recall", True, ())],
+                                "My grinder squeaks. Has this happened before?") == []  # no code: not decided by code
+    assert unsupported_presence("No, E31 has not come up.", [Search("recall", True, ())], question) == []
+    assert unsupported_presence("是的，E31以前出现过。", [Search("recall", True, ())], "E31以前出现过吗？") == ["是的，E31以前出现过。"]
+    assert unsupported_presence("E31以前没有出现过。", [Search("recall", True, ())], "E31以前出现过吗？") == []
