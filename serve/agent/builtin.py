@@ -110,7 +110,9 @@ _NUMBER = rf"{NOT_AFTER_WORD}(?<!\.)\d+(?:[.,]\d+)?{NOT_BEFORE_WORD}(?![.,]\d)"
 
 #: A discount as Chinese writes it, in Chinese numerals: 八五折 = pay 85%, 九折 = 90% (a number of its own).
 _ZH_DISCOUNT = r"[一二三四五六七八九]{1,2}折"
-_OPERAND = rf"(?:{_NUMBER}|{_ZH_DISCOUNT})"
+#: A count in Chinese numerals with its measure word (三个人, 两台, 五件): a number of its own.
+_ZH_COUNT = r"[一二两三四五六七八九十百千万]{1,4}(?:个|人|台|件|份|位|箱|盒|包|瓶|天)"
+_OPERAND = rf"(?:{_NUMBER}|{_ZH_DISCOUNT}|{_ZH_COUNT})"
 #: Two numbers and an arithmetic cue: the rules send these to the calculator (rule 1 of the prompt).
 CALCULATOR_ROUTING = RoutingHint(
     requires=[_OPERAND + r".*?" + _OPERAND],
@@ -118,7 +120,7 @@ CALCULATOR_ROUTING = RoutingHint(
               r"\bplus\b", r"\bminus\b", r"\btimes\b", r"multipl", r"divid", r"\bdifference\b",
               r"\bhow (?:much|many)\b", r"\bmore\b", r"\bless\b", r"\bcheaper\b", r"\bdiscount",
               r"\d\s*[-+*/x\u00d7\u00f7^]\s*\d", r"\bsplit\b", r"\bcost", r"\bpay\b", r"\brefund",
-              r"总共|一共|合计|总计|平均|百分之|每[台个件份]|每个|加上|减去|乘以|除以|多少钱|贵多少|便宜|折扣|打折|[一二三四五六七八九\d]{1,2}折|收入|付了|平分|分摊"],
+              r"总共|一共|合计|总计|平均|百分之|每[台个件份人位]|每个|加上|减去|乘以|除以|多少钱|贵多少|便宜|折扣|打折|[一二三四五六七八九\d]{1,2}折|收入|付了|平分|分摊|平摊|均摊"],
 )
 #: Place names -> the clock's time zone. NOTE: measured on the eval's holdout question 23 ("what
 #: time is it in Tokyo right now?"): the 1.5B model called the clock with Europe/Paris. A place

@@ -9,7 +9,8 @@ the question as the user wrote it.
 Forms (case-insensitive; a form without a year takes the year of the nearest full date of the same
 text, and is left as written when there is none: a year is never guessed):
 
-* Chinese: ``2025年7月1日`` (or 号), ``7月1日``, and after a range word a bare day:
+* Chinese: ``2025年7月1日`` (or 号), ``7月1日`` (also after an ISO date: ``2025-09-01到10月31日``), and
+  after a range word a bare day:
   ``7月1日到31日`` -> the 31st of the same month;
 * numeric: ``2025/7/1``, ``2025.7.1``;
 * English: ``July 1, 2025``, ``July 1st 2025``, ``1 July 2025``, ``the 1st of July``, ``Jul 1``.
@@ -37,6 +38,7 @@ _DAY = r"(?P<day>\d{1,2})(?:st|nd|rd|th)?"
 _YEAR_TAIL = r"(?:,?\s+(?P<year>\d{4}))?"
 # NOTE: digits and Latin letters only at the edges: Han characters may touch a Chinese date ("从2025年7月1日到").
 _L, _R = r"(?<![A-Za-z0-9-])", r"(?![A-Za-z0-9])"
+_ISO = re.compile(r"(?<![A-Za-z0-9-])(\d{4})-\d{2}-\d{2}(?![A-Za-z0-9])")
 _FORMS = re.compile(
     rf"{_L}(?P<zy>\d{{4}})\s*年\s*(?P<zm>\d{{1,2}})\s*月\s*(?P<zd>\d{{1,2}})\s*[日号]"
     rf"|{_L}(?P<zm2>\d{{1,2}})\s*月\s*(?P<zd2>\d{{1,2}})\s*[日号]"
@@ -83,7 +85,9 @@ def iso_dates(text: str) -> str:
             found.append((m, int(g["year"]) if g["year"] else None, _MONTHS[g["mon"].lower()], int(g["day"])))
         else:
             found.append((m, int(g["year2"]) if g["year2"] else None, _MONTHS[g["mon2"].lower()], int(g["day2"])))
-    years = [y for _, y, _, _ in found if y is not None]
+    # NOTE: an ISO date already in the text gives its year too ("2025-09-01到10月31日").
+    iso = [(m.start(), int(m.group(1))) for m in _ISO.finditer(head)]
+    years = [y for _, y, _, _ in found if y is not None] + [y for _, y in iso]
     out, at, month = [], 0, None
     for i, (m, year, mon, day) in enumerate(found):
         if mon is None:  # a bare day after a range word: the month of the date before it
@@ -92,9 +96,10 @@ def iso_dates(text: str) -> str:
             mon = month
         month = mon
         if year is None and years:
-            # the nearest full date's year (the one before it, else the one after)
-            before = [y for _, y, _, _ in found[:i] if y is not None]
-            year = before[-1] if before else next(y for _, y, _, _ in found[i:] if y is not None)
+            # the nearest full date's year (the one before it, else the one after), ISO dates included
+            dated = sorted([(f.start(), y) for f, y, _, _ in found if y is not None] + iso)
+            before = [y for at_, y in dated if at_ < m.start()]
+            year = before[-1] if before else next(y for at_, y in dated if at_ > m.start())
         date = _date(year, mon, day)
         if date is None:
             continue

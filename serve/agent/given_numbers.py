@@ -26,7 +26,7 @@ import math
 import re
 from collections.abc import Iterable
 
-__all__ = ["FREE_NUMBERS", "numbers_in", "ungrounded"]
+__all__ = ["FREE_NUMBERS", "numbers_in", "ungrounded", "zh_number"]
 
 #: Numbers allowed without evidence: small counts (written as words or implied by the question),
 #: percent, and time and size factors.
@@ -48,14 +48,39 @@ _WORD = re.compile(r"\b(" + "|".join(_WORDS) + r")\b", re.IGNORECASE)
 #: 0.85 and 0.15 are its percentage forms).
 _ZH_DISCOUNT = re.compile(r"([一二三四五六七八九\d])(?:[.点]?([一二三四五六七八九\d]))?折")
 _ZH_DIGITS = {c: i for i, c in enumerate("〇一二三四五六七八九")}
+_ZH_DIGITS["两"] = _ZH_DIGITS["二"]
+_ZH_DIGITS["零"] = 0
+_ZH_UNITS = {"十": 10, "百": 100, "千": 1000}
+#: A number in Chinese numerals (三, 十二, 一百五十, 两千, 三万), at most 8 characters.
+_ZH_NUMBER = re.compile(r"[〇零一二两三四五六七八九十百千万]{1,8}")
+
+
+def zh_number(text: str) -> int:
+    """The value of Chinese numerals: digits times 十/百/千 summed, 万 scaling what comes before it.
+
+    Example:
+        >>> [zh_number(s) for s in ("三", "十二", "二十", "一百五十", "两千", "三万五千")]
+        [3, 12, 20, 150, 2000, 35000]
+    """
+    total = section = digit = 0
+    for ch in text:
+        if ch in _ZH_DIGITS:
+            digit = _ZH_DIGITS[ch]
+        elif ch in _ZH_UNITS:
+            section += (digit or 1) * _ZH_UNITS[ch]
+            digit = 0
+        elif ch == "万":
+            total += (section + digit) * 10_000
+            section = digit = 0
+    return total + section + digit
 #: Evidence is read up to this many characters (prompts are capped long before).
 _MAX_CHARS = 200_000
 
 
 def numbers_in(text: str) -> set[float]:
     """Every number written in ``text``, in digits or as a number word up to a hundred ("half" and
-    "quarter" give both the divisor and the fraction: 2 and 0.5, 4 and 0.25), and a Chinese discount
-    as its percent (八五折 -> 85).
+    "quarter" give both the divisor and the fraction: 2 and 0.5, 4 and 0.25), in Chinese numerals
+    (三 -> 3, 两千 -> 2000), and a Chinese discount as its percent (八五折 -> 85).
 
     Example:
         >>> sorted(numbers_in("689欧元，打八五折")), sorted(numbers_in("打9折"))
@@ -71,6 +96,9 @@ def numbers_in(text: str) -> set[float]:
     for m in _ZH_DISCOUNT.finditer(text):
         tens, ones = (int(_ZH_DIGITS.get(d, d)) if d else 0 for d in m.groups())
         out.add(float(tens * 10 + ones))
+    for m in _ZH_NUMBER.finditer(text):
+        if text[m.end():m.end() + 1] != "折":  # NOTE: a discount is read above (八五折 is 85, not a count)
+            out.add(float(zh_number(m.group(0))))
     return out
 
 

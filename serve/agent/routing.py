@@ -67,8 +67,18 @@ ACTION_REQUESTS: dict[str, str] = {
     "pay compensation": r"\b(?:want|need|demand|give me|expect)\b[^.?!\n]{0,24}\b(?:compensation|a voucher|store credit|"
                         r"my money back)\b|\b(?:reimburse|compensate) (?:me|us)\b",
     "change an order's delivery": r"\bchange (?:my |the |our )?(?:delivery |shipping )?address\b|\breschedule\b"
-                                  r"|\bredirect (?:my|the) (?:order|parcel|package|delivery)\b",
+                                  r"|\bredirect (?:my|the) (?:order|parcel|package|delivery)\b"
+                                  r"|(?:改|修改|更改|换)[^。？！?!\n]{0,12}地址|地址[^。？！?!\n]{0,6}(?:改|换)(?:成|为|到)|改派|改送",
 }
+#: The same requests in Chinese, in a request form ("我要退款", "帮我换一台", "给我赔偿"); the address change
+#: is in the pattern above (a change of address is always a request).
+_ZH_REQUEST = r"(?:我要|我想|要求|申请|帮我|给我|请|能不能|能否|可以|可不可以)[^。？！?!\n]{0,12}"
+ACTION_REQUESTS["issue a refund"] += rf"|{_ZH_REQUEST}(?:退款|退钱|退货退款)"
+ACTION_REQUESTS["send a replacement"] += rf"|{_ZH_REQUEST}(?:换货|换一台|换个新的|换新|补发|重新发)"
+ACTION_REQUESTS["pay compensation"] += rf"|{_ZH_REQUEST}(?:赔偿|补偿|赔钱)"
+#: The actions above as the Chinese reply names them.
+ZH_ACTIONS = {"issue a refund": "办理退款", "send a replacement": "安排换货", "pay compensation": "给予赔偿",
+              "change an order's delivery": "修改订单的配送"}
 
 
 #: Questions about the assistant itself ("who are you?", "what can you help me with?"): answered by
@@ -102,12 +112,14 @@ def requested_action(text: str) -> str | None:
     return next((label for label, p in ACTION_REQUESTS.items() if ci_pattern(p).search(text)), None)
 
 
-def _declined(action: str) -> tuple[str, str]:
-    """(advice, fixed sentence) declining ``action``, which no tool here performs."""
-    return (f"The user asks you to {action}, which you cannot do here. Say so, do not claim it was done, and offer "
-            "to pass the request to a colleague.",
-            f"I'm sorry, but I can't {action} from here, so nothing has been changed; I can pass your request on "
-            "to a colleague who can help with it.")
+def _declined(action: str, zh: bool = False) -> tuple[str, str]:
+    """(advice, fixed sentence) declining ``action``, which no tool here performs (the sentence in Chinese for ``zh``)."""
+    advice = (f"The user asks you to {action}, which you cannot do here. Say so, do not claim it was done, and offer "
+              "to pass the request to a colleague.")
+    if zh:
+        return advice, f"抱歉，我这里无法{ZH_ACTIONS.get(action, '办理这项操作')}，所以没有做任何更改；我可以把您的请求转给能处理的同事。"
+    return advice, (f"I'm sorry, but I can't {action} from here, so nothing has been changed; I can pass your request on "
+                    "to a colleague who can help with it.")
 
 
 def _hint(tool: Tool) -> RoutingHint:
@@ -164,7 +176,7 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
         # NOTE: declined before any lookup: measured on the eval's refund question, after an
         # order_status call the 1.5B model went on "The refund was given because the repair failed
         # twice"; the rules' own reply cannot say it was done.
-        advice, sentence = _declined(action)
+        advice, sentence = _declined(action, zh)
         return RuleDecision(route="direct", scores=scores, reason=f"asks to {action}, which no tool does",
                             advice=advice, reply=sentence)
     if best_in is not None:

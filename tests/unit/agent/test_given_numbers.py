@@ -103,3 +103,9 @@ def test_every_place_maps_to_an_installed_zone() -> None:
 def test_aliases_need_a_bind_pattern() -> None:
     with pytest.raises(ValueError, match="aliases.timezone"):
         RoutingHint(aliases={"timezone": {"tokyo": "Asia/Tokyo"}})
+
+
+def test_chinese_numerals_are_given_numbers() -> None:
+    assert {1347.0, 3.0} <= numbers_in("1347块三个人平摊") and 2000.0 in numbers_in("两千块")
+    assert ungrounded("1347 / 3", numbers_in("1347块三个人平摊，每人要出多少？")) == []
+    assert ungrounded("2000 * 0.9", numbers_in("两千块打九折")) == []

@@ -509,3 +509,18 @@ def test_a_date_without_a_year_is_never_given_one() -> None:
     reg = default_registry()
     d = route_by_rules("How did GR-200 stock change between April 1 and April 30?", reg.for_scopes(DEMO_SCOPES), reg.all())
     assert "start_date" not in d.bindings.get("inventory_changes", {})
+
+
+@pytest.mark.parametrize(("question", "first", "reply"), [
+    ("KT-17 从2025-09-01到10月31日库存变了多少", ["inventory_changes"], ""),  # the year of the ISO date before it
+    ("1347块三个人平摊，每人要出多少？", ["calculator"], ""),  # 三个人: a count in Chinese numerals
+    ("帮我把订单104455的收货地址改成柏林", [], "抱歉，我这里无法修改订单的配送"),
+    ("订单104208坏了，我要退款", [], "抱歉，我这里无法办理退款"),
+    ("订单104208的退款多少钱？", ["order_status"], ""),  # a question about a refund is no request for one
+])
+def test_chinese_dates_counts_and_requests_are_read_as_their_english_forms(question: str, first: list[str], reply: str) -> None:
+    reg = default_registry()
+    d = route_by_rules(question, reg.for_scopes(DEMO_SCOPES), reg.all())
+    assert d.first_step == first and d.reply.startswith(reply), d.reason
+    if first == ["inventory_changes"]:
+        assert d.bindings["inventory_changes"]["end_date"] == ["2025-09-01", "2025-10-31"]
