@@ -32,7 +32,26 @@ def bound_values(tool: Tool, found: dict[str, list[str]]) -> dict[str, list[str]
 MAX_FIXED_CALLS = 4
 
 
-def determined_calls(tools: ToolSet, bindings: Bindings, *, several: bool = True) -> list[ParsedCall]:
+def _fixed_calls(name: str, tool: Tool, found: dict[str, list[str]] | None) -> list[ParsedCall] | None:
+    """The calls of ``tool`` the bindings fix (one per value of its one multi-valued argument), or None."""
+    if tool.destructive or tool.routing is None or found is None:
+        return None
+    props = tool.args_schema.get("properties", {})
+    required = set(tool.args_schema.get("required", []))
+    values = bound_values(tool, found)
+    if any(p not in tool.routing.bind for p in props) or any(p in required and not values.get(p) for p in props):
+        return None
+    multi = [p for p, v in values.items() if len(v) > 1]
+    if len(multi) > 1 or (multi and len(values[multi[0]]) > MAX_FIXED_CALLS):
+        return None
+    base = {p: v[0] for p, v in values.items() if p not in multi}
+    if not multi:
+        return [ParsedCall(id="c1", name=name, args=base)]
+    return [ParsedCall(id=f"c{i}", name=name, args={**base, multi[0]: v}) for i, v in enumerate(values[multi[0]], 1)]
+
+
+def determined_calls(tools: ToolSet, bindings: Bindings, *, several: bool = True,
+                     candidates: ToolSet | None = None) -> list[ParsedCall]:
     """The calls the rules fix completely for step 1, or [].
 
     ``tools`` are the tools the first step must choose from; the calls are determined when there is
@@ -40,36 +59,29 @@ def determined_calls(tools: ToolSet, bindings: Bindings, *, several: bool = True
     own step), every argument is bound (none free, such as a query) and each required one has a
     value, and at most one argument has several values: one call per value of that argument, at
     most :data:`MAX_FIXED_CALLS` (``several``: the step may hold several calls; else only a single
-    possible call, :func:`single_call_tools`). Their arguments are the grammar's values, so the
-    calls are those the model's step would have been held to; that step could only have added a
-    thought, so they run without an engine step.
+    possible call, :func:`single_call_tools`). With ``several``, when every tool of ``candidates``
+    (all the tools the rules found evidence for) is determined that way, the step holds the calls of
+    all of them (a question naming an order and a customer: both look-ups). Their arguments are the
+    grammar's values, so the calls are those the model's step would have been held to; that step
+    could only have added a thought, so they run without an engine step.
 
-    NOTE: several values of one argument: measured on the compound eval, "could you check orders
-    104318 and 104343?" got one order_status call from the 1.5B model, which then answered for
-    both orders.
+    NOTE: measured on the compound eval: "could you check orders 104318 and 104343?" got one
+    order_status call from the 1.5B model, which then answered for both orders; "the status of order
+    104400, and has C-1011 opened tickets before?" got ticket_history only and no order status.
     """
+    if several and candidates is not None and len(candidates) > 1:
+        fixed = [_fixed_calls(n, t, bindings.get(n)) for n, t in candidates.items()]
+        calls = [c for f in fixed if f is not None for c in f]
+        if all(f is not None for f in fixed) and len(calls) <= MAX_FIXED_CALLS:
+            return [ParsedCall(id=f"c{i}", name=c.name, args=c.args) for i, c in enumerate(calls, 1)]
     if len(tools) != 1:
         return []
     name, tool = next(iter(tools.items()))
-    found = bindings.get(name)
-    if tool.destructive or tool.routing is None or found is None:
-        return []
     if not several:
-        if not single_call_tools(tools, bindings):
+        if tool.destructive or not single_call_tools(tools, bindings):
             return []
-        return [ParsedCall(id="c1", name=name, args={p: v[0] for p, v in bound_values(tool, found).items()})]
-    props = tool.args_schema.get("properties", {})
-    required = set(tool.args_schema.get("required", []))
-    values = bound_values(tool, found)
-    if any(p not in tool.routing.bind for p in props) or any(p in required and not values.get(p) for p in props):
-        return []
-    multi = [p for p, v in values.items() if len(v) > 1]
-    if len(multi) > 1 or (multi and len(values[multi[0]]) > MAX_FIXED_CALLS):
-        return []
-    base = {p: v[0] for p, v in values.items() if p not in multi}
-    if not multi:
-        return [ParsedCall(id="c1", name=name, args=base)]
-    return [ParsedCall(id=f"c{i}", name=name, args={**base, multi[0]: v}) for i, v in enumerate(values[multi[0]], 1)]
+        return [ParsedCall(id="c1", name=name, args={p: v[0] for p, v in bound_values(tool, bindings[name]).items()})]
+    return _fixed_calls(name, tool, bindings.get(name)) or []
 
 
 def spent_tools(tools: ToolSet, bindings: Bindings, calls: list[ToolCallRecord]) -> set[str]:

@@ -378,7 +378,7 @@ class _Run:
             first_schema = step_schema(first, allow_parallel=parallel, allow_final=False, bindings=bindings) \
                 if first else schema
             max_steps = self.req.max_steps or self.cfg.max_steps
-            fixed = determined_calls(first, bindings, several=parallel) \
+            fixed = determined_calls(first, bindings, several=parallel, candidates=allowed.subset(route.tools)) \
                 if bindings is not None and self.cfg.rule_first_call else []
             try:
                 for step in range(1, max_steps + 1):
@@ -584,7 +584,8 @@ class _Run:
         turn: 4-8 s of a one-tool turn on 2 idle cores.
         """
         given = "; ".join(", ".join(f"{k} {v}" for k, v in c.args.items()) or "no arguments" for c in calls)
-        thought = f"The question gives {given}: call {calls[0].name}."[:THOUGHT_MAX_CHARS]
+        names = " and ".join(dict.fromkeys(c.name for c in calls))
+        thought = f"The question gives {given}: call {names}."[:THOUGHT_MAX_CHARS]
         if len(calls) == 1:
             step: dict[str, Any] = {"thought": thought, "type": "tool_call", "name": calls[0].name, "args": calls[0].args}
         else:

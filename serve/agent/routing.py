@@ -145,12 +145,19 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
     """
     zh = language_of(text) == "zh"
     text = iso_dates(text)
+    hinted = [t for t in list(allowed.values()) + [t for t in every_tool if t.name not in allowed] if t.routing is not None]
+    # NOTE: a number an id-taking tool binds (order 104318) is no operand for a tool that binds nothing
+    # (the calculator): measured on the compound eval, "orders 104318 and 104343 - where is each one at?"
+    # scored the calculator (two numbers and "each") as high as order_status.
+    taken = {v for t in hinted if _hint(t).requires and _hint(t).score(text) is not None
+             for values in _hint(t).bindings(text).values() for v in values}
+    masked = text
+    for value in sorted(taken, key=len, reverse=True):
+        masked = re.sub(rf"(?<![\w-]){re.escape(value)}(?![\w-])|(?<=[^\x00-\x7f]){re.escape(value)}(?![\w-])", "ID", masked)
     scores: dict[str, int] = {}
     outside: dict[str, Tool] = {}
-    for tool in list(allowed.values()) + [t for t in every_tool if t.name not in allowed]:
-        if tool.routing is None:
-            continue
-        s = tool.routing.score(text)
+    for tool in hinted:
+        s = _hint(tool).score(text if _hint(tool).bind else masked)
         if s is not None:
             scores[tool.name] = s
             if tool.name not in allowed:

@@ -524,3 +524,28 @@ def test_chinese_dates_counts_and_requests_are_read_as_their_english_forms(quest
     assert d.first_step == first and d.reply.startswith(reply), d.reason
     if first == ["inventory_changes"]:
         assert d.bindings["inventory_changes"]["end_date"] == ["2025-09-01", "2025-10-31"]
+
+
+def test_ids_another_tool_takes_are_no_calculator_operands() -> None:
+    reg = default_registry()
+    tools = reg.for_scopes(DEMO_SCOPES)
+    d = route_by_rules("quick check on two orders: 104318 and 104343 - where is each one at?", tools, reg.all())
+    assert d.first_step == ["order_status"] and "calculator" not in d.scores
+    assert route_by_rules("How much is 3 x 449 EUR each?", tools, reg.all()).first_step == ["calculator"]
+
+
+def test_every_look_up_a_compound_question_names_is_called_by_the_rules() -> None:
+    """An order and a customer: both look-ups run in step 1 without an engine step; the model's only call
+    is the answer, with both observations in its prompt."""
+    eng = ScriptedEngine([final("Order 104400 was shipped; C-1011 had ticket T-1110.")])
+    result = _run(Agent(eng, _registry(), config=AgentConfig()),
+                  "What's the status of order 104400, and has customer C-1011 opened any support tickets before?")
+    assert sorted((c.name, c.status) for c in result.tool_calls) == [("order_status", "ok"), ("ticket_history", "ok")]
+    assert len(eng.calls) == 1
+    prompt = "\n".join(m.content for m in eng.calls[0][0])
+    assert "Observation(order_status)" in prompt and "Observation(ticket_history)" in prompt
+    # a candidate with a free argument (a search query) leaves the step to the model
+    eng = ScriptedEngine([call("order_status", order_id="104400"), final("Shipped.")])
+    _run(Agent(eng, _registry(), config=AgentConfig(max_steps=2)),
+         "Is order 104400 shipped? And search the knowledge base for a weak steam wand.")
+    assert eng.calls[0][1].json_schema is not None and "memory_search" in json.dumps(eng.calls[0][1].json_schema)
