@@ -119,6 +119,7 @@ class StepExecutor:
         self.cap = observation_max_chars
         self.seen: set[str] = set()
         self._earlier: dict[str, str] = {}  # key -> the observation of its first call
+        self._rejected: set[str] = set()  # keys of calls rejected for their arguments
         self.counter = 0
         self.uses: dict[str, int] = {}  # tool -> calls run (for Tool.max_calls)
 
@@ -181,18 +182,31 @@ class StepExecutor:
             raw = _resolve(call.args, results)
         except KeyError as exc:
             return self._record(step, call, call.args, "invalid", f"Rejected: reference {exc} not found in the result.")
+        # NOTE: the same rejected arguments asked again end in "refused", which stops the calling
+        # (the loop's step of refusals only may answer). Measured: the 1.5B model sent one
+        # calculator expression with an invented number five times, to the step limit.
+        asked = cache_key(tool.name, raw)
+        again = asked in self._rejected
         try:
             args = tool.validate(raw)
         except ToolArgsError as exc:
-            return self._record(step, call, raw, "invalid",
-                                f"Invalid arguments for {tool.name}: {exc}. Fix them or answer without this tool.")
+            self._rejected.add(asked)
+            return self._record(step, call, raw, "refused" if again else "invalid",
+                                f"Invalid arguments for {tool.name}: {exc}. "
+                                + ("These were rejected before: answer without this tool." if again
+                                   else "Fix them or answer without this tool."))
         clean = args.model_dump(mode="json")
         for name in tool.grounded:
             bad = ungrounded(str(clean.get(name, "")), self.numbers)
             if bad:
-                return self._record(step, call, clean, "invalid",
+                # A number a later result gives grounds the same arguments: only a still-ungrounded
+                # repeat is refused.
+                self._rejected.add(asked)
+                return self._record(step, call, clean, "refused" if again else "invalid",
                                     f"Invalid arguments for {tool.name}: {name} uses {', '.join(bad)}, which neither "
-                                    "the question nor the results give. Use only the numbers given.")
+                                    "the question nor the results give. "
+                                    + ("These were rejected before: answer without this tool." if again
+                                       else "Use only the numbers given."))
         key = cache_key(tool.name, clean)
         if key in self.seen:
             # NOTE: the earlier result is repeated in the refusal: measured with the 1.5B model, a

@@ -65,6 +65,20 @@ def test_an_invented_number_is_refused_and_the_model_corrects_it() -> None:
     assert result.answer == "You get 79.80 back."
 
 
+def test_the_same_rejected_expression_again_is_refused_and_the_next_step_may_only_answer() -> None:
+    eng = ScriptedEngine([
+        call("calculator", expression="(2 * 39.90) - 0.00"),
+        call("calculator", expression="(2 * 39.90) - 0.00"),
+        final("You get 79.80 back."),
+    ])
+    result = run_agent(_agent(eng, use_router=False, routing_rules=False), REFUND)
+    assert [c.status for c in result.tool_calls] == ["invalid", "refused"]
+    assert "These were rejected before" in eng.calls[2][0][-1].content
+    # a step of refusals only leaves no tool in the next step's grammar: the model answers
+    assert "calculator" not in str(eng.calls[2][1].json_schema)
+    assert result.answer == "You get 79.80 back."
+
+
 def test_numbers_from_an_earlier_observation_are_grounded() -> None:
     class Args(StrictModel):
         sku: str = Field(max_length=20, description="sku")
