@@ -28,13 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
-import os
 import re
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import NamedTuple
 
 from pydantic import Field
@@ -42,6 +39,7 @@ from pydantic import Field
 from recallserve.kernels import StrictModel
 from recallserve.memory_shards.records import MAX_PARTS, MemoryPart, MemoryRecord
 from recallserve.memory_shards.retrieval.when import resolve_relative_dates
+from recallserve.serve.answer_cache import AnswerCache
 from recallserve.serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine
 
 __all__ = ["ENRICH_SYSTEM", "FACT_PART", "EnrichConfig", "Exchange", "Enrichment", "FactEnricher", "EnrichmentCache",
@@ -210,26 +208,16 @@ class FactEnricher:
                           result.prompt_tokens, result.completion_tokens, result.text)
 
 
-class EnrichmentCache:
-    """The enriched windows stored in ``path`` (created on the first save; rewritten atomically)."""
+class EnrichmentCache(AnswerCache):
+    """The enriched windows stored in ``path``: the model's raw answer and what the call cost."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path).expanduser()
-        self.entries: dict[str, dict] = {}
-        if self.path.exists():
-            try:
-                data = json.loads(self.path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                raise ValueError(f"{self.path}: not an enrichment cache ({exc})") from None
-            if not isinstance(data, dict):
-                raise ValueError(f"{self.path}: not an enrichment cache (expected a JSON object)")
-            self.entries = data
+    what = "enrichment cache"
 
     def get(self, model: str, window: Sequence[Exchange], config: EnrichConfig | None = None) -> Enrichment | None:
         """The stored enrichment of ``window`` by ``model``, or None; the facts are parsed again from the
         stored answer (``config``'s bounds), so a change of the parsing needs no model call."""
         cfg = config or EnrichConfig()
-        e = self.entries.get(window_key(model, render_window(window, cfg.max_input_chars)))
+        e = self.entry(window_key(model, render_window(window, cfg.max_input_chars)))
         if e is None:
             return None
         raw = str(e.get("text", ""))
@@ -237,15 +225,11 @@ class EnrichmentCache:
         return Enrichment(facts, float(e["model_ms"]), int(e["prompt_tokens"]), int(e["completion_tokens"]), raw)
 
     def put(self, model: str, window: Sequence[Exchange], got: Enrichment, config: EnrichConfig | None = None) -> None:
-        """Store ``got`` and rewrite the file (write then rename: never a half-written file)."""
+        """Store ``got`` and rewrite the file."""
         cfg = config or EnrichConfig()
-        self.entries[window_key(model, render_window(window, cfg.max_input_chars))] = {
+        self.store(window_key(model, render_window(window, cfg.max_input_chars)), {
             "ids": [e.record_id for e in window], "text": got.text, "facts": got.facts, "model_ms": round(got.model_ms, 1),
-            "prompt_tokens": got.prompt_tokens, "completion_tokens": got.completion_tokens, "model": model}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.entries, indent=1, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, self.path)
+            "prompt_tokens": got.prompt_tokens, "completion_tokens": got.completion_tokens, "model": model})
 
 
 class CachedEnricher:

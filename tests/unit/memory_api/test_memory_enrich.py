@@ -102,7 +102,7 @@ def test_a_search_on_a_facts_wording_returns_its_source_record(client: TestClien
 
 
 def test_a_record_rewritten_while_the_model_reads_it_keeps_the_users_write(client: TestClient, service: MemoryService) -> None:
-    (source,) = _add(client, {**SOURCE, "source_id": "turn-1"})
+    _add(client, {**SOURCE, "source_id": "turn-1"})
 
     def rewrite_then_answer(messages: Sequence[ChatMessage], params: GenerationParams) -> str:
         _add(client, {**SOURCE, "source_id": "turn-1", "text": "Caroline: correction, I stayed home yesterday."})
@@ -121,7 +121,7 @@ class _Failing(ScriptedEngine):
 
 
 def test_a_failed_call_writes_nothing_and_a_dry_run_writes_nothing(client: TestClient, service: MemoryService) -> None:
-    (source,) = _add(client, SOURCE)
+    _add(client, SOURCE)
     assert _enrich(service, _Failing([]))["failed_calls"] == 1
     assert _enrich(service, ScriptedEngine([REPLY]), dry_run=True)["enriched"] == 1
     stored = asyncio.run(service.list_by_source("acme", _search(client, "Caroline group")[0]["source_id"]))
