@@ -16,6 +16,16 @@ by someone who had not seen the rules or any eval result; never tuned on.
 ``compound_holdout3`` (``questions_compound_holdout3.json``, 12) and ``zh-holdout3``
 (``questions_zh_holdout3.json``, 16): the same kinds again, written in session 3 (third set) by someone who had
 not seen the rules or any eval result; never tuned on.
+``compound_holdout4`` (``questions_compound_holdout4.json``, 16) and ``zh-holdout4``
+(``questions_zh_holdout4.json``, 20): the same kinds again, written in session 4 (fourth set) by someone who had
+not seen the rules or any eval result; never tuned on.
+``compound_holdout5`` (``questions_compound_holdout5.json``, 16) and ``zh-holdout5``
+(``questions_zh_holdout5.json``, 20): the same kinds again, written in session 4 (fifth set) by someone who had
+not seen the rules or any eval result; never tuned on.
+``compound_holdout6`` (``questions_compound_holdout6.json``, 16): the same kinds as ``compound``, written in session 4
+(sixth set) by someone who had not seen the rules or any eval result; never tuned on.
+``zh-holdout6`` (``questions_zh_holdout6.json``, 20): the same kinds as ``zh-tuned``, written in session 4
+(sixth Chinese set) by someone who had not seen the rules or any eval result; never tuned on.
 
 Each question is one :class:`Question` (validated on load): the text, the expected tool call
 (``tool``/``args``/``args_contain``/``result``) and the key facts its answer must state
@@ -42,7 +52,13 @@ QUESTION_SETS = {"tuned": ("questions.json",), "holdout": ("questions_holdout.js
                  "compound_holdout2": ("questions_compound_holdout2.json",),
                  "zh-holdout2": ("questions_zh_holdout2.json",),
                  "compound_holdout3": ("questions_compound_holdout3.json",),
-                 "zh-holdout3": ("questions_zh_holdout3.json",)}
+                 "zh-holdout3": ("questions_zh_holdout3.json",),
+                 "compound_holdout4": ("questions_compound_holdout4.json",),
+                 "zh-holdout4": ("questions_zh_holdout4.json",),
+                 "compound_holdout5": ("questions_compound_holdout5.json",),
+                 "zh-holdout5": ("questions_zh_holdout5.json",),
+                 "compound_holdout6": ("questions_compound_holdout6.json",),
+                 "zh-holdout6": ("questions_zh_holdout6.json",)}
 
 
 class Question(StrictModel):
