@@ -22,17 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
-import os
 import re
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import NamedTuple
 
 from pydantic import Field
 from recallserve.kernels import StrictModel
+from recallserve.serve.answer_cache import AnswerCache
 from recallserve.serve.engine import (
     ChatMessage,
     EngineError,
@@ -145,37 +143,23 @@ class QueryDecomposer:
                              result.completion_tokens)
 
 
-class DecompositionCache:
+class DecompositionCache(AnswerCache):
     """The decompositions stored in ``path`` (created on the first save)."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path).expanduser()
-        self.entries: dict[str, dict] = {}
-        if self.path.exists():
-            try:
-                data = json.loads(self.path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                raise ValueError(f"{self.path}: not a decomposition cache ({exc})") from None
-            if not isinstance(data, dict):
-                raise ValueError(f"{self.path}: not a decomposition cache (expected a JSON object)")
-            self.entries = data
+    what = "decomposition cache"
 
     def get(self, model: str, question: str) -> Decomposition | None:
         """The stored decomposition of ``question`` by ``model``, or None."""
-        e = self.entries.get(prompt_key(model, question))
+        e = self.entry(prompt_key(model, question))
         if e is None:
             return None
         return Decomposition([str(q) for q in e["queries"]], float(e["model_ms"]), int(e["completion_tokens"]))
 
     def put(self, model: str, question: str, d: Decomposition) -> None:
-        """Store ``d`` and rewrite the file (write then rename: never a half-written file)."""
-        self.entries[prompt_key(model, question)] = {
+        """Store ``d`` and rewrite the file."""
+        self.store(prompt_key(model, question), {
             "question": question, "queries": d.queries, "model_ms": round(d.model_ms, 1),
-            "completion_tokens": d.completion_tokens, "model": model}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.entries, indent=1, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, self.path)
+            "completion_tokens": d.completion_tokens, "model": model})
 
 
 class CachedDecomposer:

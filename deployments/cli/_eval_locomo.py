@@ -70,6 +70,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="with --decompose, the LoCoMo categories whose questions are decomposed (default: all four; "
                         "1 = multi-hop only, the others searched as without it)")
     p.add_argument("--decompose-threads", type=int, default=2, help="llama.cpp threads of the router model (default: 2)")
+    p.add_argument("--enrich", action="store_true",
+                   help="compare each conversation with and without write-time facts (the router model's atomic facts of "
+                        "each turn, stored as parts of it; serve/enrich.py), picked leave-one-conversation-out: only the "
+                        "sessions the enrichment cache covers wholly are stored and only the questions whose evidence lies "
+                        "in them are asked (both arms alike); no model runs (python -m loadtests.locomo_enrich_cost fills the cache)")
+    p.add_argument("--enrich-cache", default=None, metavar="FILE",
+                   help="with --enrich, the JSON file of enriched windows (default: ~/.cache/recallserve/locomo-enrich.json)")
+    p.add_argument("--enrich-window", type=int, default=4, help="with --enrich, exchanges per model call the cache was "
+                                                                  "filled with (default: 4)")
     p.add_argument("--durable", action="store_true",
                    help="write the shards to a temporary folder with WAL fsync (default: in memory; same ranking)")
     p.set_defaults(func=run)
@@ -160,6 +169,51 @@ def _with_decompose_weights(settings: list[tuple[str, dict[str, float]]], text: 
 SUB_QUERY_WEIGHT = "sub_query_weight"
 """NOTE: the key of a setting's sub-query weight: an argument of the search, not a RetrievalParams field."""
 
+ENRICHED_TENANT = "~facts"
+"""NOTE: the suffix of the tenant holding a conversation's enriched records (the eval's own tenants)."""
+
+ENRICH = "enrich"
+"""NOTE: the key of a setting's index: 1 = the records with their facts (another tenant), not a RetrievalParams field."""
+
+
+def _with_enrich(settings: list[tuple[str, dict[str, float]]]) -> list[tuple[str, dict[str, float]]]:
+    """``settings`` crossed with enrichment off / on (``--enrich``)."""
+    return [(f"{name},enrich={e}", {**update, ENRICH: float(e)}) for name, update in settings for e in (0, 1)]
+
+
+def _enriched(args: argparse.Namespace, conversations: list[Any]) -> tuple[list[Any], dict[str, dict[str, list[str]]], dict[str, Any]]:
+    """With ``--enrich``: the conversations cut to their wholly enriched sessions and the questions
+    whose evidence lies there, each turn's facts (sample id -> dia_id -> facts), and the coverage."""
+    if not args.enrich:
+        return conversations, {}, {}
+    from recallserve.deployments.cli._enrich_locomo import cached_facts, covered_questions
+    from recallserve.deployments.models import DEFAULT_MODEL
+    from recallserve.serve import envs
+    from recallserve.serve.enrich import EnrichConfig, EnrichmentCache
+
+    if not 1 <= args.enrich_window <= 8:
+        raise UserError(f"--enrich-window: must be in 1..8, got {args.enrich_window}")
+    path = args.enrich_cache or str(envs.recallserve_home() / "locomo-enrich.json")
+    try:
+        cache = EnrichmentCache(path)
+    except ValueError as exc:
+        raise UserError(f"--enrich-cache: {exc}") from None
+    cfg = EnrichConfig(window=args.enrich_window)
+    out, facts, coverage = [], {}, {}
+    for conv in conversations:
+        got, sessions = cached_facts(cache, DEFAULT_MODEL, conv, cfg)
+        asked = covered_questions(conv.questions, sessions)
+        facts[conv.sample_id] = got
+        coverage[conv.sample_id] = {"sessions": sorted(sessions), "turns": sum(1 for t in conv.turns if t.session in sessions),
+                                    "turns_with_facts": sum(1 for t in conv.turns if t.session in sessions and got.get(t.dia_id)),
+                                    "facts": sum(len(got.get(t.dia_id, [])) for t in conv.turns if t.session in sessions),
+                                    "questions": sum(1 for q in asked if q.category in (1, 2, 3, 4))}
+        if sessions and coverage[conv.sample_id]["questions"]:
+            out.append(conv.model_copy(update={"turns": [t for t in conv.turns if t.session in sessions], "questions": asked}))
+    if not out:
+        raise UserError(f"--enrich: the cache {path} covers no whole session holding a question's evidence")
+    return out, facts, {"cache": path, "model": DEFAULT_MODEL, "window": cfg.window, "per_conversation": coverage}
+
 
 def leave_one_out(per_conv: dict[str, dict[str, dict[str, dict[str, float]]]], metric: str = "recall@10") -> dict[str, Any]:
     """Leave-one-conversation-out selection among fusion settings.
@@ -219,7 +273,9 @@ def run(args: argparse.Namespace) -> int:
     settings = _settings(fusion, sets)
     if args.decompose:
         settings = _with_decompose_weights(settings, args.decompose_weights)
-    compare = fusion is not None or bool(sets) or args.decompose
+    if args.enrich:
+        settings = _with_enrich(settings)
+    compare = fusion is not None or bool(sets) or args.decompose or args.enrich
     doc = asyncio.run(_compare(args, conversations, ks, settings) if compare
                       else _evaluate(args, conversations, ks))
     if args.json or compare:
@@ -434,6 +490,9 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
     conversations = _filtered(conversations, args.write_filter)
     asked_at = _asked_at(conversations)
     decomposed = _decomposed_questions(args, conversations)
+    conversations, facts, coverage = _enriched(args, conversations)
+    # NOTE: the enriched index of a conversation is another tenant: the same records with their facts.
+    suffix = ""
 
     async def search(tenant: str, question: str, k: int) -> list[str]:
         req = SearchRequest(query=question, k=k, threshold=-1.0, decay={"decay": "none"})
@@ -441,7 +500,7 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
         # is timed); the search time is that of the shard calls and fusion of the question and its sub-queries.
         subs = (await decomposer(question)).queries if question in decomposed else []
         t0 = time.perf_counter()
-        hits = await service.search_request(tenant, req, now=asked_at[tenant], sub_queries=subs,
+        hits = await service.search_request(tenant + suffix, req, now=asked_at[tenant], sub_queries=subs,
                                             sub_query_weight=sub_query_weight)
         latencies[current].append(time.perf_counter() - t0)
         if query_time_window(question, asked_at[tenant]) is not None:
@@ -450,6 +509,15 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
 
     async def no_write(records: list[Any]) -> None:
         return None
+
+    def enriched_write(sample_id: str) -> Any:
+        from recallserve.serve.enrich import with_facts
+
+        async def write(records: list[Any]) -> Any:
+            got = facts.get(sample_id, {})
+            return await service.add_records([with_facts(r.model_copy(update={"tenant": r.tenant + ENRICHED_TENANT}),
+                                                         got.get(r.source_id, [])) for r in records])
+        return write
 
     started = time.perf_counter()
     per_conv: dict[str, dict[str, Any]] = {}
@@ -466,16 +534,21 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
         for start in range(0, len(questions), 256):
             vecs = await asyncio.to_thread(emb.embed, questions[start : start + 256])
             cache.update(zip(questions[start : start + 256], vecs))
-        for i, (name, update) in enumerate(settings):
+        written: set[float] = set()
+        for name, update in settings:
             current = name
             update = dict(update)
             sub_query_weight = update.pop(SUB_QUERY_WEIGHT, 0.0)
+            enrich = update.pop(ENRICH, 0.0)
+            suffix = ENRICHED_TENANT if enrich else ""
+            write = no_write if enrich in written else enriched_write(conv.sample_id) if enrich else service.add_records
+            written.add(enrich)
             service.retriever.params = base.model_copy(update={
                 **update, "lexical_min_ratio": 0.0,
                 "dense_candidates": max(base.dense_candidates, k_max),
                 "lexical_candidates": max(base.lexical_candidates, k_max)})
             per_conv[conv.sample_id][name] = await evaluate_locomo(
-                [conv], service.add_records if i == 0 else no_write, search, ks, IndexOptions(context_window=args.context))
+                [conv], write, search, ks, IndexOptions(context_window=args.context))
     doc: dict[str, Any] = {
         "command": shlex.join(["recallserve", *args.argv]), "file": args.file, "only": args.only,
         "conversations": len(conversations), "write_filter": args.write_filter,
@@ -492,6 +565,7 @@ async def _compare(args: argparse.Namespace, conversations: list[Any], ks: list[
                          "dated_search_p95_ms": round(float(np.percentile(dated[n], 95)) * 1000, 1) if dated[n] else None,
                          "query_embedding_timed": False} for n, u in settings},
         "decompose": _decompose_cost(decomposer, sorted(decomposed)),
+        "enrich": coverage or None,
         "per_conversation": per_conv,
     }
     if len(per_conv) > 1 and len(names) > 1:

@@ -6,7 +6,8 @@
 
 Jobs: ``expiry-sweep`` (delete expired, demote decayed to archival), ``reembed`` (a new embedder
 into new shards: from folders, or ``--live`` into a migration's generation without downtime),
-``consolidate`` (merge near-duplicate memories), ``resummarise`` (refresh the rolling summary of
+``consolidate`` (merge near-duplicate memories), ``enrich`` (the router model's atomic facts of each
+stored exchange, kept as parts of it), ``resummarise`` (refresh the rolling summary of
 long sessions in the session store).
 Each is resumable (checkpoint file), shows progress and has ``--dry-run``; see ``_common``.
 
@@ -69,6 +70,8 @@ JOBS: dict[str, JobSpec] = {
     "erase": JobSpec("recallserve.deployments.jobs.erase",
                      "erase everything held for one end user, or a whole tenant (cluster stopped; see docs/erasure.md)",
                      True),
+    "enrich": JobSpec("recallserve.deployments.jobs.enrich",
+                      "write the atomic facts of each stored exchange (router model) as parts of its record", True),
     "resummarise": JobSpec("recallserve.deployments.jobs.resummarise",
                            "refresh the rolling summary of long sessions (extractive or the summariser model)", False),
 }

@@ -29,7 +29,7 @@ from calendar import monthrange
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
-__all__ = ["TimeWindow", "query_time_window"]
+__all__ = ["TimeWindow", "query_time_window", "resolve_relative_dates"]
 
 
 class TimeWindow(NamedTuple):
@@ -200,3 +200,99 @@ def query_time_window(query: str, now: float, max_chars: int = 2048) -> TimeWind
     found.sort(key=lambda f: text.find(f[2]))
     return TimeWindow(min(f[0] for f in found).timestamp(), max(f[1] for f in found).timestamp(),
                       "; ".join(f[2] for f in found))
+
+
+# ---- relative dates of a stored text, resolved against the time it was said ------------------
+
+_WEEKDAYS = {d: i for i, d in enumerate("monday tuesday wednesday thursday friday saturday sunday".split())}
+_STATED: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(p, re.IGNORECASE)) for name, p in [
+    ("day_word", r"\b(?P<word>today|tonight|this morning|this afternoon|this evening|yesterday|last night|tomorrow)\b"),
+    ("weekday", r"\b(?P<which>last|this past|next)\s+(?P<wd>" + "|".join(_WEEKDAYS) + r")\b"),
+    ("ago", rf"\b{_N}\s+{_UNIT}\s+ago\b"),
+    ("this_last", r"\b(?P<which>this|last|past|next)\s+(?P<unit>week|weekend|month|year)\b"),
+    ("season_rel", r"\b(?P<which>this|last|next)\s+(?P<season>spring|summer|autumn|fall|winter)\b"),
+]]
+
+
+def _stated_date(name: str, m: re.Match[str], now: datetime) -> str | None:
+    """The absolute date one relative expression of a statement made at ``now`` names, in words."""
+    g = {k: (v.lower() if isinstance(v, str) else v) for k, v in m.groupdict().items()}
+
+    def day(d: datetime) -> str:
+        return f"{d.day} {d.strftime('%B')} {d.year}"
+
+    if name == "day_word":
+        shift = {"yesterday": -1, "last night": -1, "tomorrow": 1}.get(g["word"], 0)
+        return day(now + timedelta(days=shift))
+    if name == "weekday":
+        target = _WEEKDAYS[g["wd"]]
+        if g["which"] == "next":
+            return day(now + timedelta(days=(target - now.weekday() - 1) % 7 + 1))
+        return day(now - timedelta(days=(now.weekday() - target - 1) % 7 + 1))
+    if name == "ago":
+        n = int(g["n"]) if g["n"].isdigit() else _NUMBERS[g["n"]]
+        if g["unit"] == "day":
+            return day(now - timedelta(days=n))
+        if g["unit"] == "week":
+            then = now - timedelta(weeks=n)
+            return f"the week of {day(_day(then)[0] - timedelta(days=then.weekday()))}"
+        if g["unit"] == "month":
+            y, mo = _add_months(now.year, now.month, -n)
+            return f"{datetime(y, mo, 1).strftime('%B')} {y}"
+        return str(now.year - n)
+    if name == "this_last":
+        step = {"this": 0, "next": 1}.get(g["which"], -1)
+        unit = g["unit"]
+        if unit in ("week", "weekend"):
+            monday = _day(now)[0] - timedelta(days=now.weekday()) + timedelta(weeks=step)
+            return f"the {unit} of {day(monday + timedelta(days=5) if unit == 'weekend' else monday)}"
+        if unit == "month":
+            y, mo = _add_months(now.year, now.month, step)
+            return f"{datetime(y, mo, 1).strftime('%B')} {y}"
+        return str(now.year + step)
+    if name == "season_rel":
+        first = _SEASONS[g["season"]]
+        year = _last_begun(now, first)
+        if g["which"] == "last" and _season(year, first)[1] > now:
+            year -= 1
+        elif g["which"] == "next":
+            year += 1
+        return f"{g['season']} {year}"
+    return None
+
+
+def resolve_relative_dates(text: str, now: float) -> str:
+    """``text`` with each relative time expression followed by the date it names when said at ``now``.
+
+    A statement made on Monday 8 May 2023 that says "yesterday" means Sunday 7 May: the code does
+    this arithmetic (a small model does not do it reliably) and writes the date after the words, so
+    a question naming the date finds the statement by its words. Expressions (UTC calendar)::
+
+        today | tonight | yesterday | last night | tomorrow     -> that day
+        last | this past | next <weekday>                       -> the nearest such day before | after
+        N days | weeks | months | years ago                    -> that day | week | month | year
+        this | last | past | next week | weekend | month | year -> that week | weekend | month | year
+        this | last | next <season>                            -> that season and its year
+
+    An expression already followed by a bracket is left alone (no double resolution).
+
+    Example:
+        >>> resolve_relative_dates("Caroline went to a support group yesterday.", 1683504000.0)  # 8 May 2023
+        'Caroline went to a support group yesterday (7 May 2023).'
+    """
+    when = _utc(now)
+    out: list[str] = []
+    taken: list[tuple[int, int, str]] = []
+    for name, pattern in _STATED:
+        for m in pattern.finditer(text):
+            if any(m.start() < b and a < m.end() for a, b, _ in taken) or text[m.end():m.end() + 2].lstrip().startswith("("):
+                continue
+            date = _stated_date(name, m, when)
+            if date is not None:
+                taken.append((m.start(), m.end(), date))
+    pos = 0
+    for start, end, date in sorted(taken):
+        out.append(f"{text[pos:end]} ({date})")
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)

@@ -237,7 +237,7 @@ def test_job_leaves_register_under_recallserve_job() -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
     _jobs.add_parser(sub)
-    assert set(sub.choices) == {"expiry-sweep", "reembed", "consolidate", "resummarise", "erase"}
+    assert set(sub.choices) == {"expiry-sweep", "reembed", "consolidate", "resummarise", "erase", "enrich"}
     args = parser.parse_args(["reembed", "--embedder", "hashing:64", "--target", "/tmp/x", "--dry-run"])
     assert args.embedder == "hashing:64" and args.dry_run and callable(args.func)
 

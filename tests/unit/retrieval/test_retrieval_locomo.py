@@ -176,3 +176,37 @@ def test_eval_cli_decompose_reads_the_cache_and_weight_zero_is_the_plain_run(tmp
     for bad in (["--decompose-categories", "1,7"], ["--decompose-weights", "-1"], ["--decompose-weights", "a"]):
         assert main([*argv, *bad]) == 2
         assert bad[0] in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_eval_cli_enrich_reads_the_cache_and_asks_only_covered_questions(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """``--enrich`` stores the wholly enriched sessions with their facts (one arm) and without (the other)."""
+    from recallserve.deployments.cli._enrich_locomo import session_windows
+    from recallserve.deployments.models import DEFAULT_MODEL
+    from recallserve.serve.enrich import EnrichConfig, Enrichment, EnrichmentCache, parse_facts
+
+    cache = EnrichmentCache(tmp_path / "e.json")
+    answers = {"tiny-1": "2: Bruno adopted a grey kitten called Pixel.\n4: Bruno glazed a bowl.",
+               "tiny-2": "1: Chen lost his job at the bank yesterday.\n2: Dana is opening a bakery downtown next month."}
+    for conv in load_locomo(TINY):
+        # NOTE: session 1 only: tiny-1's session 2 stays unenriched, so its questions are not asked.
+        (window,) = session_windows(conv, 4)[1]
+        text = answers[conv.sample_id]
+        cache.put(DEFAULT_MODEL, window, Enrichment(parse_facts(text, window), 4000.0, 300, 30, text), EnrichConfig())
+    argv = ["eval", "locomo", str(TINY), "--k", "1,10", "--enrich", "--enrich-cache", str(tmp_path / "e.json")]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    cov = doc["enrich"]["per_conversation"]
+    assert cov["tiny-1"] == {"sessions": [1], "turns": 4, "turns_with_facts": 2, "facts": 2, "questions": 2}
+    assert cov["tiny-2"]["facts"] == 2 and cov["tiny-2"]["questions"] == 2
+    assert doc["stored_memories"] == 7
+    names = list(doc["settings"])
+    assert [n.rsplit(",", 1)[1] for n in names] == ["enrich=0", "enrich=1"]
+    assert all(f["chosen"] in names for f in doc["leave_one_out"]["folds"])
+    for rows in doc["per_conversation"].values():
+        assert all(r["overall"]["n"] == 2 for r in rows.values())
+    assert main([*argv, "--enrich-window", "9"]) == 2
+    assert "--enrich-window" in capsys.readouterr().err
+    assert main(["eval", "locomo", str(TINY), "--enrich", "--enrich-cache", str(tmp_path / "none.json")]) == 2
+    assert "--enrich" in capsys.readouterr().err
