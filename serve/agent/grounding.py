@@ -60,7 +60,7 @@ ABSENCE_PATTERN = re.compile(
 )
 #: A question about earlier cases or how something was fixed, in English or Chinese: "has this happened
 #: before", "did anyone ever report", "have we fixed one like that before?", "以前发生过吗", "之前的工单",
-#: "怎么修好的", "is this a known problem", "has that happened to anyone else" (docs/languages.md). A "before"
+#: "开过工单吗", "怎么修好的", "is this a known problem", "has that happened to anyone else" (docs/languages.md). A "before"
 #: must end its clause ("before 10am" is no history).
 HISTORY_PATTERN = re.compile(
     r"\bhappen(?:ed|s)? before\b|\b(?:seen|reported|had) (?:this|that|it) before\b|\bseen before\b|\bhow (?:was|were|did|is) (?:it|this|that|they) (?:get )?"
@@ -70,7 +70,7 @@ HISTORY_PATTERN = re.compile(
     r"|\b(?:anyone|anybody|someone|others|other customers) (?:else )?(?:has |have )?(?:had|reported|seen|experienced) (?:this|that|it|the same)\b"
     r"|\bbefore\s*(?:[?.!,;]|$|\b(?:and|or|but|also)\b)"
     r"|(?:之前|以前|此前|过去|曾经)\S{0,8}?(?:过|的(?:工单|记录|案例|问题|维修))|(?:怎么|如何|怎样)(?:修|解决|处理|维修)"
-    r"|(?:出现|发生|遇到|碰到|报修|反映|投诉|反馈)过",
+    r"|(?:出现|发生|遇到|碰到|报修|反映|投诉|反馈|开|提|报)过",
     re.IGNORECASE,
 )
 #: A question asking for the items of a list: "which orders ...", "list the tickets", "what are the ...".

@@ -102,7 +102,7 @@ BATCH_INFO_ROUTING = RoutingHint(
     requires=[_BATCH],
     prefer=[r"\bsuppl", r"\bproduc", r"\bmade\b", r"\bmanufactur", r"\bbuilt\b", r"\bparts?\b",
             r"\bheater", r"\bcomponents?\b", r"\bwhen\b", r"\bvendor", r"\bunits\b", r"\bdate\b",
-            r"供应|生产|制造|零件|部件|加热|什么时候|日期|多少台|厂商"],
+            r"供应|供货|供的货|谁家|生产|制造|零件|部件|配件|加热|什么时候|日期|多少台|厂商"],
     bind={"batch": _BATCH}, near_miss=[r"\bbatch\s*(?:no\.?|number)?\s*#?\s*\d+(?![\w-])"],
 )
 TICKET_ROUTING = RoutingHint(

@@ -132,6 +132,9 @@ def test_chinese_history_questions_get_the_record_and_the_listing_in_chinese(tmp
     orders = {"batch": "B-2208", "count": 2, "orders": [{"order_id": "104200"}, {"order_id": "104201"}]}
     assert list_note("这个故障以前发生过吗？", [("orders_by_batch", orders, "B-2208: 104200; 104201")], "是的。") == ""
     assert list_note("客户C-1001有几个工单？", listed, "T-1042 和 T-1142，一共三个。") != ""  # a wrong count
+    # "has ... opened a ticket": a history question; the listing's ids are its answer
+    assert list_note("客户C-1001有没有开过售后工单？", listed, "有，开过。").startswith("来自 ticket_history：")
+    assert list_note("客户C-1001要开发票", listed, "好的。") == ""
     # "complained before ... what were they": a history question asking for the cases
     assert list_note("C-1001这个客户投诉过几次？都是什么问题？", listed, "投诉过两次。").startswith("来自 ticket_history：")
     engine = _ListingEngine("Yes, customer C-1001 contacted us before.", tool="ticket_history",

@@ -517,6 +517,7 @@ def test_a_date_without_a_year_is_never_given_one() -> None:
     ("帮我把订单104455的收货地址改成柏林", [], "抱歉，我这里无法修改订单的配送"),
     ("订单104208坏了，我要退款", [], "抱歉，我这里无法办理退款"),
     ("订单104208的退款多少钱？", ["order_status"], ""),  # a question about a refund is no request for one
+    ("B-2208的显示屏是谁家供的货？", ["batch_info"], ""),  # who supplied: the batch's parts, not its orders
 ])
 def test_chinese_dates_counts_and_requests_are_read_as_their_english_forms(question: str, first: list[str], reply: str) -> None:
     reg = default_registry()
