@@ -26,6 +26,8 @@ not seen the rules or any eval result; never tuned on.
 (sixth set) by someone who had not seen the rules or any eval result; never tuned on.
 ``zh-holdout6`` (``questions_zh_holdout6.json``, 20): the same kinds as ``zh-tuned``, written in session 4
 (sixth Chinese set) by someone who had not seen the rules or any eval result; never tuned on.
+``compound_holdout7`` (``questions_compound_holdout7.json``, 16): the same kinds as ``compound``, written in session 5
+(seventh set) by someone who had not seen the rules or any eval result; never tuned on.
 
 Each question is one :class:`Question` (validated on load): the text, the expected tool call
 (``tool``/``args``/``args_contain``/``result``) and the key facts its answer must state
@@ -58,7 +60,8 @@ QUESTION_SETS = {"tuned": ("questions.json",), "holdout": ("questions_holdout.js
                  "compound_holdout5": ("questions_compound_holdout5.json",),
                  "zh-holdout5": ("questions_zh_holdout5.json",),
                  "compound_holdout6": ("questions_compound_holdout6.json",),
-                 "zh-holdout6": ("questions_zh_holdout6.json",)}
+                 "zh-holdout6": ("questions_zh_holdout6.json",),
+                 "compound_holdout7": ("questions_compound_holdout7.json",)}
 
 
 class Question(StrictModel):
