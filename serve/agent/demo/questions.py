@@ -28,6 +28,8 @@ not seen the rules or any eval result; never tuned on.
 (sixth Chinese set) by someone who had not seen the rules or any eval result; never tuned on.
 ``zh-holdout7`` (``questions_zh_holdout7.json``, 20): the same kinds as ``zh-tuned``, written in session 5
 (seventh Chinese set) by someone who had not seen the rules or any eval result; never tuned on.
+``compound_holdout7`` (``questions_compound_holdout7.json``, 16): the same kinds as ``compound``, written in session 5
+(seventh set) by someone who had not seen the rules or any eval result; never tuned on.
 
 Each question is one :class:`Question` (validated on load): the text, the expected tool call
 (``tool``/``args``/``args_contain``/``result``) and the key facts its answer must state
@@ -61,7 +63,8 @@ QUESTION_SETS = {"tuned": ("questions.json",), "holdout": ("questions_holdout.js
                  "zh-holdout5": ("questions_zh_holdout5.json",),
                  "compound_holdout6": ("questions_compound_holdout6.json",),
                  "zh-holdout6": ("questions_zh_holdout6.json",),
-                 "zh-holdout7": ("questions_zh_holdout7.json",)}
+                 "zh-holdout7": ("questions_zh_holdout7.json",),
+                 "compound_holdout7": ("questions_compound_holdout7.json",)}
 
 
 class Question(StrictModel):
