@@ -76,7 +76,8 @@ async def fill(path: str, cache_path: str, window: int, limit: int | None, threa
                 print(f"stopped at {until} UTC before window {i}/{len(todo)}", flush=True)
                 break
             got = await enricher(w)
-            cache.put(DEFAULT_MODEL, w, got, cfg)
+            if not got.failed:  # NOTE: a failed call is asked again by the next run
+                cache.put(DEFAULT_MODEL, w, got, cfg)
             asked += 1
             # NOTE: counts only (no content): this output is kept as a log.
             print(f"{i}/{len(todo)} {sid} session {session} {len(w)} turns {got.model_ms:.0f} ms "

@@ -104,6 +104,7 @@ class Enrichment(NamedTuple):
     prompt_tokens: int
     completion_tokens: int
     text: str = ""
+    failed: bool = False  # the call timed out or the engine failed: never cached, asked again next run
 
 
 def render_window(window: Sequence[Exchange], max_input_chars: int = 600) -> str:
@@ -202,7 +203,7 @@ class FactEnricher:
         except (TimeoutError, EngineError) as exc:
             # NOTE: the exchanges are not logged (message content never goes to logs).
             log.warning("enrichment call failed (%s); the window gets no facts", type(exc).__name__)
-            return Enrichment([[] for _ in window], (time.perf_counter() - t0) * 1000, 0, 0)
+            return Enrichment([[] for _ in window], (time.perf_counter() - t0) * 1000, 0, 0, failed=True)
         ms = (time.perf_counter() - t0) * 1000
         return Enrichment(parse_facts(result.text, window, cfg.max_facts, cfg.max_fact_chars), ms,
                           result.prompt_tokens, result.completion_tokens, result.text)
@@ -254,7 +255,8 @@ class CachedEnricher:
             self._inner = self._load()
         got = await self._inner(window)
         self.misses += 1
-        self.cache.put(self.model, window, got, self.config)
+        if not got.failed:
+            self.cache.put(self.model, window, got, self.config)
         return got
 
 

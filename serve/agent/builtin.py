@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from recallserve.kernels import StrictModel
-from recallserve.serve.agent.hints import NOT_AFTER_WORD, NOT_BEFORE_WORD, RoutingHint
+from recallserve.serve.agent.hints import NOT_AFTER_WORD, NOT_BEFORE_WORD, ZH_HISTORY, RoutingHint
 from recallserve.serve.agent.tools import Tool, ToolContext, ToolError
 from recallserve.serve.memory import is_derived
 from recallserve.serve.turn import memory_line
@@ -186,7 +186,7 @@ MEMORY_SEARCH_ROUTING = RoutingHint(
     keywords=[r"\bsearch\b", r"\blook (?:it )?up\b", r"\bknowledge ?base\b", r"\bdocumentation\b",
               r"\bhappened before\b", r"\bseen (?:this|that|it) before\b", r"\bsimilar (?:cases|tickets|issues|problems|faults)\b",
               r"\b(?:past|earlier|previous|old) (?:tickets|cases|reports)\b", r"\bany (?:tickets|reports) about\b",
-              r"搜索|搜一下|查找|知识库|以前的工单|历史工单|类似的(?:问题|工单|故障)"],
+              r"搜索|搜一下|查找|知识库|历史工单", ZH_HISTORY],
 )
 
 

@@ -6,12 +6,13 @@ date-taking tool's hint binds it (its grammar enum holds the ISO value, the mode
 the calculator's rule no longer reads its digits as the numbers of a sum. The model still reads
 the question as the user wrote it.
 
-Forms (case-insensitive; a form without a year takes the year of the nearest full date of the same
-text, and is left as written when there is none: a year is never guessed):
+Forms (case-insensitive, but "may" and "march" in lower case are verbs; years 1900-2099; a form
+without a year takes the year of the full date before it in the same text, else of the one after it,
+and is left as written when there is none: a year is never guessed):
 
 * Chinese: ``2025年7月1日`` (or 号), ``7月1日`` (also after an ISO date: ``2025-09-01到10月31日``), and
-  after a range word a bare day:
-  ``7月1日到31日`` -> the 31st of the same month;
+  a bare day right after a date and a range word: ``7月1日到31日`` -> the 31st of the same month
+  (``3号仓库到5号仓库`` and ``3-5日`` are no dates);
 * numeric: ``2025/7/1``, ``2025.7.1``;
 * English: ``July 1, 2025``, ``July 1st 2025``, ``1 July 2025``, ``the 1st of July``, ``Jul 1``.
 
@@ -35,18 +36,19 @@ _MONTHS = {m: i for i, names in enumerate(
      ("dec", "december")], start=1) for m in names}
 _MONTH = r"(?P<mon>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY = r"(?P<day>\d{1,2})(?:st|nd|rd|th)?"
-_YEAR_TAIL = r"(?:,?\s+(?P<year>\d{4}))?"
+_Y = r"(?:19|20)\d\d"
+_YEAR_TAIL = rf"(?:,?\s+(?P<year>{_Y}))?"
 # NOTE: digits and Latin letters only at the edges: Han characters may touch a Chinese date ("从2025年7月1日到").
 _L, _R = r"(?<![A-Za-z0-9-])", r"(?![A-Za-z0-9])"
 _ISO = re.compile(r"(?<![A-Za-z0-9-])(\d{4})-\d{2}-\d{2}(?![A-Za-z0-9])")
 _FORMS = re.compile(
-    rf"{_L}(?P<zy>\d{{4}})\s*年\s*(?P<zm>\d{{1,2}})\s*月\s*(?P<zd>\d{{1,2}})\s*[日号]"
+    rf"{_L}(?P<zy>{_Y})\s*年\s*(?P<zm>\d{{1,2}})\s*月\s*(?P<zd>\d{{1,2}})\s*[日号]"
     rf"|{_L}(?P<zm2>\d{{1,2}})\s*月\s*(?P<zd2>\d{{1,2}})\s*[日号]"
     rf"|(?P<zrange>[到至~～—-])\s*(?P<zd3>\d{{1,2}})\s*[日号]"
-    rf"|{_L}(?P<ny>\d{{4}})[/.](?P<nm>\d{{1,2}})[/.](?P<nd>\d{{1,2}}){_R}"
+    rf"|{_L}(?P<ny>{_Y})[/.](?P<nm>\d{{1,2}})[/.](?P<nd>\d{{1,2}}){_R}"
     rf"|{_L}{_MONTH}\s+{_DAY}{_YEAR_TAIL}{_R}"
     rf"|{_L}(?:the\s+)?(?P<day2>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?(?P<mon2>{'|'.join(sorted(_MONTHS, key=len, reverse=True))})\.?"
-    rf"(?:,?\s+(?P<year2>\d{{4}}))?{_R}",
+    rf"(?:,?\s+(?P<year2>{_Y}))?{_R}",
     re.IGNORECASE,
 )
 
@@ -87,17 +89,18 @@ def iso_dates(text: str) -> str:
             found.append((m, int(g["year2"]) if g["year2"] else None, _MONTHS[g["mon2"].lower()], int(g["day2"])))
     # NOTE: an ISO date already in the text gives its year too ("2025-09-01到10月31日").
     iso = [(m.start(), int(m.group(1))) for m in _ISO.finditer(head)]
-    years = [y for _, y, _, _ in found if y is not None] + [y for _, y in iso]
-    out, at, month = [], 0, None
-    for i, (m, year, mon, day) in enumerate(found):
-        if mon is None:  # a bare day after a range word: the month of the date before it
-            if month is None or i == 0:
+    dated = sorted([(f.start(), y) for f, y, _, _ in found if y is not None] + iso)
+    out, at, month, last_end = [], 0, None, -10
+    for m, year, mon, day in found:
+        word = m.group("mon") or m.group("mon2")
+        if word in ("may", "march"):
+            continue  # NOTE: lower case: the verbs ("these 2 may have shipped")
+        if mon is None:  # a bare day right after a date and a range word: that date's month
+            if month is None or m.start() - last_end > 1:
                 continue
             mon = month
-        month = mon
-        if year is None and years:
-            # the nearest full date's year (the one before it, else the one after), ISO dates included
-            dated = sorted([(f.start(), y) for f, y, _, _ in found if y is not None] + iso)
+        month, last_end = mon, m.end()
+        if year is None and dated:
             before = [y for at_, y in dated if at_ < m.start()]
             year = before[-1] if before else next(y for at_, y in dated if at_ > m.start())
         date = _date(year, mon, day)

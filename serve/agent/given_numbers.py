@@ -73,6 +73,11 @@ def zh_number(text: str) -> int:
             total += (section + digit) * 10_000
             section = digit = 0
     return total + section + digit
+#: An amount of money with its tenths: 三十九块九 / 39块9 / 12元5角 = 39.9 / 39.9 / 12.5.
+_ZH_MONEY = re.compile(r"(\d+|[〇零一二两三四五六七八九十百千万]{1,8})\s*[块元]\s*([一二三四五六七八九\d])(?![\d十百千万])")
+#: Digits scaled by a Chinese unit: 3万 = 30000, 1.5万 = 15000, 2千 = 2000.
+_ZH_SCALED = re.compile(r"(\d+(?:\.\d+)?)\s*([万千百])")
+_SCALE = {"万": 10_000, "千": 1_000, "百": 100}
 #: Evidence is read up to this many characters (prompts are capped long before).
 _MAX_CHARS = 200_000
 
@@ -80,7 +85,8 @@ _MAX_CHARS = 200_000
 def numbers_in(text: str) -> set[float]:
     """Every number written in ``text``, in digits or as a number word up to a hundred ("half" and
     "quarter" give both the divisor and the fraction: 2 and 0.5, 4 and 0.25), in Chinese numerals
-    (三 -> 3, 两千 -> 2000), and a Chinese discount as its percent (八五折 -> 85).
+    (三 -> 3, 两千 -> 2000), money with its tenths (三十九块九 -> 39.9), digits with a Chinese unit
+    (3万 -> 30000), and a Chinese discount as its percent (八五折 -> 85).
 
     Example:
         >>> sorted(numbers_in("689欧元，打八五折")), sorted(numbers_in("打9折"))
@@ -96,6 +102,11 @@ def numbers_in(text: str) -> set[float]:
     for m in _ZH_DISCOUNT.finditer(text):
         tens, ones = (int(_ZH_DIGITS.get(d, d)) if d else 0 for d in m.groups())
         out.add(float(tens * 10 + ones))
+    for m in _ZH_MONEY.finditer(text):
+        whole = m.group(1)
+        out.add(float(whole if whole.isdigit() else zh_number(whole)) + int(_ZH_DIGITS.get(m.group(2), m.group(2))) / 10)
+    for m in _ZH_SCALED.finditer(text):
+        out.add(float(m.group(1)) * _SCALE[m.group(2)])
     for m in _ZH_NUMBER.finditer(text):
         if text[m.end():m.end() + 1] != "折":  # NOTE: a discount is read above (八五折 is 85, not a count)
             out.add(float(zh_number(m.group(0))))

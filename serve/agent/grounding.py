@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recallserve.serve.agent.guards import ID_PATTERN
-from recallserve.serve.agent.hints import NOT_AFTER_WORD, NOT_BEFORE_WORD
+from recallserve.serve.agent.hints import NOT_AFTER_WORD, NOT_BEFORE_WORD, ZH_HISTORY
 from recallserve.serve.agent.schemas import ToolCallRecord
 from recallserve.serve.language import language_of
 
@@ -65,12 +65,13 @@ ABSENCE_PATTERN = re.compile(
 HISTORY_PATTERN = re.compile(
     r"\bhappen(?:ed|s)? before\b|\b(?:seen|reported|had) (?:this|that|it) before\b|\bseen before\b|\bhow (?:was|were|did|is) (?:it|this|that|they) (?:get )?"
     r"(?:fixed|solved|resolved|repaired)\b|\bwhat (?:fixed|solved) it\b|\bwhat was done\b|\bwhat was the fix\b"
-    r"|\b(?:previous|earlier|past|prior|old) (?:tickets|cases|reports|records)\b|\b(?:ever|previously|in the past)\b"
+    r"|\b(?:previous|earlier|past|prior|old) (?:tickets|cases|reports|records)\b|\bin the past\b"
+    r"|\b(?:ever|previously)\s+(?:been\s+)?(?:\w+ed|had|have|seen|see|report|happen|come|came|got|get|done|"
+    r"shown|broken|broke|thrown|gone|experience|encounter|deal|handle|fix)\b"
     r"|\bhappened to (?:anyone|anybody|someone|others|other (?:customers|users|people))\b|\bknown (?:issue|problem|fault|defect)\b"
     r"|\b(?:anyone|anybody|someone|others|other customers) (?:else )?(?:has |have )?(?:had|reported|seen|experienced) (?:this|that|it|the same)\b"
     r"|\bbefore\s*(?:[?.!,;]|$|\b(?:and|or|but|also)\b)"
-    r"|(?:之前|以前|此前|过去|曾经)\S{0,8}?(?:过|的(?:工单|记录|案例|问题|维修))|(?:怎么|如何|怎样)(?:修|解决|处理|维修)"
-    r"|(?:出现|发生|遇到|碰到|报修|反映|投诉|反馈|开|提|报)过",
+    rf"|{ZH_HISTORY}",
     re.IGNORECASE,
 )
 #: A question asking for the items of a list: "which orders ...", "list the tickets", "what are the ...".
@@ -104,7 +105,7 @@ NOT_SEARCHED = "I have not searched the records for that in this conversation, s
 NOT_SHOWN = "What I looked up in this conversation does not show that, so I cannot confirm it."
 #: Codes that name a topic (a fault code such as E42), besides ids.
 _CODE = re.compile(rf"{NOT_AFTER_WORD}E-?\d{{2,3}}{NOT_BEFORE_WORD}")
-_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
+_SENTENCES = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])|\n+")
 #: Sentences and clauses, Chinese ones too (they end in 。！？； without a space).
 _CLAUSES = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
 _NOT_FOUND = re.compile(r"\bnot found\b|\bno such\b|\bunknown\b", re.IGNORECASE)
@@ -172,9 +173,12 @@ PRESENCE_PATTERN = re.compile(
     re.IGNORECASE,
 )
 #: What makes a presence claim about the history a question asks for, when it names no code itself.
-_HISTORY_WORDS = re.compile(r"\b(?:before|earlier|previous(?:ly)?|prior|reported|seen|happened|case|cases|ticket|tickets|"
-                            r"come up|came up|occurred)\b|之前|以前|过", re.IGNORECASE)
-_ZH_NEGATION = re.compile(r"[没未无不]")
+_HISTORY_WORDS = re.compile(r"\b(?:before|earlier|previous(?:ly)?|prior|reported|seen|happened|case|cases|"
+                            r"come up|came up|occurred)\b|之前|以前|(?:出现|发生|遇到|碰到|报修|反映|投诉|反馈|有)过",
+                            re.IGNORECASE)
+#: A Chinese claim of absence: a negation right before the verb of "has happened" (没有出现过, 从未发生过,
+#: 未曾遇到), whatever else the clause names (E31, T-1057).
+_ZH_NEGATION = re.compile(r"(?:没有?|未曾?|从未|从来没有?|不曾)\S{0,4}?(?:出现|发生|遇到|碰到|报修|反映|投诉|反馈|有)过?")
 
 
 def presence_claims(answer: str, codes: set[str]) -> list[str]:
@@ -184,8 +188,8 @@ def presence_claims(answer: str, codes: set[str]) -> list[str]:
     for s in (x.strip() for x in _CLAUSES.split(answer)):
         if not s or ABSENCE_PATTERN.search(s) or not PRESENCE_PATTERN.search(s):
             continue
-        if _ZH_NEGATION.search(s) and not re.search(r"[A-Za-z]", s.replace("E", "")):
-            continue  # NOTE: a Chinese sentence with a negation (没有出现过) claims absence
+        if _ZH_NEGATION.search(s):
+            continue  # NOTE: a Chinese clause with a negated "happened" (没有出现过) claims absence
         if _names(s, codes) or _HISTORY_WORDS.search(s):
             out.append(s)
     return out
@@ -390,9 +394,17 @@ STATUS_WORDS: dict[str, str] = {
 }
 
 
+#: A negation just before a status word: "has not been delivered", "hasn't shipped yet", "还未送达".
+_STATUS_NEGATED = re.compile(r"(?:\b(?:not|never|yet to)\b|n't)\W{0,2}(?:\w+\W+)?\W*$|(?:未|没|无法|不能)[^\W\d]{0,2}$",
+                             re.IGNORECASE)
+
+
 def _record_status(result: Any) -> tuple[str, str] | None:
-    """(id, status) of a look-up that returned one record with a known status (an order), else None."""
+    """(id, status) of a look-up that returned one record with a known status (an order), else None.
+    A listing is none: its ``status`` is the filter it was asked with, not a record's state."""
     if not isinstance(result, dict) or str(result.get("status", "")).lower() not in STATUS_WORDS:
+        return None
+    if "count" in result or any(isinstance(v, list | dict) for v in result.values()):
         return None
     ids = [str(v) for v in result.values() if isinstance(v, str | int) and ID_PATTERN.fullmatch(str(v))]
     return (ids[0], str(result["status"]).lower()) if ids else None
@@ -408,8 +420,8 @@ def status_note(question: str, results: Sequence[tuple[str, Any]], answer: str) 
     The statuses not stated are rendered after the answer as "From <tool>: <id> <status>; ..."
     ("来自 <tool>：..." for a Chinese question).
 
-    Why code: live data read right (issue 40, Deliver 4): asked whether two orders had left the
-    warehouse, the 1.5B model answered "the first order was processed" for one still processing.
+    Why code: live data must be read right, and a small model paraphrases a status into another one
+    ("was processed" for an order still processing); the tool's own field is exact.
 
     Example:
         >>> status_note("Where are 104318 and 104365?", [("order_status", {"order_id": "104318", "status": "processing"}),
@@ -423,7 +435,8 @@ def status_note(question: str, results: Sequence[tuple[str, Any]], answer: str) 
         words = re.compile(STATUS_WORDS[status], re.IGNORECASE)
         naming = [s for s in sentences if re.search(rf"{NOT_AFTER_WORD}{re.escape(rid)}{NOT_BEFORE_WORD}", s)]
         pool = naming or (sentences if len(found) == 1 else [])
-        if not any(words.search(s) for s in pool):
+        stated = any(not _STATUS_NEGATED.search(s[: m.start()]) for s in pool for m in words.finditer(s))
+        if not stated:
             item = f"{rid} {status}"
             if item not in missing.setdefault(name, []):
                 missing[name].append(item)

@@ -19,7 +19,9 @@ __all__ = ["mask_pii", "luhn_ok", "wrap_untrusted", "INJECTION_MARKERS", "ID_PAT
 ID_PATTERN = re.compile(r"\b(?:[A-Z]{1,4}-\d{3,}|\d{6,})\b")
 # The end of a text that may still grow into an id (the next delta decides).
 _ID_TAIL = re.compile(r"(?:\b[A-Z]{1,4}-?\d*|\d+)$")
-_SENTENCE_END = re.compile(r"[.!?](?:\s|$)|\n")
+#: The end of a sentence: English punctuation before a space, a Chinese one (。！？；, no space after
+#: it), or a line break. One Chinese paragraph is several sentences, each checked on its own.
+SENTENCE_END = re.compile(r"[.!?](?:\s|$)|[。！？；]|\n")
 
 # NOTE: phrases seen in prompt-injection attempts; a tool result containing one is flagged in the
 # observation. The flag is advisory: scope and argument checks never depend on the model obeying it.
@@ -171,7 +173,7 @@ class AnswerCheck:
     def _repeat_safe(self) -> int:
         """Close the sentences completed since the last call; the offset up to which no repeat can
         still start (the open sentence is held while it reads like the start of an earlier one)."""
-        for m in _SENTENCE_END.finditer(self.text, self._open):
+        for m in SENTENCE_END.finditer(self.text, self._open):
             if self._close_sentence(m.end()):
                 return self._cut
         if self.claims is not None:
@@ -190,7 +192,7 @@ class AnswerCheck:
             for m in ID_PATTERN.finditer(self.text, 0, safe):
                 if m.group(0) not in self.known:
                     self.invented, self.repeated = m.group(0), None
-                    ends = [e.end() for e in _SENTENCE_END.finditer(self.text, 0, m.start())]
+                    ends = [e.end() for e in SENTENCE_END.finditer(self.text, 0, m.start())]
                     self._cut = ends[-1] if ends else 0
                     safe = m.start()
                     break

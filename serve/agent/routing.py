@@ -68,14 +68,18 @@ ACTION_REQUESTS: dict[str, str] = {
                         r"my money back)\b|\b(?:reimburse|compensate) (?:me|us)\b",
     "change an order's delivery": r"\bchange (?:my |the |our )?(?:delivery |shipping )?address\b|\breschedule\b"
                                   r"|\bredirect (?:my|the) (?:order|parcel|package|delivery)\b"
-                                  r"|(?:改|修改|更改|换)[^。？！?!\n]{0,12}地址|地址[^。？！?!\n]{0,6}(?:改|换)(?:成|为|到)|改派|改送",
+                                  r"|(?:改|修改|更改)[^。？！?!\n]{0,12}地址|(?:换|改)(?:一下|个)?(?:收货|配送|送货)?地址|地址[^。？！?!\n]{0,12}(?:改|换)(?:成|为|到)"
+                                  r"|改派|改送",
 }
 #: The same requests in Chinese, in a request form ("我要退款", "帮我换一台", "给我赔偿"); the address change
 #: is in the pattern above (a change of address is always a request).
-_ZH_REQUEST = r"(?:我要|我想|要求|申请|帮我|给我|请|能不能|能否|可以|可不可以)[^。？！?!\n]{0,12}"
-ACTION_REQUESTS["issue a refund"] += rf"|{_ZH_REQUEST}(?:退款|退钱|退货退款)"
-ACTION_REQUESTS["send a replacement"] += rf"|{_ZH_REQUEST}(?:换货|换一台|换个新的|换新|补发|重新发)"
-ACTION_REQUESTS["pay compensation"] += rf"|{_ZH_REQUEST}(?:赔偿|补偿|赔钱)"
+#: The verb of the request must stand right before the action (up to a few characters: "我要申请退款",
+#: "帮我办理一下换货"), and a question about an action's progress (退款进度, 什么时候到账) is none.
+_ZH_REQUEST = r"(?:我要|我想要|我想|要求|申请|帮我|给我|能不能|能否|可不可以|请)(?:给我|帮我|你们)?(?:办理|安排|申请)?(?:一下)?"
+_ZH_NOT_ASKING = r"(?![^。？！?!\n]{0,8}(?:进度|状态|情况|什么时候|多久|到账|多少|了吗|没有|吗))"
+ACTION_REQUESTS["issue a refund"] += rf"|{_ZH_REQUEST}(?:退款|退钱|退货退款){_ZH_NOT_ASKING}|(?<!什么时候)(?:把钱|钱)?退(?:给|还)我{_ZH_NOT_ASKING}"
+ACTION_REQUESTS["send a replacement"] += rf"|{_ZH_REQUEST}(?:换货|换一台|换个新的|换新|补发|重新发){_ZH_NOT_ASKING}"
+ACTION_REQUESTS["pay compensation"] += rf"|{_ZH_REQUEST}(?:赔偿|补偿|赔钱){_ZH_NOT_ASKING}"
 #: The actions above as the Chinese reply names them.
 ZH_ACTIONS = {"issue a refund": "办理退款", "send a replacement": "安排换货", "pay compensation": "给予赔偿",
               "change an order's delivery": "修改订单的配送"}
@@ -146,9 +150,9 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
     zh = language_of(text) == "zh"
     text = iso_dates(text)
     hinted = [t for t in list(allowed.values()) + [t for t in every_tool if t.name not in allowed] if t.routing is not None]
-    # NOTE: a number an id-taking tool binds (order 104318) is no operand for a tool that binds nothing
-    # (the calculator): measured on the compound eval, "orders 104318 and 104343 - where is each one at?"
-    # scored the calculator (two numbers and "each") as high as order_status.
+    # NOTE: a number an id-taking tool binds (an order id) is no operand for a tool that binds nothing
+    # (the calculator): measured on the compound eval, two order ids and "each" scored the calculator
+    # as high as order_status.
     taken = {v for t in hinted if _hint(t).requires and _hint(t).score(text) is not None
              for values in _hint(t).bindings(text).values() for v in values}
     masked = text

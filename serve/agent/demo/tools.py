@@ -14,7 +14,7 @@ from pydantic import Field
 
 from recallserve.kernels import StrictModel
 from recallserve.serve.agent.demo.world import DemoWorld
-from recallserve.serve.agent.hints import NOT_AFTER_WORD, NOT_BEFORE_WORD, RoutingHint
+from recallserve.serve.agent.hints import NOT_AFTER_WORD, NOT_BEFORE_WORD, ZH_HISTORY, RoutingHint
 from recallserve.serve.agent.tools import Tool, ToolContext, ToolError
 
 __all__ = ["demo_tools", "DEMO_SCOPES"]
@@ -85,7 +85,7 @@ STATUS_PHRASES: dict[str, str] = {
                    r"(?:being )?(?:shipped|processed))\b|\bon (?:the|its|their) way\b"
                    r"|未(?:送达|签收|到货|收到|交付)|(?:没有|还没有|还没|没|尚未)(?:被)?(?:送达|送到|到货|签收|收到|交付|到)"
                    r"|在途|运输中|在路上|配送中",
-    "returned": r"\breturn(?:ed|s)\b|\ba return\b|\b(?:sent|came|come|brought) back\b|退货|退回|退了",
+    "returned": r"\breturn(?:ed|s)\b|\ba return\b|\b(?:sent|came|brought) back\b|退货|退回|退了",
     "cancelled": r"\bcancel(?:l)?ed\b|\bcancellations?\b|已取消|被取消|取消了",
 }
 _STATUS = "(" + "|".join(f"(?:{p})" for p in STATUS_PHRASES.values()) + ")"
@@ -108,14 +108,15 @@ BATCH_INFO_ROUTING = RoutingHint(
 TICKET_ROUTING = RoutingHint(
     requires=[_CUSTOMER],
     prefer=[r"\btickets?\b", r"\bsupport\b", r"\bhistory\b", r"\bcontact", r"\bcomplain", r"\bbefore\b",
-            r"工单|售后|客服|记录|联系过|投诉|之前|历史"],
+            r"工单|售后|客服|记录|联系过|投诉|之前|历史", ZH_HISTORY],
     bind={"customer_id": _CUSTOMER}, near_miss=[r"\bcustomer\s*(?:id|no\.?|number)?\s*#?\s*\d+(?![\w-])"],
 )
 INVENTORY_ROUTING = RoutingHint(
     keywords=[r"\bstock", r"\binventory\b", r"\brestock", r"\bwarehouse\b", r"\bon hand\b", r"库存|存货|仓库|补货|进货"],
     prefer=[_DATE], bind={"start_date": _DATE, "end_date": _DATE, "sku": _SKU},
 )
-CANCEL_ROUTING = RoutingHint(requires=[_ORDER], keywords=[r"\bcancel", r"取消"], bind={"order_id": _ORDER})
+CANCEL_ROUTING = RoutingHint(requires=[_ORDER], keywords=[r"\bcancel", r"取消|撤单|撤掉|撤销|(?:别|不要)(?:再)?发(?:货|了)"],
+                             bind={"order_id": _ORDER})
 
 
 def _range_check(args: InventoryArgs) -> None:

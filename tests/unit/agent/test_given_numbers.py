@@ -44,6 +44,9 @@ def _agent(eng: ScriptedEngine, **cfg: object) -> Agent:
     ("529 * 0.9", "这台咖啡机卖529元，打九折以后多少钱？", []),  # a Chinese discount: 九折 = pay 90%
     ("529 * 0.85", "529元，打8.5折", []),
     ("529 * 0.75", "这台咖啡机卖529元，打九折以后多少钱？", ["0.75"]),
+    ("5 * 24.5 + 8", "买五个杯子，每个二十四块五，邮费八块", []),  # money with its tenths
+    ("30000 * 0.9", "3万元打九折", []),  # digits with a Chinese unit
+    ("5 * 24.9", "买五个杯子，每个二十四块五", ["24.9"]),
 ])
 def test_ungrounded_names_only_numbers_nobody_gave(expression: str, evidence: str, bad: list[str]) -> None:
     assert ungrounded(expression, numbers_in(evidence)) == bad

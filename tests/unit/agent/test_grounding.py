@@ -16,7 +16,7 @@ from recallserve.serve.agent import Agent, AgentConfig, default_registry
 from recallserve.serve.agent.demo.world import DemoWorld
 from recallserve.serve.agent.grounding import (
     LIST_NOTE_CHARS, NOT_SEARCHED, Search, absence_claims, asked_ids, list_note, listing_rows, record_note,
-    status_note, unsupported_absence, unsupported_presence,
+    status_note, unsupported_absence, presence_claims, unsupported_presence,
 )
 from recallserve.serve.api.app import create_app
 from recallserve.serve.api.auth import Authenticator
@@ -354,6 +354,20 @@ def test_a_status_the_answer_misreads_is_rendered_by_code(tmp_path: Path) -> Non
                        "订单104318已发货。订单104365已发货。") == "来自 order_status：104318 processing"
 
 
+def test_a_negated_status_is_not_stated_and_a_listing_filter_is_no_status(tmp_path: Path) -> None:
+    (row,) = DemoWorld().query("SELECT order_id FROM orders WHERE status = 'delivered' ORDER BY order_id LIMIT 1")
+    oid = row["order_id"]
+    engine = _ListingEngine(f"Order {oid} has not been delivered yet.", tool="order_status", args={"order_id": oid})
+    assert _ask(tmp_path, engine, f"Is order {oid} delivered?") == f"{engine.answer}\n\nFrom order_status: {oid} delivered"
+    engine = _ListingEngine(f"订单{oid}还没有被送达。", tool="order_status", args={"order_id": oid})
+    assert _ask(tmp_path, engine, f"订单{oid}送到了吗？").endswith(f"来自 order_status：{oid} delivered")
+    engine = _ListingEngine(f"Order {oid} was delivered.", tool="order_status", args={"order_id": oid})
+    assert _ask(tmp_path, engine, f"Is order {oid} delivered?") == engine.answer
+    # a batch's orders filtered by status: the filter is not the batch's status
+    listing = {"batch": "B-2207", "status": "returned", "count": 1, "of": 8, "orders": [{"order_id": "104238"}]}
+    assert status_note("Which orders of B-2207 were returned?", [("orders_by_batch", listing)], "One.") == ""
+
+
 def test_a_claim_of_an_earlier_case_of_a_code_no_search_found_is_left_out(tmp_path: Path) -> None:
     """"Yes, we have had E31" when no search of the turn found a record naming E31: the sentence is left
     out of the answer (streamed or not) and the answer says no record names E31; with a record naming
@@ -365,6 +379,14 @@ def test_a_claim_of_an_earlier_case_of_a_code_no_search_found_is_left_out(tmp_pa
         answer = _ask(tmp_path, engine, question, stream=stream)
         assert "E31 before" not in answer and answer.startswith("Order 104365 goes with DPD.")
         assert "No record I searched names E31, so I found no earlier case of it." in answer
+    # a Chinese answer is several sentences: only the unsupported one is left out
+    for stream in (False, True):
+        engine = _ListingEngine("订单104365由DPD配送。是的，E31以前出现过。", tool="order_status", args={"order_id": "104365"})
+        answer = _ask(tmp_path, engine, "E31以前出现过吗？订单104365是哪家快递？", stream=stream)
+        assert answer.startswith("订单104365由DPD配送。") and "以前出现过。" not in answer and "E31" in answer
+    assert presence_claims("E31没有出现过，T-1057 是 E42 的工单。", {"E31"}) == []  # a negated verb: absence
+    assert presence_claims("是的，订单已经通过顺丰发出。", {"E31"}) == []  # 通过 is no history
+    assert presence_claims("E31出现过不止一次。", {"E31"}) == ["E31出现过不止一次。"]
     found = Search("recall", True, ("Ticket T-1200: E31 on a BrewMaster, sensor replaced",))
     assert unsupported_presence("Yes, we have had E31 before.", [found], question) == []
     assert unsupported_presence("Yes, we have had this before.", [Search("recall", True, ())],

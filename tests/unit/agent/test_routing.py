@@ -517,6 +517,11 @@ def test_a_date_without_a_year_is_never_given_one() -> None:
     ("帮我把订单104455的收货地址改成柏林", [], "抱歉，我这里无法修改订单的配送"),
     ("订单104208坏了，我要退款", [], "抱歉，我这里无法办理退款"),
     ("订单104208的退款多少钱？", ["order_status"], ""),  # a question about a refund is no request for one
+    ("请问订单104318的退款进度？", ["order_status"], ""),  # the progress of a refund: a look-up
+    ("我想知道退款什么时候到账", [], ""),
+    ("可以查一下订单104318的补发情况吗", ["order_status"], ""),
+    ("我换了新地址，订单104318还能送到吗", ["order_status"], ""),  # a new address mentioned, no change asked
+    ("能不能给我补发一个", [], "抱歉，我这里无法安排换货"),
     ("B-2208的显示屏是谁家供的货？", ["batch_info"], ""),  # who supplied: the batch's parts, not its orders
 ])
 def test_chinese_dates_counts_and_requests_are_read_as_their_english_forms(question: str, first: list[str], reply: str) -> None:

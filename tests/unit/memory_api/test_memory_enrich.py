@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -23,6 +24,7 @@ from recallserve.memory_shards.retrieval.when import resolve_relative_dates
 from recallserve.memory_shards.shard_access import HybridShardAccess
 from recallserve.serve.engine import ChatMessage, EngineError, GenerationParams
 from recallserve.serve.enrich import (
+    CachedEnricher,
     EnrichConfig,
     EnrichmentCache,
     Exchange,
@@ -126,6 +128,16 @@ def test_a_failed_call_writes_nothing_and_a_dry_run_writes_nothing(client: TestC
     assert _enrich(service, ScriptedEngine([REPLY]), dry_run=True)["enriched"] == 1
     stored = asyncio.run(service.list_by_source("acme", _search(client, "Caroline group")[0]["source_id"]))
     assert not facts_of(stored[0])
+
+
+def test_a_failed_call_is_not_cached_so_the_next_run_asks_again(tmp_path: Path) -> None:
+    cache = EnrichmentCache(tmp_path / "cache.json")
+    engines = iter([_Failing([]), ScriptedEngine([REPLY])])
+    for expected_failed in (True, False):
+        enricher = CachedEnricher(cache, "m", lambda: FactEnricher(next(engines)))
+        got = asyncio.run(enricher(W))
+        assert got.failed is expected_failed and enricher.misses == 1
+    assert asyncio.run(CachedEnricher(cache, "m", lambda: FactEnricher(_Failing([])))(W)).facts == got.facts  # from the cache
 
 
 def test_an_enriched_record_is_not_asked_again(client: TestClient, service: MemoryService) -> None:
