@@ -38,7 +38,7 @@ from recallserve.serve.agent.schemas import ToolCallRecord
 from recallserve.serve.language import language_of
 
 __all__ = ["ABSENCE_PATTERN", "CASE_LISTS", "CASE_SOURCES", "COUNT_PATTERN", "HISTORY_PATTERN", "LIST_PATTERN", "NOT_SEARCHED", "TOTAL_PATTERN", "NOT_SHOWN", "PRESENCE_PATTERN", "Search", "absence_claims", "no_record_note", "presence_claims",
-           "STATUS_WORDS", "asked_ids", "empty_for", "list_note", "listing_rows", "record_note", "status_note", "turn_searches",
+           "STATUS_WORDS", "asked_ids", "empty_for", "list_note", "listing_rows", "record_note", "status_note", "turn_searches", "unstated_absence",
            "unsupported_absence", "unsupported_presence"]
 
 #: A sentence claiming that something did not happen, does not exist or is not on record.
@@ -220,10 +220,23 @@ def unsupported_presence(answer: str, searches: Sequence[Search], question: str)
     return presence_claims(answer, codes)
 
 
+def unstated_absence(answer: str, searches: Sequence[Search], question: str) -> bool:
+    """Whether ``answer`` to a history question naming fault codes that no search of the turn found
+    (a search ran, and no text it returned names them) leaves that absence unsaid: it claims no absence
+    (:func:`absence_claims`). The answer then gets :func:`no_record_note`, so what the turn knows for
+    certain is said even when the model wrote about another fault."""
+    codes = {c.replace("-", "").upper() for c in _CODE.findall(question)}
+    if not codes or not HISTORY_PATTERN.search(question) or not any(s.ran for s in searches):
+        return False
+    if any(s.ran and any(_names(text, codes) for text in s.found) for s in searches):
+        return False
+    return not absence_claims(answer)
+
+
 def no_record_note(question: str) -> str:
-    """The sentence an answer gets when a claim of an earlier case was left out: no record searched names the code."""
+    """The sentence an answer gets when no record searched names the history question's fault code."""
     codes = ", ".join(sorted({c.replace("-", "").upper() for c in _CODE.findall(question)}))
-    return f"我查过的记录里没有提到 {codes} 的。" if language_of(question) == "zh" else \
+    return f"我查过的记录里没有找到 {codes} 的先例。" if language_of(question) == "zh" else \
         f"No record I searched names {codes}, so I found no earlier case of it."
 
 

@@ -44,7 +44,7 @@ from recallserve.serve.agent._protocol import FINAL_WRAPPER_TOKENS, THOUGHT_MAX_
 from recallserve.serve.agent.builtin import DERIVED_KIND
 from recallserve.serve.agent.config import AgentConfig
 from recallserve.serve.agent.grounding import NOT_SEARCHED, NOT_SHOWN, Search, list_note, no_record_note, record_note, status_note, \
-    turn_searches, unsupported_absence, unsupported_presence
+    turn_searches, unstated_absence, unsupported_absence, unsupported_presence
 from recallserve.serve.agent.guards import AnswerCheck, wrap_untrusted
 from recallserve.serve.agent.images import ImageDescriber
 from recallserve.serve.agent.routing import route_by_rules
@@ -230,10 +230,14 @@ class _Run:
         """After an answer whose claims of absence were left out: the trace step, and when no search
         ran at all, the sentence saying the agent did not look (streamed, in the answer); after a claim
         of an earlier case that no search supports (:func:`unsupported_presence`), the sentence saying
-        that no record searched names the question's code."""
-        if not check.dropped:
-            return None
+        that no record searched names the question's code, which an answer to a history question about
+        a code no search found also gets when it does not say so itself (:func:`unstated_absence`)."""
         searches = self._searches()
+        if not check.dropped:
+            if self.cfg.check_absence and unstated_absence(check.answer, searches, self.question):
+                self._pending_note = no_record_note(self.question)
+                return self._add(step, "guard", "the answer does not say that no record searched names the question's code")
+            return None
         if any(unsupported_presence(d, searches, self.question) for d in check.dropped):
             self._pending_note = no_record_note(self.question)
             return self._add(step, "guard", "left out a claim of an earlier case no search of this turn supports",

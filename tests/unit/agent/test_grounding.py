@@ -387,6 +387,17 @@ def test_a_claim_of_an_earlier_case_of_a_code_no_search_found_is_left_out(tmp_pa
     assert presence_claims("E31没有出现过，T-1057 是 E42 的工单。", {"E31"}) == []  # a negated verb: absence
     assert presence_claims("是的，订单已经通过顺丰发出。", {"E31"}) == []  # 通过 is no history
     assert presence_claims("E31出现过不止一次。", {"E31"}) == ["E31出现过不止一次。"]
+    # an answer about another fault, to a history question about a code no search found: the absence is said
+    for stream in (False, True):
+        engine = _ListingEngine("Order 104365 goes with DPD. A similar issue was E42, fixed with a new fuse.",
+                                tool="order_status", args={"order_id": "104365"})
+        answer = _ask(tmp_path, engine, question, stream=stream)
+        assert answer.startswith(engine.answer) and "No record I searched names E31" in answer
+        engine = _ListingEngine("E31 has not been reported before. Order 104365 goes with DPD.", tool="order_status",
+                                args={"order_id": "104365"})
+        assert "No record I searched" not in _ask(tmp_path, engine, question, stream=stream)  # said by the model
+    engine = _ListingEngine("订单104365由DPD配送。", tool="order_status", args={"order_id": "104365"})
+    assert "我查过的记录里没有找到 E31 的先例。" in _ask(tmp_path, engine, "E31以前出现过吗？订单104365是哪家快递？")
     found = Search("recall", True, ("Ticket T-1200: E31 on a BrewMaster, sensor replaced",))
     assert unsupported_presence("Yes, we have had E31 before.", [found], question) == []
     assert unsupported_presence("Yes, we have had this before.", [Search("recall", True, ())],
