@@ -191,6 +191,8 @@ def _enriched(args: argparse.Namespace, conversations: list[Any]) -> tuple[list[
     from recallserve.serve import envs
     from recallserve.serve.enrich import EnrichConfig, EnrichmentCache
 
+    if args.write_filter != "all":
+        raise UserError("--enrich: needs --write-filter all (the enrichment cache's windows are of every turn)")
     if not 1 <= args.enrich_window <= 8:
         raise UserError(f"--enrich-window: must be in 1..8, got {args.enrich_window}")
     path = args.enrich_cache or str(envs.recallserve_home() / "locomo-enrich.json")

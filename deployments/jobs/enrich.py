@@ -116,10 +116,11 @@ def enrich_batch(access: Any, items: Sequence[EmbeddedRecord], dry_run: bool, *,
     for win in windows_of(todo, window):
         if budget[0] <= 0:
             break
+        win = win[: budget[0]]  # NOTE: the last window is cut so a run asks at most --max-records
         budget[0] -= len(win)
         got = run(enricher([_exchange(it.record) for it in win]))
         counts["asked"] += len(win)
-        counts["failed_calls"] += int(got.completion_tokens == 0)
+        counts["failed_calls"] += int(got.failed)
         for it, facts in zip(win, got.facts):
             # NOTE: the model writes new text: masked like any write-back before it is stored.
             facts = [mask_pii(f) for f in facts]

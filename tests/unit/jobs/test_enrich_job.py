@@ -73,6 +73,11 @@ def test_the_job_bounds_the_records_asked_and_rejects_bad_bounds(tmp_path: Path)
     report = enrich(_opts(tmp_path), window=1, max_records=2, enricher=FactEnricher(engine, EnrichConfig(window=1)),
                     embed=EMB.embed)
     assert report.stats["asked"] == 2 and len(engine.calls) == 2
+    # a window wider than what is left of the bound is cut to it
+    engine = ScriptedEngine(["1: Caroline went to a support group yesterday."])
+    report = enrich(_opts(tmp_path, restart=True), window=4, max_records=1,
+                    enricher=FactEnricher(engine, EnrichConfig(window=4)), embed=EMB.embed)
+    assert report.stats["asked"] == 1
     with pytest.raises(ValueError, match="window"):
         enrich(_opts(tmp_path), window=9, embed=EMB.embed, enricher=FactEnricher(engine))
     with pytest.raises(ValueError, match="max_records"):
