@@ -22,7 +22,8 @@ from recallserve.serve.agent.demo.questions import QUESTION_SETS
 
 _SETS = {"compound_holdout2": 12, "zh-holdout2": 16, "compound_holdout3": 12, "zh-holdout3": 16,
          "compound_holdout4": 16, "zh-holdout4": 20, "compound_holdout5": 16, "zh-holdout5": 20,
-         "compound_holdout6": 16, "zh-holdout6": 20, "zh-holdout7": 20, "compound_holdout7": 16}
+         "compound_holdout6": 16, "zh-holdout6": 20, "zh-holdout7": 20, "compound_holdout7": 16,
+         "zh-holdout8": 20}
 _STATUSES = ("processing", "shipped", "delivered", "returned", "cancelled")
 # NOTE: ASCII edges, not \b: an id touches Chinese text ("订单104373送到了没有"), and Han characters are \w.
 _EDGE, _END = r"(?<![A-Za-z0-9-])", r"(?![0-9])"

@@ -31,6 +31,8 @@ not seen the rules or any eval result.
 (sixth Chinese set) by someone who had not seen the rules or any eval result.
 ``zh-holdout7`` (``questions_zh_holdout7.json``, 20): the same kinds as ``zh-tuned``, written in session 5
 (seventh Chinese set) by someone who had not seen the rules or any eval result.
+``zh-holdout8`` (``questions_zh_holdout8.json``, 20): the same kinds as ``zh-tuned``, written in session 5
+(eighth Chinese set) by someone who had not seen the rules or any eval result.
 ``compound_holdout7`` (``questions_compound_holdout7.json``, 16): the same kinds as ``compound``, written in session 5
 (seventh set) by someone who had not seen the rules or any eval result (its misses
 not yet read).
@@ -68,6 +70,7 @@ QUESTION_SETS = {"tuned": ("questions.json",), "holdout": ("questions_holdout.js
                  "compound_holdout6": ("questions_compound_holdout6.json",),
                  "zh-holdout6": ("questions_zh_holdout6.json",),
                  "zh-holdout7": ("questions_zh_holdout7.json",),
+                 "zh-holdout8": ("questions_zh_holdout8.json",),
                  "compound_holdout7": ("questions_compound_holdout7.json",)}
 
 
