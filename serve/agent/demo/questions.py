@@ -33,7 +33,7 @@ not seen the rules or any eval result.
 (seventh Chinese set) by someone who had not seen the rules or any eval result.
 ``zh-holdout8`` (``questions_zh_holdout8.json``, 20): the same kinds as ``zh-tuned``, written in session 5
 (eighth Chinese set) by someone who had not seen the rules or any eval result (its misses not yet
-read).
+read; its questions were seen once in the session's last review).
 ``compound_holdout7`` (``questions_compound_holdout7.json``, 16): the same kinds as ``compound``, written in session 5
 (seventh set) by someone who had not seen the rules or any eval result (its misses
 not yet read).
