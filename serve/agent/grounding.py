@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recallserve.serve.agent.guards import ID_PATTERN
-from recallserve.serve.agent.hints import NOT_AFTER_WORD, NOT_BEFORE_WORD, ZH_HISTORY
+from recallserve.serve.agent.hints import NOT_AFTER_WORD, NOT_BEFORE_WORD, ZH_HAPPENED, ZH_HISTORY
 from recallserve.serve.agent.schemas import ToolCallRecord
 from recallserve.serve.language import language_of
 
@@ -122,7 +122,7 @@ class Search:
 
 def asked_ids(question: str) -> set[str]:
     """The ids and codes ``question`` names (dashes in codes folded: E-42 = E42)."""
-    return set(ID_PATTERN.findall(question)) | {c.replace("-", "").upper() for c in _CODE.findall(question)}
+    return set(ID_PATTERN.findall(question)) | _codes(question)
 
 
 def _names(text: str, ids: set[str]) -> bool:
@@ -169,16 +169,16 @@ PRESENCE_PATTERN = re.compile(
     r"|\bwe (?:have |had |did )?(?:had|seen|see|got|received|encountered)\b|\b(?:someone|somebody|a customer|customers|"
     r"others) (?:has |have |had )?(?:reported|had|complained|seen)\b|\bthere (?:was|were|is|are|have been|has been) "
     r"(?:an? |one |two |several )?(?:earlier |previous |similar |prior )?(?:case|cases|ticket|tickets|report|reports)\b"
-    r"|^\W*是的|(?:有|出现|发生|遇到|报修|反映|投诉)过",
+    rf"|^\W*是的|(?:有|{ZH_HAPPENED})过",
     re.IGNORECASE,
 )
 #: What makes a presence claim about the history a question asks for, when it names no code itself.
 _HISTORY_WORDS = re.compile(r"\b(?:before|earlier|previous(?:ly)?|prior|reported|seen|happened|case|cases|"
-                            r"come up|came up|occurred)\b|之前|以前|(?:出现|发生|遇到|碰到|报修|反映|投诉|反馈|有)过",
+                            rf"come up|came up|occurred)\b|之前|以前|(?:{ZH_HAPPENED}|有)过",
                             re.IGNORECASE)
 #: A Chinese claim of absence: a negation right before the verb of "has happened" (没有出现过, 从未发生过,
 #: 未曾遇到), whatever else the clause names (E31, T-1057).
-_ZH_NEGATION = re.compile(r"(?:没有?|未曾?|从未|从来没有?|不曾)\S{0,4}?(?:出现|发生|遇到|碰到|报修|反映|投诉|反馈|有)过?")
+_ZH_NEGATION = re.compile(rf"(?:没有?|未曾?|从未|从来没有?|不曾)\S{{0,4}}?(?:{ZH_HAPPENED}|有)过?")
 
 
 def presence_claims(answer: str, codes: set[str]) -> list[str]:
@@ -193,6 +193,22 @@ def presence_claims(answer: str, codes: set[str]) -> list[str]:
         if _names(s, codes) or _HISTORY_WORDS.search(s):
             out.append(s)
     return out
+
+
+def _codes(text: str) -> set[str]:
+    """The fault codes ``text`` names, dashes folded (E-42 = E42)."""
+    return {c.replace("-", "").upper() for c in _CODE.findall(text)}
+
+
+def _unfound_codes(searches: Sequence[Search], question: str) -> set[str]:
+    """The codes a history question names when no search of the turn found a text naming one of them,
+    else the empty set."""
+    codes = _codes(question)
+    if not codes or not HISTORY_PATTERN.search(question):
+        return set()
+    if any(s.ran and any(_names(text, codes) for text in s.found) for s in searches):
+        return set()
+    return codes
 
 
 def unsupported_presence(answer: str, searches: Sequence[Search], question: str) -> list[str]:
@@ -212,12 +228,8 @@ def unsupported_presence(answer: str, searches: Sequence[Search], question: str)
         >>> unsupported_presence("Yes, E42 happened before.", [recall], "Has E42 happened before?")
         []
     """
-    codes = {c.replace("-", "").upper() for c in _CODE.findall(question)}
-    if not codes or not HISTORY_PATTERN.search(question):
-        return []
-    if any(s.ran and any(_names(text, codes) for text in s.found) for s in searches):
-        return []
-    return presence_claims(answer, codes)
+    codes = _unfound_codes(searches, question)
+    return presence_claims(answer, codes) if codes else []
 
 
 def unstated_absence(answer: str, searches: Sequence[Search], question: str) -> bool:
@@ -225,17 +237,13 @@ def unstated_absence(answer: str, searches: Sequence[Search], question: str) -> 
     (a search ran, and no text it returned names them) leaves that absence unsaid: it claims no absence
     (:func:`absence_claims`). The answer then gets :func:`no_record_note`, so what the turn knows for
     certain is said even when the model wrote about another fault."""
-    codes = {c.replace("-", "").upper() for c in _CODE.findall(question)}
-    if not codes or not HISTORY_PATTERN.search(question) or not any(s.ran for s in searches):
-        return False
-    if any(s.ran and any(_names(text, codes) for text in s.found) for s in searches):
-        return False
-    return not absence_claims(answer)
+    ran = any(s.ran for s in searches)  # NOTE: with no search at all the turn knows nothing to add
+    return ran and bool(_unfound_codes(searches, question)) and not absence_claims(answer)
 
 
 def no_record_note(question: str) -> str:
     """The sentence an answer gets when no record searched names the history question's fault code."""
-    codes = ", ".join(sorted({c.replace("-", "").upper() for c in _CODE.findall(question)}))
+    codes = ", ".join(sorted(_codes(question)))
     return f"我查过的记录里没有找到 {codes} 的先例。" if language_of(question) == "zh" else \
         f"No record I searched names {codes}, so I found no earlier case of it."
 

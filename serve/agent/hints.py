@@ -28,12 +28,15 @@ NOT_AFTER_WORD = rf"(?<![^\W{_HAN}]|-)"
 #: Lookahead: the next character is no Latin/digit word character nor "-" (a Han one is fine).
 NOT_BEFORE_WORD = rf"(?![^\W{_HAN}]|-)"
 
+#: Chinese verbs of "it happened / it was reported" that take 过 for an earlier case (出现过, 投诉过):
+#: one list for the history questions below and the answer checks' claims of presence and absence.
+ZH_HAPPENED = "出现|发生|遇到|碰到|报修|反映|投诉|反馈"
 #: A question in Chinese about earlier cases or how something was fixed: 以前发生过吗, 之前的工单,
 #: 出现过 / 遇到过 / 报过, 开过工单, 怎么修好的, 类似的案例. Shared by the routing of the memory search
 #: (such a question searches past cases) and the answer checks (it asks for history).
 ZH_HISTORY = (r"(?:之前|以前|此前|过去|曾经)\S{0,8}?(?:过|的(?:工单|记录|案例|问题|维修))"
               r"|(?:怎么|如何|怎样)(?:修|解决|处理|维修|弄好|搞定)|类似的?(?:案例|情况|问题|工单|故障)"
-              r"|(?:出现|发生|遇到|碰到|报修|反映|投诉|反馈|报|提)过|开过\S{0,4}?(?:工单|单)")
+              rf"|(?:{ZH_HAPPENED}|报|提)过|开过\S{{0,4}}?(?:工单|单)")
 
 
 @lru_cache(maxsize=512)
