@@ -79,7 +79,7 @@ _IBAN = re.compile(r"(?i)\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4}
 _CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])|(?<=-)\d{13,19}(?!\d)")
 _PHONE = re.compile(
     r"(?<![\w+])\+\d{1,3}[\s.-]?(?:\(?\d{1,4}\)?[\s.-]?){2,4}\d{2,4}(?!\d)"  # +CC ...
-    r"|(?<!\d)1[3-9]\d{9}(?!\d)"  # PRC mobile
+    r"|(?<![A-Za-z0-9_])1[3-9]\d{9}(?![A-Za-z0-9])"  # PRC mobile (Han text may touch it; hex ids may not)
     r"|(?<![\d-])\(\d{3}\)\s?\d{3}[\s.-]\d{4}(?!\d)"  # (ddd) ddd-dddd
     r"|(?<![\d-])\d{3}[\s.-]\d{3}[\s.-]\d{4}(?![\d-])"  # ddd-ddd-dddd, ddd ddd dddd
     r"|(?<![\w-])0\d{2,4}[\s-]\d{3,4}[\s-]?\d{3,4}(?![\d-])"  # trunk 0: 020 7946 0958, 07700 900123
