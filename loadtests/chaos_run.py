@@ -39,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -49,9 +49,10 @@ from loadtests._guard import check_host  # noqa: E402
 from loadtests._report import check_bounds, cluster_run_parser  # noqa: E402
 from recallserve.client import AsyncRecallServe, ConnectionFailed, RecallServe, RecallServeError, RetryPolicy  # noqa: E402
 
-__all__ = ["parse_args", "kill_windows", "lost_turns", "message_count", "render_markdown", "stored", "main"]
+__all__ = ["parse_args", "kill_windows", "lost_turns", "message_count", "read_back", "render_markdown", "unread_sessions", "main"]
 
 TARGETS = ("shard", "ingress", "state")
+READ_BACK_S = 60.0  # NOTE: how long a read-back retries a refused or failed read before "unanswered"
 USER = "chaos"
 
 
@@ -75,9 +76,15 @@ def kill_windows(kills: list[dict[str, Any]], records: list[tuple[float, str, in
             for i in range(len(kills))]
 
 
-def lost_turns(acked: dict[str, int], counts: dict[str, int]) -> int:
-    """Acknowledged turns missing from their sessions (a turn stores a user and an assistant message)."""
-    return sum(max(0, n - counts.get(sid, 0) // 2) for sid, n in acked.items())
+def lost_turns(acked: dict[str, int], counts: dict[str, int | None]) -> int:
+    """Acknowledged turns missing from their sessions (a turn stores a user and an assistant message);
+    a session whose count could not be read (None) is not counted here: see :func:`unread_sessions`."""
+    return sum(max(0, n - (counts.get(sid) or 0) // 2) for sid, n in acked.items() if counts.get(sid, 0) is not None)
+
+
+def unread_sessions(counts: dict[str, int | None]) -> int:
+    """Sessions whose message count the state deployment never answered during the read-back."""
+    return sum(1 for c in counts.values() if c is None)
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -94,8 +101,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     rs = [k["recovery_s"] for k in report["kills"] if k["recovery_s"] is not None]
     lines += ["", f"Requests: {c['requests']} ({c['failed']} failed). Recovery: median "
                   f"{statistics.median(rs) if rs else float('nan'):.2f} s, max {max(rs) if rs else float('nan'):.2f} s.",
-              f"Acknowledged writes: {c['acked_writes']}, lost {c['writes_lost']}. Acknowledged session turns: "
-              f"{c['acked_turns']} in {c['sessions']} sessions, lost {c['turns_lost']}. "
+              f"Acknowledged writes: {c['acked_writes']}, lost {c['writes_lost']}, never read back "
+              f"{c.get('writes_unverified', 0)}. Acknowledged session turns: {c['acked_turns']} in {c['sessions']} "
+              f"sessions, lost {c['turns_lost']} (sessions never read back: {c.get('sessions_unread', 0)}). "
               f"**{'PASS' if report['ok'] else 'FAIL'}**", ""]
     if c.get("statuses_by_kind"):
         lines += ["| request | answers by status (-1: no answer) |", "|---|---|"]
@@ -202,21 +210,42 @@ def _probe(rs: RecallServe, target: str) -> bool:
     return True
 
 
-def stored(get: Callable[[str], Any], item_id: str) -> bool:
-    """Whether ``get(item_id)`` (``rs.memories.get``, ``rs.experiences.get``) answers 200."""
-    try:
-        get(item_id)
-    except RecallServeError:
-        return False
-    return True
+ReadBack = Literal["stored", "missing", "unanswered"]
 
 
-def message_count(rs: RecallServe, session_id: str, user: str = USER) -> int:
-    """The session's ``message_count`` as the state deployment answers it (0 when it cannot)."""
-    try:
-        return rs.sessions.get(session_id, user=user).message_count
-    except RecallServeError:
-        return 0
+def read_back(get: Callable[[str], Any], item_id: str, within_s: float = READ_BACK_S) -> ReadBack:
+    """Whether an acknowledged item is there: ``get(item_id)`` (``rs.memories.get``, ``rs.experiences.get``).
+
+    ``"stored"`` on a 200, ``"missing"`` on a 404 (a lost write), ``"unanswered"`` when no answer but
+    a refusal or an error came within ``within_s`` (tried every 0.5 s). A replica still reopening after a
+    kill answers 503 for a while; counting that as a lost write would report a loss nothing proved.
+    """
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            get(item_id)
+            return "stored"
+        except RecallServeError as exc:
+            if exc.status == 404:
+                return "missing"
+        if time.monotonic() >= deadline:
+            return "unanswered"
+        time.sleep(0.5)
+
+
+def message_count(rs: RecallServe, session_id: str, user: str = USER, within_s: float = READ_BACK_S) -> int | None:
+    """The session's ``message_count`` as the state deployment answers it: 0 for a session it does not
+    know (404), None when it gave no answer within ``within_s`` (tried every 0.5 s)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return rs.sessions.get(session_id, user=user).message_count
+        except RecallServeError as exc:
+            if exc.status == 404:
+                return 0
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.5)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -267,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
             thread.join(timeout=120)
             end = time.time()
             acked = list(load.acked)
-            lost = sum(1 for rid in acked if not stored(rs.memories.get, rid))
+            verdicts = [read_back(rs.memories.get, rid) for rid in acked]
+            lost, unverified = verdicts.count("missing"), verdicts.count("unanswered")
             counts = {sid: message_count(rs, sid) for sid in load.turns}
     finally:
         load.stop.set()
@@ -282,11 +312,12 @@ def main(argv: list[str] | None = None) -> int:
               "statuses_by_kind": by_kind,
               "p50_s_by_kind": {k: round(statistics.median(v), 3) for k, v in load.seconds.items()},
               "failure_samples": load.samples,
-              "acked_writes": len(acked), "writes_lost": lost, "acked_turns": sum(load.turns.values()),
-              "sessions": len(load.turns), "turns_lost": lost_turns(load.turns, counts), "message_counts": counts}
+              "acked_writes": len(acked), "writes_lost": lost, "writes_unverified": unverified,
+              "acked_turns": sum(load.turns.values()), "sessions": len(load.turns),
+              "turns_lost": lost_turns(load.turns, counts), "sessions_unread": unread_sessions(counts), "message_counts": counts}
     report = {"meta": {"started_utc": started, "profile": args.profile, "model": args.model, "clients": args.clients,
                        "every": args.every, "seed": args.seed},
-              "kills": kills, "checks": checks, "ok": lost == checks["turns_lost"] == 0}
+              "kills": kills, "checks": checks, "ok": lost == unverified == checks["turns_lost"] == checks["sessions_unread"] == 0}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     args.out.with_suffix(".md").write_text(render_markdown(report))

@@ -253,9 +253,12 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += ["", "Placement at start (`recallserve status`): " + "; ".join(f"{d} on {w}" for d, w in where.items())]
     lines += ["", "| figure | value | target |", "|---|---:|---|",
               f"| node kills | {len(report['kills'])} | >= 10 |",
-              f"| acknowledged memory writes lost | {c['writes_lost']} of {c['acked_writes']} | 0 |",
-              f"| acknowledged session turns lost | {c['turns_lost']} of {c['acked_turns']} | 0 |",
-              f"| acknowledged experiences lost | {c['experiences_lost']} of {c['acked_experiences']} | 0 |",
+              f"| acknowledged memory writes lost (404) / never read back | {c['writes_lost']} / "
+              f"{c.get('writes_unverified', 0)} of {c['acked_writes']} | 0 / 0 |",
+              f"| acknowledged session turns lost / sessions never read back | {c['turns_lost']} of {c['acked_turns']} / "
+              f"{c.get('sessions_unread', 0)} | 0 / 0 |",
+              f"| acknowledged experiences lost (404) / never read back | {c['experiences_lost']} / "
+              f"{c.get('experiences_unverified', 0)} of {c['acked_experiences']} | 0 / 0 |",
               f"| lost shard answers again, p50 / max | {c['recovery_p50_s']} s / {c['recovery_max_s']} s | max <= 30 s |",
               f"| other tenant's success during outages | {c['other_tenant_success_pct']}% ({c['other_ok']} / "
               f"{c['other_requests']}) | >= 99% |", "",
@@ -360,20 +363,40 @@ def outage_requests(records: list[dict[str, Any]], t0: float, t1: float) -> dict
 
 
 def verify(load: Load, tenants: tuple[str, str]) -> dict[str, Any]:
-    """Read back every acknowledged memory, experience and session turn (after the load stopped)."""
-    from loadtests.chaos_run import lost_turns, message_count, stored
+    """Read back every acknowledged memory, experience and session turn (after the load stopped).
 
-    writes_lost = exps_lost = 0
-    counts = {}
+    ``*_lost``: the API answered 404 for an acknowledged item; ``*_unverified``: it answered nothing but
+    refusals or errors for a minute (see :func:`loadtests.chaos_run.read_back`); both must be 0.
+    ``missing_ids`` names each lost or unverified item, so a failed run says which write it was.
+    """
+    from loadtests.chaos_run import lost_turns, message_count, read_back, unread_sessions
+
+    tally = {"writes": {"missing": 0, "unanswered": 0}, "experiences": {"missing": 0, "unanswered": 0}}
+    missing_ids: list[dict[str, str]] = []
+    counts: dict[str, int | None] = {}
     for tenant, key in zip(tenants, KEYS):
         with RecallServe(load.base, key, timeout=30.0, retry=NO_RETRY) as rs:
-            writes_lost += sum(1 for rid in load.acked_ids[tenant] if not stored(rs.memories.get, rid))
-            exps_lost += sum(1 for eid in load.acked_exps[tenant] if not stored(rs.experiences.get, eid))
+            for kind, get, ids in (("writes", rs.memories.get, load.acked_ids[tenant]),
+                                   ("experiences", rs.experiences.get, load.acked_exps[tenant])):
+                for item_id in ids:
+                    verdict = read_back(get, item_id)
+                    if verdict != "stored":
+                        tally[kind][verdict] += 1
+                        missing_ids.append({"tenant": tenant, "kind": kind, "id": item_id, "verdict": verdict})
             sid = f"node-chaos-{tenant}"
             counts[sid] = message_count(rs, sid, USER)
-    return {"acked_writes": sum(map(len, load.acked_ids.values())), "writes_lost": writes_lost,
-            "acked_experiences": sum(map(len, load.acked_exps.values())), "experiences_lost": exps_lost,
-            "acked_turns": sum(load.turns.values()), "turns_lost": lost_turns(load.turns, counts), "message_counts": counts}
+    return {"acked_writes": sum(map(len, load.acked_ids.values())), "writes_lost": tally["writes"]["missing"],
+            "writes_unverified": tally["writes"]["unanswered"],
+            "acked_experiences": sum(map(len, load.acked_exps.values())), "experiences_lost": tally["experiences"]["missing"],
+            "experiences_unverified": tally["experiences"]["unanswered"],
+            "acked_turns": sum(load.turns.values()), "turns_lost": lost_turns(load.turns, counts),
+            "sessions_unread": unread_sessions(counts), "message_counts": counts, "missing_ids": missing_ids[:20]}
+
+
+def nothing_lost(lost: dict[str, Any]) -> bool:
+    """No acknowledged write, experience or turn lost, and every one of them read back."""
+    return not any(lost[k] for k in ("writes_lost", "writes_unverified", "experiences_lost", "experiences_unverified",
+                                     "turns_lost", "sessions_unread"))
 
 
 def summarise(load: Load, kills: list[dict[str, Any]], lost: dict[str, Any]) -> dict[str, Any]:
@@ -453,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
                        "every": args.every, "seed": args.seed, "tenants": list(tenants), "homes": homes,
                        "command": "python -m loadtests.node_chaos " + " ".join(argv if argv is not None else sys.argv[1:])},
               "status_at_start": status_at_start, "kills": kills, "gcs_outage": gcs, "checks": summarise(load, kills, lost)}
-    report["ok"] = lost["writes_lost"] == lost["experiences_lost"] == lost["turns_lost"] == 0
+    report["ok"] = nothing_lost(lost)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     args.out.with_suffix(".md").write_text(render_markdown(report))

@@ -8,6 +8,7 @@ In-process use::
     hits = await retriever.search("acme", "paper jam on tray 2", k=16)
 """
 
+from recallserve.memory_shards.retrieval._text import analyse
 from recallserve.memory_shards.retrieval.fusion import RRF_K, combined_score, rrf_fuse, time_factor
 from recallserve.memory_shards.retrieval.hybrid import (
     AsyncEmbed,
@@ -38,6 +39,7 @@ __all__ = [
     "RetrievalParams",
     "RewrittenQuery",
     "ShardHybridResult",
+    "analyse",
     "combined_score",
     "lexical_text",
     "local_hybrid_coordinator",

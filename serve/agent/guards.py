@@ -123,13 +123,16 @@ class AnswerCheck:
         return self._kept(0, end).strip()
 
     def _kept(self, start: int, end: int) -> str:
-        """``text[start:end]`` without the dropped sentences."""
+        """``text[start:end]`` without the dropped sentences, and without the space that followed one (a
+        sentence can close at the end of a chunk, before its space arrives: "A. B." less "A." is "B.")."""
         out, at = [], start
         for a, b in self._drops:
-            if b <= at or a >= end:
+            if b < at or a >= end:
                 continue
             out.append(self.text[at : max(at, a)])
             at = max(at, b)
+            while at < end and self.text[at].isspace():
+                at += 1
         out.append(self.text[at:end] if at < end else "")
         return "".join(out)
 

@@ -44,7 +44,7 @@ from recallserve.serve.agent._protocol import FINAL_WRAPPER_TOKENS, THOUGHT_MAX_
 from recallserve.serve.agent.builtin import DERIVED_KIND
 from recallserve.serve.agent.config import AgentConfig
 from recallserve.serve.agent.grounding import NOT_SEARCHED, NOT_SHOWN, Search, list_note, no_record_note, record_note, status_note, \
-    turn_searches, unstated_absence, unsupported_absence, unsupported_presence
+    turn_searches, unfound_topic, unstated_absence, unsupported_absence, unsupported_presence
 from recallserve.serve.agent.guards import AnswerCheck, wrap_untrusted
 from recallserve.serve.agent.images import ImageDescriber
 from recallserve.serve.agent.routing import route_by_rules
@@ -188,6 +188,11 @@ class _Run:
         ran = self.a.memory is not None and self.a.recall.enabled and not self.turn.memory_error
         return turn_searches(ran, [h.text for h in self.turn.memories], self.calls)
 
+    def _tool_words(self) -> list[str]:
+        """The descriptions of the agent's tools: the words of a question's live-data part, which say
+        nothing about the fault a history question asks for (:func:`~recallserve.serve.agent.grounding.fault_words`)."""
+        return [t.description for t in self.a.tools.all()]
+
     def _answer_check(self, messages: list[ChatMessage]) -> AnswerCheck | None:
         """An :class:`AnswerCheck` whose evidence is ``messages`` (the prompt) and whose claims of
         absence are checked against the searches made so far, or None when its rules are off."""
@@ -196,8 +201,9 @@ class _Run:
         claims = None
         if self.cfg.check_absence:
             searches = self._searches()
+            known = self._tool_words()
             claims = lambda sentence: bool(unsupported_absence(sentence, searches, self.question)  # noqa: E731
-                                           or unsupported_presence(sentence, searches, self.question))
+                                           or unsupported_presence(sentence, searches, self.question, known))
         return AnswerCheck("\n".join(m.content for m in messages), ids=self.cfg.check_ids,
                            repeats=self.cfg.stop_repeats, claims=claims)
 
@@ -230,16 +236,16 @@ class _Run:
         """After an answer whose claims of absence were left out: the trace step, and when no search
         ran at all, the sentence saying the agent did not look (streamed, in the answer); after a claim
         of an earlier case that no search supports (:func:`unsupported_presence`), the sentence saying
-        that no record searched names the question's code, which an answer to a history question about
-        a code no search found also gets when it does not say so itself (:func:`unstated_absence`)."""
-        searches = self._searches()
+        that no record searched names the question's code or holds its fault's words, which an answer to
+        a history question about such a fault also gets when it does not say so itself (:func:`unstated_absence`)."""
+        searches, known = self._searches(), self._tool_words()
         if not check.dropped:
-            if self.cfg.check_absence and unstated_absence(check.answer, searches, self.question):
-                self._pending_note = no_record_note(self.question)
-                return self._add(step, "guard", "the answer does not say that no record searched names the question's code")
+            if self.cfg.check_absence and unstated_absence(check.answer, searches, self.question, known):
+                self._pending_note = no_record_note(self.question, unfound_topic(searches, self.question, known))
+                return self._add(step, "guard", "the answer does not say that no record searched holds what the question asks about")
             return None
-        if any(unsupported_presence(d, searches, self.question) for d in check.dropped):
-            self._pending_note = no_record_note(self.question)
+        if any(unsupported_presence(d, searches, self.question, known) for d in check.dropped):
+            self._pending_note = no_record_note(self.question, unfound_topic(searches, self.question, known))
             return self._add(step, "guard", "left out a claim of an earlier case no search of this turn supports",
                              dropped=[d[:200] for d in check.dropped])
         if not any(s.ran for s in searches):

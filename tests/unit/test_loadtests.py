@@ -146,6 +146,38 @@ def test_chaos_run_report_maths() -> None:
     assert "| 2 | state | state | 2 | 1 | not recovered |" in md and "median 1.50 s" in md and "**PASS**" in md
 
 
+def test_read_back_counts_a_404_as_lost_and_a_reopening_replica_as_not_yet_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write is lost only when the API says it is not there (404); a replica still reopening after a
+    kill answers 503 for a while, and the read-back waits for it (bounded) instead of counting a loss."""
+    from loadtests import chaos_run, node_chaos
+    from recallserve.client import RecallServeError
+
+    monkeypatch.setattr(chaos_run.time, "sleep", lambda s: None)
+    answers = iter([503, 503, 200])
+
+    def reopening(item_id: str) -> None:
+        status = next(answers)
+        if status != 200:
+            raise RecallServeError(status, "memory shards unavailable")
+
+    def gone(item_id: str) -> None:
+        raise RecallServeError(404, "memory not found")
+
+    def down(item_id: str) -> None:
+        raise RecallServeError(503, "memory shards unavailable")
+
+    assert chaos_run.read_back(reopening, "m1", within_s=60) == "stored"
+    assert chaos_run.read_back(gone, "m1", within_s=60) == "missing"
+    assert chaos_run.read_back(down, "m1", within_s=0) == "unanswered"
+    assert chaos_run.unread_sessions({"a": 4, "b": None}) == 1
+    assert chaos_run.lost_turns({"a": 2, "b": 3}, {"a": 4, "b": None}) == 0  # NOTE: "b" is unread, not lost
+    ok = {"writes_lost": 0, "writes_unverified": 0, "experiences_lost": 0, "experiences_unverified": 0,
+          "turns_lost": 0, "sessions_unread": 0}
+    assert node_chaos.nothing_lost(ok)
+    assert not node_chaos.nothing_lost({**ok, "writes_unverified": 1})
+    assert not node_chaos.nothing_lost({**ok, "sessions_unread": 1})
+
+
 def test_chat_concurrency_and_node_chaos_count_the_real_apps_answers(tmp_path: Path) -> None:
     """The two load tests read answers through ``recallserve.client`` (retries off): a 200 row, and a
     refusal with its status, envelope and kind; node_chaos acknowledges what was answered 200 only."""

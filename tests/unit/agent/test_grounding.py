@@ -16,7 +16,7 @@ from recallserve.serve.agent import Agent, AgentConfig, default_registry
 from recallserve.serve.agent.demo.world import DemoWorld
 from recallserve.serve.agent.grounding import (
     LIST_NOTE_CHARS, NOT_SEARCHED, Search, absence_claims, asked_ids, list_note, listing_rows, record_note,
-    status_note, unsupported_absence, presence_claims, unsupported_presence,
+    status_note, unsupported_absence, presence_claims, unsupported_presence, fault_words, unfound_topic,
 )
 from recallserve.serve.api.app import create_app
 from recallserve.serve.api.auth import Authenticator
@@ -400,8 +400,37 @@ def test_a_claim_of_an_earlier_case_of_a_code_no_search_found_is_left_out(tmp_pa
     assert "我查过的记录里没有找到 E31 的先例。" in _ask(tmp_path, engine, "E31以前出现过吗？订单104365是哪家快递？")
     found = Search("recall", True, ("Ticket T-1200: E31 on a BrewMaster, sensor replaced",))
     assert unsupported_presence("Yes, we have had E31 before.", [found], question) == []
-    assert unsupported_presence("Yes, we have had this before.", [Search("recall", True, ())],
-                                "My grinder squeaks. Has this happened before?") == []  # no code: not decided by code
+    squeak = "My grinder squeaks. Has this happened before?"
+    assert unsupported_presence("Yes, we have had this before.", [Search("recall", True, ())], squeak) == \
+        ["Yes, we have had this before."]  # no record searched holds "grinder" or "squeaks"
+    grinder = Search("recall", True, ("Ticket T-1200: the grinder squeaked; burrs cleaned",))
+    assert unsupported_presence("Yes, we have had this before.", [grinder], squeak) == []
     assert unsupported_presence("No, E31 has not come up.", [Search("recall", True, ())], question) == []
     assert unsupported_presence("是的，E31以前出现过。", [Search("recall", True, ())], "E31以前出现过吗？") == ["是的，E31以前出现过。"]
     assert unsupported_presence("E31以前没有出现过。", [Search("recall", True, ())], "E31以前出现过吗？") == []
+
+
+def test_a_claim_of_an_earlier_case_of_a_fault_no_record_describes_is_left_out(tmp_path: Path) -> None:
+    """A history question about a fault in words (no code): when most of its fault words are in no text
+    the turn's searches found, "Yes, there have been reports" is left out of the answer (streamed or not)
+    and the answer names the words no record searched holds; a question sharing its words with a found
+    record (a paraphrase of a ticket) keeps the model's answer."""
+    question = ("My GrindPro 200 started squeaking loudly every time it grinds. Any prior reports of a squeak like "
+                "this? And which carrier has order 104365?")
+    for stream in (False, True):
+        engine = _ListingEngine("Yes, there have been prior reports of a squeak like this. Order 104365 goes with DPD.",
+                                tool="order_status", args={"order_id": "104365"})
+        answer = _ask(tmp_path, engine, question, stream=stream)
+        assert "prior reports of a squeak" not in answer and answer.startswith("Order 104365 goes with DPD.")
+        assert "No record I searched mentions GrindPro, started, squeaking, loudly or grinds, so I found no earlier " \
+               "case of that fault." in answer
+        # the model said the absence itself: nothing is added
+        engine = _ListingEngine("I could not find any earlier report of a squeak. Order 104365 goes with DPD.",
+                                tool="order_status", args={"order_id": "104365"})
+        assert "No record I searched" not in _ask(tmp_path, engine, question, stream=stream)
+    tickets = {m.source_id: m.text for m in DemoWorld().memories()}
+    lid = "The lid on my Kettle 17 won't stay shut, it keeps popping open. Has that come up before?"
+    assert unfound_topic([Search("recall", True, (tickets["ticket:T-1142"],))], lid) == []
+    assert unfound_topic([Search("recall", True, (tickets["ticket:T-1130"],))], lid) == ["lid", "Kettle", "stay", "shut", "popping"]
+    # ids, codes and the words of the tools' descriptions say nothing about the fault
+    assert fault_words("Has order 104365 shipped? Has anyone reported E31 before?", ["Status of one order."]) == {"ship": "shipped"}
