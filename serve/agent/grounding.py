@@ -63,7 +63,8 @@ ABSENCE_PATTERN = re.compile(
 )
 #: A question about earlier cases or how something was fixed, in English or Chinese: "has this happened
 #: before", "did anyone ever report", "have we fixed one like that before?", "以前发生过吗", "之前的工单",
-#: "开过工单吗", "怎么修好的", "is this a known problem", "has that happened to anyone else" (docs/languages.md). A "before"
+#: "开过工单吗", "怎么修好的", "is this a known problem", "has that happened to anyone else", "have we had reports like
+#: that", "has anybody told us the grind is uneven" (docs/languages.md). A "before"
 #: must end its clause ("before 10am" is no history).
 HISTORY_PATTERN = re.compile(
     r"\bhappen(?:ed|s)? before\b|\b(?:seen|reported|had) (?:this|that|it) before\b|\bseen before\b|\bhow (?:was|were|did|is) (?:it|this|that|they) (?:get )?"
@@ -73,6 +74,9 @@ HISTORY_PATTERN = re.compile(
     r"shown|broken|broke|thrown|gone|experience|encounter|deal|handle|fix)\b"
     r"|\bhappened to (?:anyone|anybody|someone|others|other (?:customers|users|people))\b|\bknown (?:issue|problem|fault|defect)\b"
     r"|\b(?:anyone|anybody|someone|others|other customers) (?:else )?(?:has |have )?(?:had|reported|seen|experienced) (?:this|that|it|the same)\b"
+    r"|\b(?:any|had|have we had|did we get|have we got|got|received) (?:\w+ )?(?:reports?|complaints?) (?:like|of|about)\b"
+    r"|\b(?:has|have|did) (?:anyone|anybody|someone|somebody|any (?:other )?customers?|other customers) (?:else )?(?:ever )?"
+    r"(?:told|mentioned|complained|reported|said)\b"
     r"|\bbefore\s*(?:[?.!,;]|$|\b(?:and|or|but|also)\b)"
     rf"|{ZH_HISTORY}",
     re.IGNORECASE,

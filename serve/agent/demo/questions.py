@@ -35,8 +35,10 @@ not seen the rules or any eval result.
 (eighth Chinese set) by someone who had not seen the rules or any eval result (its misses not yet
 read; its questions were seen once in the session's last review).
 ``compound_holdout7`` (``questions_compound_holdout7.json``, 16): the same kinds as ``compound``, written in session 5
-(seventh set) by someone who had not seen the rules or any eval result (its misses
-not yet read).
+(seventh set) by someone who had not seen the rules or any eval result (its misses read in session 6, after its
+clean run).
+``compound_holdout8`` (``questions_compound_holdout8.json``, 16): the same kinds as ``compound``, written in session 6
+(eighth set) by someone who had not seen the rules or any eval result.
 
 Each question is one :class:`Question` (validated on load): the text, the expected tool call
 (``tool``/``args``/``args_contain``/``result``) and the key facts its answer must state
@@ -72,7 +74,8 @@ QUESTION_SETS = {"tuned": ("questions.json",), "holdout": ("questions_holdout.js
                  "zh-holdout6": ("questions_zh_holdout6.json",),
                  "zh-holdout7": ("questions_zh_holdout7.json",),
                  "zh-holdout8": ("questions_zh_holdout8.json",),
-                 "compound_holdout7": ("questions_compound_holdout7.json",)}
+                 "compound_holdout7": ("questions_compound_holdout7.json",),
+                 "compound_holdout8": ("questions_compound_holdout8.json",)}
 
 
 class Question(StrictModel):
