@@ -112,7 +112,9 @@ _NUMBER = rf"{NOT_AFTER_WORD}(?<!\.)\d+(?:[.,]\d+)?{NOT_BEFORE_WORD}(?![.,]\d)"
 _ZH_DISCOUNT = r"[一二三四五六七八九]{1,2}折"
 #: A count in Chinese numerals with its measure word (三个人, 两台, 五件): a number of its own.
 _ZH_COUNT = r"[一二两三四五六七八九十百千万]{1,4}(?:个|人|台|件|份|位|箱|盒|包|瓶|天)"
-_OPERAND = rf"(?:{_NUMBER}|{_ZH_DISCOUNT}|{_ZH_COUNT})"
+#: An amount in Chinese numerals with its currency (两千五百八十欧, 三十九块): a number of its own.
+_ZH_AMOUNT = r"[零一二两三四五六七八九十百千万]{1,8}(?:欧元|欧|元|块|美元|英镑|镑)"
+_OPERAND = rf"(?:{_NUMBER}|{_ZH_DISCOUNT}|{_ZH_COUNT}|{_ZH_AMOUNT})"
 #: Two numbers and an arithmetic cue: the rules send these to the calculator (rule 1 of the prompt).
 CALCULATOR_ROUTING = RoutingHint(
     requires=[_OPERAND + r".*?" + _OPERAND],

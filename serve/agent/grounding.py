@@ -224,7 +224,7 @@ UNFOUND_SHARE = 0.5
 
 
 def fault_words(question: str, known: Iterable[str] = ()) -> dict[str, str]:
-    """The words of an English question that say what failed: index term (the memory index's analysis,
+    """The Latin-script words of a question that say what failed: index term (the memory index's analysis,
     Snowball stems) -> the question's first word with it, in question order.
 
     Left out: stop words (scikit-learn's English list), the words a history question asks with
@@ -248,7 +248,7 @@ def unfound_topic(searches: Sequence[Search], question: str, known: Iterable[str
     """What a history question (:data:`HISTORY_PATTERN`) asks about that no search of the turn found, or [].
 
     - The fault codes it names (E31), when no text any search found names one of them.
-    - Else, for an English question, its fault words (:func:`fault_words`) that no found text holds
+    - Else its fault words (:func:`fault_words`, Latin script: a Chinese question's "WiFi", "App") that no found text holds
       (compared as index terms), when they are at least :data:`MIN_UNFOUND_WORDS` and more than
       :data:`UNFOUND_SHARE` of its fault words: the records searched describe another fault. A question
       sharing most words with a record (a paraphrase of a ticket) is left to the model.
@@ -257,7 +257,8 @@ def unfound_topic(searches: Sequence[Search], question: str, known: Iterable[str
     compound_holdout to 6: 14 questions about faults no record has, 44 with a precedent): all 44 with a
     precedent kept theirs; 5 of the 8 without a code were caught ("a squealing grinder", "a cracked drip
     tray"); the 3 missed share a part's name with a record ("a shock from the steam wand" and the
-    weak-steam-wand ticket). A Chinese question is checked for codes only (not measured for words).
+    weak-steam-wand ticket). The Chinese words of a Chinese question are not compared (the records may be
+    in English): only its Latin words are, so most Chinese questions have too few to be checked.
     """
     if not HISTORY_PATTERN.search(question):
         return []
@@ -265,9 +266,7 @@ def unfound_topic(searches: Sequence[Search], question: str, known: Iterable[str
     codes = _codes(question)
     if codes:
         return [] if any(_names(t, codes) for t in texts) else sorted(codes)
-    if language_of(question) != "en":
-        return []
-    words = fault_words(question, known)
+    words = fault_words(question, known)  # NOTE: Latin words only: in a Chinese question, its product names and terms
     found = set().union(*(analyse(t) for t in texts)) if texts else set()
     unfound = [w for term, w in words.items() if term not in found]
     if len(unfound) >= MIN_UNFOUND_WORDS and len(unfound) > UNFOUND_SHARE * len(words):
@@ -312,6 +311,8 @@ def no_record_note(question: str, topic: Sequence[str] = ()) -> str:
         return f"我查过的记录里没有找到 {names} 的先例。" if language_of(question) == "zh" else \
             f"No record I searched names {names}, so I found no earlier case of it."
     words = list(topic)
+    if language_of(question) == "zh":
+        return f"我查过的记录里没有提到 {'、'.join(words)}，所以没有找到这类故障的先例。"
     said = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
     return f"No record I searched mentions {said}, so I found no earlier case of that fault."
 

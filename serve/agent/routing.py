@@ -72,14 +72,14 @@ ACTION_REQUESTS: dict[str, str] = {
                                   r"|改派|改送",
 }
 #: The same requests in Chinese, in a request form ("我要退款", "帮我换一台", "给我赔偿"); the address change
-#: is in the pattern above (a change of address is always a request).
+#: is in the pattern above (a change of address is always a request). A demand ("你们得补偿我") is a request too.
 #: The verb of the request must stand right before the action (up to a few characters: "我要申请退款",
 #: "帮我办理一下换货"), and a question about an action's progress (退款进度, 什么时候到账) is none.
 _ZH_REQUEST = r"(?:我要|我想要|我想|要求|申请|帮我|给我|能不能|能否|可不可以|请)(?:给我|帮我|你们)?(?:办理|安排|申请)?(?:一下)?"
 _ZH_NOT_ASKING = r"(?![^。？！?!\n]{0,8}(?:进度|状态|情况|什么时候|多久|到账|多少|了吗|没有|吗))"
 ACTION_REQUESTS["issue a refund"] += rf"|{_ZH_REQUEST}(?:退款|退钱|退货退款){_ZH_NOT_ASKING}|(?<!什么时候)(?:把钱|钱)?退(?:给|还)我{_ZH_NOT_ASKING}"
 ACTION_REQUESTS["send a replacement"] += rf"|{_ZH_REQUEST}(?:换货|换一台|换个新的|换新|补发|重新发){_ZH_NOT_ASKING}"
-ACTION_REQUESTS["pay compensation"] += rf"|{_ZH_REQUEST}(?:赔偿|补偿|赔钱){_ZH_NOT_ASKING}"
+ACTION_REQUESTS["pay compensation"] += rf"|{_ZH_REQUEST}(?:赔偿|补偿|赔钱){_ZH_NOT_ASKING}|(?:得|应该|应当|必须|要)(?:赔偿|补偿|赔)(?:给)?我"
 #: The actions above as the Chinese reply names them.
 ZH_ACTIONS = {"issue a refund": "办理退款", "send a replacement": "安排换货", "pay compensation": "给予赔偿",
               "change an order's delivery": "修改订单的配送"}

@@ -115,7 +115,7 @@ INVENTORY_ROUTING = RoutingHint(
     keywords=[r"\bstock", r"\binventory\b", r"\brestock", r"\bwarehouse\b", r"\bon hand\b", r"库存|存货|仓库|补货|进货"],
     prefer=[_DATE], bind={"start_date": _DATE, "end_date": _DATE, "sku": _SKU},
 )
-CANCEL_ROUTING = RoutingHint(requires=[_ORDER], keywords=[r"\bcancel", r"取消|撤单|撤掉|撤销|(?:别|不要)(?:再)?发(?:货|了)"],
+CANCEL_ROUTING = RoutingHint(requires=[_ORDER], keywords=[r"\bcancel", r"取消|撤单|撤掉|撤销|帮我撤|(?:别|不要)(?:再)?发(?:货|了)"],
                              bind={"order_id": _ORDER})
 
 
