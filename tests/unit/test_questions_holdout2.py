@@ -23,7 +23,7 @@ from recallserve.serve.agent.demo.questions import QUESTION_SETS
 _SETS = {"compound_holdout2": 12, "zh-holdout2": 16, "compound_holdout3": 12, "zh-holdout3": 16,
          "compound_holdout4": 16, "zh-holdout4": 20, "compound_holdout5": 16, "zh-holdout5": 20,
          "compound_holdout6": 16, "zh-holdout6": 20, "zh-holdout7": 20, "compound_holdout7": 16,
-         "zh-holdout8": 20, "compound_holdout8": 16}
+         "zh-holdout8": 20, "compound_holdout8": 16, "zh-holdout9": 20}
 _STATUSES = ("processing", "shipped", "delivered", "returned", "cancelled")
 # NOTE: ASCII edges, not \b: an id touches Chinese text ("订单104373送到了没有"), and Han characters are \w.
 _EDGE, _END = r"(?<![A-Za-z0-9-])", r"(?![0-9])"
@@ -85,8 +85,9 @@ def test_heldout_question_matches_the_world(name: str, n: int, q: dict[str, Any]
         if tool == "calculator":
             assert any(re.fullmatch(r"[\d.]+", a) and abs(float(a) - q["result"]) < 0.01 for f in facts for a in _alts(f))
         elif tool == "memory_search":
-            registry.get(tool).validate({"query": q["args_contain"]["query"]})
-            assert q["args_contain"]["query"] in text
+            if q.get("args_contain"):  # NOTE: without args_contain any query will do
+                registry.get(tool).validate({"query": q["args_contain"]["query"]})
+                assert q["args_contain"]["query"] in text
         else:
             registry.get(tool).validate(dict(args))
     # every order, batch and customer id the question or its facts name exists in the world

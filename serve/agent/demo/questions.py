@@ -37,6 +37,9 @@ read; its questions were seen once in the session's last review).
 ``compound_holdout7`` (``questions_compound_holdout7.json``, 16): the same kinds as ``compound``, written in session 5
 (seventh set) by someone who had not seen the rules or any eval result (its misses read in session 6, after its
 clean run).
+``zh-holdout9`` (``questions_zh_holdout9.json``, 20): the same kinds as ``zh-tuned``, written in session 6
+(ninth Chinese set) by someone who had not seen the rules or any eval result; two of its history questions
+were put in the sets' form (the search tool, an absence's wording) before its first run.
 ``compound_holdout8`` (``questions_compound_holdout8.json``, 16): the same kinds as ``compound``, written in session 6
 (eighth set) by someone who had not seen the rules or any eval result.
 
@@ -75,7 +78,8 @@ QUESTION_SETS = {"tuned": ("questions.json",), "holdout": ("questions_holdout.js
                  "zh-holdout7": ("questions_zh_holdout7.json",),
                  "zh-holdout8": ("questions_zh_holdout8.json",),
                  "compound_holdout7": ("questions_compound_holdout7.json",),
-                 "compound_holdout8": ("questions_compound_holdout8.json",)}
+                 "compound_holdout8": ("questions_compound_holdout8.json",),
+                 "zh-holdout9": ("questions_zh_holdout9.json",)}
 
 
 class Question(StrictModel):
