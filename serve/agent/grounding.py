@@ -69,7 +69,8 @@ ABSENCE_PATTERN = re.compile(
 HISTORY_PATTERN = re.compile(
     r"\bhappen(?:ed|s)? before\b|\b(?:seen|reported|had) (?:this|that|it) before\b|\bseen before\b|\bhow (?:was|were|did|is) (?:it|this|that|they) (?:get )?"
     r"(?:fixed|solved|resolved|repaired)\b|\bwhat (?:fixed|solved) it\b|\bwhat was done\b|\bwhat was the fix\b"
-    r"|\b(?:previous|earlier|past|prior|old) (?:tickets|cases|reports|records)\b|\bin the past\b"
+    r"|\b(?:previous|earlier|past|prior|old) (?:tickets?|cases?|reports?|records?|incidents?)\b|\bin the past\b"
+    r"|\b(?:has|have) (?:this|that|it) been (?:seen|reported|encountered|observed)\b"
     r"|\b(?:ever|previously)\s+(?:been\s+)?(?:\w+ed|had|have|seen|see|report|happen|come|came|got|get|done|"
     r"shown|broken|broke|thrown|gone|experience|encounter|deal|handle|fix)\b"
     r"|\bhappened to (?:anyone|anybody|someone|others|other (?:customers|users|people))\b|\bknown (?:issue|problem|fault|defect)\b"
@@ -227,17 +228,21 @@ def fault_words(question: str, known: Iterable[str] = ()) -> dict[str, str]:
     """The Latin-script words of a question that say what failed: index term (the memory index's analysis,
     Snowball stems) -> the question's first word with it, in question order.
 
-    Left out: stop words (scikit-learn's English list), the words a history question asks with
+    Left out: the sentences that name an id (the live-data part of a compound question), stop words
+    (scikit-learn's English list), the words a history question asks with
     (:data:`_ASKING_WORDS`), the words of ``known`` (the turn's tool descriptions: the live-data part of a
     compound question), numbers, ids and codes (codes are checked by :func:`_codes`), words under 3 letters.
 
     Example:
-        >>> list(fault_words("My GrindPro 200 started squeaking. Any prior reports of a squeak like this?"))
+        >>> list(fault_words("My GrindPro 200 started squeaking. Any prior reports of a squeak like this? Is 104400 on its way?"))
         ['grindpro', 'start', 'squeak']
     """
     skip = _ASKING_TERMS | frozenset(analyse(" ".join(known)))
     out: dict[str, str] = {}
-    for word in re.findall(r"[A-Za-z][A-Za-z'-]*", question):
+    # NOTE: a sentence naming an id (an order, a batch, a customer) asks for that id's live data: its
+    # words ("on the line", "who is delivering it") say nothing about a fault.
+    described = " ".join(x for x in _SENTENCES.split(question) if not ID_PATTERN.search(x))
+    for word in re.findall(r"[A-Za-z][A-Za-z'-]*", described):
         for term in analyse(word):
             if len(term) > 2 and term not in skip and not ID_PATTERN.fullmatch(word) and not _CODE.fullmatch(word):
                 out.setdefault(term, word)

@@ -564,6 +564,8 @@ class _Run:
                         yield self._delta((" " if self._streamed.strip() else "") + self._pending_note)
                 if check.stopped:
                     parsed.answer = check.answer or self._partial_text(check.reason)
+                    if note is not None and self._pending_note:  # NOTE: the note streamed above stays in the answer
+                        parsed.answer = f"{parsed.answer} {self._pending_note}".strip()
                     yield self._guard(step, check)
             if parsed.type == "final" and parsed.answer.strip():
                 listed = self._list_note(parsed.answer)
