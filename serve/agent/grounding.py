@@ -40,7 +40,7 @@ from recallserve.serve.agent.hints import NOT_AFTER_WORD, NOT_BEFORE_WORD, ZH_HA
 from recallserve.serve.agent.schemas import ToolCallRecord
 from recallserve.serve.language import language_of
 
-__all__ = ["ABSENCE_PATTERN", "CASE_LISTS", "CASE_SOURCES", "COUNT_PATTERN", "HISTORY_PATTERN", "LIST_PATTERN", "NOT_SEARCHED", "TOTAL_PATTERN", "NOT_SHOWN", "PRESENCE_PATTERN", "Search", "absence_claims", "fault_words", "no_record_note", "presence_claims",
+__all__ = ["ABSENCE_PATTERN", "CASE_LISTS", "CASE_SOURCES", "COUNT_PATTERN", "HISTORY_PATTERN", "LIST_PATTERN", "NOT_SEARCHED", "TOTAL_PATTERN", "NOT_SHOWN", "PRESENCE_PATTERN", "Search", "absence_claims", "describes", "fault_words", "no_record_note", "presence_claims",
            "STATUS_WORDS", "asked_ids", "empty_for", "list_note", "listing_rows", "record_note", "status_note", "turn_searches", "unfound_topic", "unstated_absence",
            "unsupported_absence", "unsupported_presence"]
 
@@ -50,6 +50,7 @@ ABSENCE_PATTERN = re.compile(
     r"found|known|fixed|resolved|logged|documented|come up|arisen|appeared|encountered|experienced|raised|filed)\b"
     r"(?! (?:by|with|using|through|because|in the photo))"
     r"|\b(?:did|does|do)(?: not|n't) (?:come up|happen|occur|appear)\b|\bnever (?:came|come) up\b"
+    r"|\b(?:have|has)(?: not|n't| never) had (?:\w+ ){0,3}?before\b"
     r"|\bnever (?:happened|occurred|been (?:seen|reported|recorded))\b"
     r"|\b(?:no|not any) (?:\w+ ){0,2}?(?:record|records|history|previous|prior|earlier|past|similar|other (?:cases|tickets|"
     r"reports|incidents)|such (?:case|ticket|report|fault|issue|problem)|matching)\b"
@@ -209,14 +210,14 @@ def _codes(text: str) -> set[str]:
 
 
 #: Words a history question uses to ask, not to say what failed ("has anyone reported this before, how
-#: was it fixed"), next to scikit-learn's English stop words (:func:`fault_words`).
+#: was it fixed", "has it been delivered"), next to scikit-learn's English stop words (:func:`fault_words`).
 _ASKING_WORDS = """ever before previous previously earlier prior past case cases record records ticket tickets report
 reports reported happen happened happens seen see saw come came also separately please could would should will does did
 done has had get got same like similar time times again still just now then really every some others anyone anybody
 someone somebody else issue issues problem problems fault faults customer customers say says said tell told pull list
 fix fixed fixing solve solved resolve resolved repair repaired handle handled deal dealt known mine machine unit units
 sort look find search memory memories file filed complaint complaints know want ask asking call calling phone yes
-okay hello here there owner""".split()
+okay hello here there owner deliver delivered delivery arrive arrived ship shipped status""".split()
 _ASKING_TERMS = frozenset(analyse(" ".join(sorted(ENGLISH_STOP_WORDS | set(_ASKING_WORDS)))))
 #: A history question names no earlier case when at least this many of its fault words, and more than
 #: :data:`UNFOUND_SHARE` of them, are in no text the turn's searches found (:func:`unfound_topic`).
@@ -224,11 +225,12 @@ MIN_UNFOUND_WORDS = 2
 UNFOUND_SHARE = 0.5
 
 
-def fault_words(question: str, known: Iterable[str] = ()) -> dict[str, str]:
+def fault_words(question: str, known: Iterable[str] = (), *, every_sentence: bool = False) -> dict[str, str]:
     """The Latin-script words of a question that say what failed: index term (the memory index's analysis,
     Snowball stems) -> the question's first word with it, in question order.
 
-    Left out: the sentences that name an id (the live-data part of a compound question), stop words
+    Left out: the sentences that name an id (the live-data part of a compound question; kept with
+    ``every_sentence``, for a fault told next to its order: "the customer on order 104309 says ..."), stop words
     (scikit-learn's English list), the words a history question asks with
     (:data:`_ASKING_WORDS`), the words of ``known`` (the turn's tool descriptions: the live-data part of a
     compound question), numbers, ids and codes (codes are checked by :func:`_codes`), words under 3 letters.
@@ -241,7 +243,8 @@ def fault_words(question: str, known: Iterable[str] = ()) -> dict[str, str]:
     out: dict[str, str] = {}
     # NOTE: a sentence naming an id (an order, a batch, a customer) asks for that id's live data: its
     # words ("on the line", "who is delivering it") say nothing about a fault.
-    described = " ".join(x for x in _SENTENCES.split(question) if not ID_PATTERN.search(x))
+    described = question if every_sentence else " ".join(x for x in _SENTENCES.split(question) if not ID_PATTERN.search(x))
+    described = re.sub(r"\bright now\b", " ", described, flags=re.IGNORECASE)
     for word in re.findall(r"[A-Za-z][A-Za-z'-]*", described):
         for term in analyse(word):
             if len(term) > 2 and term not in skip and not ID_PATTERN.fullmatch(word) and not _CODE.fullmatch(word):
@@ -277,6 +280,20 @@ def unfound_topic(searches: Sequence[Search], question: str, known: Iterable[str
     if len(unfound) >= MIN_UNFOUND_WORDS and len(unfound) > UNFOUND_SHARE * len(words):
         return unfound
     return []
+
+
+#: A record tells of a question's fault when it holds at least this share of the question's fault words
+#: (and at least :data:`MIN_UNFOUND_WORDS`): stricter than "not unfound" (half), because quoting a record
+#: that shares only the part ("water tank" for a tank that ran dry) misleads where saying nothing does not.
+DESCRIBES_SHARE = 2 / 3
+
+
+def describes(text: str, words: Iterable[str]) -> bool:
+    """Whether ``text`` holds at least :data:`MIN_UNFOUND_WORDS` and :data:`DESCRIBES_SHARE` of the fault
+    words' index terms ``words`` (:func:`fault_words`): the record tells of the same fault."""
+    terms = set(words)
+    held = len(terms & set(analyse(text)))
+    return held >= MIN_UNFOUND_WORDS and held >= DESCRIBES_SHARE * len(terms)
 
 
 def unsupported_presence(answer: str, searches: Sequence[Search], question: str, known: Iterable[str] = ()) -> list[str]:
@@ -349,7 +366,8 @@ def turn_searches(recall_ran: bool, memories: Iterable[str], calls: Iterable[Too
     return out
 
 
-def record_note(question: str, records: Sequence[tuple[str, str]], answer: str, *, searched: bool = False) -> str:
+def record_note(question: str, records: Sequence[tuple[str, str]], answer: str, *, searched: bool = False,
+                known: Iterable[str] = (), unfound: Sequence[str] = ()) -> str:
     """The sentence quoting the record a history question or a search rests on, or "" (see below).
 
     For a question about earlier cases or a fix (:data:`HISTORY_PATTERN`), or a turn whose answer
@@ -358,8 +376,12 @@ def record_note(question: str, records: Sequence[tuple[str, str]], answer: str, 
     each in its order) is quoted after the answer, up to :data:`NOTE_CHARS` characters cut at a
     sentence end: "Record T-1121: Ticket T-1121 ... Fault: ... Fix: ..." ("记录 T-1121：..." for a
     Chinese question). Only a record that names one of the ids or codes the question names (any
-    record when it names none) is quoted, and none when the answer already holds its text; for a
-    history question an earlier case (:data:`CASE_SOURCES`) goes before other records.
+    record when it names none), or for a history question one that :func:`describes` its fault (the
+    question's fault words in every sentence, less the words of the tools' descriptions ``known``: the
+    fault told next to the order it came with), is quoted, and none when the answer already holds its
+    text; for a history question an earlier case (:data:`CASE_SOURCES`) goes before other records, and
+    none is quoted when the turn found nothing of what it asks about (``unfound``, from :func:`unfound_topic`:
+    a record of the same batch about another fault would read as the answer).
 
     NOTE: measured on the compound set (issue 40): answers resting on a recalled ticket left out the
     part that failed or the fix ("replace the cable" for "reseated the cable"), 5 of 10 key-fact
@@ -367,13 +389,14 @@ def record_note(question: str, records: Sequence[tuple[str, str]], answer: str, 
     found ticket's fault and fix without its id (3 questions of the existing sets, docs/chat-turn.md).
     """
     history = HISTORY_PATTERN.search(question)
-    if not records or not (searched or history):
-        return ""
+    if not records or not (searched or history) or (history and unfound):
+        return ""  # NOTE: no record holds the fault a history question asks about: none to quote
     if history:  # an earlier case first (stable): a ticket before a manual section naming the same code
         records = sorted(records, key=lambda r: not r[0].startswith(CASE_SOURCES))
     ids = asked_ids(question)
+    words = fault_words(question, known, every_sentence=True) if history and ids else {}
     for source_id, text in records:
-        if ids and not _names(text, ids):
+        if ids and not _names(text, ids) and not describes(text, words):
             continue
         folded = " ".join(text.split())
         if folded in " ".join(answer.split()):

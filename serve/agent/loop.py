@@ -218,7 +218,9 @@ class _Run:
                 searched = True
                 sources += [(str(h.get("id", "")), str(h.get("text", ""))) for h in call.result
                             if isinstance(h, dict) and h.get("kind") != DERIVED_KIND]
-        return record_note(self.question, sources, answer, searched=searched)
+        known = self._tool_words()
+        return record_note(self.question, sources, answer, searched=searched, known=known,
+                           unfound=unfound_topic(self._searches(), self.question, known))
 
     def _list_note(self, answer: str) -> str:
         """What code renders from the turn's observations after the answer, "" when none: the listings a

@@ -434,5 +434,25 @@ def test_a_claim_of_an_earlier_case_of_a_fault_no_record_describes_is_left_out(t
     assert unfound_topic([Search("recall", True, (tickets["ticket:T-1130"],))], lid) == ["lid", "Kettle", "stay", "shut", "popping"]
     # a sentence naming an id, codes and the words of the tools' descriptions say nothing about the fault
     assert fault_words("Has order 104365 shipped? Has anyone reported E31 before?") == {}
-    assert fault_words("My order came cracked and I got it shipped. Has anyone reported E31 before?", ["Status of one order."]) == \
-        {"crack": "cracked", "ship": "shipped"}
+    assert fault_words("My order came cracked and the carrier scratched it. Has anyone reported E31 before?",
+                       ["Carrier of one order."]) == {"crack": "cracked", "scratch": "scratched"}
+
+
+def test_a_fault_told_next_to_its_order_gets_the_record_that_describes_it_quoted() -> None:
+    """A history question naming an order (for its live part) gets the recalled ticket quoted when the
+    ticket describes the question's fault, though it names another order; a history question whose fault
+    no record holds gets no quote (a ticket of the same batch about another fault would read as the
+    answer); "we have not had this one before" is a claim of absence."""
+    tickets = {m.source_id: m.text for m in DemoWorld().memories()}
+    question = ("Customer on order 104309 says the machine keeps telling them the water tank is missing, even though "
+                "it's full. Have we had that one before, and what sorted it? And where is that order right now?")
+    records = [("ticket:T-1102", tickets["ticket:T-1102"])]
+    assert "104309" not in tickets["ticket:T-1102"]
+    assert record_note(question, records, "Order 104309 is delivered.").startswith("Record T-1102: Ticket T-1102")
+    assert record_note(question, [("ticket:T-1142", tickets["ticket:T-1142"])], "Order 104309 is delivered.") == ""
+    rust = "A Kettle 17 owner found rust spots on the base plate. Any earlier case like that? Who supplied batch B-2315's heater?"
+    kettle = [("ticket:T-1135", tickets["ticket:T-1135"])]
+    assert "B-2315" in tickets["ticket:T-1135"] and record_note(rust, kettle, "S-01.").startswith("Record T-1135")
+    unfound = unfound_topic([Search("recall", True, (tickets["ticket:T-1135"],))], rust)
+    assert unfound and record_note(rust, kettle, "S-01.", unfound=unfound) == ""
+    assert absence_claims("We have not had this one before. The order is delivered.") == ["We have not had this one before."]
