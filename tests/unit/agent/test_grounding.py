@@ -400,10 +400,12 @@ def test_a_claim_of_an_earlier_case_of_a_code_no_search_found_is_left_out(tmp_pa
     assert "我查过的记录里没有找到 E31 的先例。" in _ask(tmp_path, engine, "E31以前出现过吗？订单104365是哪家快递？")
     found = Search("recall", True, ("Ticket T-1200: E31 on a BrewMaster, sensor replaced",))
     assert unsupported_presence("Yes, we have had E31 before.", [found], question) == []
-    squeak = "My grinder squeaks. Has this happened before?"
+    squeak = "My grinder squeaks and rattles. Has this happened before?"
     assert unsupported_presence("Yes, we have had this before.", [Search("recall", True, ())], squeak) == \
-        ["Yes, we have had this before."]  # no record searched holds "grinder" or "squeaks"
-    grinder = Search("recall", True, ("Ticket T-1200: the grinder squeaked; burrs cleaned",))
+        ["Yes, we have had this before."]  # no record searched holds "grinder", "squeaks" or "rattles"
+    assert unsupported_presence("Yes, we have had this before.", [Search("recall", True, ())],
+                                "My grinder squeaks. Has this happened before?") == []  # 2 words: too few to judge
+    grinder = Search("recall", True, ("Ticket T-1200: the grinder squeaked and rattled; burrs cleaned",))
     assert unsupported_presence("Yes, we have had this before.", [grinder], squeak) == []
     assert unsupported_presence("No, E31 has not come up.", [Search("recall", True, ())], question) == []
     assert unsupported_presence("是的，E31以前出现过。", [Search("recall", True, ())], "E31以前出现过吗？") == ["是的，E31以前出现过。"]
