@@ -110,6 +110,7 @@ async def evaluate(agent: Any, questions: list[tuple[int, dict[str, Any]]], scop
     """Run every ``(number, question)`` through ``agent``; returns the summary and per-question rows
     (``on_row`` gets the rows so far after each question)."""
     rows = []
+    known = [t.description for t in agent.tools.all()]  # NOTE: as the served check reads a question's fault words
     for n, q in questions:
         # NOTE: the turn is built as for POST /v1/chat/completions (budget, context-mode, the one recall).
         request, turn = await agent_turn(agent, [{"role": "user", "content": q["q"]}], tenant="eval-user",
@@ -119,7 +120,7 @@ async def evaluate(agent: Any, questions: list[tuple[int, dict[str, Any]]], scop
         calls = [(c.name, c.args, c.status) for c in result.tool_calls]
         searches = [Search(s["source"], s["ran"], tuple(s["found"])) for s in result.searches]
         row = {"n": n, "q": q["q"], "expected": q["tool"], "pass": ok, **fact_row(q, result.answer),
-               "absence_unsupported": unsupported_absence(result.answer, searches, q["q"]),
+               "absence_unsupported": unsupported_absence(result.answer, searches, q["q"], known),
                "absence_left_out": [d for st in result.steps if st.kind == "guard" for d in st.data.get("dropped", ())],
                "searches": [(s.source, s.ran, len(s.found)) for s in searches],
                "route": result.route.model_dump(), "calls": calls, "answer": result.answer,

@@ -202,7 +202,7 @@ class _Run:
         if self.cfg.check_absence:
             searches = self._searches()
             known = self._tool_words()
-            claims = lambda sentence: bool(unsupported_absence(sentence, searches, self.question)  # noqa: E731
+            claims = lambda sentence: bool(unsupported_absence(sentence, searches, self.question, known)  # noqa: E731
                                            or unsupported_presence(sentence, searches, self.question, known))
         return AnswerCheck("\n".join(m.content for m in messages), ids=self.cfg.check_ids,
                            repeats=self.cfg.stop_repeats, claims=claims)

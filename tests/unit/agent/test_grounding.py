@@ -16,7 +16,7 @@ from recallserve.serve.agent import Agent, AgentConfig, default_registry
 from recallserve.serve.agent.demo.world import DemoWorld
 from recallserve.serve.agent.grounding import (
     LIST_NOTE_CHARS, NOT_SEARCHED, Search, absence_claims, asked_ids, list_note, listing_rows, record_note,
-    status_note, unsupported_absence, presence_claims, unsupported_presence, fault_words, unfound_topic,
+    status_note, unsupported_absence, presence_claims, unsupported_presence, fault_words, unfound_topic, no_record_note,
 )
 from recallserve.serve.api.app import create_app
 from recallserve.serve.api.auth import Authenticator
@@ -458,3 +458,20 @@ def test_a_fault_told_next_to_its_order_gets_the_record_that_describes_it_quoted
     unfound = unfound_topic([Search("recall", True, (tickets["ticket:T-1135"],))], rust)
     assert unfound and record_note(rust, kettle, "S-01.", unfound=unfound) == ""
     assert absence_claims("We have not had this one before. The order is delivered.") == ["We have not had this one before."]
+
+
+def test_an_absence_of_a_fault_no_record_describes_is_supported_by_the_searches_that_ran() -> None:
+    """"Rust has not been reported before" after searches that found tickets of other faults only is a
+    supported claim (the question's fault words are in none of them), and so is the product's own note;
+    with no search at all it is not."""
+    tickets = {m.source_id: m.text for m in DemoWorld().memories()}
+    question = "A Kettle 17 owner found rust spots on the metal base plate. Any earlier case like that?"
+    recall = Search("recall", True, (tickets["ticket:T-1135"], tickets["ticket:T-1142"]))
+    topic = unfound_topic([recall], question)
+    assert topic == ["rust", "spots", "metal", "plate"]  # "base": the kettle ticket has one
+    for claim in ("Rust has not been reported before.", no_record_note(question, topic)):
+        assert unsupported_absence(claim, [recall], question) == []
+        assert unsupported_absence(claim, [Search("recall", False)], question) == [claim]
+    # a claim naming an order is still checked against that order's look-ups
+    assert unsupported_absence("There are no other orders of batch B-2315.", [recall], question) == \
+        ["There are no other orders of batch B-2315."]
