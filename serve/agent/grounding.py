@@ -192,7 +192,7 @@ PRESENCE_PATTERN = re.compile(
 )
 #: What makes a presence claim about the history a question asks for, when it names no code itself.
 _HISTORY_WORDS = re.compile(r"\b(?:before|earlier|previous(?:ly)?|prior|reported|seen|happened|case|cases|"
-                            rf"come up|came up|occurred)\b|之前|以前|(?:{ZH_HAPPENED}|有)过",
+                            rf"come up|came up|occurred|similar|the same (?:issue|problem|fault))\b|之前|以前|(?:{ZH_HAPPENED}|有)过",
                             re.IGNORECASE)
 #: A Chinese claim of absence: a negation right before the verb of "has happened" (没有出现过, 从未发生过,
 #: 未曾遇到), whatever else the clause names (E31, T-1057).

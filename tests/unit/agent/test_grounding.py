@@ -426,6 +426,11 @@ def test_a_claim_of_an_earlier_case_of_a_fault_no_record_describes_is_left_out(t
         assert "prior reports of a squeak" not in answer and answer.startswith("Order 104365 goes with DPD.")
         assert "No record I searched mentions GrindPro, started, squeaking, loudly or grinds, so I found no earlier " \
                "case of that fault." in answer
+        # "a similar issue" is a claim of an earlier case too
+        engine = _ListingEngine("Yes, I recall a similar issue with a grinder. Order 104365 goes with DPD.",
+                                tool="order_status", args={"order_id": "104365"})
+        answer = _ask(tmp_path, engine, question, stream=stream)
+        assert "similar issue" not in answer and "No record I searched mentions" in answer
         # the model said the absence itself: nothing is added
         engine = _ListingEngine("I could not find any earlier report of a squeak. Order 104365 goes with DPD.",
                                 tool="order_status", args={"order_id": "104365"})
