@@ -41,7 +41,8 @@ clean run).
 (ninth Chinese set) by someone who had not seen the rules or any eval result; two of its history questions
 were put in the sets' form (the search tool, an absence's wording) before its first run.
 ``compound_holdout8`` (``questions_compound_holdout8.json``, 16): the same kinds as ``compound``, written in session 6
-(eighth set) by someone who had not seen the rules or any eval result.
+(eighth set) by someone who had not seen the rules or any eval result (its misses read in session 6, after its
+clean run).
 
 Each question is one :class:`Question` (validated on load): the text, the expected tool call
 (``tool``/``args``/``args_contain``/``result``) and the key facts its answer must state
