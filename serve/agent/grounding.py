@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
@@ -234,12 +235,19 @@ MIN_UNFOUND_WORDS = 3
 UNFOUND_SHARE = 0.5
 
 
+@lru_cache(maxsize=4096)
+def _terms(text: str) -> frozenset[str]:
+    """The memory index's terms of ``text`` (cached: the answer check asks for the same found texts and
+    tool descriptions once per answer sentence)."""
+    return frozenset(analyse(text))
+
+
 def fault_words(question: str, known: Iterable[str] = (), *, every_sentence: bool = False) -> dict[str, str]:
     """The Latin-script words of a question that say what failed: index term (the memory index's analysis,
     Snowball stems) -> the question's first word with it, in question order.
 
     Left out: the sentences that name an id (the live-data part of a compound question; kept with
-    ``every_sentence``, for a fault told next to its order: "the customer on order 104309 says ..."), stop words
+    ``every_sentence``, for a fault told in the sentence that names its order), stop words
     (scikit-learn's English list), the words a history question asks with
     (:data:`_ASKING_WORDS`), the words of ``known`` (the turn's tool descriptions: the live-data part of a
     compound question), numbers, ids and codes (codes are checked by :func:`_codes`), words under 3 letters.
@@ -248,10 +256,10 @@ def fault_words(question: str, known: Iterable[str] = (), *, every_sentence: boo
         >>> list(fault_words("My GrindPro 200 started squeaking. Any prior reports of a squeak like this? Is 104400 on its way?"))
         ['grindpro', 'start', 'squeak']
     """
-    skip = _ASKING_TERMS | frozenset(analyse(" ".join(known)))
+    skip = _ASKING_TERMS | _terms(" ".join(known))
     out: dict[str, str] = {}
     # NOTE: a sentence naming an id (an order, a batch, a customer) asks for that id's live data: its
-    # words ("on the line", "who is delivering it") say nothing about a fault.
+    # words say nothing about a fault.
     described = question if every_sentence else " ".join(x for x in _SENTENCES.split(question) if not ID_PATTERN.search(x))
     described = re.sub(r"\bright now\b", " ", described, flags=re.IGNORECASE)
     for word in re.findall(r"[A-Za-z][A-Za-z'-]*", described):
@@ -273,9 +281,9 @@ def unfound_topic(searches: Sequence[Search], question: str, known: Iterable[str
     NOTE: chosen on the question sets whose answers were read (tuned, holdout, compound, compound_holdout
     to 8 and the Chinese sets; offline, against each question's recalled records, by
     ``python -m loadtests.fault_words_check``): no English history question with a precedent is
-    flagged (0 of 61); 22 of the 25 about a fault no record has are caught, codes included ("a squealing
-    grinder", "a cracked drip tray"); the 3 missed share most words with a record ("a crack in the water
-    tank", the tank-ran-dry ticket). 3 words at least: with 2, "what was actually wrong" was a fault. The
+    flagged (0 of 61); 22 of the 25 about a fault no record has are caught, codes included; the 3 missed
+    share most of their words with a record. 3 words at least: with 2, a question's filler words were
+    read as a fault. The
     Chinese words of a Chinese question are not compared (the records may be
     in English): only its Latin words are, so most Chinese questions have too few to be checked.
     """
@@ -286,7 +294,7 @@ def unfound_topic(searches: Sequence[Search], question: str, known: Iterable[str
     if codes:
         return [] if any(_names(t, codes) for t in texts) else sorted(codes)
     words = fault_words(question, known)  # NOTE: Latin words only: in a Chinese question, its product names and terms
-    found = set().union(*(analyse(t) for t in texts)) if texts else set()
+    found = frozenset().union(*(_terms(t) for t in texts))
     unfound = [w for term, w in words.items() if term not in found]
     if len(unfound) >= MIN_UNFOUND_WORDS and len(unfound) > UNFOUND_SHARE * len(words):
         return unfound
@@ -304,7 +312,7 @@ def describes(text: str, words: Iterable[str]) -> bool:
     """Whether ``text`` holds at least :data:`MIN_DESCRIBED_WORDS` and :data:`DESCRIBES_SHARE` of the fault
     words' index terms ``words`` (:func:`fault_words`): the record tells of the same fault."""
     terms = set(words)
-    held = len(terms & set(analyse(text)))
+    held = len(terms & _terms(text))
     return held >= MIN_DESCRIBED_WORDS and held >= DESCRIBES_SHARE * len(terms)
 
 

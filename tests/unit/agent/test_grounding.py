@@ -480,3 +480,23 @@ def test_an_absence_of_a_fault_no_record_describes_is_supported_by_the_searches_
     # a claim naming an order is still checked against that order's look-ups
     assert unsupported_absence("There are no other orders of batch B-2315.", [recall], question) == \
         ["There are no other orders of batch B-2315."]
+
+
+def test_the_agents_answer_quotes_the_ticket_that_describes_a_fault_told_with_its_order_and_none_for_an_unknown_fault() -> None:
+    """Through the agent loop (the answer the HTTP API returns): a history question naming an order gets the
+    recalled ticket that describes its fault quoted, though the ticket names another order; a question
+    about a fault no recalled ticket describes gets the no-record sentence and no quote."""
+    tickets = {m.source_id: m.text for m in DemoWorld().memories()}
+    memory = SubstringMemory({"ticket:T-1102": tickets["ticket:T-1102"], "ticket:T-1135": tickets["ticket:T-1135"]})
+    question = ("Customer on order 104309 says the water tank is reported missing although the tank is full. "
+                "Have we had that one before? Where is that order?")
+    eng = ScriptedEngine([call("order_status", order_id="104309"), final("Order 104309 is delivered.")])
+    agent = Agent(eng, default_registry(demo=True), memory=memory, config=AgentConfig(max_steps=3, rule_first_call=False))
+    result = run_agent(agent, question)
+    assert result.answer.startswith("Order 104309 is delivered.") and "Record T-1102: Ticket T-1102" in result.answer
+    rust = "My Kettle 17 shows rust spots on its metal base plate. Has anybody seen rust like that before?"
+    eng = ScriptedEngine(["Yes, a kettle had that before."])  # NOTE: no tool is routed: a plain-text answer
+    agent = Agent(eng, default_registry(demo=True), memory=memory, config=AgentConfig(max_steps=2, rule_first_call=False))
+    result = run_agent(agent, rust)
+    assert "Yes, a kettle had that before." not in result.answer and "Record " not in result.answer
+    assert "No record I searched mentions" in result.answer and "rust" in result.answer
