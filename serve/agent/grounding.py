@@ -41,7 +41,7 @@ from recallserve.serve.agent.hints import NOT_AFTER_WORD, NOT_BEFORE_WORD, ZH_HA
 from recallserve.serve.agent.schemas import ToolCallRecord
 from recallserve.serve.language import language_of
 
-__all__ = ["ABSENCE_PATTERN", "CASE_LISTS", "CASE_SOURCES", "COUNT_PATTERN", "HISTORY_PATTERN", "LIST_PATTERN", "NOT_SEARCHED", "TOTAL_PATTERN", "NOT_SHOWN", "PRESENCE_PATTERN", "Search", "absence_claims", "describes", "fault_words", "no_record_note", "presence_claims",
+__all__ = ["ABSENCE_PATTERN", "CASE_LISTS", "CASE_SOURCES", "COUNT_PATTERN", "HISTORY_PATTERN", "LIST_PATTERN", "NOT_SEARCHED", "TOTAL_PATTERN", "NOT_SHOWN", "PRESENCE_PATTERN", "Search", "absence_claims", "describes", "fault_words", "found_topic", "no_record_note", "presence_claims",
            "STATUS_WORDS", "asked_ids", "empty_for", "list_note", "listing_rows", "record_note", "status_note", "turn_searches", "unfound_topic", "unstated_absence",
            "unsupported_absence", "unsupported_presence"]
 
@@ -162,7 +162,10 @@ def unsupported_absence(answer: str, searches: Sequence[Search], question: str, 
 
     A claim naming no id or code is also supported when searches ran and none found what a history
     question asks about (:func:`unfound_topic`: its code, or most of its fault words): "nobody has
-    reported rust" after searches that found tickets of other faults only.
+    reported rust" after searches that found tickets of other faults only; and it is never supported
+    when a search found a record of that fault (:func:`found_topic`), whatever came back empty for the
+    question's other ids: "we have not had this one before" next to an order that no ticket names,
+    after the recall found the ticket telling of the same fault.
 
     Example:
         >>> recall = Search("recall", True, ("Ticket T-1135 (batch B-2315): steam sensor replaced",))
@@ -175,8 +178,10 @@ def unsupported_absence(answer: str, searches: Sequence[Search], question: str, 
     # held-out set: "error E77 has not been reported" was left out because the batch the question's
     # other part named (B-2302) was on a recalled ticket; no search had found E77.
     topic_absent = any(s.ran for s in searches) and bool(unfound_topic(searches, question, known))
+    topic_found = found_topic(searches, question, known)
     return [c for c in absence_claims(answer)
-            if not (topic_absent and not asked_ids(c))
+            if (topic_found and not asked_ids(c))
+            or not (topic_absent and not asked_ids(c))
             and not any(empty_for(s, asked_ids(c) or asked_ids(question)) for s in searches)]
 
 
@@ -299,6 +304,28 @@ def unfound_topic(searches: Sequence[Search], question: str, known: Iterable[str
     if len(unfound) >= MIN_UNFOUND_WORDS and len(unfound) > UNFOUND_SHARE * len(words):
         return unfound
     return []
+
+
+def found_topic(searches: Sequence[Search], question: str, known: Iterable[str] = ()) -> bool:
+    """Whether a search of the turn found a record of what a history question (:data:`HISTORY_PATTERN`)
+    asks about: a text naming its fault code, or (no code) one that :func:`describes` its fault words
+    (every sentence's, less the tools' descriptions ``known``: the fault told next to its order).
+
+    Example:
+        >>> recall = Search("recall", True, ("Ticket T-1102. Fault: water tank not detected. Fix: float cleaned.",))
+        >>> found_topic([recall], "The water tank is missing on 104309. Have we had that before?")
+        True
+        >>> found_topic([recall], "The grinder squeaks loudly. Have we had that before?")
+        False
+    """
+    if not HISTORY_PATTERN.search(question):
+        return False
+    texts = [t for s in searches if s.ran for t in s.found]
+    codes = _codes(question)
+    if codes:
+        return any(_names(t, codes) for t in texts)
+    words = fault_words(question, known, every_sentence=True)
+    return any(describes(t, words) for t in texts)
 
 
 #: A record tells of a question's fault when it holds at least this share of the question's fault words

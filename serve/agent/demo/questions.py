@@ -43,6 +43,10 @@ were put in the sets' form (the search tool, an absence's wording) before its fi
 ``compound_holdout8`` (``questions_compound_holdout8.json``, 16): the same kinds as ``compound``, written in session 6
 (eighth set) by someone who had not seen the rules or any eval result (its misses read in session 6, after its
 clean run).
+``compound_holdout9`` (``questions_compound_holdout9.json``, 16) and ``zh-holdout10``
+(``questions_zh_holdout10.json``, 20): the same kinds again, written in session 7 by someone who had not
+seen the rules, the code or any eval result (given only the world data, the tools' descriptions and one
+earlier set's format); their writers' one-line summaries were read before the first run.
 
 Each question is one :class:`Question` (validated on load): the text, the expected tool call
 (``tool``/``args``/``args_contain``/``result``) and the key facts its answer must state
@@ -80,7 +84,9 @@ QUESTION_SETS = {"tuned": ("questions.json",), "holdout": ("questions_holdout.js
                  "zh-holdout8": ("questions_zh_holdout8.json",),
                  "compound_holdout7": ("questions_compound_holdout7.json",),
                  "compound_holdout8": ("questions_compound_holdout8.json",),
-                 "zh-holdout9": ("questions_zh_holdout9.json",)}
+                 "zh-holdout9": ("questions_zh_holdout9.json",),
+                 "compound_holdout9": ("questions_compound_holdout9.json",),
+                 "zh-holdout10": ("questions_zh_holdout10.json",)}
 
 
 class Question(StrictModel):

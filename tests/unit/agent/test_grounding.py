@@ -500,3 +500,23 @@ def test_the_agents_answer_quotes_the_ticket_that_describes_a_fault_told_with_it
     result = run_agent(agent, rust)
     assert "Yes, a kettle had that before." not in result.answer and "Record " not in result.answer
     assert "No record I searched mentions" in result.answer and "rust" in result.answer
+
+
+def test_an_absence_the_recalled_ticket_contradicts_is_left_out_though_the_order_is_on_no_ticket() -> None:
+    """Through the agent loop: "we have not had this one before" about a fault told with its order is left
+    out when the recall found the ticket describing that fault, although no ticket names the order (a
+    search came back empty for the order, not for the fault); the ticket is quoted instead."""
+    tickets = {m.source_id: m.text for m in DemoWorld().memories()}
+    memory = SubstringMemory({"ticket:T-1102": tickets["ticket:T-1102"], "ticket:T-1135": tickets["ticket:T-1135"]})
+    question = ("Customer on order 104309 says the water tank is reported missing although the tank is full. "
+                "Have we had that one before? Where is that order?")
+    eng = ScriptedEngine([call("order_status", order_id="104309"),
+                          final("We have not had this one before. Order 104309 is delivered.")])
+    agent = Agent(eng, default_registry(demo=True), memory=memory, config=AgentConfig(max_steps=3, rule_first_call=False))
+    result = run_agent(agent, question)
+    assert "not had this one before" not in result.answer
+    assert result.answer.startswith("Order 104309 is delivered.") and "Record T-1102: Ticket T-1102" in result.answer
+    # a fault no recalled ticket describes: the same claim stays (the recall found another fault only)
+    rust = "Order 104309: my Kettle 17 shows rust spots on its metal base plate. Has anybody seen rust like that before?"
+    recall = Search("recall", True, (tickets["ticket:T-1135"],))
+    assert unsupported_absence("We have not had this one before.", [recall], rust) == []
