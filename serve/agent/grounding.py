@@ -66,7 +66,8 @@ ABSENCE_PATTERN = re.compile(
 #: A question about earlier cases or how something was fixed, in English or Chinese: "has this happened
 #: before", "did anyone ever report", "have we fixed one like that before?", "以前发生过吗", "之前的工单",
 #: "开过工单吗", "怎么修好的", "is this a known problem", "has that happened to anyone else", "have we had reports like
-#: that", "has anybody told us the grind is uneven" (docs/languages.md). A "before"
+#: that", "has anybody told us the grind is uneven", "has this happened with other kettles", "what did you do about
+#: it" (docs/languages.md). A "before"
 #: must end its clause ("before 10am" is no history).
 HISTORY_PATTERN = re.compile(
     r"\bhappen(?:ed|s)? before\b|\b(?:seen|reported|had) (?:this|that|it) before\b|\bseen before\b|\bhow (?:was|were|did|is) (?:it|this|that|they) (?:get )?"
@@ -77,7 +78,8 @@ HISTORY_PATTERN = re.compile(
     r"|\bknown (?:thing|one|error|bug)\b"
     r"|\b(?:ever|previously)\s+(?:been\s+)?(?:\w+ed|had|have|seen|see|report|happen|come|came|got|get|done|"
     r"shown|broken|broke|thrown|gone|experience|encounter|deal|handle|fix)\b"
-    r"|\bhappened to (?:anyone|anybody|someone|others|other (?:customers|users|people))\b|\bknown (?:issue|problem|fault|defect)\b"
+    r"|\bhappen(?:ed|s)? (?:to|with) (?:anyone|anybody|someone|others|another \w+|other \w+)\b|\bknown (?:issue|problem|fault|defect)\b"
+    r"|\bwhat (?:did|do|have) (?:you|we|they) (?:do|done) (?:about|with|for) (?:it|this|that|them)\b"
     r"|\b(?:anyone|anybody|someone|others|other customers) (?:else )?(?:has |have )?(?:had|reported|seen|experienced) (?:this|that|it|the same)\b"
     r"|\b(?:any|had|have we had|did we get|have we got|got|received) (?:\w+ )?(?:reports?|complaints?) (?:like|of|about)\b"
     r"|\b(?:has|have|did) (?:anyone|anybody|someone|somebody|any (?:other )?customers?|other customers) (?:else )?(?:ever )?"
@@ -232,7 +234,8 @@ done has had get got same like similar time times again still just now then real
 someone somebody else issue issues problem problems fault faults customer customers say says said tell told pull list
 fix fixed fixing solve solved resolve resolved repair repaired handle handled deal dealt known mine machine unit units
 sort look find search memory memories file filed complaint complaints know want ask asking call calling phone yes
-okay hello here there owner deliver delivered delivery arrive arrived ship shipped status""".split()
+okay hello here there owner deliver delivered delivery arrive arrived ship shipped status
+hi hey dear good morning afternoon evening thanks thank team pls anymore""".split()
 _ASKING_TERMS = frozenset(analyse(" ".join(sorted(ENGLISH_STOP_WORDS | set(_ASKING_WORDS)))))
 #: A history question names no earlier case when at least this many of its fault words, and more than
 #: :data:`UNFOUND_SHARE` of them, are in no text the turn's searches found (:func:`unfound_topic`).

@@ -76,8 +76,10 @@ ORDER_ROUTING = RoutingHint(
 # (issue 40), "which orders of batch B-2315 have not been delivered yet?" got all six orders read off
 # one list by the 1.5B model, four of them marked delivered in the observation it was given.
 # The phrasings of each filter, in English and Chinese: a negated arrival ("haven't reached the
-# customer yet", "还没送到"), a return, a cancellation. Delivered/shipped are not bound: "list the orders
-# and which were delivered" asks for every order.
+# customer yet", "还没送到"), a return, a cancellation, and delivered / shipped when they are what the asked-for
+# orders are.
+_ASKED_ORDERS = (r"(?:\b(?:which|how many)\s+(?:(?!not\b|never\b|yet\b)[\w-]+\s+){1,6}?|\borders?\s+(?:that|which)\s+)"
+                 r"(?:are|is|were|was|have|has|had|got|get)\s+(?:already\s+|actually\s+|now\s+|all\s+)?(?:been\s+)?")
 STATUS_PHRASES: dict[str, str] = {
     NOT_DELIVERED: r"(?:\bnot|n't|\bnever)\s+(?:yet\s+)?(?:been\s+|be\s+)?(?:delivered|received|arrived|reached|"
                    r"got(?:ten)?\s+(?:there|to)|made it)\b|\byet to (?:be )?(?:delivered|received|arrive|reach)\b"
@@ -87,6 +89,11 @@ STATUS_PHRASES: dict[str, str] = {
                    r"|在途|运输中|在路上|配送中",
     "returned": r"\breturn(?:ed|s)\b|\ba return\b|\b(?:sent|came|brought) back\b|退货|退回|退了",
     "cancelled": r"\bcancel(?:l)?ed\b|\bcancellations?\b|已取消|被取消|取消了",
+    # "which grinder orders are shipped", "how many orders of B-2208 have been delivered", "the orders that
+    # have actually been delivered": the status is what the asked-for orders are, not a column to show
+    # beside every order ("list the orders and which were delivered": no word between "which" and its verb)
+    "delivered": rf"{_ASKED_ORDERS}delivered\b",
+    "shipped": rf"{_ASKED_ORDERS}shipped\b",
 }
 _STATUS = "(" + "|".join(f"(?:{p})" for p in STATUS_PHRASES.values()) + ")"
 ORDERS_BY_BATCH_ROUTING = RoutingHint(
@@ -108,6 +115,7 @@ BATCH_INFO_ROUTING = RoutingHint(
 TICKET_ROUTING = RoutingHint(
     requires=[_CUSTOMER],
     prefer=[r"\btickets?\b", r"\bsupport\b", r"\bhistory\b", r"\bcontact", r"\bcomplain", r"\bbefore\b",
+            r"\bon file\b", r"\b(?:previous|past|earlier|prior) (?:cases?|issues?|problems?)\b",
             r"工单|售后|客服|记录|联系过|投诉|之前|历史", ZH_HISTORY],
     bind={"customer_id": _CUSTOMER}, near_miss=[r"\bcustomer\s*(?:id|no\.?|number)?\s*#?\s*\d+(?![\w-])"],
 )

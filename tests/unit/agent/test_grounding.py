@@ -86,7 +86,8 @@ def test_a_history_answer_quotes_the_record_it_rests_on() -> None:
     assert record_note("Where is order 104208?", [("ticket:T-1135", KETTLE)], "") == ""  # no history question
     assert record_note("My kettle will not switch off. Did this happen before?", [("ticket:T-1135", KETTLE)], "")
     for q in ("Has a kettle ever failed to switch off?", "Have we fixed a kettle like that before?", "这个问题出现过吗？",
-              "Has that happened to anyone else?", "Is this a known problem?", "Has someone else had this too?"):
+              "Has that happened to anyone else?", "Is this a known problem?", "Has someone else had this too?",
+              "Has this happened with other kettles?", "My kettle will not switch off. What did you do about it?"):
         assert record_note(q, [("ticket:T-1135", KETTLE)], ""), q
     assert record_note("Can my kettle be delivered before 10am?", [("ticket:T-1135", KETTLE)], "") == ""
     # an earlier case before a manual section naming the same code; a search alone keeps the search's order
@@ -325,6 +326,9 @@ def test_only_complete_listings_asked_for_by_a_which_question_are_rendered() -> 
     ("批次B-2315里还没送到的订单有哪些？", "not_delivered"),
     ("How many orders came out of batch B-2207, and were any of them returned?", "returned"),
     ("批次B-2207有多少订单退货了？", "returned"),
+    ("Which grinder orders of B-2302 have shipped already?", "shipped"),
+    ("How many B-2208 orders were delivered?", "delivered"),
+    ("List the B-2320 orders that are delivered.", "delivered"),
 ])
 def test_a_status_filter_in_other_words_is_applied_by_the_tool(question: str, status: str) -> None:
     eng = ScriptedEngine([final("Here they are.")])
@@ -336,6 +340,15 @@ def test_a_status_filter_in_other_words_is_applied_by_the_tool(question: str, st
     assert sorted(o["order_id"] for o in rec.result["orders"]) == sorted(r["order_id"] for r in rows if r["status"] in wanted)
     observation = eng.calls[0][0][-1].content
     assert all(r["order_id"] not in observation for r in rows if r["status"] not in wanted)
+
+
+def test_a_status_shown_beside_every_order_is_no_filter() -> None:
+    """"List the orders and which were delivered" asks for every order, each with its status."""
+    eng = ScriptedEngine([final("Here they are.")])
+    result = run_agent(Agent(eng, default_registry(), config=AgentConfig(max_steps=2)),
+                       "List the orders of batch B-2207 and which were delivered.")
+    (rec,) = result.tool_calls
+    assert rec.args.get("status") is None and len(rec.result["orders"]) == 8
 
 
 def test_a_status_the_answer_misreads_is_rendered_by_code(tmp_path: Path) -> None:

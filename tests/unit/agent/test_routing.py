@@ -555,3 +555,14 @@ def test_every_look_up_a_compound_question_names_is_called_by_the_rules() -> Non
     _run(Agent(eng, _registry(), config=AgentConfig(max_steps=2)),
          "Is order 104400 shipped? And search the knowledge base for a weak steam wand.")
     assert eng.calls[0][1].json_schema is not None and "memory_search" in json.dumps(eng.calls[0][1].json_schema)
+
+
+def test_a_customer_asking_what_is_on_file_or_about_earlier_cases_gets_their_tickets() -> None:
+    """A question naming a customer id and asking what is on file, or about previous cases, routes to
+    the customer's ticket history (the one tool taking a customer id)."""
+    reg = default_registry()
+    tools = reg.for_scopes(DEMO_SCOPES)
+    for q in ("I'm customer C-1004, what do you have on file for me?",
+              "The fan of my machine rattles. Any previous cases like this? Customer C-1002 here."):
+        d = route_by_rules(q, tools, reg.all())
+        assert "ticket_history" in d.tools and d.bindings["ticket_history"]["customer_id"] == ["C-1004" if "C-1004" in q else "C-1002"], q
