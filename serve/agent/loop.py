@@ -43,7 +43,7 @@ from recallserve.serve.agent._protocol import FINAL_WRAPPER_TOKENS, THOUGHT_MAX_
     StepParseError, is_final_only, parse_json_object, parse_step, router_schema, step_schema
 from recallserve.serve.agent.builtin import DERIVED_KIND
 from recallserve.serve.agent.config import AgentConfig
-from recallserve.serve.agent.grounding import NOT_SEARCHED, NOT_SHOWN, Search, list_note, no_record_note, record_note, status_note, \
+from recallserve.serve.agent.grounding import CLOSE_COSINE, NOT_SEARCHED, NOT_SHOWN, Search, list_note, no_record_note, record_note, status_note, \
     turn_searches, unfound_topic, unstated_absence, unsupported_absence, unsupported_presence
 from recallserve.serve.agent.guards import AnswerCheck, wrap_untrusted
 from recallserve.serve.agent.images import ImageDescriber
@@ -186,7 +186,11 @@ class _Run:
     def _searches(self) -> list[Search]:
         """The turn's record of searches so far: its recall (when it ran) and the tool calls made."""
         ran = self.a.memory is not None and self.a.recall.enabled and not self.turn.memory_error
-        return turn_searches(ran, [h.text for h in self.turn.memories], self.calls)
+        return turn_searches(ran, [h.text for h in self.turn.memories], self.calls, self._close())
+
+    def _close(self) -> list[str]:
+        """The recalled source records as close to the question as a paraphrase (cosine >= :data:`CLOSE_COSINE`)."""
+        return [h.text for h in self.turn.memories if not is_derived(h) and h.similarity >= CLOSE_COSINE]
 
     def _tool_words(self) -> list[str]:
         """The descriptions of the agent's tools: the words of a question's live-data part, which say
@@ -220,7 +224,7 @@ class _Run:
                             if isinstance(h, dict) and h.get("kind") != DERIVED_KIND]
         known = self._tool_words()
         return record_note(self.question, sources, answer, searched=searched, known=known,
-                           unfound=unfound_topic(self._searches(), self.question, known))
+                           unfound=unfound_topic(self._searches(), self.question, known), close=self._close())
 
     def _list_note(self, answer: str) -> str:
         """What code renders from the turn's observations after the answer, "" when none: the listings a

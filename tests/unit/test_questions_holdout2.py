@@ -24,7 +24,7 @@ _SETS = {"compound_holdout2": 12, "zh-holdout2": 16, "compound_holdout3": 12, "z
          "compound_holdout4": 16, "zh-holdout4": 20, "compound_holdout5": 16, "zh-holdout5": 20,
          "compound_holdout6": 16, "zh-holdout6": 20, "zh-holdout7": 20, "compound_holdout7": 16,
          "zh-holdout8": 20, "compound_holdout8": 16, "zh-holdout9": 20, "compound_holdout9": 16,
-         "zh-holdout10": 20}
+         "zh-holdout10": 20, "compound_holdout10": 16, "zh-holdout11": 20}
 _STATUSES = ("processing", "shipped", "delivered", "returned", "cancelled")
 # NOTE: ASCII edges, not \b: an id touches Chinese text ("订单104373送到了没有"), and Han characters are \w.
 _EDGE, _END = r"(?<![A-Za-z0-9-])", r"(?![0-9])"
@@ -184,8 +184,9 @@ def test_heldout_question_matches_the_world(name: str, n: int, q: dict[str, Any]
     if m:
         assert m.group(1).lower() not in _world_text()
         assert not must_not
-    elif must_not and not _found(_ORDER, must_not):
-        # claims of absence are barred only where the world has the history (T-ids in the note or facts)
+    elif must_not and tool is not None and not _found(_ORDER, must_not):
+        # claims of absence are barred only where the world has the history (T-ids in the note or facts);
+        # a request the agent must decline (no tool) may bar the claim that it was done
         assert _found(_TICKET, [note, *facts])
 
 

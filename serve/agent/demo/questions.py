@@ -47,6 +47,9 @@ clean run).
 (``questions_zh_holdout10.json``, 20): the same kinds again, written in session 7 by someone who had not
 seen the rules, the code or any eval result (given only the world data, the tools' descriptions and one
 earlier set's format); their writers' one-line summaries were read before the first run.
+``compound_holdout10`` (``questions_compound_holdout10.json``, 16) and ``zh-holdout11``
+(``questions_zh_holdout11.json``, 20): the same again, written later in session 7 the same way; nothing of
+them was read before their first run (their writers reported only the counts of each kind).
 
 Each question is one :class:`Question` (validated on load): the text, the expected tool call
 (``tool``/``args``/``args_contain``/``result``) and the key facts its answer must state
@@ -86,7 +89,9 @@ QUESTION_SETS = {"tuned": ("questions.json",), "holdout": ("questions_holdout.js
                  "compound_holdout8": ("questions_compound_holdout8.json",),
                  "zh-holdout9": ("questions_zh_holdout9.json",),
                  "compound_holdout9": ("questions_compound_holdout9.json",),
-                 "zh-holdout10": ("questions_zh_holdout10.json",)}
+                 "zh-holdout10": ("questions_zh_holdout10.json",),
+                 "compound_holdout10": ("questions_compound_holdout10.json",),
+                 "zh-holdout11": ("questions_zh_holdout11.json",)}
 
 
 class Question(StrictModel):

@@ -71,10 +71,12 @@ class ScriptedEngine:
 
 
 class SubstringMemory:
-    """A MemoryBackend double: a hit when any query word of 4+ letters occurs in the text."""
+    """A MemoryBackend double: a hit when any query word of 4+ letters occurs in the text, at a cosine of
+    0.6 (a shared word, no paraphrase), or ``close[source_id]`` for the records given there."""
 
-    def __init__(self, texts: dict[str, str] | None = None) -> None:
+    def __init__(self, texts: dict[str, str] | None = None, close: dict[str, float] | None = None) -> None:
         self.items: dict[str, list[MemoryWrite]] = {}
+        self.close = dict(close or {})
         self.searches = 0
         for sid, text in (texts or {}).items():
             self.items.setdefault("t1", []).append(MemoryWrite(text=text, source_id=sid))
@@ -91,7 +93,8 @@ class SubstringMemory:
             if any(w in it.text.lower() for w in words):
                 record = MemoryRecord(id=f"m{i}", tenant=tenant, source_id=it.source_id or f"m{i}", kind=it.kind,
                                       text=it.text, created_at=0.0, metadata=dict(it.metadata))
-                out.append(MemoryHit(record=record, score=0.8, similarity=0.8, time_factor=1.0, part_index=0, shard=0))
+                cosine = self.close.get(it.source_id or "", 0.6)
+                out.append(MemoryHit(record=record, score=0.8, similarity=cosine, time_factor=1.0, part_index=0, shard=0))
         return out[:k]
 
     async def write(self, tenant: str, items: Sequence[MemoryWrite]) -> list[str]:

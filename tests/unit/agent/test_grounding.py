@@ -533,3 +533,22 @@ def test_an_absence_the_recalled_ticket_contradicts_is_left_out_though_the_order
     rust = "Order 104309: my Kettle 17 shows rust spots on its metal base plate. Has anybody seen rust like that before?"
     recall = Search("recall", True, (tickets["ticket:T-1135"],))
     assert unsupported_absence("We have not had this one before.", [recall], rust) == []
+
+
+def test_a_fault_told_in_other_words_gets_its_close_ticket_quoted_and_no_no_record_sentence() -> None:
+    """Through the agent loop: a history question naming an order whose fault shares few words with its
+    ticket gets the ticket quoted when the recall found it at a cosine of CLOSE_COSINE or more (the same
+    fault told in other words), and no "no record mentions ..." sentence; found at a plain word match's
+    cosine, the same question reads as a fault no record has."""
+    tickets = {m.source_id: m.text for m in DemoWorld().memories()}
+    question = ("The grinder begins, then dies after a moment while the motor drones on. Is this a known thing, "
+                "and what did you do about it? Where is order 104400?")
+    for cosine, quoted in ((0.77, True), (0.6, False)):
+        memory = SubstringMemory({"ticket:T-1095": tickets["ticket:T-1095"]}, close={"ticket:T-1095": cosine})
+        eng = ScriptedEngine([call("order_status", order_id="104400"), final("Order 104400 is shipped.")])
+        agent = Agent(eng, default_registry(demo=True), memory=memory,
+                      config=AgentConfig(max_steps=3, rule_first_call=False))
+        result = run_agent(agent, question)
+        assert result.answer.startswith("Order 104400 is shipped.")
+        assert ("Record T-1095: Ticket T-1095" in result.answer) is quoted, cosine
+        assert ("No record I searched mentions" in result.answer) is not quoted, cosine
