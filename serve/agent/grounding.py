@@ -67,19 +67,20 @@ ABSENCE_PATTERN = re.compile(
 #: before", "did anyone ever report", "have we fixed one like that before?", "以前发生过吗", "之前的工单",
 #: "开过工单吗", "怎么修好的", "is this a known problem", "has that happened to anyone else", "have we had reports like
 #: that", "has anybody told us the grind is uneven", "has this happened with other kettles", "what did you do about
-#: it" (docs/languages.md). A "before"
+#: it", "what did we conclude the last time that happened" (docs/languages.md). A "before"
 #: must end its clause ("before 10am" is no history).
 HISTORY_PATTERN = re.compile(
     r"\bhappen(?:ed|s)? before\b|\b(?:seen|reported|had) (?:this|that|it) before\b|\bseen before\b|\bhow (?:was|were|did|is) (?:it|this|that|they) (?:get )?"
     r"(?:fixed|solved|resolved|repaired)\b|\bwhat (?:fixed|solved) it\b|\bwhat was done\b|\bwhat was the fix\b"
     r"|\b(?:previous|earlier|past|prior|old) (?:tickets?|cases?|reports?|records?|incidents?)\b|\bin the past\b"
     r"|\b(?:has|have) (?:this|that|it) been (?:seen|reported|encountered|observed)\b"
-    r"|\bhow (?:did|do|have) (?:you|we|they) (?:\w+ )?(?:fix|fixed|solve|solved|resolve|resolved|repair|repaired|sort|sorted)\b"
+    r"|\bhow (?:did|do|have) (?:you|u|we|they) (?:\w+ )?(?:fix|fixed|solve|solved|resolve|resolved|repair|repaired|sort|sorted)\b"
     r"|\bknown (?:thing|one|error|bug)\b"
     r"|\b(?:ever|previously)\s+(?:been\s+)?(?:\w+ed|had|have|seen|see|report|happen|come|came|got|get|done|"
     r"shown|broken|broke|thrown|gone|experience|encounter|deal|handle|fix)\b"
     r"|\bhappen(?:ed|s)? (?:to|with) (?:anyone|anybody|someone|others|another \w+|other \w+)\b|\bknown (?:issue|problem|fault|defect)\b"
-    r"|\bwhat (?:did|do|have) (?:you|we|they) (?:do|done) (?:about|with|for) (?:it|this|that|them)\b"
+    r"|\bwhat (?:did|do|have) (?:you|we|they) (?:do|done) (?:about|with|for) (?:it|this|that|them|the (?:last|other|previous) \w+)\b"
+    r"|\bwhat did (?:we|you) (?:conclude|advise|recommend|suggest)\b|\b(?:the )?last time (?:this|that|it) (?:happened|came up|occurred)\b"
     r"|\b(?:anyone|anybody|someone|others|other customers) (?:else )?(?:has |have )?(?:had|reported|seen|experienced) (?:this|that|it|the same)\b"
     r"|\b(?:any|had|have we had|did we get|have we got|got|received) (?:\w+ )?(?:reports?|complaints?) (?:like|of|about)\b"
     r"|\b(?:has|have|did) (?:anyone|anybody|someone|somebody|any (?:other )?customers?|other customers) (?:else )?(?:ever )?"
@@ -242,7 +243,7 @@ someone somebody else issue issues problem problems fault faults customer custom
 fix fixed fixing solve solved resolve resolved repair repaired handle handled deal dealt known mine machine unit units
 sort look find search memory memories file filed complaint complaints know want ask asking call calling phone yes
 okay hello here there owner deliver delivered delivery arrive arrived ship shipped status
-hi hey dear good morning afternoon evening thanks thank team pls anymore""".split()
+hi hey dear good morning afternoon evening thanks thank team pls anymore person people ppl guys folks away""".split()
 _ASKING_TERMS = frozenset(analyse(" ".join(sorted(ENGLISH_STOP_WORDS | set(_ASKING_WORDS)))))
 #: A history question names no earlier case when at least this many of its fault words, and more than
 #: :data:`UNFOUND_SHARE` of them, are in no text the turn's searches found (:func:`unfound_topic`).
@@ -276,7 +277,7 @@ def fault_words(question: str, known: Iterable[str] = (), *, every_sentence: boo
     # NOTE: a sentence naming an id (an order, a batch, a customer) asks for that id's live data: its
     # words say nothing about a fault.
     described = question if every_sentence else " ".join(x for x in _SENTENCES.split(question) if not ID_PATTERN.search(x))
-    described = re.sub(r"\bright now\b", " ", described, flags=re.IGNORECASE)
+    described = re.sub(r"\bright now\b|\bon the (?:line|phone)\b", " ", described, flags=re.IGNORECASE)
     for word in re.findall(r"[A-Za-z][A-Za-z'-]*", described):
         for term in analyse(word):
             if len(term) > 2 and term not in skip and not ID_PATTERN.fullmatch(word) and not _CODE.fullmatch(word):

@@ -49,7 +49,10 @@ seen the rules, the code or any eval result (given only the world data, the tool
 earlier set's format); their writers' one-line summaries were read before the first run.
 ``compound_holdout10`` (``questions_compound_holdout10.json``, 16) and ``zh-holdout11``
 (``questions_zh_holdout11.json``, 20): the same again, written later in session 7 the same way; nothing of
-them was read before their first run (their writers reported only the counts of each kind).
+them was read before their first run (their writers reported only the counts of each kind); their misses
+were read after it. ``compound_holdout11`` (``questions_compound_holdout11.json``, 16) and ``zh-holdout12``
+(``questions_zh_holdout12.json``, 20): a third pair written the same way in session 7, run once on the
+session's final rules.
 
 Each question is one :class:`Question` (validated on load): the text, the expected tool call
 (``tool``/``args``/``args_contain``/``result``) and the key facts its answer must state
@@ -91,7 +94,9 @@ QUESTION_SETS = {"tuned": ("questions.json",), "holdout": ("questions_holdout.js
                  "compound_holdout9": ("questions_compound_holdout9.json",),
                  "zh-holdout10": ("questions_zh_holdout10.json",),
                  "compound_holdout10": ("questions_compound_holdout10.json",),
-                 "zh-holdout11": ("questions_zh_holdout11.json",)}
+                 "zh-holdout11": ("questions_zh_holdout11.json",),
+                 "compound_holdout11": ("questions_compound_holdout11.json",),
+                 "zh-holdout12": ("questions_zh_holdout12.json",)}
 
 
 class Question(StrictModel):

@@ -78,8 +78,10 @@ ORDER_ROUTING = RoutingHint(
 # The phrasings of each filter, in English and Chinese: a negated arrival ("haven't reached the
 # customer yet", "还没送到"), a return, a cancellation, and delivered / shipped when they are what the asked-for
 # orders are.
-_ASKED_ORDERS = (r"(?:\b(?:which|how many)\s+(?:(?!not\b|never\b|yet\b)[\w-]+\s+){1,6}?|\borders?\s+(?:that|which)\s+)"
-                 r"(?:are|is|were|was|have|has|had|got|get)\s+(?:already\s+|actually\s+|now\s+|all\s+)?(?:been\s+)?")
+_ASKED_ORDERS = (r"(?:(?:\b(?:which|how many)\s+(?:(?!not\b|never\b|yet\b)[\w-]+\s+){1,6}?"
+                 r"|\borders?\b(?:\s+(?!not\b|never\b|yet\b|and\b|or\b)[\w-]+){0,4}?\s+(?:that|which)\s+)"
+                 r"(?:are|is|were|was|have|has|had|got|get)\s+(?:already\s+|actually\s+|now\s+|all\s+|still\s+)?(?:been\s+)?"
+                 r"|\b(?:ones|orders?)\s+(?:(?:that|which)\s+(?:are|were)\s+)?(?:marked|listed|flagged|showing)\s+(?:as\s+)?)")
 STATUS_PHRASES: dict[str, str] = {
     NOT_DELIVERED: r"(?:\bnot|n't|\bnever)\s+(?:yet\s+)?(?:been\s+|be\s+)?(?:delivered|received|arrived|reached|"
                    r"got(?:ten)?\s+(?:there|to)|made it)\b|\byet to (?:be )?(?:delivered|received|arrive|reach)\b"
@@ -90,10 +92,17 @@ STATUS_PHRASES: dict[str, str] = {
     "returned": r"\breturn(?:ed|s)\b|\ba return\b|\b(?:sent|came|brought) back\b|退货|退回|退了",
     "cancelled": r"\bcancel(?:l)?ed\b|\bcancellations?\b|已取消|被取消|取消了",
     # "which grinder orders are shipped", "how many orders of B-2208 have been delivered", "the orders that
-    # have actually been delivered": the status is what the asked-for orders are, not a column to show
-    # beside every order ("list the orders and which were delivered": no word between "which" and its verb)
-    "delivered": rf"{_ASKED_ORDERS}delivered\b",
+    # have actually reached their customers", "the ones marked shipped", 已经送达的订单: the status is what the
+    # asked-for orders are, not a column to show beside every order ("list the orders and which were
+    # delivered": no word between "which" and its verb)
+    "delivered": rf"{_ASKED_ORDERS}(?:delivered|reached (?:their|the|its) (?:customers?|buyers?|owners?))\b"
+                 r"|已(?:经)?(?:送达|签收|交付|到货)了?的",
     "shipped": rf"{_ASKED_ORDERS}shipped\b",
+    # still at the warehouse: "which orders are processing", "sitting in processing", "not yet handed over
+    # to the carrier", "haven't been shipped"
+    "processing": rf"{_ASKED_ORDERS}(?:processing|being processed)\b|\b(?:sitting|stuck|still) in processing\b"
+                  r"|\bnot yet (?:been )?(?:handed (?:over|off)|shipped|dispatched|sent out)\b"
+                  r"|\b(?:have|has)(?: not|n't) (?:yet )?(?:been )?(?:shipped|dispatched|sent out)\b",
 }
 _STATUS = "(" + "|".join(f"(?:{p})" for p in STATUS_PHRASES.values()) + ")"
 ORDERS_BY_BATCH_ROUTING = RoutingHint(

@@ -87,7 +87,9 @@ def test_a_history_answer_quotes_the_record_it_rests_on() -> None:
     assert record_note("My kettle will not switch off. Did this happen before?", [("ticket:T-1135", KETTLE)], "")
     for q in ("Has a kettle ever failed to switch off?", "Have we fixed a kettle like that before?", "这个问题出现过吗？",
               "Has that happened to anyone else?", "Is this a known problem?", "Has someone else had this too?",
-              "Has this happened with other kettles?", "My kettle will not switch off. What did you do about it?"):
+              "Has this happened with other kettles?", "My kettle will not switch off. What did you do about it?",
+              "What did we conclude the last time that happened?", "how did u guys fix it",
+              "What did we do for the last customer who had it?"):
         assert record_note(q, [("ticket:T-1135", KETTLE)], ""), q
     assert record_note("Can my kettle be delivered before 10am?", [("ticket:T-1135", KETTLE)], "") == ""
     # an earlier case before a manual section naming the same code; a search alone keeps the search's order
@@ -329,6 +331,11 @@ def test_only_complete_listings_asked_for_by_a_which_question_are_rendered() -> 
     ("Which grinder orders of B-2302 have shipped already?", "shipped"),
     ("How many B-2208 orders were delivered?", "delivered"),
     ("List the B-2320 orders that are delivered.", "delivered"),
+    ("Give me the B-2315 orders that have reached their customers.", "delivered"),
+    ("List the B-2302 orders marked as shipped.", "shipped"),
+    ("Any B-2301 orders still sitting in processing?", "processing"),
+    ("Which B-2302 orders haven't been shipped yet?", "processing"),
+    ("批次B-2208里已经签收的订单有哪些？", "delivered"),
 ])
 def test_a_status_filter_in_other_words_is_applied_by_the_tool(question: str, status: str) -> None:
     eng = ScriptedEngine([final("Here they are.")])
