@@ -74,6 +74,7 @@ HISTORY_PATTERN = re.compile(
     r"(?:fixed|solved|resolved|repaired)\b|\bwhat (?:fixed|solved) it\b|\bwhat was done\b|\bwhat was the fix\b"
     r"|\b(?:previous|earlier|past|prior|old) (?:tickets?|cases?|reports?|records?|incidents?)\b|\bin the past\b"
     r"|\b(?:has|have) (?:this|that|it) been (?:seen|reported|encountered|observed)\b"
+    r"|\b(?:have|has) (?:we|you|anyone|anybody) (?:ever )?seen (?:this|that|it)\b"
     r"|\bhow (?:did|do|have) (?:you|u|we|they) (?:\w+ )?(?:fix|fixed|solve|solved|resolve|resolved|repair|repaired|sort|sorted)\b"
     r"|\bknown (?:thing|one|error|bug)\b"
     r"|\b(?:ever|previously)\s+(?:been\s+)?(?:\w+ed|had|have|seen|see|report|happen|come|came|got|get|done|"
@@ -243,7 +244,8 @@ someone somebody else issue issues problem problems fault faults customer custom
 fix fixed fixing solve solved resolve resolved repair repaired handle handled deal dealt known mine machine unit units
 sort look find search memory memories file filed complaint complaints know want ask asking call calling phone yes
 okay hello here there owner deliver delivered delivery arrive arrived ship shipped status
-hi hey dear good morning afternoon evening thanks thank team pls anymore person people ppl guys folks away""".split()
+hi hey dear good morning afternoon evening thanks thank team pls anymore person people ppl guys folks away
+regards kind sincerely cheers remedy remedied occur occurred cause caused addition""".split()
 _ASKING_TERMS = frozenset(analyse(" ".join(sorted(ENGLISH_STOP_WORDS | set(_ASKING_WORDS)))))
 #: A history question names no earlier case when at least this many of its fault words, and more than
 #: :data:`UNFOUND_SHARE` of them, are in no text the turn's searches found (:func:`unfound_topic`).
@@ -297,12 +299,14 @@ def unfound_topic(searches: Sequence[Search], question: str, known: Iterable[str
       same fault told in other words).
 
     NOTE: chosen on the question sets whose answers were read (tuned, holdout, compound, compound_holdout
-    to 9 and the Chinese sets; offline, against each question's recalled records, by
-    ``python -m loadtests.fault_words_check``): no English history question with a precedent is
-    flagged (0 of 72); 26 of the 30 about a fault no record has are caught, codes included; the ones missed
-    share most of their words with a record or have fewer than 3 fault words. 3 words at least: with 2, a
-    question's filler words were read as a fault. On compound_holdout9's first (clean) run, before
-    greetings and "anymore" were asking words, 2 of its 9 precedents were flagged. The
+    to 11 and the Chinese sets; offline, against each question's recalled records, by
+    ``python -m loadtests.fault_words_check``): 3 of 89 English history questions with a precedent are
+    flagged (all three paraphrase their ticket in other words: "dribbling around where the portafilter
+    locks in" for a leaking group-head gasket; one of them is kept by :data:`CLOSE_COSINE`); 34 of the 40
+    about a fault no record has are caught, codes included; the ones missed share most of their words
+    with a record or have fewer than 3 fault words. 3 words at least: with 2, a question's filler words
+    were read as a fault. The asking words grew with each read set (greetings, sign-offs, "on the line"):
+    on their first (clean) runs compound_holdout9 had 2 of 9 precedents flagged, compound_holdout10 3 of 9. The
     Chinese words of a Chinese question are not compared (the records may be
     in English): only its Latin words are, so most Chinese questions have too few to be checked.
     """

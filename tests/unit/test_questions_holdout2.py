@@ -24,7 +24,9 @@ _SETS = {"compound_holdout2": 12, "zh-holdout2": 16, "compound_holdout3": 12, "z
          "compound_holdout4": 16, "zh-holdout4": 20, "compound_holdout5": 16, "zh-holdout5": 20,
          "compound_holdout6": 16, "zh-holdout6": 20, "zh-holdout7": 20, "compound_holdout7": 16,
          "zh-holdout8": 20, "compound_holdout8": 16, "zh-holdout9": 20, "compound_holdout9": 16,
-         "zh-holdout10": 20, "compound_holdout10": 16, "zh-holdout11": 20}
+         "zh-holdout10": 20, "compound_holdout10": 16, "zh-holdout11": 20,
+         "compound_holdout11": 16, "zh-holdout12": 20}
+_LOT = r"(?<![A-Za-z0-9-])L-\d{4}(?![0-9])"
 _STATUSES = ("processing", "shipped", "delivered", "returned", "cancelled")
 # NOTE: ASCII edges, not \b: an id touches Chinese text ("订单104373送到了没有"), and Han characters are \w.
 _EDGE, _END = r"(?<![A-Za-z0-9-])", r"(?![0-9])"
@@ -129,8 +131,9 @@ def test_heldout_question_matches_the_world(name: str, n: int, q: dict[str, Any]
             assert listed == {r["order_id"] for r in rows if r["status"] in statuses}
             assert barred <= ids - listed
         customers = _found(_CUSTOMER, facts)
-        if customers:
-            assert customers == {r["customer_id"] for r in rows}
+        if customers:  # the batch's customers, or those of the orders a status filter lists
+            assert customers in ({r["customer_id"] for r in rows},
+                                 {r["customer_id"] for r in rows if r["order_id"] in listed})
         for count in _numbers(facts):
             assert count in (len(rows), len(listed)), count
     # a supplier fact: one of the asked batch's suppliers, named by id or by its name
@@ -158,7 +161,9 @@ def test_heldout_question_matches_the_world(name: str, n: int, q: dict[str, Any]
         if args.get("sku"):
             sql, params = sql + " AND sku = ?", (*params, args["sku"])
         rows = WORLD.query(sql, params)
-        assert _numbers(facts) == {abs(sum(r["delta"] for r in rows))}
+        net = abs(sum(r["delta"] for r in rows))
+        # the net change, and any single movement of the range the question asks about
+        assert net in _numbers(facts) and _numbers(facts) <= {net} | {abs(r["delta"]) for r in rows}
     # a customer named in the question: the ticket facts are that customer's tickets
     for c in _found(_CUSTOMER, [text]):
         if _found(_TICKET, facts):
@@ -175,7 +180,9 @@ def test_heldout_question_matches_the_world(name: str, n: int, q: dict[str, Any]
                                           or _found(_SUPPLIER, [f])
                                           or any(a in _STATUSES for a in _alts(f))
                                           or all(re.fullmatch(r"\d{1,5}", a) for a in _alts(f))
-                                          or _found(r"(?<![0-9])\d{4}-\d{2}-\d{2}(?![0-9])", [f]))]  # a date: looked up
+                                          or _found(r"(?<![0-9])\d{4}-\d{2}-\d{2}(?![0-9])", [f])  # a date: looked up
+                                          or all(re.fullmatch(r"\d[\d,. ]*", a) for a in _alts(f))  # 1,500 units
+                                          or _found(_LOT, [f]))]  # a batch's fuse lot
         assert plain, q
         for f in plain:
             assert any(a.lower() in source for a in _alts(f)), f
@@ -184,7 +191,7 @@ def test_heldout_question_matches_the_world(name: str, n: int, q: dict[str, Any]
     if m:
         assert m.group(1).lower() not in _world_text()
         assert not must_not
-    elif must_not and tool is not None and not _found(_ORDER, must_not):
+    elif must_not and tool is not None and not _found(_ORDER, must_not) and not _found(_LOT, must_not):
         # claims of absence are barred only where the world has the history (T-ids in the note or facts);
         # a request the agent must decline (no tool) may bar the claim that it was done
         assert _found(_TICKET, [note, *facts])

@@ -89,7 +89,7 @@ def test_a_history_answer_quotes_the_record_it_rests_on() -> None:
               "Has that happened to anyone else?", "Is this a known problem?", "Has someone else had this too?",
               "Has this happened with other kettles?", "My kettle will not switch off. What did you do about it?",
               "What did we conclude the last time that happened?", "how did u guys fix it",
-              "What did we do for the last customer who had it?"):
+              "What did we do for the last customer who had it?", "My kettle will not switch off. Have we seen that?"):
         assert record_note(q, [("ticket:T-1135", KETTLE)], ""), q
     assert record_note("Can my kettle be delivered before 10am?", [("ticket:T-1135", KETTLE)], "") == ""
     # an earlier case before a manual section naming the same code; a search alone keeps the search's order
