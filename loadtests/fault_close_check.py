@@ -12,7 +12,7 @@ seconds after the embedder loads.
 
 Usage (from the repo root)::
 
-    python -m loadtests.fault_close_check [--cosine 0.70]
+    python -m loadtests.fault_close_check [--cosine 0.72]
 """
 
 from __future__ import annotations
