@@ -60,7 +60,8 @@ ABSENCE_PATTERN = re.compile(
     r"|\bnot (?:on record|in (?:our|the) (?:records?|system|database|knowledge base))\b"
     r"|\b(?:could not|couldn't|did not|didn't|was unable to|unable to|cannot|can't) find\b|\bfound no(?:thing)?\b"
     r"|\b(?:the )?first (?:time|report|case|occurrence)\b|\bnot (?:a )?known (?:issue|problem|fault)\b"
-    r"|\bdoes(?: not|n't) exist\b",
+    r"|\bdoes(?: not|n't) exist\b"
+    r"|\b(?:do|does|did)(?: not|n't) have (?:any )?(?:information|records?|data|history|reports?) (?:about|on|of|for)\b",
     re.IGNORECASE,
 )
 #: A question about earlier cases or how something was fixed, in English or Chinese: "has this happened

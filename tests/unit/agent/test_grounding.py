@@ -43,7 +43,7 @@ def test_absence_claims_are_found_and_only_an_empty_search_supports_them() -> No
     assert absence_claims("It was fixed. This fault has not been fixed before.") == ["This fault has not been fixed before."]
     assert absence_claims("Order 104208 has not been delivered yet. There is no need to worry.") == []
     for claim in ("No, error E55 has not come up on our machines.", "It never came up.", "This did not happen before.",
-                  "We have not experienced this."):
+                  "We have not experienced this.", "I do not have any information about a previous occurrence."):
         assert absence_claims(claim) == [claim]
     assert absence_claims("Error E42 has come up twice. The order did not arrive.") == []
     found = Search("recall", True, (KETTLE,))
