@@ -52,7 +52,9 @@ earlier set's format); their writers' one-line summaries were read before the fi
 them was read before their first run (their writers reported only the counts of each kind); their misses
 were read after it. ``compound_holdout11`` (``questions_compound_holdout11.json``, 16) and ``zh-holdout12``
 (``questions_zh_holdout12.json``, 20): a third pair written the same way in session 7, run once on the
-session's final rules.
+session's final rules. ``compound_holdout12`` (``questions_compound_holdout12.json``, 16) and ``zh-holdout13``
+(``questions_zh_holdout13.json``, 20): a fourth pair, run once on the session's final code and once on the
+session's starting code (a97f70b), to measure the session's rules held out.
 
 Each question is one :class:`Question` (validated on load): the text, the expected tool call
 (``tool``/``args``/``args_contain``/``result``) and the key facts its answer must state
@@ -96,7 +98,9 @@ QUESTION_SETS = {"tuned": ("questions.json",), "holdout": ("questions_holdout.js
                  "compound_holdout10": ("questions_compound_holdout10.json",),
                  "zh-holdout11": ("questions_zh_holdout11.json",),
                  "compound_holdout11": ("questions_compound_holdout11.json",),
-                 "zh-holdout12": ("questions_zh_holdout12.json",)}
+                 "zh-holdout12": ("questions_zh_holdout12.json",),
+                 "compound_holdout12": ("questions_compound_holdout12.json",),
+                 "zh-holdout13": ("questions_zh_holdout13.json",)}
 
 
 class Question(StrictModel):
