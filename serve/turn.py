@@ -268,7 +268,9 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
        question each of its parts; the source records of each list (:data:`RECALL_KINDS`, no
        write-back) get their own :func:`relevance_cut` (its best match, its ids and codes); a
        part's memory stays only when its similarity is at least ``relative_cut`` x the best of the
-       whole message's list; the lists are merged in turn (:func:`_merge`), no memory twice;
+       whole message's list; the lists are merged in turn (:func:`_merge`), no memory twice, each
+       with its highest similarity over the lists that kept it (the query it answers best: a
+       ticket's cosine with the sentence telling its fault, not with the whole compound message);
     2. ``config.max_derived`` > 0: the derived conclusions of the whole query's list
        (:func:`recallserve.serve.memory.is_derived`: written-back answers) above the floor are
        shown after the sources, and only when one cites a source step 1 kept: it adds what an
@@ -334,18 +336,29 @@ async def recall_memories(memory: MemoryBackend | None, tenant: str, query: str,
 
 
 def _merge(lists: Sequence[Sequence[MemoryHit]]) -> list[MemoryHit]:
-    """The lists taken in turn (round robin: every list's best before any list's second), each memory once.
+    """The lists taken in turn (round robin: every list's best before any list's second), each memory once,
+    with the highest ``similarity`` it has in any list (``max_q cos(q, record)`` over the queries that kept it).
+
+    NOTE: the highest, not the first list's: the whole compound message dilutes a record's cosine
+    with the sentences about other things; what the turn reads from it (a record close enough to be
+    the question's fault in other words, ``recallserve.serve.agent.grounding.CLOSE_COSINE``, chosen
+    offline over the whole question and its parts) is the cosine of the part it answers.
 
     NOTE: round robin, not the whole message's list first: the prompt shows memories up to
     ``prompt_chars``, and a part's best match placed after a long list of the other part's fell out.
     """
+    best: dict[str, float] = {}
+    for x in lists:
+        for h in x:
+            best[h.id] = max(best.get(h.id, h.similarity), h.similarity)
     out: list[MemoryHit] = []
     seen: set[str] = set()
     for i in range(max((len(x) for x in lists), default=0)):
         for x in lists:
             if i < len(x) and x[i].id not in seen:
                 seen.add(x[i].id)
-                out.append(x[i])
+                hit = x[i]
+                out.append(hit if hit.similarity >= best[hit.id] else hit.model_copy(update={"similarity": best[hit.id]}))
     return out
 
 
