@@ -62,7 +62,7 @@ async def _run(skip: set[str]) -> dict[tuple[str, str, str], list[int]]:
             unfound = unfound_topic([found], text, known)
             note = record_note(text, [(h.source_id, h.text) for h in sources], "", known=known, unfound=unfound,
                                close=found.close)
-            quoted = set(_TICKET.findall(note.split(":", 1)[0])) if note else set()
+            quoted = set(_TICKET.findall(re.split(r"[:：]", note, maxsplit=1)[0])) if note else set()
             key = ("zh" if language_of(text) == "zh" else "en", "absent" if absent else "precedent",
                    "names ids" if asked_ids(text) else "no ids")
             row = out.setdefault(key, [0, 0, 0, 0])

@@ -342,7 +342,8 @@ def _merge(lists: Sequence[Sequence[MemoryHit]]) -> list[MemoryHit]:
     NOTE: the highest, not the first list's: the whole compound message dilutes a record's cosine
     with the sentences about other things; what the turn reads from it (a record close enough to be
     the question's fault in other words, ``recallserve.serve.agent.grounding.CLOSE_COSINE``, chosen
-    offline over the whole question and its parts) is the cosine of the part it answers.
+    offline over the whole question and its parts) is the cosine of the part it answers. Only the
+    similarity: its ``score`` stays the one of the list it is taken from (that list's rank fusion).
 
     NOTE: round robin, not the whole message's list first: the prompt shows memories up to
     ``prompt_chars``, and a part's best match placed after a long list of the other part's fell out.

@@ -459,8 +459,9 @@ def record_note(question: str, records: Sequence[tuple[str, str]], answer: str, 
     each in its order) is quoted after the answer, up to :data:`NOTE_CHARS` characters cut at a
     sentence end: "Record T-1121: Ticket T-1121 ... Fault: ... Fix: ..." ("记录 T-1121：..." for a
     Chinese question). For a history question naming ids but no fault code, that is its best-ranked
-    earlier case (:data:`CASE_SOURCES`, a ticket: the first in the order given) when it holds at least
-    :data:`MIN_DESCRIBED_WORDS` of the question's fault words (:func:`fault_words`, every sentence); else only a record that names
+    earlier case (:data:`CASE_SOURCES`, a ticket: the first in the order given, which for the turn's
+    recall is its merge of each query's best first) when it holds at least :data:`MIN_DESCRIBED_WORDS`
+    of the question's fault words (:func:`fault_words`, every sentence); else only a record that names
     one of the ids or codes the question names (any record when it names none), or for a history
     question one that :func:`describes` its fault (the question's fault words in every sentence, less
     the words of the tools' descriptions ``known``: the fault told next to the order it came with) or
@@ -475,7 +476,10 @@ def record_note(question: str, records: Sequence[tuple[str, str]], answer: str, 
     of 70 history questions naming an order or batch with a precedent, 65 get it quoted (60 with the
     two-thirds rule alone, which misses a fault told at length in other words) and 1 another ticket
     (1); of 45 about a fault no record has, 5 get a ticket quoted (2). Any best-ranked case, shared
-    words or not: 64 right, 2 wrong, 6 for unknown faults; three shared words: as two.
+    words or not: 64 right, 2 wrong, 6 for unknown faults; three shared words: as two. The shared words
+    may include the product's name (a ticket's text names its product); leaving the demo's product
+    names out changes none of these figures: a case sharing less than half of the words is already
+    left unquoted by the fault-word check (``unfound``).
 
     NOTE: measured on the compound set (issue 40): answers resting on a recalled ticket left out the
     part that failed or the fix ("replace the cable" for "reseated the cable"), 5 of 10 key-fact
@@ -492,13 +496,11 @@ def record_note(question: str, records: Sequence[tuple[str, str]], answer: str, 
     paraphrased = set(close) if history else set()
     first_case = bool(words) and not _codes(question)
     for source_id, text in records:
+        shares = False
         if first_case and source_id.startswith(CASE_SOURCES):
-            first_case = False  # NOTE: the best-ranked earlier case, when it shares the fault's words
-            if len(set(words) & _terms(text)) >= MIN_DESCRIBED_WORDS:
-                pass
-            elif not _names(text, ids) and not describes(text, words) and text not in paraphrased:
-                continue
-        elif ids and not _names(text, ids) and not describes(text, words) and text not in paraphrased:
+            first_case = False  # NOTE: the best-ranked earlier case only, when it shares the fault's words
+            shares = len(set(words) & _terms(text)) >= MIN_DESCRIBED_WORDS
+        if not shares and ids and not _names(text, ids) and not describes(text, words) and text not in paraphrased:
             continue
         folded = " ".join(text.split())
         if folded in " ".join(answer.split()):
@@ -535,33 +537,40 @@ _FIELD_WORDS_ZH = {"order": "订单", "customer": "客户|顾客|买家", "ticke
 
 
 def _row_keys(row: dict[str, Any], question: str = "") -> list[str]:
-    """What must stand in an answer for it to name a row: the ids of the fields the question asks for
-    by name ("which customers": ``customer_id``; "list the orders ... the customer": ``order_id`` and
-    ``customer_id``), else the row's first id (the listing's key: order 104489, ticket T-1130), else
-    its first value (a date).
+    """What must stand in an answer for it to name a row: the id of the field the question's list asks
+    for (the first ``*_id`` field named after its list word, :data:`LIST_PATTERN`: "which customers"
+    -> ``customer_id``; "list the orders ... that have not reached the customer" -> ``order_id``),
+    else the row's first id (the listing's key: order 104489, ticket T-1130), else its first value (a date).
 
-    NOTE: not any id: a row's other ids name other things (the customer C-1010 of an order), shared
-    by several rows (one customer's two orders of a batch), so an answer naming the customers of the
-    asked-for orders has not named the orders.
+    NOTE: not any id: a row's other ids name other things (the customer C-1010 of an order),
+    shared by several rows (one customer's two orders of a batch), so an answer naming the customers
+    of the asked-for orders has not named the orders.
 
     Example:
         >>> row = {"order_id": "104455", "customer_id": "C-1009", "status": "shipped"}
         >>> _row_keys(row), _row_keys(row, "Which customers bought from B-2315?"), _row_keys(row, "哪些订单还没送到客户手里？")
-        (['104455'], ['C-1009'], ['104455', 'C-1009'])
+        (['104455'], ['C-1009'], ['104455'])
     """
-    ids = [(k, str(v)) for k, v in row.items() if ID_PATTERN.fullmatch(str(v))]
-    asked = []
-    for field, value in ids:
-        name = str(field).removesuffix("_id")
-        words = rf"\b{re.escape(name)}s?\b" + (f"|{_FIELD_WORDS_ZH[name]}" if name in _FIELD_WORDS_ZH else "")
-        if re.search(words, question, re.IGNORECASE):
-            asked.append(value)
-    return asked or [v for _, v in ids][:1] or [str(v) for v in row.values()][:1]
+    ids = [(str(k), str(v)) for k, v in row.items() if ID_PATTERN.fullmatch(str(v))]
+    listed = LIST_PATTERN.search(question)
+    if listed:
+        asked = question[listed.start():]
+        where = {}
+        for field, value in ids:
+            name = field.removesuffix("_id")
+            if name == field:
+                continue
+            words = rf"\b{re.escape(name)}s?\b" + (f"|{_FIELD_WORDS_ZH[name]}" if name in _FIELD_WORDS_ZH else "")
+            if (m := re.search(words, asked, re.IGNORECASE)) is not None:
+                where[value] = m.start()
+        if where:
+            return [min(where, key=lambda v: where[v])]
+    return [v for _, v in ids][:1] or [str(v) for v in row.values()][:1]
 
 
 def _named(row: dict[str, Any], answer: str, question: str = "") -> bool:
-    """Whether ``answer`` names ``row``: each of its keys (:func:`_row_keys`) stands in it as a whole word."""
-    return all(re.search(rf"(?<![\w-]){re.escape(k)}(?![\w-])", answer) for k in _row_keys(row, question))
+    """Whether ``answer`` names ``row``: its key (:func:`_row_keys`) stands in it as a whole word."""
+    return any(re.search(rf"(?<![\w-]){re.escape(k)}(?![\w-])", answer) for k in _row_keys(row, question))
 
 
 def _states_count(count: int, answer: str) -> bool:
@@ -583,8 +592,8 @@ def list_note(question: str, listings: Sequence[tuple[str, Any, str]], answer: s
     * the question asks for a list (:data:`LIST_PATTERN`), or about earlier cases
       (:data:`HISTORY_PATTERN`) and the listing is one of cases (:data:`CASE_LISTS`: the earlier
       cases are what it asks for), and the answer does not name all its rows (a row is named when
-      the ids of the fields it asks for by name, else its first id, stand in the answer as whole
-      words: :func:`_row_keys`), or
+      the id of the field its list asks for by name, else its first id, stands in the answer as a
+      whole word: :func:`_row_keys`), or
     * the question asks how many (:data:`COUNT_PATTERN`) and the answer does not state the
       listing's count (digits, or the word for 0-12), or, for a filtered listing (a result with
       ``of``: the count before the filter) and a question asking for the whole (:data:`TOTAL_PATTERN`:
@@ -620,7 +629,7 @@ def list_note(question: str, listings: Sequence[tuple[str, Any, str]], answer: s
             cut = text[:LIST_NOTE_CHARS]
             end = cut.rfind("; ")
             cut = cut[:end] if end > 0 else cut
-            shown = sum(1 for r in rows if _named(r, cut, question))
+            shown = sum(1 for r in rows if _named(r, cut))
             text = f"{cut}; ... ({len(rows) - shown} more)"
         note = f"来自 {name}：{text}" if language_of(question) == "zh" else f"From {name}: {text}"
         if note not in notes:

@@ -265,8 +265,7 @@ def test_a_memory_found_by_several_queries_carries_its_best_cosine() -> None:
     q = "My screen flickers and goes dark. Has this happened before? Where is my order 104538?"
     hits, _ = asyncio.run(recall_memories(_DilutedMemory(), "t1", q, RecallConfig()))  # type: ignore[arg-type]
     # found by the whole message (0.55) and by the sentence telling the fault (0.81): once, at 0.81
-    assert [(h.source_id, h.similarity) for h in hits] == [("ticket:T-1121", 0.81)]
-    assert hits[0].similarity >= CLOSE_COSINE
+    assert [(h.source_id, h.similarity) for h in hits] == [("ticket:T-1121", 0.81)] and 0.55 < CLOSE_COSINE <= 0.81
     one, _ = asyncio.run(recall_memories(_DilutedMemory(), "t1", q, RecallConfig(max_parts=1)))  # type: ignore[arg-type]
     assert [(h.source_id, h.similarity) for h in one] == [("ticket:T-1121", 0.55)]
 
@@ -360,6 +359,8 @@ def test_only_complete_listings_asked_for_by_a_which_question_are_rendered() -> 
     assert list_note("哪些客户买了B-2208的货？", [("orders_by_batch", listing, text)], customers) == ""
     assert list_note("List the orders of B-2208 that have not reached the customer yet.",
                      [("orders_by_batch", listing, text)], customers).startswith("From orders_by_batch: batch B-2208")
+    assert list_note("List the orders of B-2208 that have not reached the customer yet.",
+                     [("orders_by_batch", listing, text)], ", ".join(r["order_id"] for r in rows)) == ""
     assert list_note("Which of B-2208's orders were delivered?", [("orders_by_batch", listing, text)], customers) != ""
     orders = ", ".join(r["order_id"] for r in rows)
     assert list_note("Which of B-2208's orders were delivered?", [("orders_by_batch", listing, text)], orders) == ""
@@ -533,6 +534,7 @@ def test_a_fault_told_next_to_its_order_gets_the_record_that_describes_it_quoted
     records = [("ticket:T-1102", tickets["ticket:T-1102"])]
     assert "104309" not in tickets["ticket:T-1102"]
     assert record_note(question, records, "Order 104309 is delivered.").startswith("Record T-1102: Ticket T-1102")
+    assert record_note(question, [("ticket:T-1142", tickets["ticket:T-1142"])], "Order 104309 is delivered.") == ""
     # a paraphrase sharing few of its words with its ticket (2 of 10: it does not "describe" it, and the
     # ticket names another order): the best-ranked case is quoted when it shares two; one is not enough
     screen = ("My BrewMaster display blinks weirdly, flickers at night and the backlight dims before going totally "
