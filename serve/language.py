@@ -19,7 +19,7 @@ from typing import Literal
 
 from recallserve.memory_shards.retrieval._text import CJK_RUN
 
-__all__ = ["Language", "han_share", "language_of", "has_han", "CHINESE_MIN_SHARE"]
+__all__ = ["Language", "han_share", "language_of", "has_han", "fold_width", "CHINESE_MIN_SHARE"]
 
 Language = Literal["zh", "en"]
 
@@ -55,3 +55,20 @@ def language_of(texts: str | Iterable[str]) -> Language:
     """
     joined = texts if isinstance(texts, str) else "\n".join(texts)
     return "zh" if han_share(joined) >= CHINESE_MIN_SHARE else "en"
+
+
+#: Full-width digits, Latin letters and hyphen-minus (U+FF10-FF19, U+FF21-FF3A, U+FF41-FF5A, U+FF0D), as a
+#: Chinese input method types them, mapped to their ASCII forms (code point - 0xFEE0).
+_WIDE = {c: c - 0xFEE0 for c in (*range(0xFF10, 0xFF1A), *range(0xFF21, 0xFF3B), *range(0xFF41, 0xFF5B), 0xFF0D)}
+
+
+def fold_width(text: str) -> str:
+    """``text`` with full-width digits and Latin letters in their ASCII forms: "订单号１０４４２４" is order 104424.
+
+    Only those: full-width punctuation (，？：) is how Chinese is written and stays (NFKC would fold it too).
+
+    Example:
+        >>> fold_width("订单号１０４４２４，ＳＫＵ ＫＴ－１７？")
+        '订单号104424，SKU KT-17？'
+    """
+    return text.translate(_WIDE)

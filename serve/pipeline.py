@@ -58,6 +58,7 @@ from recallserve.serve.context import (
 )
 from recallserve.serve.engine import ChatMessage, EngineError, GenerationParams, LLMEngine, set_engine_affinity
 from recallserve.serve.experience import ExperienceService, check_topic
+from recallserve.serve.language import fold_width
 from recallserve.serve.memory import MemoryBackend, cited_sources
 from recallserve.serve.memory_api.admission import SearchAdmissionConfig
 from recallserve.serve.pii import PiiMode, apply_pii, for_write_back
@@ -354,7 +355,8 @@ class ChatPipeline:
         ask = max((i for i, m in enumerate(convo) if m.role == "user"), default=None)
         if ask is None:
             raise APIError(400, "messages: at least one message with role 'user' is required", param="messages")
-        question, image_urls = convo[ask].text(), tuple(convo[ask].images())
+        # NOTE: ids typed full-width (a Chinese input method: "１０４４２４") are the same ids to every rule and tool.
+        question, image_urls = fold_width(convo[ask].text()), tuple(convo[ask].images())
         # NOTE: the question's images first, before any session is opened or written: a bad one (a
         # remote URL, not base64, not an image) is the client's error, a 400 naming its part, never
         # dropped from the prompt in silence (the plain and streaming paths have no step to report it).

@@ -223,3 +223,17 @@ def test_a_chinese_question_is_routed_to_its_tool_with_the_id_bound_and_the_answ
     assert any("Observation(order_status)" in _text(m) and "delivered" in _text(m) for m, _ in engine.calls)
     assert all("language of the user's question" in m[0].content for m, _ in engine.calls)
     assert body["choices"][0]["message"]["content"] == "订单104208已送达。"
+
+
+def test_an_order_id_typed_full_width_is_bound_and_read_as_the_same_id(tmp_path: Path) -> None:
+    """"订单１０４２０８" (a Chinese input method's full-width digits) is order 104208 to the rules, the tool,
+    the model's prompt and the id check: routed, looked up and answered, not cut as an unknown id."""
+    engine = AgentEngine()
+    agent = Agent(engine, default_registry(demo=True), config=AgentConfig(max_steps=3, use_router=False))
+    pipeline = ChatPipeline(engine, PipelineSettings(write_back=False), agent=agent)
+    with TestClient(create_app(pipeline, Authenticator(KEYS))) as c:
+        body = _chat(c, [{"role": "user", "content": "订单１０４２０８现在是什么状态？"}], agent="auto")
+    route = body["recallserve"]["agent"]["route"]
+    assert route["bindings"] == {"order_status": {"order_id": ["104208"]}}, route
+    assert any("订单104208现在是什么状态" in _text(m) for m, _ in engine.calls)
+    assert body["choices"][0]["message"]["content"] == "订单104208已送达。"

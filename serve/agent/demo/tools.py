@@ -77,11 +77,12 @@ ORDER_ROUTING = RoutingHint(
 # one list by the 1.5B model, four of them marked delivered in the observation it was given.
 # The phrasings of each filter, in English and Chinese: a negated arrival ("haven't reached the
 # customer yet", "还没送到"), a return, a cancellation, and delivered / shipped when they are what the asked-for
-# orders are; an adverb may stand before or after the verb ("orders that actually got delivered").
+# orders are; an adverb may stand before or after the verb ("orders that actually got delivered", "which
+# orders are currently shipped").
 _ASKED_ORDERS = (r"(?:(?:\b(?:which|how many)\s+(?:(?!not\b|never\b|yet\b)[\w-]+\s+){1,6}?"
                  r"|\borders?\b(?:\s+(?!not\b|never\b|yet\b|and\b|or\b)[\w-]+){0,4}?\s+(?:that|which)\s+)"
-                 r"(?:already\s+|actually\s+|really\s+)?(?:are|is|were|was|have|has|had|got|get)\s+"
-                 r"(?:already\s+|actually\s+|now\s+|all\s+|still\s+)?(?:been\s+)?"
+                 r"(?:already\s+|\w+ly\s+)?(?:are|is|were|was|have|has|had|got|get)\s+"
+                 r"(?:already\s+|\w+ly\s+|now\s+|all\s+|still\s+)?(?:been\s+)?"
                  r"|\b(?:ones|orders?)\s+(?:(?:that|which)\s+(?:are|were)\s+)?(?:marked|listed|flagged|showing)\s+(?:as\s+)?)")
 STATUS_PHRASES: dict[str, str] = {
     NOT_DELIVERED: r"(?:\bnot|n't|\bnever)\s+(?:yet\s+)?(?:been\s+|be\s+)?(?:delivered|received|arrived|reached|"

@@ -89,7 +89,8 @@ def test_a_history_answer_quotes_the_record_it_rests_on() -> None:
               "Has that happened to anyone else?", "Is this a known problem?", "Has someone else had this too?",
               "Has this happened with other kettles?", "My kettle will not switch off. What did you do about it?",
               "What did we conclude the last time that happened?", "how did u guys fix it",
-              "What did we do for the last customer who had it?", "My kettle will not switch off. Have we seen that?"):
+              "What did we do for the last customer who had it?", "My kettle will not switch off. Have we seen that?",
+              "My kettle will not switch off. Please advise whether there is precedent for this fault."):
         assert record_note(q, [("ticket:T-1135", KETTLE)], ""), q
     assert record_note("Can my kettle be delivered before 10am?", [("ticket:T-1135", KETTLE)], "") == ""
     # an earlier case before a manual section naming the same code; a search alone keeps the search's order
@@ -389,6 +390,7 @@ def test_only_complete_listings_asked_for_by_a_which_question_are_rendered() -> 
     ("How many B-2208 orders were delivered?", "delivered"),
     ("List the B-2320 orders that are delivered.", "delivered"),
     ("Every B-2207 order that actually got delivered, please.", "delivered"),
+    ("Which GrindPro orders from batch B-2302 are currently shipped?", "shipped"),
     ("Give me the B-2315 orders that have reached their customers.", "delivered"),
     ("List the B-2302 orders marked as shipped.", "shipped"),
     ("Any B-2301 orders still sitting in processing?", "processing"),
@@ -544,7 +546,7 @@ def test_a_fault_told_next_to_its_order_gets_the_record_that_describes_it_quoted
     assert record_note(screen, display, "Order 104333 is delivered.").startswith("Record T-1121: Ticket T-1121")
     lid = [("ticket:T-1142", tickets["ticket:T-1142"])]
     assert record_note(screen, lid, "Order 104333 is delivered.") == ""
-    rust = "A Kettle 17 owner found rust spots on the base plate. Any earlier case like that? Who supplied batch B-2315's heater?"
+    rust = "A Kettle 17 owner found rust spots on the metal base plate. Any earlier case like that? Who supplied batch B-2315's heater?"
     kettle = [("ticket:T-1135", tickets["ticket:T-1135"])]
     assert "B-2315" in tickets["ticket:T-1135"] and record_note(rust, kettle, "S-01.").startswith("Record T-1135")
     unfound = unfound_topic([Search("recall", True, (tickets["ticket:T-1135"],))], rust)
