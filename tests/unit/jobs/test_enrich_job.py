@@ -90,6 +90,10 @@ def test_the_job_with_the_real_router_model_on_a_handful_of_records(tmp_path: Pa
     report = enrich(_opts(tmp_path), tenant="t1", threads=2, timeout_s=120, embed=EMB.embed)
     assert report.stats["asked"] == 4 and report.stats["failed_calls"] == 0
     facts = _facts(tmp_path)
-    # NOTE: the model's wording varies; the code's part does not: the support group turn gets a
-    # fact naming Caroline, with yesterday resolved to the day before the turn was said.
-    assert any("Caroline" in f and "(7 May 2023)" in f for f in facts["turn-0"]), facts
+    # NOTE: the model's wording varies with the machine (llama.cpp's float paths differ between CPUs:
+    # one keeps "yesterday", another writes "Caroline attended an LGBTQ support group."); the code's part
+    # does not: the support group turn gets a fact naming Caroline, and a relative day the model kept is
+    # resolved to the day before the turn was said (the resolution itself: the scripted test above).
+    assert any("Caroline" in f and "support group" in f.lower() for f in facts["turn-0"]), facts
+    kept = [f for f in facts["turn-0"] if "yesterday" in f.lower()]
+    assert all("(7 May 2023)" in f for f in kept), facts
