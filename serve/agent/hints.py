@@ -88,6 +88,12 @@ class RoutingHint(StrictModel):
         default_factory=list, max_length=8,
         description="Patterns of a malformed version of the entity (e.g. a 5-digit order id): answer directly and ask.",
     )
+    spellings: dict[str, str] = Field(
+        default_factory=dict, max_length=8,
+        description="Pattern -> replacement (re.sub template): another way people write the entity, rewritten to its "
+        "canonical form before any rule reads the question (\"B2301\", \"2301批次\" -> \"B-2301\"). Unambiguous forms only: "
+        "a malformed id belongs in near_miss (the user is asked).",
+    )
 
     @field_validator("requires", "keywords", "prefer", "near_miss")
     @classmethod
@@ -101,6 +107,24 @@ class RoutingHint(StrictModel):
         for arg, p in v.items():
             _check_patterns([p], f"bind.{arg}")
         return v
+
+    @field_validator("spellings")
+    @classmethod
+    def _compile_spellings(cls, v: dict[str, str]) -> dict[str, str]:
+        _check_patterns(list(v), "spellings")
+        for p, replacement in v.items():
+            groups = re.compile(p).groups
+            for ref in re.findall(r"\\(\d+)|\\g<(\d+)>", replacement):
+                if int(ref[0] or ref[1]) > groups:
+                    raise ValueError(f"spellings[{p!r}]: the replacement {replacement!r} refers to group "
+                                     f"{ref[0] or ref[1]}, the pattern has {groups}")
+        return v
+
+    def respell(self, text: str) -> str:
+        """``text`` with the entity's other spellings (:attr:`spellings`) in canonical form."""
+        for pattern, replacement in self.spellings.items():
+            text = ci_pattern(pattern).sub(replacement, text)
+        return text
 
     @field_validator("alias_patterns")
     @classmethod

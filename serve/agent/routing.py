@@ -145,11 +145,15 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
     when the question is (:func:`~recallserve.serve.language.language_of`), else in English.
 
     Dates written in words or in Chinese are read as ISO dates first (:func:`~recallserve.serve.agent.dates.iso_dates`):
-    a date-taking tool binds them and their digits are no numbers for the calculator.
+    a date-taking tool binds them and their digits are no numbers for the calculator. So are the
+    other spellings of an entity that its tool's hint declares (``spellings``: "B2301", "2301批次" ->
+    "B-2301"): the rules, and the grammar's bound values, see the canonical id.
     """
     zh = language_of(text) == "zh"
     text = iso_dates(text)
     hinted = [t for t in list(allowed.values()) + [t for t in every_tool if t.name not in allowed] if t.routing is not None]
+    for tool in hinted:
+        text = _hint(tool).respell(text)
     # NOTE: a number an id-taking tool binds (an order id) is no operand for a tool that binds nothing
     # (the calculator): measured on the compound eval, two order ids and "each" scored the calculator
     # as high as order_status.

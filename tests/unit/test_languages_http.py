@@ -237,3 +237,15 @@ def test_an_order_id_typed_full_width_is_bound_and_read_as_the_same_id(tmp_path:
     assert route["bindings"] == {"order_status": {"order_id": ["104208"]}}, route
     assert any("订单104208现在是什么状态" in _text(m) for m, _ in engine.calls)
     assert body["choices"][0]["message"]["content"] == "订单104208已送达。"
+
+
+def test_an_order_id_typed_in_two_groups_is_bound_as_one(tmp_path: Path) -> None:
+    """"单号是104-208" (read out over the phone in two groups) is order 104208: routed and bound as such."""
+    engine = AgentEngine()
+    agent = Agent(engine, default_registry(demo=True), config=AgentConfig(max_steps=3, use_router=False))
+    pipeline = ChatPipeline(engine, PipelineSettings(write_back=False), agent=agent)
+    with TestClient(create_app(pipeline, Authenticator(KEYS))) as c:
+        body = _chat(c, [{"role": "user", "content": "客户来电报的单号是104-208，现在什么状态？"}], agent="auto")
+    route = body["recallserve"]["agent"]["route"]
+    assert route["first_step"] == ["order_status"] and route["bindings"] == {"order_status": {"order_id": ["104208"]}}, route
+    assert body["choices"][0]["message"]["content"] == "订单104208已送达。"

@@ -65,8 +65,20 @@ _BATCH = rf"{NOT_AFTER_WORD}(B-\d{{4}}){NOT_BEFORE_WORD}"
 _CUSTOMER = rf"{NOT_AFTER_WORD}(C-\d{{4}}){NOT_BEFORE_WORD}"
 _DATE = rf"{NOT_AFTER_WORD}(\d{{4}}-\d{{2}}-\d{{2}}){NOT_BEFORE_WORD}"
 _SKU = rf"{NOT_AFTER_WORD}([A-Z]{{2,4}}\d?-[A-Z0-9]{{2,4}}){NOT_BEFORE_WORD}"
+# Other ways people write these ids, rewritten before the rules read the question (hints.RoutingHint.spellings):
+# an order id split in two groups right after the word order ("单号是104-318", "order 104 246"), a batch
+# without its dash ("B2301") or without its letter next to the word batch ("2208批次", "2320那一批",
+# "batch 2301"), a customer id without its dash ("C1001"). ASCII edges: the id may touch Chinese text.
+_EDGE = r"(?<![A-Za-z0-9-])"
+_ORDER_SPELLINGS = {r"((?:order|订单|单号)\D{0,6}?)(?<!\d)(\d{3})[ -](\d{3})(?![\w-])": r"\1\2\3"}
+_BATCH_SPELLINGS = {
+    _EDGE + r"B[ _]?(\d{4})(?!\d)": r"B-\1",
+    _EDGE + r"(\d{4})(?=\s*(?:批次|批货|那一?批|这一?批|该批|批机器|批的|批里))": r"B-\1",
+    r"((?:批次|\bbatch)\s*(?:号|no\.?|number|#)?\s*[:：]?\s*)(\d{4})(?!\d)": r"\1B-\2",
+}
+_CUSTOMER_SPELLINGS = {_EDGE + r"C[ _]?(\d{4})(?!\d)": r"C-\1"}
 ORDER_ROUTING = RoutingHint(
-    requires=[_ORDER], prefer=[r"\border", r"\bstatus\b", r"\bship", r"\bdeliver", r"\btrack", r"\barriv",
+    requires=[_ORDER], spellings=_ORDER_SPELLINGS, prefer=[r"\border", r"\bstatus\b", r"\bship", r"\bdeliver", r"\btrack", r"\barriv",
                                r"订单|状态|发货|物流|快递|送达|到货|到哪|签收|没到"],
     bind={"order_id": _ORDER},
     near_miss=[r"\border\s*(?:id|no\.?|number)?\s*#?\s*(?:\d{1,5}|\d{7,})(?![\w-])", r"(?<![\w-])#\d{1,5}(?![\w-])",
@@ -114,14 +126,14 @@ ORDERS_BY_BATCH_ROUTING = RoutingHint(
             r"订单|客户|买了|购买|卖出|多少个|几个|列出|受影响|发出"],
     bind={"batch": _BATCH, "status": _STATUS},
     alias_patterns={"status": STATUS_PHRASES},
-    near_miss=[r"\bbatch\s*(?:no\.?|number)?\s*#?\s*\d+(?![\w-])"],
+    near_miss=[r"\bbatch\s*(?:no\.?|number)?\s*#?\s*\d+(?![\w-])"], spellings=_BATCH_SPELLINGS,
 )
 BATCH_INFO_ROUTING = RoutingHint(
     requires=[_BATCH],
     prefer=[r"\bsuppl", r"\bproduc", r"\bmade\b", r"\bmanufactur", r"\bbuilt\b", r"\bparts?\b",
             r"\bheater", r"\bcomponents?\b", r"\bwhen\b", r"\bvendor", r"\bunits\b", r"\bdate\b",
             r"供应|供货|供的货|谁家|生产|制造|零件|部件|配件|加热|什么时候|日期|多少台|厂商"],
-    bind={"batch": _BATCH}, near_miss=[r"\bbatch\s*(?:no\.?|number)?\s*#?\s*\d+(?![\w-])"],
+    bind={"batch": _BATCH}, near_miss=[r"\bbatch\s*(?:no\.?|number)?\s*#?\s*\d+(?![\w-])"], spellings=_BATCH_SPELLINGS,
 )
 TICKET_ROUTING = RoutingHint(
     requires=[_CUSTOMER],
@@ -129,6 +141,7 @@ TICKET_ROUTING = RoutingHint(
             r"\bon file\b", r"\b(?:previous|past|earlier|prior) (?:cases?|issues?|problems?)\b",
             r"工单|售后|客服|记录|联系过|投诉|之前|历史", ZH_HISTORY],
     bind={"customer_id": _CUSTOMER}, near_miss=[r"\bcustomer\s*(?:id|no\.?|number)?\s*#?\s*\d+(?![\w-])"],
+    spellings=_CUSTOMER_SPELLINGS,
 )
 INVENTORY_ROUTING = RoutingHint(
     keywords=[r"\bstock", r"\binventory\b", r"\brestock", r"\bwarehouse\b", r"\bon hand\b", r"库存|存货|仓库|补货|进货"],

@@ -121,6 +121,29 @@ def test_action_outside_the_scopes_is_answered_directly() -> None:
     assert d2.route == "tools" and "cancel_order" in d2.first_step
 
 
+@pytest.mark.parametrize(("question", "tool", "bound"), [
+    ("客户来电报的单号是104-318，问现在什么进度了", "order_status", {"order_id": ["104318"]}),
+    ("亲，我那个订单 104 246 怎么还没动静啊", "order_status", {"order_id": ["104246"]}),
+    ("B2301这一批总共对应了几个订单？", "orders_by_batch", {"batch": ["B-2301"]}),
+    ("2208批次里有哪些订单退货了？", "orders_by_batch", {"batch": ["B-2208"], "status": ["returned"]}),
+    ("2320那一批机器的产量多少台？", "batch_info", {"batch": ["B-2320"]}),
+    ("Who supplied the heater of batch 2301?", "batch_info", {"batch": ["B-2301"]}),
+    ("客户编号C1001之前报修过几次？", "ticket_history", {"customer_id": ["C-1001"]}),
+])
+def test_other_spellings_of_an_id_are_bound_in_their_canonical_form(question: str, tool: str, bound: dict[str, list[str]]) -> None:
+    reg = default_registry()
+    d = route_by_rules(question, reg.for_scopes(DEMO_SCOPES), reg.all())
+    assert d.first_step == [tool] and d.bindings[tool] == bound, d
+
+
+def test_spellings_leave_other_numbers_alone() -> None:
+    reg = default_registry()
+    for q in ("预算 100 000 元够吗？", "Is 2025 a good year for coffee?", "打 400-820-8820 可以吗？"):
+        assert route_by_rules(q, reg.for_scopes(DEMO_SCOPES), reg.all()).route != "tools", q
+    # a malformed id is still asked for, not guessed
+    assert "malformed" in route_by_rules("batch 23, please", reg.for_scopes(DEMO_SCOPES), reg.all()).reason
+
+
 def test_malformed_id_is_answered_directly() -> None:
     reg = default_registry()
     d = route_by_rules("is order 10423 delivered?", reg.for_scopes(DEMO_SCOPES), reg.all())
@@ -132,6 +155,8 @@ def test_bad_hint_regex_names_the_field() -> None:
         RoutingHint(keywords=["ok", "(unclosed"])
     with pytest.raises(ValidationError, match=r"bind\.order_id"):
         RoutingHint(bind={"order_id": "[oops"})
+    with pytest.raises(ValidationError, match=r"spellings.*refers to group 2, the pattern has 1"):
+        RoutingHint(spellings={r"B(\d{4})": r"B-\2"})
 
 
 def _registry(extra: list[Tool] = ()) -> ToolRegistry:
