@@ -207,12 +207,17 @@ class AgentEngine(ScriptedEngine):
         return json.dumps({"thought": "查订单", "type": "tool_call", "name": "order_status", "args": {"order_id": "104208"}})
 
 
-def test_a_chinese_question_is_routed_to_its_tool_with_the_id_bound_and_the_answer_comes_back(tmp_path: Path) -> None:
+def _ask_agent(question: str) -> tuple[dict[str, Any], AgentEngine]:
+    """The JSON answer of ``POST /v1/chat/completions`` (agent on, demo tools, no router model) and the engine."""
     engine = AgentEngine()
     agent = Agent(engine, default_registry(demo=True), config=AgentConfig(max_steps=3, use_router=False))
     pipeline = ChatPipeline(engine, PipelineSettings(write_back=False), agent=agent)
     with TestClient(create_app(pipeline, Authenticator(KEYS))) as c:
-        body = _chat(c, [{"role": "user", "content": "订单104208现在是什么状态？"}], agent="auto")
+        return _chat(c, [{"role": "user", "content": question}], agent="auto"), engine
+
+
+def test_a_chinese_question_is_routed_to_its_tool_with_the_id_bound_and_the_answer_comes_back() -> None:
+    body, engine = _ask_agent("订单104208现在是什么状态？")
     route = body["recallserve"]["agent"]["route"]
     assert route["route"] == "tools" and route["first_step"] == ["order_status"], route
     # The id written against Chinese text is bound: the rules make the call themselves, with that id.
@@ -225,27 +230,18 @@ def test_a_chinese_question_is_routed_to_its_tool_with_the_id_bound_and_the_answ
     assert body["choices"][0]["message"]["content"] == "订单104208已送达。"
 
 
-def test_an_order_id_typed_full_width_is_bound_and_read_as_the_same_id(tmp_path: Path) -> None:
+def test_an_order_id_typed_full_width_is_bound_and_read_as_the_same_id() -> None:
     """"订单１０４２０８" (a Chinese input method's full-width digits) is order 104208 to the rules, the tool,
     the model's prompt and the id check: routed, looked up and answered, not cut as an unknown id."""
-    engine = AgentEngine()
-    agent = Agent(engine, default_registry(demo=True), config=AgentConfig(max_steps=3, use_router=False))
-    pipeline = ChatPipeline(engine, PipelineSettings(write_back=False), agent=agent)
-    with TestClient(create_app(pipeline, Authenticator(KEYS))) as c:
-        body = _chat(c, [{"role": "user", "content": "订单１０４２０８现在是什么状态？"}], agent="auto")
-    route = body["recallserve"]["agent"]["route"]
-    assert route["bindings"] == {"order_status": {"order_id": ["104208"]}}, route
+    body, engine = _ask_agent("订单１０４２０８现在是什么状态？")
+    assert body["recallserve"]["agent"]["route"]["bindings"] == {"order_status": {"order_id": ["104208"]}}
     assert any("订单104208现在是什么状态" in _text(m) for m, _ in engine.calls)
     assert body["choices"][0]["message"]["content"] == "订单104208已送达。"
 
 
-def test_an_order_id_typed_in_two_groups_is_bound_as_one(tmp_path: Path) -> None:
+def test_an_order_id_typed_in_two_groups_is_bound_as_one() -> None:
     """"单号是104-208" (read out over the phone in two groups) is order 104208: routed and bound as such."""
-    engine = AgentEngine()
-    agent = Agent(engine, default_registry(demo=True), config=AgentConfig(max_steps=3, use_router=False))
-    pipeline = ChatPipeline(engine, PipelineSettings(write_back=False), agent=agent)
-    with TestClient(create_app(pipeline, Authenticator(KEYS))) as c:
-        body = _chat(c, [{"role": "user", "content": "客户来电报的单号是104-208，现在什么状态？"}], agent="auto")
+    body, _ = _ask_agent("客户来电报的单号是104-208，现在什么状态？")
     route = body["recallserve"]["agent"]["route"]
     assert route["first_step"] == ["order_status"] and route["bindings"] == {"order_status": {"order_id": ["104208"]}}, route
     assert body["choices"][0]["message"]["content"] == "订单104208已送达。"
