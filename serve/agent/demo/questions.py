@@ -102,7 +102,9 @@ QUESTION_SETS = {"tuned": ("questions.json",), "holdout": ("questions_holdout.js
                  "compound_holdout12": ("questions_compound_holdout12.json",),
                  "zh-holdout13": ("questions_zh_holdout13.json",),
                  "compound_holdout13": ("questions_compound_holdout13.json",),
-                 "zh-holdout14": ("questions_zh_holdout14.json",)}
+                 "zh-holdout14": ("questions_zh_holdout14.json",),
+                 "compound_holdout14": ("questions_compound_holdout14.json",),
+                 "zh-holdout15": ("questions_zh_holdout15.json",)}
 
 
 class Question(StrictModel):
