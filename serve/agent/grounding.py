@@ -556,7 +556,7 @@ def _row_keys(row: dict[str, Any], question: str = "") -> list[str]:
     listed = LIST_PATTERN.search(question)
     if listed:
         asked = question[listed.start():]
-        where = {}
+        where: dict[str, int] = {}
         for field, value in ids:
             name = field.removesuffix("_id")
             if name == field:
