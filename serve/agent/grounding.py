@@ -68,7 +68,7 @@ ABSENCE_PATTERN = re.compile(
 #: before", "did anyone ever report", "have we fixed one like that before?", "以前发生过吗", "之前的工单",
 #: "开过工单吗", "怎么修好的", "is this a known problem", "has that happened to anyone else", "have we had reports like
 #: that", "has anybody told us the grind is uneven", "has this happened with other kettles", "what did you do about
-#: it", "what did we conclude the last time that happened", "is there precedent for this fault" (docs/languages.md). A "before"
+#: it", "what did we conclude the last time that happened" (docs/languages.md). A "before"
 #: must end its clause ("before 10am" is no history).
 HISTORY_PATTERN = re.compile(
     r"\bhappen(?:ed|s)? before\b|\b(?:seen|reported|had) (?:this|that|it) before\b|\bseen before\b|\bhow (?:was|were|did|is) (?:it|this|that|they) (?:get )?"
@@ -82,7 +82,7 @@ HISTORY_PATTERN = re.compile(
     r"shown|broken|broke|thrown|gone|experience|encounter|deal|handle|fix)\b"
     r"|\bhappen(?:ed|s)? (?:to|with) (?:anyone|anybody|someone|others|another \w+|other \w+)\b|\bknown (?:issue|problem|fault|defect)\b"
     r"|\bwhat (?:did|do|have) (?:you|we|they) (?:do|done) (?:about|with|for) (?:it|this|that|them|the (?:last|other|previous) \w+)\b"
-    r"|\bprecedents?\b|\bwhat did (?:we|you) (?:conclude|advise|recommend|suggest)\b|\b(?:the )?last time (?:this|that|it) (?:happened|came up|occurred)\b"
+    r"|\bwhat did (?:we|you) (?:conclude|advise|recommend|suggest)\b|\b(?:the )?last time (?:this|that|it) (?:happened|came up|occurred)\b"
     r"|\b(?:anyone|anybody|someone|others|other customers) (?:else )?(?:has |have )?(?:had|reported|seen|experienced) (?:this|that|it|the same)\b"
     r"|\b(?:any|had|have we had|did we get|have we got|got|received) (?:\w+ )?(?:reports?|complaints?) (?:like|of|about)\b"
     r"|\b(?:has|have|did) (?:anyone|anybody|someone|somebody|any (?:other )?customers?|other customers) (?:else )?(?:ever )?"
@@ -92,11 +92,10 @@ HISTORY_PATTERN = re.compile(
     re.IGNORECASE,
 )
 #: A question asking for the items of a list: "which orders ...", "list the tickets", "what are the ...",
-#: "pull up what tickets I've had", "C-1012's ticket history", "查C-1012的售后工单记录" (a customer's records).
+#: "pull up what tickets I've had".
 LIST_PATTERN = re.compile(
     r"\bwhich\b|\blist\b|\bwhat (?:are|were) (?:the|its|their|they)\b|\bname (?:all|them|each)\b|\bshow (?:me )?all\b|\bpull up\b"
-    r"|\b(?:ticket|support|service|case) (?:history|records)\b"
-    r"|哪些|哪几|列出|列一下|有哪|都有什么|(?:都|分别)是(?:什么|哪)|全部|所有|(?:工单|售后|报修|维修)记录",
+    r"|哪些|哪几|列出|列一下|有哪|都有什么|(?:都|分别)是(?:什么|哪)|全部|所有",
     re.IGNORECASE,
 )
 #: A question asking how many items there are (English or Chinese: 多少, 几个, 几次 ...).

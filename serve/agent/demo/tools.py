@@ -68,15 +68,14 @@ _SKU = rf"{NOT_AFTER_WORD}([A-Z]{{2,4}}\d?-[A-Z0-9]{{2,4}}){NOT_BEFORE_WORD}"
 # Other ways people write these ids, rewritten before the rules read the question (hints.RoutingHint.spellings):
 # an order id split in two groups right after the word order ("单号是104-318", "order 104 246"), a batch
 # without its dash ("B2301") or without its letter next to the word batch ("2208批次", "2320那一批",
-# "batch 2301"), a customer id without its dash ("C1001"). ASCII edges: the id may touch Chinese text.
-_EDGE = r"(?<![A-Za-z0-9-])"
+# "batch 2301"), a customer id without its dash ("C1001"). The id may touch Chinese text (NOT_AFTER_WORD).
 _ORDER_SPELLINGS = {r"((?:order|订单|单号)\D{0,6}?)(?<!\d)(\d{3})[ -](\d{3})(?![\w-])": r"\1\2\3"}
 _BATCH_SPELLINGS = {
-    _EDGE + r"B[ _]?(\d{4})(?!\d)": r"B-\1",
-    _EDGE + r"(\d{4})(?=\s*(?:批次|批货|那一?批|这一?批|该批|批机器|批的|批里))": r"B-\1",
+    NOT_AFTER_WORD + r"B[ _]?(\d{4})(?!\d)": r"B-\1",
+    NOT_AFTER_WORD + r"(\d{4})(?=\s*(?:批次|批货|那一?批|这一?批|该批|批机器|批的|批里))": r"B-\1",
     r"((?:批次|\bbatch)\s*(?:号|no\.?|number|#)?\s*[:：]?\s*)(\d{4})(?!\d)": r"\1B-\2",
 }
-_CUSTOMER_SPELLINGS = {_EDGE + r"C[ _]?(\d{4})(?!\d)": r"C-\1"}
+_CUSTOMER_SPELLINGS = {NOT_AFTER_WORD + r"C[ _]?(\d{4})(?!\d)": r"C-\1"}
 ORDER_ROUTING = RoutingHint(
     requires=[_ORDER], spellings=_ORDER_SPELLINGS, prefer=[r"\border", r"\bstatus\b", r"\bship", r"\bdeliver", r"\btrack", r"\barriv",
                                r"订单|状态|发货|物流|快递|送达|到货|到哪|签收|没到"],

@@ -89,8 +89,7 @@ def test_a_history_answer_quotes_the_record_it_rests_on() -> None:
               "Has that happened to anyone else?", "Is this a known problem?", "Has someone else had this too?",
               "Has this happened with other kettles?", "My kettle will not switch off. What did you do about it?",
               "What did we conclude the last time that happened?", "how did u guys fix it",
-              "What did we do for the last customer who had it?", "My kettle will not switch off. Have we seen that?",
-              "My kettle will not switch off. Please advise whether there is precedent for this fault."):
+              "What did we do for the last customer who had it?", "My kettle will not switch off. Have we seen that?"):
         assert record_note(q, [("ticket:T-1135", KETTLE)], ""), q
     assert record_note("Can my kettle be delivered before 10am?", [("ticket:T-1135", KETTLE)], "") == ""
     # an earlier case before a manual section naming the same code; a search alone keeps the search's order
@@ -330,19 +329,6 @@ def test_an_answer_naming_the_customers_of_the_asked_for_orders_gets_the_orders_
     assert "104288" in answer and "104305" not in answer
     engine = _ListingEngine("Order 104288, for customer C-1005.", args={"batch": "B-2208", "status": "processing"})
     assert _ask(tmp_path, engine, question) == engine.answer
-
-
-def test_a_customers_records_asked_for_get_their_ids_rendered(tmp_path: Path) -> None:
-    """"查C-1012的售后工单记录" / "C-1012's ticket history" ask for the customer's tickets: an answer
-    telling the ticket's fault and fix without its id gets the listing after it."""
-    told = "The customer reported a weak steam wand; the tip was descaled and cleaned."
-    for question, lead in (("帮忙调一下C-1012这位客户的售后记录", "来自 ticket_history："),
-                           ("Show me C-1012's ticket history.", "From ticket_history: ")):
-        engine = _ListingEngine(told, tool="ticket_history", args={"customer_id": "C-1012"})
-        answer = _ask(tmp_path, engine, question)
-        assert answer.startswith(told + "\n\n" + lead) and "T-1130" in answer, answer
-    engine = _ListingEngine("T-1130: weak steam wand, descaled.", tool="ticket_history", args={"customer_id": "C-1012"})
-    assert _ask(tmp_path, engine, "Show me C-1012's ticket history.") == engine.answer
 
 
 def test_only_complete_listings_asked_for_by_a_which_question_are_rendered() -> None:
