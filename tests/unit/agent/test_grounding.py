@@ -247,7 +247,8 @@ def test_each_part_keeps_its_own_memories_and_a_derived_one_only_beside_its_sour
 
 
 class _DilutedMemory:
-    """One ticket, at a lower cosine with the whole compound message than with the sentence telling its fault."""
+    """One ticket, at a lower cosine with the whole compound message than with the sentence telling its fault
+    (a paraphrase: it shares none of the question's fault words)."""
 
     threshold = 0.35
 
@@ -255,10 +256,13 @@ class _DilutedMemory:
                      kinds: Sequence[str] | None = None, topic_prefix: str | None = None,
                      user: str | None = None) -> list[MemoryHit]:
         if "order" in query and "flicker" in query:  # the whole message
-            return [_hit("ticket:T-1121", "Ticket T-1121: display flickers, ribbon cable reseated", 0.55)]
+            return [_hit("ticket:T-1121", _BLINKS, 0.55)]
         if "flicker" in query:
-            return [_hit("ticket:T-1121", "Ticket T-1121: display flickers, ribbon cable reseated", 0.81)]
+            return [_hit("ticket:T-1121", _BLINKS, 0.81)]
         return []
+
+
+_BLINKS = "Ticket T-1121: the display blinks and goes blank; the ribbon cable was reseated."
 
 
 def test_a_memory_found_by_several_queries_carries_its_best_cosine() -> None:
@@ -268,6 +272,21 @@ def test_a_memory_found_by_several_queries_carries_its_best_cosine() -> None:
     assert [(h.source_id, h.similarity) for h in hits] == [("ticket:T-1121", 0.81)] and 0.55 < CLOSE_COSINE <= 0.81
     one, _ = asyncio.run(recall_memories(_DilutedMemory(), "t1", q, RecallConfig(max_parts=1)))  # type: ignore[arg-type]
     assert [(h.source_id, h.similarity) for h in one] == [("ticket:T-1121", 0.55)]
+
+
+def test_through_the_loop_a_ticket_close_to_the_part_telling_the_fault_is_quoted() -> None:
+    """The answer a user gets: the ticket is close (0.81) only to the sentence telling the fault; with the
+    parts' cosine it is that fault in other words (quoted, no "no record" sentence); with the whole
+    message's (0.55, one query) its words match none of the question's and it reads as another fault."""
+    q = "My screen flickers and goes dark. Has this happened before? Where is my order 104538?"
+    for parts, quoted in ((4, True), (1, False)):
+        eng = ScriptedEngine([call("order_status", order_id="104538"), final("Order 104538 is delivered.")])
+        agent = Agent(eng, default_registry(demo=True), memory=_DilutedMemory(),  # type: ignore[arg-type]
+                      config=AgentConfig(max_steps=3, rule_first_call=False), recall=RecallConfig(max_parts=parts))
+        answer = run_agent(agent, q).answer
+        assert answer.startswith("Order 104538 is delivered."), answer
+        assert ("Record T-1121: Ticket T-1121" in answer) is quoted, answer
+        assert ("No record I searched mentions" in answer) is not quoted, answer
 
 
 class _ListingEngine(ScriptedEngine):
