@@ -194,7 +194,8 @@ def build_ingress_app(config: AppConfig, roles: dict[str, DeploymentHandle],
         # `recallserve up`, 2.5 s of it in the engine).
         start = time.perf_counter()
         try:
-            await backend.search_request(WARM_UP_TENANT, SearchRequest(query="warm up the recall path", k=1),
+            # NOTE: the Chinese word loads the dictionary of Chinese queries' English glosses (~1-2 s, once)
+            await backend.search_request(WARM_UP_TENANT, SearchRequest(query="warm up the recall path 预热", k=1),
                                          caller="warm_up")
             await traces.store.count(WARM_UP_TENANT)
             log.info("recall path and state warmed in %.1f s", time.perf_counter() - start)

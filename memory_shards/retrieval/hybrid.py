@@ -64,6 +64,7 @@ from recallserve.kernels import ScoreParams, StrictModel
 from ..config import SearchFilters, SearchHit
 from ..coordinator import LocalShardClient, MemoryCoordinator
 from .fusion import rrf_fuse
+from .glossary import gloss, has_han
 from .hop import hop_query
 from .ranker import RankerModel, candidate_features, load_ranker
 from .shard import ShardHybridResult
@@ -160,6 +161,15 @@ class RetrievalParams(StrictModel):
     name_weight: float = Field(default=0.0, ge=0, le=100, description="Weight of a search filtered to metadata[name_key] == a name the query names; 0 = off.")
     name_boost: float = Field(default=0.5, ge=0, le=100, description="Weight of the main candidates of a named speaker, ranked among themselves (no shard call); 0 = off.")
     name_key: str = Field(default="speaker", min_length=1, max_length=64, description="Metadata key holding who said or wrote a memory (name_weight, name_boost).")
+    # NOTE: 1.0, the weight a sub-query list has; 0.5 ranks the same on the measured sets. On the bilingual
+    # set (`recallserve bench languages`: Chinese questions over the English records) and the agent eval's
+    # Chinese history questions over the demo records (`python -m loadtests.crosslingual_check`), see
+    # docs/languages.md. Queries without a Han character are not glossed (nothing changes for them).
+    gloss_weight: float = Field(
+        default=1.0, ge=0, le=100,
+        description="Weight of a Chinese query's English gloss (memory_shards.retrieval.glossary, CC-CEDICT), searched "
+                    "beside the query as one more dense + BM25 pair of lists: a Chinese question finds English records; "
+                    "0 = off.")
     # NOTE: off. The packaged model (logistic, C = 1 untuned, 15 features, `recallserve eval ranker`) re-ranking
     # the fused first 64, leave-one-conversation-out on the LoCoMo dev file: R@10 held out 0.819 (0.787-0.847)
     # vs 0.821 (0.788-0.841) without, conv-30 falls (0.841 -> 0.823); R@1 0.386 -> 0.462 and R@5 0.740 -> 0.761
@@ -287,14 +297,20 @@ class HybridRetriever:
             score(d) += sub_query_weight * (w_dense / (c + rank_dense_sub(d)) + w_lex / (c + rank_lex_sub(d)))
 
         No product search passes any: leave-one-out found no gain (loadtests/results/locomo-decompose.md).
+        A query with Han characters is also searched as its English gloss (:func:`~.glossary.gloss`), fused the same
+        way with ``params.gloss_weight``: a Chinese question over records written in English.
         """
         p = params or self.params
         decay = decay or ScoreParams()
         now = time.time() if now is None else float(now)
         rq = self.rewriter(query) if self.rewriter is not None else RewrittenQuery(query, query)
-        subs = [self.rewriter(q) if self.rewriter is not None else RewrittenQuery(q, q)
+        subs = [(self.rewriter(q) if self.rewriter is not None else RewrittenQuery(q, q), sub_query_weight)
                 for q in list(sub_queries)[:MAX_SUB_QUERIES] if q.strip()] if sub_query_weight > 0 else []
-        vecs = np.asarray(await self.embed([rq.dense, *(s.dense for s in subs)]), dtype=np.float32)
+        # NOTE: in a thread: the first Chinese query of a process loads the dictionary (~1-2 s)
+        glossed = await asyncio.to_thread(gloss, query) if p.gloss_weight > 0 and has_han(query) else ""
+        if glossed:  # NOTE: a Chinese query's English gloss, for records written in English
+            subs.append((RewrittenQuery(glossed, glossed), p.gloss_weight))
+        vecs = np.asarray(await self.embed([rq.dense, *(s.dense for s, _ in subs)]), dtype=np.float32)
         qvec = vecs[0]
         dense_k = max(k, p.dense_candidates)
         lex_k = max(k, p.lexical_candidates) if p.lexical_candidates > 0 else 0
@@ -307,14 +323,14 @@ class HybridRetriever:
                                             *([ask(rq.lexical, window)] if window is not None else []),
                                             *(ask(rq.lexical, f) for f in named),
                                             *(self._candidates(tenant, v, dense_k, lex_k, decay, now, s.lexical, filters)
-                                              for s, v in zip(subs, vecs[1:])))
+                                              for (s, _), v in zip(subs, vecs[1:])))
         sub_lists = [extra.pop() for _ in subs][::-1]
         dense, lexical = main[0][:dense_k], main[1][:lex_k]
         lists = [(dense, lexical, 1.0)]
         if window is not None:
             lists.append((*extra.pop(0), p.date_weight))
         lists += [(d, lx, p.name_weight) for d, lx in extra]
-        lists += [(d, lx, sub_query_weight) for d, lx in sub_lists]
+        lists += [(d, lx, w) for (d, lx), (_, w) in zip(sub_lists, subs)]
         if p.name_boost > 0:
             lists.append((*_named(*main, query, p.name_key), p.name_boost))
         if p.hop_hits > 0 and p.hop_weight > 0 and lex_k > 0:
@@ -377,7 +393,8 @@ class HybridRetriever:
         return dense, lexical
 
     def _fuse(self, lists, k, p: RetrievalParams, threshold: float) -> list[HybridHit]:
-        """RRF over every (dense, lexical, weight) pair of lists; the first pair gives the hits' ranks."""
+        """RRF over every (dense, lexical, weight) pair of lists; the first pair gives the hits' ranks, and a hit
+        found by several lists carries its highest cosine (``similarity``: the relevance floors downstream read it)."""
         by_source: dict[str, dict] = {}
         rankings: list[list[str]] = []
         weights: list[float] = []
@@ -385,6 +402,8 @@ class HybridRetriever:
             main = li == 0
             for rank, (hit, _) in enumerate(dense, start=1):
                 e = by_source.setdefault(hit.source_id, {"hit": hit, "dense_rank": None})
+                if hit.similarity > e["hit"].similarity:
+                    e["hit"] = hit  # NOTE: its best cosine with any form of the query (a Chinese query's gloss)
                 if main:
                     e["dense_rank"] = rank
             best_bm25 = max((b for _, b in lexical), default=0.0)
@@ -398,6 +417,8 @@ class HybridRetriever:
                     if hit.similarity < threshold and bm25 < p.lexical_min_ratio * best_bm25:
                         continue
                     entry = by_source[hit.source_id] = {"hit": hit, "dense_rank": None}
+                elif hit.similarity > entry["hit"].similarity:
+                    entry["hit"] = hit
                 if main:
                     entry["lexical_rank"] = rank
                     entry["bm25"] = bm25
