@@ -33,7 +33,8 @@ from typing import Any
 from recallserve.deployments.cli import UserError
 from recallserve.serve.agent.demo.facts import score_answer
 from recallserve.serve.agent.demo.questions import QUESTION_SETS, load_questions
-from recallserve.serve.agent.grounding import Search, unsupported_absence
+from recallserve.serve.agent.grounding import Search, model_text, unsupported_absence
+from recallserve.serve.language import language_of
 from recallserve.serve.agent.schemas import AgentResult, ToolCallRecord
 from recallserve.serve.pipeline import agent_turn
 
@@ -99,9 +100,12 @@ async def _engine_ttft(agent: Any, scopes: list[str]) -> float:
 
 
 def fact_row(q: dict[str, Any], answer: str) -> dict[str, Any]:
-    """The key-fact verdict of ``answer`` to ``q`` as row fields: ``facts_pass``, ``missing``, ``forbidden``."""
+    """The key-fact verdict of ``answer`` to ``q`` as row fields: ``facts_pass``, ``missing``, ``forbidden``, and
+    ``language_pass``: the answer, less the lines quoting a record or an observation (``grounding.model_text``),
+    is in the question's language (``language.language_of``)."""
     verdict = score_answer(answer, q["facts"], q.get("must_not", ()))
-    return {"facts_pass": verdict.passed, "missing": verdict.missing, "forbidden": verdict.forbidden}
+    return {"facts_pass": verdict.passed, "missing": verdict.missing, "forbidden": verdict.forbidden,
+            "language_pass": language_of(model_text(answer)) == language_of(q["q"])}
 
 
 async def evaluate(agent: Any, questions: list[tuple[int, dict[str, Any]]], scopes: list[str], *,
@@ -147,6 +151,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "with_tool_score": _share([r for r in rows if r["expected"]]),
         "no_tool_score": _share([r for r in rows if not r["expected"]]),
         "facts_passed": sum(r["facts_pass"] for r in rows), "facts_score": _share(rows, "facts_pass"),
+        "language_passed": sum(r.get("language_pass", False) for r in rows),
         "absence_without_search": sum(len(r.get("absence_unsupported") or ()) for r in rows),
         "absence_left_out": sum(len(r.get("absence_left_out") or ()) for r in rows),
         "both_score": sum(r["pass"] and r["facts_pass"] for r in rows) / max(1, len(rows)),
@@ -220,7 +225,8 @@ def _print_summary(report: dict[str, Any]) -> None:
     for name, s in report["sets"].items():
         print(f"{name}: tool choice {s['passed']}/{s['questions']} = {s['score']:.3f}; key facts "
               f"{s['facts_passed']}/{s['questions']} = {s['facts_score']:.3f}; claims of absence without a search "
-              f"{s.get('absence_without_search', 'n/a')} (left out by the check: {s.get('absence_left_out', 'n/a')})")
+              f"{s.get('absence_without_search', 'n/a')} (left out by the check: {s.get('absence_left_out', 'n/a')}); "
+              f"answers in the question's language {s.get('language_passed', 'n/a')}/{s['questions']}")
         for f in s["facts_failed"]:
             print(f"  {name} #{f['n']} facts FAIL missing={f['missing']} forbidden={f['forbidden']} | {f['q'][:70]}")
 

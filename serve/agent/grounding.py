@@ -514,6 +514,22 @@ def record_note(question: str, records: Sequence[tuple[str, str]], answer: str, 
     return ""
 
 
+#: A line the product adds after the model's answer that quotes a record or a tool's observation
+#: (:func:`record_note`, :func:`list_note`, :func:`status_note`): its text is the source's, in the source's language.
+_NOTE_LINE = re.compile(r"^(?:Record [A-Z]+-\d+: |记录 [A-Z]+-\d+：|From [a-z_]+: |来自 [a-z_]+：)")
+
+
+def model_text(answer: str) -> str:
+    """``answer`` without the lines quoting a record or an observation (:data:`_NOTE_LINE`): what the
+    model wrote, plus the product's own sentences (which are in the question's language).
+
+    Example:
+        >>> model_text("Order 104318 is processing.\n\nRecord T-1080: Ticket T-1080 ...")
+        'Order 104318 is processing.'
+    """
+    return "\n".join(x for x in answer.splitlines() if not _NOTE_LINE.match(x.strip())).strip()
+
+
 def listing_rows(result: Any) -> list[dict[str, Any]] | None:
     """The rows of a tool result that is a **complete listing**, else None.
 

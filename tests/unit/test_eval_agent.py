@@ -147,3 +147,14 @@ def test_zh_time_key_fact_accepts_the_chinese_clock_and_hh_mm() -> None:
     assert score_answer("东京现在是下午7点14分。", q["facts"]).passed
     assert score_answer("东京现在是19:14。", q["facts"]).passed
     assert not score_answer("东京现在是晚上。", q["facts"]).passed
+
+
+def test_an_answer_counts_as_in_the_questions_language_without_the_records_it_quotes() -> None:
+    """``language_pass``: a Chinese question's answer is Chinese; the quoted English record after it does not count."""
+    from recallserve.deployments.cli._eval_agent import fact_row
+
+    q = {"q": "这个故障以前出现过吗？", "tool": "memory_search", "facts": ["T-1080"]}
+    chinese = "出现过，记录 T-1080 换了垫圈。\n\n记录 T-1080：Ticket T-1080 (BrewMaster 3000 espresso machine). Fault: water leaks."
+    english = "Yes, T-1080 had it: the gasket was replaced.\n\n记录 T-1080：Ticket T-1080 (BrewMaster 3000)."
+    assert fact_row(q, chinese)["language_pass"] and not fact_row(q, english)["language_pass"]
+    assert fact_row({**q, "q": "Has this happened before?"}, english)["language_pass"]

@@ -272,6 +272,10 @@ def test_a_chinese_question_is_routed_to_its_tool_with_the_id_bound_and_the_answ
     # The tool ran on the demo world and its observation reached the model; its prompt asks for the user's language.
     assert any("Observation(order_status)" in _text(m) and "delivered" in _text(m) for m, _ in engine.calls)
     assert all("language of the user's question" in m[0].content for m, _ in engine.calls)
+    # After the (English) observation the question is asked again in Chinese, last, with the answer's language.
+    last = [m for m, _ in engine.calls if "Observation(order_status)" in _text(m)][-1][-1].content
+    assert last.endswith("用中文回答下面这个问题的每一部分（编号和代码照原样写）：订单104208现在是什么状态？"), last
+    assert "Using these observations" not in last
     assert body["choices"][0]["message"]["content"] == "订单104208已送达。"
 
 

@@ -106,7 +106,9 @@ QUESTION_SETS = {"tuned": ("questions.json",), "holdout": ("questions_holdout.js
                  "compound_holdout14": ("questions_compound_holdout14.json",),
                  "zh-holdout15": ("questions_zh_holdout15.json",),
                  "compound_holdout15": ("questions_compound_holdout15.json",),
-                 "zh-holdout16": ("questions_zh_holdout16.json",)}
+                 "zh-holdout16": ("questions_zh_holdout16.json",),
+                 "compound_holdout16": ("questions_compound_holdout16.json",),
+                 "zh-holdout17": ("questions_zh_holdout17.json",)}
 
 
 class Question(StrictModel):
