@@ -24,7 +24,6 @@ from typing import Any
 from recallserve.serve.agent import default_registry
 from recallserve.serve.agent.demo import DemoWorld, load_questions
 from recallserve.serve.agent.demo.questions import QUESTION_SETS
-from recallserve.serve.agent.routing import respelled
 from recallserve.serve.agent.grounding import HISTORY_PATTERN, Search, unfound_topic
 from recallserve.serve.language import language_of
 
@@ -50,8 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--skip", nargs="*", default=[], help="question sets to leave out (e.g. a blind set not yet run)")
     args = p.parse_args(argv)
-    tools = default_registry(demo=True).all()
-    known = [t.description for t in tools]
+    known = [t.description for t in default_registry(demo=True).all()]
     texts = {m.source_id: m.text for m in DemoWorld().memories()}
     rows = latest_rows(ROOT / "loadtests" / "results")
     seen: set[str] = set()
@@ -68,8 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             absent = any(isinstance(f, list) and any(a in f for a in _ABSENT) for f in q["facts"])
             row = rows.get(q["q"])
             found = tuple(texts.get(s, "") for s in (row["memories"] if row else []))
-            # NOTE: ids in their canonical form, as the served checks read the question
-            topic = unfound_topic([Search("recall", True, found)], respelled(q["q"], tools), known)
+            topic = unfound_topic([Search("recall", True, found)], q["q"], known)
             i = 0 if absent else 2
             counts[i] += 1
             counts[i + 1] += bool(topic)

@@ -25,7 +25,6 @@ from recallserve.serve.agent import default_registry
 from recallserve.serve.agent.demo import DemoWorld, load_questions
 from recallserve.serve.agent.demo._memory import LocalMemory
 from recallserve.serve.agent.demo.questions import QUESTION_SETS
-from recallserve.serve.agent.routing import respelled
 from recallserve.serve.agent.grounding import CLOSE_COSINE, HISTORY_PATTERN, Search, asked_ids, record_note, unfound_topic
 from recallserve.serve.language import language_of
 from recallserve.serve.memory import is_derived
@@ -40,8 +39,7 @@ _UNIONS = ("all", "compound_all")
 async def _run(skip: set[str]) -> dict[tuple[str, str, str], list[int]]:
     memory = LocalMemory()
     await memory.write("demo", DemoWorld().memories())
-    tools = default_registry(demo=True).all()
-    known = [t.description for t in tools]
+    known = [t.description for t in default_registry(demo=True).all()]
     config = RecallConfig()
     seen: set[str] = set()
     out: dict[tuple[str, str, str], list[int]] = {}  # (lang, kind, ids) -> n, quoted right, quoted wrong, none
@@ -61,13 +59,12 @@ async def _run(skip: set[str]) -> dict[tuple[str, str, str], list[int]]:
             sources = [h for h in hits if not is_derived(h)]
             found = Search("recall", True, tuple(h.text for h in sources),
                            tuple(h.text for h in sources if h.similarity >= CLOSE_COSINE))
-            checked = respelled(text, tools)  # NOTE: ids in their canonical form, as the served checks read it
-            unfound = unfound_topic([found], checked, known)
-            note = record_note(checked, [(h.source_id, h.text) for h in sources], "", known=known, unfound=unfound,
+            unfound = unfound_topic([found], text, known)
+            note = record_note(text, [(h.source_id, h.text) for h in sources], "", known=known, unfound=unfound,
                                close=found.close)
             quoted = set(_TICKET.findall(re.split(r"[:：]", note, maxsplit=1)[0])) if note else set()
             key = ("zh" if language_of(text) == "zh" else "en", "absent" if absent else "precedent",
-                   "names ids" if asked_ids(checked) else "no ids")
+                   "names ids" if asked_ids(text) else "no ids")
             row = out.setdefault(key, [0, 0, 0, 0])
             row[0] += 1
             if not note:

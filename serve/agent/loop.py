@@ -47,7 +47,7 @@ from recallserve.serve.agent.grounding import CLOSE_COSINE, NOT_SEARCHED, NOT_SH
     turn_searches, unfound_topic, unstated_absence, unsupported_absence, unsupported_presence
 from recallserve.serve.agent.guards import AnswerCheck, wrap_untrusted
 from recallserve.serve.agent.images import ImageDescriber
-from recallserve.serve.agent.routing import respelled, route_by_rules
+from recallserve.serve.agent.routing import route_by_rules
 from recallserve.serve.agent.schemas import AgentEvent, AgentRequest, AgentResult, AgentUsage, RouteDecision, ToolCallRecord, \
     TraceStep
 from recallserve.serve.agent.tools import ToolContext, ToolRegistry, ToolSet
@@ -169,9 +169,6 @@ class _Run:
         self._cut = False  # NOTE: the direct answer's generation stopped at max_tokens
         self._pending_note = ""  # NOTE: NOT_SEARCHED, added after an answer whose claim of absence was left out
         self.question = self.turn.asked
-        # NOTE: the answer's checks and notes read ids in their canonical form, as the router does ("b2315" is
-        # batch B-2315: its sentence asks for live data, and a record naming B-2315 names what was asked).
-        self.checked = respelled(self.question, agent.tools.all())
 
     def _ms(self, since: float) -> float:
         return round((time.perf_counter() - since) * 1e3, 2)
@@ -210,8 +207,8 @@ class _Run:
         if self.cfg.check_absence:
             searches = self._searches()
             known = self._tool_words()
-            claims = lambda sentence: bool(unsupported_absence(sentence, searches, self.checked, known)  # noqa: E731
-                                           or unsupported_presence(sentence, searches, self.checked, known))
+            claims = lambda sentence: bool(unsupported_absence(sentence, searches, self.question, known)  # noqa: E731
+                                           or unsupported_presence(sentence, searches, self.question, known))
         return AnswerCheck("\n".join(m.content for m in messages), ids=self.cfg.check_ids,
                            repeats=self.cfg.stop_repeats, claims=claims)
 
@@ -227,8 +224,8 @@ class _Run:
                 sources += [(str(h.get("id", "")), str(h.get("text", ""))) for h in call.result
                             if isinstance(h, dict) and h.get("kind") != DERIVED_KIND]
         known = self._tool_words()
-        return record_note(self.checked, sources, answer, searched=searched, known=known,
-                           unfound=unfound_topic(self._searches(), self.checked, known), close=self._close())
+        return record_note(self.question, sources, answer, searched=searched, known=known,
+                           unfound=unfound_topic(self._searches(), self.question, known), close=self._close())
 
     def _list_note(self, answer: str) -> str:
         """What code renders from the turn's observations after the answer, "" when none: the listings a
@@ -239,7 +236,7 @@ class _Run:
             tool = self.a.tools.get(call.name)
             if call.status in ("ok", "cached") and tool is not None:
                 listings.append((call.name, call.result, wrap_untrusted(tool.summarise(call.result))[0]))
-        notes = [list_note(self.checked, listings, answer), status_note(self.checked, [(n, r) for n, r, _ in listings], answer)]
+        notes = [list_note(self.question, listings, answer), status_note(self.question, [(n, r) for n, r, _ in listings], answer)]
         return "\n".join(n for n in notes if n)
 
     def _not_searched(self, step: int, check: AnswerCheck) -> AgentEvent | None:
@@ -250,12 +247,12 @@ class _Run:
         a history question about such a fault also gets when it does not say so itself (:func:`unstated_absence`)."""
         searches, known = self._searches(), self._tool_words()
         if not check.dropped:
-            if self.cfg.check_absence and unstated_absence(check.answer, searches, self.checked, known):
-                self._pending_note = no_record_note(self.checked, unfound_topic(searches, self.checked, known))
+            if self.cfg.check_absence and unstated_absence(check.answer, searches, self.question, known):
+                self._pending_note = no_record_note(self.question, unfound_topic(searches, self.question, known))
                 return self._add(step, "guard", "the answer does not say that no record searched holds what the question asks about")
             return None
-        if any(unsupported_presence(d, searches, self.checked, known) for d in check.dropped):
-            self._pending_note = no_record_note(self.checked, unfound_topic(searches, self.checked, known))
+        if any(unsupported_presence(d, searches, self.question, known) for d in check.dropped):
+            self._pending_note = no_record_note(self.question, unfound_topic(searches, self.question, known))
             return self._add(step, "guard", "left out a claim of an earlier case no search of this turn supports",
                              dropped=[d[:200] for d in check.dropped])
         if not any(s.ran for s in searches):
