@@ -516,7 +516,7 @@ def record_note(question: str, records: Sequence[tuple[str, str]], answer: str, 
 
 #: A line the product adds after the model's answer that quotes a record or a tool's observation
 #: (:func:`record_note`, :func:`list_note`, :func:`status_note`): its text is the source's, in the source's language.
-_NOTE_LINE = re.compile(r"^(?:Record [A-Z]+-\d+: |记录 [A-Z]+-\d+：|From [a-z_]+: |来自 [a-z_]+：)")
+_NOTE_LINE = re.compile(r"^(?:Record \S+: |记录 \S+：|From [a-z_]+: |来自 [a-z_]+：)")
 
 
 def model_text(answer: str) -> str:
@@ -524,7 +524,7 @@ def model_text(answer: str) -> str:
     model wrote, plus the product's own sentences (which are in the question's language).
 
     Example:
-        >>> model_text("Order 104318 is processing.\n\nRecord T-1080: Ticket T-1080 ...")
+        >>> model_text("Order 104318 is processing.\\n\\nRecord T-1080: Ticket T-1080 ...")
         'Order 104318 is processing.'
     """
     return "\n".join(x for x in answer.splitlines() if not _NOTE_LINE.match(x.strip())).strip()
