@@ -52,7 +52,7 @@ from recallserve.serve.agent.hints import RoutingHint, ci_pattern
 from recallserve.serve.agent.tools import Tool
 from recallserve.serve.language import language_of
 
-__all__ = ["ABOUT_ME", "ACTION_REQUESTS", "RuleDecision", "respelled", "route_by_rules", "bind_schema", "requested_action"]
+__all__ = ["ABOUT_ME", "ACTION_REQUESTS", "RuleDecision", "route_by_rules", "bind_schema", "requested_action"]
 
 
 #: Requests for an action (label -> case-insensitive pattern of asking for it). When no tool of the
@@ -131,15 +131,6 @@ def _hint(tool: Tool) -> RoutingHint:
     return tool.routing
 
 
-def respelled(text: str, tools: Iterable[Tool]) -> str:
-    """``text`` with every other spelling of an entity that a tool's hint declares in its canonical form
-    (``RoutingHint.spellings``: "B2301", "2301批次" -> "B-2301"; "order 104 455" -> "order 104455")."""
-    for tool in tools:
-        if tool.routing is not None:
-            text = tool.routing.respell(text)
-    return text
-
-
 def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[Tool] = ()) -> RuleDecision:
     """Decide from the tools' hints (see the module docstring for the rules).
 
@@ -161,7 +152,8 @@ def route_by_rules(text: str, allowed: Mapping[str, Tool], every_tool: Iterable[
     zh = language_of(text) == "zh"
     text = iso_dates(text)
     hinted = [t for t in list(allowed.values()) + [t for t in every_tool if t.name not in allowed] if t.routing is not None]
-    text = respelled(text, hinted)
+    for tool in hinted:
+        text = _hint(tool).respell(text)
     # NOTE: a number an id-taking tool binds (an order id) is no operand for a tool that binds nothing
     # (the calculator): measured on the compound eval, two order ids and "each" scored the calculator
     # as high as order_status.
